@@ -1,0 +1,478 @@
+// Package gvisor is the default runtime driver: each sandbox is a gVisor (runsc) container with the systrap
+// platform, its own OCI bundle, a read-only template root under a private writable layer on a size-capped
+// disk image, cgroup limits, and a network namespace the node prepares.
+//
+// Host layout of one sandbox, all under Config.StateDir/sandboxes/ID and all removed by Destroy:
+//
+//	config.json   OCI spec
+//	disk.img      sparse ext4 image, mounted at disk/ through a loop device (the disk limit)
+//	disk/upper    the writable layer; disk/work is overlayfs's work dir
+//	rootfs/       overlayfs: template (lower, never written) + disk/upper
+//	link/         mounted at /run/airlock inside; the daemon creates daemon.sock here
+//	console.log   the daemon's own stdout and stderr
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/cleanup"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/runtime"
+)
+
+// LinkDir is where the daemon's socket directory is mounted inside the sandbox.
+const LinkDir = "/run/airlock"
+
+// LinkSocketName is the file name of the daemon's socket in LinkDir.
+const LinkSocketName = "daemon.sock"
+
+// Config configures the driver. The zero value of every field but StateDir works.
+type Config struct {
+	// Runsc is the runsc binary. Empty: "runsc" from PATH.
+	Runsc string
+	// StateDir holds runsc's state (StateDir/runsc) and the sandboxes' directories. Required.
+	StateDir string
+	// Platform is the gVisor platform. Empty: "systrap".
+	Platform string
+	// CgroupParent is the cgroup under which each sandbox gets its own. Empty: "/airlock".
+	CgroupParent string
+	// Debug writes runsc's debug logs into each sandbox's directory (they are removed with it).
+	Debug bool
+	// Logger receives the driver's logs. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Driver is the gVisor runtime driver.
+type Driver struct {
+	cfg Config
+	log *slog.Logger
+}
+
+var _ runtime.Driver = (*Driver)(nil)
+
+// New returns a driver. It checks that runsc can be found and creates the state directories.
+func New(cfg Config) (*Driver, error) {
+	if cfg.StateDir == "" {
+		return nil, fmt.Errorf("gvisor: StateDir is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.Runsc == "" {
+		cfg.Runsc = "runsc"
+	}
+	p, err := exec.LookPath(cfg.Runsc)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: runsc not found (install it with scripts/install.sh): %w", err)
+	}
+	cfg.Runsc = p
+	if cfg.Platform == "" {
+		cfg.Platform = "systrap"
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "/airlock"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "runsc"), filepath.Join(cfg.StateDir, "sandboxes")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("gvisor: %w", err)
+		}
+	}
+	return &Driver{cfg: cfg, log: cfg.Logger.With("driver", "gvisor")}, nil
+}
+
+// Name reports "gvisor".
+func (d *Driver) Name() string { return "gvisor" }
+
+var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$`)
+
+func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.StateDir, "sandboxes", id) }
+
+// LinkSocketPath reports the host path of the daemon socket of sandbox id.
+func (d *Driver) LinkSocketPath(id string) string {
+	return filepath.Join(d.dir(id), "link", LinkSocketName)
+}
+
+func (d *Driver) cgroupPath(id string) string { return filepath.Join(d.cfg.CgroupParent, id) }
+
+// Create boots spec as a runsc container. See runtime.Driver.
+func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	if !idPattern.MatchString(spec.ID) {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: bad sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	if len(spec.Init) == 0 || !filepath.IsAbs(spec.Init[0]) {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: init must be an absolute path inside the sandbox: %w", errdefs.ErrInvalidArgument)
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	dir := d.dir(spec.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, errdefs.ErrAlreadyExists)
+		}
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: %w", err)
+	}
+	c := cleanup.Make(func() {
+		// Destroy undoes whatever subset of the steps below ran.
+		if err := d.Destroy(context.WithoutCancel(ctx), spec.ID); err != nil {
+			d.log.Warn("undo half-created sandbox", "sandbox", spec.ID, "err", err)
+		}
+	})
+	defer c.Clean()
+
+	if err := makeDisk(filepath.Join(dir, "disk.img"), filepath.Join(dir, "disk"), spec.Limits.DiskBytes); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s disk: %w", spec.ID, err)
+	}
+	upper, work := filepath.Join(dir, "disk", "upper"), filepath.Join(dir, "disk", "work")
+	for _, p := range []string{upper, work} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return runtime.Sandbox{}, fmt.Errorf("gvisor: %w", err)
+		}
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: %w", err)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", spec.RootFS, upper, work)
+	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: mount writable layer: %w", err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "link"), 0o700); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: %w", err)
+	}
+
+	oci, err := d.ociSpec(spec, dir)
+	if err != nil {
+		return runtime.Sandbox{}, err
+	}
+	b, err := json.Marshal(oci)
+	if err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: encode spec: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: %w", err)
+	}
+
+	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: %w", err)
+	}
+	defer console.Close()
+	// --detach: runsc returns once the container runs. Its stdio are files, never pipes we would have to
+	// drain (a detached container holds them open for its whole life).
+	cmd := d.runsc(ctx, "run", "--detach", "--bundle", dir, spec.ID)
+	cmd.Stdin = nil
+	cmd.Stdout = console
+	cmd.Stderr = console
+	if err := cmd.Run(); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: runsc run %s: %v: %s", spec.ID, err, tail(filepath.Join(dir, "console.log")))
+	}
+	st, err := d.state(ctx, spec.ID)
+	if err != nil {
+		return runtime.Sandbox{}, err
+	}
+	sock := d.LinkSocketPath(spec.ID)
+	if err := waitForFile(ctx, sock, 15*time.Second); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s daemon did not start: %w: %s", spec.ID, err, tail(filepath.Join(dir, "console.log")))
+	}
+	c.Release()
+	return runtime.Sandbox{ID: spec.ID, LinkSocket: sock, PID: st.Pid, CreatedAt: time.Now()}, nil
+}
+
+// runsc builds a runsc command with the driver's global flags.
+func (d *Driver) runsc(ctx context.Context, args ...string) *exec.Cmd {
+	global := []string{
+		"--root=" + filepath.Join(d.cfg.StateDir, "runsc"),
+		"--platform=" + d.cfg.Platform,
+		"--network=sandbox",
+		// The daemon creates its socket in the link mount; sandbox code can create sockets but never
+		// connect to a host socket ("open" is not granted).
+		"--host-uds=create",
+		// The writable layer is the host overlay on the sandbox's own disk image.
+		"--overlay2=none",
+	}
+	if d.cfg.Debug && len(args) > 0 && (args[0] == "run" || args[0] == "restore") {
+		global = append(global, "--debug", "--debug-log="+filepath.Join(d.dir(args[len(args)-1]), "runsc-logs")+"/")
+	}
+	cmd := exec.CommandContext(ctx, d.cfg.Runsc, append(global, args...)...)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	return cmd
+}
+
+type containerState struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Pid    int    `json:"pid"`
+}
+
+func (d *Driver) state(ctx context.Context, id string) (containerState, error) {
+	var out, errb bytes.Buffer
+	cmd := d.runsc(ctx, "state", id)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		if strings.Contains(errb.String(), "does not exist") || strings.Contains(errb.String(), "not found") {
+			return containerState{}, fmt.Errorf("gvisor: sandbox %s: %w", id, errdefs.ErrNotFound)
+		}
+		return containerState{}, fmt.Errorf("gvisor: runsc state %s: %v: %s", id, err, strings.TrimSpace(errb.String()))
+	}
+	var st containerState
+	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
+		return containerState{}, fmt.Errorf("gvisor: runsc state %s: %w", id, err)
+	}
+	return st, nil
+}
+
+// Status reports whether the sandbox runs. See runtime.Driver.
+func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
+	st, err := d.state(ctx, id)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	if st.Status == "running" && st.Pid > 0 && unix.Kill(st.Pid, 0) == nil {
+		return runtime.Status{Running: true}, nil
+	}
+	return runtime.Status{Running: false, Reason: d.stopReason(id)}, nil
+}
+
+// Wait blocks until the sandbox's main process exits. See runtime.Driver.
+func (d *Driver) Wait(ctx context.Context, id string) (runtime.Status, error) {
+	st, err := d.state(ctx, id)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	if st.Status != "running" || st.Pid <= 0 {
+		return runtime.Status{Reason: d.stopReason(id)}, nil
+	}
+	if err := waitPID(ctx, st.Pid); err != nil {
+		return runtime.Status{}, err
+	}
+	return runtime.Status{Reason: d.stopReason(id)}, nil
+}
+
+// stopReason reads why a sandbox stopped, from what its cgroup recorded.
+func (d *Driver) stopReason(id string) string {
+	mem := filepath.Join("/sys/fs/cgroup/memory", d.cgroupPath(id))
+	if b, err := os.ReadFile(filepath.Join(mem, "memory.oom_control")); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
+				limit := ""
+				if lb, err := os.ReadFile(filepath.Join(mem, "memory.limit_in_bytes")); err == nil {
+					if n, err := strconv.ParseInt(strings.TrimSpace(string(lb)), 10, 64); err == nil {
+						limit = fmt.Sprintf(" (limit %d MiB)", n>>20)
+					}
+				}
+				return "out of memory" + limit
+			}
+		}
+	}
+	return "sandbox exited"
+}
+
+// Destroy kills the container and removes every trace of it. See runtime.Driver.
+func (d *Driver) Destroy(ctx context.Context, id string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("gvisor: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	var errs []error
+	var errb bytes.Buffer
+	cmd := d.runsc(ctx, "delete", "--force", id)
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil && !strings.Contains(errb.String(), "does not exist") && !strings.Contains(errb.String(), "not found") {
+		errs = append(errs, fmt.Errorf("runsc delete %s: %v: %s", id, err, strings.TrimSpace(errb.String())))
+	}
+	dir := d.dir(id)
+	// Overlay first (it holds the disk's upper dir), then the disk (autoclear frees its loop device).
+	for _, m := range []string{filepath.Join(dir, "rootfs"), filepath.Join(dir, "disk")} {
+		if err := unmount(m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, ctrl := range []string{"memory", "pids", "cpu", "cpuacct", "cpuset", "devices", "freezer", "blkio", "net_cls", "net_prio", "perf_event", "hugetlb", "systemd", "unified"} {
+		p := filepath.Join("/sys/fs/cgroup", ctrl, d.cgroupPath(id))
+		if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", p, err))
+		}
+	}
+	if len(errs) == 0 {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gvisor: destroy %s: %w", id, err)
+	}
+	return nil
+}
+
+// List reports the sandboxes with a directory or a runsc container on this host.
+func (d *Driver) List(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	entries, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "sandboxes"))
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: list: %w", err)
+	}
+	for _, e := range entries {
+		if idPattern.MatchString(e.Name()) {
+			seen[e.Name()] = true
+		}
+	}
+	var out bytes.Buffer
+	cmd := d.runsc(ctx, "list", "--quiet")
+	cmd.Stdout = &out
+	if err := cmd.Run(); err == nil {
+		for _, id := range strings.Fields(out.String()) {
+			if idPattern.MatchString(id) {
+				seen[id] = true
+			}
+		}
+	}
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// ociSpec builds the OCI runtime spec of a sandbox.
+func (d *Driver) ociSpec(spec runtime.Spec, dir string) (*specs.Spec, error) {
+	l := spec.Limits
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.ID
+	}
+	// The daemon runs as root inside the sandbox so that it can start processes as any user; the
+	// capability set is the usual container one: no CAP_SYS_ADMIN, no CAP_SYS_RESOURCE, so the
+	// process limit (RLIMIT_NPROC, which gVisor enforces per user) binds root as well.
+	caps := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID",
+		"CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_AUDIT_WRITE", "CAP_SETFCAP"}
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: LinkDir, Type: "bind", Source: filepath.Join(dir, "link"), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+		{Destination: spec.Init[0], Type: "bind", Source: spec.InitBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+	}
+	for _, m := range spec.Mounts {
+		opts := []string{"rbind", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
+	}
+	period := uint64(100000)
+	quota := l.CPUMillis * int64(period) / 1000
+	// Host threads of the sentry count against the host pids limit; it only guards the host, the process
+	// limit inside is RLIMIT_NPROC.
+	hostPids := int64(8192)
+	ns := []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.MountNamespace}}
+	if spec.NetNS != "" {
+		ns = append(ns, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: spec.NetNS})
+	} else {
+		ns = append(ns, specs.LinuxNamespace{Type: specs.NetworkNamespace})
+	}
+	nproc := uint64(l.Processes)
+	return &specs.Spec{
+		Version:  specs.Version,
+		Hostname: hostname,
+		Root:     &specs.Root{Path: filepath.Join(dir, "rootfs")},
+		Process: &specs.Process{
+			User: specs.User{UID: 0, GID: 0},
+			Args: spec.Init,
+			Env:  spec.Env,
+			Cwd:  "/",
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: caps, Effective: caps, Permitted: caps,
+			},
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NPROC", Hard: nproc, Soft: nproc},
+				{Type: "RLIMIT_NOFILE", Hard: 65536, Soft: 65536},
+			},
+			NoNewPrivileges: true,
+		},
+		Mounts: mounts,
+		Linux: &specs.Linux{
+			CgroupsPath: d.cgroupPath(spec.ID),
+			Namespaces:  ns,
+			Resources: &specs.LinuxResources{
+				Memory: &specs.LinuxMemory{Limit: &l.MemoryBytes},
+				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+				Pids:   &specs.LinuxPids{Limit: hostPids},
+			},
+		},
+	}, nil
+}
+
+// waitForFile polls for path to exist.
+func waitForFile(ctx context.Context, path string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	delay := 500 * time.Microsecond
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not appear within %s", path, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		if delay < 10*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// waitPID blocks until process pid (not necessarily our child) exits, or ctx ends.
+func waitPID(ctx context.Context, pid int) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil
+		}
+		return fmt.Errorf("pidfd_open %d: %w", pid, err)
+	}
+	defer unix.Close(fd)
+	for {
+		// Poll with a timeout so that a cancelled ctx is noticed without another fd to wake us.
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 200)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("poll pidfd: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// tail returns the last lines of a log file, for error messages.
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,132 @@
+// Package runtime defines the runtime driver interface: how a node boots, watches and destroys one isolated
+// sandbox. Drivers (gvisor, later runc and vm) live in sub-packages and register by name.
+//
+// The interface is deliberately small and keyed by sandbox ID, ctx first. Abilities that not every driver has
+// (checkpoint with memory, restore, fork) are separate interfaces a caller discovers with a type assertion.
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// Mount is a host path made visible inside the sandbox.
+type Mount struct {
+	// Source is the host path.
+	Source string
+	// Destination is the absolute path inside the sandbox.
+	Destination string
+	// ReadOnly makes the mount read-only inside the sandbox.
+	ReadOnly bool
+}
+
+// Limits are the resource limits of one sandbox. Zero values mean the driver's default, never unlimited.
+type Limits struct {
+	// CPUMillis is the CPU quota in thousandths of a core (1000 = one core). Zero: 1000.
+	CPUMillis int64
+	// MemoryBytes caps the sandbox's memory; above it the sandbox is killed. Zero: 512 MiB.
+	MemoryBytes int64
+	// DiskBytes caps the sandbox's writable layer. Zero: 1 GiB.
+	DiskBytes int64
+	// Processes caps the number of processes the sandbox's non-root user may run at once. Zero: 512.
+	Processes int64
+}
+
+// WithDefaults returns l with every zero field replaced by its default.
+func (l Limits) WithDefaults() Limits {
+	if l.CPUMillis <= 0 {
+		l.CPUMillis = 1000
+	}
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = 512 << 20
+	}
+	if l.DiskBytes <= 0 {
+		l.DiskBytes = 1 << 30
+	}
+	if l.Processes <= 0 {
+		l.Processes = 512
+	}
+	return l
+}
+
+// Spec says what to boot.
+type Spec struct {
+	// ID names the sandbox; it is unique on the node and safe to use in file names.
+	ID string
+	// RootFS is the template's read-only root filesystem directory on the host. The sandbox sees it through
+	// a private writable layer; the directory itself is never written.
+	RootFS string
+	// Mounts are extra mounts, e.g. the template's read-only binds of host directories.
+	Mounts []Mount
+	// Init is the argv of the sandbox's first process: the in-sandbox daemon. Args[0] is a path inside
+	// the sandbox.
+	Init []string
+	// InitBinary is the host path of the daemon binary; it is mounted read-only at Init[0].
+	InitBinary string
+	// Env is the environment of the init process, which it passes on to the processes it starts.
+	Env []string
+	// Hostname of the sandbox. Empty: the ID.
+	Hostname string
+	// NetNS is the path of the network namespace to join (a bind-mounted nsfs file).
+	NetNS string
+	// Limits are the resource limits.
+	Limits Limits
+}
+
+// Sandbox is what Create reports about a booted sandbox.
+type Sandbox struct {
+	ID string
+	// LinkSocket is the host path of the unix socket on which the in-sandbox daemon listens.
+	LinkSocket string
+	// PID is the host PID of the sandbox's main process (the gVisor sentry for gvisor).
+	PID int
+	// CreatedAt is when the sandbox started.
+	CreatedAt time.Time
+}
+
+// Status is what the driver knows of a sandbox's state.
+type Status struct {
+	// Running reports whether the sandbox's processes are alive.
+	Running bool
+	// Reason explains why a sandbox that is not running stopped (e.g. "out of memory (limit 512 MiB)").
+	Reason string
+}
+
+// Driver boots and destroys sandboxes. Implementations are safe for concurrent use by different IDs;
+// callers serialize calls for one ID.
+type Driver interface {
+	// Name is the name the driver is registered under ("gvisor").
+	Name() string
+	// Create boots a sandbox and returns once its init process runs and its link socket exists.
+	// A failed Create leaves nothing behind on the host.
+	Create(ctx context.Context, spec Spec) (Sandbox, error)
+	// Wait blocks until the sandbox stops or ctx ends, and reports why it stopped.
+	Wait(ctx context.Context, id string) (Status, error)
+	// Status reports the sandbox's state without blocking. An unknown ID is errdefs.ErrNotFound.
+	Status(ctx context.Context, id string) (Status, error)
+	// Destroy kills the sandbox and removes everything of it from the host: processes, mounts, cgroups,
+	// files. It is idempotent: destroying an unknown or half-created sandbox succeeds.
+	Destroy(ctx context.Context, id string) error
+	// List reports the IDs of the sandboxes the driver has on this host, e.g. to re-adopt them after a
+	// node restart or to destroy orphans.
+	List(ctx context.Context) ([]string, error)
+}
+
+// CheckpointOptions control a checkpoint.
+type CheckpointOptions struct {
+	// LeaveRunning keeps the sandbox running after the checkpoint.
+	LeaveRunning bool
+}
+
+// Checkpointer is implemented by drivers that can save a sandbox's live memory and process tree.
+type Checkpointer interface {
+	// Checkpoint writes the sandbox's state into imageDir.
+	Checkpoint(ctx context.Context, id, imageDir string, opts CheckpointOptions) error
+}
+
+// Restorer is implemented by drivers that can boot a sandbox from a checkpoint image. Restoring the same
+// image into several new IDs forks it.
+type Restorer interface {
+	// Restore boots spec.ID from the image in imageDir.
+	Restore(ctx context.Context, spec Spec, imageDir string) (Sandbox, error)
+}

@@ -1,0 +1,119 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+)
+
+// migrations is the schema history: migrations[i] takes the schema from version i to version i+1.
+// Append new scripts; never edit or reorder applied ones.
+//
+// Times are INTEGER microseconds since the Unix epoch (UTC). The SQL sticks to what PostgreSQL also
+// accepts, apart from the types, so the postgres engine can mirror it.
+var migrations = []string{
+	// 1: tenants, API keys, sandboxes with their metadata, idempotency records.
+	`
+CREATE TABLE tenants (
+	id         TEXT    PRIMARY KEY,
+	name       TEXT    NOT NULL,
+	created_at INTEGER NOT NULL
+);
+
+CREATE TABLE api_keys (
+	id           TEXT    PRIMARY KEY,
+	tenant_id    TEXT    NOT NULL REFERENCES tenants (id),
+	name         TEXT    NOT NULL,
+	prefix       TEXT    NOT NULL,
+	hash         BLOB    NOT NULL UNIQUE,
+	created_at   INTEGER NOT NULL,
+	last_used_at INTEGER,
+	revoked_at   INTEGER
+);
+CREATE INDEX api_keys_by_tenant ON api_keys (tenant_id, created_at, id);
+
+CREATE TABLE sandboxes (
+	id              TEXT    PRIMARY KEY,
+	tenant_id       TEXT    NOT NULL REFERENCES tenants (id),
+	node_id         TEXT    NOT NULL,
+	template        TEXT    NOT NULL,
+	state           TEXT    NOT NULL CHECK (state IN ('creating', 'running', 'stopping', 'stopped', 'failed')),
+	reason          TEXT    NOT NULL,
+	cpu_millicores  INTEGER NOT NULL CHECK (cpu_millicores >= 0),
+	memory_mb       INTEGER NOT NULL CHECK (memory_mb >= 0),
+	disk_mb         INTEGER NOT NULL CHECK (disk_mb >= 0),
+	timeout_seconds INTEGER NOT NULL CHECK (timeout_seconds >= 0),
+	metadata        TEXT    NOT NULL, -- JSON object; sandbox_metadata holds the same pairs for filtering
+	created_at      INTEGER NOT NULL,
+	updated_at      INTEGER NOT NULL,
+	started_at      INTEGER,
+	ends_at         INTEGER,
+	stopped_at      INTEGER,
+	version         INTEGER NOT NULL
+);
+CREATE INDEX sandboxes_by_tenant ON sandboxes (tenant_id, created_at, id);
+CREATE INDEX sandboxes_by_state ON sandboxes (state, updated_at, id);
+CREATE INDEX sandboxes_by_deadline ON sandboxes (ends_at) WHERE ends_at IS NOT NULL;
+
+CREATE TABLE sandbox_metadata (
+	sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+	key        TEXT NOT NULL,
+	value      TEXT NOT NULL,
+	PRIMARY KEY (sandbox_id, key)
+);
+CREATE INDEX sandbox_metadata_by_pair ON sandbox_metadata (key, value);
+
+CREATE TABLE idempotency (
+	tenant_id       TEXT    NOT NULL REFERENCES tenants (id),
+	key             TEXT    NOT NULL,
+	op              TEXT    NOT NULL,
+	request_hash    BLOB    NOT NULL,
+	response_status INTEGER NOT NULL,
+	response_body   BLOB    NOT NULL,
+	created_at      INTEGER NOT NULL,
+	PRIMARY KEY (tenant_id, key)
+);
+CREATE INDEX idempotency_by_age ON idempotency (created_at);
+`,
+}
+
+// migrate brings the schema up to len(migrations) in one transaction and records each applied version in
+// schema_migrations. It applies nothing to an up-to-date database, and refuses (ErrFailedPrecondition)
+// one whose version is newer than this build knows.
+func migrate(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: begin: %w", mapErr(err))
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit
+
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER PRIMARY KEY,
+	applied_at INTEGER NOT NULL
+)`); err != nil {
+		return fmt.Errorf("migrate: create schema_migrations: %w", mapErr(err))
+	}
+	var current int
+	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&current); err != nil {
+		return fmt.Errorf("migrate: read schema version: %w", mapErr(err))
+	}
+	if current > len(migrations) {
+		return fmt.Errorf("migrate: database schema version %d is newer than this build's %d: %w",
+			current, len(migrations), errdefs.ErrFailedPrecondition)
+	}
+	for v := current + 1; v <= len(migrations); v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
+			return fmt.Errorf("migrate: apply version %d: %w", v, mapErr(err))
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+			v, micros(now())); err != nil {
+			return fmt.Errorf("migrate: record version %d: %w", v, mapErr(err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: commit: %w", mapErr(err))
+	}
+	return nil
+}

@@ -1,0 +1,337 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+const sandboxCols = "id, tenant_id, node_id, template, state, reason, " +
+	"cpu_millicores, memory_mb, disk_mb, timeout_seconds, metadata, " +
+	"created_at, updated_at, started_at, ends_at, stopped_at, version"
+
+// CreateSandbox implements store.Store.
+func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
+	if sb.ID == "" {
+		sb.ID = store.NewID("sb")
+	}
+	if sb.State == "" {
+		sb.State = store.StateCreating
+	}
+	if sb.State != store.StateCreating {
+		return store.Sandbox{}, fmt.Errorf("create sandbox %s: initial state %q is not %q: %w",
+			sb.ID, sb.State, store.StateCreating, errdefs.ErrInvalidArgument)
+	}
+	if sb.CreatedAt.IsZero() {
+		sb.CreatedAt = now()
+	}
+	sb = normalizeSandbox(sb)
+	sb.UpdatedAt = sb.CreatedAt
+	sb.Version = 1
+	if err := sb.Validate(); err != nil {
+		return store.Sandbox{}, fmt.Errorf("create sandbox: %w", err)
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := checkTenant(ctx, tx, sb.TenantID); err != nil {
+			return err
+		}
+		taken, err := exists(ctx, tx, "SELECT 1 FROM sandboxes WHERE id = ?", sb.ID)
+		if err != nil {
+			return err
+		}
+		if taken {
+			return errdefs.ErrAlreadyExists
+		}
+		meta, err := json.Marshal(sb.Metadata)
+		if err != nil {
+			return fmt.Errorf("encode metadata: %w", err)
+		}
+		_, err = tx.ExecContext(ctx, "INSERT INTO sandboxes ("+sandboxCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+			sb.ID, sb.TenantID, sb.NodeID, sb.Template, string(sb.State), sb.Reason,
+			sb.Spec.CPUMillicores, sb.Spec.MemoryMB, sb.Spec.DiskMB, sb.Spec.TimeoutSeconds, string(meta),
+			micros(sb.CreatedAt), micros(sb.UpdatedAt), nullMicros(sb.StartedAt), nullMicros(sb.EndsAt), nullMicros(sb.StoppedAt),
+			sb.Version)
+		if err != nil {
+			return mapErr(err)
+		}
+		return insertMetadata(ctx, tx, sb.ID, sb.Metadata)
+	})
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
+	return sb, nil
+}
+
+// GetSandbox implements store.Store.
+func (s *Store) GetSandbox(ctx context.Context, tenantID, id string) (store.Sandbox, error) {
+	sb, err := scanSandbox(s.r.QueryRowContext(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ? AND tenant_id = ?", id, tenantID))
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, noRowsIsNotFound(err))
+	}
+	return sb, nil
+}
+
+// GetSandboxAnyTenant implements store.Store.
+func (s *Store) GetSandboxAnyTenant(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := scanSandbox(s.r.QueryRowContext(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ?", id))
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, noRowsIsNotFound(err))
+	}
+	return sb, nil
+}
+
+// ListSandboxes implements store.Store.
+func (s *Store) ListSandboxes(ctx context.Context, tenantID string, f store.SandboxFilter) ([]store.Sandbox, string, error) {
+	if err := f.Validate(); err != nil {
+		return nil, "", fmt.Errorf("list sandboxes of tenant %s: %w", tenantID, err)
+	}
+	limit, _ := store.NormalizeLimit(f.Limit) // Validate checked it
+
+	var (
+		where = []string{"tenant_id = ?"}
+		args  = []any{tenantID}
+	)
+	if len(f.States) > 0 {
+		w, a := stateIn(f.States)
+		where, args = append(where, w), append(args, a...)
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.Metadata)) {
+		where = append(where, "id IN (SELECT sandbox_id FROM sandbox_metadata WHERE key = ? AND value = ?)")
+		args = append(args, k, f.Metadata[k])
+	}
+	if f.Cursor != "" {
+		c, _ := store.ParseCursor(f.Cursor) // Validate checked it
+		us := micros(c.CreatedAt)
+		where = append(where, "(created_at > ? OR (created_at = ? AND id > ?))")
+		args = append(args, us, us, c.ID)
+	}
+	query := "SELECT " + sandboxCols + " FROM sandboxes WHERE " + strings.Join(where, " AND ") +
+		" ORDER BY created_at, id LIMIT ?"
+	args = append(args, limit+1) // one more, to learn whether there is a next page
+
+	out, err := s.querySandboxes(ctx, query, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("list sandboxes of tenant %s: %w", tenantID, err)
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		last := out[len(out)-1]
+		next = store.Cursor{CreatedAt: last.CreatedAt, ID: last.ID}.Encode()
+	}
+	return out, next, nil
+}
+
+// UpdateSandbox implements store.Store.
+func (s *Store) UpdateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
+	sb = normalizeSandbox(sb)
+	if err := sb.Validate(); err != nil {
+		return store.Sandbox{}, fmt.Errorf("update sandbox: %w", err)
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		cur, err := scanSandbox(tx.QueryRowContext(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ? AND tenant_id = ?", sb.ID, sb.TenantID))
+		if err != nil {
+			return noRowsIsNotFound(err)
+		}
+		if cur.Version != sb.Version {
+			return fmt.Errorf("version %d is stale, stored version is %d: %w", sb.Version, cur.Version, errdefs.ErrConflict)
+		}
+		if err := store.CheckTransition(cur.State, sb.State); err != nil {
+			return err
+		}
+		sb.CreatedAt = cur.CreatedAt
+		sb.UpdatedAt = now()
+		if sb.UpdatedAt.Before(cur.UpdatedAt) { // never backwards, even if the clock is
+			sb.UpdatedAt = cur.UpdatedAt
+		}
+		sb.Version = cur.Version + 1
+		meta, err := json.Marshal(sb.Metadata)
+		if err != nil {
+			return fmt.Errorf("encode metadata: %w", err)
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET
+	node_id = ?, template = ?, state = ?, reason = ?,
+	cpu_millicores = ?, memory_mb = ?, disk_mb = ?, timeout_seconds = ?, metadata = ?,
+	updated_at = ?, started_at = ?, ends_at = ?, stopped_at = ?, version = ?
+WHERE id = ? AND tenant_id = ? AND version = ?`,
+			sb.NodeID, sb.Template, string(sb.State), sb.Reason,
+			sb.Spec.CPUMillicores, sb.Spec.MemoryMB, sb.Spec.DiskMB, sb.Spec.TimeoutSeconds, string(meta),
+			micros(sb.UpdatedAt), nullMicros(sb.StartedAt), nullMicros(sb.EndsAt), nullMicros(sb.StoppedAt), sb.Version,
+			sb.ID, sb.TenantID, cur.Version)
+		if err := oneRow(res, err); err != nil {
+			return err
+		}
+		if !maps.Equal(cur.Metadata, sb.Metadata) {
+			if _, err := tx.ExecContext(ctx, "DELETE FROM sandbox_metadata WHERE sandbox_id = ?", sb.ID); err != nil {
+				return fmt.Errorf("clear metadata: %w", mapErr(err))
+			}
+			return insertMetadata(ctx, tx, sb.ID, sb.Metadata)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+	}
+	return sb, nil
+}
+
+// ListSandboxesByState implements store.Store.
+func (s *Store) ListSandboxesByState(ctx context.Context, states []store.SandboxState, limit int) ([]store.Sandbox, error) {
+	limit, err := store.NormalizeLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes by state: %w", err)
+	}
+	for _, st := range states {
+		if !st.Valid() {
+			return nil, fmt.Errorf("list sandboxes by state: state %q: %w", st, errdefs.ErrInvalidArgument)
+		}
+	}
+	query := "SELECT " + sandboxCols + " FROM sandboxes"
+	var args []any
+	if len(states) > 0 {
+		w, a := stateIn(states)
+		query += " WHERE " + w
+		args = a
+	}
+	query += " ORDER BY updated_at, id LIMIT ?"
+	out, err := s.querySandboxes(ctx, query, append(args, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes by state: %w", err)
+	}
+	return out, nil
+}
+
+// ListExpiredSandboxes implements store.Store.
+func (s *Store) ListExpiredSandboxes(ctx context.Context, now time.Time, limit int) ([]store.Sandbox, error) {
+	limit, err := store.NormalizeLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("list expired sandboxes: %w", err)
+	}
+	w, args := stateIn([]store.SandboxState{store.StateCreating, store.StateRunning})
+	query := "SELECT " + sandboxCols + " FROM sandboxes WHERE ends_at IS NOT NULL AND ends_at <= ? AND " + w +
+		" ORDER BY ends_at, id LIMIT ?"
+	out, err := s.querySandboxes(ctx, query, append(append([]any{micros(now)}, args...), limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("list expired sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteSandbox implements store.Store.
+func (s *Store) DeleteSandbox(ctx context.Context, tenantID, id string) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var state store.SandboxState
+		err := tx.QueryRowContext(ctx, "SELECT state FROM sandboxes WHERE id = ? AND tenant_id = ?", id, tenantID).Scan(&state)
+		if err != nil {
+			return noRowsIsNotFound(err)
+		}
+		if state != store.StateStopped {
+			return fmt.Errorf("state is %s, not %s: %w", state, store.StateStopped, errdefs.ErrConflict)
+		}
+		res, err := tx.ExecContext(ctx, "DELETE FROM sandboxes WHERE id = ? AND tenant_id = ?", id, tenantID)
+		return oneRow(res, err)
+	})
+	if err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// querySandboxes runs a SELECT of sandboxCols on the readers and scans every row.
+func (s *Store) querySandboxes(ctx context.Context, query string, args ...any) ([]store.Sandbox, error) {
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	var out []store.Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(err)
+	}
+	return out, nil
+}
+
+// stateIn returns "state IN (?, …)" and its arguments.
+func stateIn(states []store.SandboxState) (string, []any) {
+	args := make([]any, len(states))
+	for i, st := range states {
+		args[i] = string(st)
+	}
+	return "state IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(states)), ", ") + ")", args
+}
+
+// insertMetadata writes the side-table rows that ListSandboxes filters on.
+func insertMetadata(ctx context.Context, tx *sql.Tx, id string, meta map[string]string) error {
+	for k, v := range meta {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES (?, ?, ?)", id, k, v); err != nil {
+			return fmt.Errorf("insert metadata %q: %w", k, mapErr(err))
+		}
+	}
+	return nil
+}
+
+// normalizeSandbox returns sb with its times normalized and its own, non-nil copy of Metadata.
+func normalizeSandbox(sb store.Sandbox) store.Sandbox {
+	sb.CreatedAt = store.NormalizeTime(sb.CreatedAt)
+	sb.UpdatedAt = store.NormalizeTime(sb.UpdatedAt)
+	sb.StartedAt = store.NormalizeTimePtr(sb.StartedAt)
+	sb.EndsAt = store.NormalizeTimePtr(sb.EndsAt)
+	sb.StoppedAt = store.NormalizeTimePtr(sb.StoppedAt)
+	meta := make(map[string]string, len(sb.Metadata))
+	maps.Copy(meta, sb.Metadata)
+	sb.Metadata = meta
+	return sb
+}
+
+func scanSandbox(row scanner) (store.Sandbox, error) {
+	var (
+		sb                        store.Sandbox
+		state, meta               string
+		created, updated          int64
+		started, ends, stoppedAtV sql.NullInt64
+	)
+	err := row.Scan(&sb.ID, &sb.TenantID, &sb.NodeID, &sb.Template, &state, &sb.Reason,
+		&sb.Spec.CPUMillicores, &sb.Spec.MemoryMB, &sb.Spec.DiskMB, &sb.Spec.TimeoutSeconds, &meta,
+		&created, &updated, &started, &ends, &stoppedAtV, &sb.Version)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	sb.State = store.SandboxState(state)
+	sb.Metadata = map[string]string{}
+	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
+		return store.Sandbox{}, fmt.Errorf("sandbox %s: decode metadata: %w", sb.ID, err)
+	}
+	if sb.Metadata == nil { // the column held JSON null
+		sb.Metadata = map[string]string{}
+	}
+	sb.CreatedAt = fromMicros(created)
+	sb.UpdatedAt = fromMicros(updated)
+	sb.StartedAt = fromNullMicros(started)
+	sb.EndsAt = fromNullMicros(ends)
+	sb.StoppedAt = fromNullMicros(stoppedAtV)
+	return sb, nil
+}
+
+// noRowsIsNotFound turns sql.ErrNoRows into ErrNotFound and maps any other error.
+func noRowsIsNotFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return errdefs.ErrNotFound
+	}
+	return mapErr(err)
+}

@@ -1,0 +1,89 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// CreateTenant implements store.Store.
+func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, error) {
+	if t.ID == "" {
+		t.ID = store.NewID("tn")
+	}
+	if t.Name == "" {
+		return store.Tenant{}, fmt.Errorf("create tenant %s: name is empty: %w", t.ID, errdefs.ErrInvalidArgument)
+	}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = now()
+	}
+	t.CreatedAt = store.NormalizeTime(t.CreatedAt)
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		taken, err := exists(ctx, tx, "SELECT 1 FROM tenants WHERE id = ?", t.ID)
+		if err != nil {
+			return err
+		}
+		if taken {
+			return errdefs.ErrAlreadyExists
+		}
+		_, err = tx.ExecContext(ctx, "INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)",
+			t.ID, t.Name, micros(t.CreatedAt))
+		return mapErr(err)
+	})
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("create tenant %s: %w", t.ID, err)
+	}
+	return t, nil
+}
+
+// GetTenant implements store.Store.
+func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
+	t, err := scanTenant(s.r.QueryRowContext(ctx, "SELECT id, name, created_at FROM tenants WHERE id = ?", id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Tenant{}, fmt.Errorf("get tenant %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("get tenant %s: %w", id, mapErr(err))
+	}
+	return t, nil
+}
+
+// ListTenants implements store.Store.
+func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
+	rows, err := s.r.QueryContext(ctx, "SELECT id, name, created_at FROM tenants ORDER BY created_at, id")
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", mapErr(err))
+	}
+	defer rows.Close()
+	var out []store.Tenant
+	for rows.Next() {
+		t, err := scanTenant(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list tenants: %w", mapErr(err))
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list tenants: %w", mapErr(err))
+	}
+	return out, nil
+}
+
+// scanner is what *sql.Row and *sql.Rows have in common.
+type scanner interface{ Scan(dest ...any) error }
+
+func scanTenant(row scanner) (store.Tenant, error) {
+	var (
+		t       store.Tenant
+		created int64
+	)
+	if err := row.Scan(&t.ID, &t.Name, &created); err != nil {
+		return store.Tenant{}, err
+	}
+	t.CreatedAt = fromMicros(created)
+	return t, nil
+}

@@ -1,0 +1,174 @@
+// Package store defines the control plane's persistent state: tenants, API keys, sandboxes and
+// idempotency records, the Store interface every storage engine implements, and the sandbox state machine.
+//
+// All control-plane state lives in a Store; replicas keep nothing of their own, so any replica can serve the
+// next request. Engines live in subpackages (store/sqlite is the embedded default; store/postgres comes later)
+// and all of them pass the conformance suite in store/storetest.
+//
+// Contract shared by every engine:
+//   - Errors wrap the sentinels of internal/errdefs: ErrNotFound, ErrAlreadyExists, ErrConflict,
+//     ErrInvalidArgument. Match them with errors.Is.
+//   - Tenant-scoped methods take the tenant ID and treat another tenant's object exactly like a missing one
+//     (ErrNotFound), so nothing about it leaks.
+//   - Times are returned in UTC with microsecond precision (what PostgreSQL keeps); the store truncates the
+//     times it is given with NormalizeTime, and the values a Create or Update method returns are the stored
+//     ones.
+//   - Every method is safe for concurrent use by many goroutines.
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps all control-plane state. Methods take ctx first, then IDs, then options.
+type Store interface {
+	// CreateTenant stores t and returns it as stored. An empty ID is assigned with NewID("tn"); a zero
+	// CreatedAt is set to now. Name must not be empty (ErrInvalidArgument). A taken ID is ErrAlreadyExists.
+	CreateTenant(ctx context.Context, t Tenant) (Tenant, error)
+	// GetTenant returns the tenant with the given ID, or ErrNotFound.
+	GetTenant(ctx context.Context, id string) (Tenant, error)
+	// ListTenants returns every tenant ordered by CreatedAt, then ID. Tenants are few; there is no paging.
+	ListTenants(ctx context.Context) ([]Tenant, error)
+
+	// CreateAPIKey stores k and returns it as stored. An empty ID is assigned with NewID("key"); a zero
+	// CreatedAt is set to now. TenantID, Name and Hash are required (ErrInvalidArgument); an unknown tenant
+	// is ErrNotFound; a taken ID or Hash is ErrAlreadyExists.
+	CreateAPIKey(ctx context.Context, k APIKey) (APIKey, error)
+	// GetAPIKeyByHash returns the key whose Hash equals hash, or ErrNotFound. A revoked key is returned
+	// too, with RevokedAt set: the caller must check it (so it can tell "revoked" from "unknown").
+	GetAPIKeyByHash(ctx context.Context, hash []byte) (APIKey, error)
+	// TouchAPIKey records that the key was used at the given time. LastUsedAt only moves forward: an
+	// older time than the stored one is ignored. An unknown key (or another tenant's) is ErrNotFound.
+	TouchAPIKey(ctx context.Context, tenantID, id string, at time.Time) error
+	// RevokeAPIKey marks the key revoked at the given time. Revoking a revoked key succeeds and keeps
+	// the first RevokedAt. An unknown key (or another tenant's) is ErrNotFound.
+	RevokeAPIKey(ctx context.Context, tenantID, id string, at time.Time) error
+	// ListAPIKeys returns the tenant's keys, revoked ones included, ordered by CreatedAt, then ID.
+	// An unknown tenant has no keys (an empty list, not an error).
+	ListAPIKeys(ctx context.Context, tenantID string) ([]APIKey, error)
+
+	// CreateSandbox stores sb and returns it as stored, with Version 1 and UpdatedAt = CreatedAt. An empty
+	// ID is assigned with NewID("sb"); a zero CreatedAt is set to now; an empty State means StateCreating,
+	// and any other initial state is ErrInvalidArgument (see Sandbox.Validate for the other checks). An
+	// unknown tenant is ErrNotFound. A taken ID, in any tenant, is ErrAlreadyExists.
+	CreateSandbox(ctx context.Context, sb Sandbox) (Sandbox, error)
+	// GetSandbox returns the tenant's sandbox with the given ID. A missing sandbox, or one of another
+	// tenant, is ErrNotFound.
+	GetSandbox(ctx context.Context, tenantID, id string) (Sandbox, error)
+	// GetSandboxAnyTenant returns the sandbox with the given ID whatever its tenant, or ErrNotFound. It is
+	// for the lifecycle loops and node callbacks, never for a tenant's request.
+	GetSandboxAnyTenant(ctx context.Context, id string) (Sandbox, error)
+	// ListSandboxes returns one page of the tenant's sandboxes matching f, ordered by CreatedAt, then ID,
+	// and the cursor of the next page ("" when this page is the last). Pages are stable: paging through
+	// while sandboxes are created returns each sandbox that existed throughout exactly once. A bad cursor,
+	// state or limit in f is ErrInvalidArgument.
+	ListSandboxes(ctx context.Context, tenantID string, f SandboxFilter) ([]Sandbox, string, error)
+	// UpdateSandbox saves sb over the stored sandbox (found by sb.TenantID and sb.ID) if and only if the
+	// stored Version equals sb.Version, and returns it as stored, with Version incremented and UpdatedAt
+	// set to now. A missing sandbox (or another tenant's) is ErrNotFound; a stale Version is ErrConflict;
+	// a state change the state machine forbids (see CheckTransition) is ErrConflict. ID, TenantID and
+	// CreatedAt never change: the stored values are kept.
+	UpdateSandbox(ctx context.Context, sb Sandbox) (Sandbox, error)
+	// ListSandboxesByState returns up to limit sandboxes of every tenant whose State is one of states
+	// (any state when states is empty), least recently updated first (UpdatedAt, then ID), so a loop that
+	// updates what it handles works through all of them. limit follows NormalizeLimit.
+	ListSandboxesByState(ctx context.Context, states []SandboxState, limit int) ([]Sandbox, error)
+	// ListExpiredSandboxes returns up to limit sandboxes of every tenant that are creating or running and
+	// whose EndsAt is set and not after now, earliest EndsAt first (then ID). limit follows NormalizeLimit.
+	ListExpiredSandboxes(ctx context.Context, now time.Time, limit int) ([]Sandbox, error)
+	// DeleteSandbox removes a stopped sandbox's record for good (garbage collection). A missing sandbox
+	// (or another tenant's) is ErrNotFound; a sandbox in any state but stopped is ErrConflict, so a record
+	// whose resources may still exist on a node is never forgotten.
+	DeleteSandbox(ctx context.Context, tenantID, id string) error
+
+	// GetIdempotency returns the tenant's record for key, or ErrNotFound.
+	GetIdempotency(ctx context.Context, tenantID, key string) (IdempotencyRecord, error)
+	// PutIdempotency stores rec (a zero CreatedAt is set to now). TenantID and Key are required
+	// (ErrInvalidArgument); an unknown tenant is ErrNotFound; a key the tenant already used is
+	// ErrAlreadyExists and leaves the stored record as it was.
+	PutIdempotency(ctx context.Context, rec IdempotencyRecord) error
+	// DeleteIdempotencyBefore removes every record, of every tenant, created before the given time and
+	// reports how many it removed. It is how records expire.
+	DeleteIdempotencyBefore(ctx context.Context, before time.Time) (int64, error)
+
+	// Close releases the store's resources. It is safe to call more than once; other methods fail after it.
+	Close() error
+}
+
+// Tenant is the boundary for everything: API keys, sandboxes and idempotency records belong to one.
+type Tenant struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+}
+
+// APIKey is a tenant's key for the control API. The key itself is never stored: only Hash, a digest the
+// auth layer computes (and looks keys up by), and Prefix, the first characters of the key, shown to people
+// so they can tell their keys apart.
+type APIKey struct {
+	ID         string
+	TenantID   string
+	Name       string
+	Prefix     string
+	Hash       []byte
+	CreatedAt  time.Time
+	LastUsedAt *time.Time // nil until first used
+	RevokedAt  *time.Time // nil while the key is valid
+}
+
+// SandboxSpec is the resources and timeout a sandbox was asked for. Zero fields mean "the default".
+type SandboxSpec struct {
+	CPUMillicores  int // 1000 = one CPU
+	MemoryMB       int
+	DiskMB         int
+	TimeoutSeconds int // lifetime from start; EndsAt holds the resulting deadline
+}
+
+// Sandbox is one isolated, disposable runtime instance on one node.
+//
+// The environment variables a sandbox is started with are deliberately not part of it: they may hold
+// secrets, and the store keeps nothing that does.
+type Sandbox struct {
+	ID        string // "sb_" + random; see NewID
+	TenantID  string
+	NodeID    string // "" until placed
+	Template  string
+	State     SandboxState
+	Reason    string // why the sandbox failed or stopped; "" otherwise
+	Spec      SandboxSpec
+	Metadata  map[string]string // the user's labels; never nil when returned by a Store
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	StartedAt *time.Time // when it became running
+	EndsAt    *time.Time // timeout deadline; ListExpiredSandboxes reports it once passed
+	StoppedAt *time.Time // when it became stopped or failed
+	Version   int64      // optimistic concurrency: UpdateSandbox succeeds only from the stored Version
+}
+
+// IdempotencyRecord remembers the response to a create made with an Idempotency-Key, so that a retry
+// gets the same response instead of a second object.
+type IdempotencyRecord struct {
+	TenantID       string
+	Key            string // the client's Idempotency-Key
+	Op             string // what the key was used for, e.g. "POST /v1/sandboxes"; a retry must match it
+	RequestHash    []byte // digest of the request body; a retry with another body must be refused
+	ResponseStatus int
+	ResponseBody   []byte
+	CreatedAt      time.Time
+}
+
+// NormalizeTime returns t as every Store keeps it: in UTC, truncated to the microsecond, with no
+// monotonic clock reading.
+func NormalizeTime(t time.Time) time.Time {
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+// NormalizeTimePtr is NormalizeTime for optional times; nil stays nil. It never modifies *t.
+func NormalizeTimePtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	n := NormalizeTime(*t)
+	return &n
+}
