@@ -214,7 +214,7 @@ func buildRoot(root, hostRoot string) error {
 		"etc/passwd": "root:x:0:0:root:/root:/bin/bash\n" +
 			fmt.Sprintf("%s:x:%d:%d:Airlock sandbox user:%s:/bin/bash\n", UserName, UserUID, UserGID, UserHome) +
 			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		"etc/group": "root:x:0:\n" + fmt.Sprintf("%s:x:%d:\n", UserName, UserGID) + "nogroup:x:65534:\n",
+		"etc/group":  "root:x:0:\n" + fmt.Sprintf("%s:x:%d:\n", UserName, UserGID) + "nogroup:x:65534:\n",
 		"etc/shadow": "root:*:19000:0:99999:7:::\n" + UserName + ":*:19000:0:99999:7:::\nnobody:*:19000:0:99999:7:::\n",
 		"etc/hosts":  "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 		// No resolver until the network gateway provides one; names resolve to nothing.
