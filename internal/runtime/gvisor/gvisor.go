@@ -133,6 +133,7 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 	})
 	defer c.Clean()
 
+	start := time.Now()
 	if err := makeDisk(filepath.Join(dir, "disk.img"), filepath.Join(dir, "disk"), spec.Limits.DiskBytes); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s disk: %w", spec.ID, err)
 	}
@@ -154,6 +155,7 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: %w", err)
 	}
 
+	tDisk := time.Since(start)
 	oci, err := d.ociSpec(spec, dir)
 	if err != nil {
 		return runtime.Sandbox{}, err
@@ -180,15 +182,18 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 	if err := cmd.Run(); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: runsc run %s: %v: %s", spec.ID, err, tail(filepath.Join(dir, "console.log")))
 	}
+	tRun := time.Since(start)
 	st, err := d.state(ctx, spec.ID)
 	if err != nil {
 		return runtime.Sandbox{}, err
 	}
+	tState := time.Since(start)
 	sock := d.LinkSocketPath(spec.ID)
 	if err := waitForFile(ctx, sock, 15*time.Second); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s daemon did not start: %w: %s", spec.ID, err, tail(filepath.Join(dir, "console.log")))
 	}
 	c.Release()
+	d.log.Debug("runsc sandbox up", "sandbox", spec.ID, "disk", tDisk, "run", tRun-tDisk, "state", tState-tRun, "socket", time.Since(start)-tState)
 	return runtime.Sandbox{ID: spec.ID, LinkSocket: sock, PID: st.Pid, CreatedAt: time.Now()}, nil
 }
 
@@ -313,6 +318,19 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("gvisor: destroy %s: %w", id, err)
+	}
+	return nil
+}
+
+// Close releases what the driver holds on the host beyond its sandboxes: runsc pins a shared, empty
+// network namespace for its gofers at StateDir/runsc/null-netns (stacked when concurrent starts raced),
+// which would otherwise stay mounted. Call it after every sandbox was destroyed.
+func (d *Driver) Close() error {
+	path := filepath.Join(d.cfg.StateDir, "runsc", "null-netns")
+	for unix.Unmount(path, unix.MNT_DETACH) == nil {
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("gvisor: close: %w", err)
 	}
 	return nil
 }

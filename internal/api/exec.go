@@ -1,0 +1,108 @@
+package api
+
+import (
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+// Bounds of a run-to-completion exec.
+const (
+	defaultExecTimeout = 60 * time.Second
+	maxExecTimeout     = time.Hour
+	// maxExecOutput caps each of stdout and stderr in a run-to-completion response.
+	maxExecOutput = 8 << 20
+)
+
+// checkCommand validates the parts of an exec request shared by every kind of exec.
+func checkCommand(req *airlock.ExecRequest) error {
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		return clientErr(errdefs.ErrInvalidArgument, "cmd is required: the argv of the process, e.g. [\"python3\", \"-c\", \"print(1)\"]")
+	}
+	if len(req.Cmd) > 4096 {
+		return clientErr(errdefs.ErrInvalidArgument, "cmd has %d arguments; at most 4096 are allowed", len(req.Cmd))
+	}
+	for k := range req.Env {
+		if !validEnvName(k) {
+			return clientErr(errdefs.ErrInvalidArgument, "env name %q is not a valid variable name", truncate(k, 64))
+		}
+	}
+	if req.Cwd != "" {
+		if err := checkPath(req.Cwd); err != nil {
+			return err
+		}
+	}
+	if req.TimeoutSeconds < 0 || time.Duration(req.TimeoutSeconds)*time.Second > maxExecTimeout {
+		return clientErr(errdefs.ErrInvalidArgument, "timeout_seconds must be between 0 and %d", int(maxExecTimeout/time.Second))
+	}
+	return nil
+}
+
+func validEnvName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func envList(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	var req airlock.ExecRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if err := checkCommand(&req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if req.PTY != nil {
+		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "pty needs the stream: GET /v1/sandboxes/{id}/exec/stream"))
+		return
+	}
+	cl, err := s.sandboxLink(r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	timeout := defaultExecTimeout
+	if req.TimeoutSeconds > 0 {
+		timeout = time.Duration(req.TimeoutSeconds) * time.Second
+	}
+	preq := proto.ExecRequest{
+		Argv: req.Cmd, Env: envList(req.Env), Cwd: req.Cwd, User: req.User,
+		Timeout: timeout, MaxOutput: maxExecOutput,
+	}
+	if req.Stdin != "" {
+		preq.Stdin = []byte(req.Stdin)
+	}
+	start := time.Now()
+	res, err := cl.Exec(r.Context(), preq)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, airlock.ExecResult{
+		ExitCode: res.ExitCode, Signal: res.Signal,
+		Stdout: string(res.Stdout), Stderr: string(res.Stderr),
+		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+		TimedOut: res.TimedOut, DurationMS: time.Since(start).Milliseconds(),
+	})
+}

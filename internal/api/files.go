@@ -1,0 +1,334 @@
+package api
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+// maxUpload caps file and tar upload bodies. The sandbox's disk limit bounds what fits anyway.
+const maxUpload = 1 << 30
+
+// sandboxLink resolves the sandbox of the request and returns the channel to its daemon.
+func (s *Server) sandboxLink(r *http.Request) (*link.Client, error) {
+	id, err := sandboxID(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.cp.Link(r.Context(), tenantOf(r), id)
+}
+
+// filePath returns the query parameter name as a path inside the sandbox, checked.
+func filePath(r *http.Request, name string) (string, error) {
+	p := r.URL.Query().Get(name)
+	if p == "" {
+		return "", clientErr(errdefs.ErrInvalidArgument, "query parameter %q is required: an absolute path inside the sandbox", name)
+	}
+	if err := checkPath(p); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// checkPath rejects paths that are not absolute, hold a ".." element or a NUL byte.
+func checkPath(p string) error {
+	if err := proto.CheckPath(p); err != nil {
+		return clientErr(errdefs.ErrInvalidArgument, "path %q: %s", truncate(p, 256), strings.TrimSuffix(err.Error(), ": "+errdefs.ErrInvalidArgument.Error()))
+	}
+	return nil
+}
+
+// onlyQuery rejects query parameters other than the allowed ones.
+func onlyQuery(r *http.Request, allowed ...string) error {
+	for k := range r.URL.Query() {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || k == a
+		}
+		if !ok {
+			return clientErr(errdefs.ErrInvalidArgument, "unknown query parameter %q: want %s", truncate(k, 64), strings.Join(allowed, ", "))
+		}
+	}
+	return nil
+}
+
+func toFileInfo(fi proto.FileInfo) airlock.FileInfo {
+	return airlock.FileInfo{
+		Name: fi.Name, Path: fi.Path, Type: string(fi.Type), Size: fi.Size,
+		Mode: fmt.Sprintf("%04o", fi.Mode), ModTime: fi.ModTime, Target: fi.LinkTarget,
+	}
+}
+
+// fileCall is the shape of every file handler: resolve the link and path(s), call, answer.
+func (s *Server) fileCall(w http.ResponseWriter, r *http.Request, query []string, f func(cl *link.Client) error) {
+	if err := onlyQuery(r, query...); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	cl, err := s.sandboxLink(r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if err := f(cl); err != nil {
+		writeError(w, r, s.log, err)
+	}
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
+	s.fileCall(w, r, []string{"path"}, func(cl *link.Client) error {
+		p, err := filePath(r, "path")
+		if err != nil {
+			return err
+		}
+		fi, err := cl.Stat(r.Context(), p)
+		if err != nil {
+			return err
+		}
+		if fi.Type != proto.TypeFile {
+			return clientErr(errdefs.ErrInvalidArgument, "%s is a %s, not a regular file", p, fi.Type)
+		}
+		lw := &lazyWriter{w: w, onFirst: func() {
+			w.Header().Set("Content-Type", "application/octet-stream")
+		}}
+		if err := cl.ReadFile(r.Context(), p, lw); err != nil {
+			if lw.started {
+				// Part of the file went out with a 200; all that is left is to break the response.
+				s.log.Warn("read file broke mid-stream", "path", p, "err", err)
+				panic(http.ErrAbortHandler)
+			}
+			return err
+		}
+		if !lw.started {
+			lw.onFirst()
+			w.WriteHeader(http.StatusOK)
+		}
+		return nil
+	})
+}
+
+// lazyWriter sends the response header only when the first byte of the body is written, so that an error
+// before it can still become an error response.
+type lazyWriter struct {
+	w       http.ResponseWriter
+	onFirst func()
+	started bool
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	if !l.started {
+		l.started = true
+		l.onFirst()
+		l.w.WriteHeader(http.StatusOK)
+	}
+	return l.w.Write(p)
+}
+
+func parseMode(r *http.Request) (uint32, error) {
+	m := r.URL.Query().Get("mode")
+	if m == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(m, 8, 32)
+	if err != nil || n > 0o7777 {
+		return 0, clientErr(errdefs.ErrInvalidArgument, "mode %q: want octal permission bits such as 0644", truncate(m, 16))
+	}
+	return uint32(n), nil
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
+	s.fileCall(w, r, []string{"path", "mode"}, func(cl *link.Client) error {
+		p, err := filePath(r, "path")
+		if err != nil {
+			return err
+		}
+		mode, err := parseMode(r)
+		if err != nil {
+			return err
+		}
+		if r.ContentLength > maxUpload {
+			return clientErr(errdefs.ErrTooLarge, "file is larger than %d bytes", maxUpload)
+		}
+		if dir := path.Dir(p); dir != "/" {
+			if err := cl.Mkdir(r.Context(), dir, link.MkdirOptions{}); err != nil {
+				return err
+			}
+		}
+		body := http.MaxBytesReader(w, r.Body, maxUpload)
+		if err := cl.WriteFile(r.Context(), p, body, link.WriteFileOptions{Mode: mode}); err != nil {
+			var mbe *http.MaxBytesError
+			if asMaxBytes(err, &mbe) {
+				return clientErr(errdefs.ErrTooLarge, "file is larger than %d bytes", maxUpload)
+			}
+			return err
+		}
+		fi, err := cl.Stat(r.Context(), p)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, toFileInfo(fi))
+		return nil
+	})
+}
+
+func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
+	s.fileCall(w, r, []string{"path", "recursive"}, func(cl *link.Client) error {
+		p, err := filePath(r, "path")
+		if err != nil {
+			return err
+		}
+		rec := false
+		if v := r.URL.Query().Get("recursive"); v != "" {
+			if rec, err = strconv.ParseBool(v); err != nil {
+				return clientErr(errdefs.ErrInvalidArgument, "recursive must be true or false, not %q", truncate(v, 16))
+			}
+		}
+		if p == "/" {
+			return clientErr(errdefs.ErrInvalidArgument, "refusing to remove /")
+		}
+		if err := cl.Remove(r.Context(), p, rec); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
+func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
+	s.fileCall(w, r, []string{"path"}, func(cl *link.Client) error {
+		p, err := filePath(r, "path")
+		if err != nil {
+			return err
+		}
+		fi, err := cl.Stat(r.Context(), p)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, toFileInfo(fi))
+		return nil
+	})
+}
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
+	s.fileCall(w, r, []string{"path"}, func(cl *link.Client) error {
+		p, err := filePath(r, "path")
+		if err != nil {
+			return err
+		}
+		entries, err := cl.List(r.Context(), p)
+		if err != nil {
+			return err
+		}
+		out := airlock.FileList{Entries: make([]airlock.FileInfo, 0, len(entries))}
+		for _, e := range entries {
+			out.Entries = append(out.Entries, toFileInfo(e))
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	})
+}
+
+func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+	s.fileCall(w, r, nil, func(cl *link.Client) error {
+		var req airlock.MkdirRequest
+		if err := decodeJSON(w, r, &req); err != nil {
+			return err
+		}
+		if err := checkPath(req.Path); err != nil {
+			return err
+		}
+		if err := cl.Mkdir(r.Context(), req.Path, link.MkdirOptions{}); err != nil {
+			return err
+		}
+		fi, err := cl.Stat(r.Context(), req.Path)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, toFileInfo(fi))
+		return nil
+	})
+}
+
+func (s *Server) move(w http.ResponseWriter, r *http.Request) {
+	s.fileCall(w, r, nil, func(cl *link.Client) error {
+		var req airlock.MoveRequest
+		if err := decodeJSON(w, r, &req); err != nil {
+			return err
+		}
+		if err := checkPath(req.From); err != nil {
+			return err
+		}
+		if err := checkPath(req.To); err != nil {
+			return err
+		}
+		if err := cl.Move(r.Context(), req.From, req.To); err != nil {
+			return err
+		}
+		fi, err := cl.Stat(r.Context(), req.To)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, toFileInfo(fi))
+		return nil
+	})
+}
+
+func (s *Server) tarDownload(w http.ResponseWriter, r *http.Request) {
+	s.fileCall(w, r, []string{"path"}, func(cl *link.Client) error {
+		p, err := filePath(r, "path")
+		if err != nil {
+			return err
+		}
+		if _, err := cl.Stat(r.Context(), p); err != nil {
+			return err
+		}
+		lw := &lazyWriter{w: w, onFirst: func() { w.Header().Set("Content-Type", "application/x-tar") }}
+		if err := cl.TarDownload(r.Context(), p, lw); err != nil {
+			if lw.started {
+				s.log.Warn("tar download broke mid-stream", "path", p, "err", err)
+				panic(http.ErrAbortHandler)
+			}
+			return err
+		}
+		if !lw.started {
+			lw.onFirst()
+			w.WriteHeader(http.StatusOK)
+		}
+		return nil
+	})
+}
+
+func (s *Server) tarUpload(w http.ResponseWriter, r *http.Request) {
+	s.fileCall(w, r, []string{"path"}, func(cl *link.Client) error {
+		p, err := filePath(r, "path")
+		if err != nil {
+			return err
+		}
+		if r.ContentLength > maxUpload {
+			return clientErr(errdefs.ErrTooLarge, "archive is larger than %d bytes", maxUpload)
+		}
+		if err := cl.Mkdir(r.Context(), p, link.MkdirOptions{}); err != nil {
+			return err
+		}
+		body := http.MaxBytesReader(w, r.Body, maxUpload)
+		if err := cl.TarUpload(r.Context(), p, body, link.TarUploadOptions{}); err != nil {
+			var mbe *http.MaxBytesError
+			if asMaxBytes(err, &mbe) {
+				return clientErr(errdefs.ErrTooLarge, "archive is larger than %d bytes", maxUpload)
+			}
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
+var _ io.Writer = (*lazyWriter)(nil)

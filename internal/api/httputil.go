@@ -1,0 +1,127 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+// maxJSONBody caps every JSON request body.
+const maxJSONBody = 1 << 20
+
+// apiError is an error with a message meant for the client. The wrapped error picks the status; the
+// message is what the client reads. Anything else is logged and reported as a bare "internal error".
+type apiError struct {
+	msg string
+	err error
+}
+
+func (e *apiError) Error() string { return e.msg }
+func (e *apiError) Unwrap() error { return e.err }
+
+// clientErr returns an error whose message the client sees, matching sentinel.
+func clientErr(sentinel error, format string, args ...any) error {
+	return &apiError{msg: fmt.Sprintf(format, args...), err: sentinel}
+}
+
+// writeError converts err to the API's error body, exactly once, at the edge. Errors that match a client
+// sentinel (not found, invalid argument, …) carry their message; internal errors are logged with their
+// full text and reported to the client without it.
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	status := errdefs.HTTPStatus(err)
+	code := errdefs.Code(err)
+	msg := err.Error()
+	var ae *apiError
+	if errors.As(err, &ae) {
+		msg = ae.msg
+	}
+	if status >= 500 && !errors.Is(err, errdefs.ErrUnavailable) && !errors.Is(err, errdefs.ErrDeadlineExceeded) {
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "internal error"
+	} else {
+		// Strip the sentinel's own text that wrapping appended (": not found"), it repeats the code.
+		msg = trimSentinel(msg, err)
+	}
+	writeJSON(w, status, airlock.ErrorBody{Error: airlock.ErrorDetail{Code: code, Message: msg}})
+}
+
+// trimSentinel removes a trailing ": <sentinel text>" from msg.
+func trimSentinel(msg string, err error) string {
+	for _, s := range []error{errdefs.ErrNotFound, errdefs.ErrInvalidArgument, errdefs.ErrAlreadyExists,
+		errdefs.ErrConflict, errdefs.ErrFailedPrecondition, errdefs.ErrUnauthenticated, errdefs.ErrPermissionDenied,
+		errdefs.ErrResourceExhausted, errdefs.ErrTooLarge, errdefs.ErrUnavailable, errdefs.ErrDeadlineExceeded} {
+		if errors.Is(err, s) {
+			if t, ok := strings.CutSuffix(msg, ": "+s.Error()); ok {
+				return t
+			}
+		}
+	}
+	return msg
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// decodeJSON reads a JSON body into v: at most maxJSONBody bytes, unknown fields rejected, exactly one
+// value. Every failure is an invalid-argument or too-large error with a message naming the problem.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return clientErr(errdefs.ErrInvalidArgument, "content type must be application/json, not %q", ct)
+	}
+	body := http.MaxBytesReader(w, r.Body, maxJSONBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			return clientErr(errdefs.ErrTooLarge, "request body is larger than %d bytes", maxJSONBody)
+		case errors.Is(err, io.EOF):
+			return clientErr(errdefs.ErrInvalidArgument, "request body is empty; want a JSON object")
+		case errors.As(err, &se):
+			return clientErr(errdefs.ErrInvalidArgument, "malformed JSON at byte %d: %v", se.Offset, err)
+		case errors.As(err, &te):
+			return clientErr(errdefs.ErrInvalidArgument, "field %q: want %s, got JSON %s", te.Field, te.Type, te.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return clientErr(errdefs.ErrInvalidArgument, "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		default:
+			return clientErr(errdefs.ErrInvalidArgument, "malformed JSON: %v", err)
+		}
+	}
+	if dec.More() {
+		return clientErr(errdefs.ErrInvalidArgument, "request body holds more than one JSON value")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return clientErr(errdefs.ErrTooLarge, "request body is larger than %d bytes", maxJSONBody)
+		}
+		return clientErr(errdefs.ErrInvalidArgument, "unexpected data after the JSON value")
+	}
+	return nil
+}
+
+func jsonEncode(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+func asMaxBytes(err error, target **http.MaxBytesError) bool { return errors.As(err, target) }
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

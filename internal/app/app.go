@@ -1,0 +1,198 @@
+// Package app wires Airlock's single-binary mode: the control plane on the embedded store (SQLite in WAL
+// mode) and a local node, in one process, with all state under one data directory.
+//
+// Data directory layout:
+//
+//	airlock.db       the Store (SQLite, WAL)
+//	api-key          the first API key, 0600, read by the CLI
+//	templates/       template root filesystems
+//	runtime/         runsc state and each sandbox's directory (removed with the sandbox)
+//	node/netns/      each sandbox's network namespace (removed with the sandbox)
+//	node/audit/      each sandbox's channel audit log (kept)
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/controlplane"
+	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/runtime/gvisor"
+	"github.com/airlockrun/airlock/internal/store/sqlite"
+	"github.com/airlockrun/airlock/internal/template"
+)
+
+// Defaults.
+const (
+	DefaultDataDir = "/var/lib/airlock"
+	DefaultListen  = "127.0.0.1:7070"
+	// APIKeyFile is the name, in the data directory, of the file holding the first API key.
+	APIKeyFile = "api-key"
+	// DaemonCommand is the airlock subcommand that runs the in-sandbox daemon.
+	DaemonCommand = "sandbox-init"
+)
+
+// Config configures Run. Zero values take the defaults above.
+type Config struct {
+	// DataDir holds all state.
+	DataDir string
+	// Listen is the API's address. Keep it on loopback unless a TLS proxy fronts it.
+	Listen string
+	// Runsc is the runsc binary; empty: from PATH.
+	Runsc string
+	// DaemonBinary is the static binary run as each sandbox's daemon (with DaemonCommand). Empty: this
+	// executable.
+	DaemonBinary string
+	// Debug keeps runsc debug logs in each sandbox's directory.
+	Debug bool
+	// Logger receives logs. Nil: slog.Default().
+	Logger *slog.Logger
+	// Out receives what is meant for the person who started Airlock: the first API key, the address.
+	// Nil: os.Stdout.
+	Out io.Writer
+	// Ready, if set, is called with the API's address once it accepts connections.
+	Ready func(addr string)
+}
+
+// Run starts Airlock and serves until ctx ends; then it shuts down cleanly: the API stops accepting
+// requests, every sandbox is stopped and removed from the host, and the store is closed.
+func Run(ctx context.Context, cfg Config) (err error) {
+	if cfg.DataDir == "" {
+		cfg.DataDir = DefaultDataDir
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Out == nil {
+		cfg.Out = os.Stdout
+	}
+	log := cfg.Logger
+	if cfg.DaemonBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find own executable: %w", err)
+		}
+		cfg.DaemonBinary, _ = filepath.EvalSymlinks(exe)
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("airlock up must run as root: sandboxes need mounts, cgroups and network namespaces")
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if err := os.Chmod(dataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+
+	st, err := sqlite.Open(ctx, filepath.Join(dataDir, "airlock.db"))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, st.Close()) }()
+
+	driver, err := gvisor.New(gvisor.Config{Runsc: cfg.Runsc, StateDir: filepath.Join(dataDir, "runtime"), Debug: cfg.Debug, Logger: log})
+	if err != nil {
+		return err
+	}
+	// Runs after the sandboxes are gone (deferred calls run last-in first-out, and shutdown is below).
+	defer func() { err = errors.Join(err, driver.Close()) }()
+	var cp *controlplane.Service
+	nd, err := node.New(node.Config{
+		DataDir:      filepath.Join(dataDir, "node"),
+		Driver:       driver,
+		Templates:    template.NewHostRegistry(filepath.Join(dataDir, "templates")),
+		DaemonBinary: cfg.DaemonBinary,
+		DaemonArgs:   []string{DaemonCommand},
+		OnExit: func(id, reason string) {
+			if cp != nil {
+				go cp.HandleSandboxExit(id, reason)
+			}
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	cp, err = controlplane.New(controlplane.Config{Store: st, Node: nd, Logger: log})
+	if err != nil {
+		return err
+	}
+	key, err := cp.Bootstrap(ctx)
+	if err != nil {
+		return err
+	}
+	keyPath := filepath.Join(dataDir, APIKeyFile)
+	if key != "" {
+		if err := os.WriteFile(keyPath, []byte(key+"\n"), 0o600); err != nil {
+			return fmt.Errorf("save API key: %w", err)
+		}
+		fmt.Fprintf(cfg.Out, "Created the default tenant. Its API key (shown once; saved to %s, mode 0600):\n\n    %s\n\n", keyPath, key)
+	}
+	if err := cp.Start(ctx); err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		_ = cp.Shutdown(context.Background())
+		_ = nd.Shutdown(context.Background())
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{
+		Handler:           api.New(cp, log),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("airlock is up", "addr", ln.Addr().String(), "data_dir", dataDir)
+	fmt.Fprintf(cfg.Out, "Airlock is listening on http://%s (data in %s)\n", ln.Addr(), dataDir)
+	if cfg.Ready != nil {
+		cfg.Ready(ln.Addr().String())
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// Stop taking requests first (streams are closed by their sandboxes going away), then stop every
+	// sandbox, then the node's watchers.
+	go func() {
+		_ = srv.Shutdown(sctx)
+	}()
+	_ = ln.Close()
+	errs := []error{}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		errs = append(errs, serveErr)
+	}
+	if err := cp.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("stop sandboxes: %w", err))
+	}
+	if err := nd.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("stop node: %w", err))
+	}
+	_ = srv.Close()
+	log.Info("stopped")
+	return errors.Join(errs...)
+}

@@ -1,0 +1,186 @@
+// Package cli is the airlock command: `airlock up` runs the server, `airlock sandbox-init` is the daemon
+// inside each sandbox, and every other command is a client of the API, for people (tables, terminals) and
+// for scripts (--json, exit codes).
+//
+// Errors are printed as "airlock: <message>" on stderr with exit code 1; `airlock exec` and
+// `airlock shell` exit with the code of the process they ran (128+n when signal n killed it).
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockrun/airlock/internal/app"
+	"github.com/airlockrun/airlock/internal/daemon"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+// Environment variables that stand in for the global flags.
+const (
+	EnvURL     = "AIRLOCK_URL"
+	EnvAPIKey  = "AIRLOCK_API_KEY"
+	EnvDataDir = "AIRLOCK_DATA_DIR"
+)
+
+// Streams are the standard streams a command uses.
+type Streams struct {
+	In  io.Reader
+	Out io.Writer
+	Err io.Writer
+}
+
+// Execute runs the airlock command with the process's arguments and standard streams and reports the
+// exit code for os.Exit.
+func Execute() int {
+	return Run(context.Background(), os.Args[1:], Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+}
+
+// Run runs the airlock command with args (without the program name) and reports its exit code.
+func Run(ctx context.Context, args []string, s Streams) int {
+	// The daemon runs as a sandbox's init: hand it its arguments untouched, before anything else.
+	if len(args) > 0 && args[0] == app.DaemonCommand {
+		return daemon.Main(args[1:])
+	}
+	g := &globals{Streams: s}
+	root := newRoot(g)
+	root.SetArgs(args)
+	root.SetIn(s.In)
+	root.SetOut(s.Out)
+	root.SetErr(s.Err)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	fmt.Fprintf(s.Err, "airlock: %s\n", g.explain(err))
+	return 1
+}
+
+// exitError ends the command with an exit code and no message (the message, if any, was printed).
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// globals holds the global flags and the streams.
+type globals struct {
+	Streams
+
+	url     string
+	apiKey  string
+	dataDir string
+	json    bool
+
+	// keyNote says why no API key was found, for the hint on an unauthenticated error.
+	keyNote string
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "airlock",
+		Short: "Run AI agents' work in secure, disposable gVisor sandboxes",
+		Long: `Airlock runs AI agents' work in secure, disposable gVisor sandboxes.
+
+Start the server with "airlock up" (as root), then create sandboxes and run commands in them:
+
+  id=$(airlock sandbox create)
+  airlock exec "$id" -- python3 -c 'print(6*7)'
+  airlock shell "$id"
+  airlock cp ./src "$id":/home/user/src
+  airlock sandbox rm "$id"`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			g.resolve(cmd)
+			return nil
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.url, "url", airlock.DefaultBaseURL, "the API's URL (env "+EnvURL+")")
+	pf.StringVar(&g.apiKey, "api-key", "", "the API key (env "+EnvAPIKey+"; default: the key file in the data directory)")
+	pf.StringVar(&g.dataDir, "data-dir", app.DefaultDataDir, "the server's data directory (env "+EnvDataDir+")")
+	pf.BoolVar(&g.json, "json", false, "print JSON instead of text")
+
+	root.AddCommand(
+		newUpCmd(g),
+		newSandboxCmd(g),
+		newExecCmd(g),
+		newShellCmd(g),
+		newCpCmd(g),
+		newPsCmd(g),
+		newDaemonCmd(),
+	)
+	return root
+}
+
+// resolve fills the global flags that were not given from the environment.
+func (g *globals) resolve(cmd *cobra.Command) {
+	for _, f := range []struct {
+		name, env string
+		dst       *string
+	}{{"url", EnvURL, &g.url}, {"api-key", EnvAPIKey, &g.apiKey}, {"data-dir", EnvDataDir, &g.dataDir}} {
+		if cmd.Flags().Changed(f.name) {
+			continue
+		}
+		if v := os.Getenv(f.env); v != "" {
+			*f.dst = v
+		}
+	}
+}
+
+// client returns an API client for the global flags. Without --api-key or AIRLOCK_API_KEY it reads the
+// key file of the data directory, if it can.
+func (g *globals) client() *airlock.Client {
+	key := g.apiKey
+	if key == "" {
+		path := filepath.Join(g.dataDir, app.APIKeyFile)
+		b, err := os.ReadFile(path)
+		switch {
+		case err == nil:
+			key = strings.TrimSpace(string(b))
+		case errors.Is(err, os.ErrNotExist):
+			g.keyNote = fmt.Sprintf("no --api-key, no %s, and no %s", EnvAPIKey, path)
+		default:
+			g.keyNote = fmt.Sprintf("no --api-key, no %s, and %s is unreadable: %v", EnvAPIKey, path, errors.Unwrap(err))
+		}
+	}
+	return airlock.New(g.url, airlock.WithAPIKey(key), airlock.WithHTTPClient(&http.Client{}))
+}
+
+// explain returns err's message with a hint for the usual setup mistakes.
+func (g *globals) explain(err error) string {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, airlock.ErrUnauthenticated) && g.keyNote != "":
+		msg += " (" + g.keyNote + ")"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		msg += fmt.Sprintf(" (is `airlock up` running at %s?)", g.url)
+	}
+	return msg
+}
+
+func newDaemonCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                app.DaemonCommand + " [flags]",
+		Short:              "Run the in-sandbox daemon (started by Airlock as a sandbox's init)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if code := daemon.Main(args); code != 0 {
+				return &exitError{code: code}
+			}
+			return nil
+		},
+	}
+}

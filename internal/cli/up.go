@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockrun/airlock/internal/app"
+)
+
+func newUpCmd(g *globals) *cobra.Command {
+	var listen, runsc string
+	var debug bool
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run the Airlock server: the API, the control plane and a local node",
+		Long: `Run the Airlock server in the foreground: the API, the control plane and a local node, with all state
+in the data directory. It must run as root. On the first start it creates the default tenant and prints
+its API key, which it also saves to <data-dir>/api-key (mode 0600) for the CLI.
+
+SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed from the host.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+			if debug {
+				opts.Level = slog.LevelDebug
+			}
+			var h slog.Handler = slog.NewTextHandler(g.Err, opts)
+			if g.json {
+				h = slog.NewJSONHandler(g.Err, opts)
+			}
+			return app.Run(ctx, app.Config{
+				DataDir: g.dataDir,
+				Listen:  listen,
+				Runsc:   runsc,
+				Debug:   debug,
+				Logger:  slog.New(h),
+				Out:     g.Out,
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", app.DefaultListen, "the API's address; keep it on loopback unless a TLS proxy fronts it")
+	f.StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
+	f.BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
+	return cmd
+}

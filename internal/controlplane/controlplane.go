@@ -1,0 +1,218 @@
+// Package controlplane is the control plane: it authenticates callers, keeps every sandbox's state in the
+// Store through the sandbox state machine, places sandboxes on a node, and runs the lifecycle loops
+// (timeouts, failures reported by nodes, reconciliation after a restart).
+//
+// It keeps no state of its own beyond what is in the Store, except a keyed lock that serializes the calls
+// on one sandbox within this process.
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// Node is what the control plane needs of a node. *node.Local implements it in single-binary mode.
+type Node interface {
+	// ID names the node.
+	ID() string
+	// CheckTemplate reports whether the node can boot the template: nil, or an error wrapping
+	// errdefs.ErrNotFound.
+	CheckTemplate(ctx context.Context, name string) error
+	// CreateSandbox boots a sandbox and returns once it accepts work.
+	CreateSandbox(ctx context.Context, req node.CreateRequest) error
+	// DestroySandbox removes a sandbox and everything of it from the node; unknown IDs succeed.
+	DestroySandbox(ctx context.Context, id string) error
+	// Link returns the channel to the sandbox's daemon.
+	Link(ctx context.Context, id string) (*link.Client, error)
+	// Sandboxes reports the IDs of the sandboxes the node has, running or left over.
+	Sandboxes(ctx context.Context) ([]string, error)
+	// Recover re-adopts those of ids that still run after a restart and reports them.
+	Recover(ctx context.Context, ids []string) []string
+}
+
+// Defaults and bounds of sandbox requests.
+const (
+	DefaultTimeout = 5 * time.Minute
+	MaxTimeout     = 24 * time.Hour
+	DefaultCPU     = 1000
+	MaxCPU         = 8000
+	DefaultMemMB   = 512
+	MinMemMB       = 64
+	MaxMemMB       = 16384
+	DefaultDiskMB  = 1024
+	MinDiskMB      = 64
+	MaxDiskMB      = 65536
+)
+
+// Config configures a Service.
+type Config struct {
+	// Store keeps all state. Required.
+	Store store.Store
+	// Node runs the sandboxes. Required.
+	Node Node
+	// Logger receives logs. Nil: slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Nil: time.Now.
+	Now func() time.Time
+	// ReapInterval is how often expired sandboxes are looked for. Zero: 1s.
+	ReapInterval time.Duration
+}
+
+// Service is the control plane.
+type Service struct {
+	store store.Store
+	node  Node
+	log   *slog.Logger
+	now   func() time.Time
+	reap  time.Duration
+
+	locks keyedMutex
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// New returns a control plane. Call Start to run its loops and Shutdown to stop them.
+func New(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Node == nil {
+		return nil, fmt.Errorf("controlplane: Store and Node are required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = time.Second
+	}
+	return &Service{store: cfg.Store, node: cfg.Node, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
+		stop: make(chan struct{})}, nil
+}
+
+// Bootstrap makes sure a default tenant with an API key exists. On first start it creates them and returns
+// the new key (the only time it is ever shown); afterwards it returns "".
+func (s *Service) Bootstrap(ctx context.Context) (apiKey string, err error) {
+	ts, err := s.store.ListTenants(ctx)
+	if err != nil {
+		return "", fmt.Errorf("bootstrap: %w", err)
+	}
+	if len(ts) > 0 {
+		return "", nil
+	}
+	t, err := s.store.CreateTenant(ctx, store.Tenant{Name: "default"})
+	if err != nil {
+		return "", fmt.Errorf("bootstrap: %w", err)
+	}
+	key, _, err := s.CreateAPIKey(ctx, t.ID, "bootstrap")
+	if err != nil {
+		return "", fmt.Errorf("bootstrap: %w", err)
+	}
+	return key, nil
+}
+
+// APIKeyPrefix starts every Airlock API key, so that secret scanners and people recognize them.
+const APIKeyPrefix = "ak_"
+
+// CreateAPIKey makes a new key for the tenant and returns it; only its hash is stored.
+func (s *Service) CreateAPIKey(ctx context.Context, tenantID, name string) (string, store.APIKey, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", store.APIKey{}, err
+	}
+	key := APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b)
+	k, err := s.store.CreateAPIKey(ctx, store.APIKey{TenantID: tenantID, Name: name, Prefix: key[:10], Hash: hashKey(key)})
+	if err != nil {
+		return "", store.APIKey{}, err
+	}
+	return key, k, nil
+}
+
+func hashKey(key string) []byte {
+	h := sha256.Sum256([]byte(key))
+	return h[:]
+}
+
+// Authenticate returns the tenant ID an API key belongs to. Unknown and revoked keys are
+// errdefs.ErrUnauthenticated.
+func (s *Service) Authenticate(ctx context.Context, key string) (string, error) {
+	if key == "" {
+		return "", fmt.Errorf("missing API key (send Authorization: Bearer <key>): %w", errdefs.ErrUnauthenticated)
+	}
+	k, err := s.store.GetAPIKeyByHash(ctx, hashKey(key))
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return "", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+	}
+	if err != nil {
+		return "", err
+	}
+	if k.RevokedAt != nil {
+		return "", fmt.Errorf("API key %s… was revoked: %w", k.Prefix, errdefs.ErrUnauthenticated)
+	}
+	now := s.now()
+	if k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) > time.Minute {
+		if err := s.store.TouchAPIKey(ctx, k.TenantID, k.ID, now); err != nil {
+			s.log.Warn("touch api key", "key", k.ID, "err", err)
+		}
+	}
+	return k.TenantID, nil
+}
+
+// keyedMutex serializes work per key (sandbox ID) within this process.
+type keyedMutex struct {
+	mu sync.Mutex
+	// m holds one entry per key while someone holds or waits for it; guarded by mu.
+	m map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// Lock locks key and returns its unlock function.
+func (k *keyedMutex) Lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedEntry{}
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// GetIdempotency returns the tenant's record of an Idempotency-Key.
+func (s *Service) GetIdempotency(ctx context.Context, tenantID, key string) (store.IdempotencyRecord, error) {
+	return s.store.GetIdempotency(ctx, tenantID, key)
+}
+
+// PutIdempotency remembers the response to a request made with an Idempotency-Key.
+func (s *Service) PutIdempotency(ctx context.Context, rec store.IdempotencyRecord) error {
+	return s.store.PutIdempotency(ctx, rec)
+}

@@ -1,0 +1,336 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlite"
+)
+
+// fakeNode is a hand-written node that keeps a set of "running" sandbox IDs.
+type fakeNode struct {
+	mu sync.Mutex
+	// running, failCreate and destroyed are guarded by mu.
+	running    map[string]bool
+	failCreate error
+	destroyed  []string
+}
+
+func newFakeNode() *fakeNode { return &fakeNode{running: map[string]bool{}} }
+
+func (n *fakeNode) ID() string { return "local" }
+
+func (n *fakeNode) CheckTemplate(ctx context.Context, name string) error {
+	if name != "default" {
+		return errdefs.ErrNotFound
+	}
+	return nil
+}
+
+func (n *fakeNode) CreateSandbox(ctx context.Context, req node.CreateRequest) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.failCreate != nil {
+		return n.failCreate
+	}
+	n.running[req.ID] = true
+	return nil
+}
+
+func (n *fakeNode) DestroySandbox(ctx context.Context, id string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.running, id)
+	n.destroyed = append(n.destroyed, id)
+	return nil
+}
+
+func (n *fakeNode) Link(ctx context.Context, id string) (*link.Client, error) {
+	return nil, errors.New("fake node has no links")
+}
+
+func (n *fakeNode) Sandboxes(ctx context.Context) ([]string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var ids []string
+	for id := range n.running {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+func (n *fakeNode) Recover(ctx context.Context, ids []string) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for _, id := range ids {
+		if n.running[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (n *fakeNode) isRunning(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.running[id]
+}
+
+// clock is a settable clock.
+type clock struct {
+	mu sync.Mutex
+	// t is guarded by mu.
+	t time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newService(t *testing.T, st store.Store, n Node, clk *clock) *Service {
+	t.Helper()
+	s, err := New(Config{Store: st, Node: n, Now: clk.Now, ReapInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func setup(t *testing.T) (*Service, store.Store, *fakeNode, *clock, string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	n := newFakeNode()
+	clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	s := newService(t, st, n, clk)
+	key, err := s.Bootstrap(ctx)
+	if err != nil || key == "" {
+		t.Fatalf("Bootstrap = %q, %v; want a key", key, err)
+	}
+	tenant, err := s.Authenticate(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, st, n, clk, tenant
+}
+
+func TestBootstrapAndAuthenticate(t *testing.T) {
+	ctx := context.Background()
+	s, _, _, _, tenant := setup(t)
+	if tenant == "" {
+		t.Fatal("no tenant")
+	}
+	again, err := s.Bootstrap(ctx)
+	if err != nil || again != "" {
+		t.Errorf("second Bootstrap = %q, %v; want no new key", again, err)
+	}
+	for _, key := range []string{"", "ak_wrong", strings.Repeat("x", 5000)} {
+		if _, err := s.Authenticate(ctx, key); !errors.Is(err, errdefs.ErrUnauthenticated) {
+			t.Errorf("Authenticate(%.10q) = %v; want ErrUnauthenticated", key, err)
+		}
+	}
+}
+
+func TestCreateValidation(t *testing.T) {
+	ctx := context.Background()
+	s, _, _, _, tenant := setup(t)
+	for name, req := range map[string]CreateRequest{
+		"cpu too low":       {CPUMillicores: 1},
+		"memory too high":   {MemoryMB: 1 << 20},
+		"disk too small":    {DiskMB: 1},
+		"negative timeout":  {TimeoutSeconds: -1},
+		"timeout too long":  {TimeoutSeconds: 86401},
+		"bad env name":      {Env: map[string]string{"A=B": "x"}},
+		"env NUL":           {Env: map[string]string{"A": "x\x00y"}},
+		"bad template name": {Template: "../../etc"},
+		"bad metadata key":  {Metadata: map[string]string{"": "x"}},
+		"long metadata val": {Metadata: map[string]string{"k": strings.Repeat("v", 600)}},
+	} {
+		if _, err := s.CreateSandbox(ctx, tenant, req); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: CreateSandbox = %v; want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	ctx := context.Background()
+	s, _, n, clk, tenant := setup(t)
+	sb, err := s.CreateSandbox(ctx, tenant, CreateRequest{TimeoutSeconds: 60, Metadata: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.State != store.StateRunning || sb.EndsAt == nil || !sb.EndsAt.Equal(clk.Now().Add(time.Minute)) {
+		t.Fatalf("created %+v; want running, ending in 60s", sb)
+	}
+	if !n.isRunning(sb.ID) {
+		t.Fatal("node does not run the sandbox")
+	}
+	// Extend, then let it expire.
+	sb, err = s.SetTimeout(ctx, tenant, sb.ID, 120)
+	if err != nil || !sb.EndsAt.Equal(clk.Now().Add(2*time.Minute)) {
+		t.Fatalf("SetTimeout = %+v, %v", sb, err)
+	}
+	clk.Add(time.Minute)
+	s.reapExpired()
+	if got, _ := s.GetSandbox(ctx, tenant, sb.ID); got.State != store.StateRunning {
+		t.Fatalf("after 1 of 2 minutes state = %s; want running", got.State)
+	}
+	clk.Add(time.Minute)
+	s.reapExpired()
+	got, err := s.GetSandbox(ctx, tenant, sb.ID)
+	if err != nil || got.State != store.StateStopped || got.Reason != "timeout" {
+		t.Fatalf("after timeout: %+v, %v; want stopped by timeout", got, err)
+	}
+	if n.isRunning(sb.ID) {
+		t.Error("node still runs the timed-out sandbox")
+	}
+	if _, err := s.SetTimeout(ctx, tenant, sb.ID, 60); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("SetTimeout on a stopped sandbox = %v; want ErrFailedPrecondition", err)
+	}
+	if err := s.DeleteSandbox(ctx, tenant, sb.ID); err != nil {
+		t.Errorf("Delete of a stopped sandbox = %v; want nil", err)
+	}
+	if _, err := s.Link(ctx, tenant, sb.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Link to a stopped sandbox = %v; want ErrFailedPrecondition", err)
+	}
+	if _, err := s.GetSandbox(ctx, "tn_other", sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Get from another tenant = %v; want ErrNotFound", err)
+	}
+}
+
+func TestCreateFailureIsRecorded(t *testing.T) {
+	ctx := context.Background()
+	s, _, n, _, tenant := setup(t)
+	n.failCreate = errors.New("runsc exploded")
+	sb, err := s.CreateSandbox(ctx, tenant, CreateRequest{})
+	if err == nil || sb.State != store.StateFailed || sb.Reason == "" {
+		t.Fatalf("CreateSandbox = %+v, %v; want a failed record with a reason and an error", sb, err)
+	}
+}
+
+func TestExitMarksFailed(t *testing.T) {
+	ctx := context.Background()
+	s, _, n, _, tenant := setup(t)
+	sb, err := s.CreateSandbox(ctx, tenant, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.HandleSandboxExit(sb.ID, "out of memory (limit 512 MiB)")
+	got, _ := s.GetSandbox(ctx, tenant, sb.ID)
+	if got.State != store.StateFailed || got.Reason != "out of memory (limit 512 MiB)" || got.StoppedAt == nil {
+		t.Fatalf("after exit: %+v; want failed with the reason", got)
+	}
+	if n.isRunning(sb.ID) {
+		t.Error("failed sandbox not cleaned up on the node")
+	}
+	// Deleting it afterwards keeps the reason.
+	if err := s.DeleteSandbox(ctx, tenant, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.GetSandbox(ctx, tenant, sb.ID)
+	if got.State != store.StateStopped || got.Reason != "out of memory (limit 512 MiB)" {
+		t.Errorf("after delete: %+v; want stopped keeping the failure reason", got)
+	}
+}
+
+func TestReconcileAfterRestart(t *testing.T) {
+	ctx := context.Background()
+	s, st, n, clk, tenant := setup(t)
+	alive, err := s.CreateSandbox(ctx, tenant, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, err := s.CreateSandbox(ctx, tenant, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A crash: the node lost one sandbox, and one orphan sits on the node that the store never heard of.
+	n.mu.Lock()
+	delete(n.running, lost.ID)
+	n.running["sb_orphanorphanorphanorphanor"] = true
+	n.mu.Unlock()
+
+	s2 := newService(t, st, n, clk)
+	if err := s2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Shutdown(ctx)
+	if got, _ := s2.GetSandbox(ctx, tenant, alive.ID); got.State != store.StateRunning {
+		t.Errorf("re-adopted sandbox is %s; want running", got.State)
+	}
+	if got, _ := s2.GetSandbox(ctx, tenant, lost.ID); got.State != store.StateFailed || !strings.Contains(got.Reason, "lost") {
+		t.Errorf("lost sandbox is %s (%q); want failed, lost", got.State, got.Reason)
+	}
+	if n.isRunning("sb_orphanorphanorphanorphanor") {
+		t.Error("orphan not destroyed")
+	}
+}
+
+func TestShutdownStopsEverything(t *testing.T) {
+	ctx := context.Background()
+	s, _, n, _, tenant := setup(t)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := 0; i < 3; i++ {
+		sb, err := s.CreateSandbox(ctx, tenant, CreateRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		got, _ := s.GetSandbox(ctx, tenant, id)
+		if got.State != store.StateStopped || n.isRunning(id) {
+			t.Errorf("%s after shutdown: %s, on node %v; want stopped and gone", id, got.State, n.isRunning(id))
+		}
+	}
+}
+
+func TestConcurrentDeletesAreSerialized(t *testing.T) {
+	ctx := context.Background()
+	s, _, _, _, tenant := setup(t)
+	sb, err := s.CreateSandbox(ctx, tenant, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- s.DeleteSandbox(ctx, tenant, sb.ID)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent delete: %v", err)
+		}
+	}
+}

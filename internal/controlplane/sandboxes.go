@@ -1,0 +1,488 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// CreateRequest asks for a new sandbox. Zero fields take the defaults.
+type CreateRequest struct {
+	Template       string
+	Env            map[string]string
+	CPUMillicores  int
+	MemoryMB       int
+	DiskMB         int
+	TimeoutSeconds int
+	Metadata       map[string]string
+}
+
+var (
+	templatePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	envNamePattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	metaKeyPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$`)
+)
+
+// Limits on what a request may carry.
+const (
+	maxEnvVars      = 256
+	maxEnvBytes     = 128 << 10
+	maxMetadataKeys = 64
+	maxMetaValueLen = 512
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+}
+
+// normalize fills defaults and checks bounds; every problem is ErrInvalidArgument with a clear message.
+func (r *CreateRequest) normalize() error {
+	if r.Template == "" {
+		r.Template = "default"
+	}
+	if !templatePattern.MatchString(r.Template) {
+		return invalid("template name %q must be 1-64 lowercase letters, digits or ._- and start with a letter or digit", r.Template)
+	}
+	if r.CPUMillicores == 0 {
+		r.CPUMillicores = DefaultCPU
+	}
+	if r.CPUMillicores < 100 || r.CPUMillicores > MaxCPU {
+		return invalid("cpu must be between 100 and %d millicores, got %d", MaxCPU, r.CPUMillicores)
+	}
+	if r.MemoryMB == 0 {
+		r.MemoryMB = DefaultMemMB
+	}
+	if r.MemoryMB < MinMemMB || r.MemoryMB > MaxMemMB {
+		return invalid("memory_mb must be between %d and %d, got %d", MinMemMB, MaxMemMB, r.MemoryMB)
+	}
+	if r.DiskMB == 0 {
+		r.DiskMB = DefaultDiskMB
+	}
+	if r.DiskMB < MinDiskMB || r.DiskMB > MaxDiskMB {
+		return invalid("disk_mb must be between %d and %d, got %d", MinDiskMB, MaxDiskMB, r.DiskMB)
+	}
+	if err := checkTimeout(r.TimeoutSeconds, true); err != nil {
+		return err
+	}
+	if r.TimeoutSeconds == 0 {
+		r.TimeoutSeconds = int(DefaultTimeout / time.Second)
+	}
+	if len(r.Env) > maxEnvVars {
+		return invalid("env has %d variables; at most %d are allowed", len(r.Env), maxEnvVars)
+	}
+	size := 0
+	for k, v := range r.Env {
+		if !envNamePattern.MatchString(k) {
+			return invalid("env name %q is not a valid variable name", k)
+		}
+		if containsNUL(v) {
+			return invalid("env %s holds a NUL byte", k)
+		}
+		size += len(k) + len(v)
+	}
+	if size > maxEnvBytes {
+		return invalid("env is %d bytes; at most %d are allowed", size, maxEnvBytes)
+	}
+	if len(r.Metadata) > maxMetadataKeys {
+		return invalid("metadata has %d keys; at most %d are allowed", len(r.Metadata), maxMetadataKeys)
+	}
+	for k, v := range r.Metadata {
+		if !metaKeyPattern.MatchString(k) {
+			return invalid("metadata key %q must be 1-63 letters, digits or _.-/ and start with a letter or digit", k)
+		}
+		if len(v) > maxMetaValueLen || containsNUL(v) {
+			return invalid("metadata %s: value must be at most %d bytes, without NUL", k, maxMetaValueLen)
+		}
+	}
+	return nil
+}
+
+func checkTimeout(secs int, zeroOK bool) error {
+	if secs == 0 && zeroOK {
+		return nil
+	}
+	if secs <= 0 || time.Duration(secs)*time.Second > MaxTimeout {
+		return invalid("timeout_seconds must be between 1 and %d, got %d", int(MaxTimeout/time.Second), secs)
+	}
+	return nil
+}
+
+func containsNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// CreateSandbox records a new sandbox, boots it on the node, and returns it running, or failed with the
+// reason when the boot failed (the error then says why too).
+func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req CreateRequest) (store.Sandbox, error) {
+	if err := req.normalize(); err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := s.node.CheckTemplate(ctx, req.Template); err != nil {
+		return store.Sandbox{}, err
+	}
+	now := s.now()
+	ends := now.Add(time.Duration(req.TimeoutSeconds) * time.Second)
+	sb, err := s.store.CreateSandbox(ctx, store.Sandbox{
+		ID:       store.NewID("sb"),
+		TenantID: tenantID,
+		NodeID:   s.node.ID(),
+		Template: req.Template,
+		State:    store.StateCreating,
+		Spec: store.SandboxSpec{CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
+			TimeoutSeconds: req.TimeoutSeconds},
+		Metadata:  req.Metadata,
+		CreatedAt: now,
+		EndsAt:    &ends,
+	})
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("create sandbox: %w", err)
+	}
+	unlock := s.locks.Lock(sb.ID)
+	defer unlock()
+
+	// The boot goes on if the caller goes away: the record exists and must end in a settled state.
+	bootCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	env := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	berr := s.node.CreateSandbox(bootCtx, node.CreateRequest{
+		ID:       sb.ID,
+		Template: req.Template,
+		Env:      env,
+		Limits: runtime.Limits{
+			CPUMillis:   int64(req.CPUMillicores),
+			MemoryBytes: int64(req.MemoryMB) << 20,
+			DiskBytes:   int64(req.DiskMB) << 20,
+		},
+	})
+	if berr != nil {
+		s.log.Error("boot sandbox", "sandbox", sb.ID, "err", berr)
+		reason := "boot failed"
+		if errors.Is(berr, errdefs.ErrResourceExhausted) || errors.Is(berr, errdefs.ErrUnavailable) {
+			reason = "boot failed: " + berr.Error()
+		}
+		failed, err := s.transition(bootCtx, sb, store.StateFailed, reason)
+		if err != nil {
+			return store.Sandbox{}, errors.Join(berr, err)
+		}
+		return failed, fmt.Errorf("create sandbox %s: %w", sb.ID, berr)
+	}
+	started := s.now()
+	ends = started.Add(time.Duration(req.TimeoutSeconds) * time.Second)
+	return s.update(bootCtx, sb, func(sb *store.Sandbox) error {
+		if err := store.CheckTransition(sb.State, store.StateRunning); err != nil {
+			return err
+		}
+		sb.State, sb.StartedAt, sb.EndsAt = store.StateRunning, &started, &ends
+		return nil
+	})
+}
+
+// update applies f to the stored sandbox and saves it, re-reading and retrying when another writer
+// changed it in between.
+func (s *Service) update(ctx context.Context, sb store.Sandbox, f func(*store.Sandbox) error) (store.Sandbox, error) {
+	for attempt := 0; ; attempt++ {
+		next := sb
+		if err := f(&next); err != nil {
+			return sb, err
+		}
+		saved, err := s.store.UpdateSandbox(ctx, next)
+		if err == nil {
+			return saved, nil
+		}
+		if !errors.Is(err, errdefs.ErrConflict) || attempt >= 5 {
+			return sb, fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+		}
+		fresh, gerr := s.store.GetSandbox(ctx, sb.TenantID, sb.ID)
+		if gerr != nil {
+			return sb, fmt.Errorf("update sandbox %s: %w", sb.ID, gerr)
+		}
+		if fresh.Version == sb.Version {
+			return sb, fmt.Errorf("update sandbox %s: %w", sb.ID, err) // an illegal transition, not a race
+		}
+		sb = fresh
+	}
+}
+
+// transition moves sb to state to with reason, stamping StoppedAt for stopped and failed.
+func (s *Service) transition(ctx context.Context, sb store.Sandbox, to store.SandboxState, reason string) (store.Sandbox, error) {
+	return s.update(ctx, sb, func(sb *store.Sandbox) error {
+		if err := store.CheckTransition(sb.State, to); err != nil {
+			return err
+		}
+		sb.State = to
+		if reason != "" {
+			sb.Reason = reason
+		}
+		if to == store.StateStopped || to == store.StateFailed {
+			t := s.now()
+			sb.StoppedAt = &t
+		}
+		return nil
+	})
+}
+
+// GetSandbox returns the tenant's sandbox.
+func (s *Service) GetSandbox(ctx context.Context, tenantID, id string) (store.Sandbox, error) {
+	sb, err := s.store.GetSandbox(ctx, tenantID, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return sb, fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, err
+}
+
+// ListSandboxes returns one page of the tenant's sandboxes.
+func (s *Service) ListSandboxes(ctx context.Context, tenantID string, f store.SandboxFilter) ([]store.Sandbox, string, error) {
+	return s.store.ListSandboxes(ctx, tenantID, f)
+}
+
+// DeleteSandbox destroys the tenant's sandbox now. Deleting a sandbox that already stopped succeeds.
+func (s *Service) DeleteSandbox(ctx context.Context, tenantID, id string) error {
+	unlock := s.locks.Lock(id)
+	defer unlock()
+	sb, err := s.GetSandbox(ctx, tenantID, id)
+	if err != nil {
+		return err
+	}
+	_, err = s.destroyLocked(context.WithoutCancel(ctx), sb, "deleted")
+	return err
+}
+
+// destroyLocked tears sb down on its node and records it stopped with reason. The caller holds sb's lock.
+func (s *Service) destroyLocked(ctx context.Context, sb store.Sandbox, reason string) (store.Sandbox, error) {
+	if sb.State == store.StateStopped {
+		return sb, nil
+	}
+	var err error
+	if sb.State != store.StateStopping {
+		if sb, err = s.transition(ctx, sb, store.StateStopping, ""); err != nil {
+			return sb, err
+		}
+	}
+	if derr := s.node.DestroySandbox(ctx, sb.ID); derr != nil {
+		s.log.Error("destroy sandbox", "sandbox", sb.ID, "err", derr)
+		sb, err = s.transition(ctx, sb, store.StateFailed, "destroy failed: "+derr.Error())
+		return sb, errors.Join(fmt.Errorf("destroy sandbox %s: %w", sb.ID, derr), err)
+	}
+	if sb.Reason != "" && sb.State == store.StateStopping && reason == "deleted" {
+		reason = "" // keep the first reason (e.g. a failure) when the user deletes afterwards
+	}
+	return s.transition(ctx, sb, store.StateStopped, reason)
+}
+
+// SetTimeout makes the tenant's running sandbox end secs seconds from now.
+func (s *Service) SetTimeout(ctx context.Context, tenantID, id string, secs int) (store.Sandbox, error) {
+	if err := checkTimeout(secs, false); err != nil {
+		return store.Sandbox{}, err
+	}
+	unlock := s.locks.Lock(id)
+	defer unlock()
+	sb, err := s.GetSandbox(ctx, tenantID, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	return s.update(ctx, sb, func(sb *store.Sandbox) error {
+		if sb.State != store.StateRunning {
+			return fmt.Errorf("sandbox %s is %s, not running: %w", sb.ID, sb.State, errdefs.ErrFailedPrecondition)
+		}
+		ends := s.now().Add(time.Duration(secs) * time.Second)
+		sb.EndsAt = &ends
+		sb.Spec.TimeoutSeconds = secs
+		return nil
+	})
+}
+
+// Link returns the channel to the daemon of the tenant's running sandbox, for exec and file calls.
+func (s *Service) Link(ctx context.Context, tenantID, id string) (*link.Client, error) {
+	sb, err := s.GetSandbox(ctx, tenantID, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != store.StateRunning {
+		msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
+		if sb.Reason != "" {
+			msg += " (" + sb.Reason + ")"
+		}
+		return nil, fmt.Errorf("%s: %w", msg, errdefs.ErrFailedPrecondition)
+	}
+	l, err := s.node.Link(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return l, nil
+}
+
+// HandleSandboxExit is how the node reports a sandbox that stopped by itself (its daemon or runtime died,
+// or it ran out of memory): the sandbox is marked failed with the reason and cleaned up on the node.
+func (s *Service) HandleSandboxExit(id, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	unlock := s.locks.Lock(id)
+	defer unlock()
+	sb, err := s.store.GetSandboxAnyTenant(ctx, id)
+	if err != nil {
+		s.log.Warn("sandbox exit for unknown sandbox", "sandbox", id, "err", err)
+		_ = s.node.DestroySandbox(ctx, id)
+		return
+	}
+	if sb.State != store.StateRunning && sb.State != store.StateCreating {
+		return // already being stopped or settled: the exit is expected
+	}
+	s.log.Warn("sandbox failed", "sandbox", id, "reason", reason)
+	if sb, err = s.transition(ctx, sb, store.StateFailed, reason); err != nil {
+		s.log.Error("mark sandbox failed", "sandbox", id, "err", err)
+		return
+	}
+	if err := s.node.DestroySandbox(ctx, id); err != nil {
+		s.log.Error("clean up failed sandbox", "sandbox", id, "err", err)
+	}
+}
+
+// Start reconciles the Store with what the node runs, then starts the lifecycle loops.
+func (s *Service) Start(ctx context.Context) error {
+	if err := s.reconcile(ctx); err != nil {
+		return err
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(s.reap)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+				s.reapExpired()
+			}
+		}
+	}()
+	return nil
+}
+
+// reapExpired destroys the sandboxes whose timeout passed.
+func (s *Service) reapExpired() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sbs, err := s.store.ListExpiredSandboxes(ctx, s.now(), 100)
+	if err != nil {
+		s.log.Error("list expired sandboxes", "err", err)
+		return
+	}
+	for _, sb := range sbs {
+		if sb.NodeID != s.node.ID() {
+			continue
+		}
+		unlock := s.locks.Lock(sb.ID)
+		fresh, err := s.store.GetSandbox(ctx, sb.TenantID, sb.ID)
+		if err == nil && fresh.State == store.StateRunning && fresh.EndsAt != nil && !fresh.EndsAt.After(s.now()) {
+			s.log.Info("sandbox timed out", "sandbox", sb.ID)
+			if _, err := s.destroyLocked(ctx, fresh, "timeout"); err != nil {
+				s.log.Error("destroy timed-out sandbox", "sandbox", sb.ID, "err", err)
+			}
+		}
+		unlock()
+	}
+}
+
+// reconcile settles what a previous run left: running sandboxes the node can re-adopt stay running;
+// those it lost are failed; half-done creates and deletes are finished; sandboxes the node has but the
+// Store does not want are destroyed.
+func (s *Service) reconcile(ctx context.Context) error {
+	sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}, store.MaxListLimit)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	var running []string
+	for _, sb := range sbs {
+		if sb.NodeID == s.node.ID() && sb.State == store.StateRunning {
+			running = append(running, sb.ID)
+		}
+	}
+	adopted := map[string]bool{}
+	for _, id := range s.node.Recover(ctx, running) {
+		adopted[id] = true
+	}
+	for _, sb := range sbs {
+		if sb.NodeID != s.node.ID() || adopted[sb.ID] {
+			continue
+		}
+		switch sb.State {
+		case store.StateRunning:
+			_ = s.node.DestroySandbox(ctx, sb.ID)
+			_, err = s.transition(ctx, sb, store.StateFailed, "lost: the sandbox was gone after airlock restarted")
+		case store.StateCreating:
+			_ = s.node.DestroySandbox(ctx, sb.ID)
+			_, err = s.transition(ctx, sb, store.StateFailed, "interrupted: airlock restarted during create")
+		default: // stopping
+			_, err = s.destroyLocked(ctx, sb, "")
+		}
+		if err != nil {
+			return fmt.Errorf("reconcile %s: %w", sb.ID, err)
+		}
+	}
+	onNode, err := s.node.Sandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	for _, id := range onNode {
+		if !adopted[id] {
+			s.log.Info("destroying orphan sandbox", "sandbox", id)
+			if err := s.node.DestroySandbox(ctx, id); err != nil {
+				s.log.Error("destroy orphan", "sandbox", id, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+// Shutdown stops the loops, then stops every sandbox of this node and records them stopped, so that a
+// later start finds them settled and nothing of them remains on the host.
+func (s *Service) Shutdown(ctx context.Context) error {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	s.wg.Wait()
+	var errs []error
+	for {
+		sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}, 1000)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, sb := range sbs {
+			if sb.NodeID != s.node.ID() {
+				continue
+			}
+			n++
+			unlock := s.locks.Lock(sb.ID)
+			if fresh, err := s.store.GetSandbox(ctx, sb.TenantID, sb.ID); err == nil {
+				if _, err := s.destroyLocked(ctx, fresh, "airlock shut down"); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			unlock()
+		}
+		if n == 0 || len(errs) > 0 {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}

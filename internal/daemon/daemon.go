@@ -1,0 +1,238 @@
+// Package daemon is the Airlock in-sandbox daemon: the init process (PID 1) of every gVisor sandbox and
+// the only process that talks outside it.
+//
+// It serves the wire protocol of package proto on a listener (a unix stream socket): one connection at a
+// time, where a new connection replaces (closes) the old one. Processes it started, and their buffered
+// output, survive across connections, so the node can reconnect after a restart and re-attach.
+//
+// The package imports nothing from the rest of Airlock except internal/errdefs; a test enforces it.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
+)
+
+// Version is the daemon build version reported by the info operation. The build sets it with
+// -ldflags "-X github.com/airlockrun/airlock/internal/daemon.Version=…".
+var Version = "dev"
+
+// Defaults used for zero Config fields.
+const (
+	DefaultUserName     = "user"
+	DefaultUID          = 1000
+	DefaultGID          = 1000
+	DefaultHome         = "/home/user"
+	DefaultPath         = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	DefaultOutputBuffer = 1 << 20
+	DefaultExecOutput   = 8 << 20
+	DefaultMaxFileSize  = 1 << 30
+	DefaultMaxExited    = 256
+	DefaultMaxProcesses = 1024
+	DefaultDrainTimeout = 250 * time.Millisecond
+	// MaxStreams is the number of concurrent calls one connection may have open; further requests fail
+	// with errdefs.ErrResourceExhausted.
+	MaxStreams = 4096
+)
+
+// User is an account processes run as and files are owned by.
+type User struct {
+	Name string
+	UID  int
+	GID  int
+	Home string
+}
+
+// Config configures Serve. The zero value is the production configuration.
+type Config struct {
+	// DefaultUser is who runs processes and owns created files when a request names no user.
+	// The zero value (empty Name) means {Name: "user", UID: 1000, GID: 1000, Home: "/home/user"}; when
+	// Name is set, all fields are used as given (UID 0 is root).
+	DefaultUser User
+	// Path is the PATH of processes whose request does not set one. Empty means DefaultPath.
+	Path string
+	// OutputBuffer bounds the bytes kept per output stream of a tracked (started) process while nobody
+	// consumes them; older bytes are dropped and attachments are told how many. Zero means 1 MiB.
+	OutputBuffer int
+	// ExecOutput is the largest number of bytes an exec keeps per output stream. Zero means 8 MiB.
+	ExecOutput int64
+	// MaxFileSize bounds a file written by write_file and each file of a tar upload. Zero means 1 GiB.
+	MaxFileSize int64
+	// MaxExited is how many exited processes stay listable and attachable. Zero means 256.
+	MaxExited int
+	// MaxProcesses bounds the tracked processes still running. Zero means 1024.
+	MaxProcesses int
+	// DrainTimeout is how long output is still read after a process exited, for descendants that keep
+	// its stdout or stderr open; then the daemon stops reading. Zero means 250ms.
+	DrainTimeout time.Duration
+	// ReapAll makes the daemon reap every child, including orphans re-parented to it. Set it when the
+	// daemon is PID 1 or a child subreaper (Main does). When false, the daemon waits only for the
+	// processes it started, so it can share a process with other code (tests).
+	ReapAll bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.DefaultUser.Name == "" {
+		c.DefaultUser = User{Name: DefaultUserName, UID: DefaultUID, GID: DefaultGID, Home: DefaultHome}
+	}
+	if c.DefaultUser.Home == "" {
+		c.DefaultUser.Home = "/"
+	}
+	if c.Path == "" {
+		c.Path = DefaultPath
+	}
+	if c.OutputBuffer <= 0 {
+		c.OutputBuffer = DefaultOutputBuffer
+	}
+	if c.ExecOutput <= 0 {
+		c.ExecOutput = DefaultExecOutput
+	}
+	if c.MaxFileSize <= 0 {
+		c.MaxFileSize = DefaultMaxFileSize
+	}
+	if c.MaxExited <= 0 {
+		c.MaxExited = DefaultMaxExited
+	}
+	if c.MaxProcesses <= 0 {
+		c.MaxProcesses = DefaultMaxProcesses
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	return c
+}
+
+// server is the state shared by all connections of one Serve call.
+type server struct {
+	cfg    Config
+	log    *slog.Logger
+	start  time.Time
+	reaper *reaper
+	procs  *registry
+
+	// procWG counts the goroutines of tracked processes; each ends once its process finished.
+	procWG sync.WaitGroup
+	// sessWG counts session goroutines.
+	sessWG sync.WaitGroup
+
+	mu  sync.Mutex
+	cur *session // guarded by mu; the connection being served
+}
+
+// Serve serves connections from ln until ctx is done or ln fails. A new connection replaces the current
+// one, which is closed (its calls are canceled; attachments detach; execs are killed). Tracked processes
+// outlive connections.
+//
+// When ctx is done Serve closes ln and the connection, kills every process it started (SIGKILL to its
+// process group), waits for them and for all its goroutines, and returns nil. Otherwise it returns the
+// error from Accept. log may be nil.
+func Serve(ctx context.Context, ln net.Listener, cfg Config, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &server{cfg: cfg.withDefaults(), log: log, start: time.Now()}
+	s.reaper = newReaper(s.cfg.ReapAll, log)
+	s.procs = newRegistry(s.cfg.MaxExited)
+	s.reaper.run()
+
+	stopped := make(chan struct{})
+	closerDone := make(chan struct{})
+	go func() { // owner: Serve; ends when ctx is done or Serve returns
+		defer close(closerDone)
+		select {
+		case <-ctx.Done():
+			ln.Close()
+		case <-stopped:
+		}
+	}()
+
+	var serveErr error
+	backoff := 5 * time.Millisecond
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
+				s.log.Warn("accept failed; retrying", "err", err, "in", backoff)
+				select {
+				case <-time.After(backoff):
+				case <-ctx.Done():
+				}
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
+			serveErr = fmt.Errorf("accept: %w", err)
+			break
+		}
+		backoff = 5 * time.Millisecond
+		s.replaceSession(conn)
+	}
+	close(stopped)
+	<-closerDone
+	ln.Close()
+
+	s.mu.Lock()
+	if s.cur != nil {
+		s.cur.close()
+	}
+	s.mu.Unlock()
+	s.sessWG.Wait()
+	s.killAll()
+	s.procWG.Wait()
+	s.reaper.shutdown()
+	return serveErr
+}
+
+func (s *server) replaceSession(conn net.Conn) {
+	sess := newSession(s, conn)
+	s.mu.Lock()
+	old := s.cur
+	s.cur = sess
+	s.mu.Unlock()
+	if old != nil {
+		s.log.Info("new connection replaces the current one")
+		old.close()
+	}
+	s.sessWG.Add(1)
+	go func() { // owner: server; ends when the connection closes
+		defer s.sessWG.Done()
+		sess.serve()
+		s.mu.Lock()
+		if s.cur == sess {
+			s.cur = nil
+		}
+		s.mu.Unlock()
+	}()
+}
+
+// killAll kills the process group of every running tracked process.
+func (s *server) killAll() {
+	for _, p := range s.procs.all() {
+		if err := s.reaper.signal(p.child, -p.child.pid, killSignal); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			s.log.Warn("kill process", "id", p.id, "err", err)
+		}
+	}
+}
+
+func (s *server) info() proto.Info {
+	return proto.Info{
+		Version:         Version,
+		ProtocolVersion: proto.Version,
+		StartTime:       s.start,
+		Uptime:          time.Since(s.start),
+		PID:             os.Getpid(),
+		Processes:       s.procs.running(),
+	}
+}

@@ -1,0 +1,123 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Main is the entry point of the daemon binary, run as the sandbox's init process. args are the
+// command-line arguments without the program name:
+//
+//	-socket PATH     unix socket to listen on (required); a stale socket file is replaced
+//	-user NAME       default non-root user (default "user"), with -uid, -gid (default 1000) and
+//	                 -home (default /home/user)
+//	-log-level LEVEL debug, info, warn or error (default info); logs go to stderr
+//	-version         print the version and exit
+//
+// As PID 1 (or, otherwise, as a child subreaper) it reaps every child, including orphans. On SIGTERM or
+// SIGINT it kills all processes and exits 0. It returns the process exit code: 0 on a clean shutdown, 1
+// on a serve error, 2 on bad arguments.
+func Main(args []string) int {
+	fs := flag.NewFlagSet("airlock-daemon", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	socket := fs.String("socket", "", "unix socket path to listen on")
+	userName := fs.String("user", DefaultUserName, "default non-root user name")
+	uid := fs.Int("uid", DefaultUID, "uid of the default user")
+	gid := fs.Int("gid", DefaultGID, "gid of the default user")
+	home := fs.String("home", DefaultHome, "home directory of the default user")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	version := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *version {
+		fmt.Println(Version)
+		return 0
+	}
+	if *socket == "" {
+		fmt.Fprintln(os.Stderr, "airlock-daemon: -socket is required")
+		fs.Usage()
+		return 2
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-daemon: -log-level: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	return run(*socket, Config{
+		DefaultUser: User{Name: *userName, UID: *uid, GID: *gid, Home: *home},
+		ReapAll:     true,
+	}, log)
+}
+
+func run(socket string, cfg Config, log *slog.Logger) int {
+	pid1 := os.Getpid() == 1
+	if !pid1 {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			log.Warn("cannot become a child subreaper; orphans will not be reaped", "err", err)
+		}
+	}
+	ln, err := listen(socket)
+	if err != nil {
+		log.Error("listen", "socket", socket, "err", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("airlock daemon serving", "version", Version, "socket", socket, "pid", os.Getpid())
+	err = Serve(ctx, ln, cfg, log)
+	os.Remove(socket)
+	if pid1 {
+		// Kill what is left (orphans outside the tracked process groups) and reap it.
+		unix.Kill(-1, unix.SIGKILL)
+		for {
+			if _, err := unix.Wait4(-1, nil, 0, nil); err != nil && !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+	}
+	if err != nil {
+		log.Error("serve", "err", err)
+		return 1
+	}
+	log.Info("airlock daemon stopped")
+	return 0
+}
+
+// listen listens on a unix socket at path, replacing a stale socket file, accessible to its owner only.
+func listen(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("create socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		os.Remove(path)
+	}
+	old := unix.Umask(0o077)
+	ln, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	if ul, ok := ln.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(false)
+	}
+	return ln, nil
+}

@@ -1,0 +1,347 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
+)
+
+// session serves one connection: it reads frames, runs one handler goroutine per stream and writes
+// frames for them.
+type session struct {
+	srv    *server
+	conn   net.Conn
+	log    *slog.Logger
+	ctx    context.Context // canceled when the connection ends
+	cancel context.CancelFunc
+
+	wmu sync.Mutex // serializes frame writes to conn
+
+	mu      sync.Mutex
+	streams map[uint32]*stream // guarded by mu; streams not yet answered
+
+	handlers sync.WaitGroup // stream handler goroutines
+}
+
+func newSession(srv *server, conn net.Conn) *session {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &session{
+		srv:     srv,
+		conn:    conn,
+		log:     srv.log,
+		ctx:     ctx,
+		cancel:  cancel,
+		streams: make(map[uint32]*stream),
+	}
+}
+
+// close ends the session: the connection is closed, which stops serve.
+func (s *session) close() {
+	s.cancel()
+	s.conn.Close()
+}
+
+// serve reads frames until the connection fails or is closed, then cancels all calls and waits for
+// their handlers.
+func (s *session) serve() {
+	err := s.readLoop()
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		s.log.Warn("connection ended", "err", err)
+	}
+	s.cancel()
+	s.conn.Close()
+	s.handlers.Wait()
+}
+
+func (s *session) readLoop() error {
+	br := bufio.NewReaderSize(s.conn, 64<<10)
+	for {
+		f, err := proto.ReadFrame(br)
+		if err != nil {
+			return err
+		}
+		if err := s.dispatch(f); err != nil {
+			return fmt.Errorf("protocol error on stream %d: %w", f.Stream, err)
+		}
+	}
+}
+
+func (s *session) lookup(id uint32) *stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streams[id]
+}
+
+func (s *session) dispatch(f proto.Frame) error {
+	switch f.Type {
+	case proto.TypeRequest:
+		return s.open(f)
+	case proto.TypeData:
+		d, err := proto.DecodeData(f.Payload)
+		if err != nil {
+			return err
+		}
+		if st := s.lookup(f.Stream); st != nil {
+			return st.pushData(d.Bytes)
+		}
+	case proto.TypeClose:
+		if st := s.lookup(f.Stream); st != nil {
+			st.pushEOF()
+		}
+	case proto.TypeCancel:
+		if st := s.lookup(f.Stream); st != nil {
+			st.cancel()
+		}
+	case proto.TypeWindow:
+		n, err := proto.DecodeWindow(f.Payload)
+		if err != nil {
+			return err
+		}
+		if st := s.lookup(f.Stream); st != nil {
+			return st.send.Add(n)
+		}
+	default:
+		return fmt.Errorf("unexpected %s frame from client: %w", f.Type, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// open starts a stream for a request frame and its handler goroutine.
+func (s *session) open(f proto.Frame) error {
+	op, args, decErr := proto.DecodeRequest(f.Payload)
+	s.mu.Lock()
+	if _, dup := s.streams[f.Stream]; dup {
+		s.mu.Unlock()
+		return fmt.Errorf("stream id %d already in use: %w", f.Stream, errdefs.ErrAlreadyExists)
+	}
+	full := len(s.streams) >= MaxStreams
+	var st *stream
+	if decErr == nil && !full {
+		st = newStream(s, f.Stream, op)
+		s.streams[f.Stream] = st
+	}
+	s.mu.Unlock()
+	switch {
+	case decErr != nil:
+		s.writeFrame(proto.TypeResponse, f.Stream, proto.EncodeResponse(nil, decErr))
+		return nil
+	case full:
+		s.writeFrame(proto.TypeResponse, f.Stream, proto.EncodeResponse(nil,
+			fmt.Errorf("%d calls in progress on this connection: %w", MaxStreams, errdefs.ErrResourceExhausted)))
+		return nil
+	}
+	s.handlers.Add(1)
+	go func() { // owner: session; ends when the handler returns (its ctx ends with the session)
+		defer s.handlers.Done()
+		result, err := s.srv.handle(st, op, args)
+		if err != nil && st.ctx.Err() == nil {
+			s.log.Debug("call failed", "op", op, "err", err)
+		}
+		st.respond(result, err)
+	}()
+	return nil
+}
+
+// writeFrame writes one frame; a write error closes the connection.
+func (s *session) writeFrame(t proto.Type, id uint32, payload []byte) error {
+	s.wmu.Lock()
+	err := proto.WriteFrame(s.conn, proto.Frame{Type: t, Stream: id, Payload: payload})
+	s.wmu.Unlock()
+	if err != nil {
+		s.close()
+		return fmt.Errorf("write %s frame: %w", t, err)
+	}
+	return nil
+}
+
+// stream is the daemon side of one call.
+type stream struct {
+	id     uint32
+	op     proto.Op
+	sess   *session
+	ctx    context.Context // canceled by a cancel frame, the response, or the end of the session
+	cancel context.CancelFunc
+	send   *proto.SendWindow
+
+	mu   sync.Mutex
+	in   [][]byte         // guarded by mu; received data not yet read
+	eof  bool             // guarded by mu; the client sent close
+	win  proto.RecvWindow // guarded by mu
+	wake chan struct{}    // signalled (non-blocking) when in or eof change
+}
+
+func newStream(s *session, id uint32, op proto.Op) *stream {
+	ctx, cancel := context.WithCancel(s.ctx)
+	return &stream{id: id, op: op, sess: s, ctx: ctx, cancel: cancel, send: proto.NewSendWindow(), wake: make(chan struct{}, 1)}
+}
+
+func (st *stream) pushData(b []byte) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.eof {
+		return nil // data after close is ignored
+	}
+	if err := st.win.Received(len(b)); err != nil {
+		return err
+	}
+	if len(b) > 0 {
+		st.in = append(st.in, b)
+	}
+	st.signalLocked()
+	return nil
+}
+
+func (st *stream) pushEOF() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.eof = true
+	st.signalLocked()
+}
+
+func (st *stream) signalLocked() {
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// read returns the next chunk of client data, io.EOF after the client's close, or ctx's error (ctx is
+// the stream's context or one derived from it). The chunk is owned by the caller.
+func (st *stream) read(ctx context.Context) ([]byte, error) {
+	for {
+		st.mu.Lock()
+		if len(st.in) > 0 {
+			b := st.in[0]
+			st.in[0] = nil
+			st.in = st.in[1:]
+			credit := st.win.Consumed(len(b))
+			st.mu.Unlock()
+			if credit > 0 {
+				st.sess.writeFrame(proto.TypeWindow, st.id, proto.EncodeWindow(credit))
+			}
+			return b, nil
+		}
+		eof := st.eof
+		st.mu.Unlock()
+		if eof {
+			return nil, io.EOF
+		}
+		select {
+		case <-st.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// reader returns an io.Reader over the client's data.
+func (st *stream) reader() io.Reader { return &streamReader{st: st} }
+
+type streamReader struct {
+	st  *stream
+	buf []byte
+}
+
+func (r *streamReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		b, err := r.st.read(r.st.ctx)
+		if err != nil {
+			return 0, err
+		}
+		r.buf = b
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// sendData sends b on channel ch as data frames starting at offset off, waiting for flow-control credit.
+func (st *stream) sendData(ch proto.Channel, off int64, b []byte) error {
+	for len(b) > 0 {
+		n, err := st.send.Acquire(st.ctx, min(len(b), proto.ChunkSize))
+		if err != nil {
+			return err
+		}
+		if err := st.writeData(ch, off, b[:n]); err != nil {
+			return err
+		}
+		off += int64(n)
+		b = b[n:]
+	}
+	return nil
+}
+
+// writeData sends one data frame for which the caller acquired credit.
+func (st *stream) writeData(ch proto.Channel, off int64, b []byte) error {
+	payload := proto.AppendData(make([]byte, 0, proto.DataHeaderSize+len(b)), ch, off, b)
+	return st.sess.writeFrame(proto.TypeData, st.id, payload)
+}
+
+// writeDataPayload sends a data payload built by the caller (with proto.AppendData).
+func (st *stream) writeDataPayload(payload []byte) error {
+	return st.sess.writeFrame(proto.TypeData, st.id, payload)
+}
+
+func (st *stream) sendEvent(ev proto.Event) error {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode %s event: %w", ev.Kind, err)
+	}
+	if len(b) > proto.MaxPayload {
+		return fmt.Errorf("%s event of %d bytes: %w", ev.Kind, len(b), proto.ErrFrameTooLarge)
+	}
+	return st.sess.writeFrame(proto.TypeEvent, st.id, b)
+}
+
+// respond ends the stream with its response and forgets it.
+func (st *stream) respond(result any, err error) {
+	st.sess.mu.Lock()
+	delete(st.sess.streams, st.id)
+	st.sess.mu.Unlock()
+	st.cancel()
+	st.send.Close(fmt.Errorf("stream ended: %w", errdefs.ErrFailedPrecondition))
+	if st.sess.ctx.Err() != nil {
+		return
+	}
+	st.sess.writeFrame(proto.TypeResponse, st.id, proto.EncodeResponse(result, err))
+}
+
+// jsonLines batches values as JSON lines into stdout data frames.
+type jsonLines struct {
+	st    *stream
+	buf   []byte
+	off   int64
+	count int
+}
+
+func (j *jsonLines) add(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode entry: %w", err)
+	}
+	j.buf = append(append(j.buf, b...), '\n')
+	j.count++
+	if len(j.buf) >= proto.ChunkSize {
+		return j.flush()
+	}
+	return nil
+}
+
+func (j *jsonLines) flush() error {
+	if len(j.buf) == 0 {
+		return nil
+	}
+	err := j.st.sendData(proto.ChannelStdout, j.off, j.buf)
+	j.off += int64(len(j.buf))
+	j.buf = j.buf[:0]
+	return err
+}

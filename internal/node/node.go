@@ -1,0 +1,388 @@
+// Package node holds the node services of one host: it boots sandboxes through a runtime driver, gives each
+// its own network namespace, keeps the channel (link) to each sandbox's daemon, watches for sandboxes that
+// die, and re-adopts the sandboxes still running after a node restart.
+//
+// In single-binary mode the control plane calls a Local node in-process.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/cleanup"
+	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/netns"
+	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/template"
+)
+
+// InitPath is where the daemon binary is mounted inside every sandbox.
+const InitPath = "/.airlock/init"
+
+// LinkSocket is the daemon's socket inside every sandbox.
+const LinkSocket = "/run/airlock/daemon.sock"
+
+// CreateRequest asks the node for a sandbox.
+type CreateRequest struct {
+	// ID names the sandbox.
+	ID string
+	// Template is the template name.
+	Template string
+	// Env is the base environment of the sandbox's processes ("K=V").
+	Env []string
+	// Limits are the resource limits; zero fields take the driver's defaults.
+	Limits runtime.Limits
+}
+
+// Config configures a Local node.
+type Config struct {
+	// ID names the node. Empty: "local".
+	ID string
+	// DataDir holds the node's state: DataDir/netns, DataDir/audit. Required.
+	DataDir string
+	// Driver runs the sandboxes. Required.
+	Driver runtime.Driver
+	// Templates resolves template names. Required.
+	Templates template.Registry
+	// DaemonBinary is the host path of the static daemon binary mounted into every sandbox. Required.
+	DaemonBinary string
+	// DaemonArgs are the arguments after the binary that make it run as the daemon, e.g. ["sandbox-init"].
+	DaemonArgs []string
+	// OnExit is called, from a goroutine of the node, when a sandbox stops without being destroyed through
+	// the node: its daemon or runtime died, or it ran out of memory. Nil: ignored.
+	OnExit func(id, reason string)
+	// Logger receives logs. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Local is the node of this host.
+type Local struct {
+	cfg Config
+	log *slog.Logger
+
+	mu sync.Mutex
+	// sandboxes holds the sandboxes this node runs, by ID; guarded by mu.
+	sandboxes map[string]*sandbox
+	// closed is set by Shutdown; guarded by mu.
+	closed bool
+
+	wg sync.WaitGroup // watchers
+}
+
+// sandbox is the node's view of one running sandbox.
+type sandbox struct {
+	id     string
+	link   *link.Client
+	audit  *link.FileAudit
+	cancel context.CancelFunc // stops the watcher
+	// destroying is closed when the node starts destroying the sandbox, so that the watcher does not
+	// report the exit it causes.
+	destroying chan struct{}
+}
+
+// New returns the local node. It creates its directories; call Recover before serving.
+func New(cfg Config) (*Local, error) {
+	if cfg.DataDir == "" || cfg.Driver == nil || cfg.Templates == nil || cfg.DaemonBinary == "" {
+		return nil, fmt.Errorf("node: DataDir, Driver, Templates and DaemonBinary are required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.ID == "" {
+		cfg.ID = "local"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.OnExit == nil {
+		cfg.OnExit = func(string, string) {}
+	}
+	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "netns"), filepath.Join(cfg.DataDir, "audit")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
+	return &Local{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), sandboxes: map[string]*sandbox{}}, nil
+}
+
+// ID names the node.
+func (n *Local) ID() string { return n.cfg.ID }
+
+func (n *Local) netnsPath(id string) string { return filepath.Join(n.cfg.DataDir, "netns", id) }
+
+// AuditPath is the host path of a sandbox's audit log: every message on its daemon channel, one JSON
+// object a line. It outlives the sandbox.
+func (n *Local) AuditPath(id string) string {
+	return filepath.Join(n.cfg.DataDir, "audit", id+".jsonl")
+}
+
+// CheckTemplate reports whether the node has the template (building it on first use).
+func (n *Local) CheckTemplate(ctx context.Context, name string) error {
+	_, err := n.cfg.Templates.Get(ctx, name)
+	return err
+}
+
+// CreateSandbox boots a sandbox and returns once its daemon answers. A failed create leaves nothing
+// behind on the host.
+func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return fmt.Errorf("node is shutting down: %w", errdefs.ErrUnavailable)
+	}
+	if _, ok := n.sandboxes[req.ID]; ok {
+		n.mu.Unlock()
+		return fmt.Errorf("sandbox %s: %w", req.ID, errdefs.ErrAlreadyExists)
+	}
+	n.mu.Unlock()
+
+	start := time.Now()
+	tpl, err := n.cfg.Templates.Get(ctx, req.Template)
+	if err != nil {
+		return err
+	}
+	var c cleanup.Cleanup
+	defer c.Clean()
+	ns := n.netnsPath(req.ID)
+	if err := netns.Create(ns); err != nil {
+		return err
+	}
+	c.Add(func() { _ = netns.Remove(ns) })
+
+	env := append(append([]string{}, tpl.Env...), req.Env...)
+	spec := runtime.Spec{
+		ID:         req.ID,
+		RootFS:     tpl.RootFS,
+		Mounts:     tpl.Mounts,
+		Init:       append([]string{InitPath}, append(append([]string{}, n.cfg.DaemonArgs...), "-socket", LinkSocket)...),
+		InitBinary: n.cfg.DaemonBinary,
+		Env:        env,
+		NetNS:      ns,
+		Limits:     req.Limits,
+	}
+	tNetns := time.Since(start)
+	sb, err := n.cfg.Driver.Create(ctx, spec)
+	if err != nil {
+		return err
+	}
+	tDriver := time.Since(start)
+	c.Add(func() { _ = n.cfg.Driver.Destroy(context.WithoutCancel(ctx), req.ID) })
+	if err := n.attach(ctx, req.ID, sb.LinkSocket); err != nil {
+		return err
+	}
+	c.Release()
+	n.log.Debug("sandbox created", "sandbox", req.ID, "netns", tNetns, "driver", tDriver-tNetns, "link", time.Since(start)-tDriver)
+	return nil
+}
+
+// attach dials the sandbox's daemon, registers the sandbox and starts its watcher.
+func (n *Local) attach(ctx context.Context, id, socket string) error {
+	audit, err := link.NewFileAudit(n.AuditPath(id))
+	if err != nil {
+		return fmt.Errorf("sandbox %s audit log: %w", id, err)
+	}
+	cl, err := dialWithRetry(ctx, socket, link.Options{Audit: audit, Logger: n.log.With("sandbox", id)})
+	if err != nil {
+		audit.Close()
+		return fmt.Errorf("sandbox %s: connect to daemon: %w", id, err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	s := &sandbox{id: id, link: cl, audit: audit, cancel: cancel, destroying: make(chan struct{})}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		cancel()
+		cl.Close()
+		audit.Close()
+		return fmt.Errorf("node is shutting down: %w", errdefs.ErrUnavailable)
+	}
+	n.sandboxes[id] = s
+	n.mu.Unlock()
+	n.wg.Add(1)
+	go n.watch(wctx, s)
+	return nil
+}
+
+// dialWithRetry dials the daemon socket, retrying briefly while the daemon starts listening.
+func dialWithRetry(ctx context.Context, socket string, opts link.Options) (*link.Client, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	delay := time.Millisecond
+	for {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cl, err := link.Dial(dctx, socket, opts)
+		if err == nil {
+			err = cl.Ping(dctx)
+			if err == nil {
+				cancel()
+				return cl, nil
+			}
+			cl.Close()
+		}
+		cancel()
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// watch waits for the sandbox to stop or its link to drop, and reports an exit the node did not cause.
+func (n *Local) watch(ctx context.Context, s *sandbox) {
+	defer n.wg.Done()
+	exited := make(chan runtime.Status, 1)
+	go func() {
+		st, err := n.cfg.Driver.Wait(ctx, s.id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			st = runtime.Status{Reason: "runtime lost: " + err.Error()}
+		}
+		exited <- st
+	}()
+	var reason string
+	select {
+	case <-ctx.Done():
+		return
+	case <-s.destroying:
+		return
+	case st := <-exited:
+		reason = st.Reason
+	case <-s.link.Done():
+		// The daemon's channel dropped. Either the sandbox is going down (Wait will say why in a
+		// moment) or the daemon alone died while the sandbox's runtime lives on.
+		select {
+		case st := <-exited:
+			reason = st.Reason
+		case <-time.After(2 * time.Second):
+			reason = "sandbox daemon connection lost"
+		case <-s.destroying:
+			return
+		case <-ctx.Done():
+			return
+		}
+		if reason == "sandbox exited" {
+			reason = "sandbox daemon exited"
+		}
+	}
+	select {
+	case <-s.destroying:
+		return
+	default:
+	}
+	n.log.Warn("sandbox stopped by itself", "sandbox", s.id, "reason", reason)
+	n.cfg.OnExit(s.id, reason)
+}
+
+// Link returns the channel to a sandbox's daemon.
+func (n *Local) Link(ctx context.Context, id string) (*link.Client, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s, ok := n.sandboxes[id]
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s is not running on node %s: %w", id, n.cfg.ID, errdefs.ErrFailedPrecondition)
+	}
+	return s.link, nil
+}
+
+// DestroySandbox removes the sandbox and everything of it from the host. Unknown IDs succeed, and
+// whatever a crashed node left of a sandbox is removed too.
+func (n *Local) DestroySandbox(ctx context.Context, id string) error {
+	n.mu.Lock()
+	s := n.sandboxes[id]
+	delete(n.sandboxes, id)
+	n.mu.Unlock()
+	if s != nil {
+		close(s.destroying)
+		s.cancel()
+		s.link.Close()
+		s.audit.Close()
+	}
+	err := n.cfg.Driver.Destroy(ctx, id)
+	if nerr := netns.Remove(n.netnsPath(id)); nerr != nil {
+		err = errors.Join(err, nerr)
+	}
+	return err
+}
+
+// Sandboxes reports the IDs of the sandboxes on this host, running or left over.
+func (n *Local) Sandboxes(ctx context.Context) ([]string, error) {
+	ids, err := n.cfg.Driver.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		seen[id] = true
+	}
+	entries, _ := os.ReadDir(filepath.Join(n.cfg.DataDir, "netns"))
+	for _, e := range entries {
+		if !seen[e.Name()] {
+			seen[e.Name()] = true
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// Recover re-adopts the sandboxes a previous run of the node left running: for each ID in ids whose
+// sandbox still runs, it re-opens the channel to the daemon and watches it again. It reports the IDs
+// it adopted; the caller destroys the rest.
+func (n *Local) Recover(ctx context.Context, ids []string) []string {
+	var adopted []string
+	for _, id := range ids {
+		st, err := n.cfg.Driver.Status(ctx, id)
+		if err != nil || !st.Running {
+			continue
+		}
+		sock := ""
+		if ls, ok := n.cfg.Driver.(interface{ LinkSocketPath(string) string }); ok {
+			sock = ls.LinkSocketPath(id)
+		}
+		if sock == "" {
+			continue
+		}
+		if err := n.attach(ctx, id, sock); err != nil {
+			n.log.Warn("re-adopt sandbox", "sandbox", id, "err", err)
+			continue
+		}
+		adopted = append(adopted, id)
+	}
+	return adopted
+}
+
+// Shutdown stops watching and closes every daemon channel. It does not destroy sandboxes: the control
+// plane decides that (and does, before calling Shutdown, in single-binary mode).
+func (n *Local) Shutdown(ctx context.Context) error {
+	n.mu.Lock()
+	n.closed = true
+	all := make([]*sandbox, 0, len(n.sandboxes))
+	for _, s := range n.sandboxes {
+		all = append(all, s)
+	}
+	n.mu.Unlock()
+	for _, s := range all {
+		s.cancel()
+		s.link.Close()
+		s.audit.Close()
+	}
+	done := make(chan struct{})
+	go func() { n.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,98 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// Footprint is what sandboxes leave on a host, counted so that a test can compare before and after.
+type Footprint struct {
+	// Processes are host processes of gVisor (runsc, its sentry and gofer), by PID and command line.
+	Processes []string
+	// Mounts are the host's mount points under dataDir or of types sandboxes use (overlay, nsfs, loop).
+	Mounts []string
+	// Cgroups are the cgroup directories under the sandboxes' parent, in every controller.
+	Cgroups []string
+	// NetNS are network namespace files under the data directory.
+	NetNS []string
+	// Links are the host's network interfaces (a veth left behind shows here).
+	Links []string
+	// LoopDevices are loop devices bound to a file.
+	LoopDevices []string
+	// Files are the entries of the runtime's per-sandbox directories.
+	Files []string
+}
+
+// TakeFootprint counts what sandboxes may leave on the host, for an instance using dataDir.
+func TakeFootprint(dataDir string) (Footprint, error) {
+	var f Footprint
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		cmd := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
+		if strings.Contains(cmd, "runsc") || strings.Contains(cmd, "runsc-sandbox") || strings.Contains(cmd, "runsc-gofer") {
+			f.Processes = append(f.Processes, filepath.Base(filepath.Dir(p))+" "+cmd)
+		}
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return f, err
+	}
+	for _, line := range strings.Split(string(mi), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 10 {
+			continue
+		}
+		mp := fields[4]
+		var fstype string
+		for i, x := range fields {
+			if x == "-" && i+1 < len(fields) {
+				fstype = fields[i+1]
+				break
+			}
+		}
+		if strings.HasPrefix(mp, dataDir) || fstype == "overlay" || fstype == "nsfs" || strings.HasPrefix(fields[len(fields)-2], "/dev/loop") {
+			f.Mounts = append(f.Mounts, mp+" "+fstype)
+		}
+	}
+	cg, _ := filepath.Glob("/sys/fs/cgroup/*/airlock/*")
+	for _, c := range cg {
+		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+			f.Cgroups = append(f.Cgroups, c)
+		}
+	}
+	ns, _ := filepath.Glob(filepath.Join(dataDir, "node", "netns", "*"))
+	f.NetNS = ns
+	links, _ := os.ReadDir("/sys/class/net")
+	for _, l := range links {
+		f.Links = append(f.Links, l.Name())
+	}
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, l := range loops {
+		b, _ := os.ReadFile(l)
+		f.LoopDevices = append(f.LoopDevices, strings.TrimSpace(string(b)))
+	}
+	files, _ := filepath.Glob(filepath.Join(dataDir, "runtime", "sandboxes", "*"))
+	f.Files = files
+	for _, s := range [][]string{f.Processes, f.Mounts, f.Cgroups, f.NetNS, f.Links, f.LoopDevices, f.Files} {
+		sort.Strings(s)
+	}
+	return f, nil
+}
+
+// Diff describes how after differs from before ("" when it does not).
+func (before Footprint) Diff(after Footprint) string {
+	d := cmp.Diff(before, after)
+	if d == "" {
+		return ""
+	}
+	return fmt.Sprintf("host footprint changed (-before +after):\n%s", d)
+}

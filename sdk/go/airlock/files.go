@@ -1,0 +1,149 @@
+package airlock
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+)
+
+// Paths inside a sandbox are absolute; the server rejects relative paths and ".." elements.
+
+func pathQuery(path string) url.Values { return url.Values{"path": {path}} }
+
+// ReadFile returns the contents of the file at path in the sandbox id. ReadFileStream does not hold the
+// whole file in memory.
+func (c *Client) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+	rc, err := c.ReadFileStream(ctx, id, path)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("read file %s in sandbox %s: %w", path, id, err)
+	}
+	return b, nil
+}
+
+// ReadFileStream returns the contents of the file at path in the sandbox id as a stream. The caller must
+// close it; ctx bounds the reading.
+func (c *Client) ReadFileStream(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: sandboxPath(id, "files"), query: pathQuery(path)})
+	if err != nil {
+		return nil, fmt.Errorf("read file %s in sandbox %s: %w", path, id, err)
+	}
+	return resp.Body, nil
+}
+
+// WriteFile atomically creates or replaces the file at path in the sandbox id with the contents of r,
+// creating missing parent directories. mode gives the permission bits; 0 keeps an existing file's mode,
+// or makes a new one 0644.
+func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, mode fs.FileMode) (*FileInfo, error) {
+	q := pathQuery(path)
+	if perm := mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky); perm != 0 {
+		q.Set("mode", fmt.Sprintf("%04o", unixMode(perm)))
+	}
+	if r == nil {
+		r = http.NoBody
+	}
+	resp, err := c.do(ctx, request{method: http.MethodPut, path: sandboxPath(id, "files"), query: q, body: r,
+		contentType: "application/octet-stream"})
+	if err != nil {
+		return nil, fmt.Errorf("write file %s in sandbox %s: %w", path, id, err)
+	}
+	defer resp.Body.Close()
+	var fi FileInfo
+	if err := decodeJSON(resp.Body, &fi); err != nil {
+		return nil, fmt.Errorf("write file %s in sandbox %s: %w", path, id, err)
+	}
+	return &fi, nil
+}
+
+// unixMode converts Go's mode bits to the octal bits of chmod(2).
+func unixMode(m fs.FileMode) uint32 {
+	u := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		u |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		u |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		u |= 0o1000
+	}
+	return u
+}
+
+// Stat describes path in the sandbox id, without following a final symlink.
+func (c *Client) Stat(ctx context.Context, id, path string) (*FileInfo, error) {
+	var fi FileInfo
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "files", "stat"), pathQuery(path), nil, &fi, nil); err != nil {
+		return nil, fmt.Errorf("stat %s in sandbox %s: %w", path, id, err)
+	}
+	return &fi, nil
+}
+
+// ListFiles returns the entries of the directory at path in the sandbox id.
+func (c *Client) ListFiles(ctx context.Context, id, path string) (*FileList, error) {
+	var l FileList
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "files", "list"), pathQuery(path), nil, &l, nil); err != nil {
+		return nil, fmt.Errorf("list %s in sandbox %s: %w", path, id, err)
+	}
+	return &l, nil
+}
+
+// Mkdir creates the directory path, and any missing parents, in the sandbox id. An existing directory is
+// not an error.
+func (c *Client) Mkdir(ctx context.Context, id, path string) (*FileInfo, error) {
+	var fi FileInfo
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "files", "mkdir"), nil, MkdirRequest{Path: path}, &fi, nil); err != nil {
+		return nil, fmt.Errorf("mkdir %s in sandbox %s: %w", path, id, err)
+	}
+	return &fi, nil
+}
+
+// Move moves or renames from to to in the sandbox id and describes it at its new place.
+func (c *Client) Move(ctx context.Context, id, from, to string) (*FileInfo, error) {
+	var fi FileInfo
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "files", "move"), nil, MoveRequest{From: from, To: to}, &fi, nil); err != nil {
+		return nil, fmt.Errorf("move %s to %s in sandbox %s: %w", from, to, id, err)
+	}
+	return &fi, nil
+}
+
+// Remove removes the file or empty directory at path in the sandbox id; with recursive, a whole tree.
+func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) error {
+	q := pathQuery(path)
+	if recursive {
+		q.Set("recursive", "true")
+	}
+	if err := c.doJSON(ctx, http.MethodDelete, sandboxPath(id, "files"), q, nil, nil, nil); err != nil {
+		return fmt.Errorf("remove %s in sandbox %s: %w", path, id, err)
+	}
+	return nil
+}
+
+// DownloadTar returns a tar archive of the file or directory tree at path in the sandbox id, its entry
+// names starting at path's base name. The caller must close it; ctx bounds the reading.
+func (c *Client) DownloadTar(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: sandboxPath(id, "files", "tar"), query: pathQuery(path)})
+	if err != nil {
+		return nil, fmt.Errorf("download %s from sandbox %s: %w", path, id, err)
+	}
+	return resp.Body, nil
+}
+
+// UploadTar extracts the tar archive read from r into the existing directory dir of the sandbox id.
+func (c *Client) UploadTar(ctx context.Context, id, dir string, r io.Reader) error {
+	resp, err := c.do(ctx, request{method: http.MethodPut, path: sandboxPath(id, "files", "tar"), query: pathQuery(dir), body: r,
+		contentType: "application/x-tar"})
+	if err != nil {
+		return fmt.Errorf("upload to %s in sandbox %s: %w", dir, id, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return nil
+}

@@ -1,0 +1,142 @@
+package airlock
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// CallOption configures one call.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	idempotencyKey string
+	replayed       *bool
+}
+
+// WithIdempotencyKey sends key as the Idempotency-Key header of a create: retrying the same request with
+// the same key returns the first response instead of creating a second sandbox.
+func WithIdempotencyKey(key string) CallOption {
+	return func(o *callOptions) { o.idempotencyKey = key }
+}
+
+// WithReplayed sets *replayed to whether the server answered a create by replaying an earlier response
+// with the same idempotency key.
+func WithReplayed(replayed *bool) CallOption {
+	return func(o *callOptions) { o.replayed = replayed }
+}
+
+// CreateSandbox creates and boots a sandbox and returns it once it accepts work. A sandbox that failed to
+// boot is returned without an error, with State StateFailed and a Reason: check State.
+func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest, opts ...CallOption) (*Sandbox, error) {
+	var o callOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	var hdr http.Header
+	if o.idempotencyKey != "" {
+		hdr = http.Header{"Idempotency-Key": {o.idempotencyKey}}
+	}
+	var sb Sandbox
+	respHdr, err := c.doJSONHeader(ctx, http.MethodPost, "/v1/sandboxes", nil, req, &sb, hdr)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	if o.replayed != nil {
+		*o.replayed = respHdr.Get("Idempotent-Replayed") == "true"
+	}
+	return &sb, nil
+}
+
+// GetSandbox returns the sandbox id.
+func (c *Client) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id), nil, nil, &sb, nil); err != nil {
+		return nil, fmt.Errorf("get sandbox %s: %w", id, err)
+	}
+	return &sb, nil
+}
+
+// ListOptions filters and pages ListSandboxes. The zero value lists the first page of all sandboxes.
+type ListOptions struct {
+	// States keeps sandboxes in one of these states (StateRunning, …); empty keeps all.
+	States []string
+	// Metadata keeps sandboxes whose metadata has every one of these key/value pairs.
+	Metadata map[string]string
+	// Limit is the page size (1 to 1000); 0 is the server's default.
+	Limit int
+	// Cursor is the NextCursor of the previous page; "" is the first page.
+	Cursor string
+}
+
+func (o ListOptions) query() url.Values {
+	q := url.Values{}
+	if len(o.States) > 0 {
+		q.Set("state", strings.Join(o.States, ","))
+	}
+	for k, v := range o.Metadata {
+		q.Set("metadata."+k, v)
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	return q
+}
+
+// ListSandboxes returns one page of sandboxes, newest first. Pass its NextCursor as opts.Cursor for the
+// next page; it is "" on the last page. AllSandboxes walks every page.
+func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) (*SandboxList, error) {
+	var l SandboxList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes", opts.query(), nil, &l, nil); err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	return &l, nil
+}
+
+// AllSandboxes yields every sandbox that opts selects, fetching page after page (opts.Limit is the page
+// size). It stops at the first error, which it yields with a zero Sandbox.
+func (c *Client) AllSandboxes(ctx context.Context, opts ListOptions) iter.Seq2[Sandbox, error] {
+	return func(yield func(Sandbox, error) bool) {
+		for {
+			page, err := c.ListSandboxes(ctx, opts)
+			if err != nil {
+				yield(Sandbox{}, err)
+				return
+			}
+			for _, sb := range page.Sandboxes {
+				if !yield(sb, nil) {
+					return
+				}
+			}
+			if page.NextCursor == "" || page.NextCursor == opts.Cursor {
+				return
+			}
+			opts.Cursor = page.NextCursor
+		}
+	}
+}
+
+// DeleteSandbox destroys the sandbox id and everything in it.
+func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
+	if err := c.doJSON(ctx, http.MethodDelete, sandboxPath(id), nil, nil, nil, nil); err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// SetTimeout makes the sandbox id end seconds from now and returns it with its new EndsAt.
+func (c *Client) SetTimeout(ctx context.Context, id string, seconds int) (*Sandbox, error) {
+	var sb Sandbox
+	err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "timeout"), nil, SetTimeoutRequest{TimeoutSeconds: seconds}, &sb, nil)
+	if err != nil {
+		return nil, fmt.Errorf("set timeout of sandbox %s: %w", id, err)
+	}
+	return &sb, nil
+}

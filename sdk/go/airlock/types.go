@@ -1,0 +1,185 @@
+package airlock
+
+import "time"
+
+// Sandbox states, as the API reports them.
+const (
+	StateCreating = "creating"
+	StateRunning  = "running"
+	StateStopping = "stopping"
+	StateStopped  = "stopped"
+	StateFailed   = "failed"
+)
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes. Zero fields take the server's defaults.
+type CreateSandboxRequest struct {
+	// Template to boot; "" is "default".
+	Template string `json:"template,omitempty"`
+	// Env is the base environment of every process in the sandbox. It is never stored or logged.
+	Env map[string]string `json:"env,omitempty"`
+	// CPU is the CPU quota in millicores (1000 = one core); 0 is 1000.
+	CPU int `json:"cpu,omitempty"`
+	// MemoryMB is the memory limit in MiB; 0 is 512.
+	MemoryMB int `json:"memory_mb,omitempty"`
+	// DiskMB is the size of the writable layer in MiB; 0 is 1024.
+	DiskMB int `json:"disk_mb,omitempty"`
+	// TimeoutSeconds is the sandbox's lifetime; 0 is 300. When it passes, the sandbox is destroyed.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// Metadata are the caller's labels, filterable in lists.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// Sandbox is a sandbox as the API reports it.
+type Sandbox struct {
+	ID             string            `json:"id"`
+	Template       string            `json:"template"`
+	State          string            `json:"state"`
+	Reason         string            `json:"reason,omitempty"`
+	CPU            int               `json:"cpu"`
+	MemoryMB       int               `json:"memory_mb"`
+	DiskMB         int               `json:"disk_mb"`
+	TimeoutSeconds int               `json:"timeout_seconds"`
+	Metadata       map[string]string `json:"metadata"`
+	CreatedAt      time.Time         `json:"created_at"`
+	StartedAt      *time.Time        `json:"started_at,omitempty"`
+	EndsAt         *time.Time        `json:"ends_at,omitempty"`
+	StoppedAt      *time.Time        `json:"stopped_at,omitempty"`
+}
+
+// SandboxList is one page of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes  []Sandbox `json:"sandboxes"`
+	NextCursor string    `json:"next_cursor,omitempty"`
+}
+
+// SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the sandbox ends TimeoutSeconds from now.
+type SetTimeoutRequest struct {
+	TimeoutSeconds int `json:"timeout_seconds"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec (run to completion), and the first message of
+// the exec WebSocket stream.
+type ExecRequest struct {
+	// Cmd is the argv; Cmd[0] is looked up in PATH.
+	Cmd []string `json:"cmd"`
+	// Env adds to the sandbox's environment.
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd is the working directory; "" is the user's home.
+	Cwd string `json:"cwd,omitempty"`
+	// User runs the process as this user ("user", the default, or "root", or a uid).
+	User string `json:"user,omitempty"`
+	// Stdin is fed to the process, then closed (run-to-completion exec only).
+	Stdin string `json:"stdin,omitempty"`
+	// TimeoutSeconds kills the process after this long (run-to-completion exec: default 60, max 3600).
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// PTY runs the process on a terminal of this size (stream only).
+	PTY *PTYSize `json:"pty,omitempty"`
+}
+
+// PTYSize is a terminal size.
+type PTYSize struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+// ExecResult is the response of a run-to-completion exec.
+type ExecResult struct {
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that killed the process, if one did.
+	Signal          string `json:"signal,omitempty"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	TimedOut        bool   `json:"timed_out,omitempty"`
+	DurationMS      int64  `json:"duration_ms"`
+}
+
+// Process is a process the in-sandbox daemon started.
+type Process struct {
+	ID        string    `json:"id"`
+	PID       int       `json:"pid"`
+	Cmd       []string  `json:"cmd"`
+	User      string    `json:"user"`
+	PTY       bool      `json:"pty"`
+	Running   bool      `json:"running"`
+	ExitCode  *int      `json:"exit_code,omitempty"`
+	Signal    string    `json:"signal,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+// ProcessList is the response of GET /v1/sandboxes/{id}/processes.
+type ProcessList struct {
+	Processes []Process `json:"processes"`
+}
+
+// SignalRequest is the body of POST /v1/sandboxes/{id}/processes/{pid}/signal.
+type SignalRequest struct {
+	// Signal is a name ("TERM", "SIGKILL") or a number.
+	Signal string `json:"signal"`
+}
+
+// FileInfo describes a file in a sandbox.
+type FileInfo struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+	// Type is "file", "dir", "symlink" or "other".
+	Type    string    `json:"type"`
+	Size    int64     `json:"size"`
+	Mode    string    `json:"mode"` // octal permission bits, e.g. "0644"
+	ModTime time.Time `json:"mod_time"`
+	// Target is a symlink's target.
+	Target string `json:"target,omitempty"`
+}
+
+// FileList is the response of GET /v1/sandboxes/{id}/files/list.
+type FileList struct {
+	Entries []FileInfo `json:"entries"`
+}
+
+// MkdirRequest is the body of POST /v1/sandboxes/{id}/files/mkdir; parents are created as needed.
+type MkdirRequest struct {
+	Path string `json:"path"`
+}
+
+// MoveRequest is the body of POST /v1/sandboxes/{id}/files/move.
+type MoveRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// ErrorBody is every error response: {"error":{"code":"not_found","message":"…"}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the code and message of an API error.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Stream messages of the exec and attach WebSockets. Text frames carry JSON StreamMessage values; binary
+// frames carry process data, their first byte naming the stream (StreamStdin, StreamStdout, StreamStderr).
+const (
+	StreamStdin  byte = 0
+	StreamStdout byte = 1
+	StreamStderr byte = 2
+)
+
+// StreamMessage is a JSON control message on an exec or attach WebSocket.
+//
+// Client to server: "resize" (Rows, Cols), "signal" (Signal), "close_stdin".
+// Server to client: "started" (ProcessID), "exit" (ExitCode, Signal), "dropped" (Stream, Bytes: output
+// that was produced while no client was attached and did not fit the buffer), "error" (Error).
+type StreamMessage struct {
+	Type      string       `json:"type"`
+	ProcessID string       `json:"process_id,omitempty"`
+	Rows      int          `json:"rows,omitempty"`
+	Cols      int          `json:"cols,omitempty"`
+	Signal    string       `json:"signal,omitempty"`
+	ExitCode  *int         `json:"exit_code,omitempty"`
+	Stream    string       `json:"stream,omitempty"`
+	Bytes     int64        `json:"bytes,omitempty"`
+	Error     *ErrorDetail `json:"error,omitempty"`
+}
