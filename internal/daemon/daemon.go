@@ -61,6 +61,11 @@ type Config struct {
 	DefaultUser User
 	// Path is the PATH of processes whose request does not set one. Empty means DefaultPath.
 	Path string
+	// Env is the sandbox's base environment ("K=V"): every process gets it, over the defaults (PATH,
+	// HOME, USER, LOGNAME) and under its request's own entries. HOME, USER and LOGNAME in Env are
+	// ignored: they follow the user a process runs as. Main sets it from its own environment, which is
+	// the template's plus the one the sandbox was created with.
+	Env []string
 	// OutputBuffer bounds the bytes kept per output stream of a tracked (started) process while nobody
 	// consumes them; older bytes are dropped and attachments are told how many. Zero means 1 MiB.
 	OutputBuffer int

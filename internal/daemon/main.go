@@ -57,6 +57,7 @@ func Main(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	return run(*socket, Config{
 		DefaultUser: User{Name: *userName, UID: *uid, GID: *gid, Home: *home},
+		Env:         os.Environ(),
 		ReapAll:     true,
 	}, log)
 }

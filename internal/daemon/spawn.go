@@ -136,15 +136,22 @@ func (s *server) buildEnv(id identity, reqEnv []string, tty bool) []string {
 		k, _, _ := strings.Cut(e, "=")
 		index[k] = i
 	}
-	for _, e := range reqEnv {
-		k, _, _ := strings.Cut(e, "=")
-		if i, ok := index[k]; ok {
-			env[i] = e
-			continue
+	overlay := func(entries []string, skipIdentity bool) {
+		for _, e := range entries {
+			k, _, _ := strings.Cut(e, "=")
+			if skipIdentity && (k == "HOME" || k == "USER" || k == "LOGNAME") {
+				continue
+			}
+			if i, ok := index[k]; ok {
+				env[i] = e
+				continue
+			}
+			index[k] = len(env)
+			env = append(env, e)
 		}
-		index[k] = len(env)
-		env = append(env, e)
 	}
+	overlay(s.cfg.Env, true)
+	overlay(reqEnv, false)
 	return env
 }
 

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -373,6 +375,17 @@ except OSError as e:
 		}
 	})
 
+	t.Run("runtime killed", func(t *testing.T) {
+		sb := create(t, e, airlock.CreateSandboxRequest{})
+		if err := syscall.Kill(sandboxPID(t, e, sb.ID), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		got := waitState(t, e, sb.ID, airlock.StateFailed, 30*time.Second)
+		if got.Reason == "" {
+			t.Errorf("sandbox whose runtime was killed is failed without a reason")
+		}
+	})
+
 	t.Run("daemon killed", func(t *testing.T) {
 		sb := create(t, e, airlock.CreateSandboxRequest{})
 		out, err := exec.Command("runsc", "--root="+filepath.Join(e.DataDir, "runtime", "runsc"), "kill", sb.ID, "KILL").CombinedOutput()
@@ -387,6 +400,22 @@ except OSError as e:
 			t.Errorf("exec in a failed sandbox = %v; want ErrFailedPrecondition", err)
 		}
 	})
+}
+
+// sandboxPID reads the host PID of a sandbox's gVisor sandbox process from runsc.
+func sandboxPID(t *testing.T, e *testenv.Env, id string) int {
+	t.Helper()
+	out, err := exec.Command("runsc", "--root="+filepath.Join(e.DataDir, "runtime", "runsc"), "state", id).Output()
+	if err != nil {
+		t.Fatalf("runsc state %s: %v", id, err)
+	}
+	var st struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 0 {
+		t.Fatalf("runsc state %s: %q, %v", id, out, err)
+	}
+	return st.Pid
 }
 
 func waitState(t *testing.T, e *testenv.Env, id, state string, limit time.Duration) *airlock.Sandbox {
