@@ -66,6 +66,18 @@ func TestExecPython(t *testing.T) {
 	if res.ExitCode != 3 || res.Stdout != "out\nhi /home/user user /home/user\n" || res.Stderr != "err\n" {
 		t.Errorf("exec = %+v; want exit 3 with separate streams, env, non-root user in its home", res)
 	}
+	// Every message on the daemon channel is in the sandbox's audit log; env values are not.
+	run(t, e, sb.ID, airlock.ExecRequest{Cmd: []string{"true"}, Env: map[string]string{"TOKEN": "s3cr3t-value-4711"}})
+	audit, err := os.ReadFile(filepath.Join(e.DataDir, "node", "audit", sb.ID+".jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(audit), `"op":"exec"`) || strings.Count(string(audit), "\n") < 4 {
+		t.Errorf("audit log lacks the exec calls:\n%s", truncate(string(audit)))
+	}
+	if strings.Contains(string(audit), "s3cr3t-value-4711") {
+		t.Errorf("audit log holds an env value")
+	}
 	res = run(t, e, sb.ID, airlock.ExecRequest{Cmd: []string{"id", "-u"}, User: "root"})
 	if strings.TrimSpace(res.Stdout) != "0" {
 		t.Errorf("id -u as root = %q; want 0", res.Stdout)

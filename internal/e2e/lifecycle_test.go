@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/airlockrun/airlock/internal/testenv"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
@@ -172,6 +174,12 @@ func TestBadInput(t *testing.T) {
 		{"tar dotdot", "GET", sbURL + "/files/tar?path=/a/../..", "", false, 400},
 		{"tar upload garbage", "PUT", sbURL + "/files/tar?path=/home/user", "this is not a tar archive, not at all, no", false, 400},
 		{"no route", "GET", "/v1/nothing", "", false, 404},
+		{"processes bad id", "GET", "/v1/sandboxes/sb_%2e%2e/processes", "", false, 400},
+		{"attach bad pid", "GET", sbURL + "/processes/a%20b/attach", "", false, 400},
+		{"attach unknown pid", "GET", sbURL + "/processes/nosuchproc/attach", "", false, 404},
+		{"attach bad offset", "GET", sbURL + "/processes/p1/attach?stdout_offset=-1", "", false, 400},
+		{"stream bad id", "GET", "/v1/sandboxes/sb_nope/exec/stream", "", false, 400},
+		{"stream unknown sandbox", "GET", "/v1/sandboxes/sb_aaaaaaaaaaaaaaaaaaaaaaaaaa/exec/stream", "", false, 404},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -199,6 +207,24 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("%s %s: status %d (%s); want %d", tc.method, truncate(tc.path), resp.StatusCode, truncate(string(b)), tc.want)
 			}
 		})
+	}
+	// The exec stream: a malformed first message is an error message and a close, not a process.
+	for _, first := range []string{`{"cmd":`, `{"cmd":[]}`, `{"cmd":["true"],"bogus":1}`, `{"cmd":["true"],"cwd":"/../.."}`} {
+		ctx := ctxT(t, 30*time.Second)
+		hdr := http.Header{"Authorization": {"Bearer " + e.APIKey}}
+		conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.URL, "http")+sbURL+"/exec/stream", &websocket.DialOptions{HTTPHeader: hdr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.Write(ctx, websocket.MessageText, []byte(first)); err != nil {
+			t.Fatal(err)
+		}
+		_, msg, err := conn.Read(ctx)
+		var m airlock.StreamMessage
+		if err != nil || json.Unmarshal(msg, &m) != nil || m.Type != "error" || m.Error == nil || m.Error.Code != "invalid_argument" {
+			t.Errorf("stream with first message %s: %q, %v; want an invalid_argument error message", first, msg, err)
+		}
+		conn.CloseNow()
 	}
 	if _, err := os.Stat(hostMarker); err == nil {
 		t.Errorf("a request wrote %s on the host", hostMarker)
