@@ -37,6 +37,21 @@ func BenchmarkExecTrue(b *testing.B) {
 	}
 }
 
+// BenchmarkExecTrueReapAll is BenchmarkExecTrue with the PID-1 style reaper the sandbox init uses.
+func BenchmarkExecTrueReapAll(b *testing.B) {
+	cfg := testConfig(b)
+	cfg.ReapAll = true
+	d := startDaemon(b, cfg)
+	c := d.dial(b, link.Options{})
+	ctx := context.Background()
+	req := proto.ExecRequest{Argv: []string{"true"}}
+	for b.Loop() {
+		if _, err := c.Exec(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkExecTrueParallel runs execs of `true` concurrently over one connection.
 func BenchmarkExecTrueParallel(b *testing.B) {
 	d := startDaemon(b, testConfig(b))

@@ -66,8 +66,9 @@ type Config struct {
 	// ignored: they follow the user a process runs as. Main sets it from its own environment, which is
 	// the template's plus the one the sandbox was created with.
 	Env []string
-	// OutputBuffer bounds the bytes kept per output stream of a tracked (started) process while nobody
-	// consumes them; older bytes are dropped and attachments are told how many. Zero means 1 MiB.
+	// OutputBuffer bounds the bytes kept per output stream of a tracked (started) process. While a client
+	// is attached, a full buffer blocks the process (back-pressure); while nobody is attached the oldest
+	// bytes are dropped and the next attachment is told how many. Zero means 1 MiB.
 	OutputBuffer int
 	// ExecOutput is the largest number of bytes an exec keeps per output stream. Zero means 8 MiB.
 	ExecOutput int64

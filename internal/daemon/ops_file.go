@@ -107,7 +107,7 @@ func (s *server) readFile(st *stream, req *proto.ReadFileRequest) (proto.ReadFil
 		if err != nil {
 			return proto.ReadFileResult{}, err
 		}
-		payload := proto.AppendData(make([]byte, 0, proto.DataHeaderSize+n), proto.ChannelStdout, sent, nil)
+		payload := proto.AppendData(bufs.Get(proto.DataHeaderSize + n)[:0], proto.ChannelStdout, sent, nil)
 		got, rerr := io.ReadFull(r, payload[proto.DataHeaderSize:proto.DataHeaderSize+n])
 		if got == 0 {
 			st.send.Unreserve(n)
@@ -115,10 +115,14 @@ func (s *server) readFile(st *stream, req *proto.ReadFileRequest) (proto.ReadFil
 			st.send.Release(n - got)
 		}
 		if got > 0 {
-			if err := st.writeDataPayload(payload[:proto.DataHeaderSize+got]); err != nil {
+			err := st.writeDataPayload(payload[:proto.DataHeaderSize+got])
+			bufs.Put(payload)
+			if err != nil {
 				return proto.ReadFileResult{}, err
 			}
 			sent += int64(got)
+		} else {
+			bufs.Put(payload)
 		}
 		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
 			return proto.ReadFileResult{Size: sent}, nil
@@ -175,7 +179,7 @@ func (s *server) writeFile(st *stream, req *proto.WriteFileRequest) (_ proto.Fil
 	}
 	var size int64
 	for {
-		b, rerr := st.read(st.ctx)
+		b, buf, rerr := st.readBuf(st.ctx)
 		if rerr == io.EOF {
 			break
 		}
@@ -186,7 +190,9 @@ func (s *server) writeFile(st *stream, req *proto.WriteFileRequest) (_ proto.Fil
 		if size > s.cfg.MaxFileSize {
 			return proto.FileInfo{}, fmt.Errorf("write file %s: larger than %d bytes: %w", path, s.cfg.MaxFileSize, errdefs.ErrTooLarge)
 		}
-		if _, err := tmp.Write(b); err != nil {
+		_, err := tmp.Write(b)
+		bufs.Put(buf)
+		if err != nil {
 			return proto.FileInfo{}, fmt.Errorf("write file %s: %w", path, mapErrno(err))
 		}
 	}

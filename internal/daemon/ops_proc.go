@@ -126,7 +126,8 @@ func (s *server) exec(st *stream, req *proto.ExecRequest) (proto.ExecResult, err
 			if i == 1 {
 				ch = proto.ChannelStderr
 			}
-			buf := make([]byte, 32<<10)
+			buf := bufs.Get(proto.ChunkSize)
+			defer bufs.Put(buf)
 			sendOK := true
 			for {
 				n, err := f.Read(buf)
@@ -202,9 +203,11 @@ func (s *server) exec(st *stream, req *proto.ExecRequest) (proto.ExecResult, err
 }
 
 // attach streams a tracked process's output from the given offsets (nil: first undelivered byte) until
-// the process finished or the client detached, and feeds the client's data to its stdin.
+// the process finished or the client detached, and feeds the client's data to its stdin. While attached,
+// the process's output is back-pressured rather than dropped (see process.pump).
 func (s *server) attach(st *stream, p *process, stdoutOff, stderrOff *int64) (proto.AttachResult, error) {
-	var cursor [2]int64
+	a := &attachment{}
+	cursor := &a.cursor // written under p.mu; read freely by this goroutine, its only writer
 	p.mu.Lock()
 	for i, o := range []*int64{stdoutOff, stderrOff} {
 		if o == nil {
@@ -214,7 +217,14 @@ func (s *server) attach(st *stream, p *process, stdoutOff, stderrOff *int64) (pr
 		}
 	}
 	info := p.infoLocked()
+	p.attached[a] = struct{}{}
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.attached, a)
+		p.notifyLocked() // a pump waiting for this attachment may go on
+		p.mu.Unlock()
+	}()
 	if err := st.sendEvent(proto.Event{Kind: proto.EventStarted, Process: &info}); err != nil {
 		return proto.AttachResult{}, err
 	}
@@ -268,7 +278,7 @@ func (s *server) attach(st *stream, p *process, stdoutOff, stderrOff *int64) (pr
 
 		if pick >= 0 {
 			next = (pick + 1) % 2
-			if err := s.sendOutput(st, p, pick, &cursor); err != nil {
+			if err := s.sendOutput(st, p, pick, cursor); err != nil {
 				return proto.AttachResult{}, err
 			}
 			continue
@@ -300,7 +310,8 @@ func (s *server) sendOutput(st *stream, p *process, i int, cursor *[2]int64) err
 	if err != nil {
 		return err
 	}
-	payload := make([]byte, proto.DataHeaderSize+n)
+	payload := bufs.Get(proto.DataHeaderSize + n)
+	defer bufs.Put(payload)
 	var drops []proto.Dropped
 	p.mu.Lock()
 	for k := range cursor {
@@ -327,11 +338,12 @@ func (s *server) sendOutput(st *stream, p *process, i int, cursor *[2]int64) err
 	if err := st.writeDataPayload(payload); err != nil {
 		return err
 	}
-	cursor[i] = off + int64(got)
 	p.mu.Lock()
+	cursor[i] = off + int64(got)
 	if cursor[i] > p.out[i].delivered {
 		p.out[i].delivered = cursor[i]
 	}
+	p.notifyLocked() // room for a pump waiting on this attachment
 	p.mu.Unlock()
 	return nil
 }

@@ -726,3 +726,83 @@ func TestReapAllMode(t *testing.T) {
 		t.Errorf("Exec with timeout = %+v, %v; want timed out", res, err)
 	}
 }
+
+// gateWriter blocks writes until open is closed, then counts bytes.
+type gateWriter struct {
+	open chan struct{}
+	mu   sync.Mutex
+	n    int64
+}
+
+func (w *gateWriter) Write(p []byte) (int, error) {
+	<-w.open
+	w.mu.Lock()
+	w.n += int64(len(p))
+	w.mu.Unlock()
+	return len(p), nil
+}
+
+// TestSlowConsumer: while a client is attached, output is back-pressured (the process blocks) instead
+// of dropped or buffered without bound; other calls on the connection are not held up, and once the
+// consumer resumes every byte arrives.
+func TestSlowConsumer(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.OutputBuffer = 64 << 10
+	d := startDaemon(t, cfg)
+	c := d.dial(t, link.Options{})
+	ctx := testCtx(t)
+	w := &gateWriter{open: make(chan struct{})}
+	const total = 20 << 20
+	p, err := c.Start(ctx, proto.StartRequest{Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}}, link.ProcessOptions{Stdout: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("Ping while a consumer is stalled: %v", err)
+	}
+	list, err := c.ListProcesses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].State != proto.StateRunning || list[0].StdoutEnd > 4<<20 {
+		t.Errorf("while stalled: %+v; want the process running, blocked after a few MiB", list)
+	}
+	close(w.open)
+	if _, err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n != total || p.Dropped() != 0 {
+		t.Errorf("delivered %d, dropped %d; want %d, 0", w.n, p.Dropped(), total)
+	}
+}
+
+// TestStalledConsumerAfterExit: a process that exits while its only client is stalled finishes anyway;
+// what did not fit in the buffer is reported dropped.
+func TestStalledConsumerAfterExit(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.OutputBuffer = 64 << 10
+	cfg.DrainTimeout = 50 * time.Millisecond
+	d := startDaemon(t, cfg)
+	c := d.dial(t, link.Options{})
+	ctx := testCtx(t)
+	w := &gateWriter{open: make(chan struct{})}
+	p, err := c.Start(ctx, proto.StartRequest{Argv: []string{"sh", "-c", "head -c 10485760 /dev/zero & sleep 0.2; kill -9 $$"}}, link.ProcessOptions{Stdout: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitProcess(ctx, p.ID()); err != nil {
+		t.Fatal(err)
+	}
+	close(w.open)
+	if _, err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n+p.Dropped() > 10<<20 || w.n == 0 {
+		t.Errorf("delivered %d + dropped %d; want some delivered, at most 10 MiB in all", w.n, p.Dropped())
+	}
+}

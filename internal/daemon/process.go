@@ -36,10 +36,18 @@ type process struct {
 	finishedCh chan struct{} // closed (under mu) when exited and all output was read
 
 	mu       sync.Mutex
-	out      [2]outBuf         // guarded by mu; stdout, stderr (a PTY uses only stdout)
-	exit     *proto.ExitStatus // guarded by mu
-	finished bool              // guarded by mu
-	changed  chan struct{}     // guarded by mu; closed and replaced on every change of out or state
+	out      [2]outBuf                // guarded by mu; stdout, stderr (a PTY uses only stdout)
+	exit     *proto.ExitStatus        // guarded by mu
+	finished bool                     // guarded by mu
+	changed  chan struct{}            // guarded by mu; closed and replaced on every change of out, state or cursors
+	attached map[*attachment]struct{} // guarded by mu; clients streaming the output
+	waiting  int                      // guarded by mu; pumps waiting for an attachment to catch up
+	stopped  bool                     // guarded by mu; pumps stop back-pressure and stop reading
+}
+
+// attachment is one client streaming a process's output.
+type attachment struct {
+	cursor [2]int64 // guarded by process.mu; next offset to send per stream
 }
 
 type outBuf struct {
@@ -82,6 +90,7 @@ func (s *server) startProcess(req *proto.StartRequest) (*process, error) {
 		exitedCh:   make(chan struct{}),
 		finishedCh: make(chan struct{}),
 		changed:    make(chan struct{}),
+		attached:   make(map[*attachment]struct{}),
 	}
 	for i := range p.out {
 		p.out[i].ring.max = s.cfg.OutputBuffer
@@ -119,16 +128,34 @@ func (p *process) notifyLocked() {
 	p.changed = make(chan struct{})
 }
 
-// pump copies one output stream into its ring.
+// pump copies one output stream into its ring. While clients are attached it never overwrites bytes
+// they have not been sent yet: it waits, so the process blocks on a full pipe (back-pressure). With
+// nobody attached (or once stopped) the ring keeps the newest bytes and drops the oldest.
 func (p *process) pump(i int, f *os.File) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := f.Read(buf)
-		if n > 0 {
+		data := buf[:n]
+		for len(data) > 0 {
 			p.mu.Lock()
-			p.out[i].ring.write(buf[:n])
+			room := len(data)
+			if !p.stopped {
+				room = min(room, p.roomLocked(i))
+			}
+			if room <= 0 {
+				changed := p.changed
+				p.waiting++
+				p.mu.Unlock()
+				<-changed
+				p.mu.Lock()
+				p.waiting--
+				p.mu.Unlock()
+				continue
+			}
+			p.out[i].ring.write(data[:room])
 			p.notifyLocked()
 			p.mu.Unlock()
+			data = data[room:]
 		}
 		if err != nil {
 			break
@@ -140,8 +167,24 @@ func (p *process) pump(i int, f *os.File) {
 	p.mu.Unlock()
 }
 
-// monitor waits for the exit, then for the output (at most DrainTimeout), then closes the files and
-// marks the process finished.
+// roomLocked reports how many bytes stream i can take without evicting a byte an attached client has
+// not been sent.
+func (p *process) roomLocked(i int) int {
+	r := &p.out[i].ring
+	if len(p.attached) == 0 {
+		return r.max
+	}
+	keep := r.end
+	for a := range p.attached {
+		keep = min(keep, max(a.cursor[i], r.first()))
+	}
+	return r.max - int(r.end-keep)
+}
+
+// monitor waits for the exit, then for the output, then closes the files and marks the process
+// finished. After the exit it stops reading once DrainTimeout passes without progress: descendants may
+// hold the output pipes open forever. Progress means an attached client catching up while a pump waits
+// for it; a stalled client therefore makes the remaining output be dropped instead of kept back.
 func (p *process) monitor(sp *spawned, pumpDone chan struct{}) {
 	<-p.child.done
 	st := exitStatus(p.child.status)
@@ -155,13 +198,25 @@ func (p *process) monitor(sp *spawned, pumpDone chan struct{}) {
 	drain := time.NewTimer(p.srv.cfg.DrainTimeout)
 	defer drain.Stop()
 	for pending := len(sp.outs); pending > 0; {
+		p.mu.Lock()
+		changed, backlog := p.changed, p.waiting > 0
+		p.mu.Unlock()
 		select {
 		case <-pumpDone:
 			pending--
+		case <-changed:
+			if backlog {
+				drain.Reset(p.srv.cfg.DrainTimeout)
+			}
 		case <-drain.C:
+			p.mu.Lock()
+			p.stopped = true
+			p.notifyLocked()
+			p.mu.Unlock()
 			for _, f := range sp.outs {
 				f.Close() // interrupts the pumps
 			}
+			drain.Reset(time.Hour) // the pumps end now
 		}
 	}
 	sp.closeAll()

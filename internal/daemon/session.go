@@ -62,10 +62,13 @@ func (s *session) serve() {
 	s.handlers.Wait()
 }
 
+// bufs recycles data frame buffers of all sessions.
+var bufs proto.BufPool
+
 func (s *session) readLoop() error {
 	br := bufio.NewReaderSize(s.conn, 64<<10)
 	for {
-		f, err := proto.ReadFrame(br)
+		f, err := proto.ReadFrameBuf(br, bufs.Get)
 		if err != nil {
 			return err
 		}
@@ -91,7 +94,7 @@ func (s *session) dispatch(f proto.Frame) error {
 			return err
 		}
 		if st := s.lookup(f.Stream); st != nil {
-			return st.pushData(d.Bytes)
+			return st.pushData(f.Payload, len(d.Bytes))
 		}
 	case proto.TypeClose:
 		if st := s.lookup(f.Stream); st != nil {
@@ -173,7 +176,7 @@ type stream struct {
 	send   *proto.SendWindow
 
 	mu   sync.Mutex
-	in   [][]byte         // guarded by mu; received data not yet read
+	in   [][]byte         // guarded by mu; received data payloads (with their header) not yet read
 	eof  bool             // guarded by mu; the client sent close
 	win  proto.RecvWindow // guarded by mu
 	wake chan struct{}    // signalled (non-blocking) when in or eof change
@@ -184,17 +187,18 @@ func newStream(s *session, id uint32, op proto.Op) *stream {
 	return &stream{id: id, op: op, sess: s, ctx: ctx, cancel: cancel, send: proto.NewSendWindow(), wake: make(chan struct{}, 1)}
 }
 
-func (st *stream) pushData(b []byte) error {
+// pushData queues a data payload (header included) carrying n bytes.
+func (st *stream) pushData(payload []byte, n int) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.eof {
 		return nil // data after close is ignored
 	}
-	if err := st.win.Received(len(b)); err != nil {
+	if err := st.win.Received(n); err != nil {
 		return err
 	}
-	if len(b) > 0 {
-		st.in = append(st.in, b)
+	if n > 0 {
+		st.in = append(st.in, payload)
 	}
 	st.signalLocked()
 	return nil
@@ -217,28 +221,36 @@ func (st *stream) signalLocked() {
 // read returns the next chunk of client data, io.EOF after the client's close, or ctx's error (ctx is
 // the stream's context or one derived from it). The chunk is owned by the caller.
 func (st *stream) read(ctx context.Context) ([]byte, error) {
+	b, _, err := st.readBuf(ctx)
+	return b, err
+}
+
+// readBuf is read that also returns the buffer holding the chunk, for recycling with bufs.Put once the
+// chunk is no longer used.
+func (st *stream) readBuf(ctx context.Context) (data, buf []byte, err error) {
 	for {
 		st.mu.Lock()
 		if len(st.in) > 0 {
-			b := st.in[0]
+			buf := st.in[0]
 			st.in[0] = nil
 			st.in = st.in[1:]
-			credit := st.win.Consumed(len(b))
+			data := buf[proto.DataHeaderSize:]
+			credit := st.win.Consumed(len(data))
 			st.mu.Unlock()
 			if credit > 0 {
 				st.sess.writeFrame(proto.TypeWindow, st.id, proto.EncodeWindow(credit))
 			}
-			return b, nil
+			return data, buf, nil
 		}
 		eof := st.eof
 		st.mu.Unlock()
 		if eof {
-			return nil, io.EOF
+			return nil, nil, io.EOF
 		}
 		select {
 		case <-st.wake:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 }
@@ -247,17 +259,20 @@ func (st *stream) read(ctx context.Context) ([]byte, error) {
 func (st *stream) reader() io.Reader { return &streamReader{st: st} }
 
 type streamReader struct {
-	st  *stream
-	buf []byte
+	st    *stream
+	chunk []byte // the chunk being consumed, recycled once consumed
+	buf   []byte // the unread rest of chunk
 }
 
 func (r *streamReader) Read(p []byte) (int, error) {
 	for len(r.buf) == 0 {
-		b, err := r.st.read(r.st.ctx)
+		bufs.Put(r.chunk)
+		r.chunk = nil
+		b, chunk, err := r.st.readBuf(r.st.ctx)
 		if err != nil {
 			return 0, err
 		}
-		r.buf = b
+		r.chunk, r.buf = chunk, b
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
@@ -282,8 +297,10 @@ func (st *stream) sendData(ch proto.Channel, off int64, b []byte) error {
 
 // writeData sends one data frame for which the caller acquired credit.
 func (st *stream) writeData(ch proto.Channel, off int64, b []byte) error {
-	payload := proto.AppendData(make([]byte, 0, proto.DataHeaderSize+len(b)), ch, off, b)
-	return st.sess.writeFrame(proto.TypeData, st.id, payload)
+	payload := proto.AppendData(bufs.Get(proto.DataHeaderSize + len(b))[:0], ch, off, b)
+	err := st.sess.writeFrame(proto.TypeData, st.id, payload)
+	bufs.Put(payload)
+	return err
 }
 
 // writeDataPayload sends a data payload built by the caller (with proto.AppendData).

@@ -70,6 +70,7 @@ func (c *Client) Exec(ctx context.Context, req proto.ExecRequest) (proto.ExecRes
 			if room := limit - int64(outs[i].Len()); room > 0 {
 				outs[i].Write(it.data.Bytes[:min(int64(len(it.data.Bytes)), room)])
 			}
+			it.release()
 		case itemResponse:
 			var res proto.ExecResult
 			if err := st.decodeResponse(it.resp, &res); err != nil {
@@ -217,10 +218,12 @@ func (c *Client) download(ctx context.Context, op proto.Op, args any, w io.Write
 			if it.data.Channel != proto.ChannelStdout || it.data.Offset != off {
 				return fmt.Errorf("%s: daemon sent data out of order: %w", op, errdefs.ErrInternal)
 			}
-			if _, err := w.Write(it.data.Bytes); err != nil {
+			_, err := w.Write(it.data.Bytes)
+			off += int64(len(it.data.Bytes))
+			it.release()
+			if err != nil {
 				return fmt.Errorf("%s: write: %w", op, err)
 			}
-			off += int64(len(it.data.Bytes))
 		case itemResponse:
 			return st.decodeResponse(it.resp, nil)
 		}
@@ -285,6 +288,7 @@ func (c *Client) listCall(ctx context.Context, op proto.Op, args any, fn func([]
 		switch it.kind {
 		case itemData:
 			pending = append(pending, it.data.Bytes...)
+			it.release()
 			for {
 				i := bytes.IndexByte(pending, '\n')
 				if i < 0 {

@@ -119,7 +119,7 @@ func (c *Client) readLoop() {
 	defer close(c.readerEnd)
 	br := bufio.NewReaderSize(c.conn, 64<<10)
 	for {
-		f, err := proto.ReadFrame(br)
+		f, err := proto.ReadFrameBuf(br, bufs.Get)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 				c.shutdown(fmt.Errorf("connection to daemon closed: %w", errdefs.ErrUnavailable))
@@ -158,7 +158,7 @@ func (c *Client) dispatch(f proto.Frame) error {
 			return err
 		}
 		if st != nil {
-			return st.push(item{kind: itemData, data: d}, len(d.Bytes))
+			return st.push(item{kind: itemData, data: d, buf: f.Payload}, len(d.Bytes))
 		}
 	case proto.TypeEvent:
 		ev, err := proto.DecodeEvent(f.Payload)
@@ -256,6 +256,7 @@ func (c *Client) call(ctx context.Context, op proto.Op, args, result any) error 
 		if it.kind == itemResponse {
 			return st.decodeResponse(it.resp, result)
 		}
+		it.release()
 	}
 }
 
@@ -273,7 +274,19 @@ type item struct {
 	data  proto.Data
 	event proto.Event
 	resp  []byte
+	buf   []byte // the buffer holding data, recycled by release
 }
+
+// release recycles the item's buffer; the item's data must not be used afterwards.
+func (it *item) release() {
+	if it.buf != nil {
+		bufs.Put(it.buf)
+		it.buf, it.data.Bytes = nil, nil
+	}
+}
+
+// bufs recycles data frame buffers of all clients.
+var bufs proto.BufPool
 
 // stream is the client side of one call.
 type stream struct {
@@ -404,8 +417,10 @@ func (st *stream) sendData(ctx context.Context, off *int64, b []byte) error {
 		if err != nil {
 			return err
 		}
-		payload := proto.AppendData(make([]byte, 0, proto.DataHeaderSize+n), proto.ChannelStdin, *off, b[:n])
-		if err := st.c.writeFrame(proto.TypeData, st.id, payload, st.op, nil); err != nil {
+		payload := proto.AppendData(bufs.Get(proto.DataHeaderSize + n)[:0], proto.ChannelStdin, *off, b[:n])
+		err = st.c.writeFrame(proto.TypeData, st.id, payload, st.op, nil)
+		bufs.Put(payload)
+		if err != nil {
 			return err
 		}
 		*off += int64(n)
@@ -436,5 +451,6 @@ func (st *stream) waitResponse(ctx context.Context, result any) error {
 		if it.kind == itemResponse {
 			return st.decodeResponse(it.resp, result)
 		}
+		it.release()
 	}
 }

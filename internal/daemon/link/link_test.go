@@ -92,9 +92,12 @@ func TestHostileDaemon(t *testing.T) {
 		send func(f *fakeDaemon, id uint32)
 	}{
 		{"exceeds window", func(f *fakeDaemon, id uint32) {
-			chunk := proto.AppendData(nil, proto.ChannelStdout, 0, make([]byte, proto.MaxDataChunk))
-			f.write(proto.TypeData, id, chunk)
-			f.write(proto.TypeData, id, chunk)
+			chunk := proto.AppendData(nil, proto.ChannelStdout, 0, make([]byte, proto.InitialWindow/2))
+			for range 3 {
+				if proto.WriteFrame(f.conn, proto.Frame{Type: proto.TypeData, Stream: id, Payload: chunk}) != nil {
+					return // the client hung up
+				}
+			}
 		}},
 		{"oversized frame", func(f *fakeDaemon, id uint32) {
 			f.conn.Write([]byte{0x7f, 0, 0, 0, byte(proto.TypeData), 0, 0, 0, byte(id)})

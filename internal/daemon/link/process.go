@@ -15,8 +15,9 @@ import (
 type ProcessOptions struct {
 	// Stdout and Stderr receive output as it arrives, from one goroutine, in order per stream (a PTY
 	// process writes everything to Stdout). Nil discards. A write that blocks holds back delivery of
-	// this process only (the daemon buffers meanwhile, dropping the oldest bytes beyond its bound);
-	// a write error detaches. Writers must not call Detach or Wait.
+	// this process only: the daemon buffers up to its bound, then the process blocks writing output
+	// (back-pressure; nothing is dropped while attached, unless the process exits while the writer stays
+	// blocked). A write error detaches. Writers must not call Detach or Wait.
 	Stdout io.Writer
 	Stderr io.Writer
 	// OnDropped, if set, is called (from the delivery goroutine) when the daemon reports output lost
@@ -144,15 +145,20 @@ func (p *Process) deliver() {
 			if it.data.Channel == proto.ChannelStderr {
 				w, i = p.opts.Stderr, 1
 			}
+			next := it.data.Offset + int64(len(it.data.Bytes))
+			var werr error
 			if w != nil {
-				if _, err := w.Write(it.data.Bytes); err != nil {
-					end(fmt.Errorf("process %s: deliver %s: %w", p.info.ID, it.data.Channel, err))
-					p.st.abandon()
-					return
-				}
+				_, werr = w.Write(it.data.Bytes) // io.Writer implementations must not retain the slice
+			}
+			ch := it.data.Channel
+			it.release()
+			if werr != nil {
+				end(fmt.Errorf("process %s: deliver %s: %w", p.info.ID, ch, werr))
+				p.st.abandon()
+				return
 			}
 			p.mu.Lock()
-			p.offsets[i] = it.data.Offset + int64(len(it.data.Bytes))
+			p.offsets[i] = next
 			p.mu.Unlock()
 		case itemEvent:
 			switch it.event.Kind {

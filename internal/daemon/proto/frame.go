@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 )
@@ -123,6 +124,12 @@ var (
 // before any allocation) and ErrBadFrame for an unknown type or stream id 0.
 // The returned payload is freshly allocated and owned by the caller.
 func ReadFrame(r io.Reader) (Frame, error) {
+	return ReadFrameBuf(r, nil)
+}
+
+// ReadFrameBuf is ReadFrame with the payload buffer obtained from alloc(n), which must return a slice of
+// length n (n is at most MaxPayload). A nil alloc allocates.
+func ReadFrameBuf(r io.Reader, alloc func(n int) []byte) (Frame, error) {
 	var hdr [HeaderSize]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return Frame{}, err
@@ -139,7 +146,11 @@ func ReadFrame(r io.Reader) (Frame, error) {
 		return Frame{}, fmt.Errorf("read frame: stream id 0: %w", ErrBadFrame)
 	}
 	if n > 0 {
-		f.Payload = make([]byte, n)
+		if alloc != nil {
+			f.Payload = alloc(int(n))[:n]
+		} else {
+			f.Payload = make([]byte, n)
+		}
 		if _, err := io.ReadFull(r, f.Payload); err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
@@ -277,4 +288,32 @@ func DecodeWindow(p []byte) (uint32, error) {
 		return 0, fmt.Errorf("window increment %d: %w", n, ErrBadFrame)
 	}
 	return n, nil
+}
+
+// BufSize is the size of the buffers BufPool hands out: one data frame payload of ChunkSize bytes.
+const BufSize = DataHeaderSize + ChunkSize
+
+// BufPool recycles data frame buffers, so that streaming does not allocate (and page-fault) a fresh
+// 64 KiB buffer per frame. It is safe for concurrent use.
+type BufPool struct{ p sync.Pool }
+
+// Get returns a buffer of length n: pooled if smallFrame < n <= BufSize, else freshly allocated
+// (small buffers are cheaper to allocate than to take a whole pooled buffer for).
+func (bp *BufPool) Get(n int) []byte {
+	if n <= smallFrame || n > BufSize {
+		return make([]byte, n)
+	}
+	if b, ok := bp.p.Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, BufSize)
+}
+
+// Put recycles b, which the caller must no longer use. Buffers not from Get are dropped.
+func (bp *BufPool) Put(b []byte) {
+	if cap(b) != BufSize {
+		return
+	}
+	b = b[:0]
+	bp.p.Put(&b)
 }

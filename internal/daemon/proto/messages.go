@@ -239,8 +239,8 @@ func DecodeEvent(p []byte) (Event, error) {
 	return ev, nil
 }
 
-// Dropped reports output bytes that were discarded because the per-stream output buffer was full while
-// nobody consumed them (or a consumer was too slow).
+// Dropped reports output bytes that were discarded because the per-stream output buffer overflowed while
+// nobody was attached (or after the process exited while the attached client was stalled).
 type Dropped struct {
 	Channel Channel `json:"channel"`
 	// Offset is where the lost range starts; Bytes how many bytes were lost. Delivery continues at
