@@ -75,6 +75,8 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/sandboxes/{id}", s.auth(s.getSandbox)},
 		{"DELETE", "/v1/sandboxes/{id}", s.auth(s.deleteSandbox)},
 		{"POST", "/v1/sandboxes/{id}/timeout", s.auth(s.setTimeout)},
+		{"GET", "/v1/sandboxes/{id}/network", s.auth(s.getNetwork)},
+		{"PUT", "/v1/sandboxes/{id}/network", s.auth(s.setNetwork)},
 		{"POST", "/v1/sandboxes/{id}/exec", s.auth(s.exec)},
 		{"GET", "/v1/sandboxes/{id}/exec/stream", s.auth(s.execStream)},
 		{"GET", "/v1/sandboxes/{id}/processes", s.auth(s.listProcesses)},
@@ -161,8 +163,10 @@ func toAPI(sb store.Sandbox) airlock.Sandbox {
 	if md == nil {
 		md = map[string]string{}
 	}
+	np, _ := controlplane.NetworkPolicy(sb) // stored by the control plane, which checked it
 	return airlock.Sandbox{
-		ID: sb.ID, Template: sb.Template, State: string(sb.State), Reason: sb.Reason,
+		Network: fromPolicy(np),
+		ID:      sb.ID, Template: sb.Template, State: string(sb.State), Reason: sb.Reason,
 		CPU: sb.Spec.CPUMillicores, MemoryMB: sb.Spec.MemoryMB, DiskMB: sb.Spec.DiskMB,
 		TimeoutSeconds: sb.Spec.TimeoutSeconds, Metadata: md,
 		CreatedAt: sb.CreatedAt, StartedAt: sb.StartedAt, EndsAt: sb.EndsAt, StoppedAt: sb.StoppedAt,
@@ -212,10 +216,19 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	sb, err := s.cp.CreateSandbox(r.Context(), tenant, controlplane.CreateRequest{
+	creq := controlplane.CreateRequest{
 		Template: req.Template, Env: req.Env, CPUMillicores: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		TimeoutSeconds: req.TimeoutSeconds, Metadata: req.Metadata,
-	})
+	}
+	if req.Network != nil {
+		p, err := toPolicy(*req.Network)
+		if err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+		creq.Network = &p
+	}
+	sb, err := s.cp.CreateSandbox(r.Context(), tenant, creq)
 	if err != nil && sb.ID == "" {
 		writeError(w, r, s.log, err)
 		return

@@ -13,18 +13,22 @@ package app
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/controlplane"
+	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/runtime/gvisor"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
@@ -61,6 +65,35 @@ type Config struct {
 	Out io.Writer
 	// Ready, if set, is called with the API's address once it accepts connections.
 	Ready func(addr string)
+	// Hosts are static names the network gateway resolves before DNS (on-prem services; tests).
+	Hosts map[string][]netip.Addr
+	// HostsOnly makes the gateway resolve nothing but Hosts (offline installations; tests).
+	HostsOnly bool
+}
+
+// instanceTag is a short tag, derived from the data directory, that keeps the host-wide names of one
+// Airlock instance (its nftables table, its veth prefix) apart from another's on the same host.
+func instanceTag(dataDir string) string {
+	sum := sha256.Sum256([]byte(dataDir))
+	return hex.EncodeToString(sum[:2])
+}
+
+// hostAddresses reports the host's own addresses, which no sandbox may reach unless a rule names them.
+func hostAddresses() []netip.Prefix {
+	var out []netip.Prefix
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+				ip = ip.Unmap()
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
+	}
+	return out
 }
 
 // Run starts Airlock and serves until ctx ends; then it shuts down cleanly: the API stops accepting
@@ -112,8 +145,24 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// Runs after the sandboxes are gone (deferred calls run last-in first-out, and shutdown is below).
 	defer func() { err = errors.Join(err, driver.Close()) }()
+	tag := instanceTag(dataDir)
+	gw, err := gateway.New(gateway.Config{
+		Table:       "airlock_" + tag,
+		IfacePrefix: "al" + tag,
+		Hosts:       cfg.Hosts,
+		HostsOnly:   cfg.HostsOnly,
+		GuardExtra:  hostAddresses(),
+		Logger:      log,
+	})
+	if err != nil {
+		return err
+	}
+	// Closed after the sandboxes are gone (deferred, so last in first out with the shutdown below).
+	defer func() { err = errors.Join(err, gw.Close()) }()
 	var cp *controlplane.Service
 	nd, err := node.New(node.Config{
+		Gateway:      gw,
+		IfacePrefix:  "al" + tag,
 		DataDir:      filepath.Join(dataDir, "node"),
 		Driver:       driver,
 		Templates:    template.NewHostRegistry(filepath.Join(dataDir, "templates")),

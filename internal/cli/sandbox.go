@@ -27,13 +27,14 @@ func newSandboxCmd(g *globals) *cobra.Command {
 		Aliases: []string{"sb"},
 		Short:   "Create, list, inspect and remove sandboxes",
 	}
-	cmd.AddCommand(newCreateCmd(g), newLsCmd(g), newGetCmd(g), newRmCmd(g), newTimeoutCmd(g))
+	cmd.AddCommand(newCreateCmd(g), newLsCmd(g), newGetCmd(g), newRmCmd(g), newTimeoutCmd(g), newNetworkCmd(g))
 	return cmd
 }
 
 func newCreateCmd(g *globals) *cobra.Command {
 	var template, cpu, memory, disk, timeout, idemKey string
 	var env, metadata []string
+	var nf networkFlags
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create and boot a sandbox; prints its ID",
@@ -42,7 +43,8 @@ func newCreateCmd(g *globals) *cobra.Command {
 A sandbox that fails to boot is still created, in state "failed" with a reason: then the command prints
 it and exits with status 1.`,
 		Example: `  airlock sandbox create --cpu 2 --memory 2G --timeout 1h --metadata owner=alice
-  airlock sandbox create --env OPENAI_API_KEY --env DEBUG=1`,
+  airlock sandbox create --env OPENAI_API_KEY --env DEBUG=1
+  airlock sandbox create --allow api.openai.com:443 --allow '*.pypi.org:443'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
@@ -65,6 +67,11 @@ it and exits with status 1.`,
 			}
 			if req.Metadata, err = parseKV(metadata, "metadata", false); err != nil {
 				return err
+			}
+			if nf.set() {
+				if req.Network, err = nf.policy(); err != nil {
+					return err
+				}
 			}
 			var opts []airlock.CallOption
 			if idemKey != "" {
@@ -96,6 +103,7 @@ it and exits with status 1.`,
 	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE in every process's environment; a bare KEY copies it from here (repeatable)")
 	f.StringArrayVarP(&metadata, "metadata", "l", nil, "KEY=VALUE label (repeatable)")
 	f.StringVar(&idemKey, "idempotency-key", "", "a key that makes retries of this create return the same sandbox")
+	nf.add(cmd)
 	return cmd
 }
 

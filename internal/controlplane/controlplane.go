@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -38,8 +39,10 @@ type Node interface {
 	Link(ctx context.Context, id string) (*link.Client, error)
 	// Sandboxes reports the IDs of the sandboxes the node has, running or left over.
 	Sandboxes(ctx context.Context) ([]string, error)
-	// Recover re-adopts those of ids that still run after a restart and reports them.
-	Recover(ctx context.Context, ids []string) []string
+	// Recover re-adopts those of the sandboxes that still run after a restart and reports their IDs.
+	Recover(ctx context.Context, sbs []node.RecoverRequest) []string
+	// SetNetwork replaces a running sandbox's egress policy.
+	SetNetwork(ctx context.Context, id string, p policy.Policy) error
 }
 
 // Defaults and bounds of sandbox requests.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
@@ -70,16 +71,25 @@ func (n *fakeNode) Sandboxes(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-func (n *fakeNode) Recover(ctx context.Context, ids []string) []string {
+func (n *fakeNode) Recover(ctx context.Context, reqs []node.RecoverRequest) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out []string
-	for _, id := range ids {
-		if n.running[id] {
-			out = append(out, id)
+	for _, r := range reqs {
+		if n.running[r.ID] {
+			out = append(out, r.ID)
 		}
 	}
 	return out
+}
+
+func (n *fakeNode) SetNetwork(ctx context.Context, id string, p policy.Policy) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.running[id] {
+		return errdefs.ErrFailedPrecondition
+	}
+	return nil
 }
 
 func (n *fakeNode) isRunning(id string) bool {

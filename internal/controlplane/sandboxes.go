@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/runtime"
 	"github.com/airlockrun/airlock/internal/store"
@@ -23,6 +25,8 @@ type CreateRequest struct {
 	DiskMB         int
 	TimeoutSeconds int
 	Metadata       map[string]string
+	// Network is the egress policy; nil denies everything.
+	Network *policy.Policy
 }
 
 var (
@@ -91,6 +95,11 @@ func (r *CreateRequest) normalize() error {
 	if size > maxEnvBytes {
 		return invalid("env is %d bytes; at most %d are allowed", size, maxEnvBytes)
 	}
+	if r.Network != nil {
+		if err := r.Network.Validate(); err != nil {
+			return fmt.Errorf("network: %w", err)
+		}
+	}
 	if len(r.Metadata) > maxMetadataKeys {
 		return invalid("metadata has %d keys; at most %d are allowed", len(r.Metadata), maxMetadataKeys)
 	}
@@ -133,14 +142,24 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 	if err := s.node.CheckTemplate(ctx, req.Template); err != nil {
 		return store.Sandbox{}, err
 	}
+	var netPolicy policy.Policy
+	var netJSON []byte
+	if req.Network != nil {
+		netPolicy = *req.Network
+		var err error
+		if netJSON, err = json.Marshal(netPolicy); err != nil {
+			return store.Sandbox{}, fmt.Errorf("encode network policy: %w", err)
+		}
+	}
 	now := s.now()
 	ends := now.Add(time.Duration(req.TimeoutSeconds) * time.Second)
 	sb, err := s.store.CreateSandbox(ctx, store.Sandbox{
-		ID:       store.NewID("sb"),
-		TenantID: tenantID,
-		NodeID:   s.node.ID(),
-		Template: req.Template,
-		State:    store.StateCreating,
+		NetworkPolicy: netJSON,
+		ID:            store.NewID("sb"),
+		TenantID:      tenantID,
+		NodeID:        s.node.ID(),
+		Template:      req.Template,
+		State:         store.StateCreating,
 		Spec: store.SandboxSpec{CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 			TimeoutSeconds: req.TimeoutSeconds},
 		Metadata:  req.Metadata,
@@ -169,6 +188,7 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 			MemoryBytes: int64(req.MemoryMB) << 20,
 			DiskBytes:   int64(req.DiskMB) << 20,
 		},
+		Network: netPolicy,
 	})
 	if berr != nil {
 		s.log.Error("boot sandbox", "sandbox", sb.ID, "err", berr)
@@ -307,6 +327,49 @@ func (s *Service) SetTimeout(ctx context.Context, tenantID, id string, secs int)
 	})
 }
 
+// NetworkPolicy decodes a sandbox's stored egress policy (the zero Policy, deny all, when none was given).
+func NetworkPolicy(sb store.Sandbox) (policy.Policy, error) {
+	var p policy.Policy
+	if len(sb.NetworkPolicy) == 0 {
+		return p, nil
+	}
+	if err := json.Unmarshal(sb.NetworkPolicy, &p); err != nil {
+		return p, fmt.Errorf("sandbox %s: stored network policy: %w", sb.ID, err)
+	}
+	return p, nil
+}
+
+// SetNetwork replaces the egress policy of the tenant's running sandbox. New connections follow it at once.
+func (s *Service) SetNetwork(ctx context.Context, tenantID, id string, p policy.Policy) (store.Sandbox, error) {
+	if err := p.Validate(); err != nil {
+		return store.Sandbox{}, fmt.Errorf("network: %w", err)
+	}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	unlock := s.locks.Lock(id)
+	defer unlock()
+	sb, err := s.GetSandbox(ctx, tenantID, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	sb, err = s.update(ctx, sb, func(sb *store.Sandbox) error {
+		if sb.State != store.StateRunning {
+			return fmt.Errorf("sandbox %s is %s, not running: %w", sb.ID, sb.State, errdefs.ErrFailedPrecondition)
+		}
+		sb.NetworkPolicy = raw
+		return nil
+	})
+	if err != nil {
+		return sb, err
+	}
+	if err := s.node.SetNetwork(ctx, id, p); err != nil {
+		return sb, fmt.Errorf("sandbox %s: apply network policy: %w", id, err)
+	}
+	return sb, nil
+}
+
 // Link returns the channel to the daemon of the tenant's running sandbox, for exec and file calls.
 func (s *Service) Link(ctx context.Context, tenantID, id string) (*link.Client, error) {
 	sb, err := s.GetSandbox(ctx, tenantID, id)
@@ -408,10 +471,15 @@ func (s *Service) reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	var running []string
+	var running []node.RecoverRequest
 	for _, sb := range sbs {
 		if sb.NodeID == s.node.ID() && sb.State == store.StateRunning {
-			running = append(running, sb.ID)
+			p, err := NetworkPolicy(sb)
+			if err != nil {
+				s.log.Error("reconcile", "sandbox", sb.ID, "err", err)
+				continue // not adopted: failed below, and destroyed
+			}
+			running = append(running, node.RecoverRequest{ID: sb.ID, Network: p})
 		}
 	}
 	adopted := map[string]bool{}

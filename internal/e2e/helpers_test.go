@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"errors"
 	"testing"
+
+	"github.com/airlockrun/airlock/sdk/go/airlock"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,3 +22,5 @@ func statfs(t *testing.T, path string, out *syscallStatfs) {
 	}
 	out.avail, out.bsize = st.Bavail, st.Bsize
 }
+
+func asAPIError(err error, target **airlock.APIError) bool { return errors.As(err, target) }

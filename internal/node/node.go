@@ -18,6 +18,9 @@ import (
 	"github.com/airlockrun/airlock/internal/cleanup"
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway"
+	"github.com/airlockrun/airlock/internal/gateway/hostnet"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/netns"
 	"github.com/airlockrun/airlock/internal/runtime"
 	"github.com/airlockrun/airlock/internal/template"
@@ -39,6 +42,14 @@ type CreateRequest struct {
 	Env []string
 	// Limits are the resource limits; zero fields take the driver's defaults.
 	Limits runtime.Limits
+	// Network is the sandbox's egress policy (the zero value denies everything).
+	Network policy.Policy
+}
+
+// RecoverRequest names a sandbox a previous run of the node left running, with its egress policy.
+type RecoverRequest struct {
+	ID      string
+	Network policy.Policy
 }
 
 // Config configures a Local node.
@@ -51,6 +62,12 @@ type Config struct {
 	Driver runtime.Driver
 	// Templates resolves template names. Required.
 	Templates template.Registry
+	// Gateway, if set, gives each sandbox a veth to the host through which all its traffic goes to the
+	// gateway. Nil: sandboxes have a network namespace with loopback only.
+	Gateway *gateway.Gateway
+	// IfacePrefix is the name prefix of the sandboxes' host-side veths (the gateway's). Required with
+	// Gateway; at most 6 characters.
+	IfacePrefix string
 	// DaemonBinary is the host path of the static daemon binary mounted into every sandbox. Required.
 	DaemonBinary string
 	// DaemonArgs are the arguments after the binary that make it run as the daemon, e.g. ["sandbox-init"].
@@ -91,6 +108,9 @@ type sandbox struct {
 func New(cfg Config) (*Local, error) {
 	if cfg.DataDir == "" || cfg.Driver == nil || cfg.Templates == nil || cfg.DaemonBinary == "" {
 		return nil, fmt.Errorf("node: DataDir, Driver, Templates and DaemonBinary are required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.Gateway != nil && (cfg.IfacePrefix == "" || len(cfg.IfacePrefix) > 6) {
+		return nil, fmt.Errorf("node: IfacePrefix must be 1-6 characters with a Gateway: %w", errdefs.ErrInvalidArgument)
 	}
 	if cfg.ID == "" {
 		cfg.ID = "local"
@@ -152,6 +172,18 @@ func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
 		return err
 	}
 	c.Add(func() { _ = netns.Remove(ns) })
+	if gw := n.cfg.Gateway; gw != nil {
+		ifName := n.ifName(req.ID)
+		addr, err := hostnet.Attach(ns, ifName)
+		if err != nil {
+			return err
+		}
+		c.Add(func() { _ = hostnet.Detach(ifName) })
+		if err := gw.Register(req.ID, addr.Sandbox, req.Network); err != nil {
+			return err
+		}
+		c.Add(func() { gw.Unregister(req.ID) })
+	}
 
 	env := append(append([]string{}, tpl.Env...), req.Env...)
 	spec := runtime.Spec{
@@ -296,6 +328,28 @@ func (n *Local) Link(ctx context.Context, id string) (*link.Client, error) {
 	return s.link, nil
 }
 
+// ifName is the name of a sandbox's host-side veth: the prefix and as much of the ID's random part as fits
+// in an interface name (15 bytes).
+func (n *Local) ifName(id string) string {
+	r := id
+	if i := len("sb_"); len(r) > i && r[:i] == "sb_" {
+		r = r[i:]
+	}
+	name := n.cfg.IfacePrefix + r
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	return name
+}
+
+// SetNetwork replaces a running sandbox's egress policy; new connections follow it at once.
+func (n *Local) SetNetwork(ctx context.Context, id string, p policy.Policy) error {
+	if n.cfg.Gateway == nil {
+		return fmt.Errorf("node %s has no network gateway: %w", n.cfg.ID, errdefs.ErrFailedPrecondition)
+	}
+	return n.cfg.Gateway.SetPolicy(id, p)
+}
+
 // DestroySandbox removes the sandbox and everything of it from the host. Unknown IDs succeed, and
 // whatever a crashed node left of a sandbox is removed too.
 func (n *Local) DestroySandbox(ctx context.Context, id string) error {
@@ -310,6 +364,12 @@ func (n *Local) DestroySandbox(ctx context.Context, id string) error {
 		s.audit.Close()
 	}
 	err := n.cfg.Driver.Destroy(ctx, id)
+	if gw := n.cfg.Gateway; gw != nil {
+		gw.Unregister(id)
+		if herr := hostnet.Detach(n.ifName(id)); herr != nil {
+			err = errors.Join(err, herr)
+		}
+	}
 	if nerr := netns.Remove(n.netnsPath(id)); nerr != nil {
 		err = errors.Join(err, nerr)
 	}
@@ -339,9 +399,10 @@ func (n *Local) Sandboxes(ctx context.Context) ([]string, error) {
 // Recover re-adopts the sandboxes a previous run of the node left running: for each ID in ids whose
 // sandbox still runs, it re-opens the channel to the daemon and watches it again. It reports the IDs
 // it adopted; the caller destroys the rest.
-func (n *Local) Recover(ctx context.Context, ids []string) []string {
+func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) []string {
 	var adopted []string
-	for _, id := range ids {
+	for _, r := range reqs {
+		id := r.ID
 		st, err := n.cfg.Driver.Status(ctx, id)
 		if err != nil || !st.Running {
 			continue
@@ -352,6 +413,17 @@ func (n *Local) Recover(ctx context.Context, ids []string) []string {
 		}
 		if sock == "" {
 			continue
+		}
+		if gw := n.cfg.Gateway; gw != nil {
+			addr, err := hostnet.Lookup(n.ifName(id))
+			if err != nil {
+				n.log.Warn("re-adopt sandbox network", "sandbox", id, "err", err)
+				continue
+			}
+			if err := gw.Register(id, addr.Sandbox, r.Network); err != nil {
+				n.log.Warn("re-adopt sandbox network", "sandbox", id, "err", err)
+				continue
+			}
 		}
 		if err := n.attach(ctx, id, sock); err != nil {
 			n.log.Warn("re-adopt sandbox", "sandbox", id, "err", err)

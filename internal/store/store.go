@@ -130,20 +130,23 @@ type SandboxSpec struct {
 // The environment variables a sandbox is started with are deliberately not part of it: they may hold
 // secrets, and the store keeps nothing that does.
 type Sandbox struct {
-	ID        string // "sb_" + random; see NewID
-	TenantID  string
-	NodeID    string // "" until placed
-	Template  string
-	State     SandboxState
-	Reason    string // why the sandbox failed or stopped; "" otherwise
-	Spec      SandboxSpec
-	Metadata  map[string]string // the user's labels; never nil when returned by a Store
-	CreatedAt time.Time
-	UpdatedAt time.Time
-	StartedAt *time.Time // when it became running
-	EndsAt    *time.Time // timeout deadline; ListExpiredSandboxes reports it once passed
-	StoppedAt *time.Time // when it became stopped or failed
-	Version   int64      // optimistic concurrency: UpdateSandbox succeeds only from the stored Version
+	ID       string // "sb_" + random; see NewID
+	TenantID string
+	NodeID   string // "" until placed
+	Template string
+	State    SandboxState
+	Reason   string // why the sandbox failed or stopped; "" otherwise
+	Spec     SandboxSpec
+	Metadata map[string]string // the user's labels; never nil when returned by a Store
+	// NetworkPolicy is the sandbox's egress policy as JSON, opaque to the Store (the gateway's policy
+	// package reads it); nil when none was given, which means deny everything.
+	NetworkPolicy []byte
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	StartedAt     *time.Time // when it became running
+	EndsAt        *time.Time // timeout deadline; ListExpiredSandboxes reports it once passed
+	StoppedAt     *time.Time // when it became stopped or failed
+	Version       int64      // optimistic concurrency: UpdateSandbox succeeds only from the stored Version
 }
 
 // IdempotencyRecord remembers the response to a create made with an Idempotency-Key, so that a retry

@@ -52,7 +52,7 @@ const (
 )
 
 // version marks the layout of the generated default root; a root of another version is rebuilt.
-const version = "1"
+const version = "2"
 
 // HostRegistry serves the default template, built from the host under Dir on first use.
 type HostRegistry struct {
@@ -217,8 +217,9 @@ func buildRoot(root, hostRoot string) error {
 		"etc/group":  "root:x:0:\n" + fmt.Sprintf("%s:x:%d:\n", UserName, UserGID) + "nogroup:x:65534:\n",
 		"etc/shadow": "root:*:19000:0:99999:7:::\n" + UserName + ":*:19000:0:99999:7:::\nnobody:*:19000:0:99999:7:::\n",
 		"etc/hosts":  "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-		// No resolver until the network gateway provides one; names resolve to nothing.
-		"etc/resolv.conf":   "# Airlock: DNS is answered by the network gateway\nnameserver 127.0.0.1\n",
+		// Every DNS query leaving a sandbox, to whatever address, is answered by the node's gateway; this
+		// address (the first of the sandbox address pool) is only where the resolver library sends them.
+		"etc/resolv.conf":   "# Airlock: DNS is answered by the network gateway\nnameserver 100.96.0.1\noptions timeout:2 attempts:2\n",
 		"etc/hostname":      "sandbox\n",
 		"etc/nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
 		"etc/profile":       "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,6 +88,8 @@ type Env struct {
 type Options struct {
 	// DataDir reuses a data directory (to test restarts); empty: a new temporary one.
 	DataDir string
+	// Hosts are static names for the network gateway (test upstreams).
+	Hosts map[string][]netip.Addr
 }
 
 // Start runs Airlock for the test and stops it (cleanly, as SIGTERM would) when the test ends.
@@ -117,6 +120,8 @@ func Start(t testing.TB, opts Options) *Env {
 			Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			Out:          io.Discard,
 			Ready:        func(addr string) { ready <- addr },
+			Hosts:        opts.Hosts,
+			HostsOnly:    true, // tests never send a DNS query off this machine
 		})
 	}()
 	select {

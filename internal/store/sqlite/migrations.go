@@ -77,6 +77,8 @@ CREATE TABLE idempotency (
 );
 CREATE INDEX idempotency_by_age ON idempotency (created_at);
 `,
+	// 2: each sandbox's network policy, as JSON the gateway reads ('' for none given: default deny).
+	`ALTER TABLE sandboxes ADD COLUMN network_policy TEXT NOT NULL DEFAULT '';`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in

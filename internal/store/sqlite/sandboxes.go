@@ -17,7 +17,7 @@ import (
 
 const sandboxCols = "id, tenant_id, node_id, template, state, reason, " +
 	"cpu_millicores, memory_mb, disk_mb, timeout_seconds, metadata, " +
-	"created_at, updated_at, started_at, ends_at, stopped_at, version"
+	"created_at, updated_at, started_at, ends_at, stopped_at, version, network_policy"
 
 // CreateSandbox implements store.Store.
 func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
@@ -55,11 +55,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) (store.Sand
 		if err != nil {
 			return fmt.Errorf("encode metadata: %w", err)
 		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO sandboxes ("+sandboxCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		_, err = tx.ExecContext(ctx, "INSERT INTO sandboxes ("+sandboxCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 			sb.ID, sb.TenantID, sb.NodeID, sb.Template, string(sb.State), sb.Reason,
 			sb.Spec.CPUMillicores, sb.Spec.MemoryMB, sb.Spec.DiskMB, sb.Spec.TimeoutSeconds, string(meta),
 			micros(sb.CreatedAt), micros(sb.UpdatedAt), nullMicros(sb.StartedAt), nullMicros(sb.EndsAt), nullMicros(sb.StoppedAt),
-			sb.Version)
+			sb.Version, string(sb.NetworkPolicy))
 		if err != nil {
 			return mapErr(err)
 		}
@@ -161,12 +161,12 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb store.Sandbox) (store.Sand
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET
 	node_id = ?, template = ?, state = ?, reason = ?,
 	cpu_millicores = ?, memory_mb = ?, disk_mb = ?, timeout_seconds = ?, metadata = ?,
-	updated_at = ?, started_at = ?, ends_at = ?, stopped_at = ?, version = ?
+	updated_at = ?, started_at = ?, ends_at = ?, stopped_at = ?, version = ?, network_policy = ?
 WHERE id = ? AND tenant_id = ? AND version = ?`,
 			sb.NodeID, sb.Template, string(sb.State), sb.Reason,
 			sb.Spec.CPUMillicores, sb.Spec.MemoryMB, sb.Spec.DiskMB, sb.Spec.TimeoutSeconds, string(meta),
 			micros(sb.UpdatedAt), nullMicros(sb.StartedAt), nullMicros(sb.EndsAt), nullMicros(sb.StoppedAt), sb.Version,
-			sb.ID, sb.TenantID, cur.Version)
+			string(sb.NetworkPolicy), sb.ID, sb.TenantID, cur.Version)
 		if err := oneRow(res, err); err != nil {
 			return err
 		}
@@ -302,17 +302,20 @@ func normalizeSandbox(sb store.Sandbox) store.Sandbox {
 func scanSandbox(row scanner) (store.Sandbox, error) {
 	var (
 		sb                        store.Sandbox
-		state, meta               string
+		state, meta, netPolicy    string
 		created, updated          int64
 		started, ends, stoppedAtV sql.NullInt64
 	)
 	err := row.Scan(&sb.ID, &sb.TenantID, &sb.NodeID, &sb.Template, &state, &sb.Reason,
 		&sb.Spec.CPUMillicores, &sb.Spec.MemoryMB, &sb.Spec.DiskMB, &sb.Spec.TimeoutSeconds, &meta,
-		&created, &updated, &started, &ends, &stoppedAtV, &sb.Version)
+		&created, &updated, &started, &ends, &stoppedAtV, &sb.Version, &netPolicy)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
 	sb.State = store.SandboxState(state)
+	if netPolicy != "" {
+		sb.NetworkPolicy = []byte(netPolicy)
+	}
 	sb.Metadata = map[string]string{}
 	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
 		return store.Sandbox{}, fmt.Errorf("sandbox %s: decode metadata: %w", sb.ID, err)

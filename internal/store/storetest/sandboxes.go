@@ -25,6 +25,8 @@ func testSandboxCreateGet(t *testing.T, s store.Store) {
 		Spec:     store.SandboxSpec{CPUMillicores: 1500, MemoryMB: 512, DiskMB: 2048, TimeoutSeconds: 300},
 		Metadata: map[string]string{"team": "ml", "run": "42", "empty": "", "ünï": "cödé"},
 		EndsAt:   ptr(base.Add(5 * time.Minute)),
+		// Opaque to the store: kept byte for byte.
+		NetworkPolicy: []byte(`{"default":"deny","rules":[{"action":"allow","host":"*.example.com"}]}`),
 	}
 	sb, err := s.CreateSandbox(ctx, in)
 	wantErr(t, "CreateSandbox", err, nil)

@@ -140,3 +140,21 @@ func (c *Client) SetTimeout(ctx context.Context, id string, seconds int) (*Sandb
 	}
 	return &sb, nil
 }
+
+// GetNetwork returns the sandbox's egress policy.
+func (c *Client) GetNetwork(ctx context.Context, id string) (*NetworkPolicy, error) {
+	var p NetworkPolicy
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "network"), nil, nil, &p, nil); err != nil {
+		return nil, fmt.Errorf("get network policy of sandbox %s: %w", id, err)
+	}
+	return &p, nil
+}
+
+// SetNetwork replaces the running sandbox's egress policy; connections opened from then on follow it.
+func (c *Client) SetNetwork(ctx context.Context, id string, p NetworkPolicy) (*NetworkPolicy, error) {
+	var out NetworkPolicy
+	if err := c.doJSON(ctx, http.MethodPut, sandboxPath(id, "network"), nil, p, &out, nil); err != nil {
+		return nil, fmt.Errorf("set network policy of sandbox %s: %w", id, err)
+	}
+	return &out, nil
+}

@@ -1,6 +1,9 @@
 package airlock
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Sandbox states, as the API reports them.
 const (
@@ -27,6 +30,8 @@ type CreateSandboxRequest struct {
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
 	// Metadata are the caller's labels, filterable in lists.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Network is the egress policy; nil denies everything.
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // Sandbox is a sandbox as the API reports it.
@@ -44,6 +49,8 @@ type Sandbox struct {
 	StartedAt      *time.Time        `json:"started_at,omitempty"`
 	EndsAt         *time.Time        `json:"ends_at,omitempty"`
 	StoppedAt      *time.Time        `json:"stopped_at,omitempty"`
+	// Network is the sandbox's egress policy.
+	Network NetworkPolicy `json:"network"`
 }
 
 // SandboxList is one page of GET /v1/sandboxes.
@@ -182,4 +189,57 @@ type StreamMessage struct {
 	Stream    string       `json:"stream,omitempty"`
 	Bytes     int64        `json:"bytes,omitempty"`
 	Error     *ErrorDetail `json:"error,omitempty"`
+}
+
+// NetworkPolicy is a sandbox's egress policy: what it may connect to. The zero value (and a sandbox
+// created without one) denies everything. Rules are evaluated in order and the first match decides;
+// then Default applies. Loopback, private, link-local, metadata and the host's own addresses stay
+// unreachable, even with Default "allow", unless an allow rule's CIDRs name them.
+type NetworkPolicy struct {
+	// Default is "deny" (also when empty) or "allow".
+	Default string `json:"default,omitempty"`
+	// Rules, at most 256.
+	Rules []NetworkRule `json:"rules,omitempty"`
+}
+
+// NetworkRule allows or denies the connections (and, for HTTP, the requests) that match every field it
+// sets. It sets Host, CIDRs or both.
+type NetworkRule struct {
+	// Name identifies the rule in refusals and logs; "rule[i]" when empty.
+	Name string `json:"name,omitempty"`
+	// Action is "allow" or "deny".
+	Action string `json:"action"`
+	// Host is an exact name ("api.example.com") or a wildcard ("*.example.com": any subdomain, not the
+	// apex).
+	Host string `json:"host,omitempty"`
+	// Ports are single ports ("443") or inclusive ranges ("8000-8100"); empty means any.
+	Ports []PortRange `json:"ports,omitempty"`
+	// CIDRs the dialed address must lie in ("203.0.113.0/24").
+	CIDRs []string `json:"cidrs,omitempty"`
+	// Methods are HTTP methods ("GET"); only with Host.
+	Methods []string `json:"methods,omitempty"`
+	// PathPrefix restricts the rule to HTTP requests under this path; only with Host.
+	PathPrefix string `json:"path_prefix,omitempty"`
+}
+
+// PortRange is one port ("443") or an inclusive range ("8000-8100"). In JSON the server writes a single
+// port as a number and a range as a string; both are read.
+type PortRange string
+
+// UnmarshalJSON accepts a number or a string.
+func (p *PortRange) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*p = PortRange(s)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return err
+	}
+	*p = PortRange(n.String())
+	return nil
 }

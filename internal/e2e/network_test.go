@@ -1,0 +1,253 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/testenv"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+// netEnv is an Airlock with the upstream stand-in and probe tooling in place.
+type netEnv struct {
+	*testenv.Env
+	up *upstream
+}
+
+func startNetEnv(t *testing.T) *netEnv {
+	t.Helper()
+	testenv.RequireSandboxes(t)
+	up := startUpstream(t)
+	e := testenv.Start(t, testenv.Options{Hosts: map[string][]netip.Addr{
+		"api.example.test":      {up.IP},
+		"other.example.test":    {up.IP},
+		"metadata.example.test": {up.MetadataIP},
+	}})
+	return &netEnv{Env: e, up: up}
+}
+
+// sandbox creates a sandbox with policy p and puts the probe script and the upstream's CA in it.
+func (n *netEnv) sandbox(t *testing.T, p *airlock.NetworkPolicy) *airlock.Sandbox {
+	t.Helper()
+	sb := create(t, n.Env, airlock.CreateSandboxRequest{Network: p})
+	ctx := ctxT(t, time.Minute)
+	probe, err := os.ReadFile("testdata/probe.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Client.WriteFile(ctx, sb.ID, "/home/user/probe.py", bytes.NewReader(probe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Client.WriteFile(ctx, sb.ID, "/home/user/ca.pem", bytes.NewReader(n.up.CAPEM), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// probe runs one probe in the sandbox (as user, or as root) and returns its line.
+func (n *netEnv) probe(t *testing.T, id string, root bool, args ...string) string {
+	t.Helper()
+	user := ""
+	if root {
+		user = "root"
+	}
+	res := run(t, n.Env, id, airlock.ExecRequest{User: user, Cmd: append([]string{"python3", "/home/user/probe.py"}, args...), TimeoutSeconds: 30})
+	if res.ExitCode != 0 {
+		t.Fatalf("probe %v: exit %d: %s %s", args, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return strings.TrimSpace(res.Stdout)
+}
+
+func hostIPv4(t *testing.T) string {
+	t.Helper()
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() && !strings.HasPrefix(ipn.IP.String(), "203.0.113.") && !strings.HasPrefix(ipn.IP.String(), "100.") {
+			return ipn.IP.String()
+		}
+	}
+	t.Skip("the host has no non-loopback IPv4 address to aim at")
+	return ""
+}
+
+// TestEgressBypassAttempts: a sandbox with the default policy reaches nothing, and a sandbox allowed one
+// HTTPS host reaches that host and nothing else, however it tries.
+func TestEgressBypassAttempts(t *testing.T) {
+	n := startNetEnv(t)
+	hostIP := hostIPv4(t)
+	// A service of the host's own on its address, and the API's port.
+	hostLn, err := net.Listen("tcp4", hostIP+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostLn.Close()
+	go serveEcho(hostLn)
+	hostPort := fmt.Sprint(hostLn.Addr().(*net.TCPAddr).Port)
+	apiURL, _ := url.Parse(n.URL)
+	apiPort := apiURL.Port()
+
+	closed := n.sandbox(t, nil)
+	allowed := n.sandbox(t, &airlock.NetworkPolicy{Rules: []airlock.NetworkRule{
+		{Name: "api", Action: "allow", Host: "api.example.test", Ports: []airlock.PortRange{"443"}},
+	}})
+	// Another sandbox serving on 8080, to try reaching from the first.
+	neighbour := n.sandbox(t, nil)
+	st, err := n.Client.ExecStream(ctxT(t, time.Minute), neighbour.ID, airlock.ExecRequest{Cmd: []string{"python3", "-m", "http.server", "8080"}}, airlock.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	neighbourIP := strings.TrimSpace(sh(t, n.Env, neighbour.ID, "ip -4 -o addr show eth0 2>/dev/null | awk '{print $4}' | cut -d/ -f1; python3 -c 'import socket; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.connect((\"203.0.113.2\",9)); print(s.getsockname()[0])' 2>/dev/null | tail -1").Stdout)
+	if lines := strings.Fields(neighbourIP); len(lines) > 0 {
+		neighbourIP = lines[len(lines)-1]
+	}
+	up := n.up.IP.String()
+
+	type attempt struct {
+		name    string
+		sb      *airlock.Sandbox
+		root    bool
+		args    []string
+		mustNot string // the result must not contain this (besides not starting with OK, unless allowOK)
+		allowOK bool   // an OK result is fine as long as mustNot is absent (e.g. a 403 from the gateway)
+	}
+	attempts := []attempt{
+		{"IP literal HTTPS port", closed, false, []string{"tcp", up, "443"}, upstreamMarker, false},
+		{"IP literal raw TCP", closed, false, []string{"tcp", up, "7000"}, upstreamMarker, false},
+		{"IP literal plain HTTP", closed, false, []string{"http", up, "80", up}, upstreamMarker, true},
+		{"hostname plain HTTP", closed, false, []string{"http", up, "80", "api.example.test"}, upstreamMarker, true},
+		{"hostname HTTPS", closed, false, []string{"https", up, "443", "api.example.test", "/home/user/ca.pem"}, upstreamMarker, false},
+		{"name resolution", closed, false, []string{"resolve", "api.example.test"}, "203.0.113", false},
+		{"UDP", closed, false, []string{"udp", up, "7001"}, upstreamMarker, false},
+		{"ICMP ping socket", closed, false, []string{"ping", up}, "", false},
+		{"raw socket as root", closed, true, []string{"raw", up}, "", false},
+		{"IPv6", closed, false, []string{"tcp6", "fd00::2", "80"}, "", false},
+		{"DNS to another resolver (UDP)", closed, false, []string{"dns", "api.example.test", up, "udp"}, "203.0.113.2", false},
+		{"DNS to another resolver (TCP)", closed, false, []string{"dns", "api.example.test", up, "tcp"}, "203.0.113.2", false},
+		{"host service on its address", closed, false, []string{"tcp", hostIP, hostPort}, upstreamMarker, false},
+		{"API port on the host's address", closed, false, []string{"http", hostIP, apiPort, hostIP, "GET", "/v1/health"}, "ok", true},
+		{"host loopback service", closed, false, []string{"tcp", "127.0.0.1", hostPort}, upstreamMarker, false},
+		{"API port on loopback", closed, false, []string{"http", "127.0.0.1", apiPort, "127.0.0.1", "GET", "/v1/health"}, "ok", true},
+		{"another sandbox", closed, false, []string{"http", neighbourIP, "8080", neighbourIP}, "Directory listing", true},
+		{"metadata address", allowed, false, []string{"http", "169.254.169.254", "80", "169.254.169.254"}, upstreamMarker, true},
+		{"allowed name on another port", allowed, false, []string{"tcp", up, "7000"}, upstreamMarker, false},
+		{"allowed SNI toward the host's address", allowed, false, []string{"https", hostIP, hostPort, "api.example.test", "/home/user/ca.pem"}, upstreamMarker, false},
+		{"other name on the allowed address", allowed, false, []string{"https", up, "443", "other.example.test", "/home/user/ca.pem"}, upstreamMarker, false},
+		{"plain HTTP to the allowed host", allowed, false, []string{"http", up, "80", "api.example.test"}, upstreamMarker, true},
+		{"DNS of a name not allowed", allowed, false, []string{"resolve", "other.example.test"}, "203.0.113", false},
+		{"metadata via an allowed-looking name", allowed, false, []string{"http", "169.254.169.254", "80", "metadata.example.test"}, upstreamMarker, true},
+	}
+	for _, a := range attempts {
+		t.Run(a.name, func(t *testing.T) {
+			got := n.probe(t, a.sb.ID, a.root, a.args...)
+			t.Logf("%v: %s", a.args, got)
+			if (!a.allowOK && strings.HasPrefix(got, "OK")) || (a.mustNot != "" && strings.Contains(got, a.mustNot)) {
+				t.Errorf("probe %v from %s got through: %s", a.args, a.sb.ID, got)
+			}
+		})
+	}
+	// Changing routes inside, as root, changes nothing: everything still goes through the host veth.
+	t.Run("routes changed inside", func(t *testing.T) {
+		sh(t, n.Env, closed.ID, "true")
+		res := run(t, n.Env, closed.ID, airlock.ExecRequest{User: "root", Cmd: []string{"sh", "-c", "ip route add 203.0.113.0/24 dev eth0 2>&1; ip route add 169.254.0.0/16 dev eth0 2>&1; true"}})
+		_ = res
+		if got := n.probe(t, closed.ID, false, "tcp", up, "7000"); strings.HasPrefix(got, "OK") {
+			t.Errorf("after changing routes inside, raw TCP to the upstream got through: %s", got)
+		}
+	})
+
+	// What the allowed sandbox may do, it can do.
+	if got := n.probe(t, allowed.ID, false, "https", "api.example.test", "443", "api.example.test", "/home/user/ca.pem"); !strings.Contains(got, upstreamMarker) {
+		t.Errorf("allowed HTTPS to api.example.test failed: %s", got)
+	}
+	if got := n.probe(t, allowed.ID, false, "resolve", "api.example.test"); got != "OK 203.0.113.2" {
+		t.Errorf("allowed name resolves to %q; want OK 203.0.113.2", got)
+	}
+}
+
+// TestEgressPolicyLive: policy changes apply to new connections within a second, without a restart; a
+// method/path rule refuses with a 403 naming the rule; private addresses need a CIDR rule.
+func TestEgressPolicyLive(t *testing.T) {
+	n := startNetEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	sb := n.sandbox(t, &airlock.NetworkPolicy{Rules: []airlock.NetworkRule{
+		{Name: "models-read", Action: "allow", Host: "api.example.test", Ports: []airlock.PortRange{"80"}, Methods: []string{"GET"}, PathPrefix: "/v1/models"},
+	}})
+	if got := n.probe(t, sb.ID, false, "http", "api.example.test", "80", "api.example.test", "GET", "/v1/models"); !strings.Contains(got, upstreamMarker) {
+		t.Errorf("GET /v1/models: %s; want the upstream's answer", got)
+	}
+	got := n.probe(t, sb.ID, false, "http", "api.example.test", "80", "api.example.test", "POST", "/v1/files")
+	if !strings.Contains(got, "403") || strings.Contains(got, upstreamMarker) {
+		t.Errorf("POST /v1/files: %s; want a 403 from the gateway", got)
+	}
+	res := run(t, n.Env, sb.ID, airlock.ExecRequest{Cmd: []string{"python3", "-c", `
+import socket
+s = socket.create_connection(("api.example.test", 80), timeout=3)
+s.sendall(b"POST /v1/files HTTP/1.1\r\nHost: api.example.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+print(s.recv(4096).decode())`}})
+	if !strings.Contains(res.Stdout, "models-read") && !strings.Contains(res.Stdout, "default") {
+		t.Errorf("403 body does not name the rule: %q", res.Stdout)
+	}
+	// A second request on the same connection for another host is refused.
+	if got := n.probe(t, sb.ID, false, "http", "api.example.test", "80", "api.example.test", "GET", "/v1/models", "other.example.test"); strings.Count(got, upstreamMarker) > 1 || !strings.Contains(got, "403") {
+		t.Errorf("host switch on a kept-alive connection: %s; want the second request refused", got)
+	}
+
+	// Open everything to the upstream's HTTPS, then close it again: each change is in force within 1 s.
+	if _, err := n.Client.SetNetwork(ctx, sb.ID, airlock.NetworkPolicy{Rules: []airlock.NetworkRule{{Action: "allow", Host: "*.example.test", Ports: []airlock.PortRange{"443"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	changed := time.Now()
+	if got := n.probe(t, sb.ID, false, "https", "other.example.test", "443", "other.example.test", "/home/user/ca.pem"); !strings.Contains(got, upstreamMarker) {
+		t.Errorf("after allowing *.example.test:443: %s", got)
+	}
+	if _, err := n.Client.SetNetwork(ctx, sb.ID, airlock.NetworkPolicy{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.probe(t, sb.ID, false, "tcp", "203.0.113.2", "443"); strings.HasPrefix(got, "OK") {
+		t.Errorf("after denying all again: %s", got)
+	}
+	t.Logf("two policy changes applied and probed in %s", time.Since(changed))
+	if p, err := n.Client.GetNetwork(ctx, sb.ID); err != nil || p.Default != "deny" || len(p.Rules) != 0 {
+		t.Errorf("GetNetwork = %+v, %v; want deny all", p, err)
+	}
+
+	// An allowed name that resolves to a private address is refused, unless a CIDR rule names it.
+	if _, err := n.Client.SetNetwork(ctx, sb.ID, airlock.NetworkPolicy{Rules: []airlock.NetworkRule{{Action: "allow", Host: "metadata.example.test"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.probe(t, sb.ID, false, "http", "169.254.169.254", "80", "metadata.example.test"); strings.Contains(got, upstreamMarker) {
+		t.Errorf("allowed name resolving to the metadata address got through: %s", got)
+	}
+	if _, err := n.Client.SetNetwork(ctx, sb.ID, airlock.NetworkPolicy{Rules: []airlock.NetworkRule{{Action: "allow", Host: "metadata.example.test", CIDRs: []string{"169.254.169.254/32"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.probe(t, sb.ID, false, "http", "169.254.169.254", "80", "metadata.example.test"); !strings.Contains(got, upstreamMarker) {
+		t.Errorf("with a CIDR rule naming it, the address is still refused: %s", got)
+	}
+
+	// Bad policies are refused with a clear message, and change nothing.
+	for _, bad := range []airlock.NetworkPolicy{
+		{Default: "maybe"},
+		{Rules: []airlock.NetworkRule{{Action: "allow"}}},
+		{Rules: []airlock.NetworkRule{{Action: "allow", Host: "bad host"}}},
+		{Rules: []airlock.NetworkRule{{Action: "allow", CIDRs: []string{"10.0.0.0/33"}}}},
+		{Rules: []airlock.NetworkRule{{Action: "allow", Host: "a.test", Ports: []airlock.PortRange{"70000"}}}},
+	} {
+		if _, err := n.Client.SetNetwork(ctx, sb.ID, bad); err == nil || !strings.Contains(err.Error(), "invalid_argument") && !errorsIsInvalid(err) {
+			t.Errorf("SetNetwork(%+v) = %v; want invalid argument", bad, err)
+		}
+	}
+}
+
+func errorsIsInvalid(err error) bool {
+	var ae *airlock.APIError
+	return asAPIError(err, &ae) && ae.Code == "invalid_argument"
+}

@@ -1,0 +1,555 @@
+// Package gateway is a node's network gateway: the only way out of its sandboxes. nftables on the host
+// (package netfilter) sends every TCP connection a sandbox opens to the gateway's transparent proxy and
+// every DNS query to its DNS server; everything else is dropped. The gateway
+//
+//   - answers DNS itself: only names the sandbox's policy could allow resolve, from the node's resolver;
+//   - learns the destination of each connection: the TLS SNI, the HTTP Host, or for other TCP the name
+//     the sandbox resolved for the address it dialed (else the bare address);
+//   - resolves that name itself and dials only an address it checked against the policy and the guard
+//     (no loopback, private, link-local, metadata or host addresses unless a CIDR rule names them), so
+//     DNS rebinding and forged destinations get nowhere;
+//   - refuses with a TCP reset, or for plain HTTP with a 403 whose body names the rule;
+//   - checks every plain-HTTP request on a connection (method, path, and that the Host stays the same).
+//
+// Policies change at any time; new connections use the new one at once.
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway/dnsserver"
+	"github.com/airlockrun/airlock/internal/gateway/netfilter"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/gateway/sni"
+)
+
+// Resolver resolves names for the gateway. *net.Resolver implements it.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Config configures a Gateway.
+type Config struct {
+	// Table is the nftables table the gateway owns. Required.
+	Table string
+	// IfacePrefix is the name prefix of the sandboxes' host-side veths. Required.
+	IfacePrefix string
+	// Resolver resolves names. Nil: net.DefaultResolver.
+	Resolver Resolver
+	// Hosts are static names the gateway resolves before asking Resolver (on-prem services, tests).
+	Hosts map[string][]netip.Addr
+	// HostsOnly resolves nothing but Hosts: for machines without DNS (fully offline) and tests.
+	HostsOnly bool
+	// GuardExtra are more addresses no sandbox may reach unless a CIDR rule names them; the node passes
+	// the host's own addresses.
+	GuardExtra []netip.Prefix
+	// DialTimeout bounds connecting upstream. Zero: 10s.
+	DialTimeout time.Duration
+	// SniffTimeout is how long the proxy waits for a client's first bytes before treating the connection
+	// as plain TCP (protocols where the server speaks first). Zero: 300ms.
+	SniffTimeout time.Duration
+	// Logger receives logs. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Gateway runs the transparent proxy and the DNS server of one node.
+type Gateway struct {
+	cfg Config
+	log *slog.Logger
+
+	proxy  *net.TCPListener
+	dnsUDP net.PacketConn
+	dnsTCP net.Listener
+
+	mu sync.RWMutex
+	// bySrc and byID hold the registered sandboxes; guarded by mu.
+	bySrc map[netip.Addr]*sandbox
+	byID  map[string]*sandbox
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// sandbox is one registered sandbox.
+type sandbox struct {
+	id      string
+	ip      netip.Addr
+	matcher atomic.Pointer[policy.Matcher]
+
+	mu sync.Mutex
+	// names maps addresses to the name the sandbox resolved them from; guarded by mu. Bounded.
+	names map[netip.Addr]string
+}
+
+const maxRemembered = 4096
+
+func (s *sandbox) remember(name string, addrs []netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.names)+len(addrs) > maxRemembered {
+		s.names = map[netip.Addr]string{}
+	}
+	for _, a := range addrs {
+		s.names[a] = name
+	}
+}
+
+func (s *sandbox) nameOf(a netip.Addr) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.names[a]
+}
+
+// New starts the gateway: its listeners on the host and the nftables rules that send sandbox traffic to
+// them. Close undoes both.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Table == "" || cfg.IfacePrefix == "" {
+		return nil, fmt.Errorf("gateway: Table and IfacePrefix are required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.SniffTimeout <= 0 {
+		cfg.SniffTimeout = 300 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Logger.With("component", "gateway"), bySrc: map[netip.Addr]*sandbox{}, byID: map[string]*sandbox{}}
+	var err error
+	// The listeners take any address: nftables redirects to the address of the veth a packet came in
+	// on, and drops connections to these ports from anywhere but a sandbox veth.
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		return nil, fmt.Errorf("gateway: proxy listener: %w", err)
+	}
+	g.proxy = ln.(*net.TCPListener)
+	port := uint16(g.proxy.Addr().(*net.TCPAddr).Port)
+	// DNS takes the same port number for UDP and TCP: find one free for both.
+	var dnsPort uint16
+	for attempt := 0; attempt < 20 && g.dnsTCP == nil; attempt++ {
+		pc, err := net.ListenPacket("udp4", "0.0.0.0:0")
+		if err != nil {
+			g.proxy.Close()
+			return nil, fmt.Errorf("gateway: dns listener: %w", err)
+		}
+		p := pc.LocalAddr().(*net.UDPAddr).Port
+		tl, err := net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", p))
+		if err != nil {
+			pc.Close()
+			continue
+		}
+		g.dnsUDP, g.dnsTCP, dnsPort = pc, tl, uint16(p)
+	}
+	if g.dnsTCP == nil {
+		g.proxy.Close()
+		return nil, errors.New("gateway: no port free for DNS on both UDP and TCP")
+	}
+	if err := netfilter.Install(netfilter.Config{Table: cfg.Table, IfacePrefix: cfg.IfacePrefix, ProxyPort: port, DNSPort: dnsPort}); err != nil {
+		g.closeListeners()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	dns := &dnsserver.Server{Lookup: g.lookupForSandbox, OnAnswer: g.onAnswer, Logger: g.log}
+	g.wg.Add(3)
+	go func() { defer g.wg.Done(); g.serveProxy(ctx) }()
+	go func() { defer g.wg.Done(); _ = dns.ServeUDP(ctx, g.dnsUDP) }()
+	go func() { defer g.wg.Done(); _ = dns.ServeTCP(ctx, g.dnsTCP) }()
+	g.log.Info("gateway up", "proxy_port", port, "dns_port", dnsPort, "table", cfg.Table)
+	return g, nil
+}
+
+func (g *Gateway) closeListeners() {
+	g.proxy.Close()
+	if g.dnsUDP != nil {
+		g.dnsUDP.Close()
+	}
+	if g.dnsTCP != nil {
+		g.dnsTCP.Close()
+	}
+}
+
+// Close stops the gateway: listeners, connections in flight, and the nftables rules.
+func (g *Gateway) Close() error {
+	g.cancel()
+	g.closeListeners()
+	g.wg.Wait()
+	return netfilter.Remove(g.cfg.Table)
+}
+
+func (g *Gateway) compile(p policy.Policy) (*policy.Matcher, error) {
+	m, err := policy.CompileWithOptions(p, policy.CompileOptions{GuardExtra: g.cfg.GuardExtra})
+	if err != nil {
+		return nil, fmt.Errorf("network policy: %w", err)
+	}
+	return m, nil
+}
+
+// Register starts serving the sandbox id whose traffic comes from ip, under policy p.
+func (g *Gateway) Register(id string, ip netip.Addr, p policy.Policy) error {
+	m, err := g.compile(p)
+	if err != nil {
+		return err
+	}
+	s := &sandbox{id: id, ip: ip, names: map[netip.Addr]string{}}
+	s.matcher.Store(m)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if old := g.byID[id]; old != nil {
+		delete(g.bySrc, old.ip)
+	}
+	g.byID[id] = s
+	g.bySrc[ip] = s
+	return nil
+}
+
+// SetPolicy replaces the sandbox's policy; connections opened from now on follow it.
+func (g *Gateway) SetPolicy(id string, p policy.Policy) error {
+	m, err := g.compile(p)
+	if err != nil {
+		return err
+	}
+	g.mu.RLock()
+	s := g.byID[id]
+	g.mu.RUnlock()
+	if s == nil {
+		return fmt.Errorf("sandbox %s has no network on this node: %w", id, errdefs.ErrNotFound)
+	}
+	s.matcher.Store(m)
+	return nil
+}
+
+// Unregister stops serving the sandbox: its connections are refused from now on.
+func (g *Gateway) Unregister(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s := g.byID[id]; s != nil {
+		delete(g.bySrc, s.ip)
+		delete(g.byID, id)
+	}
+}
+
+func (g *Gateway) bySource(ip netip.Addr) *sandbox {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.bySrc[ip.Unmap()]
+}
+
+// lookupForSandbox answers a sandbox's DNS question: names its policy cannot allow do not exist.
+func (g *Gateway) lookupForSandbox(ctx context.Context, client netip.Addr, name string, qtype dnsmessage.Type) ([]netip.Addr, error) {
+	s := g.bySource(client)
+	if s == nil {
+		return nil, dnsserver.ErrRefusedName
+	}
+	name = strings.TrimSuffix(strings.ToLower(name), ".")
+	if !s.matcher.Load().AllowsName(name) {
+		return nil, dnsserver.ErrRefusedName
+	}
+	if qtype != dnsmessage.TypeA {
+		return nil, nil // IPv6 egress is disabled: allowed names have no AAAA (or other) answers
+	}
+	return g.resolve(ctx, name)
+}
+
+func (g *Gateway) onAnswer(client netip.Addr, name string, addrs []netip.Addr) {
+	if s := g.bySource(client); s != nil {
+		s.remember(strings.TrimSuffix(strings.ToLower(name), "."), addrs)
+	}
+}
+
+// resolve returns the IPv4 addresses of name, static hosts first.
+func (g *Gateway) resolve(ctx context.Context, name string) ([]netip.Addr, error) {
+	if a, ok := g.cfg.Hosts[name]; ok {
+		return a, nil
+	}
+	if g.cfg.HostsOnly {
+		return nil, fmt.Errorf("%s is not a configured host: %w", name, errdefs.ErrNotFound)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := g.cfg.Resolver.LookupNetIP(ctx, "ip4", name)
+	if err != nil {
+		var de *net.DNSError
+		if errors.As(err, &de) && de.IsNotFound {
+			return nil, fmt.Errorf("resolve %s: %w", name, errdefs.ErrNotFound)
+		}
+		return nil, err
+	}
+	out := addrs[:0]
+	for _, a := range addrs {
+		if a = a.Unmap(); a.Is4() {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+func (g *Gateway) serveProxy(ctx context.Context) {
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	for {
+		c, err := g.proxy.AcceptTCP()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			g.log.Error("proxy accept", "err", err)
+			return
+		}
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			g.handle(ctx, c)
+		}()
+	}
+}
+
+// reset refuses a connection with a TCP RST.
+func reset(c *net.TCPConn) {
+	_ = c.SetLinger(0)
+	_ = c.Close()
+}
+
+// kind is what the proxy found a connection to carry.
+type kind int
+
+const (
+	kindTCP kind = iota
+	kindTLS
+	kindHTTP
+)
+
+var httpMethods = []string{"GET ", "POST ", "PUT ", "DELETE ", "HEAD ", "OPTIONS ", "PATCH ", "CONNECT ", "TRACE "}
+
+func (g *Gateway) handle(ctx context.Context, c *net.TCPConn) {
+	defer c.Close()
+	src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+	s := g.bySource(src.Addr())
+	if s == nil {
+		reset(c)
+		return
+	}
+	dst, err := originalDst(c)
+	if err != nil {
+		g.log.Warn("original destination", "sandbox", s.id, "err", err)
+		reset(c)
+		return
+	}
+	// Stop the connection when the gateway closes.
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+
+	br := bufio.NewReaderSize(c, 32<<10) // room for the largest ClientHello sni.Peek reads
+	k, name, req := g.sniff(c, br)
+	m := s.matcher.Load()
+	if name == "" {
+		name = s.nameOf(dst.Addr())
+	}
+	ip, d := g.decide(ctx, m, k, name, dst)
+	log := g.log.With("sandbox", s.id, "dst", dst.String(), "name", name, "rule", d.Rule)
+	if d.NeedsHTTP {
+		if k == kindHTTP {
+			d.Allow = true // decided request by request in proxyHTTP
+		} else {
+			// The policy depends on method and path, which this connection (TLS or raw TCP) does not
+			// show: refuse rather than guess.
+			d.Reason += "; this connection does not show its HTTP requests"
+		}
+	}
+	if !d.Allow {
+		log.Info("egress denied", "reason", d.Reason)
+		if k == kindHTTP {
+			writeForbidden(c, d)
+			c.Close()
+			return
+		}
+		reset(c)
+		return
+	}
+	up, err := (&net.Dialer{Timeout: g.cfg.DialTimeout}).DialContext(ctx, "tcp4", netip.AddrPortFrom(ip, dst.Port()).String())
+	if err != nil {
+		log.Info("egress dial failed", "ip", ip, "err", err)
+		if k == kindHTTP {
+			writeStatus(c, http.StatusBadGateway, "airlock gateway: cannot reach "+name+": "+err.Error())
+			c.Close()
+			return
+		}
+		reset(c)
+		return
+	}
+	defer up.Close()
+	log.Debug("egress allowed", "ip", ip)
+	if k == kindHTTP {
+		g.proxyHTTP(s, c, br, up.(*net.TCPConn), req, name, ip, dst.Port())
+		return
+	}
+	splice(c, br, up.(*net.TCPConn))
+}
+
+// sniff looks at the first bytes of a connection without consuming them (except an HTTP request head,
+// which it returns parsed).
+func (g *Gateway) sniff(c *net.TCPConn, br *bufio.Reader) (kind, string, *http.Request) {
+	_ = c.SetReadDeadline(time.Now().Add(g.cfg.SniffTimeout))
+	defer c.SetReadDeadline(time.Time{})
+	first, err := br.Peek(1)
+	if err != nil || len(first) == 0 {
+		return kindTCP, "", nil
+	}
+	if first[0] == 0x16 { // TLS handshake record
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		name, err := sni.Peek(br)
+		if err != nil {
+			return kindTLS, "", nil
+		}
+		return kindTLS, strings.ToLower(name), nil
+	}
+	head, _ := br.Peek(8)
+	for _, m := range httpMethods {
+		if len(head) >= len(m) && string(head[:len(m)]) == m {
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return kindHTTP, "", nil
+			}
+			host := req.Host
+			if h, _, err := net.SplitHostPort(host); err == nil {
+				host = h
+			}
+			return kindHTTP, strings.TrimSuffix(strings.ToLower(host), "."), req
+		}
+	}
+	return kindTCP, "", nil
+}
+
+// decide picks the address to dial and the decision. A name is resolved by the gateway itself; the
+// sandbox's own destination address is used only when it is one of the name's addresses (or when there
+// is no name).
+func (g *Gateway) decide(ctx context.Context, m *policy.Matcher, k kind, name string, dst netip.AddrPort) (netip.Addr, policy.Decision) {
+	if ip, err := netip.ParseAddr(name); err == nil {
+		name = "" // an address literal in SNI or Host: decide on the address
+		if ip.Unmap() != dst.Addr() {
+			return dst.Addr(), policy.Decision{Rule: "mismatch", Reason: "the address in the request differs from the one dialed"}
+		}
+	}
+	if name == "" {
+		return dst.Addr(), m.Connect(policy.Conn{IP: dst.Addr(), Port: dst.Port()})
+	}
+	if k != kindTCP && !m.AllowsName(name) {
+		return dst.Addr(), m.Connect(policy.Conn{Host: name, IP: dst.Addr(), Port: dst.Port()})
+	}
+	addrs, err := g.resolve(ctx, name)
+	if err != nil || len(addrs) == 0 {
+		return dst.Addr(), policy.Decision{Rule: "resolve", Reason: fmt.Sprintf("cannot resolve %s", name)}
+	}
+	ip := addrs[0]
+	for _, a := range addrs {
+		if a == dst.Addr() {
+			ip = a
+			break
+		}
+	}
+	return ip, m.Connect(policy.Conn{Host: name, IP: ip, Port: dst.Port()})
+}
+
+// proxyHTTP relays plain HTTP request by request, checking each against the policy and holding the
+// connection to the host it was decided for.
+func (g *Gateway) proxyHTTP(s *sandbox, c *net.TCPConn, br *bufio.Reader, up *net.TCPConn, req *http.Request, name string, ip netip.Addr, port uint16) {
+	upr := bufio.NewReader(up)
+	for {
+		host := req.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.ToLower(host), ".")
+		m := s.matcher.Load()
+		d := m.Request(policy.Conn{Host: name, IP: ip, Port: port}, req.Method, req.URL.EscapedPath())
+		if host != name {
+			d = policy.Decision{Rule: "host-changed", Reason: fmt.Sprintf("request for %s on a connection to %s", host, name)}
+		}
+		if !d.Allow {
+			g.log.Info("egress request denied", "sandbox", s.id, "host", name, "method", req.Method, "path", req.URL.Path, "rule", d.Rule)
+			writeForbidden(c, d)
+			return
+		}
+		req.Header.Del("Proxy-Connection")
+		if err := req.Write(up); err != nil {
+			return
+		}
+		resp, err := http.ReadResponse(upr, req)
+		if err != nil {
+			return
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			if err := resp.Write(c); err != nil {
+				return
+			}
+			splice(c, br, up)
+			return
+		}
+		err = resp.Write(c)
+		resp.Body.Close()
+		if err != nil || resp.Close || req.Close {
+			return
+		}
+		req, err = http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+	}
+}
+
+func writeForbidden(c net.Conn, d policy.Decision) {
+	writeStatus(c, http.StatusForbidden, fmt.Sprintf("airlock gateway: denied by %s: %s", d.Rule, d.Reason))
+}
+
+func writeStatus(c net.Conn, status int, msg string) {
+	body := msg + "\n"
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\nX-Airlock-Gateway: denied\r\n\r\n%s",
+		status, http.StatusText(status), len(body), body)
+}
+
+// splice copies both ways until both directions are done. Bytes the proxy already buffered from the
+// client go first.
+func splice(c *net.TCPConn, br *bufio.Reader, up *net.TCPConn) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(c, up)
+		_ = c.CloseWrite()
+	}()
+	if n := br.Buffered(); n > 0 {
+		b, _ := br.Peek(n)
+		if _, err := up.Write(b); err != nil {
+			up.Close()
+			wg.Wait()
+			return
+		}
+		_, _ = br.Discard(n)
+	}
+	_, _ = io.Copy(up, c)
+	_ = up.CloseWrite()
+	wg.Wait()
+}

@@ -1,0 +1,173 @@
+// Package netfilter installs the host-side nftables rules that enforce a node's egress: every packet a
+// sandbox sends arrives on its host veth (all named with one prefix), and there
+//
+//   - IPv6, ICMP, and UDP other than to port 53 are dropped (raw prerouting, before anything else);
+//   - TCP to port 53 and UDP to port 53 are redirected to the gateway's DNS server;
+//   - all other TCP is redirected to the gateway's transparent proxy, which reads the original
+//     destination with SO_ORIGINAL_DST and decides;
+//   - on input, sandboxes reach only those two ports; everything else on the host (its services, the API)
+//     is dropped; nothing else reaches those ports;
+//   - nothing is forwarded to or from a sandbox veth: the host never routes sandbox traffic.
+//
+// All rules live in one table of the inet family that this package owns; Install replaces it whole and
+// Remove deletes it.
+package netfilter
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// Config says what the rules enforce.
+type Config struct {
+	// Table is the name of the nftables table (family inet) the rules live in. Required.
+	Table string
+	// IfacePrefix is the name prefix of every sandbox's host-side veth. Required, 1-8 characters.
+	IfacePrefix string
+	// ProxyPort is the port of the gateway's transparent TCP proxy on the host.
+	ProxyPort uint16
+	// DNSPort is the port of the gateway's DNS server (UDP and TCP) on the host.
+	DNSPort uint16
+}
+
+// Install replaces the table with the rules for cfg, atomically (one netlink batch).
+func Install(cfg Config) error {
+	if cfg.Table == "" || cfg.IfacePrefix == "" || len(cfg.IfacePrefix) > 8 || cfg.ProxyPort == 0 || cfg.DNSPort == 0 {
+		return fmt.Errorf("netfilter: incomplete config %+v", cfg)
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("netfilter: %w", err)
+	}
+	defer c.CloseLasting()
+	// Delete the old table in the same batch if it exists, so the swap is atomic.
+	if tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet); err == nil {
+		for _, t := range tables {
+			if t.Name == cfg.Table {
+				c.DelTable(t)
+			}
+		}
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: cfg.Table})
+	accept := nftables.ChainPolicyAccept
+
+	guard := c.AddChain(&nftables.Chain{Name: "guard", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw, Policy: &accept})
+	redirect := c.AddChain(&nftables.Chain{Name: "redirect", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
+	input := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	forward := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+
+	in := iifPrefix(cfg.IfacePrefix)
+	add := func(ch *nftables.Chain, exprs ...[]expr.Any) {
+		var all []expr.Any
+		for _, e := range exprs {
+			all = append(all, e...)
+		}
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: all})
+	}
+	// guard: only IPv4 TCP, and UDP to port 53, leave a sandbox.
+	add(guard, in, nfproto(unix.NFPROTO_IPV6), verdict(expr.VerdictDrop))
+	add(guard, in, l4proto(unix.IPPROTO_TCP), verdict(expr.VerdictAccept))
+	add(guard, in, l4proto(unix.IPPROTO_UDP), dport(53), verdict(expr.VerdictAccept))
+	add(guard, in, verdict(expr.VerdictDrop))
+	// redirect: DNS to the resolver, all other TCP to the proxy.
+	add(redirect, in, l4proto(unix.IPPROTO_TCP), dport(53), redir(cfg.DNSPort))
+	add(redirect, in, l4proto(unix.IPPROTO_UDP), dport(53), redir(cfg.DNSPort))
+	add(redirect, in, l4proto(unix.IPPROTO_TCP), redir(cfg.ProxyPort))
+	// input: sandboxes reach the gateway's ports and nothing else of the host; nobody else reaches them.
+	add(input, in, l4proto(unix.IPPROTO_TCP), dport(cfg.ProxyPort), verdict(expr.VerdictAccept))
+	add(input, in, l4proto(unix.IPPROTO_TCP), dport(cfg.DNSPort), verdict(expr.VerdictAccept))
+	add(input, in, l4proto(unix.IPPROTO_UDP), dport(cfg.DNSPort), verdict(expr.VerdictAccept))
+	add(input, in, verdict(expr.VerdictDrop))
+	add(input, l4proto(unix.IPPROTO_TCP), dport(cfg.ProxyPort), verdict(expr.VerdictDrop))
+	add(input, l4proto(unix.IPPROTO_TCP), dport(cfg.DNSPort), verdict(expr.VerdictDrop))
+	add(input, l4proto(unix.IPPROTO_UDP), dport(cfg.DNSPort), verdict(expr.VerdictDrop))
+	// forward: the host routes nothing for sandboxes.
+	add(forward, in, verdict(expr.VerdictDrop))
+	add(forward, oifPrefix(cfg.IfacePrefix), verdict(expr.VerdictDrop))
+
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("netfilter: install table %s: %w", cfg.Table, err)
+	}
+	return nil
+}
+
+// Remove deletes the table. A missing table is fine.
+func Remove(table string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("netfilter: %w", err)
+	}
+	defer c.CloseLasting()
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("netfilter: list tables: %w", err)
+	}
+	for _, t := range tables {
+		if t.Name == table {
+			c.DelTable(t)
+			if err := c.Flush(); err != nil {
+				return fmt.Errorf("netfilter: remove table %s: %w", table, err)
+			}
+		}
+	}
+	return nil
+}
+
+// iifPrefix matches packets that came in on an interface whose name starts with prefix.
+func iifPrefix(prefix string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(prefix)},
+	}
+}
+
+// oifPrefix matches packets that go out on an interface whose name starts with prefix.
+func oifPrefix(prefix string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(prefix)},
+	}
+}
+
+func nfproto(p byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+func l4proto(p byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+// dport matches the transport header's destination port (TCP and UDP keep it at offset 2).
+func dport(port uint16) []expr.Any {
+	b := make([]byte, 2)
+	binary.BigEndian.PutUint16(b, port)
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b},
+	}
+}
+
+func redir(port uint16) []expr.Any {
+	b := make([]byte, 2)
+	binary.BigEndian.PutUint16(b, port)
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: b},
+		&expr.Redir{RegisterProtoMin: 1},
+	}
+}
+
+func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
