@@ -71,9 +71,10 @@ type Config struct {
 	HostsOnly bool
 }
 
-// instanceTag is a short tag, derived from the data directory, that keeps the host-wide names of one
-// Airlock instance (its nftables table, its veth prefix) apart from another's on the same host.
-func instanceTag(dataDir string) string {
+// InstanceTag is a short tag, derived from the data directory, that keeps the host-wide names of one
+// Airlock instance (its nftables table, veth prefix and cgroup parent) apart from another's on the same
+// host.
+func InstanceTag(dataDir string) string {
 	sum := sha256.Sum256([]byte(dataDir))
 	return hex.EncodeToString(sum[:2])
 }
@@ -139,13 +140,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
 
-	driver, err := gvisor.New(gvisor.Config{Runsc: cfg.Runsc, StateDir: filepath.Join(dataDir, "runtime"), Debug: cfg.Debug, Logger: log})
+	tag := InstanceTag(dataDir)
+	driver, err := gvisor.New(gvisor.Config{Runsc: cfg.Runsc, StateDir: filepath.Join(dataDir, "runtime"), Debug: cfg.Debug, Logger: log,
+		CgroupParent: "/airlock/" + tag})
 	if err != nil {
 		return err
 	}
 	// Runs after the sandboxes are gone (deferred calls run last-in first-out, and shutdown is below).
 	defer func() { err = errors.Join(err, driver.Close()) }()
-	tag := instanceTag(dataDir)
 	gw, err := gateway.New(gateway.Config{
 		Table:       "airlock_" + tag,
 		IfacePrefix: "al" + tag,

@@ -8,19 +8,22 @@ import (
 	"strings"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/airlockrun/airlock/internal/app"
 )
 
 // Footprint is what sandboxes leave on a host, counted so that a test can compare before and after.
 type Footprint struct {
-	// Processes are host processes of gVisor (runsc, its sentry and gofer), by PID and command line.
+	// Processes are host processes of gVisor (runsc, its sentry and gofer) of the instance, by PID and
+	// command line.
 	Processes []string
-	// Mounts are the host's mount points under dataDir or of types sandboxes use (overlay, nsfs, loop).
+	// Mounts are the host's mount points under the data directory (overlays, disks, netns pins).
 	Mounts []string
 	// Cgroups are the cgroup directories under the sandboxes' parent, in every controller.
 	Cgroups []string
 	// NetNS are network namespace files under the data directory.
 	NetNS []string
-	// Links are the host's network interfaces (a veth left behind shows here).
+	// Links are the instance's host-side veths.
 	Links []string
 	// LoopDevices are loop devices bound to a file.
 	LoopDevices []string
@@ -28,9 +31,12 @@ type Footprint struct {
 	Files []string
 }
 
-// TakeFootprint counts what sandboxes may leave on the host, for an instance using dataDir.
+// TakeFootprint counts what sandboxes of the instance using dataDir may leave on the host. It looks only
+// at what is that instance's: processes running from its data directory, mounts and loop devices under
+// it, its cgroups, its veths (other Airlock instances on the host do not disturb it).
 func TakeFootprint(dataDir string) (Footprint, error) {
 	var f Footprint
+	tag := app.InstanceTag(dataDir)
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
@@ -38,7 +44,7 @@ func TakeFootprint(dataDir string) (Footprint, error) {
 			continue
 		}
 		cmd := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
-		if strings.Contains(cmd, "runsc") || strings.Contains(cmd, "runsc-sandbox") || strings.Contains(cmd, "runsc-gofer") {
+		if strings.Contains(cmd, "runsc") && strings.Contains(cmd, dataDir) {
 			f.Processes = append(f.Processes, filepath.Base(filepath.Dir(p))+" "+cmd)
 		}
 	}
@@ -59,11 +65,11 @@ func TakeFootprint(dataDir string) (Footprint, error) {
 				break
 			}
 		}
-		if strings.HasPrefix(mp, dataDir) || fstype == "overlay" || fstype == "nsfs" || strings.HasPrefix(fields[len(fields)-2], "/dev/loop") {
+		if strings.HasPrefix(mp, dataDir) {
 			f.Mounts = append(f.Mounts, mp+" "+fstype)
 		}
 	}
-	cg, _ := filepath.Glob("/sys/fs/cgroup/*/airlock/*")
+	cg, _ := filepath.Glob("/sys/fs/cgroup/*/airlock/" + tag + "/*")
 	for _, c := range cg {
 		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
 			f.Cgroups = append(f.Cgroups, c)
@@ -73,12 +79,16 @@ func TakeFootprint(dataDir string) (Footprint, error) {
 	f.NetNS = ns
 	links, _ := os.ReadDir("/sys/class/net")
 	for _, l := range links {
-		f.Links = append(f.Links, l.Name())
+		if strings.HasPrefix(l.Name(), "al"+tag) {
+			f.Links = append(f.Links, l.Name())
+		}
 	}
 	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, l := range loops {
 		b, _ := os.ReadFile(l)
-		f.LoopDevices = append(f.LoopDevices, strings.TrimSpace(string(b)))
+		if backing := strings.TrimSpace(string(b)); strings.HasPrefix(backing, dataDir) {
+			f.LoopDevices = append(f.LoopDevices, backing)
+		}
 	}
 	files, _ := filepath.Glob(filepath.Join(dataDir, "runtime", "sandboxes", "*"))
 	f.Files = files

@@ -322,10 +322,16 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 	return nil
 }
 
-// Close releases what the driver holds on the host beyond its sandboxes: runsc pins a shared, empty
-// network namespace for its gofers at StateDir/runsc/null-netns (stacked when concurrent starts raced),
-// which would otherwise stay mounted. Call it after every sandbox was destroyed.
+// Close releases what the driver holds on the host beyond its sandboxes: the empty cgroup parent, and
+// the shared, empty network namespace runsc pins for its gofers at StateDir/runsc/null-netns (stacked
+// when concurrent starts raced), which would otherwise stay mounted. Call it after every sandbox was
+// destroyed.
 func (d *Driver) Close() error {
+	// The cgroup parent, if no sandbox is left under it (rmdir fails on a cgroup with children).
+	parents, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", d.cfg.CgroupParent))
+	for _, p := range parents {
+		_ = unix.Rmdir(p)
+	}
 	path := filepath.Join(d.cfg.StateDir, "runsc", "null-netns")
 	for unix.Unmount(path, unix.MNT_DETACH) == nil {
 	}
