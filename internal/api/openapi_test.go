@@ -59,7 +59,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		inDoc[r] = true
 	}
 	served := map[string]bool{}
-	for _, r := range New(nil, nil).Routes() {
+	for _, r := range New(nil, nil, nil).Routes() {
 		k := r.Method + " " + r.Pattern
 		if served[k] {
 			t.Errorf("router lists %s twice", k)

@@ -33,6 +33,8 @@ type Server struct {
 	cp  *controlplane.Service
 	log *slog.Logger
 	mux *http.ServeMux
+	// metricsHandler serves GET /metrics; nil: 404.
+	metricsHandler http.Handler
 
 	// idem serializes requests that carry the same Idempotency-Key.
 	idemMu sync.Mutex
@@ -46,12 +48,13 @@ type Route struct {
 	Pattern string
 }
 
-// New returns the API server.
-func New(cp *controlplane.Service, log *slog.Logger) *Server {
+// New returns the API server. metrics, if not nil, serves GET /metrics (the Prometheus exposition), which
+// takes no API key: give it only metrics every client of the listener may see.
+func New(cp *controlplane.Service, log *slog.Logger, metrics http.Handler) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cp: cp, log: log, mux: http.NewServeMux(), idemLocks: map[string]*sync.Mutex{}}
+	s := &Server{cp: cp, log: log, mux: http.NewServeMux(), metricsHandler: metrics, idemLocks: map[string]*sync.Mutex{}}
 	for _, r := range s.routes() {
 		s.mux.HandleFunc(r.Method+" "+r.Pattern, r.handler)
 	}
@@ -70,6 +73,7 @@ func (s *Server) routes() []route {
 	return []route{
 		{"GET", "/v1/health", s.health},
 		{"GET", "/v1/openapi.yaml", s.openapi},
+		{"GET", "/metrics", s.metrics},
 		{"POST", "/v1/sandboxes", s.auth(s.createSandbox)},
 		{"GET", "/v1/sandboxes", s.auth(s.listSandboxes)},
 		{"GET", "/v1/sandboxes/{id}", s.auth(s.getSandbox)},
@@ -77,6 +81,7 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/sandboxes/{id}/timeout", s.auth(s.setTimeout)},
 		{"GET", "/v1/sandboxes/{id}/network", s.auth(s.getNetwork)},
 		{"PUT", "/v1/sandboxes/{id}/network", s.auth(s.setNetwork)},
+		{"GET", "/v1/sandboxes/{id}/egress", s.auth(s.egress)},
 		{"POST", "/v1/sandboxes/{id}/exec", s.auth(s.exec)},
 		{"GET", "/v1/sandboxes/{id}/exec/stream", s.auth(s.execStream)},
 		{"GET", "/v1/sandboxes/{id}/processes", s.auth(s.listProcesses)},

@@ -9,6 +9,11 @@
 //	runtime/         runsc state and each sandbox's directory (removed with the sandbox)
 //	node/netns/      each sandbox's network namespace (removed with the sandbox)
 //	node/audit/      each sandbox's channel audit log (kept)
+//	node/flows/      each sandbox's network flow log, <sandbox-id>.jsonl (kept)
+//
+// The API listener also serves GET /metrics (Prometheus text format) without authentication: counters
+// of the whole instance, no per-sandbox labels. Keep Listen on loopback, or have the proxy in front
+// refuse /metrics to those who should not see it.
 package app
 
 import (
@@ -26,9 +31,14 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/gateway"
+	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/runtime/gvisor"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
@@ -49,7 +59,8 @@ const (
 type Config struct {
 	// DataDir holds all state.
 	DataDir string
-	// Listen is the API's address. Keep it on loopback unless a TLS proxy fronts it.
+	// Listen is the API's address. Keep it on loopback unless a TLS proxy fronts it (which should also
+	// keep the unauthenticated GET /metrics to itself).
 	Listen string
 	// Runsc is the runsc binary; empty: from PATH.
 	Runsc string
@@ -148,12 +159,27 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// Runs after the sandboxes are gone (deferred calls run last-in first-out, and shutdown is below).
 	defer func() { err = errors.Join(err, driver.Close()) }()
+	// The registry of this instance's metrics, served at /metrics. Not the global default: two
+	// instances in one process (tests) keep theirs apart.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	egressMetrics, err := flowlog.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	flows, err := flowlog.Open(filepath.Join(dataDir, "node", "flows"), log)
+	if err != nil {
+		return err
+	}
+	// Closed after the gateway, which records into it (deferred calls run last-in first-out).
+	defer func() { err = errors.Join(err, flows.Close()) }()
 	gw, err := gateway.New(gateway.Config{
 		Table:       "airlock_" + tag,
 		IfacePrefix: "al" + tag,
 		Hosts:       cfg.Hosts,
 		HostsOnly:   cfg.HostsOnly,
 		GuardExtra:  hostAddresses(),
+		Flows:       gateway.FlowSinks{flows, egressMetrics},
 		Logger:      log,
 	})
 	if err != nil {
@@ -164,6 +190,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var cp *controlplane.Service
 	nd, err := node.New(node.Config{
 		Gateway:      gw,
+		FlowLog:      flows,
 		IfacePrefix:  "al" + tag,
 		DataDir:      filepath.Join(dataDir, "node"),
 		Driver:       driver,
@@ -206,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	srv := &http.Server{
-		Handler:           api.New(cp, log),
+		Handler:           api.New(cp, log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -72,6 +72,16 @@ func newFakeServer(t *testing.T) (*fakeServer, string) {
 		failed.ID, failed.Reason = sbB, "out of\tmemory"
 		writeJSON(w, 200, airlock.SandboxList{Sandboxes: []airlock.Sandbox{sandbox(airlock.StateRunning), failed}})
 	})
+	mux.HandleFunc("GET /v1/sandboxes/{id}/egress", func(w http.ResponseWriter, r *http.Request) {
+		f.record(r)
+		end := time.Now().Add(-2 * time.Minute)
+		writeJSON(w, 200, airlock.FlowList{Flows: []airlock.Flow{
+			{Start: end.Add(-1500 * time.Millisecond), End: end, DurationMS: 1500, SandboxID: sbA, DstIP: "203.0.113.2", DstPort: 443,
+				Host: "api.example.com", Protocol: "tls", Decision: "allow", Rule: "api", BytesSent: 517, BytesReceived: 4096},
+			{Start: end, End: end, SandboxID: sbA, DstIP: "203.0.113.2", DstPort: 80, Host: "api.example.com", Protocol: "http",
+				Decision: "deny", Rule: "default", Method: "POST", Path: "/v1/files"},
+		}})
+	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		f.record(r)
 		if r.PathValue("id") != sbA {

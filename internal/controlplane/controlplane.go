@@ -19,6 +19,8 @@ import (
 
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway"
+	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/store"
@@ -43,6 +45,8 @@ type Node interface {
 	Recover(ctx context.Context, sbs []node.RecoverRequest) []string
 	// SetNetwork replaces a running sandbox's egress policy.
 	SetNetwork(ctx context.Context, id string, p policy.Policy) error
+	// Flows returns a sandbox's network flows that f selects, newest first, also once it is gone.
+	Flows(ctx context.Context, id string, f flowlog.Filter) ([]gateway.Flow, error)
 }
 
 // Defaults and bounds of sandbox requests.

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -10,24 +11,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway"
+	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
 
-// fakeNode is a hand-written node that keeps a set of "running" sandbox IDs.
+// fakeNode is a hand-written node that keeps a set of "running" sandbox IDs, and a real flow log.
 type fakeNode struct {
 	mu sync.Mutex
-	// running, failCreate and destroyed are guarded by mu.
+	// running, failCreate, destroyed and tenants are guarded by mu.
 	running    map[string]bool
 	failCreate error
 	destroyed  []string
+	// tenants holds the tenant each sandbox was last created or recovered with.
+	tenants map[string]string
+
+	flows *flowlog.Log
 }
 
-func newFakeNode() *fakeNode { return &fakeNode{running: map[string]bool{}} }
+func newFakeNode(t *testing.T) *fakeNode {
+	l, err := flowlog.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return &fakeNode{running: map[string]bool{}, tenants: map[string]string{}, flows: l}
+}
 
 func (n *fakeNode) ID() string { return "local" }
 
@@ -45,6 +61,7 @@ func (n *fakeNode) CreateSandbox(ctx context.Context, req node.CreateRequest) er
 		return n.failCreate
 	}
 	n.running[req.ID] = true
+	n.tenants[req.ID] = req.TenantID
 	return nil
 }
 
@@ -76,6 +93,7 @@ func (n *fakeNode) Recover(ctx context.Context, reqs []node.RecoverRequest) []st
 	defer n.mu.Unlock()
 	var out []string
 	for _, r := range reqs {
+		n.tenants[r.ID] = r.TenantID
 		if n.running[r.ID] {
 			out = append(out, r.ID)
 		}
@@ -90,6 +108,16 @@ func (n *fakeNode) SetNetwork(ctx context.Context, id string, p policy.Policy) e
 		return errdefs.ErrFailedPrecondition
 	}
 	return nil
+}
+
+func (n *fakeNode) Flows(ctx context.Context, id string, f flowlog.Filter) ([]gateway.Flow, error) {
+	return n.flows.Read(ctx, id, f)
+}
+
+func (n *fakeNode) tenantOf(id string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.tenants[id]
 }
 
 func (n *fakeNode) isRunning(id string) bool {
@@ -129,7 +157,7 @@ func setup(t *testing.T) (*Service, store.Store, *fakeNode, *clock, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	n := newFakeNode()
+	n := newFakeNode(t)
 	clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	s := newService(t, st, n, clk)
 	key, err := s.Bootstrap(ctx)
@@ -279,6 +307,9 @@ func TestReconcileAfterRestart(t *testing.T) {
 	n.running["sb_orphanorphanorphanorphanor"] = true
 	n.mu.Unlock()
 
+	n.mu.Lock()
+	n.tenants = map[string]string{}
+	n.mu.Unlock()
 	s2 := newService(t, st, n, clk)
 	if err := s2.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -286,6 +317,9 @@ func TestReconcileAfterRestart(t *testing.T) {
 	defer s2.Shutdown(ctx)
 	if got, _ := s2.GetSandbox(ctx, tenant, alive.ID); got.State != store.StateRunning {
 		t.Errorf("re-adopted sandbox is %s; want running", got.State)
+	}
+	if got := n.tenantOf(alive.ID); got != tenant {
+		t.Errorf("recovered with tenant %q; want %q", got, tenant)
 	}
 	if got, _ := s2.GetSandbox(ctx, tenant, lost.ID); got.State != store.StateFailed || !strings.Contains(got.Reason, "lost") {
 		t.Errorf("lost sandbox is %s (%q); want failed, lost", got.State, got.Reason)
@@ -342,5 +376,58 @@ func TestConcurrentDeletesAreSerialized(t *testing.T) {
 		if err != nil {
 			t.Errorf("concurrent delete: %v", err)
 		}
+	}
+}
+
+// TestEgress: a tenant reads its sandbox's flows, filtered, also once the sandbox stopped; another
+// tenant cannot; the node learns the sandbox's tenant at create.
+func TestEgress(t *testing.T) {
+	ctx := context.Background()
+	s, st, n, clk, tenant := setup(t)
+	sb, err := s.CreateSandbox(ctx, tenant, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.tenantOf(sb.ID); got != tenant {
+		t.Errorf("node got tenant %q; want %q", got, tenant)
+	}
+	t0 := clk.Now()
+	for i, d := range []string{gateway.DecisionAllow, gateway.DecisionDeny, gateway.DecisionAllow} {
+		at := t0.Add(time.Duration(i) * time.Second)
+		n.flows.Record(gateway.Flow{Start: at, End: at, SandboxID: sb.ID, TenantID: tenant, Decision: d, Host: fmt.Sprintf("h%d.example", i)})
+	}
+	hosts := func(fs []gateway.Flow) []string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, f.Host)
+		}
+		return out
+	}
+	got, err := s.Egress(ctx, tenant, sb.ID, flowlog.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"h2.example", "h1.example", "h0.example"}, hosts(got)); diff != "" {
+		t.Errorf("Egress (-want +got):\n%s", diff)
+	}
+	got, err = s.Egress(ctx, tenant, sb.ID, flowlog.Filter{Decision: gateway.DecisionDeny})
+	if err != nil || len(got) != 1 || got[0].Host != "h1.example" {
+		t.Errorf("Egress(deny) = %v, %v; want h1.example", hosts(got), err)
+	}
+	if _, err := s.Egress(ctx, tenant, sb.ID, flowlog.Filter{Decision: "maybe"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Egress(decision maybe) = %v; want ErrInvalidArgument", err)
+	}
+	other, err := st.CreateTenant(ctx, store.Tenant{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Egress(ctx, other.ID, sb.ID, flowlog.Filter{}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Egress from another tenant = %v; want ErrNotFound", err)
+	}
+	if err := s.DeleteSandbox(ctx, tenant, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Egress(ctx, tenant, sb.ID, flowlog.Filter{Limit: 2}); err != nil || len(got) != 2 {
+		t.Errorf("Egress of a stopped sandbox = %v, %v; want its 2 newest flows", hosts(got), err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway"
+	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/runtime"
@@ -181,6 +183,7 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 	}
 	berr := s.node.CreateSandbox(bootCtx, node.CreateRequest{
 		ID:       sb.ID,
+		TenantID: sb.TenantID,
 		Template: req.Template,
 		Env:      env,
 		Limits: runtime.Limits{
@@ -370,6 +373,31 @@ func (s *Service) SetNetwork(ctx context.Context, tenantID, id string, p policy.
 	return sb, nil
 }
 
+// Egress returns the network flows of the tenant's sandbox that f selects, newest first (see
+// flowlog.Log.Read). A stopped or failed sandbox's flows stay readable. Another tenant's sandbox is not
+// found.
+func (s *Service) Egress(ctx context.Context, tenantID, id string, f flowlog.Filter) ([]gateway.Flow, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	sb, err := s.GetSandbox(ctx, tenantID, id)
+	if err != nil {
+		return nil, err
+	}
+	flows, err := s.node.Flows(ctx, sb.ID, f)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: egress flows: %w", id, err)
+	}
+	// The log is per sandbox and sandbox IDs are unique; keep only the tenant's flows all the same.
+	out := flows[:0]
+	for _, fl := range flows {
+		if fl.TenantID == tenantID {
+			out = append(out, fl)
+		}
+	}
+	return out, nil
+}
+
 // Link returns the channel to the daemon of the tenant's running sandbox, for exec and file calls.
 func (s *Service) Link(ctx context.Context, tenantID, id string) (*link.Client, error) {
 	sb, err := s.GetSandbox(ctx, tenantID, id)
@@ -479,7 +507,7 @@ func (s *Service) reconcile(ctx context.Context) error {
 				s.log.Error("reconcile", "sandbox", sb.ID, "err", err)
 				continue // not adopted: failed below, and destroyed
 			}
-			running = append(running, node.RecoverRequest{ID: sb.ID, Network: p})
+			running = append(running, node.RecoverRequest{ID: sb.ID, TenantID: sb.TenantID, Network: p})
 		}
 	}
 	adopted := map[string]bool{}

@@ -9,7 +9,9 @@
 //     (no loopback, private, link-local, metadata or host addresses unless a CIDR rule names them), so
 //     DNS rebinding and forged destinations get nowhere;
 //   - refuses with a TCP reset, or for plain HTTP with a 403 whose body names the rule;
-//   - checks every plain-HTTP request on a connection (method, path, and that the Host stays the same).
+//   - checks every plain-HTTP request on a connection (method, path, and that the Host stays the same);
+//   - records every connection, and every plain-HTTP request, as a Flow (Config.Flows) when it ends:
+//     who, where, what protocol, the decision and the rule, and the bytes relayed each way.
 //
 // Policies change at any time; new connections use the new one at once.
 package gateway
@@ -63,6 +65,10 @@ type Config struct {
 	// SniffTimeout is how long the proxy waits for a client's first bytes before treating the connection
 	// as plain TCP (protocols where the server speaks first). Zero: 300ms.
 	SniffTimeout time.Duration
+	// Flows receives a Flow for every connection a registered sandbox opens (for plain HTTP, every
+	// request) once it ended, allowed or refused. Connections from addresses of no registered sandbox
+	// are reset without a record. Nil: flows are not recorded.
+	Flows FlowSink
 	// Logger receives logs. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -88,12 +94,68 @@ type Gateway struct {
 // sandbox is one registered sandbox.
 type sandbox struct {
 	id      string
+	tenant  string
 	ip      netip.Addr
 	matcher atomic.Pointer[policy.Matcher]
 
 	mu sync.Mutex
 	// names maps addresses to the name the sandbox resolved them from; guarded by mu. Bounded.
 	names map[netip.Addr]string
+	// conns holds a cancel function for each connection in flight, which ends it; guarded by mu.
+	conns map[uint64]context.CancelFunc
+	// nextConn numbers the entries of conns; guarded by mu.
+	nextConn uint64
+	// gone is set once the sandbox is unregistered; guarded by mu.
+	gone bool
+	// active counts the connections in flight; Add only under mu while not gone.
+	active sync.WaitGroup
+}
+
+// track registers cancel, which ends one of the sandbox's connections, to be called when the sandbox is
+// unregistered, and returns the function that forgets it. It reports false, and calls cancel at once,
+// when the sandbox is already gone.
+func (s *sandbox) track(cancel context.CancelFunc) (forget func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone {
+		cancel()
+		return func() {}, false
+	}
+	n := s.nextConn
+	s.nextConn++
+	s.conns[n] = cancel
+	s.active.Add(1)
+	return func() {
+		s.mu.Lock()
+		delete(s.conns, n)
+		s.mu.Unlock()
+		s.active.Done()
+	}, true
+}
+
+// shutdownWait bounds how long Unregister waits for a sandbox's connections to end.
+const shutdownWait = 5 * time.Second
+
+// shutdown marks the sandbox gone, ends its connections in flight and waits (at most shutdownWait) until
+// they have ended and recorded their flows.
+func (s *sandbox) shutdown() {
+	s.mu.Lock()
+	s.gone = true
+	conns := s.conns
+	s.conns = map[uint64]context.CancelFunc{}
+	s.mu.Unlock()
+	for _, cancel := range conns {
+		cancel()
+	}
+	done := make(chan struct{})
+	// The waiter ends with the last connection, even when shutdown stopped waiting for it.
+	go func() { s.active.Wait(); close(done) }()
+	t := time.NewTimer(shutdownWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 const maxRemembered = 4096
@@ -204,21 +266,27 @@ func (g *Gateway) compile(p policy.Policy) (*policy.Matcher, error) {
 	return m, nil
 }
 
-// Register starts serving the sandbox id whose traffic comes from ip, under policy p.
-func (g *Gateway) Register(id string, ip netip.Addr, p policy.Policy) error {
+// Register starts serving the sandbox id of tenant tenantID, whose traffic comes from ip, under policy p.
+// The tenant is recorded in the sandbox's flows. Registering an ID again replaces the earlier
+// registration and ends its connections.
+func (g *Gateway) Register(id, tenantID string, ip netip.Addr, p policy.Policy) error {
 	m, err := g.compile(p)
 	if err != nil {
 		return err
 	}
-	s := &sandbox{id: id, ip: ip, names: map[netip.Addr]string{}}
+	s := &sandbox{id: id, tenant: tenantID, ip: ip, names: map[netip.Addr]string{}, conns: map[uint64]context.CancelFunc{}}
 	s.matcher.Store(m)
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if old := g.byID[id]; old != nil {
+	old := g.byID[id]
+	if old != nil {
 		delete(g.bySrc, old.ip)
 	}
 	g.byID[id] = s
 	g.bySrc[ip] = s
+	g.mu.Unlock()
+	if old != nil {
+		old.shutdown()
+	}
 	return nil
 }
 
@@ -238,13 +306,18 @@ func (g *Gateway) SetPolicy(id string, p policy.Policy) error {
 	return nil
 }
 
-// Unregister stops serving the sandbox: its connections are refused from now on.
+// Unregister stops serving the sandbox: new connections are refused, and those in flight are ended. It
+// returns once they have ended and recorded their flows (or after a few seconds if one is stuck).
 func (g *Gateway) Unregister(id string) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if s := g.byID[id]; s != nil {
+	s := g.byID[id]
+	if s != nil {
 		delete(g.bySrc, s.ip)
 		delete(g.byID, id)
+	}
+	g.mu.Unlock()
+	if s != nil {
+		s.shutdown()
 	}
 }
 
@@ -341,9 +414,46 @@ const (
 	kindHTTP
 )
 
+// protocol names k in a Flow.
+func (k kind) protocol() string {
+	switch k {
+	case kindTLS:
+		return ProtoTLS
+	case kindHTTP:
+		return ProtoHTTP
+	}
+	return ProtoTCP
+}
+
 var httpMethods = []string{"GET ", "POST ", "PUT ", "DELETE ", "HEAD ", "OPTIONS ", "PATCH ", "CONNECT ", "TRACE "}
 
+// record completes f (its end time, bounded text) and hands it to the flow sink.
+func (g *Gateway) record(f Flow) {
+	if f.End.IsZero() {
+		f.End = time.Now()
+	}
+	f.Reason = clip(f.Reason, maxFlowReason)
+	if g.cfg.Flows != nil {
+		g.cfg.Flows.Record(f)
+	}
+}
+
+// setDecision copies d into f.
+func setDecision(f *Flow, d policy.Decision) {
+	f.Decision = DecisionDeny
+	if d.Allow {
+		f.Decision = DecisionAllow
+	}
+	f.Rule, f.Reason = d.Rule, d.Reason
+}
+
+// requestLine returns what a Flow keeps of a request: its method and its path without the query.
+func requestLine(req *http.Request) (method, path string) {
+	return clip(req.Method, maxFlowMethod), clip(req.URL.EscapedPath(), maxFlowPath)
+}
+
 func (g *Gateway) handle(ctx context.Context, c *net.TCPConn) {
+	start := time.Now()
 	defer c.Close()
 	src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
 	s := g.bySource(src.Addr())
@@ -351,24 +461,52 @@ func (g *Gateway) handle(ctx context.Context, c *net.TCPConn) {
 		reset(c)
 		return
 	}
-	dst, err := originalDst(c)
-	if err != nil {
-		g.log.Warn("original destination", "sandbox", s.id, "err", err)
+	// The connection ends when the gateway closes or the sandbox is unregistered.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	forget, ok := s.track(cancel)
+	defer forget()
+	if !ok {
 		reset(c)
 		return
 	}
-	// Stop the connection when the gateway closes.
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 
+	f := Flow{Start: start, SandboxID: s.id, TenantID: s.tenant, SrcPort: src.Port(), Protocol: ProtoTCP}
+	dst, err := originalDst(c)
+	if err != nil {
+		g.log.Warn("original destination", "sandbox", s.id, "err", err)
+		f.Decision, f.Rule, f.Reason = DecisionDeny, "gateway", "the connection's original destination is unknown"
+		g.record(f)
+		reset(c)
+		return
+	}
+	f.DstIP, f.DstPort = dst.Addr(), dst.Port()
+
 	br := bufio.NewReaderSize(c, 32<<10) // room for the largest ClientHello sni.Peek reads
 	k, name, req := g.sniff(c, br)
+	f.Protocol = k.protocol()
 	m := s.matcher.Load()
 	if name == "" {
 		name = s.nameOf(dst.Addr())
 	}
+	f.Host = clip(name, maxFlowHost)
+	log := g.log.With("sandbox", s.id, "dst", dst.String(), "name", name)
+	if k == kindHTTP && req == nil {
+		// It looked like HTTP but its request head did not parse (or did not arrive in time).
+		log.Info("egress denied", "reason", "malformed HTTP request")
+		f.Decision, f.Rule, f.Reason = DecisionDeny, "malformed-http", "the HTTP request head could not be read"
+		g.record(f)
+		writeStatus(c, http.StatusBadRequest, "airlock gateway: malformed HTTP request")
+		return
+	}
+	if req != nil {
+		f.Method, f.Path = requestLine(req)
+	}
 	ip, d := g.decide(ctx, m, k, name, dst)
-	log := g.log.With("sandbox", s.id, "dst", dst.String(), "name", name, "rule", d.Rule)
+	f.DstIP = ip
+	log = log.With("rule", d.Rule)
 	if d.NeedsHTTP {
 		if k == kindHTTP {
 			d.Allow = true // decided request by request in proxyHTTP
@@ -380,6 +518,8 @@ func (g *Gateway) handle(ctx context.Context, c *net.TCPConn) {
 	}
 	if !d.Allow {
 		log.Info("egress denied", "reason", d.Reason)
+		setDecision(&f, d)
+		g.record(f)
 		if k == kindHTTP {
 			writeForbidden(c, d)
 			c.Close()
@@ -388,24 +528,34 @@ func (g *Gateway) handle(ctx context.Context, c *net.TCPConn) {
 		reset(c)
 		return
 	}
-	up, err := (&net.Dialer{Timeout: g.cfg.DialTimeout}).DialContext(ctx, "tcp4", netip.AddrPortFrom(ip, dst.Port()).String())
+	if k == kindHTTP {
+		g.proxyHTTP(ctx, s, c, br, req, f, name, ip, dst.Port())
+		return
+	}
+	setDecision(&f, d)
+	up, err := g.dial(ctx, ip, dst.Port())
 	if err != nil {
 		log.Info("egress dial failed", "ip", ip, "err", err)
-		if k == kindHTTP {
-			writeStatus(c, http.StatusBadGateway, "airlock gateway: cannot reach "+name+": "+err.Error())
-			c.Close()
-			return
-		}
+		f.Error = err.Error()
+		g.record(f)
 		reset(c)
 		return
 	}
 	defer up.Close()
+	stopUp := context.AfterFunc(ctx, func() { up.Close() })
+	defer stopUp()
 	log.Debug("egress allowed", "ip", ip)
-	if k == kindHTTP {
-		g.proxyHTTP(s, c, br, up.(*net.TCPConn), req, name, ip, dst.Port())
-		return
+	f.BytesSent, f.BytesReceived = splice(c, br, up, nil)
+	g.record(f)
+}
+
+// dial connects to the upstream the gateway decided on.
+func (g *Gateway) dial(ctx context.Context, ip netip.Addr, port uint16) (*net.TCPConn, error) {
+	c, err := (&net.Dialer{Timeout: g.cfg.DialTimeout}).DialContext(ctx, "tcp4", netip.AddrPortFrom(ip, port).String())
+	if err != nil {
+		return nil, fmt.Errorf("dial upstream: %w", err)
 	}
-	splice(c, br, up.(*net.TCPConn))
+	return c.(*net.TCPConn), nil
 }
 
 // sniff looks at the first bytes of a connection without consuming them (except an HTTP request head,
@@ -474,10 +624,23 @@ func (g *Gateway) decide(ctx context.Context, m *policy.Matcher, k kind, name st
 }
 
 // proxyHTTP relays plain HTTP request by request, checking each against the policy and holding the
-// connection to the host it was decided for.
-func (g *Gateway) proxyHTTP(s *sandbox, c *net.TCPConn, br *bufio.Reader, up *net.TCPConn, req *http.Request, name string, ip netip.Addr, port uint16) {
-	upr := bufio.NewReader(up)
+// connection to the host it was decided for. It dials the upstream for the first request the policy
+// allows, and records a Flow for every request, allowed or refused; base is the connection's flow so far.
+func (g *Gateway) proxyHTTP(ctx context.Context, s *sandbox, c *net.TCPConn, br *bufio.Reader, req *http.Request, base Flow, name string, ip netip.Addr, port uint16) {
+	var up *net.TCPConn
+	var upr *bufio.Reader
+	defer func() {
+		if up != nil {
+			up.Close()
+		}
+	}()
+	toUp := &countingWriter{}
+	toClient := &countingWriter{w: c}
+	start := base.Start
 	for {
+		f := base
+		f.Start = start
+		f.Method, f.Path = requestLine(req)
 		host := req.Host
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			host = h
@@ -486,30 +649,58 @@ func (g *Gateway) proxyHTTP(s *sandbox, c *net.TCPConn, br *bufio.Reader, up *ne
 		m := s.matcher.Load()
 		d := m.Request(policy.Conn{Host: name, IP: ip, Port: port}, req.Method, req.URL.EscapedPath())
 		if host != name {
-			d = policy.Decision{Rule: "host-changed", Reason: fmt.Sprintf("request for %s on a connection to %s", host, name)}
+			d = policy.Decision{Rule: "host-changed", Reason: fmt.Sprintf("request for %s on a connection to %s", clip(host, maxFlowHost), name)}
 		}
+		setDecision(&f, d)
 		if !d.Allow {
-			g.log.Info("egress request denied", "sandbox", s.id, "host", name, "method", req.Method, "path", req.URL.Path, "rule", d.Rule)
+			g.log.Info("egress request denied", "sandbox", s.id, "host", name, "method", f.Method, "path", f.Path, "rule", d.Rule)
+			g.record(f)
 			writeForbidden(c, d)
 			return
 		}
+		if up == nil {
+			conn, err := g.dial(ctx, ip, port)
+			if err != nil {
+				g.log.Info("egress dial failed", "sandbox", s.id, "host", name, "ip", ip, "err", err)
+				f.Error = err.Error()
+				g.record(f)
+				writeStatus(c, http.StatusBadGateway, "airlock gateway: cannot reach "+name+": "+err.Error())
+				return
+			}
+			up, upr, toUp.w = conn, bufio.NewReader(conn), conn
+			stopUp := context.AfterFunc(ctx, func() { conn.Close() })
+			defer stopUp()
+		}
+		sent0, recv0 := toUp.n, toClient.n
+		// finish records the request's flow with the bytes relayed for it.
+		finish := func(errMsg string, extraSent, extraRecv int64) {
+			f.BytesSent = toUp.n - sent0 + extraSent
+			f.BytesReceived = toClient.n - recv0 + extraRecv
+			f.Error = errMsg
+			g.record(f)
+		}
 		req.Header.Del("Proxy-Connection")
-		if err := req.Write(up); err != nil {
+		if err := req.Write(toUp); err != nil {
+			finish("write request upstream: "+err.Error(), 0, 0)
 			return
 		}
 		resp, err := http.ReadResponse(upr, req)
 		if err != nil {
+			finish("read response: "+err.Error(), 0, 0)
 			return
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
-			if err := resp.Write(c); err != nil {
+			if err := resp.Write(toClient); err != nil {
+				finish("", 0, 0)
 				return
 			}
-			splice(c, br, up)
+			sent, recv := splice(c, br, up, upr)
+			finish("", sent, recv)
 			return
 		}
-		err = resp.Write(c)
+		err = resp.Write(toClient)
 		resp.Body.Close()
+		finish("", 0, 0)
 		if err != nil || resp.Close || req.Close {
 			return
 		}
@@ -517,7 +708,20 @@ func (g *Gateway) proxyHTTP(s *sandbox, c *net.TCPConn, br *bufio.Reader, up *ne
 		if err != nil {
 			return
 		}
+		start = time.Now()
 	}
+}
+
+// countingWriter counts the bytes written through it. It is not safe for concurrent use.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (cw *countingWriter) Write(p []byte) (int, error) {
+	n, err := cw.w.Write(p)
+	cw.n += int64(n)
+	return n, err
 }
 
 func writeForbidden(c net.Conn, d policy.Decision) {
@@ -530,26 +734,42 @@ func writeStatus(c net.Conn, status int, msg string) {
 		status, http.StatusText(status), len(body), body)
 }
 
-// splice copies both ways until both directions are done. Bytes the proxy already buffered from the
-// client go first.
-func splice(c *net.TCPConn, br *bufio.Reader, up *net.TCPConn) {
+// splice copies both ways until both directions are done, and reports the bytes it relayed each way.
+// Bytes the proxy already buffered go first: the client's from br, the upstream's from upr (may be nil).
+func splice(c *net.TCPConn, br *bufio.Reader, up *net.TCPConn, upr *bufio.Reader) (sent, received int64) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, _ = io.Copy(c, up)
-		_ = c.CloseWrite()
+		defer c.CloseWrite()
+		if upr != nil {
+			if n := upr.Buffered(); n > 0 {
+				b, _ := upr.Peek(n)
+				w, err := c.Write(b)
+				received += int64(w)
+				if err != nil {
+					return
+				}
+				_, _ = upr.Discard(n)
+			}
+		}
+		n, _ := io.Copy(c, up)
+		received += n
 	}()
 	if n := br.Buffered(); n > 0 {
 		b, _ := br.Peek(n)
-		if _, err := up.Write(b); err != nil {
+		w, err := up.Write(b)
+		sent += int64(w)
+		if err != nil {
 			up.Close()
 			wg.Wait()
-			return
+			return sent, received
 		}
 		_, _ = br.Discard(n)
 	}
-	_, _ = io.Copy(up, c)
+	n, _ := io.Copy(up, c)
+	sent += n
 	_ = up.CloseWrite()
 	wg.Wait()
+	return sent, received
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway"
+	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/hostnet"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/netns"
@@ -36,6 +37,8 @@ const LinkSocket = "/run/airlock/daemon.sock"
 type CreateRequest struct {
 	// ID names the sandbox.
 	ID string
+	// TenantID names the sandbox's owner, recorded in its network flows.
+	TenantID string
 	// Template is the template name.
 	Template string
 	// Env is the base environment of the sandbox's processes ("K=V").
@@ -46,17 +49,20 @@ type CreateRequest struct {
 	Network policy.Policy
 }
 
-// RecoverRequest names a sandbox a previous run of the node left running, with its egress policy.
+// RecoverRequest names a sandbox a previous run of the node left running, with its owner and its egress
+// policy.
 type RecoverRequest struct {
-	ID      string
-	Network policy.Policy
+	ID       string
+	TenantID string
+	Network  policy.Policy
 }
 
 // Config configures a Local node.
 type Config struct {
 	// ID names the node. Empty: "local".
 	ID string
-	// DataDir holds the node's state: DataDir/netns, DataDir/audit. Required.
+	// DataDir holds the node's state: DataDir/netns, DataDir/audit (and the flow log's files, by
+	// convention in DataDir/flows). Required.
 	DataDir string
 	// Driver runs the sandboxes. Required.
 	Driver runtime.Driver
@@ -65,6 +71,9 @@ type Config struct {
 	// Gateway, if set, gives each sandbox a veth to the host through which all its traffic goes to the
 	// gateway. Nil: sandboxes have a network namespace with loopback only.
 	Gateway *gateway.Gateway
+	// FlowLog is where the Gateway records the sandboxes' network flows, read back by Flows. Nil: the
+	// node has no flow log.
+	FlowLog *flowlog.Log
 	// IfacePrefix is the name prefix of the sandboxes' host-side veths (the gateway's). Required with
 	// Gateway; at most 6 characters.
 	IfacePrefix string
@@ -179,7 +188,7 @@ func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
 			return err
 		}
 		c.Add(func() { _ = hostnet.Detach(ifName) })
-		if err := gw.Register(req.ID, addr.Sandbox, req.Network); err != nil {
+		if err := gw.Register(req.ID, req.TenantID, addr.Sandbox, req.Network); err != nil {
 			return err
 		}
 		c.Add(func() { gw.Unregister(req.ID) })
@@ -373,7 +382,20 @@ func (n *Local) DestroySandbox(ctx context.Context, id string) error {
 	if nerr := netns.Remove(n.netnsPath(id)); nerr != nil {
 		err = errors.Join(err, nerr)
 	}
+	if n.cfg.FlowLog != nil {
+		n.cfg.FlowLog.Forget(id) // the file stays; only its descriptor goes
+	}
 	return err
+}
+
+// Flows returns the network flows of sandbox id that f selects, newest first (see flowlog.Log.Read). The
+// flows of a sandbox that is gone stay readable. It does not check who owns the sandbox: the control
+// plane does.
+func (n *Local) Flows(ctx context.Context, id string, f flowlog.Filter) ([]gateway.Flow, error) {
+	if n.cfg.FlowLog == nil {
+		return nil, fmt.Errorf("node %s has no flow log: %w", n.cfg.ID, errdefs.ErrFailedPrecondition)
+	}
+	return n.cfg.FlowLog.Read(ctx, id, f)
 }
 
 // Sandboxes reports the IDs of the sandboxes on this host, running or left over.
@@ -420,7 +442,7 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) []string {
 				n.log.Warn("re-adopt sandbox network", "sandbox", id, "err", err)
 				continue
 			}
-			if err := gw.Register(id, addr.Sandbox, r.Network); err != nil {
+			if err := gw.Register(id, r.TenantID, addr.Sandbox, r.Network); err != nil {
 				n.log.Warn("re-adopt sandbox network", "sandbox", id, "err", err)
 				continue
 			}

@@ -154,6 +154,9 @@ func TestRequestShapes(t *testing.T) {
 		"POST /v1/sandboxes/" + testID + "/files/move":          {body: fileInfo},
 		"GET /v1/sandboxes/" + testID + "/files/tar":            {body: "TAR"},
 		"PUT /v1/sandboxes/" + testID + "/files/tar":            {status: 204},
+		"GET /v1/sandboxes/" + testID + "/egress": {body: `{"flows":[{"start":"2026-01-02T03:04:05Z","end":"2026-01-02T03:04:06Z","duration_ms":1000,` +
+			`"sandbox_id":"` + testID + `","src_port":40000,"dst_ip":"203.0.113.2","dst_port":443,"host":"api.example.com","protocol":"tls",` +
+			`"decision":"allow","rule":"api","bytes_sent":517,"bytes_received":4096}]}`},
 	}
 	ctx := context.Background()
 	base := "/v1/sandboxes/" + testID
@@ -242,6 +245,19 @@ func TestRequestShapes(t *testing.T) {
 			}
 			return err
 		}, recorded{Method: "GET", Path: base + "/files/tar", Query: "path=%2Fd"}},
+		{"egress", func(c *Client) error {
+			since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("", 3600))
+			l, err := c.Egress(ctx, testID, EgressOptions{Decision: DecisionDeny, Host: "api.example.com", HostContains: "exa", Since: since, Until: since.Add(time.Hour), Limit: 5})
+			want := Flow{Start: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), End: time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC), DurationMS: 1000,
+				SandboxID: testID, SrcPort: 40000, DstIP: "203.0.113.2", DstPort: 443, Host: "api.example.com", Protocol: ProtocolTLS,
+				Decision: DecisionAllow, Rule: "api", BytesSent: 517, BytesReceived: 4096}
+			if err == nil && (len(l.Flows) != 1 || !cmp.Equal(l.Flows[0], want)) {
+				t.Errorf("Egress: got %+v; want one flow %+v", l, want)
+			}
+			return err
+		}, recorded{Method: "GET", Path: base + "/egress", Query: "decision=deny&host=api.example.com&host_contains=exa&limit=5&since=2026-01-02T03%3A04%3A05%2B01%3A00&until=2026-01-02T04%3A04%3A05%2B01%3A00"}},
+		{"egress zero", func(c *Client) error { _, err := c.Egress(ctx, testID, EgressOptions{}); return err },
+			recorded{Method: "GET", Path: base + "/egress"}},
 		{"upload tar", func(c *Client) error { return c.UploadTar(ctx, testID, "/d", strings.NewReader("TAR")) },
 			recorded{Method: "PUT", Path: base + "/files/tar", Query: "path=%2Fd", ContentType: "application/x-tar", Body: "TAR"}},
 	}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // CallOption configures one call.
@@ -157,4 +158,53 @@ func (c *Client) SetNetwork(ctx context.Context, id string, p NetworkPolicy) (*N
 		return nil, fmt.Errorf("set network policy of sandbox %s: %w", id, err)
 	}
 	return &out, nil
+}
+
+// EgressOptions filters Egress. The zero value returns the newest 100 flows.
+type EgressOptions struct {
+	// Decision keeps flows with this decision (DecisionAllow or DecisionDeny); "" keeps both.
+	Decision string
+	// Host keeps flows whose destination name (case-insensitively) or IP is exactly Host.
+	Host string
+	// HostContains keeps flows whose destination name contains HostContains, case-insensitively.
+	HostContains string
+	// Since keeps flows that ended at or after Since; Until those that started before Until. Zero: no
+	// bound.
+	Since, Until time.Time
+	// Limit is the most flows returned, 1 to 1000; 0 is the server's default (100).
+	Limit int
+}
+
+func (o EgressOptions) query() url.Values {
+	q := url.Values{}
+	if o.Decision != "" {
+		q.Set("decision", o.Decision)
+	}
+	if o.Host != "" {
+		q.Set("host", o.Host)
+	}
+	if o.HostContains != "" {
+		q.Set("host_contains", o.HostContains)
+	}
+	if !o.Since.IsZero() {
+		q.Set("since", o.Since.Format(time.RFC3339Nano))
+	}
+	if !o.Until.IsZero() {
+		q.Set("until", o.Until.Format(time.RFC3339Nano))
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	return q
+}
+
+// Egress returns the sandbox's network flows that opts selects, newest first: every connection it
+// opened or tried to open, and every plain-HTTP request, with the decision and the bytes each way. A
+// flow shows once it ended. The flows of a stopped sandbox stay readable.
+func (c *Client) Egress(ctx context.Context, id string, opts EgressOptions) (*FlowList, error) {
+	var l FlowList
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "egress"), opts.query(), nil, &l, nil); err != nil {
+		return nil, fmt.Errorf("egress flows of sandbox %s: %w", id, err)
+	}
+	return &l, nil
 }

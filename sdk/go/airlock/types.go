@@ -243,3 +243,57 @@ func (p *PortRange) UnmarshalJSON(b []byte) error {
 	*p = PortRange(n.String())
 	return nil
 }
+
+// Flow decisions and protocols, as the API reports them.
+const (
+	DecisionAllow = "allow"
+	DecisionDeny  = "deny"
+
+	ProtocolTLS  = "tls"
+	ProtocolHTTP = "http"
+	ProtocolTCP  = "tcp"
+)
+
+// Flow is one connection a sandbox opened (or tried to open) through the network gateway, or for plain
+// HTTP one request on such a connection. It never holds header or body content.
+type Flow struct {
+	// Start is when the gateway accepted the connection (a later HTTP request on a connection: when its
+	// head arrived); End is when the flow ended.
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	DurationMS int64     `json:"duration_ms"`
+	SandboxID  string    `json:"sandbox_id"`
+	TenantID   string    `json:"tenant_id,omitempty"`
+	// SrcPort is the sandbox's source port; the HTTP requests of one connection share it.
+	SrcPort int `json:"src_port"`
+	// DstIP is the address the gateway dialed or, for a refusal, the address the sandbox dialed.
+	DstIP   string `json:"dst_ip"`
+	DstPort int    `json:"dst_port"`
+	// Host is the destination name: the TLS SNI, the HTTP Host, or the name the sandbox resolved for
+	// DstIP. Empty when there was none.
+	Host string `json:"host,omitempty"`
+	// Protocol is ProtocolTLS, ProtocolHTTP or ProtocolTCP.
+	Protocol string `json:"protocol"`
+	// Decision is DecisionAllow or DecisionDeny.
+	Decision string `json:"decision"`
+	// Rule names what decided: a rule's name, "default", a guard ("guard:private", …) or a check of the
+	// gateway's own ("resolve", "mismatch", "host-changed", "malformed-http").
+	Rule   string `json:"rule,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// BytesSent counts the bytes relayed from the sandbox to the upstream, BytesReceived the other way.
+	// Both are 0 for a refused flow.
+	BytesSent     int64 `json:"bytes_sent"`
+	BytesReceived int64 `json:"bytes_received"`
+	// Method and Path are the HTTP request's (Path without the query string).
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	// Binding names the credential binding applied to the flow, never its value.
+	Binding string `json:"binding,omitempty"`
+	// Error says why an allowed flow failed upstream.
+	Error string `json:"error,omitempty"`
+}
+
+// FlowList is the response of GET /v1/sandboxes/{id}/egress: flows newest first.
+type FlowList struct {
+	Flows []Flow `json:"flows"`
+}

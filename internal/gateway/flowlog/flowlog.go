@@ -1,0 +1,335 @@
+// Package flowlog keeps the network gateway's flow records: each sandbox's flows appended as JSON lines
+// to a file of its own, which outlives the sandbox, and read back newest first through a Filter. Metrics
+// (metrics.go) counts them for Prometheus.
+//
+// A sandbox's file is DIR/<sandbox-id>.jsonl, mode 0600, one gateway.Flow a line, in the order the flows
+// ended. Readers take the file as it is when they open it and never see a line being written.
+package flowlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway"
+)
+
+// Limits of a read.
+const (
+	// DefaultLimit is how many flows a read returns when Filter.Limit is 0.
+	DefaultLimit = 100
+	// MaxLimit is the most flows one read returns.
+	MaxLimit = 1000
+	// maxLine is the longest line a reader accepts; longer ones (none a gateway writes) are skipped.
+	maxLine = 1 << 20
+	// chunk is how much a reader reads at a time, from the end of the file backwards.
+	chunk = 64 << 10
+	// maxOpen bounds the files a Log keeps open for appending.
+	maxOpen = 256
+)
+
+// Filter selects flows. The zero value selects the newest DefaultLimit flows.
+type Filter struct {
+	// Decision keeps flows with this decision (gateway.DecisionAllow or DecisionDeny); "" keeps both.
+	Decision string
+	// Host keeps flows whose destination name or IP is exactly Host (names compare case-insensitively).
+	Host string
+	// HostContains keeps flows whose destination name contains HostContains, case-insensitively.
+	HostContains string
+	// Since keeps flows that ended at or after Since; zero: no bound.
+	Since time.Time
+	// Until keeps flows that started before Until; zero: no bound.
+	Until time.Time
+	// Limit is the most flows returned, 1 to MaxLimit; 0 is DefaultLimit.
+	Limit int
+}
+
+// Validate reports an error wrapping errdefs.ErrInvalidArgument if f is not a valid filter.
+func (f Filter) Validate() error {
+	if f.Decision != "" && f.Decision != gateway.DecisionAllow && f.Decision != gateway.DecisionDeny {
+		return fmt.Errorf("decision %q: want %q or %q: %w", f.Decision, gateway.DecisionAllow, gateway.DecisionDeny, errdefs.ErrInvalidArgument)
+	}
+	if f.Limit < 0 || f.Limit > MaxLimit {
+		return fmt.Errorf("limit %d: want 1 to %d: %w", f.Limit, MaxLimit, errdefs.ErrInvalidArgument)
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		return fmt.Errorf("since must be before until: %w", errdefs.ErrInvalidArgument)
+	}
+	if len(f.Host) > 255 || len(f.HostContains) > 255 {
+		return fmt.Errorf("host filters are at most 255 bytes: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// match reports whether fl passes f. host is f.Host lower-cased, ip its parse (if it is an address),
+// contains f.HostContains lower-cased.
+func (f Filter) match(fl *gateway.Flow, host string, ip netip.Addr, contains string) bool {
+	if f.Decision != "" && fl.Decision != f.Decision {
+		return false
+	}
+	if host != "" && strings.ToLower(fl.Host) != host && !(ip.IsValid() && fl.DstIP == ip) {
+		return false
+	}
+	if contains != "" && !strings.Contains(strings.ToLower(fl.Host), contains) {
+		return false
+	}
+	if !f.Since.IsZero() && fl.End.Before(f.Since) {
+		return false
+	}
+	if !f.Until.IsZero() && !fl.Start.Before(f.Until) {
+		return false
+	}
+	return true
+}
+
+// Log appends flows to per-sandbox files and reads them back. It is a gateway.FlowSink. It is safe for
+// concurrent use; Close it after the gateway that records into it.
+type Log struct {
+	dir string
+	log *slog.Logger
+
+	mu sync.Mutex
+	// open holds the files appended to lately, by sandbox ID, at most maxOpen; guarded by mu.
+	open map[string]*os.File
+	// closed is set by Close; guarded by mu.
+	closed bool
+	// lastErr is when a write error was last logged, to log at most one a minute; guarded by mu.
+	lastErr time.Time
+}
+
+// Open returns a Log keeping its files in dir, which it creates (0700) if needed. log receives write
+// errors; nil is slog.Default().
+func Open(dir string, log *slog.Logger) (*Log, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("flow log: %w", err)
+	}
+	return &Log{dir: dir, log: log.With("component", "flowlog"), open: map[string]*os.File{}}, nil
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// Path is the file of sandbox id's flows. It reports an invalid-argument error for an ID that is not a
+// plain file name.
+func (l *Log) Path(id string) (string, error) {
+	if !idPattern.MatchString(id) || strings.Contains(id, "..") {
+		return "", fmt.Errorf("flow log: sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	return filepath.Join(l.dir, id+".jsonl"), nil
+}
+
+// Record appends f to its sandbox's file as one line. Errors are logged (at most once a minute) and the
+// flow is dropped: Record never blocks the connection that ended.
+func (l *Log) Record(f gateway.Flow) {
+	line, err := json.Marshal(f)
+	if err != nil {
+		l.fail(f.SandboxID, fmt.Errorf("encode flow: %w", err))
+		return
+	}
+	line = append(line, '\n')
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	file, err := l.fileLocked(f.SandboxID)
+	if err == nil {
+		_, err = file.Write(line)
+	}
+	if err != nil {
+		l.failLocked(f.SandboxID, err)
+	}
+}
+
+// fileLocked returns the open file of sandbox id, opening it (and closing another when maxOpen are open).
+// A file whose last line was cut short (a crash while writing) gets the newline it lacks, so that the
+// next line stays whole. l.mu is held.
+func (l *Log) fileLocked(id string) (*os.File, error) {
+	if f := l.open[id]; f != nil {
+		return f, nil
+	}
+	path, err := l.Path(id)
+	if err != nil {
+		return nil, err
+	}
+	if len(l.open) >= maxOpen {
+		for k, f := range l.open {
+			f.Close()
+			delete(l.open, k)
+			break
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open flow log: %w", err)
+	}
+	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
+		last := make([]byte, 1)
+		if _, err := f.ReadAt(last, fi.Size()-1); err == nil && last[0] != '\n' {
+			_, _ = f.Write([]byte{'\n'})
+		}
+	}
+	l.open[id] = f
+	return f, nil
+}
+
+func (l *Log) fail(id string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failLocked(id, err)
+}
+
+func (l *Log) failLocked(id string, err error) {
+	if now := time.Now(); now.Sub(l.lastErr) >= time.Minute {
+		l.lastErr = now
+		l.log.Error("flow not recorded (further errors within a minute are not logged)", "sandbox", id, "err", err)
+	}
+}
+
+// Forget closes the file of sandbox id if it is open; a later Record opens it again. The node calls it
+// once the sandbox is gone.
+func (l *Log) Forget(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f := l.open[id]; f != nil {
+		f.Close()
+		delete(l.open, id)
+	}
+}
+
+// Close closes the open files; later Records are dropped. Reads still work.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	var errs []error
+	for id, f := range l.open {
+		if err := f.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close flow log of %s: %w", id, err))
+		}
+		delete(l.open, id)
+	}
+	return errors.Join(errs...)
+}
+
+// Read returns sandbox id's flows that f selects, newest first (in the reverse of the order they ended),
+// at most f.Limit of them. A sandbox without flows (or without a file) has none: the result is empty,
+// not an error. Lines that do not decode are skipped. Read sees the file as it was when Read opened it;
+// it reads from the end backwards and stops once it has f.Limit flows. ctx bounds a long scan.
+func (l *Log) Read(ctx context.Context, id string, f Filter) ([]gateway.Flow, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	path, err := l.Path(id)
+	if err != nil {
+		return nil, err
+	}
+	limit := f.Limit
+	if limit == 0 {
+		limit = DefaultLimit
+	}
+	file, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return []gateway.Flow{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read flow log of %s: %w", id, err)
+	}
+	defer file.Close()
+	fi, err := file.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read flow log of %s: %w", id, err)
+	}
+	host := strings.ToLower(strings.TrimSuffix(f.Host, "."))
+	ip, _ := netip.ParseAddr(f.Host)
+	contains := strings.ToLower(f.HostContains)
+	out := []gateway.Flow{}
+	lines := 0
+	err = scanBackward(file, fi.Size(), chunk, maxLine, func(line []byte) bool {
+		if lines++; lines%4096 == 0 && ctx.Err() != nil {
+			return false
+		}
+		var fl gateway.Flow
+		if json.Unmarshal(line, &fl) != nil || fl.SandboxID != id {
+			return true
+		}
+		if f.match(&fl, host, ip, contains) {
+			out = append(out, fl)
+		}
+		return len(out) < limit
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read flow log of %s: %w", id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("read flow log of %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// scanBackward calls fn with each complete line of r's first size bytes, last line first, without its
+// newline, until fn returns false; it reads chunkSize bytes at a time. A last line without a newline
+// (still being written) is not complete and is skipped, and so are empty lines and lines longer than
+// maxLen. fn must not keep line.
+func scanBackward(r io.ReaderAt, size int64, chunkSize, maxLen int, fn func(line []byte) bool) error {
+	buf := make([]byte, 0, chunkSize)
+	// tail holds the bytes after the last newline seen so far (a line's end whose start lies before).
+	var tail []byte
+	first := true // the bytes after the file's last newline are not a complete line
+	skipping := false
+	for off := size; off > 0; {
+		n := int64(chunkSize)
+		if n > off {
+			n = off
+		}
+		off -= n
+		buf = buf[:n]
+		if _, err := r.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		data := buf
+		for {
+			i := bytes.LastIndexByte(data, '\n')
+			if i < 0 {
+				if !skipping {
+					if len(tail)+len(data) > maxLen {
+						skipping, tail = true, tail[:0]
+					} else {
+						tail = append(append(make([]byte, 0, len(data)+len(tail)), data...), tail...)
+					}
+				}
+				break
+			}
+			line := data[i+1:]
+			if !skipping && len(tail) > 0 {
+				line = append(append(make([]byte, 0, len(line)+len(tail)), line...), tail...)
+			}
+			complete := !first && !skipping
+			first, skipping, tail = false, false, tail[:0]
+			if complete && len(line) > 0 && len(line) <= maxLen {
+				if !fn(line) {
+					return nil
+				}
+			}
+			data = data[:i]
+		}
+	}
+	if !first && !skipping && len(tail) > 0 && len(tail) <= maxLen {
+		fn(tail)
+	}
+	return nil
+}
