@@ -96,23 +96,29 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		if fi.Type != proto.TypeFile {
 			return clientErr(errdefs.ErrInvalidArgument, "%s is a %s, not a regular file", p, fi.Type)
 		}
-		lw := &lazyWriter{w: w, onFirst: func() {
-			w.Header().Set("Content-Type", "application/octet-stream")
-		}}
-		if err := cl.ReadFile(r.Context(), p, lw); err != nil {
-			if lw.started {
-				// Part of the file went out with a 200; all that is left is to break the response.
-				s.log.Warn("read file broke mid-stream", "path", p, "err", err)
-				panic(http.ErrAbortHandler)
-			}
-			return err
-		}
-		if !lw.started {
-			lw.onFirst()
-			w.WriteHeader(http.StatusOK)
-		}
-		return nil
+		return s.download(w, "application/octet-stream", p, func(lw io.Writer) error {
+			return cl.ReadFile(r.Context(), p, lw)
+		})
 	})
+}
+
+// download streams what send writes as a 200 with contentType. The header goes out with the first
+// byte, so an error before it is still an error response; after it, the response is broken off (the
+// client sees a truncated body, never a silently short one with a clean end).
+func (s *Server) download(w http.ResponseWriter, contentType, path string, send func(io.Writer) error) error {
+	lw := &lazyWriter{w: w, onFirst: func() { w.Header().Set("Content-Type", contentType) }}
+	if err := send(lw); err != nil {
+		if lw.started {
+			s.log.Warn("download broke mid-stream", "path", path, "err", err)
+			panic(http.ErrAbortHandler)
+		}
+		return err
+	}
+	if !lw.started {
+		lw.onFirst()
+		w.WriteHeader(http.StatusOK)
+	}
+	return nil
 }
 
 // lazyWriter sends the response header only when the first byte of the body is written, so that an error
@@ -290,19 +296,9 @@ func (s *Server) tarDownload(w http.ResponseWriter, r *http.Request) {
 		if _, err := cl.Stat(r.Context(), p); err != nil {
 			return err
 		}
-		lw := &lazyWriter{w: w, onFirst: func() { w.Header().Set("Content-Type", "application/x-tar") }}
-		if err := cl.TarDownload(r.Context(), p, lw); err != nil {
-			if lw.started {
-				s.log.Warn("tar download broke mid-stream", "path", p, "err", err)
-				panic(http.ErrAbortHandler)
-			}
-			return err
-		}
-		if !lw.started {
-			lw.onFirst()
-			w.WriteHeader(http.StatusOK)
-		}
-		return nil
+		return s.download(w, "application/x-tar", p, func(lw io.Writer) error {
+			return cl.TarDownload(r.Context(), p, lw)
+		})
 	})
 }
 
@@ -330,5 +326,3 @@ func (s *Server) tarUpload(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 }
-
-var _ io.Writer = (*lazyWriter)(nil)

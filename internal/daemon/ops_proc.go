@@ -86,7 +86,7 @@ func (s *server) handle(st *stream, op proto.Op, args any) (any, error) {
 	case *proto.TarUploadRequest:
 		return proto.Empty{}, s.tarUpload(st, a)
 	}
-	return nil, fmt.Errorf("op %q not implemented: %w", op, errdefs.ErrInvalidArgument)
+	return nil, fmt.Errorf("unknown op %q: %w", op, errdefs.ErrInvalidArgument)
 }
 
 // exec runs a process to completion, streaming its capped output to the client.
