@@ -1,0 +1,82 @@
+// Package keys defines KeyProvider, the envelope-encryption interface of Airlock.
+//
+// Data is encrypted under data keys (DEKs); a DEK is never stored in the clear but wrapped by the
+// tenant's key-encryption key (KEK), which lives in a KeyProvider: the local keyring (keys/local) by
+// default, later PKCS#11 for an HSM or a KMS the customer controls. A KEK never leaves its provider.
+//
+// Revoking a tenant's key is how a customer cuts Airlock off: after it, UnwrapKey fails with an error
+// wrapping errdefs.ErrPermissionDenied that says the key is revoked, so nothing of that tenant decrypts.
+package keys
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+)
+
+// DataKeySize is the size in bytes of the data keys NewDataKey makes (AES-256).
+const DataKeySize = 32
+
+// MaxDataKeySize bounds the data keys a KeyProvider accepts for wrapping.
+const MaxDataKeySize = 1024
+
+// KeyProvider wraps and unwraps data keys under a tenant's key-encryption key.
+//
+// Implementations are safe for concurrent use. The conformance suite is keys/keystest.
+type KeyProvider interface {
+	// WrapKey encrypts dek under tenantID's current key-encryption key, creating that key on first use.
+	// It reports the wrapped key and the ID of the KEK used, both to be stored next to the ciphertext
+	// and given back to UnwrapKey. The wrapping is bound to tenantID: it only unwraps for the same tenant.
+	// dek must be 1..MaxDataKeySize bytes (ErrInvalidArgument). A revoked tenant key fails with
+	// ErrPermissionDenied.
+	WrapKey(ctx context.Context, tenantID string, dek []byte) (wrapped []byte, keyID string, err error)
+
+	// UnwrapKey decrypts a key WrapKey wrapped for tenantID under keyID and returns the data key, a
+	// fresh slice the caller owns (and should clear when done). It fails with ErrPermissionDenied if the
+	// key is revoked, ErrNotFound if tenantID has no key keyID, and ErrInvalidArgument if wrapped is
+	// malformed or does not authenticate (tampered, or wrapped for another tenant or key).
+	UnwrapKey(ctx context.Context, tenantID, keyID string, wrapped []byte) ([]byte, error)
+}
+
+// Revoker is implemented by providers that can revoke a tenant's key themselves. (With a KMS the
+// customer controls, revocation happens there, and the provider merely reports it.)
+type Revoker interface {
+	// RevokeKey revokes every key-encryption key of tenantID. Afterwards WrapKey and UnwrapKey for the
+	// tenant fail with ErrPermissionDenied. Revoking a tenant with no key, or one already revoked,
+	// succeeds and also blocks future WrapKey calls.
+	RevokeKey(ctx context.Context, tenantID string) error
+}
+
+// NewDataKey returns a fresh random data key of DataKeySize bytes.
+func NewDataKey() ([]byte, error) {
+	k := make([]byte, DataKeySize)
+	if _, err := rand.Read(k); err != nil {
+		return nil, fmt.Errorf("new data key: %w", err)
+	}
+	return k, nil
+}
+
+// RevokedError returns the error providers report for a revoked key: it names the tenant and key
+// and wraps errdefs.ErrPermissionDenied. keyID may be empty.
+func RevokedError(tenantID, keyID string) error {
+	if keyID == "" {
+		return fmt.Errorf("key of tenant %s is revoked: %w", tenantID, errdefs.ErrPermissionDenied)
+	}
+	return fmt.Errorf("key %s of tenant %s is revoked: %w", keyID, tenantID, errdefs.ErrPermissionDenied)
+}
+
+// ValidateTenantID reports ErrInvalidArgument unless id is a plausible tenant ID: 1..128 bytes with no
+// control characters.
+func ValidateTenantID(id string) error {
+	if id == "" || len(id) > 128 {
+		return fmt.Errorf("tenant ID must be 1..128 bytes: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, r := range id {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("tenant ID has a control character: %w", errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
