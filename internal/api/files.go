@@ -53,6 +53,9 @@ func onlyQuery(r *http.Request, allowed ...string) error {
 		for _, a := range allowed {
 			ok = ok || k == a
 		}
+		if !ok && len(allowed) == 0 {
+			return clientErr(errdefs.ErrInvalidArgument, "unknown query parameter %q: this endpoint takes none", truncate(k, 64))
+		}
 		if !ok {
 			return clientErr(errdefs.ErrInvalidArgument, "unknown query parameter %q: want %s", truncate(k, 64), strings.Join(allowed, ", "))
 		}

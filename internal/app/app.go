@@ -5,6 +5,8 @@
 //
 //	airlock.db       the Store (SQLite, WAL)
 //	api-key          the first API key, 0600, read by the CLI
+//	keys/            the local keyring: per-tenant key-encryption keys (0600)
+//	secrets/         tenants' secrets, encrypted under data keys the keyring wraps
 //	templates/       template root filesystems
 //	runtime/         runsc state and each sandbox's directory (removed with the sandbox)
 //	node/netns/      each sandbox's network namespace (removed with the sandbox)
@@ -38,6 +40,8 @@ import (
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/gateway"
+	"github.com/airlockrun/airlock/internal/keys/local"
+	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/runtime/gvisor"
@@ -207,7 +211,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	cp, err = controlplane.New(controlplane.Config{Store: st, Node: nd, Logger: log})
+	keyring, err := local.New(filepath.Join(dataDir, "keys"))
+	if err != nil {
+		return err
+	}
+	secretFiles, err := secrets.NewFileStorage(filepath.Join(dataDir, "secrets"))
+	if err != nil {
+		return err
+	}
+	secretStore, err := secrets.New(secrets.Config{Keys: keyring, Storage: secretFiles})
+	if err != nil {
+		return err
+	}
+	cp, err = controlplane.New(controlplane.Config{Store: st, Node: nd, Logger: log, Secrets: secretStore})
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -75,6 +76,9 @@ type Config struct {
 	Now func() time.Time
 	// ReapInterval is how often expired sandboxes are looked for. Zero: 1s.
 	ReapInterval time.Duration
+	// Secrets keeps the tenants' credentials for the gateway to inject. Nil: the secrets API answers
+	// failed precondition.
+	Secrets *secrets.Store
 }
 
 // Service is the control plane.
@@ -84,6 +88,8 @@ type Service struct {
 	log   *slog.Logger
 	now   func() time.Time
 	reap  time.Duration
+
+	secrets *secrets.Store
 
 	locks keyedMutex
 
@@ -106,7 +112,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.ReapInterval = time.Second
 	}
 	return &Service{store: cfg.Store, node: cfg.Node, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
-		stop: make(chan struct{})}, nil
+		secrets: cfg.Secrets, stop: make(chan struct{})}, nil
 }
 
 // Bootstrap makes sure a default tenant with an API key exists. On first start it creates them and returns

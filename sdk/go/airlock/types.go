@@ -297,3 +297,30 @@ type Flow struct {
 type FlowList struct {
 	Flows []Flow `json:"flows"`
 }
+
+// CreateSecretRequest is the body of POST /v1/secrets. The value is write-only: no response ever
+// carries it.
+type CreateSecretRequest struct {
+	// Name is 1-128 letters, digits or _.-
+	Name string `json:"name"`
+	// Value is the secret, at most 64 KiB.
+	Value string `json:"value"`
+}
+
+// UpdateSecretRequest is the body of PUT /v1/secrets/{name}: a new value, which makes a new version.
+type UpdateSecretRequest struct {
+	Value string `json:"value"`
+}
+
+// Secret describes a secret, never its value.
+type Secret struct {
+	Name      string    `json:"name"`
+	Version   int64     `json:"version"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// SecretList is the response of GET /v1/secrets.
+type SecretList struct {
+	Secrets []Secret `json:"secrets"`
+}
