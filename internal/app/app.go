@@ -40,11 +40,11 @@ import (
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/gateway"
-	"github.com/airlockrun/airlock/internal/keys/local"
-	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
+	"github.com/airlockrun/airlock/internal/keys/local"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/runtime/gvisor"
+	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 	"github.com/airlockrun/airlock/internal/template"
 )
