@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	apidoc "github.com/airlockrun/airlock/api"
 	"github.com/airlockrun/airlock/internal/controlplane"
@@ -372,21 +370,4 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, toAPI(sb))
-}
-
-// Serve runs an HTTP server for h on addr until ctx ends, then shuts it down gracefully.
-func Serve(ctx context.Context, srv *http.Server) error {
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			return fmt.Errorf("shut down API server: %w", err)
-		}
-		return nil
-	}
 }
