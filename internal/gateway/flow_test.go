@@ -294,3 +294,38 @@ func TestProxyHTTPFlows(t *testing.T) {
 		t.Errorf("flows count %d sent, %d received; the upstream read %d and wrote %d, the client read %d", sent, received, upConn.count(), upWritten, cr.count())
 	}
 }
+
+func TestHTTPHeadDoesNotWaitForOtherProtocols(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string
+	}{
+		{"GET / HTTP/1.1\r\n", "GET "},
+		{"OPTIONS * HTTP/1.1\r\n", "OPTIONS "},
+		{"hi", "h"},          // no method starts with "h": decided on the first byte
+		{"PI", "PI"},         // "P" could start PUT, POST or PATCH; "PI" cannot
+		{"\x00\x01", "\x00"}, // binary
+		{"PO", "PO"},         // could still become POST: waits (bounded by the sniff deadline in the proxy)
+	} {
+		client, server := net.Pipe()
+		go func() {
+			client.Write([]byte(tc.in))
+			// Then nothing more: a reader that waits for more bytes than could matter would block.
+		}()
+		br := bufio.NewReader(server)
+		done := make(chan []byte, 1)
+		go func() { done <- httpHead(br) }()
+		select {
+		case got := <-done:
+			if string(got) != tc.want {
+				t.Errorf("httpHead(%q) = %q; want %q", tc.in, got, tc.want)
+			}
+		case <-time.After(2 * time.Second):
+			if tc.want != "PO" {
+				t.Errorf("httpHead(%q) blocked", tc.in)
+			}
+		}
+		client.Close()
+		server.Close()
+	}
+}

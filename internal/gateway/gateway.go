@@ -425,6 +425,39 @@ func (k kind) protocol() string {
 	return ProtoTCP
 }
 
+// httpHead returns the first bytes of the client's data, reading more only while they could still be
+// the start of an HTTP request line ("METHOD "): a short message of another protocol is not held up
+// waiting for bytes that will not come.
+func httpHead(br *bufio.Reader) []byte {
+	for n := 1; n <= maxMethodLen; n++ {
+		head, err := br.Peek(n)
+		if err != nil {
+			return head
+		}
+		if !couldBeMethod(head) {
+			return head
+		}
+		if head[n-1] == ' ' {
+			return head
+		}
+	}
+	head, _ := br.Peek(maxMethodLen)
+	return head
+}
+
+// maxMethodLen is the length of the longest entry of httpMethods.
+const maxMethodLen = len("OPTIONS ")
+
+// couldBeMethod reports whether b is a prefix of one of httpMethods.
+func couldBeMethod(b []byte) bool {
+	for _, m := range httpMethods {
+		if len(b) <= len(m) && m[:len(b)] == string(b) {
+			return true
+		}
+	}
+	return false
+}
+
 var httpMethods = []string{"GET ", "POST ", "PUT ", "DELETE ", "HEAD ", "OPTIONS ", "PATCH ", "CONNECT ", "TRACE "}
 
 // record completes f (its end time, bounded text) and hands it to the flow sink.
@@ -575,7 +608,7 @@ func (g *Gateway) sniff(c *net.TCPConn, br *bufio.Reader) (kind, string, *http.R
 		}
 		return kindTLS, strings.ToLower(name), nil
 	}
-	head, _ := br.Peek(8)
+	head := httpHead(br)
 	for _, m := range httpMethods {
 		if len(head) >= len(m) && string(head[:len(m)]) == m {
 			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
