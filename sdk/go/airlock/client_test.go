@@ -401,3 +401,18 @@ func FuzzErrorFromResponse(f *testing.F) {
 		}
 	})
 }
+
+func TestPortRangeJSON(t *testing.T) {
+	in := []PortRange{"443", "8000-8100", "0443"}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(b), `[443,"8000-8100","0443"]`; got != want {
+		t.Errorf("Marshal = %s; want %s", got, want)
+	}
+	var back []PortRange
+	if err := json.Unmarshal(b, &back); err != nil || len(back) != 3 || back[0] != "443" || back[1] != "8000-8100" {
+		t.Errorf("Unmarshal = %v, %v", back, err)
+	}
+}

@@ -2,6 +2,7 @@ package airlock
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -323,4 +324,12 @@ type Secret struct {
 // SecretList is the response of GET /v1/secrets.
 type SecretList struct {
 	Secrets []Secret `json:"secrets"`
+}
+
+// MarshalJSON writes a single port as a number and a range as a string, as the server does.
+func (p PortRange) MarshalJSON() ([]byte, error) {
+	if n, err := strconv.Atoi(string(p)); err == nil && n >= 0 && strconv.Itoa(n) == string(p) {
+		return []byte(string(p)), nil
+	}
+	return json.Marshal(string(p))
 }
