@@ -21,6 +21,7 @@ package app
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -84,6 +85,9 @@ type Config struct {
 	Hosts map[string][]netip.Addr
 	// HostsOnly makes the gateway resolve nothing but Hosts (offline installations; tests).
 	HostsOnly bool
+	// ExtraRootsPEM are CA certificates the gateway trusts, besides the host's roots, when it verifies
+	// an upstream it re-encrypts to (on-prem services; tests).
+	ExtraRootsPEM []byte
 }
 
 // InstanceTag is a short tag, derived from the data directory, that keeps the host-wide names of one
@@ -177,14 +181,24 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// Closed after the gateway, which records into it (deferred calls run last-in first-out).
 	defer func() { err = errors.Join(err, flows.Close()) }()
+	var roots *x509.CertPool
+	if len(cfg.ExtraRootsPEM) > 0 {
+		if roots, err = x509.SystemCertPool(); err != nil {
+			roots = x509.NewCertPool()
+		}
+		if !roots.AppendCertsFromPEM(cfg.ExtraRootsPEM) {
+			return errors.New("extra roots: no certificate in the PEM given")
+		}
+	}
 	gw, err := gateway.New(gateway.Config{
-		Table:       "airlock_" + tag,
-		IfacePrefix: "al" + tag,
-		Hosts:       cfg.Hosts,
-		HostsOnly:   cfg.HostsOnly,
-		GuardExtra:  hostAddresses(),
-		Flows:       gateway.FlowSinks{flows, egressMetrics},
-		Logger:      log,
+		UpstreamRoots: roots,
+		Table:         "airlock_" + tag,
+		IfacePrefix:   "al" + tag,
+		Hosts:         cfg.Hosts,
+		HostsOnly:     cfg.HostsOnly,
+		GuardExtra:    hostAddresses(),
+		Flows:         gateway.FlowSinks{flows, egressMetrics},
+		Logger:        log,
 	})
 	if err != nil {
 		return err

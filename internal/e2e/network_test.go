@@ -28,8 +28,9 @@ func startNetEnv(t *testing.T) *netEnv {
 	e := testenv.Start(t, testenv.Options{Hosts: map[string][]netip.Addr{
 		"api.example.test":      {up.IP},
 		"other.example.test":    {up.IP},
+		"bad.example.test":      {up.IP}, // the upstream's certificate does not name it
 		"metadata.example.test": {up.MetadataIP},
-	}})
+	}, ExtraRootsPEM: up.CAPEM})
 	return &netEnv{Env: e, up: up}
 }
 
@@ -250,4 +251,51 @@ print(s.recv(4096).decode())`}})
 func errorsIsInvalid(err error) bool {
 	var ae *airlock.APIError
 	return asAPIError(err, &ae) && ae.Code == "invalid_argument"
+}
+
+// TestEgressHTTPSInterception: method and path rules on an HTTPS host are enforced by terminating TLS
+// with the sandbox's own CA (its certificate is in the sandbox's trust store, its key is not) and
+// re-encrypting to the upstream, which must present a certificate the gateway verifies.
+func TestEgressHTTPSInterception(t *testing.T) {
+	n := startNetEnv(t)
+	sb := n.sandbox(t, &airlock.NetworkPolicy{Rules: []airlock.NetworkRule{
+		{Name: "models-read", Action: "allow", Host: "api.example.test", Ports: []airlock.PortRange{"443"}, Methods: []string{"GET"}, PathPrefix: "/v1/models"},
+		{Name: "bad-read", Action: "allow", Host: "bad.example.test", Ports: []airlock.PortRange{"443"}, Methods: []string{"GET"}},
+	}})
+	got := n.probe(t, sb.ID, false, "https", "api.example.test", "443", "api.example.test", "system", "/v1/models")
+	if !strings.Contains(got, upstreamMarker+" GET api.example.test /v1/models") {
+		t.Errorf("GET https://api.example.test/v1/models: %s; want the upstream's answer", got)
+	}
+	got = n.probe(t, sb.ID, false, "https", "api.example.test", "443", "api.example.test", "system", "/v1/files", "POST")
+	if !strings.Contains(got, "403") || strings.Contains(got, upstreamMarker) {
+		t.Errorf("POST https://api.example.test/v1/files: %s; want a 403 from the gateway", got)
+	}
+	// An upstream whose certificate does not verify: the sandbox gets an error, never the upstream.
+	got = n.probe(t, sb.ID, false, "https", "bad.example.test", "443", "bad.example.test", "system", "/")
+	if strings.Contains(got, upstreamMarker) || !strings.Contains(got, "502") {
+		t.Errorf("GET https://bad.example.test/ (certificate for other names): %s; want a 502 from the gateway", got)
+	}
+	// The sandbox trusts its CA through the system bundle, and holds no private key anywhere.
+	res := run(t, n.Env, sb.ID, airlock.ExecRequest{User: "root", Cmd: []string{"sh", "-c",
+		"grep -c 'BEGIN CERTIFICATE' /etc/ssl/certs/airlock-sandbox-ca.pem; grep -rlI 'PRIVATE KEY' / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr --exclude-dir=dev 2>/dev/null | head -5; echo end"}})
+	lines := strings.Fields(res.Stdout)
+	if len(lines) != 2 || lines[0] != "1" || lines[1] != "end" {
+		t.Errorf("trust store and key scan inside: %q; want the CA certificate and no private key", res.Stdout)
+	}
+	flows, err := n.Client.Egress(ctxT(t, time.Minute), sb.ID, airlock.EgressOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var allowed, denied int
+	for _, f := range flows.Flows {
+		if f.Host == "api.example.test" && f.Decision == "allow" {
+			allowed++
+		}
+		if f.Host == "api.example.test" && f.Decision == "deny" && f.Method == "POST" {
+			denied++
+		}
+	}
+	if allowed == 0 || denied == 0 {
+		t.Errorf("flow log has %d allowed and %d denied intercepted requests; want both", allowed, denied)
+	}
 }

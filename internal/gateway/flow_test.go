@@ -213,7 +213,9 @@ func TestProxyHTTPFlows(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		g.proxyHTTP(context.Background(), s, c, br, first, base, "up.test", upAddr.Addr(), upAddr.Port())
+		g.proxyHTTP(context.Background(), s, c, br, first, base, "up.test", upAddr.Addr(), upAddr.Port(), func(ctx context.Context) (halfConn, error) {
+			return g.dial(ctx, upAddr.Addr(), upAddr.Port())
+		})
 	}()
 	// The client reads the two responses and the switch's head and first frame, then speaks.
 	cr := &countingConn{Conn: client}
@@ -251,7 +253,9 @@ func TestProxyHTTPFlows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.proxyHTTP(context.Background(), s, c2, br2, post, base, "up.test", upAddr.Addr(), upAddr.Port())
+	g.proxyHTTP(context.Background(), s, c2, br2, post, base, "up.test", upAddr.Addr(), upAddr.Port(), func(ctx context.Context) (halfConn, error) {
+		return g.dial(ctx, upAddr.Addr(), upAddr.Port())
+	})
 	c2.Close()
 	if resp, err := http.ReadResponse(bufio.NewReader(client2), nil); err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Errorf("refused POST: %v, %v; want a 403", resp, err)

@@ -19,6 +19,8 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +37,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/dnsserver"
+	"github.com/airlockrun/airlock/internal/gateway/mitm"
 	"github.com/airlockrun/airlock/internal/gateway/netfilter"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/gateway/sni"
@@ -60,6 +63,8 @@ type Config struct {
 	// GuardExtra are more addresses no sandbox may reach unless a CIDR rule names them; the node passes
 	// the host's own addresses.
 	GuardExtra []netip.Prefix
+	// UpstreamRoots verify the upstream of an intercepted TLS connection. Nil: the host's roots.
+	UpstreamRoots *x509.CertPool
 	// DialTimeout bounds connecting upstream. Zero: 10s.
 	DialTimeout time.Duration
 	// SniffTimeout is how long the proxy waits for a client's first bytes before treating the connection
@@ -97,6 +102,9 @@ type sandbox struct {
 	tenant  string
 	ip      netip.Addr
 	matcher atomic.Pointer[policy.Matcher]
+	// ca terminates the TLS connections the gateway must look into; only its certificate is in the
+	// sandbox.
+	ca *mitm.CA
 
 	mu sync.Mutex
 	// names maps addresses to the name the sandbox resolved them from; guarded by mu. Bounded.
@@ -274,7 +282,11 @@ func (g *Gateway) Register(id, tenantID string, ip netip.Addr, p policy.Policy) 
 	if err != nil {
 		return err
 	}
-	s := &sandbox{id: id, tenant: tenantID, ip: ip, names: map[netip.Addr]string{}, conns: map[uint64]context.CancelFunc{}}
+	ca, err := mitm.NewCA(id)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: interception CA: %w", id, err)
+	}
+	s := &sandbox{id: id, tenant: tenantID, ip: ip, ca: ca, names: map[netip.Addr]string{}, conns: map[uint64]context.CancelFunc{}}
 	s.matcher.Store(m)
 	g.mu.Lock()
 	old := g.byID[id]
@@ -288,6 +300,18 @@ func (g *Gateway) Register(id, tenantID string, ip netip.Addr, p policy.Policy) 
 		old.shutdown()
 	}
 	return nil
+}
+
+// CACertPEM returns the certificate of the sandbox's interception CA, for the sandbox's trust store. The
+// CA's key never leaves the gateway.
+func (g *Gateway) CACertPEM(id string) ([]byte, error) {
+	g.mu.RLock()
+	s := g.byID[id]
+	g.mu.RUnlock()
+	if s == nil {
+		return nil, fmt.Errorf("sandbox %s has no network on this node: %w", id, errdefs.ErrNotFound)
+	}
+	return s.ca.CertPEM(), nil
 }
 
 // SetPolicy replaces the sandbox's policy; connections opened from now on follow it.
@@ -540,6 +564,12 @@ func (g *Gateway) handle(ctx context.Context, c *net.TCPConn) {
 	ip, d := g.decide(ctx, m, k, name, dst)
 	f.DstIP = ip
 	log = log.With("rule", d.Rule)
+	if d.NeedsHTTP && k == kindTLS && name != "" {
+		// Method and path rules for an HTTPS host: terminate TLS with the sandbox's CA, check each
+		// request, and re-encrypt to the real upstream, verified.
+		g.intercept(ctx, s, c, br, f, name, ip, dst.Port())
+		return
+	}
 	if d.NeedsHTTP {
 		if k == kindHTTP {
 			d.Allow = true // decided request by request in proxyHTTP
@@ -562,7 +592,10 @@ func (g *Gateway) handle(ctx context.Context, c *net.TCPConn) {
 		return
 	}
 	if k == kindHTTP {
-		g.proxyHTTP(ctx, s, c, br, req, f, name, ip, dst.Port())
+		port := dst.Port()
+		g.proxyHTTP(ctx, s, c, br, req, f, name, ip, port, func(ctx context.Context) (halfConn, error) {
+			return g.dial(ctx, ip, port)
+		})
 		return
 	}
 	setDecision(&f, d)
@@ -659,8 +692,8 @@ func (g *Gateway) decide(ctx context.Context, m *policy.Matcher, k kind, name st
 // proxyHTTP relays plain HTTP request by request, checking each against the policy and holding the
 // connection to the host it was decided for. It dials the upstream for the first request the policy
 // allows, and records a Flow for every request, allowed or refused; base is the connection's flow so far.
-func (g *Gateway) proxyHTTP(ctx context.Context, s *sandbox, c *net.TCPConn, br *bufio.Reader, req *http.Request, base Flow, name string, ip netip.Addr, port uint16) {
-	var up *net.TCPConn
+func (g *Gateway) proxyHTTP(ctx context.Context, s *sandbox, c halfConn, br *bufio.Reader, req *http.Request, base Flow, name string, ip netip.Addr, port uint16, dialUp func(context.Context) (halfConn, error)) {
+	var up halfConn
 	var upr *bufio.Reader
 	defer func() {
 		if up != nil {
@@ -692,7 +725,7 @@ func (g *Gateway) proxyHTTP(ctx context.Context, s *sandbox, c *net.TCPConn, br 
 			return
 		}
 		if up == nil {
-			conn, err := g.dial(ctx, ip, port)
+			conn, err := dialUp(ctx)
 			if err != nil {
 				g.log.Info("egress dial failed", "sandbox", s.id, "host", name, "ip", ip, "err", err)
 				f.Error = err.Error()
@@ -745,6 +778,60 @@ func (g *Gateway) proxyHTTP(ctx context.Context, s *sandbox, c *net.TCPConn, br 
 	}
 }
 
+// halfConn is a connection whose sending half can be closed alone: *net.TCPConn and *tls.Conn.
+type halfConn interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// bufferedConn is a TCP connection whose first bytes were already read into a bufio.Reader.
+type bufferedConn struct {
+	*net.TCPConn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// intercept terminates the sandbox's TLS connection with a leaf of the sandbox's CA for name, relays
+// HTTP request by request under the policy, and re-encrypts each to the upstream at ip, which must
+// present a certificate for name that UpstreamRoots verify. A sandbox never gets a connection to an
+// upstream that failed verification: it gets a 502 saying why.
+func (g *Gateway) intercept(ctx context.Context, s *sandbox, c *net.TCPConn, br *bufio.Reader, f Flow, name string, ip netip.Addr, port uint16) {
+	tc := tls.Server(&bufferedConn{TCPConn: c, r: br}, s.ca.ServerConfig())
+	_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		f.Decision, f.Rule, f.Reason = DecisionDeny, "tls-handshake", "the sandbox's TLS handshake with the gateway failed"
+		f.Error = err.Error()
+		g.record(f)
+		return
+	}
+	tbr := bufio.NewReader(tc)
+	_ = tc.SetDeadline(time.Now().Add(30 * time.Second))
+	req, err := http.ReadRequest(tbr)
+	_ = tc.SetDeadline(time.Time{})
+	if err != nil {
+		f.Decision, f.Rule, f.Reason = DecisionDeny, "malformed-http", "no HTTP request on the intercepted connection"
+		g.record(f)
+		return
+	}
+	dialUp := func(ctx context.Context) (halfConn, error) {
+		raw, err := g.dial(ctx, ip, port)
+		if err != nil {
+			return nil, err
+		}
+		uc := tls.Client(raw, &tls.Config{ServerName: name, RootCAs: g.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+		hctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
+		defer cancel()
+		if err := uc.HandshakeContext(hctx); err != nil {
+			raw.Close()
+			return nil, fmt.Errorf("upstream TLS verification failed: %w", err)
+		}
+		return uc, nil
+	}
+	g.proxyHTTP(ctx, s, tc, tbr, req, f, name, ip, port, dialUp)
+	_ = tc.Close()
+}
+
 // countingWriter counts the bytes written through it. It is not safe for concurrent use.
 type countingWriter struct {
 	w io.Writer
@@ -769,7 +856,7 @@ func writeStatus(c net.Conn, status int, msg string) {
 
 // splice copies both ways until both directions are done, and reports the bytes it relayed each way.
 // Bytes the proxy already buffered go first: the client's from br, the upstream's from upr (may be nil).
-func splice(c *net.TCPConn, br *bufio.Reader, up *net.TCPConn, upr *bufio.Reader) (sent, received int64) {
+func splice(c halfConn, br *bufio.Reader, up halfConn, upr *bufio.Reader) (sent, received int64) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

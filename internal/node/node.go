@@ -6,6 +6,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -195,6 +196,12 @@ func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
 	}
 
 	env := append(append([]string{}, tpl.Env...), req.Env...)
+	if n.cfg.Gateway != nil {
+		// The sandbox's interception CA is in the system bundle (installTrust); these point the usual
+		// runtimes at it whatever they would read by default.
+		env = append(env, "SSL_CERT_FILE="+trustBundle, "REQUESTS_CA_BUNDLE="+trustBundle, "CURL_CA_BUNDLE="+trustBundle,
+			"NODE_EXTRA_CA_CERTS="+sandboxCA)
+	}
 	spec := runtime.Spec{
 		ID:         req.ID,
 		RootFS:     tpl.RootFS,
@@ -215,8 +222,55 @@ func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
 	if err := n.attach(ctx, req.ID, sb.LinkSocket); err != nil {
 		return err
 	}
+	if err := n.installTrust(ctx, req.ID, tpl); err != nil {
+		n.mu.Lock()
+		s := n.sandboxes[req.ID]
+		delete(n.sandboxes, req.ID)
+		n.mu.Unlock()
+		if s != nil {
+			close(s.destroying)
+			s.cancel()
+			s.link.Close()
+			s.audit.Close()
+		}
+		return err
+	}
 	c.Release()
 	n.log.Debug("sandbox created", "sandbox", req.ID, "netns", tNetns, "driver", tDriver-tNetns, "link", time.Since(start)-tDriver)
+	return nil
+}
+
+// Where a sandbox's trust store lives.
+const (
+	trustBundle = "/etc/ssl/certs/ca-certificates.crt"
+	sandboxCA   = "/etc/ssl/certs/airlock-sandbox-ca.pem"
+)
+
+// installTrust puts the certificate of the sandbox's interception CA (never its key) into the sandbox's
+// system bundle, after the template's roots, and alone at sandboxCA. Without a gateway it does nothing.
+func (n *Local) installTrust(ctx context.Context, id string, tpl template.Template) error {
+	gw := n.cfg.Gateway
+	if gw == nil {
+		return nil
+	}
+	caPEM, err := gw.CACertPEM(id)
+	if err != nil {
+		return err
+	}
+	roots, err := os.ReadFile(filepath.Join(tpl.RootFS, trustBundle))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("sandbox %s trust store: %w", id, err)
+	}
+	bundle := append(append(roots, '\n'), caPEM...)
+	cl, err := n.Link(ctx, id)
+	if err != nil {
+		return err
+	}
+	for path, data := range map[string][]byte{trustBundle: bundle, sandboxCA: caPEM} {
+		if err := cl.WriteFile(ctx, path, bytes.NewReader(data), link.WriteFileOptions{Mode: 0o644, User: "root"}); err != nil {
+			return fmt.Errorf("sandbox %s trust store %s: %w", id, path, err)
+		}
+	}
 	return nil
 }
 
@@ -450,6 +504,12 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) []string {
 		if err := n.attach(ctx, id, sock); err != nil {
 			n.log.Warn("re-adopt sandbox", "sandbox", id, "err", err)
 			continue
+		}
+		// The gateway made a new interception CA for the re-adopted sandbox; trust it from now on.
+		if tpl, err := n.cfg.Templates.Get(ctx, template.DefaultName); err == nil {
+			if err := n.installTrust(ctx, id, tpl); err != nil {
+				n.log.Warn("re-adopt sandbox trust store", "sandbox", id, "err", err)
+			}
 		}
 		adopted = append(adopted, id)
 	}

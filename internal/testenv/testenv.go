@@ -90,6 +90,8 @@ type Options struct {
 	DataDir string
 	// Hosts are static names for the network gateway (test upstreams).
 	Hosts map[string][]netip.Addr
+	// ExtraRootsPEM are CAs the gateway trusts for upstreams it re-encrypts to (test upstreams).
+	ExtraRootsPEM []byte
 }
 
 // Start runs Airlock for the test and stops it (cleanly, as SIGTERM would) when the test ends.
@@ -114,14 +116,15 @@ func Start(t testing.TB, opts Options) *Env {
 	ready := make(chan string, 1)
 	go func() {
 		e.done <- app.Run(ctx, app.Config{
-			DataDir:      dir,
-			Listen:       "127.0.0.1:0",
-			DaemonBinary: bin,
-			Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			Out:          io.Discard,
-			Ready:        func(addr string) { ready <- addr },
-			Hosts:        opts.Hosts,
-			HostsOnly:    true, // tests never send a DNS query off this machine
+			DataDir:       dir,
+			Listen:        "127.0.0.1:0",
+			DaemonBinary:  bin,
+			Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			Out:           io.Discard,
+			Ready:         func(addr string) { ready <- addr },
+			Hosts:         opts.Hosts,
+			HostsOnly:     true, // tests never send a DNS query off this machine
+			ExtraRootsPEM: opts.ExtraRootsPEM,
 		})
 	}()
 	select {

@@ -36,19 +36,22 @@ def tcp6(host, port):
         out(False, e)
 
 
-def https(host, port, sni, cafile, path="/"):
+def https(host, port, sni, cafile, path="/", method="GET"):
     try:
-        ctx = ssl.create_default_context(cafile=cafile)
+        # "system" trusts what the sandbox's system bundle holds (SSL_CERT_FILE).
+        ctx = ssl.create_default_context() if cafile == "system" else ssl.create_default_context(cafile=cafile)
         raw = socket.create_connection((host, int(port)), timeout=TIMEOUT)
         s = ctx.wrap_socket(raw, server_hostname=sni)
-        s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, sni)).encode())
+        s.sendall(("%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" % (method, path, sni)).encode())
         data = b""
         while True:
             chunk = s.recv(4096)
             if not chunk:
                 break
             data += chunk
-        out(True, data.decode(errors="replace").split("\r\n\r\n", 1)[-1])
+        text = data.decode(errors="replace")
+        status = text.split("\r\n", 1)[0]
+        out(True, status + " | " + text.split("\r\n\r\n", 1)[-1])
     except (OSError, ssl.SSLError) as e:
         out(False, e)
 
