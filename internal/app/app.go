@@ -181,6 +181,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// Closed after the gateway, which records into it (deferred calls run last-in first-out).
 	defer func() { err = errors.Join(err, flows.Close()) }()
+	keyring, err := local.New(filepath.Join(dataDir, "keys"))
+	if err != nil {
+		return err
+	}
+	secretFiles, err := secrets.NewFileStorage(filepath.Join(dataDir, "secrets"))
+	if err != nil {
+		return err
+	}
+	secretStore, err := secrets.New(secrets.Config{Keys: keyring, Storage: secretFiles})
+	if err != nil {
+		return err
+	}
 	var roots *x509.CertPool
 	if len(cfg.ExtraRootsPEM) > 0 {
 		if roots, err = x509.SystemCertPool(); err != nil {
@@ -191,6 +203,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}
 	gw, err := gateway.New(gateway.Config{
+		Secret:        secretStore.Reveal,
 		UpstreamRoots: roots,
 		Table:         "airlock_" + tag,
 		IfacePrefix:   "al" + tag,
@@ -222,18 +235,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		},
 		Logger: log,
 	})
-	if err != nil {
-		return err
-	}
-	keyring, err := local.New(filepath.Join(dataDir, "keys"))
-	if err != nil {
-		return err
-	}
-	secretFiles, err := secrets.NewFileStorage(filepath.Join(dataDir, "secrets"))
-	if err != nil {
-		return err
-	}
-	secretStore, err := secrets.New(secrets.Config{Keys: keyring, Storage: secretFiles})
 	if err != nil {
 		return err
 	}

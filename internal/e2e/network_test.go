@@ -299,3 +299,91 @@ func TestEgressHTTPSInterception(t *testing.T) {
 		t.Errorf("flow log has %d allowed and %d denied intercepted requests; want both", allowed, denied)
 	}
 }
+
+// TestCredentialInjection: the sandbox calls the upstream with a placeholder or no auth at all, and the
+// upstream receives the real secret; nothing inside the sandbox holds the secret.
+func TestCredentialInjection(t *testing.T) {
+	n := startNetEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	const secret = "real-secret-7c1d9e2f"
+	const placeholder = "AIRLOCK-PLACEHOLDER-0001"
+	if _, err := n.Client.CreateSecret(ctx, "upstream-token", secret); err != nil {
+		t.Fatal(err)
+	}
+	sb := create(t, n.Env, airlock.CreateSandboxRequest{
+		Env: map[string]string{"API_KEY": placeholder},
+		Network: &airlock.NetworkPolicy{
+			Rules: []airlock.NetworkRule{{Action: "allow", Host: "*.example.test", Ports: []airlock.PortRange{"443", "80"}}},
+			Credentials: []airlock.CredentialBinding{
+				{Name: "api-bearer", Host: "api.example.test", Secret: "upstream-token", Header: "Authorization", Format: "Bearer {secret}"},
+				{Name: "other-placeholder", Host: "other.example.test", Secret: "upstream-token", Placeholder: placeholder},
+			},
+		},
+	})
+	// No auth at all: the gateway sets the header.
+	res := run(t, n.Env, sb.ID, airlock.ExecRequest{Cmd: []string{"python3", "-c", `
+import urllib.request
+print(urllib.request.urlopen("https://api.example.test/v1/models", timeout=5).read().decode())`}})
+	if !strings.Contains(res.Stdout, `auth="Bearer `+secret+`"`) {
+		t.Errorf("upstream saw %q (stderr %q); want the injected bearer token", res.Stdout, res.Stderr)
+	}
+	// The placeholder from the sandbox's environment is swapped for the value.
+	res = run(t, n.Env, sb.ID, airlock.ExecRequest{Cmd: []string{"python3", "-c", `
+import os, urllib.request
+req = urllib.request.Request("https://other.example.test/x", headers={"Authorization": "Bearer " + os.environ["API_KEY"]})
+print(urllib.request.urlopen(req, timeout=5).read().decode())`}})
+	if !strings.Contains(res.Stdout, `auth="Bearer `+secret+`"`) {
+		t.Errorf("upstream saw %q (stderr %q); want the placeholder replaced", res.Stdout, res.Stderr)
+	}
+	// Plain HTTP never carries a credential.
+	res = run(t, n.Env, sb.ID, airlock.ExecRequest{Cmd: []string{"python3", "-c", `
+import urllib.request
+print(urllib.request.urlopen("http://api.example.test/plain", timeout=5).read().decode())`}})
+	if strings.Contains(res.Stdout, secret) || !strings.Contains(res.Stdout, upstreamMarker) {
+		t.Errorf("plain HTTP: %q; want the upstream reached without the secret", res.Stdout)
+	}
+	// A scan from inside, as root: environment, every file, every process's environ and memory, and any
+	// private key (the CA's) on disk.
+	script, err := os.ReadFile("testdata/scan.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Client.WriteFile(ctx, sb.ID, "/root/scan.py", bytes.NewReader(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	reversed := []byte(secret)
+	for i, j := 0, len(reversed)-1; i < j; i, j = i+1, j-1 {
+		reversed[i], reversed[j] = reversed[j], reversed[i]
+	}
+	scan := run(t, n.Env, sb.ID, airlock.ExecRequest{User: "root", TimeoutSeconds: 300, Cmd: []string{"python3", "/root/scan.py", string(reversed)}})
+	if f := strings.Fields(scan.Stdout); len(f) != 6 || strings.Join(f[:5], " ") != "0 0 0 0 0" || f[5] == "control=0" {
+		t.Errorf("scan inside: env files environ memory keyfiles = %q (stderr %q); want 0 0 0 0 0 and a working memory scan", scan.Stdout, scan.Stderr)
+	}
+	t.Logf("scan inside: %s", strings.TrimSpace(scan.Stdout))
+	flows, err := n.Client.Egress(ctx, sb.ID, airlock.EgressOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := map[string]bool{}
+	for _, f := range flows.Flows {
+		if f.Binding != "" {
+			bound[f.Binding] = true
+		}
+	}
+	if !bound["api-bearer"] || !bound["other-placeholder"] {
+		t.Errorf("flow log bindings %v; want both bindings named", bound)
+	}
+	// Revoking the secret stops injection: the request fails at the gateway.
+	if err := n.Client.DeleteSecret(ctx, "upstream-token"); err != nil {
+		t.Fatal(err)
+	}
+	res = run(t, n.Env, sb.ID, airlock.ExecRequest{Cmd: []string{"python3", "-c", `
+import urllib.request, urllib.error
+try:
+    print(urllib.request.urlopen("https://api.example.test/v1/models", timeout=5).read().decode())
+except urllib.error.HTTPError as e:
+    print("HTTP", e.code)`}})
+	if strings.Contains(res.Stdout, secret) || !strings.Contains(res.Stdout, "HTTP 502") {
+		t.Errorf("after deleting the secret: %q; want a 502 from the gateway", res.Stdout)
+	}
+}

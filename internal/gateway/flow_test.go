@@ -215,7 +215,7 @@ func TestProxyHTTPFlows(t *testing.T) {
 		defer close(done)
 		g.proxyHTTP(context.Background(), s, c, br, first, base, "up.test", upAddr.Addr(), upAddr.Port(), func(ctx context.Context) (halfConn, error) {
 			return g.dial(ctx, upAddr.Addr(), upAddr.Port())
-		})
+		}, false)
 	}()
 	// The client reads the two responses and the switch's head and first frame, then speaks.
 	cr := &countingConn{Conn: client}
@@ -255,7 +255,7 @@ func TestProxyHTTPFlows(t *testing.T) {
 	}
 	g.proxyHTTP(context.Background(), s, c2, br2, post, base, "up.test", upAddr.Addr(), upAddr.Port(), func(ctx context.Context) (halfConn, error) {
 		return g.dial(ctx, upAddr.Addr(), upAddr.Port())
-	})
+	}, false)
 	c2.Close()
 	if resp, err := http.ReadResponse(bufio.NewReader(client2), nil); err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Errorf("refused POST: %v, %v; want a 403", resp, err)

@@ -63,6 +63,8 @@ type Config struct {
 	// GuardExtra are more addresses no sandbox may reach unless a CIDR rule names them; the node passes
 	// the host's own addresses.
 	GuardExtra []netip.Prefix
+	// Secret returns the value of a tenant's secret for a credential binding. Nil: bindings fail (502).
+	Secret func(ctx context.Context, tenantID, name string) ([]byte, error)
 	// UpstreamRoots verify the upstream of an intercepted TLS connection. Nil: the host's roots.
 	UpstreamRoots *x509.CertPool
 	// DialTimeout bounds connecting upstream. Zero: 10s.
@@ -564,9 +566,9 @@ func (g *Gateway) handle(ctx context.Context, c *net.TCPConn) {
 	ip, d := g.decide(ctx, m, k, name, dst)
 	f.DstIP = ip
 	log = log.With("rule", d.Rule)
-	if d.NeedsHTTP && k == kindTLS && name != "" {
-		// Method and path rules for an HTTPS host: terminate TLS with the sandbox's CA, check each
-		// request, and re-encrypt to the real upstream, verified.
+	if k == kindTLS && name != "" && (d.NeedsHTTP || d.Allow && m.HasCredentials(name)) {
+		// Method and path rules or credentials for an HTTPS host: terminate TLS with the sandbox's CA,
+		// check (and fill in) each request, and re-encrypt to the real upstream, verified.
 		g.intercept(ctx, s, c, br, f, name, ip, dst.Port())
 		return
 	}
@@ -593,9 +595,10 @@ func (g *Gateway) handle(ctx context.Context, c *net.TCPConn) {
 	}
 	if k == kindHTTP {
 		port := dst.Port()
+		// Plain HTTP never gets credentials: they would cross the wire in the clear.
 		g.proxyHTTP(ctx, s, c, br, req, f, name, ip, port, func(ctx context.Context) (halfConn, error) {
 			return g.dial(ctx, ip, port)
-		})
+		}, false)
 		return
 	}
 	setDecision(&f, d)
@@ -692,7 +695,7 @@ func (g *Gateway) decide(ctx context.Context, m *policy.Matcher, k kind, name st
 // proxyHTTP relays plain HTTP request by request, checking each against the policy and holding the
 // connection to the host it was decided for. It dials the upstream for the first request the policy
 // allows, and records a Flow for every request, allowed or refused; base is the connection's flow so far.
-func (g *Gateway) proxyHTTP(ctx context.Context, s *sandbox, c halfConn, br *bufio.Reader, req *http.Request, base Flow, name string, ip netip.Addr, port uint16, dialUp func(context.Context) (halfConn, error)) {
+func (g *Gateway) proxyHTTP(ctx context.Context, s *sandbox, c halfConn, br *bufio.Reader, req *http.Request, base Flow, name string, ip netip.Addr, port uint16, dialUp func(context.Context) (halfConn, error), inject bool) {
 	var up halfConn
 	var upr *bufio.Reader
 	defer func() {
@@ -745,6 +748,17 @@ func (g *Gateway) proxyHTTP(ctx context.Context, s *sandbox, c halfConn, br *buf
 			f.Error = errMsg
 			g.record(f)
 		}
+		if inject {
+			names, err := g.inject(ctx, s, m, name, req)
+			f.Binding = names
+			if err != nil {
+				g.log.Warn("credential injection failed", "sandbox", s.id, "host", name, "binding", names, "err", err)
+				f.Error = err.Error()
+				g.record(f)
+				writeStatus(c, http.StatusBadGateway, "airlock gateway: credential "+names+" unavailable")
+				return
+			}
+		}
 		req.Header.Del("Proxy-Connection")
 		if err := req.Write(toUp); err != nil {
 			finish("write request upstream: "+err.Error(), 0, 0)
@@ -776,6 +790,49 @@ func (g *Gateway) proxyHTTP(ctx context.Context, s *sandbox, c halfConn, br *buf
 		}
 		start = time.Now()
 	}
+}
+
+// inject fills in the credentials bound to req and reports their names (comma-separated). Values come
+// from the secret store at the moment of the request and are never logged or kept.
+func (g *Gateway) inject(ctx context.Context, s *sandbox, m *policy.Matcher, host string, req *http.Request) (string, error) {
+	creds := m.Credentials(host, req.Method, req.URL.EscapedPath())
+	if len(creds) == 0 {
+		return "", nil
+	}
+	names := make([]string, 0, len(creds))
+	for _, c := range creds {
+		names = append(names, c.Name)
+	}
+	joined := strings.Join(names, ",")
+	if g.cfg.Secret == nil {
+		return joined, errors.New("this gateway has no secret store")
+	}
+	for _, c := range creds {
+		value, err := g.cfg.Secret(ctx, s.tenant, c.Secret)
+		if err != nil {
+			return joined, fmt.Errorf("binding %s: secret %s: %w", c.Name, c.Secret, err)
+		}
+		v := string(value)
+		switch {
+		case c.Header != "":
+			format := c.Format
+			if format == "" {
+				format = "{secret}"
+			}
+			req.Header.Set(c.Header, strings.ReplaceAll(format, "{secret}", v))
+		case c.BasicAuthUser != "":
+			req.SetBasicAuth(c.BasicAuthUser, v)
+		case c.Placeholder != "":
+			for k, vals := range req.Header {
+				for i, hv := range vals {
+					if strings.Contains(hv, c.Placeholder) {
+						req.Header[k][i] = strings.ReplaceAll(hv, c.Placeholder, v)
+					}
+				}
+			}
+		}
+	}
+	return joined, nil
 }
 
 // halfConn is a connection whose sending half can be closed alone: *net.TCPConn and *tls.Conn.
@@ -828,7 +885,7 @@ func (g *Gateway) intercept(ctx context.Context, s *sandbox, c *net.TCPConn, br 
 		}
 		return uc, nil
 	}
-	g.proxyHTTP(ctx, s, tc, tbr, req, f, name, ip, port, dialUp)
+	g.proxyHTTP(ctx, s, tc, tbr, req, f, name, ip, port, dialUp, true)
 	_ = tc.Close()
 }
 

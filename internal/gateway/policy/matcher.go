@@ -69,6 +69,7 @@ type CompileOptions struct {
 //  4. If no rule matched, a guarded IP is refused by its guard; otherwise Policy.Default decides.
 type Matcher struct {
 	rules        []compiledRule
+	credentials  []compiledCredential
 	defaultAllow bool
 	guardExtra   []netip.Prefix
 }
@@ -97,7 +98,11 @@ func CompileWithOptions(p Policy, opts CompileOptions) (*Matcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Matcher{rules: rules, defaultAllow: p.Default == ActionAllow}
+	creds, err := compileCredentials(p.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	m := &Matcher{rules: rules, credentials: creds, defaultAllow: p.Default == ActionAllow}
 	for _, g := range opts.GuardExtra {
 		if !g.IsValid() || g.Addr().Zone() != "" {
 			return nil, fmt.Errorf("policy: guard extra %v: invalid prefix: %w", g, errdefs.ErrInvalidArgument)

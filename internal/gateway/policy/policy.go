@@ -46,6 +46,9 @@ type Policy struct {
 	Default string `json:"default,omitempty"`
 	// Rules are evaluated in order; the first that matches decides. At most MaxRules.
 	Rules []Rule `json:"rules,omitempty"`
+	// Credentials are injected into the HTTPS requests they bind (see Credential). They allow nothing:
+	// a request still needs a rule (or the default) that allows it.
+	Credentials []Credential `json:"credentials,omitempty"`
 }
 
 // Rule allows or denies the connections and HTTP requests that match every field it sets.
@@ -156,7 +159,10 @@ func parsePortRange(s string) (PortRange, error) {
 // Validate reports the first problem in p as an error wrapping errdefs.ErrInvalidArgument, naming the
 // rule (by index and name) and the field. It reports nil for a policy Compile accepts.
 func (p Policy) Validate() error {
-	_, err := compileRules(p)
+	if _, err := compileRules(p); err != nil {
+		return err
+	}
+	_, err := compileCredentials(p.Credentials)
 	return err
 }
 

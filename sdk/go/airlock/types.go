@@ -201,6 +201,32 @@ type NetworkPolicy struct {
 	Default string `json:"default,omitempty"`
 	// Rules, at most 256.
 	Rules []NetworkRule `json:"rules,omitempty"`
+	// Credentials the gateway injects into HTTPS requests (never into plain HTTP); at most 64. They
+	// allow nothing by themselves: a rule must allow the request.
+	Credentials []CredentialBinding `json:"credentials,omitempty"`
+}
+
+// CredentialBinding puts a secret's value into the HTTPS requests it matches, outside the sandbox:
+// the sandbox never holds the value. Set exactly one of Header, BasicAuthUser and Placeholder.
+type CredentialBinding struct {
+	// Name identifies the binding in the flow log.
+	Name string `json:"name"`
+	// Host is an exact name or a "*.suffix" wildcard.
+	Host string `json:"host"`
+	// Methods and PathPrefix restrict the binding to some requests.
+	Methods    []string `json:"methods,omitempty"`
+	PathPrefix string   `json:"path_prefix,omitempty"`
+	// Secret names the secret (see CreateSecret).
+	Secret string `json:"secret"`
+	// Header is set to Format with "{secret}" replaced by the value ("Bearer {secret}"; default
+	// "{secret}").
+	Header string `json:"header,omitempty"`
+	Format string `json:"format,omitempty"`
+	// BasicAuthUser sets HTTP basic auth of this user and the value.
+	BasicAuthUser string `json:"basic_auth_user,omitempty"`
+	// Placeholder is replaced by the value wherever it appears in a header value: give the sandbox the
+	// placeholder (say as OPENAI_API_KEY) and its code works unchanged.
+	Placeholder string `json:"placeholder,omitempty"`
 }
 
 // NetworkRule allows or denies the connections (and, for HTTP, the requests) that match every field it

@@ -1,0 +1,147 @@
+package policy
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+)
+
+// MaxCredentials is how many credential bindings one Policy may hold.
+const MaxCredentials = 64
+
+// Credential binds a secret to requests: for HTTPS requests to Host (and, if set, with one of Methods
+// and under PathPrefix), the gateway puts the secret's value into the request on its way out. The
+// sandbox never holds the value. Exactly one of Header, BasicAuthUser and Placeholder says how:
+//
+//   - Header: set that header to Format with "{secret}" replaced by the value (Format defaults to
+//     "{secret}"; "Bearer {secret}" is the usual one);
+//   - BasicAuthUser: set Authorization to HTTP basic auth of that user and the value;
+//   - Placeholder: replace that string, wherever it appears in a header value, by the value (so code
+//     in the sandbox can hold OPENAI_API_KEY=<placeholder> and send it as it would the real key).
+//
+// Credentials are only injected into TLS connections the gateway intercepts: never into plain HTTP,
+// where the value would cross the wire in the clear.
+type Credential struct {
+	// Name identifies the binding in flow records; unique within the policy.
+	Name string `json:"name"`
+	// Host is an exact name or a "*.suffix" wildcard, as in Rule.
+	Host string `json:"host"`
+	// Methods and PathPrefix restrict the binding, as in Rule.
+	Methods    []string `json:"methods,omitempty"`
+	PathPrefix string   `json:"path_prefix,omitempty"`
+	// Secret names the tenant's secret whose value is injected.
+	Secret string `json:"secret"`
+	// Header, Format, BasicAuthUser and Placeholder: see the type's doc.
+	Header        string `json:"header,omitempty"`
+	Format        string `json:"format,omitempty"`
+	BasicAuthUser string `json:"basic_auth_user,omitempty"`
+	Placeholder   string `json:"placeholder,omitempty"`
+}
+
+var secretNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+
+// compiledCredential is a validated Credential.
+type compiledCredential struct {
+	Credential
+	host    *hostPattern
+	methods []string
+}
+
+func compileCredentials(cs []Credential) ([]compiledCredential, error) {
+	if len(cs) > MaxCredentials {
+		return nil, fmt.Errorf("policy: %d credentials: at most %d allowed: %w", len(cs), MaxCredentials, errdefs.ErrInvalidArgument)
+	}
+	seen := map[string]bool{}
+	out := make([]compiledCredential, 0, len(cs))
+	for i, c := range cs {
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("policy: credentials[%d] (%q): %s: %w", i, c.Name, fmt.Sprintf(format, args...), errdefs.ErrInvalidArgument)
+		}
+		if c.Name == "" || len(c.Name) > MaxRuleNameLen || seen[c.Name] {
+			return nil, bad("name must be set, unique and at most %d bytes", MaxRuleNameLen)
+		}
+		seen[c.Name] = true
+		hp, err := parseHostPattern(c.Host)
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		if !secretNamePattern.MatchString(c.Secret) {
+			return nil, bad("secret must name a secret (1-128 letters, digits or _.-)")
+		}
+		modes := 0
+		for _, set := range []bool{c.Header != "", c.BasicAuthUser != "", c.Placeholder != ""} {
+			if set {
+				modes++
+			}
+		}
+		if modes != 1 {
+			return nil, bad("set exactly one of header, basic_auth_user and placeholder")
+		}
+		if c.Header != "" && !isToken(c.Header) {
+			return nil, bad("header %q is not a header name", c.Header)
+		}
+		if c.Format != "" && (c.Header == "" || !strings.Contains(c.Format, "{secret}")) {
+			return nil, bad("format needs header, and must contain {secret}")
+		}
+		if c.BasicAuthUser != "" && strings.ContainsAny(c.BasicAuthUser, ":\r\n") {
+			return nil, bad("basic_auth_user may not contain ':' or line breaks")
+		}
+		if c.Placeholder != "" && (len(c.Placeholder) < 8 || strings.ContainsAny(c.Placeholder, "\r\n")) {
+			return nil, bad("placeholder must be at least 8 bytes, on one line")
+		}
+		cc := compiledCredential{Credential: c, host: hp}
+		for _, m := range c.Methods {
+			if !isToken(m) {
+				return nil, bad("method %q is not an HTTP method", m)
+			}
+			cc.methods = append(cc.methods, strings.ToUpper(m))
+		}
+		if c.PathPrefix != "" {
+			if cp, ok := canonicalPath(c.PathPrefix); !ok || cp != c.PathPrefix {
+				return nil, bad("path_prefix %q must be a canonical path starting with /", c.PathPrefix)
+			}
+		}
+		out = append(out, cc)
+	}
+	return out, nil
+}
+
+// HasCredentials reports whether any credential binding names host, so that the gateway intercepts
+// TLS to it.
+func (m *Matcher) HasCredentials(host string) bool {
+	h, ok := NormalizeHost(host)
+	if !ok {
+		return false
+	}
+	for _, c := range m.credentials {
+		if c.host.match(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// Credentials returns the bindings that apply to one HTTPS request, in policy order.
+func (m *Matcher) Credentials(host, method, path string) []Credential {
+	h, ok := NormalizeHost(host)
+	if !ok {
+		return nil
+	}
+	cpath, pathOK := canonicalPath(path)
+	var out []Credential
+	for _, c := range m.credentials {
+		if !c.host.match(h) {
+			continue
+		}
+		if len(c.methods) > 0 && !containsFold(c.methods, method) {
+			continue
+		}
+		if c.PathPrefix != "" && (!pathOK || !pathHasPrefix(cpath, c.PathPrefix)) {
+			continue
+		}
+		out = append(out, c.Credential)
+	}
+	return out
+}
