@@ -644,22 +644,36 @@ func (g *Gateway) sniff(c *net.TCPConn, br *bufio.Reader) (kind, string, *http.R
 		}
 		return kindTLS, strings.ToLower(name), nil
 	}
-	head := httpHead(br)
+	if !isHTTP(httpHead(br)) {
+		return kindTCP, "", nil
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	host, req := readHTTPRequest(br)
+	return kindHTTP, host, req
+}
+
+// isHTTP reports whether head starts with an HTTP request line's method and space.
+func isHTTP(head []byte) bool {
 	for _, m := range httpMethods {
 		if len(head) >= len(m) && string(head[:len(m)]) == m {
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return kindHTTP, "", nil
-			}
-			host := req.Host
-			if h, _, err := net.SplitHostPort(host); err == nil {
-				host = h
-			}
-			return kindHTTP, strings.TrimSuffix(strings.ToLower(host), "."), req
+			return true
 		}
 	}
-	return kindTCP, "", nil
+	return false
+}
+
+// readHTTPRequest reads one request head from a sandbox and returns it with its host (lowercase, no
+// port, no trailing dot); a request that does not parse is nil.
+func readHTTPRequest(br *bufio.Reader) (string, *http.Request) {
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return "", nil
+	}
+	host := req.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return strings.TrimSuffix(strings.ToLower(host), "."), req
 }
 
 // decide picks the address to dial and the decision. A name is resolved by the gateway itself; the
