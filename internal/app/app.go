@@ -11,6 +11,7 @@
 //	runtime/         runsc state and each sandbox's directory (removed with the sandbox)
 //	node/netns/      each sandbox's network namespace (removed with the sandbox)
 //	node/audit/      each sandbox's channel audit log (kept)
+//	node/ca/         each running sandbox's interception CA, its key wrapped by the tenant's key
 //	node/flows/      each sandbox's network flow log, <sandbox-id>.jsonl (kept)
 //
 // The API listener also serves GET /metrics (Prometheus text format) without authentication: counters
@@ -41,6 +42,7 @@ import (
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/gateway"
+	"github.com/airlockrun/airlock/internal/gateway/castore"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/keys/local"
 	"github.com/airlockrun/airlock/internal/node"
@@ -202,7 +204,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return errors.New("extra roots: no certificate in the PEM given")
 		}
 	}
+	cas, err := castore.New(filepath.Join(dataDir, "node", "ca"), keyring)
+	if err != nil {
+		return err
+	}
 	gw, err := gateway.New(gateway.Config{
+		CAs:           cas,
 		Secret:        secretStore.Reveal,
 		UpstreamRoots: roots,
 		Table:         "airlock_" + tag,

@@ -82,6 +82,10 @@ func TestCrashRecovery(t *testing.T) {
 	if _, err := c.Exec(ctx, sb.ID, airlock.ExecRequest{Cmd: []string{"sh", "-c", "echo kept > /home/user/f"}}); err != nil {
 		t.Fatal(err)
 	}
+	caBefore, err := c.ReadFile(ctx, sb.ID, "/etc/ssl/certs/airlock-sandbox-ca.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
 	st, err := c.ExecStream(ctx, sb.ID, airlock.ExecRequest{Cmd: []string{"bash", "-c", "for i in $(seq 1 40); do echo n$i; sleep 0.25; done"}}, airlock.StreamOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +108,10 @@ func TestCrashRecovery(t *testing.T) {
 	res, err := c.Exec(ctx, sb.ID, airlock.ExecRequest{Cmd: []string{"cat", "/home/user/f"}})
 	if err != nil || res.Stdout != "kept\n" {
 		t.Fatalf("exec after restart: %+v, %v", res, err)
+	}
+	// The sandbox keeps the interception CA it trusts: the restarted gateway loaded it, not a new one.
+	if caAfter, err := c.ReadFile(ctx, sb.ID, "/etc/ssl/certs/airlock-sandbox-ca.pem"); err != nil || !bytes.Equal(caAfter, caBefore) {
+		t.Errorf("sandbox CA after restart differs (%v): the gateway made a new CA", err)
 	}
 	var out bytes.Buffer
 	at, err := c.Attach(ctx, sb.ID, pid, airlock.AttachOptions{StreamOptions: airlock.StreamOptions{Stdout: &out}})

@@ -63,6 +63,8 @@ type Config struct {
 	// GuardExtra are more addresses no sandbox may reach unless a CIDR rule names them; the node passes
 	// the host's own addresses.
 	GuardExtra []netip.Prefix
+	// CAs keeps each sandbox's interception CA across node restarts. Nil: CAs live in memory only.
+	CAs CAStore
 	// Secret returns the value of a tenant's secret for a credential binding. Nil: bindings fail (502).
 	Secret func(ctx context.Context, tenantID, name string) ([]byte, error)
 	// UpstreamRoots verify the upstream of an intercepted TLS connection. Nil: the host's roots.
@@ -78,6 +80,16 @@ type Config struct {
 	Flows FlowSink
 	// Logger receives logs. Nil: slog.Default().
 	Logger *slog.Logger
+}
+
+// CAStore keeps sandboxes' interception CAs (castore.Store implements it).
+type CAStore interface {
+	// Load returns the stored CA, or an error wrapping errdefs.ErrNotFound.
+	Load(ctx context.Context, id, tenantID string) (*mitm.CA, error)
+	// Save stores ca for the sandbox.
+	Save(ctx context.Context, id, tenantID string, ca *mitm.CA) error
+	// Delete forgets the sandbox's CA.
+	Delete(id string) error
 }
 
 // Gateway runs the transparent proxy and the DNS server of one node.
@@ -284,7 +296,7 @@ func (g *Gateway) Register(id, tenantID string, ip netip.Addr, p policy.Policy) 
 	if err != nil {
 		return err
 	}
-	ca, err := mitm.NewCA(id)
+	ca, err := g.sandboxCA(id, tenantID)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: interception CA: %w", id, err)
 	}
@@ -302,6 +314,29 @@ func (g *Gateway) Register(id, tenantID string, ip netip.Addr, p policy.Policy) 
 		old.shutdown()
 	}
 	return nil
+}
+
+// sandboxCA returns the sandbox's stored CA, or makes (and stores) a new one.
+func (g *Gateway) sandboxCA(id, tenantID string) (*mitm.CA, error) {
+	if g.cfg.CAs == nil {
+		return mitm.NewCA(id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, err := g.cfg.CAs.Load(ctx, id, tenantID)
+	if err == nil {
+		return ca, nil
+	}
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		return nil, err // e.g. the tenant's key is revoked: no interception, and so no sandbox
+	}
+	if ca, err = mitm.NewCA(id); err != nil {
+		return nil, err
+	}
+	if err := g.cfg.CAs.Save(ctx, id, tenantID, ca); err != nil {
+		return nil, err
+	}
+	return ca, nil
 }
 
 // CACertPEM returns the certificate of the sandbox's interception CA, for the sandbox's trust store. The
@@ -332,8 +367,9 @@ func (g *Gateway) SetPolicy(id string, p policy.Policy) error {
 	return nil
 }
 
-// Unregister stops serving the sandbox: new connections are refused, and those in flight are ended. It
-// returns once they have ended and recorded their flows (or after a few seconds if one is stuck).
+// Unregister stops serving the sandbox and forgets its CA: new connections are refused, and those in
+// flight are ended. It returns once they have ended and recorded their flows (or after a few seconds if
+// one is stuck).
 func (g *Gateway) Unregister(id string) {
 	g.mu.Lock()
 	s := g.byID[id]
@@ -344,6 +380,11 @@ func (g *Gateway) Unregister(id string) {
 	g.mu.Unlock()
 	if s != nil {
 		s.shutdown()
+	}
+	if g.cfg.CAs != nil {
+		if err := g.cfg.CAs.Delete(id); err != nil {
+			g.log.Warn("forget sandbox CA", "sandbox", id, "err", err)
+		}
 	}
 }
 
