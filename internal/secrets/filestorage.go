@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/internal/keys"
 )
 
@@ -77,7 +78,7 @@ func (s *FileStorage) saveLocked(tenantID string, td *tenantData) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(s.path(tenantID), data)
+	return fsutil.WriteFileAtomic(s.path(tenantID), data, 0o600)
 }
 
 // modify runs fn on tenantID's data (created empty if absent) and saves it if fn succeeds.
@@ -159,41 +160,4 @@ func (s *FileStorage) ListSecrets(ctx context.Context, tenantID string) (out []R
 		return nil
 	})
 	return out, err
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".tmp-")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // fails harmlessly after the rename
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/internal/gateway/mitm"
 	"github.com/airlockrun/airlock/internal/keys"
 )
@@ -54,7 +55,7 @@ func splitWrapped(b []byte) (string, []byte, error) {
 	return keyID, []byte(rest), nil
 }
 
-// Save stores ca for the tenant's sandbox id, replacing what was there (write to a temp file, rename).
+// Save stores ca for the tenant's sandbox id, replacing what was there atomically.
 func (s *Store) Save(ctx context.Context, id, tenantID string, ca *mitm.CA) error {
 	p, err := s.path(id)
 	if err != nil {
@@ -70,12 +71,7 @@ func (s *Store) Save(ctx context.Context, id, tenantID string, ca *mitm.CA) erro
 	if err != nil {
 		return err
 	}
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("castore: %w", err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
+	if err := fsutil.WriteFileAtomic(p, data, 0o600); err != nil {
 		return fmt.Errorf("castore: %w", err)
 	}
 	return nil
