@@ -3,21 +3,14 @@ package bench
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +21,7 @@ import (
 	vnetns "github.com/vishvananda/netns"
 
 	"github.com/airlockrun/airlock/internal/netns"
+	"github.com/airlockrun/airlock/internal/testenv"
 )
 
 // upstream is a stand-in for the internet, cut down from the e2e package's: a network namespace wired to
@@ -88,14 +82,14 @@ func startUpstream(b *testing.B) *upstream {
 	}
 	must(b, in.RouteAdd(&netlink.Route{LinkIndex: peer.Attrs().Index, Gw: net.ParseIP("203.0.113.1")}))
 
-	ca, caKey := newCA(b)
+	ca, caKey := testenv.NewTestCA(b)
 	u.CAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
-	leaf := newLeaf(b, ca, caKey, upstreamName)
+	leaf := testenv.NewTestLeaf(b, ca, caKey, upstreamName)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	b.Cleanup(func() { cancel(); wg.Wait() })
-	inNetns(b, nsPath, func() {
+	testenv.InNetns(b, nsPath, func() {
 		for _, addr := range []string{"203.0.113.2:443", "203.0.113.2:80", "203.0.113.2:7000", "203.0.113.2:7001"} {
 			ln, err := net.Listen("tcp4", addr)
 			if err != nil {
@@ -179,40 +173,6 @@ func serveBanner(ln net.Listener) {
 	}
 }
 
-// inNetns runs f with the calling goroutine's thread in the namespace at path: sockets f opens live
-// there for good.
-func inNetns(b *testing.B, path string, f func()) {
-	b.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		orig, err := vnetns.Get()
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer orig.Close()
-		target, err := vnetns.GetFromPath(path)
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer target.Close()
-		if err := vnetns.Set(target); err != nil {
-			b.Error(err)
-			return
-		}
-		f()
-		if err := vnetns.Set(orig); err != nil {
-			b.Error(err) // the thread stays locked, and dies with this goroutine
-			return
-		}
-		runtime.UnlockOSThread()
-	}()
-	<-done
-}
-
 func must(b *testing.B, err error) {
 	b.Helper()
 	if err != nil {
@@ -226,31 +186,4 @@ func mustAddr(s string) *netlink.Addr {
 		panic(err)
 	}
 	return a
-}
-
-func newCA(b *testing.B) (*x509.Certificate, *ecdsa.PrivateKey) {
-	b.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Airlock bench public root"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return c, key
-}
-
-func newLeaf(b *testing.B, ca *x509.Certificate, caKey *ecdsa.PrivateKey, names ...string) tls.Certificate {
-	b.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }

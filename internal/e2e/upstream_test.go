@@ -2,31 +2,24 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/airlockrun/airlock/internal/netns"
+	"github.com/airlockrun/airlock/internal/testenv"
 )
 
 // upstream is a stand-in for the internet: a network namespace the test makes, wired to the host by a
@@ -96,14 +89,14 @@ func startUpstream(t *testing.T) *upstream {
 	must(t, netlink.RouteAdd(mdRoute))
 	t.Cleanup(func() { netlink.RouteDel(mdRoute) })
 
-	ca, caKey := newCA(t)
+	ca, caKey := testenv.NewTestCA(t)
 	u.CAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
-	leaf := newLeaf(t, ca, caKey, "api.example.test", "other.example.test")
+	leaf := testenv.NewTestLeaf(t, ca, caKey, "api.example.test", "other.example.test")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	inNetns(t, u.ns, func() {
+	testenv.InNetns(t, u.ns, func() {
 		hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "%s %s %s %s auth=%q\n", upstreamMarker, r.Method, r.Host, r.URL.Path, r.Header.Get("Authorization"))
 		})
@@ -142,40 +135,6 @@ func startUpstream(t *testing.T) *upstream {
 		}
 	})
 	return u
-}
-
-// inNetns runs f with the calling goroutine's thread in the namespace at path: sockets f opens live
-// there for good.
-func inNetns(t *testing.T, path string, f func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		orig, err := vnetns.Get()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer orig.Close()
-		target, err := vnetns.GetFromPath(path)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer target.Close()
-		if err := vnetns.Set(target); err != nil {
-			t.Error(err)
-			return
-		}
-		f()
-		if err := vnetns.Set(orig); err != nil {
-			t.Error(err) // the thread stays locked, and dies with this goroutine
-			return
-		}
-		runtime.UnlockOSThread()
-	}()
-	<-done
 }
 
 func serveEcho(ln net.Listener) {
@@ -271,31 +230,4 @@ func mustAddr(s string) *netlink.Addr {
 		panic(err)
 	}
 	return a
-}
-
-func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Airlock test public root"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return c, key
-}
-
-func newLeaf(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, names ...string) tls.Certificate {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
