@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -174,7 +175,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 		body := http.MaxBytesReader(w, r.Body, maxUpload)
 		if err := cl.WriteFile(r.Context(), p, body, link.WriteFileOptions{Mode: mode}); err != nil {
 			var mbe *http.MaxBytesError
-			if asMaxBytes(err, &mbe) {
+			if errors.As(err, &mbe) {
 				return clientErr(errdefs.ErrTooLarge, "file is larger than %d bytes", maxUpload)
 			}
 			return err
@@ -320,7 +321,7 @@ func (s *Server) tarUpload(w http.ResponseWriter, r *http.Request) {
 		body := http.MaxBytesReader(w, r.Body, maxUpload)
 		if err := cl.TarUpload(r.Context(), p, body, link.TarUploadOptions{}); err != nil {
 			var mbe *http.MaxBytesError
-			if asMaxBytes(err, &mbe) {
+			if errors.As(err, &mbe) {
 				return clientErr(errdefs.ErrTooLarge, "archive is larger than %d bytes", maxUpload)
 			}
 			return err

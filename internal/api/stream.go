@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,7 +66,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		s.streamFail(ctx, conn, clientErr(errdefs.ErrInvalidArgument, "the first message must be a JSON exec request"))
 		return
 	}
-	dec := json.NewDecoder(bytesReader(msg))
+	dec := json.NewDecoder(bytes.NewReader(msg))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		s.streamFail(ctx, conn, clientErr(errdefs.ErrInvalidArgument, "malformed exec request: %v", err))
