@@ -33,6 +33,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/gateway/castore"
@@ -90,6 +92,10 @@ type Config struct {
 	// ExtraRootsPEM are CA certificates the gateway trusts, besides the host's roots, when it verifies
 	// an upstream it re-encrypts to (on-prem services; tests).
 	ExtraRootsPEM []byte
+	// PublicURL is the URL under which people's browsers reach this API; OAuth providers redirect to
+	// PublicURL + "/v1/oauth/callback" at the end of the authorization code flow. Empty:
+	// "http://" + the address Listen bound.
+	PublicURL string
 }
 
 // InstanceTag is a short tag, derived from the data directory, that keeps the host-wide names of one
@@ -195,6 +201,26 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	// Bound now, so that the OAuth callback URL can name the port even when Listen asked for any.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close() // a no-op after the shutdown below closed it
+	publicURL := strings.TrimSuffix(cfg.PublicURL, "/")
+	if publicURL == "" {
+		publicURL = "http://" + ln.Addr().String()
+	}
+	connFiles, err := secrets.NewFileStorage(filepath.Join(dataDir, "connections"))
+	if err != nil {
+		return err
+	}
+	conns, err := connections.New(connections.Config{Keys: keyring, Storage: connFiles, RedirectURL: publicURL + "/v1/oauth/callback", Logger: log})
+	if err != nil {
+		return err
+	}
+	// Closed after the control plane and the gateway stopped (deferred calls run last-in first-out).
+	defer func() { err = errors.Join(err, conns.Close()) }()
 	var roots *x509.CertPool
 	if len(cfg.ExtraRootsPEM) > 0 {
 		if roots, err = x509.SystemCertPool(); err != nil {
@@ -211,6 +237,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	gw, err := gateway.New(gateway.Config{
 		CAs:           cas,
 		Secret:        secretStore.Reveal,
+		Token:         conns.Token,
 		UpstreamRoots: roots,
 		Table:         "airlock_" + tag,
 		IfacePrefix:   "al" + tag,
@@ -245,7 +272,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	cp, err = controlplane.New(controlplane.Config{Store: st, Node: nd, Logger: log, Secrets: secretStore})
+	cp, err = controlplane.New(controlplane.Config{Store: st, Node: nd, Logger: log, Secrets: secretStore, Connections: conns})
 	if err != nil {
 		return err
 	}
@@ -264,12 +291,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		_ = cp.Shutdown(context.Background())
-		_ = nd.Shutdown(context.Background())
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
 	srv := &http.Server{
 		Handler:           api.New(cp, log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -119,6 +119,7 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 		newShellCmd(g),
 		newCpCmd(g),
 		newPsCmd(g),
+		newConnectionCmd(g),
 		newDaemonCmd(),
 	)
 	return root

@@ -12,7 +12,7 @@ import (
 )
 
 func newUpCmd(g *globals) *cobra.Command {
-	var listen, runsc string
+	var listen, runsc, publicURL string
 	var debug bool
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -41,11 +41,14 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				Debug:   debug,
 				Logger:  slog.New(h),
 				Out:     g.Out,
+
+				PublicURL: publicURL,
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", app.DefaultListen, "the API's address; keep it on loopback unless a TLS proxy fronts it")
+	f.StringVar(&publicURL, "public-url", "", "the URL under which browsers reach this API, for OAuth sign-in callbacks (default: http://<listen address>)")
 	f.StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
 	f.BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
 	return cmd

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway"
@@ -79,6 +80,9 @@ type Config struct {
 	// Secrets keeps the tenants' credentials for the gateway to inject. Nil: the secrets API answers
 	// failed precondition.
 	Secrets *secrets.Store
+	// Connections signs in to OAuth providers and keeps the tokens. Nil: the connections API answers
+	// failed precondition. Start picks up the stored connections; the caller closes it.
+	Connections *connections.Manager
 }
 
 // Service is the control plane.
@@ -89,7 +93,8 @@ type Service struct {
 	now   func() time.Time
 	reap  time.Duration
 
-	secrets *secrets.Store
+	secrets     *secrets.Store
+	connections *connections.Manager
 
 	locks keyedMutex
 
@@ -112,7 +117,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.ReapInterval = time.Second
 	}
 	return &Service{store: cfg.Store, node: cfg.Node, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
-		secrets: cfg.Secrets, stop: make(chan struct{})}, nil
+		secrets: cfg.Secrets, connections: cfg.Connections, stop: make(chan struct{})}, nil
 }
 
 // Bootstrap makes sure a default tenant with an API key exists. On first start it creates them and returns

@@ -449,6 +449,19 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.reconcile(ctx); err != nil {
 		return err
 	}
+	if s.connections != nil {
+		ts, err := s.store.ListTenants(ctx)
+		if err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		ids := make([]string, len(ts))
+		for i, t := range ts {
+			ids[i] = t.ID
+		}
+		if err := s.connections.Start(ctx, ids); err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

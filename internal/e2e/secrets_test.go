@@ -1,14 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
-	"io/fs"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -88,16 +84,7 @@ func TestSecretsAreWriteOnly(t *testing.T) {
 		}
 	}
 	// Nothing on disk holds either value in plain text.
-	filepath.WalkDir(e.DataDir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err == nil && (bytes.Contains(b, []byte(v1)) || bytes.Contains(b, []byte(v2))) {
-			t.Errorf("%s holds a secret value in plain text", p)
-		}
-		return nil
-	})
+	assertNotInDir(t, e.DataDir, v1, v2)
 	if err := c.DeleteSecret(ctx, "openai.key"); err != nil {
 		t.Fatal(err)
 	}

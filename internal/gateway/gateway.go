@@ -67,6 +67,9 @@ type Config struct {
 	CAs CAStore
 	// Secret returns the value of a tenant's secret for a credential binding. Nil: bindings fail (502).
 	Secret func(ctx context.Context, tenantID, name string) ([]byte, error)
+	// Token returns the current access token of a tenant's OAuth connection for a binding that names
+	// one. Nil: such bindings fail (502).
+	Token func(ctx context.Context, tenantID, connection string) ([]byte, error)
 	// UpstreamRoots verify the upstream of an intercepted TLS connection. Nil: the host's roots.
 	UpstreamRoots *x509.CertPool
 	// DialTimeout bounds connecting upstream. Zero: 10s.
@@ -859,15 +862,28 @@ func (g *Gateway) inject(ctx context.Context, s *sandbox, m *policy.Matcher, hos
 		names = append(names, c.Name)
 	}
 	joined := strings.Join(names, ",")
-	if g.cfg.Secret == nil {
-		return joined, errors.New("this gateway has no secret store")
-	}
 	for _, c := range creds {
-		value, err := g.cfg.Secret(ctx, s.tenant, c.Secret)
+		var value []byte
+		var err error
+		switch {
+		case c.Connection != "" && g.cfg.Token == nil:
+			err = errors.New("this gateway has no OAuth connections")
+		case c.Connection != "":
+			value, err = g.cfg.Token(ctx, s.tenant, c.Connection)
+		case g.cfg.Secret == nil:
+			err = errors.New("this gateway has no secret store")
+		default:
+			value, err = g.cfg.Secret(ctx, s.tenant, c.Secret)
+		}
 		if err != nil {
-			return joined, fmt.Errorf("binding %s: secret %s: %w", c.Name, c.Secret, err)
+			what := "secret " + c.Secret
+			if c.Connection != "" {
+				what = "connection " + c.Connection
+			}
+			return joined, fmt.Errorf("binding %s: %s: %w", c.Name, what, err)
 		}
 		v := string(value)
+		clear(value)
 		switch {
 		case c.Header != "":
 			format := c.Format

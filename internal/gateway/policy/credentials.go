@@ -11,9 +11,11 @@ import (
 // MaxCredentials is how many credential bindings one Policy may hold.
 const MaxCredentials = 64
 
-// Credential binds a secret to requests: for HTTPS requests to Host (and, if set, with one of Methods
-// and under PathPrefix), the gateway puts the secret's value into the request on its way out. The
-// sandbox never holds the value. Exactly one of Header, BasicAuthUser and Placeholder says how:
+// Credential binds a secret, or an OAuth connection's current access token, to requests: for HTTPS
+// requests to Host (and, if set, with one of Methods and under PathPrefix), the gateway puts the value
+// into the request on its way out. The sandbox never holds the value. Exactly one of Secret and
+// Connection names the value; exactly one of Header, BasicAuthUser and Placeholder says how (a
+// Connection with none of them sets "Authorization: Bearer <access token>"):
 //
 //   - Header: set that header to Format with "{secret}" replaced by the value (Format defaults to
 //     "{secret}"; "Bearer {secret}" is the usual one);
@@ -32,7 +34,9 @@ type Credential struct {
 	Methods    []string `json:"methods,omitempty"`
 	PathPrefix string   `json:"path_prefix,omitempty"`
 	// Secret names the tenant's secret whose value is injected.
-	Secret string `json:"secret"`
+	Secret string `json:"secret,omitempty"`
+	// Connection names the tenant's OAuth connection whose current access token is injected.
+	Connection string `json:"connection,omitempty"`
 	// Header, Format, BasicAuthUser and Placeholder: see the type's doc.
 	Header        string `json:"header,omitempty"`
 	Format        string `json:"format,omitempty"`
@@ -67,7 +71,17 @@ func compileCredentials(cs []Credential) ([]compiledCredential, error) {
 		if err != nil {
 			return nil, bad("%v", err)
 		}
-		if !secretNamePattern.MatchString(c.Secret) {
+		switch {
+		case c.Secret != "" && c.Connection != "":
+			return nil, bad("set one of secret and connection, not both")
+		case c.Connection != "":
+			if !secretNamePattern.MatchString(c.Connection) {
+				return nil, bad("connection must name a connection (1-128 letters, digits or _.-)")
+			}
+			if c.Header == "" && c.BasicAuthUser == "" && c.Placeholder == "" {
+				c.Header, c.Format = "Authorization", "Bearer {secret}"
+			}
+		case !secretNamePattern.MatchString(c.Secret):
 			return nil, bad("secret must name a secret (1-128 letters, digits or _.-)")
 		}
 		modes := 0

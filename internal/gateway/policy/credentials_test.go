@@ -43,18 +43,39 @@ func TestCredentials(t *testing.T) {
 		t.Errorf("HasCredentials wrong")
 	}
 	for name, c := range map[string]Credential{
-		"no name":       {Host: "a.test", Secret: "s", Header: "X"},
-		"no mode":       {Name: "n", Host: "a.test", Secret: "s"},
-		"two modes":     {Name: "n", Host: "a.test", Secret: "s", Header: "X", Placeholder: "PLACEHOLDER-1"},
-		"bad secret":    {Name: "n", Host: "a.test", Secret: "a b", Header: "X"},
-		"bad host":      {Name: "n", Host: "a b", Secret: "s", Header: "X"},
-		"bad header":    {Name: "n", Host: "a.test", Secret: "s", Header: "X:Y"},
-		"format no tag": {Name: "n", Host: "a.test", Secret: "s", Header: "X", Format: "Bearer"},
-		"short holder":  {Name: "n", Host: "a.test", Secret: "s", Placeholder: "x"},
-		"basic colon":   {Name: "n", Host: "a.test", Secret: "s", BasicAuthUser: "a:b"},
+		"no name":               {Host: "a.test", Secret: "s", Header: "X"},
+		"no mode":               {Name: "n", Host: "a.test", Secret: "s"},
+		"two modes":             {Name: "n", Host: "a.test", Secret: "s", Header: "X", Placeholder: "PLACEHOLDER-1"},
+		"bad secret":            {Name: "n", Host: "a.test", Secret: "a b", Header: "X"},
+		"bad host":              {Name: "n", Host: "a b", Secret: "s", Header: "X"},
+		"bad header":            {Name: "n", Host: "a.test", Secret: "s", Header: "X:Y"},
+		"format no tag":         {Name: "n", Host: "a.test", Secret: "s", Header: "X", Format: "Bearer"},
+		"short holder":          {Name: "n", Host: "a.test", Secret: "s", Placeholder: "x"},
+		"basic colon":           {Name: "n", Host: "a.test", Secret: "s", BasicAuthUser: "a:b"},
+		"secret and connection": {Name: "n", Host: "a.test", Secret: "s", Connection: "c", Header: "X"},
+		"bad connection":        {Name: "n", Host: "a.test", Connection: "a/b"},
+		"neither":               {Name: "n", Host: "a.test", Header: "X"},
 	} {
 		if err := (Policy{Credentials: []Credential{c}}).Validate(); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("%s: Validate = %v; want ErrInvalidArgument", name, err)
 		}
+	}
+}
+
+func TestConnectionCredentialDefaultsToBearer(t *testing.T) {
+	m, err := Compile(Policy{Credentials: []Credential{
+		{Name: "gh", Host: "api.github.com", Connection: "github"},
+		{Name: "custom", Host: "api.example.com", Connection: "corp", Header: "X-Token"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.Credentials("api.github.com", "GET", "/user")
+	if len(got) != 1 || got[0].Connection != "github" || got[0].Header != "Authorization" || got[0].Format != "Bearer {secret}" {
+		t.Errorf("connection binding = %+v; want a bearer Authorization header", got)
+	}
+	got = m.Credentials("api.example.com", "GET", "/")
+	if len(got) != 1 || got[0].Header != "X-Token" || got[0].Format != "" {
+		t.Errorf("connection binding with a header = %+v; want it kept", got)
 	}
 }

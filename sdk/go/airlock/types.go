@@ -206,8 +206,9 @@ type NetworkPolicy struct {
 	Credentials []CredentialBinding `json:"credentials,omitempty"`
 }
 
-// CredentialBinding puts a secret's value into the HTTPS requests it matches, outside the sandbox:
-// the sandbox never holds the value. Set exactly one of Header, BasicAuthUser and Placeholder.
+// CredentialBinding puts a secret's value (or an OAuth connection's access token) into the HTTPS
+// requests it matches, outside the sandbox: the sandbox never holds the value. Set exactly one of
+// Header, BasicAuthUser and Placeholder (for a connection, none means a bearer Authorization header).
 type CredentialBinding struct {
 	// Name identifies the binding in the flow log.
 	Name string `json:"name"`
@@ -216,8 +217,11 @@ type CredentialBinding struct {
 	// Methods and PathPrefix restrict the binding to some requests.
 	Methods    []string `json:"methods,omitempty"`
 	PathPrefix string   `json:"path_prefix,omitempty"`
-	// Secret names the secret (see CreateSecret).
-	Secret string `json:"secret"`
+	// Secret names the secret (see CreateSecret). Set Secret or Connection.
+	Secret string `json:"secret,omitempty"`
+	// Connection names an OAuth connection (see CreateConnection) whose current access token is the
+	// value; with no Header, BasicAuthUser or Placeholder it sets "Authorization: Bearer <token>".
+	Connection string `json:"connection,omitempty"`
 	// Header is set to Format with "{secret}" replaced by the value ("Bearer {secret}"; default
 	// "{secret}").
 	Header string `json:"header,omitempty"`
@@ -358,4 +362,70 @@ func (p PortRange) MarshalJSON() ([]byte, error) {
 		return []byte(string(p)), nil
 	}
 	return json.Marshal(string(p))
+}
+
+// OAuthProvider says where and as whom a connection signs in. Set Issuer (for OpenID Connect
+// discovery) or the endpoints the flow needs; explicit endpoints win. URLs are https, or http to a
+// loopback address.
+type OAuthProvider struct {
+	Issuer                 string   `json:"issuer,omitempty"`
+	AuthorizationURL       string   `json:"authorization_url,omitempty"`
+	TokenURL               string   `json:"token_url,omitempty"`
+	DeviceAuthorizationURL string   `json:"device_authorization_url,omitempty"`
+	RevocationURL          string   `json:"revocation_url,omitempty"`
+	ClientID               string   `json:"client_id"`
+	Scopes                 []string `json:"scopes,omitempty"`
+	// ClientSecret is write-only: stored encrypted, never returned.
+	ClientSecret string `json:"client_secret,omitempty"`
+}
+
+// CreateConnectionRequest is the body of POST /v1/connections.
+type CreateConnectionRequest struct {
+	Name string `json:"name"`
+	// Flow is "authorization_code" (with PKCE; the user opens Authorization.URL) or "device" (the
+	// user enters Authorization.UserCode at Authorization.VerificationURI).
+	Flow     string        `json:"flow"`
+	Provider OAuthProvider `json:"provider"`
+}
+
+// Connection describes an OAuth connection: the control plane signs in outside every sandbox, keeps
+// the tokens encrypted and refreshes them before they expire; a credential binding that names the
+// connection injects its access token. Tokens and the client secret are never returned.
+type Connection struct {
+	Name string `json:"name"`
+	Flow string `json:"flow"`
+	// Status is "pending" (signing in), "active", "failed" (see Error) or "revoked".
+	Status          string        `json:"status"`
+	Provider        OAuthProvider `json:"provider"`
+	HasClientSecret bool          `json:"has_client_secret"`
+	Error           string        `json:"error,omitempty"`
+	CreatedAt       time.Time     `json:"created_at"`
+	UpdatedAt       time.Time     `json:"updated_at"`
+	ConnectedAt     *time.Time    `json:"connected_at,omitempty"`
+	TokenExpiresAt  *time.Time    `json:"token_expires_at,omitempty"`
+	RefreshedAt     *time.Time    `json:"refreshed_at,omitempty"`
+	Refreshes       int           `json:"refreshes"`
+	CanRefresh      bool          `json:"can_refresh"`
+}
+
+// ConnectionAuthorization is what the user does to finish signing in.
+type ConnectionAuthorization struct {
+	// URL to open in a browser (authorization code flow).
+	URL string `json:"url,omitempty"`
+	// UserCode to enter at VerificationURI (device flow); VerificationURIComplete has it filled in.
+	UserCode                string    `json:"user_code,omitempty"`
+	VerificationURI         string    `json:"verification_uri,omitempty"`
+	VerificationURIComplete string    `json:"verification_uri_complete,omitempty"`
+	ExpiresAt               time.Time `json:"expires_at"`
+}
+
+// ConnectionSignIn is the response of POST /v1/connections and POST /v1/connections/{name}/authorize.
+type ConnectionSignIn struct {
+	Connection    Connection              `json:"connection"`
+	Authorization ConnectionAuthorization `json:"authorization"`
+}
+
+// ConnectionList is the response of GET /v1/connections.
+type ConnectionList struct {
+	Connections []Connection `json:"connections"`
 }
