@@ -30,6 +30,12 @@ type Addr struct {
 	Sandbox netip.Addr
 }
 
+// MTU is the veth pair's MTU. The link carries only the sandbox's traffic to the gateway on this host
+// (the gateway makes its own connections upstream), so it can be as large as loopback's: fewer, larger
+// packets roughly halve the gateway's cost per byte (BenchmarkGatewayThroughput: passthrough TLS from
+// about 0.5 to about 0.7 of direct on 2 cores).
+const MTU = 65000
+
 // lockPath serializes allocations among all Airlock processes on the host.
 const lockPath = "/run/airlock-hostnet.lock"
 
@@ -62,6 +68,7 @@ func Attach(nsPath, hostIf string) (Addr, error) {
 
 	la := netlink.NewLinkAttrs()
 	la.Name = hostIf
+	la.MTU = MTU // both ends
 	veth := &netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return Addr{}, fmt.Errorf("hostnet: create veth %s: %w", hostIf, err)
