@@ -226,4 +226,3 @@ func BenchmarkGatewayLatency(b *testing.B) {
 		})
 	}
 }
-

@@ -85,6 +85,10 @@ type Config struct {
 	// daemon is PID 1 or a child subreaper (Main does). When false, the daemon waits only for the
 	// processes it started, so it can share a process with other code (tests).
 	ReapAll bool
+	// Listen opens the listening socket again after a quiesce; Wake says when (Main sends on it for
+	// SIGUSR2). Without Listen, quiesce is refused.
+	Listen func() (net.Listener, error)
+	Wake   <-chan struct{}
 }
 
 func (c Config) withDefaults() Config {
@@ -133,6 +137,9 @@ type server struct {
 
 	mu  sync.Mutex
 	cur *session // guarded by mu; the connection being served
+	// ln is the listening socket; quiesced is set while it is closed for a checkpoint. Guarded by mu.
+	ln       net.Listener
+	quiesced bool
 }
 
 // Serve serves connections from ln until ctx is done or ln fails. A new connection replaces the current
@@ -146,7 +153,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, log *slog.Logger) e
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{cfg: cfg.withDefaults(), log: log, start: time.Now()}
+	s := &server{cfg: cfg.withDefaults(), log: log, start: time.Now(), ln: ln}
 	s.reaper = newReaper(s.cfg.ReapAll, log)
 	s.procs = newRegistry(s.cfg.MaxExited)
 	s.reaper.run()
@@ -157,7 +164,9 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, log *slog.Logger) e
 		defer close(closerDone)
 		select {
 		case <-ctx.Done():
-			ln.Close()
+			s.mu.Lock()
+			s.ln.Close()
+			s.mu.Unlock()
 		case <-stopped:
 		}
 	}()
@@ -169,6 +178,13 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, log *slog.Logger) e
 		if err != nil {
 			if ctx.Err() != nil {
 				break
+			}
+			if next, ok := s.awaitWake(ctx); ok {
+				if next == nil {
+					break // stopping
+				}
+				ln = next
+				continue
 			}
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
 				s.log.Warn("accept failed; retrying", "err", err, "in", backoff)
@@ -187,7 +203,9 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, log *slog.Logger) e
 	}
 	close(stopped)
 	<-closerDone
-	ln.Close()
+	s.mu.Lock()
+	s.ln.Close()
+	s.mu.Unlock()
 
 	s.mu.Lock()
 	if s.cur != nil {
@@ -240,5 +258,59 @@ func (s *server) info() proto.Info {
 		Uptime:          time.Since(s.start),
 		PID:             os.Getpid(),
 		Processes:       s.procs.running(),
+	}
+}
+
+// quiesce closes the listening socket for a checkpoint: a gVisor sandbox cannot be saved while it holds
+// a host socket. The session that asked closes once it has the answer. The daemon listens again on the
+// wake signal (see awaitWake).
+func (s *server) quiesce() error {
+	if s.cfg.Listen == nil || s.cfg.Wake == nil {
+		return fmt.Errorf("this daemon cannot quiesce: %w", errdefs.ErrFailedPrecondition)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.quiesced {
+		return nil
+	}
+	// Drop a wake that came before (a stray SIGUSR2 from a process in the sandbox).
+	select {
+	case <-s.cfg.Wake:
+	default:
+	}
+	s.quiesced = true
+	if ul, ok := s.ln.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(true)
+	}
+	s.ln.Close()
+	s.log.Info("quiesced for a checkpoint")
+	return nil
+}
+
+// awaitWake is called when Accept failed. If the daemon is quiesced, it waits for the wake signal and
+// returns the new listener (nil if ctx ended first) and true; otherwise false.
+func (s *server) awaitWake(ctx context.Context) (net.Listener, bool) {
+	s.mu.Lock()
+	q := s.quiesced
+	s.mu.Unlock()
+	if !q {
+		return nil, false
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, true
+		case <-s.cfg.Wake:
+		}
+		ln, err := s.cfg.Listen()
+		if err != nil {
+			s.log.Error("listen again after quiesce", "err", err)
+			continue // the next wake retries
+		}
+		s.mu.Lock()
+		s.ln, s.quiesced = ln, false
+		s.mu.Unlock()
+		s.log.Info("listening again after a checkpoint")
+		return ln, true
 	}
 }

@@ -76,6 +76,22 @@ func run(socket string, cfg Config, log *slog.Logger) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// SIGUSR2 wakes a daemon quiesced for a checkpoint (the node sends it after the checkpoint, and to a
+	// restored sandbox).
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+	wake := make(chan struct{}, 1)
+	go func() { // owner: run; ends with the process
+		for range sigs {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	cfg.Listen = func() (net.Listener, error) { return listen(socket) }
+	cfg.Wake = wake
 	log.Info("airlock daemon serving", "version", Version, "socket", socket, "pid", os.Getpid())
 	err = Serve(ctx, ln, cfg, log)
 	os.Remove(socket)

@@ -24,6 +24,8 @@ func (s *server) handle(st *stream, op proto.Op, args any) (any, error) {
 		return proto.PingResult{}, nil
 	case *proto.InfoRequest:
 		return s.info(), nil
+	case *proto.QuiesceRequest:
+		return proto.Empty{}, s.quiesce()
 	case *proto.ExecRequest:
 		return s.exec(st, a)
 	case *proto.StartRequest:

@@ -150,6 +150,10 @@ func (s *session) open(f proto.Frame) error {
 			s.log.Debug("call failed", "op", op, "err", err)
 		}
 		st.respond(result, err)
+		if op == proto.OpQuiesce && err == nil {
+			// The answer is out; now let go of the connection (see server.quiesce).
+			s.close()
+		}
 	}()
 	return nil
 }

@@ -7,6 +7,7 @@ package runtime
 
 import (
 	"context"
+	"syscall"
 	"time"
 )
 
@@ -111,6 +112,11 @@ type Driver interface {
 	// node restart or to destroy orphans.
 	List(ctx context.Context) ([]string, error)
 }
+
+// WakeSignal is sent to a sandbox's init process when it runs again after a checkpoint that left it
+// running, and when it was restored: an init that closed its host connections for the checkpoint (they
+// cannot be saved) opens them again. Airlock's daemon does (see link.Client.Quiesce).
+const WakeSignal = syscall.SIGUSR2
 
 // CheckpointOptions control a checkpoint.
 type CheckpointOptions struct {

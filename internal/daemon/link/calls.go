@@ -16,6 +16,21 @@ func (c *Client) Ping(ctx context.Context) error {
 	return c.call(ctx, proto.OpPing, &proto.PingRequest{}, nil)
 }
 
+// Quiesce asks the daemon to let go of its host sockets for a checkpoint: it answers, then closes this
+// connection (Done fires) and its listening socket until the sandbox gets the wake signal
+// (runtime.WakeSignal). The client is unusable afterwards; dial again once the daemon listens.
+func (c *Client) Quiesce(ctx context.Context) error {
+	if err := c.call(ctx, proto.OpQuiesce, &proto.QuiesceRequest{}, nil); err != nil {
+		return err
+	}
+	select {
+	case <-c.Done():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Info reports the daemon's version, uptime and process count.
 func (c *Client) Info(ctx context.Context) (proto.Info, error) {
 	var info proto.Info

@@ -36,6 +36,10 @@ const (
 	OpRemove        Op = "remove"         // RemoveRequest → Empty
 	OpTarDownload   Op = "tar_download"   // TarDownloadRequest → Empty; tar stream on stdout data
 	OpTarUpload     Op = "tar_upload"     // TarUploadRequest → Empty; tar stream as stdin data + close from the client
+	// OpQuiesce prepares a checkpoint: QuiesceRequest → Empty, after which the daemon closes this
+	// connection and its listening socket (host sockets cannot be saved) until it receives the wake
+	// signal (SIGUSR2), then listens again.
+	OpQuiesce Op = "quiesce"
 )
 
 // Limits on request arguments.
@@ -110,6 +114,8 @@ func NewArgs(op Op) (any, bool) {
 		return &TarDownloadRequest{}, true
 	case OpTarUpload:
 		return &TarUploadRequest{}, true
+	case OpQuiesce:
+		return &QuiesceRequest{}, true
 	}
 	return nil, false
 }
@@ -253,6 +259,9 @@ type Dropped struct {
 
 // PingRequest has no arguments.
 type PingRequest struct{}
+
+// QuiesceRequest has no arguments (see OpQuiesce).
+type QuiesceRequest struct{}
 
 // PingResult is empty.
 type PingResult struct{}

@@ -111,6 +111,13 @@ func (d *Driver) cgroupPath(id string) string { return filepath.Join(d.cfg.Cgrou
 
 // Create boots spec as a runsc container. See runtime.Driver.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	return d.boot(ctx, spec, nil, []string{"run", "--detach"})
+}
+
+// boot prepares the sandbox's directory, disk and root, fills the writable layer with fill (if not
+// nil), and starts the container with the runsc command start ("run …" or "restore …"; the bundle and
+// ID are appended). On error nothing is left.
+func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir string) error, start []string) (runtime.Sandbox, error) {
 	if !idPattern.MatchString(spec.ID) {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: bad sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
@@ -133,7 +140,7 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 	})
 	defer c.Clean()
 
-	start := time.Now()
+	t0 := time.Now()
 	if err := makeDisk(filepath.Join(dir, "disk.img"), filepath.Join(dir, "disk"), spec.Limits.DiskBytes); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s disk: %w", spec.ID, err)
 	}
@@ -141,6 +148,11 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 	for _, p := range []string{upper, work} {
 		if err := os.Mkdir(p, 0o755); err != nil {
 			return runtime.Sandbox{}, fmt.Errorf("gvisor: %w", err)
+		}
+	}
+	if fill != nil {
+		if err := fill(dir); err != nil {
+			return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s: writable layer: %w", spec.ID, err)
 		}
 	}
 	rootfs := filepath.Join(dir, "rootfs")
@@ -155,7 +167,7 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: %w", err)
 	}
 
-	tDisk := time.Since(start)
+	tDisk := time.Since(t0)
 	oci, err := d.ociSpec(spec, dir)
 	if err != nil {
 		return runtime.Sandbox{}, err
@@ -175,25 +187,31 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 	defer console.Close()
 	// --detach: runsc returns once the container runs. Its stdio are files, never pipes we would have to
 	// drain (a detached container holds them open for its whole life).
-	cmd := d.runsc(ctx, "run", "--detach", "--bundle", dir, spec.ID)
+	cmd := d.runsc(ctx, append(start, "--bundle", dir, spec.ID)...)
 	cmd.Stdin = nil
 	cmd.Stdout = console
 	cmd.Stderr = console
 	if err := cmd.Run(); err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("gvisor: runsc run %s: %v: %s", spec.ID, err, tail(filepath.Join(dir, "console.log")))
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: runsc %s %s: %v: %s", start[0], spec.ID, err, tail(filepath.Join(dir, "console.log")))
 	}
-	tRun := time.Since(start)
+	tRun := time.Since(t0)
+	if start[0] == "restore" {
+		// The restored daemon waits, quiesced, for this to listen again.
+		if err := d.wake(ctx, spec.ID); err != nil {
+			return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
+		}
+	}
 	st, err := d.state(ctx, spec.ID)
 	if err != nil {
 		return runtime.Sandbox{}, err
 	}
-	tState := time.Since(start)
+	tState := time.Since(t0)
 	sock := d.LinkSocketPath(spec.ID)
 	if err := waitForFile(ctx, sock, 15*time.Second); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s daemon did not start: %w: %s", spec.ID, err, tail(filepath.Join(dir, "console.log")))
 	}
 	c.Release()
-	d.log.Debug("runsc sandbox up", "sandbox", spec.ID, "disk", tDisk, "run", tRun-tDisk, "state", tState-tRun, "socket", time.Since(start)-tState)
+	d.log.Debug("runsc sandbox up", "sandbox", spec.ID, "how", start[0], "disk", tDisk, "run", tRun-tDisk, "state", tState-tRun, "socket", time.Since(t0)-tState)
 	return runtime.Sandbox{ID: spec.ID, LinkSocket: sock, PID: st.Pid, CreatedAt: time.Now()}, nil
 }
 

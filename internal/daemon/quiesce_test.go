@@ -1,0 +1,79 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
+)
+
+// TestQuiesceAndWake: for a checkpoint the daemon lets go of its connection and socket, keeps its
+// processes, and listens again on the wake signal.
+func TestQuiesceAndWake(t *testing.T) {
+	cfg := testConfig(t)
+	wake := make(chan struct{}, 1)
+	sock := make(chan string, 1)
+	cfg.Listen = func() (net.Listener, error) { s := <-sock; sock <- s; return net.Listen("unix", s) }
+	cfg.Wake = wake
+	d := startDaemon(t, cfg)
+	sock <- d.socket
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := d.dial(t, link.Options{})
+	p, err := c.Start(ctx, proto.StartRequest{Argv: []string{"sleep", "30"}}, link.ProcessOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(d.socket); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket after quiesce: %v; want it gone", err)
+	}
+	if _, err := net.Dial("unix", d.socket); err == nil {
+		t.Fatal("dialed a quiesced daemon")
+	}
+	wake <- struct{}{}
+	var c2 *link.Client
+	for c2 == nil {
+		if c2, err = link.Dial(ctx, d.socket, link.Options{}); err != nil {
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	defer c2.Close()
+	ps, err := c2.ListProcesses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || ps[0].ID != p.ID() || ps[0].Exit != nil {
+		t.Fatalf("processes after wake: %+v; want the sleep still running", ps)
+	}
+	// A stray wake while not quiesced changes nothing; quiescing twice is fine.
+	wake <- struct{}{}
+	if err := c2.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestQuiesceRefusedWithoutListen: a daemon that could not listen again refuses to quiesce.
+func TestQuiesceRefusedWithoutListen(t *testing.T) {
+	d := startDaemon(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := d.dial(t, link.Options{})
+	if err := c.Quiesce(ctx); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("quiesce: %v; want ErrFailedPrecondition", err)
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("the connection should survive a refused quiesce: %v", err)
+	}
+}

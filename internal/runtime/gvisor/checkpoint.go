@@ -1,0 +1,132 @@
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/runtime"
+)
+
+// The layout of a checkpoint image directory.
+const (
+	// ImageMemoryDir holds runsc's checkpoint image: the sandbox's memory and kernel state.
+	ImageMemoryDir = "memory"
+	// ImageFSFile is the sandbox's writable layer as a tar archive (see fstar.go).
+	ImageFSFile = "fs.tar"
+)
+
+var (
+	_ runtime.Checkpointer = (*Driver)(nil)
+	_ runtime.Restorer     = (*Driver)(nil)
+)
+
+// Checkpoint saves the sandbox's memory, kernel state and writable layer into imageDir (which must be
+// empty or missing): runsc's image in imageDir/memory, the layer in imageDir/fs.tar. The sandbox is
+// paused from before the memory is saved until the layer is archived, so the two agree; with
+// opts.LeaveRunning it then continues, otherwise it stays stopped (Destroy removes it). See
+// runtime.Checkpointer.
+func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runtime.CheckpointOptions) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("gvisor: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	if err := os.MkdirAll(filepath.Join(imageDir, ImageMemoryDir), 0o700); err != nil {
+		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+	}
+	start := time.Now()
+	if err := d.runscQuiet(ctx, "pause", id); err != nil {
+		return fmt.Errorf("gvisor: checkpoint %s: pause: %w", id, err)
+	}
+	paused := true
+	defer func() {
+		if paused && opts.LeaveRunning {
+			if err := d.runscQuiet(context.WithoutCancel(ctx), "resume", id); err != nil {
+				d.log.Warn("resume after a failed checkpoint", "sandbox", id, "err", err)
+			}
+			if err := d.wake(context.WithoutCancel(ctx), id); err != nil {
+				d.log.Warn("wake after a failed checkpoint", "sandbox", id, "err", err)
+			}
+		}
+	}()
+	// runsc flushes the sandbox's file data to the host before it saves the memory, so the writable
+	// layer archived next matches the image. --leave-running keeps the container (still paused by the
+	// pause above) for the archive and the resume.
+	if err := d.runscQuiet(ctx, "checkpoint", "--leave-running", "--image-path", filepath.Join(imageDir, ImageMemoryDir), id); err != nil {
+		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+	}
+	tMem := time.Since(start)
+	if err := writeLayerTar(filepath.Join(d.dir(id), "disk", "upper"), filepath.Join(imageDir, ImageFSFile)); err != nil {
+		return fmt.Errorf("gvisor: checkpoint %s: writable layer: %w", id, err)
+	}
+	tFS := time.Since(start)
+	if opts.LeaveRunning {
+		paused = false
+		if err := d.runscQuiet(ctx, "resume", id); err != nil {
+			return fmt.Errorf("gvisor: checkpoint %s: resume: %w", id, err)
+		}
+		if err := d.wake(ctx, id); err != nil {
+			return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+		}
+		// A daemon that quiesced removed its socket; it is back once the file is.
+		if err := waitForFile(ctx, d.LinkSocketPath(id), 15*time.Second); err != nil {
+			return fmt.Errorf("gvisor: checkpoint %s: daemon did not listen again: %w", id, err)
+		}
+	}
+	d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "fs", tFS-tMem, "resume", time.Since(start)-tFS)
+	return nil
+}
+
+// Restore boots spec.ID from the image Checkpoint wrote into imageDir: a new writable layer filled from
+// the archive, then runsc restore of the memory. Restoring one image into several IDs forks it. spec
+// must describe the same template and init as the checkpointed sandbox's; its network namespace may be
+// another (the caller addresses it). See runtime.Restorer.
+func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string) (runtime.Sandbox, error) {
+	if _, err := os.Stat(filepath.Join(imageDir, ImageMemoryDir, "checkpoint.img")); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: no checkpoint image in %s: %w", spec.ID, imageDir, errdefs.ErrInvalidArgument)
+	}
+	return d.boot(ctx, spec, func(dir string) error {
+		return readLayerTar(filepath.Join(imageDir, ImageFSFile), filepath.Join(dir, "disk", "upper"))
+	}, []string{"restore", "--detach", "--image-path", filepath.Join(imageDir, ImageMemoryDir)})
+}
+
+// wake sends runtime.WakeSignal to the sandbox's init.
+func (d *Driver) wake(ctx context.Context, id string) error {
+	if err := d.runscQuiet(ctx, "kill", id, strconv.Itoa(int(runtime.WakeSignal))); err != nil {
+		return fmt.Errorf("wake: %w", err)
+	}
+	return nil
+}
+
+// runscQuiet runs a runsc command and reports its stderr on failure.
+func (d *Driver) runscQuiet(ctx context.Context, args ...string) error {
+	var errb bytes.Buffer
+	cmd := d.runsc(ctx, args...)
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if strings.Contains(msg, "does not exist") || strings.Contains(msg, "not found") {
+			return fmt.Errorf("runsc %s: %s: %w", args[0], lastLine(msg), errdefs.ErrNotFound)
+		}
+		return fmt.Errorf("runsc %s: %v: %s", args[0], err, lastLine(msg))
+	}
+	return nil
+}
+
+// lastLine picks the telling line of runsc's stderr: a panic's message, else the last line.
+func lastLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, "panic: ") {
+			return l
+		}
+	}
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}

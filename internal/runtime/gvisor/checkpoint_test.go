@@ -1,0 +1,197 @@
+package gvisor_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/app"
+	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/gateway/hostnet"
+	"github.com/airlockrun/airlock/internal/netns"
+	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/runtime/gvisor"
+	"github.com/airlockrun/airlock/internal/template"
+	"github.com/airlockrun/airlock/internal/testenv"
+)
+
+// rig boots sandboxes with the real daemon, each in its own network namespace with a veth, as the
+// node does.
+type rig struct {
+	d    *gvisor.Driver
+	tpl  template.Template
+	bin  string
+	dir  string
+	next int
+}
+
+func newRig(t *testing.T) *rig {
+	testenv.RequireSandboxes(t)
+	dir := t.TempDir()
+	d, err := gvisor.New(gvisor.Config{StateDir: filepath.Join(dir, "runtime"), CgroupParent: "/airlock-test-ckpt",
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	tpl, err := template.NewHostRegistry(filepath.Join(dir, "templates")).Get(context.Background(), template.DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{d: d, tpl: tpl, bin: testenv.Binary(t), dir: dir}
+}
+
+// spec makes a network namespace with a veth for sandbox id and returns its spec and the sandbox's
+// address.
+func (r *rig) spec(t *testing.T, id string) (runtime.Spec, string) {
+	r.next++
+	ns := filepath.Join(r.dir, "ns-"+id)
+	if err := netns.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netns.Remove(ns) })
+	ifName := fmt.Sprintf("alck%d-%d", os.Getpid()%1000, r.next)
+	addr, err := hostnet.Attach(ns, ifName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hostnet.Detach(ifName) })
+	return runtime.Spec{ID: id, RootFS: r.tpl.RootFS, Mounts: r.tpl.Mounts,
+		Init:       []string{node.InitPath, app.DaemonCommand, "-socket", node.LinkSocket},
+		InitBinary: r.bin, NetNS: ns, Limits: runtime.Limits{MemoryBytes: 512 << 20}}, addr.Sandbox.String()
+}
+
+func (r *rig) dial(t *testing.T, sb runtime.Sandbox) *link.Client {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	// The daemon may still be between bind and listen (after a wake): retry briefly, as the node does.
+	var c *link.Client
+	var err error
+	for c == nil {
+		if c, err = link.Dial(ctx, sb.LinkSocket, link.Options{}); err != nil {
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func sh(t *testing.T, c *link.Client, script string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := c.Exec(ctx, proto.ExecRequest{Argv: []string{"sh", "-c", script}, User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("%q: exit %d: %s %s", script, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return strings.TrimSpace(string(res.Stdout))
+}
+
+// TestCheckpointRestore: a process's memory, its open file and the files of the writable layer come back
+// in a sandbox restored under a new ID and network namespace, twice from one image (a fork), while the
+// original keeps running.
+func TestCheckpointRestore(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	specA, _ := r.spec(t, "ckpt-a")
+	a, err := r.d.Create(ctx, specA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.d.Destroy(context.Background(), "ckpt-a") })
+	ca := r.dial(t, a)
+	// A counter that lives only in memory, printed through a file descriptor it keeps open.
+	sh(t, ca, `set -e
+mkdir -p /home/user/w
+echo kept > /home/user/w/file
+rm /etc/os-release
+setsid nohup python3 -c '
+import time
+f = open("/home/user/w/count", "a", buffering=1)
+n = 0
+while True:
+    n += 1
+    f.write("%d\n" % n)
+    time.sleep(0.1)
+' >/dev/null 2>&1 &
+setsid nohup python3 -m http.server 8080 --bind 127.0.0.1 --directory /home/user/w >/dev/null 2>&1 &
+sleep 1`)
+	img := filepath.Join(r.dir, "img")
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := ca.Quiesce(qctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := r.d.Checkpoint(ctx, "ckpt-a", img, runtime.CheckpointOptions{LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint (leave running): %v", time.Since(start))
+	ca = r.dial(t, a) // the daemon listens again
+	atCheckpoint := lastCount(t, sh(t, ca, "tail -n 1 /home/user/w/count"))
+	time.Sleep(500 * time.Millisecond)
+	if n := lastCount(t, sh(t, ca, "tail -n 1 /home/user/w/count")); n <= atCheckpoint {
+		t.Fatalf("the original stopped counting after the checkpoint: %d then %d", atCheckpoint, n)
+	}
+	for _, id := range []string{"ckpt-b", "ckpt-c"} {
+		start := time.Now()
+		spec, addr := r.spec(t, id)
+		b, err := r.d.Restore(ctx, spec, img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("restore %s: %v", id, time.Since(start))
+		t.Cleanup(func() { _ = r.d.Destroy(context.Background(), id) })
+		cb := r.dial(t, b)
+		// The network stack takes the new namespace's address; the listener inside still serves.
+		got := sh(t, cb, `python3 -c "
+import socket, urllib.request
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('100.96.0.1', 53)); print(s.getsockname()[0])
+print(urllib.request.urlopen('http://127.0.0.1:8080/file', timeout=5).read().decode().strip())"`)
+		if got != addr+"\nkept" {
+			t.Errorf("%s: address and listener %q; want %q", id, got, addr+"\nkept")
+		}
+		if got := sh(t, cb, "cat /home/user/w/file; test -e /etc/os-release && echo back || echo gone"); got != "kept\ngone" {
+			t.Errorf("%s: files %q; want the layer as checkpointed", id, got)
+		}
+		time.Sleep(500 * time.Millisecond)
+		out := sh(t, cb, "cat /home/user/w/count")
+		lines := strings.Fields(out)
+		// The count continues from where the image was taken, without a gap or a restart at 1.
+		for i := 1; i < len(lines); i++ {
+			if lastCount(t, lines[i]) != lastCount(t, lines[i-1])+1 {
+				t.Fatalf("%s: count jumps from %s to %s", id, lines[i-1], lines[i])
+			}
+		}
+		if n := lastCount(t, lines[len(lines)-1]); n <= atCheckpoint-5 || len(lines) < 3 {
+			t.Fatalf("%s: count at %d (%d lines); want it to continue past about %d", id, n, len(lines), atCheckpoint)
+		}
+	}
+}
+
+func lastCount(t *testing.T, s string) int {
+	t.Helper()
+	f := strings.Fields(s)
+	if len(f) == 0 {
+		t.Fatalf("no count in %q", s)
+	}
+	n, err := strconv.Atoi(f[len(f)-1])
+	if err != nil {
+		t.Fatalf("count %q: %v", s, err)
+	}
+	return n
+}
