@@ -1,5 +1,6 @@
-// Package store defines the control plane's persistent state: tenants, API keys, sandboxes and
-// idempotency records, the Store interface every storage engine implements, and the sandbox state machine.
+// Package store defines the control plane's persistent state: tenants, API keys, sandboxes, sessions,
+// snapshots and idempotency records, the Store interface every storage engine implements, and the state
+// machines of sandboxes, sessions and snapshots.
 //
 // All control-plane state lives in a Store; replicas keep nothing of their own, so any replica can serve the
 // next request. Engines live in subpackages (store/sqlite is the embedded default; store/postgres comes later)
@@ -82,6 +83,89 @@ type Store interface {
 	// whose resources may still exist on a node is never forgotten.
 	DeleteSandbox(ctx context.Context, tenantID, id string) error
 
+	// CreateSession stores se and returns it as stored, with Version 1 and UpdatedAt = CreatedAt. An empty
+	// ID is assigned with NewID("se"); a zero CreatedAt is set to now; a zero LastActivityAt is set to
+	// CreatedAt. An empty State means SessionCreating; a fork of a snapshot may also start paused or
+	// resuming (see InitialSessionState); any other initial state is ErrInvalidArgument (see
+	// Session.Validate for the other checks). An unknown tenant is ErrNotFound, and so is a
+	// HeadSnapshotID, ParentSessionID or ForkedFromSnapshotID that is not one of the tenant's; a
+	// HeadSnapshotID or ForkedFromSnapshotID naming a snapshot that is not complete is ErrFailedPrecondition;
+	// a ForkedFromSnapshotID that is not a snapshot of ParentSessionID (when both are set) is
+	// ErrInvalidArgument. A taken ID, in any tenant, is ErrAlreadyExists.
+	CreateSession(ctx context.Context, se Session) (Session, error)
+	// GetSession returns the tenant's session with the given ID. A missing session, or one of another
+	// tenant, is ErrNotFound.
+	GetSession(ctx context.Context, tenantID, id string) (Session, error)
+	// GetSessionAnyTenant returns the session with the given ID whatever its tenant, or ErrNotFound. It is
+	// for the lifecycle loops and node callbacks, never for a tenant's request.
+	GetSessionAnyTenant(ctx context.Context, id string) (Session, error)
+	// ListSessions returns one page of the tenant's sessions matching f, ordered by CreatedAt, then ID,
+	// and the cursor of the next page ("" when this page is the last). Pages are stable: paging through
+	// while sessions are created returns each session that existed throughout exactly once. A bad cursor,
+	// state or limit in f is ErrInvalidArgument. An unknown tenant has no sessions (an empty list).
+	ListSessions(ctx context.Context, tenantID string, f SessionFilter) ([]Session, string, error)
+	// UpdateSession saves se over the stored session (found by se.TenantID and se.ID) if and only if the
+	// stored Version equals se.Version, and returns it as stored, with Version incremented and UpdatedAt
+	// set to now. A missing session (or another tenant's) is ErrNotFound; a stale Version is ErrConflict;
+	// a state change the state machine forbids (see CheckSessionTransition) is ErrConflict. A changed
+	// HeadSnapshotID must name a complete snapshot of the tenant (ErrNotFound, ErrFailedPrecondition).
+	// ID, TenantID, ParentSessionID, ForkedFromSnapshotID and CreatedAt never change: the stored values
+	// are kept. LastActivityAt never moves backwards: the later of the stored and the given time is kept,
+	// so an update made from a copy read before a TouchSession loses no activity.
+	UpdateSession(ctx context.Context, se Session) (Session, error)
+	// TouchSession records activity of the session at the given time. LastActivityAt only moves forward:
+	// an older time than the stored one is ignored. It changes neither Version nor UpdatedAt, so activity,
+	// however frequent, never makes a concurrent UpdateSession conflict. An unknown session (or another
+	// tenant's) is ErrNotFound.
+	TouchSession(ctx context.Context, tenantID, id string, at time.Time) error
+	// ListSessionsByState returns up to limit sessions of every tenant whose State is one of states (any
+	// state when states is empty), least recently updated first (UpdatedAt, then ID), so a loop that
+	// updates what it handles works through all of them. limit follows NormalizeLimit; an unknown state is
+	// ErrInvalidArgument.
+	ListSessionsByState(ctx context.Context, states []SessionState, limit int) ([]Session, error)
+	// ListIdleSessions returns up to limit sessions of every tenant that are running, have an
+	// IdleTimeoutSeconds above 0 and whose LastActivityAt plus IdleTimeoutSeconds is not after now, least
+	// recently active first (LastActivityAt, then ID). limit follows NormalizeLimit.
+	ListIdleSessions(ctx context.Context, now time.Time, limit int) ([]Session, error)
+	// DeleteSession removes a deleted session's record for good, with the records of all its snapshots and
+	// their names (garbage collection). A missing session (or another tenant's) is ErrNotFound; a session
+	// in any state but deleted is ErrConflict, so a record whose sandbox or data may still exist is never
+	// forgotten; so is a session one of whose snapshots is the HeadSnapshotID of another session not yet
+	// deleted (a fork that would resume from it).
+	DeleteSession(ctx context.Context, tenantID, id string) error
+
+	// CreateSnapshot stores sn and returns it as stored, with Version 1. An empty ID is assigned with
+	// NewID("sn"); a zero CreatedAt is set to now. An empty State means SnapshotWriting; SnapshotComplete
+	// is allowed too (a record of data already stored, such as a fork's); failed is ErrInvalidArgument
+	// (see Snapshot.Validate for the other checks). A session, or a ParentID, that is not one of the
+	// tenant's is ErrNotFound. A non-empty Name another snapshot of the session has, or a taken ID in any
+	// tenant, is ErrAlreadyExists.
+	CreateSnapshot(ctx context.Context, sn Snapshot) (Snapshot, error)
+	// GetSnapshot returns the tenant's snapshot with the given ID. A missing snapshot, or one of another
+	// tenant, is ErrNotFound.
+	GetSnapshot(ctx context.Context, tenantID, id string) (Snapshot, error)
+	// ListSnapshots returns one page of the tenant's snapshots matching f, ordered by CreatedAt, then ID,
+	// and the cursor of the next page ("" when this page is the last), with the paging guarantees of
+	// ListSessions. A bad cursor, state or limit in f is ErrInvalidArgument; an f.SessionID that is not
+	// one of the tenant's sessions is ErrNotFound. An unknown tenant has no snapshots (an empty list).
+	ListSnapshots(ctx context.Context, tenantID string, f SnapshotFilter) ([]Snapshot, string, error)
+	// UpdateSnapshot saves sn over the stored snapshot (found by sn.TenantID and sn.ID) if and only if the
+	// stored Version equals sn.Version, and returns it as stored, with Version incremented. A missing
+	// snapshot (or another tenant's) is ErrNotFound; a stale Version is ErrConflict; a change
+	// CheckSnapshotUpdate forbids (a state change other than writing → complete | failed, or a change to a
+	// complete snapshot other than its Name and Pinned, or to a failed one) is ErrConflict; a non-empty
+	// Name another snapshot of the session has is ErrAlreadyExists. ID, TenantID, SessionID, ParentID,
+	// Trigger and CreatedAt never change: the stored values are kept.
+	UpdateSnapshot(ctx context.Context, sn Snapshot) (Snapshot, error)
+	// DeleteSnapshot removes the snapshot's record, in any state. A missing snapshot (or another tenant's)
+	// is ErrNotFound; a snapshot that is the HeadSnapshotID of a session not yet deleted is ErrConflict,
+	// so no session loses what it would resume from. Snapshots naming it as ParentID keep that ID.
+	DeleteSnapshot(ctx context.Context, tenantID, id string) error
+	// ListSnapshotsByState returns up to limit snapshots of every tenant whose State is one of states (any
+	// state when states is empty), oldest first (CreatedAt, then ID): crash recovery finds the snapshots
+	// left writing with it. limit follows NormalizeLimit; an unknown state is ErrInvalidArgument.
+	ListSnapshotsByState(ctx context.Context, states []SnapshotState, limit int) ([]Snapshot, error)
+
 	// GetIdempotency returns the tenant's record for key, or ErrNotFound.
 	GetIdempotency(ctx context.Context, tenantID, key string) (IdempotencyRecord, error)
 	// PutIdempotency stores rec (a zero CreatedAt is set to now). TenantID and Key are required
@@ -96,7 +180,8 @@ type Store interface {
 	Close() error
 }
 
-// Tenant is the boundary for everything: API keys, sandboxes and idempotency records belong to one.
+// Tenant is the boundary for everything: API keys, sandboxes, sessions, snapshots and idempotency records
+// belong to one.
 type Tenant struct {
 	ID        string
 	Name      string

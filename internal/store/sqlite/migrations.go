@@ -79,6 +79,64 @@ CREATE INDEX idempotency_by_age ON idempotency (created_at);
 `,
 	// 2: each sandbox's network policy, as JSON the gateway reads ('' for none given: default deny).
 	`ALTER TABLE sandboxes ADD COLUMN network_policy TEXT NOT NULL DEFAULT '';`,
+	// 3: sessions with their metadata, and their snapshots. References to other sessions and snapshots
+	// (sandbox, head, fork source, parent) are plain IDs: the objects they name may be collected first.
+	`
+CREATE TABLE sessions (
+	id                      TEXT    PRIMARY KEY,
+	tenant_id               TEXT    NOT NULL REFERENCES tenants (id),
+	state                   TEXT    NOT NULL CHECK (state IN ('creating', 'running', 'pausing', 'paused', 'resuming', 'failed', 'deleting', 'deleted')),
+	reason                  TEXT    NOT NULL,
+	spec                    TEXT    NOT NULL, -- JSON object: template and resources
+	network_policy          TEXT    NOT NULL, -- JSON the gateway reads; '' for none given (default deny)
+	metadata                TEXT    NOT NULL, -- JSON object; session_metadata holds the same pairs for filtering
+	idle_timeout_seconds    INTEGER NOT NULL CHECK (idle_timeout_seconds >= 0),
+	auto_resume             INTEGER NOT NULL CHECK (auto_resume IN (0, 1)),
+	sandbox_id              TEXT    NOT NULL,
+	head_snapshot_id        TEXT    NOT NULL,
+	parent_session_id       TEXT    NOT NULL,
+	forked_from_snapshot_id TEXT    NOT NULL,
+	created_at              INTEGER NOT NULL,
+	updated_at              INTEGER NOT NULL,
+	last_activity_at        INTEGER NOT NULL,
+	paused_at               INTEGER,
+	version                 INTEGER NOT NULL
+);
+CREATE INDEX sessions_by_tenant ON sessions (tenant_id, created_at, id);
+CREATE INDEX sessions_by_state ON sessions (state, updated_at, id);
+CREATE INDEX sessions_by_activity ON sessions (state, last_activity_at, id) WHERE idle_timeout_seconds > 0;
+CREATE INDEX sessions_by_head ON sessions (head_snapshot_id);
+
+CREATE TABLE session_metadata (
+	session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+	key        TEXT NOT NULL,
+	value      TEXT NOT NULL,
+	PRIMARY KEY (session_id, key)
+);
+CREATE INDEX session_metadata_by_pair ON session_metadata (key, value);
+
+CREATE TABLE snapshots (
+	id            TEXT    PRIMARY KEY,
+	tenant_id     TEXT    NOT NULL REFERENCES tenants (id),
+	session_id    TEXT    NOT NULL REFERENCES sessions (id),
+	parent_id     TEXT    NOT NULL,
+	name          TEXT    NOT NULL,
+	trigger_kind  TEXT    NOT NULL CHECK (trigger_kind IN ('manual', 'pause', 'fork', 'rolling')),
+	state         TEXT    NOT NULL CHECK (state IN ('writing', 'complete', 'failed')),
+	reason        TEXT    NOT NULL,
+	pinned        INTEGER NOT NULL CHECK (pinned IN (0, 1)),
+	logical_bytes INTEGER NOT NULL CHECK (logical_bytes >= 0),
+	stored_bytes  INTEGER NOT NULL CHECK (stored_bytes >= 0),
+	meta          TEXT    NOT NULL, -- JSON object
+	created_at    INTEGER NOT NULL,
+	completed_at  INTEGER,
+	version       INTEGER NOT NULL
+);
+CREATE INDEX snapshots_by_tenant ON snapshots (tenant_id, created_at, id);
+CREATE INDEX snapshots_by_session ON snapshots (session_id, created_at, id);
+CREATE INDEX snapshots_by_state ON snapshots (state, created_at, id);
+CREATE UNIQUE INDEX snapshots_by_name ON snapshots (session_id, name) WHERE name <> '';
+`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in

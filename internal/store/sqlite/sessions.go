@@ -1,0 +1,457 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+const sessionCols = "id, tenant_id, state, reason, spec, network_policy, metadata, " +
+	"idle_timeout_seconds, auto_resume, sandbox_id, head_snapshot_id, parent_session_id, forked_from_snapshot_id, " +
+	"created_at, updated_at, last_activity_at, paused_at, version"
+
+// sessionSpec is how a store.SessionSpec is kept in the spec column (the network policy has a column of
+// its own, as it does for sandboxes).
+type sessionSpec struct {
+	Template      string `json:"template"`
+	CPUMillicores int    `json:"cpu_millicores"`
+	MemoryMB      int    `json:"memory_mb"`
+	DiskMB        int    `json:"disk_mb"`
+}
+
+// CreateSession implements store.Store.
+func (s *Store) CreateSession(ctx context.Context, se store.Session) (store.Session, error) {
+	if se.ID == "" {
+		se.ID = store.NewID("se")
+	}
+	if se.State == "" {
+		se.State = store.SessionCreating
+	}
+	if se.State.Valid() && !store.InitialSessionState(se.State) {
+		return store.Session{}, fmt.Errorf("create session %s: initial state %q is not %s, %s or %s: %w",
+			se.ID, se.State, store.SessionCreating, store.SessionPaused, store.SessionResuming, errdefs.ErrInvalidArgument)
+	}
+	if se.CreatedAt.IsZero() {
+		se.CreatedAt = now()
+	}
+	if se.LastActivityAt.IsZero() {
+		se.LastActivityAt = se.CreatedAt
+	}
+	se = normalizeSession(se)
+	se.UpdatedAt = se.CreatedAt
+	se.Version = 1
+	if err := se.Validate(); err != nil {
+		return store.Session{}, fmt.Errorf("create session: %w", err)
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := checkTenant(ctx, tx, se.TenantID); err != nil {
+			return err
+		}
+		taken, err := exists(ctx, tx, "SELECT 1 FROM sessions WHERE id = ?", se.ID)
+		if err != nil {
+			return err
+		}
+		if taken {
+			return errdefs.ErrAlreadyExists
+		}
+		if err := checkSessionRefs(ctx, tx, se); err != nil {
+			return err
+		}
+		if se.HeadSnapshotID != "" {
+			if err := checkHead(ctx, tx, se.TenantID, se.HeadSnapshotID); err != nil {
+				return err
+			}
+		}
+		spec, meta, err := encodeSession(se)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, "INSERT INTO sessions ("+sessionCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+			se.ID, se.TenantID, string(se.State), se.Reason, spec, string(se.Spec.NetworkPolicy), meta,
+			se.IdleTimeoutSeconds, se.AutoResume, se.SandboxID, se.HeadSnapshotID, se.ParentSessionID, se.ForkedFromSnapshotID,
+			micros(se.CreatedAt), micros(se.UpdatedAt), micros(se.LastActivityAt), nullMicros(se.PausedAt), se.Version)
+		if err != nil {
+			return mapErr(err)
+		}
+		return insertSessionMetadata(ctx, tx, se.ID, se.Metadata)
+	})
+	if err != nil {
+		return store.Session{}, fmt.Errorf("create session %s: %w", se.ID, err)
+	}
+	return se, nil
+}
+
+// checkSessionRefs checks the fork origin of a new session: ParentSessionID and ForkedFromSnapshotID, when
+// set, must name the tenant's session and complete snapshot, and the snapshot must be the parent's.
+func checkSessionRefs(ctx context.Context, tx *sql.Tx, se store.Session) error {
+	if se.ParentSessionID != "" {
+		ok, err := exists(ctx, tx, "SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?", se.ParentSessionID, se.TenantID)
+		if err != nil {
+			return fmt.Errorf("look up parent session %s: %w", se.ParentSessionID, err)
+		}
+		if !ok {
+			return fmt.Errorf("parent session %s: %w", se.ParentSessionID, errdefs.ErrNotFound)
+		}
+	}
+	if se.ForkedFromSnapshotID == "" {
+		return nil
+	}
+	var sessionID, state string
+	err := tx.QueryRowContext(ctx, "SELECT session_id, state FROM snapshots WHERE id = ? AND tenant_id = ?",
+		se.ForkedFromSnapshotID, se.TenantID).Scan(&sessionID, &state)
+	if err != nil {
+		return fmt.Errorf("fork source snapshot %s: %w", se.ForkedFromSnapshotID, noRowsIsNotFound(err))
+	}
+	if store.SnapshotState(state) != store.SnapshotComplete {
+		return fmt.Errorf("fork source snapshot %s is %s, not %s: %w",
+			se.ForkedFromSnapshotID, state, store.SnapshotComplete, errdefs.ErrFailedPrecondition)
+	}
+	if se.ParentSessionID != "" && sessionID != se.ParentSessionID {
+		return fmt.Errorf("fork source snapshot %s belongs to session %s, not parent session %s: %w",
+			se.ForkedFromSnapshotID, sessionID, se.ParentSessionID, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkHead returns nil if id names a complete snapshot of the tenant, ErrNotFound if it names none and
+// ErrFailedPrecondition if the snapshot is not complete.
+func checkHead(ctx context.Context, tx *sql.Tx, tenantID, id string) error {
+	var state string
+	err := tx.QueryRowContext(ctx, "SELECT state FROM snapshots WHERE id = ? AND tenant_id = ?", id, tenantID).Scan(&state)
+	if err != nil {
+		return fmt.Errorf("head snapshot %s: %w", id, noRowsIsNotFound(err))
+	}
+	if store.SnapshotState(state) != store.SnapshotComplete {
+		return fmt.Errorf("head snapshot %s is %s, not %s: %w", id, state, store.SnapshotComplete, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+// GetSession implements store.Store.
+func (s *Store) GetSession(ctx context.Context, tenantID, id string) (store.Session, error) {
+	se, err := scanSession(s.r.QueryRowContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ? AND tenant_id = ?", id, tenantID))
+	if err != nil {
+		return store.Session{}, fmt.Errorf("get session %s: %w", id, noRowsIsNotFound(err))
+	}
+	return se, nil
+}
+
+// GetSessionAnyTenant implements store.Store.
+func (s *Store) GetSessionAnyTenant(ctx context.Context, id string) (store.Session, error) {
+	se, err := scanSession(s.r.QueryRowContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ?", id))
+	if err != nil {
+		return store.Session{}, fmt.Errorf("get session %s: %w", id, noRowsIsNotFound(err))
+	}
+	return se, nil
+}
+
+// ListSessions implements store.Store.
+func (s *Store) ListSessions(ctx context.Context, tenantID string, f store.SessionFilter) ([]store.Session, string, error) {
+	if err := f.Validate(); err != nil {
+		return nil, "", fmt.Errorf("list sessions of tenant %s: %w", tenantID, err)
+	}
+	limit, _ := store.NormalizeLimit(f.Limit) // Validate checked it
+
+	var (
+		where = []string{"tenant_id = ?"}
+		args  = []any{tenantID}
+	)
+	if len(f.States) > 0 {
+		w, a := in("state", f.States)
+		where, args = append(where, w), append(args, a...)
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.Metadata)) {
+		where = append(where, "id IN (SELECT session_id FROM session_metadata WHERE key = ? AND value = ?)")
+		args = append(args, k, f.Metadata[k])
+	}
+	if f.Cursor != "" {
+		c, _ := store.ParseCursor(f.Cursor) // Validate checked it
+		us := micros(c.CreatedAt)
+		where = append(where, "(created_at > ? OR (created_at = ? AND id > ?))")
+		args = append(args, us, us, c.ID)
+	}
+	query := "SELECT " + sessionCols + " FROM sessions WHERE " + strings.Join(where, " AND ") +
+		" ORDER BY created_at, id LIMIT ?"
+	args = append(args, limit+1) // one more, to learn whether there is a next page
+
+	out, err := s.querySessions(ctx, query, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("list sessions of tenant %s: %w", tenantID, err)
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		last := out[len(out)-1]
+		next = store.Cursor{CreatedAt: last.CreatedAt, ID: last.ID}.Encode()
+	}
+	return out, next, nil
+}
+
+// UpdateSession implements store.Store.
+func (s *Store) UpdateSession(ctx context.Context, se store.Session) (store.Session, error) {
+	se = normalizeSession(se)
+	if err := se.Validate(); err != nil {
+		return store.Session{}, fmt.Errorf("update session: %w", err)
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		cur, err := scanSession(tx.QueryRowContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ? AND tenant_id = ?", se.ID, se.TenantID))
+		if err != nil {
+			return noRowsIsNotFound(err)
+		}
+		if cur.Version != se.Version {
+			return fmt.Errorf("version %d is stale, stored version is %d: %w", se.Version, cur.Version, errdefs.ErrConflict)
+		}
+		if err := store.CheckSessionTransition(cur.State, se.State); err != nil {
+			return err
+		}
+		if se.HeadSnapshotID != "" && se.HeadSnapshotID != cur.HeadSnapshotID {
+			if err := checkHead(ctx, tx, se.TenantID, se.HeadSnapshotID); err != nil {
+				return err
+			}
+		}
+		se.ParentSessionID = cur.ParentSessionID
+		se.ForkedFromSnapshotID = cur.ForkedFromSnapshotID
+		se.CreatedAt = cur.CreatedAt
+		se.UpdatedAt = now()
+		if se.UpdatedAt.Before(cur.UpdatedAt) { // never backwards, even if the clock is
+			se.UpdatedAt = cur.UpdatedAt
+		}
+		if se.LastActivityAt.Before(cur.LastActivityAt) {
+			se.LastActivityAt = cur.LastActivityAt
+		}
+		se.Version = cur.Version + 1
+		spec, meta, err := encodeSession(se)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE sessions SET
+	state = ?, reason = ?, spec = ?, network_policy = ?, metadata = ?,
+	idle_timeout_seconds = ?, auto_resume = ?, sandbox_id = ?, head_snapshot_id = ?,
+	updated_at = ?, last_activity_at = ?, paused_at = ?, version = ?
+WHERE id = ? AND tenant_id = ? AND version = ?`,
+			string(se.State), se.Reason, spec, string(se.Spec.NetworkPolicy), meta,
+			se.IdleTimeoutSeconds, se.AutoResume, se.SandboxID, se.HeadSnapshotID,
+			micros(se.UpdatedAt), micros(se.LastActivityAt), nullMicros(se.PausedAt), se.Version,
+			se.ID, se.TenantID, cur.Version)
+		if err := oneRow(res, err); err != nil {
+			return err
+		}
+		if !maps.Equal(cur.Metadata, se.Metadata) {
+			if _, err := tx.ExecContext(ctx, "DELETE FROM session_metadata WHERE session_id = ?", se.ID); err != nil {
+				return fmt.Errorf("clear metadata: %w", mapErr(err))
+			}
+			return insertSessionMetadata(ctx, tx, se.ID, se.Metadata)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Session{}, fmt.Errorf("update session %s: %w", se.ID, err)
+	}
+	return se, nil
+}
+
+// TouchSession implements store.Store.
+func (s *Store) TouchSession(ctx context.Context, tenantID, id string, at time.Time) error {
+	us := micros(at)
+	res, err := s.w.ExecContext(ctx, `UPDATE sessions
+SET last_activity_at = CASE WHEN last_activity_at < ? THEN ? ELSE last_activity_at END
+WHERE id = ? AND tenant_id = ?`, us, us, id, tenantID)
+	if err := oneRow(res, err); err != nil {
+		return fmt.Errorf("touch session %s: %w", id, err)
+	}
+	return nil
+}
+
+// ListSessionsByState implements store.Store.
+func (s *Store) ListSessionsByState(ctx context.Context, states []store.SessionState, limit int) ([]store.Session, error) {
+	limit, err := store.NormalizeLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions by state: %w", err)
+	}
+	for _, st := range states {
+		if !st.Valid() {
+			return nil, fmt.Errorf("list sessions by state: state %q: %w", st, errdefs.ErrInvalidArgument)
+		}
+	}
+	query := "SELECT " + sessionCols + " FROM sessions"
+	var args []any
+	if len(states) > 0 {
+		w, a := in("state", states)
+		query += " WHERE " + w
+		args = a
+	}
+	query += " ORDER BY updated_at, id LIMIT ?"
+	out, err := s.querySessions(ctx, query, append(args, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions by state: %w", err)
+	}
+	return out, nil
+}
+
+// ListIdleSessions implements store.Store.
+func (s *Store) ListIdleSessions(ctx context.Context, now time.Time, limit int) ([]store.Session, error) {
+	limit, err := store.NormalizeLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("list idle sessions: %w", err)
+	}
+	// "idle_timeout_seconds > 0" repeats the condition of the sessions_by_activity index, so it is used.
+	query := "SELECT " + sessionCols + " FROM sessions" +
+		" WHERE state = ? AND idle_timeout_seconds > 0 AND last_activity_at + idle_timeout_seconds * 1000000 <= ?" +
+		" ORDER BY last_activity_at, id LIMIT ?"
+	out, err := s.querySessions(ctx, query, string(store.SessionRunning), micros(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list idle sessions: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteSession implements store.Store.
+func (s *Store) DeleteSession(ctx context.Context, tenantID, id string) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var state store.SessionState
+		err := tx.QueryRowContext(ctx, "SELECT state FROM sessions WHERE id = ? AND tenant_id = ?", id, tenantID).Scan(&state)
+		if err != nil {
+			return noRowsIsNotFound(err)
+		}
+		if state != store.SessionDeleted {
+			return fmt.Errorf("state is %s, not %s: %w", state, store.SessionDeleted, errdefs.ErrConflict)
+		}
+		var heldBy string
+		err = tx.QueryRowContext(ctx, `SELECT se.id FROM snapshots sn JOIN sessions se ON se.head_snapshot_id = sn.id
+WHERE sn.session_id = ? AND se.id <> ? AND se.state <> ?
+ORDER BY se.id LIMIT 1`, id, id, string(store.SessionDeleted)).Scan(&heldBy)
+		switch {
+		case err == nil:
+			return fmt.Errorf("session %s resumes from one of its snapshots: %w", heldBy, errdefs.ErrConflict)
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("look up sessions resuming from its snapshots: %w", mapErr(err))
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM snapshots WHERE session_id = ?", id); err != nil {
+			return fmt.Errorf("delete snapshots: %w", mapErr(err))
+		}
+		res, err := tx.ExecContext(ctx, "DELETE FROM sessions WHERE id = ? AND tenant_id = ?", id, tenantID)
+		return oneRow(res, err)
+	})
+	if err != nil {
+		return fmt.Errorf("delete session %s: %w", id, err)
+	}
+	return nil
+}
+
+// querySessions runs a SELECT of sessionCols on the readers and scans every row.
+func (s *Store) querySessions(ctx context.Context, query string, args ...any) ([]store.Session, error) {
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	var out []store.Session
+	for rows.Next() {
+		se, err := scanSession(rows)
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		out = append(out, se)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(err)
+	}
+	return out, nil
+}
+
+// in returns "col IN (?, …)" and its arguments, for a non-empty list of states.
+func in[T ~string](col string, vals []T) (string, []any) {
+	args := make([]any, len(vals))
+	for i, v := range vals {
+		args[i] = string(v)
+	}
+	return col + " IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(vals)), ", ") + ")", args
+}
+
+// insertSessionMetadata writes the side-table rows that ListSessions filters on.
+func insertSessionMetadata(ctx context.Context, tx *sql.Tx, id string, meta map[string]string) error {
+	for k, v := range meta {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO session_metadata (session_id, key, value) VALUES (?, ?, ?)", id, k, v); err != nil {
+			return fmt.Errorf("insert metadata %q: %w", k, mapErr(err))
+		}
+	}
+	return nil
+}
+
+// normalizeSession returns se with its times normalized and its own, non-nil copy of Metadata and of the
+// network policy.
+func normalizeSession(se store.Session) store.Session {
+	se.CreatedAt = store.NormalizeTime(se.CreatedAt)
+	se.UpdatedAt = store.NormalizeTime(se.UpdatedAt)
+	se.LastActivityAt = store.NormalizeTime(se.LastActivityAt)
+	se.PausedAt = store.NormalizeTimePtr(se.PausedAt)
+	meta := make(map[string]string, len(se.Metadata))
+	maps.Copy(meta, se.Metadata)
+	se.Metadata = meta
+	if len(se.Spec.NetworkPolicy) == 0 {
+		se.Spec.NetworkPolicy = nil // stored as '': none given
+	} else {
+		se.Spec.NetworkPolicy = slices.Clone(se.Spec.NetworkPolicy)
+	}
+	return se
+}
+
+// encodeSession returns the spec and metadata columns of se.
+func encodeSession(se store.Session) (spec, meta string, err error) {
+	b, err := json.Marshal(sessionSpec{Template: se.Spec.Template, CPUMillicores: se.Spec.CPUMillicores,
+		MemoryMB: se.Spec.MemoryMB, DiskMB: se.Spec.DiskMB})
+	if err != nil {
+		return "", "", fmt.Errorf("encode spec: %w", err)
+	}
+	m, err := json.Marshal(se.Metadata)
+	if err != nil {
+		return "", "", fmt.Errorf("encode metadata: %w", err)
+	}
+	return string(b), string(m), nil
+}
+
+func scanSession(row scanner) (store.Session, error) {
+	var (
+		se                         store.Session
+		state, spec, netPolicy     string
+		meta                       string
+		created, updated, activity int64
+		paused                     sql.NullInt64
+	)
+	err := row.Scan(&se.ID, &se.TenantID, &state, &se.Reason, &spec, &netPolicy, &meta,
+		&se.IdleTimeoutSeconds, &se.AutoResume, &se.SandboxID, &se.HeadSnapshotID, &se.ParentSessionID, &se.ForkedFromSnapshotID,
+		&created, &updated, &activity, &paused, &se.Version)
+	if err != nil {
+		return store.Session{}, err
+	}
+	se.State = store.SessionState(state)
+	var sp sessionSpec
+	if err := json.Unmarshal([]byte(spec), &sp); err != nil {
+		return store.Session{}, fmt.Errorf("session %s: decode spec: %w", se.ID, err)
+	}
+	se.Spec = store.SessionSpec{Template: sp.Template, CPUMillicores: sp.CPUMillicores, MemoryMB: sp.MemoryMB, DiskMB: sp.DiskMB}
+	if netPolicy != "" {
+		se.Spec.NetworkPolicy = []byte(netPolicy)
+	}
+	se.Metadata = map[string]string{}
+	if err := json.Unmarshal([]byte(meta), &se.Metadata); err != nil {
+		return store.Session{}, fmt.Errorf("session %s: decode metadata: %w", se.ID, err)
+	}
+	if se.Metadata == nil { // the column held JSON null
+		se.Metadata = map[string]string{}
+	}
+	se.CreatedAt = fromMicros(created)
+	se.UpdatedAt = fromMicros(updated)
+	se.LastActivityAt = fromMicros(activity)
+	se.PausedAt = fromNullMicros(paused)
+	return se, nil
+}
