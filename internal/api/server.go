@@ -68,7 +68,7 @@ type route struct {
 }
 
 func (s *Server) routes() []route {
-	return []route{
+	routes := []route{
 		{"GET", "/v1/health", s.health},
 		{"GET", "/v1/openapi.yaml", s.openapi},
 		{"GET", "/metrics", s.metrics},
@@ -84,6 +84,15 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/connections/{name}/authorize", s.auth(s.authorizeConnection)},
 		{"POST", "/v1/connections/{name}/revoke", s.auth(s.revokeConnection)},
 		{"GET", "/v1/oauth/callback", s.oauthCallback},
+		{"POST", "/v1/sessions", s.auth(s.createSession)},
+		{"GET", "/v1/sessions", s.auth(s.listSessions)},
+		{"GET", "/v1/sessions/{id}", s.auth(s.getSession)},
+		{"DELETE", "/v1/sessions/{id}", s.auth(s.deleteSession)},
+		{"POST", "/v1/sessions/{id}/pause", s.auth(s.pauseSession)},
+		{"POST", "/v1/sessions/{id}/resume", s.auth(s.resumeSession)},
+		{"POST", "/v1/sessions/{id}/fork", s.auth(s.forkSession)},
+		{"POST", "/v1/sessions/{id}/snapshots", s.auth(s.createSnapshot)},
+		{"GET", "/v1/sessions/{id}/snapshots", s.auth(s.listSnapshots)},
 		{"POST", "/v1/sandboxes", s.auth(s.createSandbox)},
 		{"GET", "/v1/sandboxes", s.auth(s.listSandboxes)},
 		{"GET", "/v1/sandboxes/{id}", s.auth(s.getSandbox)},
@@ -92,21 +101,31 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/sandboxes/{id}/network", s.auth(s.getNetwork)},
 		{"PUT", "/v1/sandboxes/{id}/network", s.auth(s.setNetwork)},
 		{"GET", "/v1/sandboxes/{id}/egress", s.auth(s.egress)},
-		{"POST", "/v1/sandboxes/{id}/exec", s.auth(s.exec)},
-		{"GET", "/v1/sandboxes/{id}/exec/stream", s.auth(s.execStream)},
-		{"GET", "/v1/sandboxes/{id}/processes", s.auth(s.listProcesses)},
-		{"GET", "/v1/sandboxes/{id}/processes/{pid}/attach", s.auth(s.attach)},
-		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", s.auth(s.signal)},
-		{"GET", "/v1/sandboxes/{id}/files", s.auth(s.readFile)},
-		{"PUT", "/v1/sandboxes/{id}/files", s.auth(s.writeFile)},
-		{"DELETE", "/v1/sandboxes/{id}/files", s.auth(s.removeFile)},
-		{"GET", "/v1/sandboxes/{id}/files/stat", s.auth(s.statFile)},
-		{"GET", "/v1/sandboxes/{id}/files/list", s.auth(s.listFiles)},
-		{"POST", "/v1/sandboxes/{id}/files/mkdir", s.auth(s.mkdir)},
-		{"POST", "/v1/sandboxes/{id}/files/move", s.auth(s.move)},
-		{"GET", "/v1/sandboxes/{id}/files/tar", s.auth(s.tarDownload)},
-		{"PUT", "/v1/sandboxes/{id}/files/tar", s.auth(s.tarUpload)},
 	}
+	// Exec, process and file work, on a sandbox and on a session (which goes to the session's sandbox,
+	// resuming it if it is paused and resumes automatically).
+	work := []route{
+		{"POST", "/exec", s.exec},
+		{"GET", "/exec/stream", s.execStream},
+		{"GET", "/processes", s.listProcesses},
+		{"GET", "/processes/{pid}/attach", s.attach},
+		{"POST", "/processes/{pid}/signal", s.signal},
+		{"GET", "/files", s.readFile},
+		{"PUT", "/files", s.writeFile},
+		{"DELETE", "/files", s.removeFile},
+		{"GET", "/files/stat", s.statFile},
+		{"GET", "/files/list", s.listFiles},
+		{"POST", "/files/mkdir", s.mkdir},
+		{"POST", "/files/move", s.move},
+		{"GET", "/files/tar", s.tarDownload},
+		{"PUT", "/files/tar", s.tarUpload},
+	}
+	for _, w := range work {
+		routes = append(routes,
+			route{w.Method, "/v1/sandboxes/{id}" + w.Pattern, s.auth(w.handler)},
+			route{w.Method, "/v1/sessions/{id}" + w.Pattern, s.auth(s.viaSession(w.handler))})
+	}
+	return routes
 }
 
 // Routes reports every route the server serves, for the test that holds the OpenAPI document to them.
@@ -192,24 +211,61 @@ func toAPI(sb store.Sandbox) airlock.Sandbox {
 const maxIdempotencyKey = 255
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
-	tenant := tenantOf(r)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
-	if err != nil {
-		writeError(w, r, s.log, clientErr(errdefs.ErrTooLarge, "request body is larger than %d bytes", maxJSONBody))
-		return
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	var req airlock.CreateSandboxRequest
-	if err := decodeJSON(w, r, &req); err != nil {
+	body, err := readJSON(w, r, &req)
+	if err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
+	s.idempotent(w, r, "POST /v1/sandboxes", body, func() (int, any, string, error) {
+		creq := controlplane.CreateRequest{
+			Template: req.Template, Env: req.Env, CPUMillicores: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
+			TimeoutSeconds: req.TimeoutSeconds, Metadata: req.Metadata,
+		}
+		if req.Network != nil {
+			p, err := toPolicy(*req.Network)
+			if err != nil {
+				return 0, nil, "", err
+			}
+			creq.Network = &p
+		}
+		sb, err := s.cp.CreateSandbox(r.Context(), tenantOf(r), creq)
+		if err != nil && sb.ID == "" {
+			return 0, nil, "", err
+		}
+		if err != nil {
+			s.log.Error("create sandbox", "sandbox", sb.ID, "err", err)
+		}
+		// A sandbox that failed to boot is still created: it is reported, failed, with its reason.
+		return http.StatusCreated, toAPI(sb), "/v1/sandboxes/" + sb.ID, nil
+	})
+}
+
+// readJSON reads the request body (bounded) and decodes it into v; it returns the body, for the
+// idempotency record's hash.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	if err != nil {
+		return nil, clientErr(errdefs.ErrTooLarge, "request body is larger than %d bytes", maxJSONBody)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err := decodeJSON(w, r, v); err != nil {
+		return nil, err
+	}
+	return body, nil
+}
+
+// idempotent answers a create with run, honouring the request's Idempotency-Key: the first answer
+// (status and body) is stored, and a retry with the same key, operation and body gets it again
+// (Idempotent-Replayed: true) without running anything; the same key with another request is a
+// conflict. Retries with one key are serialized.
+func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, op string, body []byte, run func() (status int, v any, location string, err error)) {
+	tenant := tenantOf(r)
 	key := r.Header.Get("Idempotency-Key")
 	if len(key) > maxIdempotencyKey {
 		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "Idempotency-Key is longer than %d bytes", maxIdempotencyKey))
 		return
 	}
-	op := "POST /v1/sandboxes"
 	sum := sha256.Sum256(body)
 	if key != "" {
 		unlock := s.lockIdem(tenant + "\x00" + key)
@@ -231,39 +287,25 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	creq := controlplane.CreateRequest{
-		Template: req.Template, Env: req.Env, CPUMillicores: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
-		TimeoutSeconds: req.TimeoutSeconds, Metadata: req.Metadata,
-	}
-	if req.Network != nil {
-		p, err := toPolicy(*req.Network)
-		if err != nil {
-			writeError(w, r, s.log, err)
-			return
-		}
-		creq.Network = &p
-	}
-	sb, err := s.cp.CreateSandbox(r.Context(), tenant, creq)
-	if err != nil && sb.ID == "" {
+	status, v, location, err := run()
+	if err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
-	if err != nil {
-		s.log.Error("create sandbox", "sandbox", sb.ID, "err", err)
-	}
-	// A sandbox that failed to boot is still created: it is reported, failed, with its reason.
 	var buf bytes.Buffer
-	_ = jsonEncode(&buf, toAPI(sb))
+	_ = jsonEncode(&buf, v)
 	if key != "" {
 		if err := s.cp.PutIdempotency(context.WithoutCancel(r.Context()), store.IdempotencyRecord{
-			TenantID: tenant, Key: key, Op: op, RequestHash: sum[:], ResponseStatus: http.StatusCreated, ResponseBody: buf.Bytes(),
+			TenantID: tenant, Key: key, Op: op, RequestHash: sum[:], ResponseStatus: status, ResponseBody: buf.Bytes(),
 		}); err != nil {
 			s.log.Warn("save idempotency record", "err", err)
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Location", "/v1/sandboxes/"+sb.ID)
-	w.WriteHeader(http.StatusCreated)
+	if location != "" {
+		w.Header().Set("Location", location)
+	}
+	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }
 
@@ -288,38 +330,14 @@ func (s *Server) lockIdem(k string) func() {
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	f := store.SandboxFilter{Cursor: q.Get("cursor")}
-	for k, vs := range q {
-		switch {
-		case k == "state":
-			for _, v := range vs {
-				for _, st := range strings.Split(v, ",") {
-					state := store.SandboxState(strings.TrimSpace(st))
-					if !state.Valid() {
-						writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "unknown state %q: want one of creating, running, stopping, stopped, failed", truncate(st, 32)))
-						return
-					}
-					f.States = append(f.States, state)
-				}
-			}
-		case k == "limit":
-			n, err := strconv.Atoi(q.Get("limit"))
-			if err != nil || n < 1 || n > store.MaxListLimit {
-				writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "limit must be an integer between 1 and %d", store.MaxListLimit))
-				return
-			}
-			f.Limit = n
-		case k == "cursor":
-		case strings.HasPrefix(k, "metadata."):
-			if f.Metadata == nil {
-				f.Metadata = map[string]string{}
-			}
-			f.Metadata[strings.TrimPrefix(k, "metadata.")] = vs[0]
-		default:
-			writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "unknown query parameter %q: want state, limit, cursor or metadata.<key>", truncate(k, 64)))
-			return
-		}
+	lq, err := parseListQuery(r, func(v string) bool { return store.SandboxState(v).Valid() }, "creating, running, stopping, stopped, failed")
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	f := store.SandboxFilter{Cursor: lq.cursor, Limit: lq.limit, Metadata: lq.metadata}
+	for _, st := range lq.states {
+		f.States = append(f.States, store.SandboxState(st))
 	}
 	sbs, next, err := s.cp.ListSandboxes(r.Context(), tenantOf(r), f)
 	if err != nil {
@@ -331,6 +349,50 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		out.Sandboxes = append(out.Sandboxes, toAPI(sb))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// listQuery is the query of a list request: state (comma-separated, repeatable), limit, cursor and
+// metadata.<key> filters.
+type listQuery struct {
+	states   []string
+	metadata map[string]string
+	limit    int
+	cursor   string
+}
+
+// parseListQuery reads a list request's query; valid says which states exist, named in errors by names.
+func parseListQuery(r *http.Request, valid func(string) bool, names string) (listQuery, error) {
+	q := r.URL.Query()
+	lq := listQuery{cursor: q.Get("cursor")}
+	for k, vs := range q {
+		switch {
+		case k == "state":
+			for _, v := range vs {
+				for _, st := range strings.Split(v, ",") {
+					st = strings.TrimSpace(st)
+					if !valid(st) {
+						return lq, clientErr(errdefs.ErrInvalidArgument, "unknown state %q: want one of %s", truncate(st, 32), names)
+					}
+					lq.states = append(lq.states, st)
+				}
+			}
+		case k == "limit":
+			n, err := strconv.Atoi(q.Get("limit"))
+			if err != nil || n < 1 || n > store.MaxListLimit {
+				return lq, clientErr(errdefs.ErrInvalidArgument, "limit must be an integer between 1 and %d", store.MaxListLimit)
+			}
+			lq.limit = n
+		case k == "cursor":
+		case strings.HasPrefix(k, "metadata."):
+			if lq.metadata == nil {
+				lq.metadata = map[string]string{}
+			}
+			lq.metadata[strings.TrimPrefix(k, "metadata.")] = vs[0]
+		default:
+			return lq, clientErr(errdefs.ErrInvalidArgument, "unknown query parameter %q: want state, limit, cursor or metadata.<key>", truncate(k, 64))
+		}
+	}
+	return lq, nil
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {

@@ -41,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlockrun/airlock/internal/api"
+	bloblocal "github.com/airlockrun/airlock/internal/blob/local"
 	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/gateway"
@@ -50,6 +51,7 @@ import (
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/runtime/gvisor"
 	"github.com/airlockrun/airlock/internal/secrets"
+	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 	"github.com/airlockrun/airlock/internal/template"
 )
@@ -272,7 +274,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	cp, err = controlplane.New(controlplane.Config{Store: st, Node: nd, Logger: log, Secrets: secretStore, Connections: conns})
+	blobs, err := bloblocal.New(filepath.Join(dataDir, "blobs"))
+	if err != nil {
+		return err
+	}
+	snaps, err := snapshot.New(snapshot.Config{Blobs: blobs, Keys: keyring, Logger: log})
+	if err != nil {
+		return err
+	}
+	cp, err = controlplane.New(controlplane.Config{Store: st, Node: nd, Logger: log, Secrets: secretStore, Connections: conns,
+		Snapshots: snaps, ScratchDir: filepath.Join(dataDir, "scratch")})
 	if err != nil {
 		return err
 	}

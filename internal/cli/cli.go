@@ -115,6 +115,7 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 	root.AddCommand(
 		newUpCmd(g),
 		newSandboxCmd(g),
+		newSessionCmd(g),
 		newExecCmd(g),
 		newShellCmd(g),
 		newCpCmd(g),

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/secrets"
+	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -47,6 +49,16 @@ type Node interface {
 	Recover(ctx context.Context, sbs []node.RecoverRequest) []string
 	// SetNetwork replaces a running sandbox's egress policy.
 	SetNetwork(ctx context.Context, id string, p policy.Policy) error
+	// RestoreSandbox boots a sandbox from a checkpoint image and returns once it accepts work.
+	RestoreSandbox(ctx context.Context, req node.CreateRequest, imageDir string) error
+	// CheckpointSandbox saves a running sandbox into imageDir; without leaveRunning it stays frozen until
+	// DestroySandbox or UnpauseSandbox.
+	CheckpointSandbox(ctx context.Context, id, imageDir string, leaveRunning bool) error
+	// UnpauseSandbox lets a sandbox a checkpoint left frozen run again.
+	UnpauseSandbox(ctx context.Context, id string) error
+	// CopyCA gives toID the interception CA stored under fromID; ForgetCA removes one.
+	CopyCA(ctx context.Context, fromID, toID, tenantID string) error
+	ForgetCA(caID string)
 	// Flows returns a sandbox's network flows that f selects, newest first, also once it is gone.
 	Flows(ctx context.Context, id string, f flowlog.Filter) ([]gateway.Flow, error)
 }
@@ -83,6 +95,12 @@ type Config struct {
 	// Connections signs in to OAuth providers and keeps the tokens. Nil: the connections API answers
 	// failed precondition. Start picks up the stored connections; the caller closes it.
 	Connections *connections.Manager
+	// Snapshots keeps the sessions' snapshots; ScratchDir is a private directory for checkpoint images
+	// on their way in and out. Either missing: the sessions API answers failed precondition.
+	Snapshots  *snapshot.Store
+	ScratchDir string
+	// IdleInterval is how often idle sessions are looked for. Zero: 2s.
+	IdleInterval time.Duration
 }
 
 // Service is the control plane.
@@ -95,6 +113,9 @@ type Service struct {
 
 	secrets     *secrets.Store
 	connections *connections.Manager
+	snapshots   *snapshot.Store
+	scratch     string
+	idle        time.Duration
 
 	locks keyedMutex
 
@@ -116,8 +137,17 @@ func New(cfg Config) (*Service, error) {
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = time.Second
 	}
+	if cfg.IdleInterval <= 0 {
+		cfg.IdleInterval = 2 * time.Second
+	}
+	if cfg.ScratchDir != "" {
+		if err := os.MkdirAll(cfg.ScratchDir, 0o700); err != nil {
+			return nil, fmt.Errorf("controlplane: scratch dir: %w", err)
+		}
+	}
 	return &Service{store: cfg.Store, node: cfg.Node, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
-		secrets: cfg.Secrets, connections: cfg.Connections, stop: make(chan struct{})}, nil
+		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots, scratch: cfg.ScratchDir,
+		idle: cfg.IdleInterval, stop: make(chan struct{})}, nil
 }
 
 // Bootstrap makes sure a default tenant with an API key exists. On first start it creates them and returns

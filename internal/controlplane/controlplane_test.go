@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -32,6 +33,12 @@ type fakeNode struct {
 	destroyed  []string
 	// tenants holds the tenant each sandbox was last created or recovered with.
 	tenants map[string]string
+	// frozen holds the sandboxes a checkpoint left stopped; restored maps a restored sandbox to the
+	// image content it came from; failCheckpoint fails the next checkpoints; cas records CopyCA.
+	frozen         map[string]bool
+	restored       map[string]string
+	failCheckpoint error
+	cas            []string
 
 	flows *flowlog.Log
 }
@@ -42,7 +49,8 @@ func newFakeNode(t *testing.T) *fakeNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	return &fakeNode{running: map[string]bool{}, tenants: map[string]string{}, flows: l}
+	return &fakeNode{running: map[string]bool{}, tenants: map[string]string{}, frozen: map[string]bool{},
+		restored: map[string]string{}, flows: l}
 }
 
 func (n *fakeNode) ID() string { return "local" }
@@ -113,6 +121,64 @@ func (n *fakeNode) SetNetwork(ctx context.Context, id string, p policy.Policy) e
 func (n *fakeNode) Flows(ctx context.Context, id string, f flowlog.Filter) ([]gateway.Flow, error) {
 	return n.flows.Read(ctx, id, f)
 }
+
+// CheckpointSandbox writes an image that names the sandbox.
+func (n *fakeNode) CheckpointSandbox(ctx context.Context, id, imageDir string, leaveRunning bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.running[id] {
+		return fmt.Errorf("sandbox %s is not running: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	if n.failCheckpoint != nil {
+		return n.failCheckpoint
+	}
+	if err := os.MkdirAll(filepath.Join(imageDir, "memory"), 0o700); err != nil {
+		return err
+	}
+	content := "image of " + id
+	if prev, ok := n.restored[id]; ok {
+		content = prev + " via " + id
+	}
+	if err := os.WriteFile(filepath.Join(imageDir, "memory", "checkpoint.img"), []byte(content), 0o600); err != nil {
+		return err
+	}
+	if !leaveRunning {
+		n.frozen[id] = true
+	}
+	return nil
+}
+
+func (n *fakeNode) RestoreSandbox(ctx context.Context, req node.CreateRequest, imageDir string) error {
+	b, err := os.ReadFile(filepath.Join(imageDir, "memory", "checkpoint.img"))
+	if err != nil {
+		return fmt.Errorf("no image: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.failCreate != nil {
+		return n.failCreate
+	}
+	n.running[req.ID] = true
+	n.tenants[req.ID] = req.TenantID
+	n.restored[req.ID] = string(b)
+	return nil
+}
+
+func (n *fakeNode) UnpauseSandbox(ctx context.Context, id string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.frozen, id)
+	return nil
+}
+
+func (n *fakeNode) CopyCA(ctx context.Context, fromID, toID, tenantID string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cas = append(n.cas, fromID+"->"+toID)
+	return nil
+}
+
+func (n *fakeNode) ForgetCA(caID string) {}
 
 func (n *fakeNode) tenantOf(id string) string {
 	n.mu.Lock()

@@ -106,6 +106,9 @@ func (r *CreateRequest) normalize() error {
 		return invalid("metadata has %d keys; at most %d are allowed", len(r.Metadata), maxMetadataKeys)
 	}
 	for k, v := range r.Metadata {
+		if reservedMetadata(k) {
+			return invalid("metadata key %q: keys under \"airlock.\" are reserved", k)
+		}
 		if !metaKeyPattern.MatchString(k) {
 			return invalid("metadata key %q must be 1-63 letters, digits or _.-/ and start with a letter or digit", k)
 		}
@@ -282,6 +285,9 @@ func (s *Service) DeleteSandbox(ctx context.Context, tenantID, id string) error 
 	if err != nil {
 		return err
 	}
+	if se := sb.Metadata[SessionMetadataKey]; se != "" && sb.State != store.StateStopped {
+		return fmt.Errorf("sandbox %s runs session %s: pause or delete the session instead: %w", id, se, errdefs.ErrConflict)
+	}
 	_, err = s.destroyLocked(context.WithoutCancel(ctx), sb, "deleted")
 	return err
 }
@@ -421,6 +427,13 @@ func (s *Service) Link(ctx context.Context, tenantID, id string) (*link.Client, 
 // HandleSandboxExit is how the node reports a sandbox that stopped by itself (its daemon or runtime died,
 // or it ran out of memory): the sandbox is marked failed with the reason and cleaned up on the node.
 func (s *Service) HandleSandboxExit(id, reason string) {
+	if tenantID, sessionID := s.handleSandboxExit(id, reason); sessionID != "" {
+		s.sessionSandboxExited(tenantID, sessionID, id, reason)
+	}
+}
+
+// handleSandboxExit records the exit and reports the sandbox's session, if it runs one.
+func (s *Service) handleSandboxExit(id, reason string) (tenantID, sessionID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	unlock := s.locks.Lock(id)
@@ -429,24 +442,28 @@ func (s *Service) HandleSandboxExit(id, reason string) {
 	if err != nil {
 		s.log.Warn("sandbox exit for unknown sandbox", "sandbox", id, "err", err)
 		_ = s.node.DestroySandbox(ctx, id)
-		return
+		return "", ""
 	}
 	if sb.State != store.StateRunning && sb.State != store.StateCreating {
-		return // already being stopped or settled: the exit is expected
+		return "", "" // already being stopped or settled: the exit is expected
 	}
 	s.log.Warn("sandbox failed", "sandbox", id, "reason", reason)
 	if sb, err = s.transition(ctx, sb, store.StateFailed, reason); err != nil {
 		s.log.Error("mark sandbox failed", "sandbox", id, "err", err)
-		return
+		return "", ""
 	}
 	if err := s.node.DestroySandbox(ctx, id); err != nil {
 		s.log.Error("clean up failed sandbox", "sandbox", id, "err", err)
 	}
+	return sb.TenantID, sb.Metadata[SessionMetadataKey]
 }
 
 // Start reconciles the Store with what the node runs, then starts the lifecycle loops.
 func (s *Service) Start(ctx context.Context) error {
 	if err := s.reconcile(ctx); err != nil {
+		return err
+	}
+	if err := s.reconcileSessions(ctx); err != nil {
 		return err
 	}
 	if s.connections != nil {
@@ -473,6 +490,20 @@ func (s *Service) Start(ctx context.Context) error {
 				return
 			case <-t.C:
 				s.reapExpired()
+			}
+		}
+	}()
+	s.wg.Add(1)
+	go func() { // owner: Service; ends at Shutdown
+		defer s.wg.Done()
+		t := time.NewTicker(s.idle)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+				s.pauseIdleSessions()
 			}
 		}
 	}()
@@ -520,7 +551,7 @@ func (s *Service) reconcile(ctx context.Context) error {
 				s.log.Error("reconcile", "sandbox", sb.ID, "err", err)
 				continue // not adopted: failed below, and destroyed
 			}
-			running = append(running, node.RecoverRequest{ID: sb.ID, TenantID: sb.TenantID, Network: p})
+			running = append(running, node.RecoverRequest{ID: sb.ID, TenantID: sb.TenantID, Network: p, CAID: sb.Metadata[SessionMetadataKey]})
 		}
 	}
 	adopted := map[string]bool{}
@@ -569,6 +600,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 		close(s.stop)
 	}
 	s.wg.Wait()
+	// Sessions are paused, not lost: a restart resumes them where they were.
+	s.pauseAllForShutdown(ctx)
 	var errs []error
 	for {
 		sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}, 1000)

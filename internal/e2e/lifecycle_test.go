@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -118,6 +119,11 @@ func TestBadInput(t *testing.T) {
 	sh(t, e, sb.ID, "ln -s / /home/user/root; ln -s "+e.DataDir+" /home/user/data; ln -s /etc/shadow /home/user/shadow")
 	hostMarker := e.DataDir + "/planted-by-test"
 	sbURL := "/v1/sandboxes/" + sb.ID
+	se, err := e.Client.CreateSession(context.Background(), airlock.CreateSessionRequest{})
+	if err != nil || se.State != airlock.SessionRunning {
+		t.Fatalf("create session: %+v %v", se, err)
+	}
+	seURL := "/v1/sessions/" + se.ID
 	big := `{"template":"` + strings.Repeat("a", 2<<20) + `"}`
 	cases := []struct {
 		name, method, path, body string
@@ -180,6 +186,26 @@ func TestBadInput(t *testing.T) {
 		{"attach bad offset", "GET", sbURL + "/processes/p1/attach?stdout_offset=-1", "", false, 400},
 		{"stream bad id", "GET", "/v1/sandboxes/sb_nope/exec/stream", "", false, 400},
 		{"stream unknown sandbox", "GET", "/v1/sandboxes/sb_aaaaaaaaaaaaaaaaaaaaaaaaaa/exec/stream", "", false, 404},
+		{"session no key", "GET", "/v1/sessions", "", true, 401},
+		{"session timeout", "POST", "/v1/sessions", `{"timeout_seconds":60}`, false, 400},
+		{"session bad idle", "POST", "/v1/sessions", `{"idle_timeout_seconds":-1}`, false, 400},
+		{"session reserved metadata", "POST", "/v1/sessions", `{"metadata":{"airlock.session":"x"}}`, false, 400},
+		{"session unknown template", "POST", "/v1/sessions", `{"template":"nosuch"}`, false, 404},
+		{"session bad id", "GET", "/v1/sessions/se_x", "", false, 400},
+		{"session unknown id", "GET", "/v1/sessions/se_aaaaaaaaaaaaaaaaaaaaaaaaaa", "", false, 404},
+		{"session bad state filter", "GET", "/v1/sessions?state=asleep", "", false, 400},
+		{"session pause with body", "POST", seURL + "/pause", `{"x":1}`, false, 400},
+		{"session resume unknown", "POST", "/v1/sessions/se_aaaaaaaaaaaaaaaaaaaaaaaaaa/resume", "", false, 404},
+		{"fork zero", "POST", seURL + "/fork", `{"count":0}`, false, 400},
+		{"fork too many", "POST", seURL + "/fork", `{"count":101}`, false, 400},
+		{"fork bad snapshot", "POST", seURL + "/fork", `{"count":1,"snapshot_id":"../x"}`, false, 400},
+		{"fork unknown snapshot", "POST", seURL + "/fork", `{"count":1,"snapshot_id":"sn_aaaaaaaaaaaaaaaaaaaaaaaaaa"}`, false, 404},
+		{"snapshot bad name", "POST", seURL + "/snapshots", `{"name":"../../x"}`, false, 400},
+		{"snapshots bad state", "GET", seURL + "/snapshots?state=done", "", false, 400},
+		{"session exec bad id", "POST", "/v1/sessions/nope/exec", `{"cmd":["true"]}`, false, 400},
+		{"session exec unknown", "POST", "/v1/sessions/se_aaaaaaaaaaaaaaaaaaaaaaaaaa/exec", `{"cmd":["true"]}`, false, 404},
+		{"session file dotdot", "GET", seURL + "/files?path=/home/user/../../etc/shadow", "", false, 400},
+		{"session sandbox delete", "DELETE", "/v1/sandboxes/" + se.SandboxID, "", false, 409},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,10 +33,11 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func startServer(t *testing.T, dataDir, addr string) *server {
+func startServer(t *testing.T, dataDir, addr string, env ...string) *server {
 	t.Helper()
 	var log bytes.Buffer
 	cmd := exec.Command(testenv.Binary(t), "up", "--data-dir", dataDir, "--listen", addr)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -115,7 +115,10 @@ type Gateway struct {
 
 // sandbox is one registered sandbox.
 type sandbox struct {
-	id      string
+	id string
+	// caID names the stored interception CA: the sandbox's ID, or its session's (a session keeps one CA
+	// across the sandboxes it runs in, whose trust stores hold its certificate).
+	caID    string
 	tenant  string
 	ip      netip.Addr
 	matcher atomic.Pointer[policy.Matcher]
@@ -295,15 +298,22 @@ func (g *Gateway) compile(p policy.Policy) (*policy.Matcher, error) {
 // The tenant is recorded in the sandbox's flows. Registering an ID again replaces the earlier
 // registration and ends its connections.
 func (g *Gateway) Register(id, tenantID string, ip netip.Addr, p policy.Policy) error {
+	return g.RegisterWithCA(id, id, tenantID, ip, p)
+}
+
+// RegisterWithCA is Register with the interception CA stored under caID (made on first use) instead of
+// the sandbox's own: a session's sandboxes share the session's CA, which their restored trust stores
+// hold. Unregister leaves such a CA stored; ForgetCA removes it.
+func (g *Gateway) RegisterWithCA(id, caID, tenantID string, ip netip.Addr, p policy.Policy) error {
 	m, err := g.compile(p)
 	if err != nil {
 		return err
 	}
-	ca, err := g.sandboxCA(id, tenantID)
+	ca, err := g.sandboxCA(caID, tenantID)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: interception CA: %w", id, err)
 	}
-	s := &sandbox{id: id, tenant: tenantID, ip: ip, ca: ca, names: map[netip.Addr]string{}, conns: map[uint64]context.CancelFunc{}}
+	s := &sandbox{id: id, caID: caID, tenant: tenantID, ip: ip, ca: ca, names: map[netip.Addr]string{}, conns: map[uint64]context.CancelFunc{}}
 	s.matcher.Store(m)
 	g.mu.Lock()
 	old := g.byID[id]
@@ -384,11 +394,31 @@ func (g *Gateway) Unregister(id string) {
 	if s != nil {
 		s.shutdown()
 	}
+	if s == nil || s.caID == id {
+		g.ForgetCA(id)
+	}
+}
+
+// ForgetCA removes a stored interception CA (a session's, once the session is gone).
+func (g *Gateway) ForgetCA(caID string) {
 	if g.cfg.CAs != nil {
-		if err := g.cfg.CAs.Delete(id); err != nil {
-			g.log.Warn("forget sandbox CA", "sandbox", id, "err", err)
+		if err := g.cfg.CAs.Delete(caID); err != nil {
+			g.log.Warn("forget interception CA", "ca", caID, "err", err)
 		}
 	}
+}
+
+// CopyCA stores the interception CA kept under fromID again under toID: a fork's sandboxes keep
+// trusting the CA their parent's trust store holds. A missing CA is ErrNotFound.
+func (g *Gateway) CopyCA(ctx context.Context, fromID, toID, tenantID string) error {
+	if g.cfg.CAs == nil {
+		return fmt.Errorf("this gateway keeps no CAs: %w", errdefs.ErrFailedPrecondition)
+	}
+	ca, err := g.cfg.CAs.Load(ctx, fromID, tenantID)
+	if err != nil {
+		return err
+	}
+	return g.cfg.CAs.Save(ctx, toID, tenantID, ca.ForSandbox(toID))
 }
 
 func (g *Gateway) bySource(ip netip.Addr) *sandbox {

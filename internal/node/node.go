@@ -48,6 +48,9 @@ type CreateRequest struct {
 	Limits runtime.Limits
 	// Network is the sandbox's egress policy (the zero value denies everything).
 	Network policy.Policy
+	// CAID names the gateway's interception CA for the sandbox: empty for the sandbox's own (forgotten
+	// with it); a session's ID for a CA the session's sandboxes share (see gateway.RegisterWithCA).
+	CAID string
 }
 
 // RecoverRequest names a sandbox a previous run of the node left running, with its owner and its egress
@@ -56,6 +59,8 @@ type RecoverRequest struct {
 	ID       string
 	TenantID string
 	Network  policy.Policy
+	// CAID is the sandbox's CreateRequest.CAID.
+	CAID string
 }
 
 // Config configures a Local node.
@@ -159,6 +164,25 @@ func (n *Local) CheckTemplate(ctx context.Context, name string) error {
 // CreateSandbox boots a sandbox and returns once its daemon answers. A failed create leaves nothing
 // behind on the host.
 func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
+	return n.boot(ctx, req, "")
+}
+
+// RestoreSandbox boots sandbox req.ID from a checkpoint image (see CheckpointSandbox) in a new network
+// namespace under req.Network, and returns once its daemon answers. Its processes continue where the
+// image was taken; its trust store is the image's, so req.CAID must name the CA the checkpointed
+// sandbox used. A failed restore leaves nothing behind on the host.
+func (n *Local) RestoreSandbox(ctx context.Context, req CreateRequest, imageDir string) error {
+	if imageDir == "" {
+		return fmt.Errorf("restore %s: no image: %w", req.ID, errdefs.ErrInvalidArgument)
+	}
+	if _, ok := n.cfg.Driver.(runtime.Restorer); !ok {
+		return fmt.Errorf("the %s runtime cannot restore: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
+	}
+	return n.boot(ctx, req, imageDir)
+}
+
+// boot creates (imageDir "") or restores a sandbox.
+func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) error {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -189,7 +213,11 @@ func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
 			return err
 		}
 		c.Add(func() { _ = hostnet.Detach(ifName) })
-		if err := gw.Register(req.ID, req.TenantID, addr.Sandbox, req.Network); err != nil {
+		caID := req.CAID
+		if caID == "" {
+			caID = req.ID
+		}
+		if err := gw.RegisterWithCA(req.ID, caID, req.TenantID, addr.Sandbox, req.Network); err != nil {
 			return err
 		}
 		c.Add(func() { gw.Unregister(req.ID) })
@@ -213,7 +241,12 @@ func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
 		Limits:     req.Limits,
 	}
 	tNetns := time.Since(start)
-	sb, err := n.cfg.Driver.Create(ctx, spec)
+	var sb runtime.Sandbox
+	if imageDir == "" {
+		sb, err = n.cfg.Driver.Create(ctx, spec)
+	} else {
+		sb, err = n.cfg.Driver.(runtime.Restorer).Restore(ctx, spec, imageDir)
+	}
 	if err != nil {
 		return err
 	}
@@ -222,22 +255,30 @@ func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
 	if err := n.attach(ctx, req.ID, sb.LinkSocket); err != nil {
 		return err
 	}
-	if err := n.installTrust(ctx, req.ID, tpl); err != nil {
-		n.mu.Lock()
-		s := n.sandboxes[req.ID]
-		delete(n.sandboxes, req.ID)
-		n.mu.Unlock()
-		if s != nil {
-			close(s.destroying)
-			s.cancel()
-			s.link.Close()
-			s.audit.Close()
+	// A restored trust store already holds the CA's certificate.
+	if imageDir == "" {
+		if err := n.installTrust(ctx, req.ID, tpl); err != nil {
+			n.forget(req.ID)
+			return err
 		}
-		return err
 	}
 	c.Release()
-	n.log.Debug("sandbox created", "sandbox", req.ID, "netns", tNetns, "driver", tDriver-tNetns, "link", time.Since(start)-tDriver)
+	n.log.Debug("sandbox up", "sandbox", req.ID, "restored", imageDir != "", "netns", tNetns, "driver", tDriver-tNetns, "link", time.Since(start)-tDriver)
 	return nil
+}
+
+// forget drops a sandbox from the node's table and stops its watcher, without destroying it.
+func (n *Local) forget(id string) {
+	n.mu.Lock()
+	s := n.sandboxes[id]
+	delete(n.sandboxes, id)
+	n.mu.Unlock()
+	if s != nil {
+		close(s.destroying)
+		s.cancel()
+		s.link.Close()
+		s.audit.Close()
+	}
 }
 
 // Where a sandbox's trust store lives.
@@ -416,16 +457,7 @@ func (n *Local) SetNetwork(ctx context.Context, id string, p policy.Policy) erro
 // DestroySandbox removes the sandbox and everything of it from the host. Unknown IDs succeed, and
 // whatever a crashed node left of a sandbox is removed too.
 func (n *Local) DestroySandbox(ctx context.Context, id string) error {
-	n.mu.Lock()
-	s := n.sandboxes[id]
-	delete(n.sandboxes, id)
-	n.mu.Unlock()
-	if s != nil {
-		close(s.destroying)
-		s.cancel()
-		s.link.Close()
-		s.audit.Close()
-	}
+	n.forget(id)
 	err := n.cfg.Driver.Destroy(ctx, id)
 	if gw := n.cfg.Gateway; gw != nil {
 		gw.Unregister(id)
@@ -483,10 +515,14 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) []string {
 		if err != nil || !st.Running {
 			continue
 		}
-		sock := ""
-		if ls, ok := n.cfg.Driver.(interface{ LinkSocketPath(string) string }); ok {
-			sock = ls.LinkSocketPath(id)
+		// A checkpoint the previous run did not finish may have left it frozen or its daemon quiesced.
+		if p, ok := n.cfg.Driver.(runtime.Pauser); ok {
+			if err := p.Unpause(ctx, id); err != nil {
+				n.log.Warn("re-adopt sandbox: unpause", "sandbox", id, "err", err)
+				continue
+			}
 		}
+		sock := n.linkSocket(id)
 		if sock == "" {
 			continue
 		}
@@ -496,7 +532,11 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) []string {
 				n.log.Warn("re-adopt sandbox network", "sandbox", id, "err", err)
 				continue
 			}
-			if err := gw.Register(id, r.TenantID, addr.Sandbox, r.Network); err != nil {
+			caID := r.CAID
+			if caID == "" {
+				caID = id
+			}
+			if err := gw.RegisterWithCA(id, caID, r.TenantID, addr.Sandbox, r.Network); err != nil {
 				n.log.Warn("re-adopt sandbox network", "sandbox", id, "err", err)
 				continue
 			}
@@ -538,5 +578,107 @@ func (n *Local) Shutdown(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// CheckpointSandbox saves a running sandbox's memory, processes and files into imageDir (see
+// runtime.Checkpointer). The daemon lets go of its channel for it (link streams in progress end; the
+// processes live on and can be re-attached). With leaveRunning the sandbox continues and the node
+// connects to it again; without, it stays stopped until DestroySandbox.
+func (n *Local) CheckpointSandbox(ctx context.Context, id, imageDir string, leaveRunning bool) error {
+	cp, ok := n.cfg.Driver.(runtime.Checkpointer)
+	if !ok {
+		return fmt.Errorf("the %s runtime cannot checkpoint: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
+	}
+	n.mu.Lock()
+	s := n.sandboxes[id]
+	n.mu.Unlock()
+	if s == nil {
+		return fmt.Errorf("sandbox %s is not running on node %s: %w", id, n.cfg.ID, errdefs.ErrFailedPrecondition)
+	}
+	// The watcher would take the channel's end for the daemon's death: stop it first.
+	s.cancel()
+	qerr := s.link.Quiesce(ctx)
+	var err error
+	if qerr != nil {
+		err = fmt.Errorf("sandbox %s: quiesce the daemon: %w", id, qerr)
+	} else {
+		err = cp.Checkpoint(ctx, id, imageDir, runtime.CheckpointOptions{LeaveRunning: leaveRunning})
+	}
+	if !leaveRunning && err == nil {
+		return nil // stopped; DestroySandbox cleans up, or UnpauseSandbox lets it run on
+	}
+	if err != nil {
+		// Whatever step failed, let it run again: thaw it, or wake a daemon left quiesced.
+		if p, ok := n.cfg.Driver.(runtime.Pauser); ok {
+			if uerr := p.Unpause(ctx, id); uerr != nil {
+				err = errors.Join(err, uerr)
+			}
+		}
+	}
+	// Running again (or still): connect anew and watch it again.
+	if rerr := n.relink(ctx, s); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return err
+}
+
+// relink replaces a sandbox's daemon channel after a checkpoint and restarts its watcher.
+func (n *Local) relink(ctx context.Context, s *sandbox) error {
+	s.link.Close()
+	cl, err := dialWithRetry(ctx, n.linkSocket(s.id), link.Options{Audit: s.audit, Logger: n.log.With("sandbox", s.id)})
+	if err != nil {
+		n.log.Warn("sandbox daemon unreachable after a checkpoint", "sandbox", s.id, "err", err)
+		go n.cfg.OnExit(s.id, "sandbox daemon unreachable after a checkpoint")
+		return fmt.Errorf("sandbox %s: reconnect to the daemon: %w", s.id, err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	n.mu.Lock()
+	s.link, s.cancel = cl, cancel
+	n.mu.Unlock()
+	n.wg.Add(1)
+	go n.watch(wctx, s)
+	return nil
+}
+
+// linkSocket is the host path of a sandbox's daemon socket, if the driver tells it ("" otherwise).
+func (n *Local) linkSocket(id string) string {
+	if ls, ok := n.cfg.Driver.(interface{ LinkSocketPath(string) string }); ok {
+		return ls.LinkSocketPath(id)
+	}
+	return ""
+}
+
+// UnpauseSandbox lets a sandbox that CheckpointSandbox left stopped run again (the snapshot could not be
+// stored), and connects to it anew.
+func (n *Local) UnpauseSandbox(ctx context.Context, id string) error {
+	p, ok := n.cfg.Driver.(runtime.Pauser)
+	if !ok {
+		return fmt.Errorf("the %s runtime cannot unpause: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
+	}
+	n.mu.Lock()
+	s := n.sandboxes[id]
+	n.mu.Unlock()
+	if s == nil {
+		return fmt.Errorf("sandbox %s is not on node %s: %w", id, n.cfg.ID, errdefs.ErrFailedPrecondition)
+	}
+	if err := p.Unpause(ctx, id); err != nil {
+		return err
+	}
+	return n.relink(ctx, s)
+}
+
+// CopyCA gives caID the interception CA stored under fromID (a fork keeps trusting its parent's CA).
+func (n *Local) CopyCA(ctx context.Context, fromID, toID, tenantID string) error {
+	if n.cfg.Gateway == nil {
+		return nil
+	}
+	return n.cfg.Gateway.CopyCA(ctx, fromID, toID, tenantID)
+}
+
+// ForgetCA removes a session's interception CA once the session is gone.
+func (n *Local) ForgetCA(caID string) {
+	if n.cfg.Gateway != nil {
+		n.cfg.Gateway.ForgetCA(caID)
 	}
 }

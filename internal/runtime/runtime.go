@@ -87,8 +87,11 @@ type Sandbox struct {
 
 // Status is what the driver knows of a sandbox's state.
 type Status struct {
-	// Running reports whether the sandbox's processes are alive.
+	// Running reports whether the sandbox's processes are alive (also when Paused).
 	Running bool
+	// Paused reports that the sandbox is frozen (after a checkpoint that did not leave it running); a
+	// Pauser thaws it.
+	Paused bool
 	// Reason explains why a sandbox that is not running stopped (e.g. "out of memory (limit 512 MiB)").
 	Reason string
 }
@@ -128,6 +131,13 @@ type CheckpointOptions struct {
 type Checkpointer interface {
 	// Checkpoint writes the sandbox's state into imageDir.
 	Checkpoint(ctx context.Context, id, imageDir string, opts CheckpointOptions) error
+}
+
+// Pauser is implemented by drivers whose checkpoints leave a sandbox frozen rather than gone, so that a
+// pause abandoned (the snapshot could not be stored, or the node restarted) can let it run on.
+type Pauser interface {
+	// Unpause lets a frozen sandbox run again and sends it WakeSignal. A running sandbox is left alone.
+	Unpause(ctx context.Context, id string) error
 }
 
 // Restorer is implemented by drivers that can boot a sandbox from a checkpoint image. Restoring the same

@@ -128,6 +128,12 @@ func newCA(sandboxID string, cert *x509.Certificate, key *ecdsa.PrivateKey) *CA 
 	}
 }
 
+// ForSandbox returns the same CA (certificate and key) bound to another ID, for storage under it: the
+// sandboxes of a fork trust the CA their parent's trust store holds.
+func (c *CA) ForSandbox(id string) *CA {
+	return newCA(id, c.cert, c.key)
+}
+
 // SandboxID reports the sandbox the CA belongs to.
 func (c *CA) SandboxID() string { return c.sandboxID }
 

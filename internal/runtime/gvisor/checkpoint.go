@@ -25,7 +25,34 @@ const (
 var (
 	_ runtime.Checkpointer = (*Driver)(nil)
 	_ runtime.Restorer     = (*Driver)(nil)
+	_ runtime.Pauser       = (*Driver)(nil)
 )
+
+// Unpause resumes a sandbox a checkpoint left paused, or whose daemon a checkpoint left quiesced, and
+// wakes its daemon, waiting until it listens again. See runtime.Pauser.
+func (d *Driver) Unpause(ctx context.Context, id string) error {
+	st, err := d.state(ctx, id)
+	if err != nil {
+		return err
+	}
+	_, serr := os.Stat(d.LinkSocketPath(id))
+	switch {
+	case st.Status == "paused":
+		if err := d.runscQuiet(ctx, "resume", id); err != nil {
+			return fmt.Errorf("gvisor: unpause %s: %w", id, err)
+		}
+	case serr == nil:
+		return nil // running and listening
+	}
+	// Paused, or running with its daemon quiesced (a checkpoint interrupted before it froze the sandbox).
+	if err := d.wake(ctx, id); err != nil {
+		return fmt.Errorf("gvisor: unpause %s: %w", id, err)
+	}
+	if err := waitForFile(ctx, d.LinkSocketPath(id), 15*time.Second); err != nil {
+		return fmt.Errorf("gvisor: unpause %s: daemon did not listen again: %w", id, err)
+	}
+	return nil
+}
 
 // Checkpoint saves the sandbox's memory, kernel state and writable layer into imageDir (which must be
 // empty or missing): runsc's image in imageDir/memory, the layer in imageDir/fs.tar. The sandbox is

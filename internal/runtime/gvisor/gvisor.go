@@ -264,8 +264,12 @@ func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) 
 	if err != nil {
 		return runtime.Status{}, err
 	}
-	if st.Status == "running" && st.Pid > 0 && unix.Kill(st.Pid, 0) == nil {
+	alive := st.Pid > 0 && unix.Kill(st.Pid, 0) == nil
+	if st.Status == "running" && alive {
 		return runtime.Status{Running: true}, nil
+	}
+	if st.Status == "paused" && alive {
+		return runtime.Status{Running: true, Paused: true}, nil
 	}
 	return runtime.Status{Running: false, Reason: d.stopReason(id)}, nil
 }
@@ -276,7 +280,7 @@ func (d *Driver) Wait(ctx context.Context, id string) (runtime.Status, error) {
 	if err != nil {
 		return runtime.Status{}, err
 	}
-	if st.Status != "running" || st.Pid <= 0 {
+	if (st.Status != "running" && st.Status != "paused") || st.Pid <= 0 {
 		return runtime.Status{Reason: d.stopReason(id)}, nil
 	}
 	if err := waitPID(ctx, st.Pid); err != nil {

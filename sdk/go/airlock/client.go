@@ -187,8 +187,21 @@ func (c *Client) doJSONHeader(ctx context.Context, method, path string, q url.Va
 
 // sandboxPath returns /v1/sandboxes/{id} followed by the escaped elements of rest.
 func sandboxPath(id string, rest ...string) string {
+	return objectPath("/v1/sandboxes/", id, rest...)
+}
+
+// workPath is the path of exec, process and file work on id: a sandbox, or a session ("se_…"), whose
+// work goes to its current sandbox (resuming it first if it is paused and resumes automatically).
+func workPath(id string, rest ...string) string {
+	if strings.HasPrefix(id, "se_") {
+		return objectPath("/v1/sessions/", id, rest...)
+	}
+	return sandboxPath(id, rest...)
+}
+
+func objectPath(prefix, id string, rest ...string) string {
 	var b strings.Builder
-	b.WriteString("/v1/sandboxes/")
+	b.WriteString(prefix)
 	b.WriteString(url.PathEscape(id))
 	for _, r := range rest {
 		b.WriteString("/")

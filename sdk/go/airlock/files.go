@@ -10,6 +10,10 @@ import (
 )
 
 // Paths inside a sandbox are absolute; the server rejects relative paths and ".." elements.
+//
+// Wherever these methods (and Exec, the process and stream methods) take a sandbox id, a session ID
+// ("se_…") works too: the work goes to the session's current sandbox, which is resumed first if the
+// session is paused and resumes automatically.
 
 func pathQuery(path string) url.Values { return url.Values{"path": {path}} }
 
@@ -31,7 +35,7 @@ func (c *Client) ReadFile(ctx context.Context, id, path string) ([]byte, error) 
 // ReadFileStream returns the contents of the file at path in the sandbox id as a stream. The caller must
 // close it; ctx bounds the reading.
 func (c *Client) ReadFileStream(ctx context.Context, id, path string) (io.ReadCloser, error) {
-	resp, err := c.do(ctx, request{method: http.MethodGet, path: sandboxPath(id, "files"), query: pathQuery(path)})
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: workPath(id, "files"), query: pathQuery(path)})
 	if err != nil {
 		return nil, fmt.Errorf("read file %s in sandbox %s: %w", path, id, err)
 	}
@@ -49,7 +53,7 @@ func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, mo
 	if r == nil {
 		r = http.NoBody
 	}
-	resp, err := c.do(ctx, request{method: http.MethodPut, path: sandboxPath(id, "files"), query: q, body: r,
+	resp, err := c.do(ctx, request{method: http.MethodPut, path: workPath(id, "files"), query: q, body: r,
 		contentType: "application/octet-stream"})
 	if err != nil {
 		return nil, fmt.Errorf("write file %s in sandbox %s: %w", path, id, err)
@@ -80,7 +84,7 @@ func unixMode(m fs.FileMode) uint32 {
 // Stat describes path in the sandbox id, without following a final symlink.
 func (c *Client) Stat(ctx context.Context, id, path string) (*FileInfo, error) {
 	var fi FileInfo
-	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "files", "stat"), pathQuery(path), nil, &fi, nil); err != nil {
+	if err := c.doJSON(ctx, http.MethodGet, workPath(id, "files", "stat"), pathQuery(path), nil, &fi, nil); err != nil {
 		return nil, fmt.Errorf("stat %s in sandbox %s: %w", path, id, err)
 	}
 	return &fi, nil
@@ -89,7 +93,7 @@ func (c *Client) Stat(ctx context.Context, id, path string) (*FileInfo, error) {
 // ListFiles returns the entries of the directory at path in the sandbox id.
 func (c *Client) ListFiles(ctx context.Context, id, path string) (*FileList, error) {
 	var l FileList
-	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "files", "list"), pathQuery(path), nil, &l, nil); err != nil {
+	if err := c.doJSON(ctx, http.MethodGet, workPath(id, "files", "list"), pathQuery(path), nil, &l, nil); err != nil {
 		return nil, fmt.Errorf("list %s in sandbox %s: %w", path, id, err)
 	}
 	return &l, nil
@@ -99,7 +103,7 @@ func (c *Client) ListFiles(ctx context.Context, id, path string) (*FileList, err
 // not an error.
 func (c *Client) Mkdir(ctx context.Context, id, path string) (*FileInfo, error) {
 	var fi FileInfo
-	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "files", "mkdir"), nil, MkdirRequest{Path: path}, &fi, nil); err != nil {
+	if err := c.doJSON(ctx, http.MethodPost, workPath(id, "files", "mkdir"), nil, MkdirRequest{Path: path}, &fi, nil); err != nil {
 		return nil, fmt.Errorf("mkdir %s in sandbox %s: %w", path, id, err)
 	}
 	return &fi, nil
@@ -108,7 +112,7 @@ func (c *Client) Mkdir(ctx context.Context, id, path string) (*FileInfo, error) 
 // Move moves or renames from to to in the sandbox id and describes it at its new place.
 func (c *Client) Move(ctx context.Context, id, from, to string) (*FileInfo, error) {
 	var fi FileInfo
-	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "files", "move"), nil, MoveRequest{From: from, To: to}, &fi, nil); err != nil {
+	if err := c.doJSON(ctx, http.MethodPost, workPath(id, "files", "move"), nil, MoveRequest{From: from, To: to}, &fi, nil); err != nil {
 		return nil, fmt.Errorf("move %s to %s in sandbox %s: %w", from, to, id, err)
 	}
 	return &fi, nil
@@ -120,7 +124,7 @@ func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) er
 	if recursive {
 		q.Set("recursive", "true")
 	}
-	if err := c.doJSON(ctx, http.MethodDelete, sandboxPath(id, "files"), q, nil, nil, nil); err != nil {
+	if err := c.doJSON(ctx, http.MethodDelete, workPath(id, "files"), q, nil, nil, nil); err != nil {
 		return fmt.Errorf("remove %s in sandbox %s: %w", path, id, err)
 	}
 	return nil
@@ -129,7 +133,7 @@ func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) er
 // DownloadTar returns a tar archive of the file or directory tree at path in the sandbox id, its entry
 // names starting at path's base name. The caller must close it; ctx bounds the reading.
 func (c *Client) DownloadTar(ctx context.Context, id, path string) (io.ReadCloser, error) {
-	resp, err := c.do(ctx, request{method: http.MethodGet, path: sandboxPath(id, "files", "tar"), query: pathQuery(path)})
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: workPath(id, "files", "tar"), query: pathQuery(path)})
 	if err != nil {
 		return nil, fmt.Errorf("download %s from sandbox %s: %w", path, id, err)
 	}
@@ -138,7 +142,7 @@ func (c *Client) DownloadTar(ctx context.Context, id, path string) (io.ReadClose
 
 // UploadTar extracts the tar archive read from r into the existing directory dir of the sandbox id.
 func (c *Client) UploadTar(ctx context.Context, id, dir string, r io.Reader) error {
-	resp, err := c.do(ctx, request{method: http.MethodPut, path: sandboxPath(id, "files", "tar"), query: pathQuery(dir), body: r,
+	resp, err := c.do(ctx, request{method: http.MethodPut, path: workPath(id, "files", "tar"), query: pathQuery(dir), body: r,
 		contentType: "application/x-tar"})
 	if err != nil {
 		return fmt.Errorf("upload to %s in sandbox %s: %w", dir, id, err)

@@ -11,7 +11,7 @@ import (
 // that exits non-zero is not an error: check ExitCode. req.PTY is not allowed here; use ExecStream.
 func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (*ExecResult, error) {
 	var res ExecResult
-	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "exec"), nil, req, &res, nil); err != nil {
+	if err := c.doJSON(ctx, http.MethodPost, workPath(id, "exec"), nil, req, &res, nil); err != nil {
 		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
 	}
 	return &res, nil
@@ -20,7 +20,7 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRes
 // ListProcesses returns the processes started in the sandbox id, running or exited.
 func (c *Client) ListProcesses(ctx context.Context, id string) (*ProcessList, error) {
 	var l ProcessList
-	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "processes"), nil, nil, &l, nil); err != nil {
+	if err := c.doJSON(ctx, http.MethodGet, workPath(id, "processes"), nil, nil, &l, nil); err != nil {
 		return nil, fmt.Errorf("list processes of sandbox %s: %w", id, err)
 	}
 	return &l, nil
@@ -29,7 +29,7 @@ func (c *Client) ListProcesses(ctx context.Context, id string) (*ProcessList, er
 // SignalProcess sends signal (a name such as "TERM" or "SIGKILL", or a number) to the process processID
 // of the sandbox id.
 func (c *Client) SignalProcess(ctx context.Context, id, processID, signal string) error {
-	err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "processes", url.PathEscape(processID), "signal"), nil,
+	err := c.doJSON(ctx, http.MethodPost, workPath(id, "processes", url.PathEscape(processID), "signal"), nil,
 		SignalRequest{Signal: signal}, nil, nil)
 	if err != nil {
 		return fmt.Errorf("signal process %s of sandbox %s: %w", processID, id, err)

@@ -34,21 +34,9 @@ func WithReplayed(replayed *bool) CallOption {
 // CreateSandbox creates and boots a sandbox and returns it once it accepts work. A sandbox that failed to
 // boot is returned without an error, with State StateFailed and a Reason: check State.
 func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest, opts ...CallOption) (*Sandbox, error) {
-	var o callOptions
-	for _, f := range opts {
-		f(&o)
-	}
-	var hdr http.Header
-	if o.idempotencyKey != "" {
-		hdr = http.Header{"Idempotency-Key": {o.idempotencyKey}}
-	}
 	var sb Sandbox
-	respHdr, err := c.doJSONHeader(ctx, http.MethodPost, "/v1/sandboxes", nil, req, &sb, hdr)
-	if err != nil {
+	if err := c.idempotentPost(ctx, "/v1/sandboxes", req, &sb, opts); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
-	}
-	if o.replayed != nil {
-		*o.replayed = respHdr.Get("Idempotent-Replayed") == "true"
 	}
 	return &sb, nil
 }

@@ -85,7 +85,7 @@ type Stream struct {
 //
 // ctx bounds the whole stream, not only its start. The caller must call Close.
 func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, opts StreamOptions) (*Stream, error) {
-	s, err := c.dialStream(ctx, sandboxPath(id, "exec", "stream"), nil, opts)
+	s, err := c.dialStream(ctx, workPath(id, "exec", "stream"), nil, opts)
 	if err != nil {
 		return nil, fmt.Errorf("exec stream in sandbox %s: %w", id, err)
 	}
@@ -122,7 +122,7 @@ func (c *Client) Attach(ctx context.Context, id, processID string, opts AttachOp
 	if opts.StderrOffset != nil {
 		q.Set("stderr_offset", strconv.FormatInt(*opts.StderrOffset, 10))
 	}
-	path := sandboxPath(id, "processes", url.PathEscape(processID), "attach")
+	path := workPath(id, "processes", url.PathEscape(processID), "attach")
 	s, err := c.dialStream(ctx, path, q, opts.StreamOptions)
 	if err != nil {
 		return nil, fmt.Errorf("attach to process %s of sandbox %s: %w", processID, id, err)

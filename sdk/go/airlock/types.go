@@ -429,3 +429,105 @@ type ConnectionSignIn struct {
 type ConnectionList struct {
 	Connections []Connection `json:"connections"`
 }
+
+// CreateSessionRequest is the body of POST /v1/sessions: a sandbox request without a timeout, plus
+// when to pause.
+type CreateSessionRequest struct {
+	Template string            `json:"template,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	CPU      int               `json:"cpu,omitempty"`
+	MemoryMB int               `json:"memory_mb,omitempty"`
+	DiskMB   int               `json:"disk_mb,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Network  *NetworkPolicy    `json:"network,omitempty"`
+	// IdleTimeoutSeconds pauses the session after that long without exec, file or port work; nil is
+	// 600, 0 never pauses it.
+	IdleTimeoutSeconds *int `json:"idle_timeout_seconds,omitempty"`
+	// AutoResume resumes the paused session when work arrives for it; nil is true.
+	AutoResume *bool `json:"auto_resume,omitempty"`
+}
+
+// Session states.
+const (
+	SessionCreating = "creating"
+	SessionRunning  = "running"
+	SessionPausing  = "pausing"
+	SessionPaused   = "paused"
+	SessionResuming = "resuming"
+	SessionFailed   = "failed"
+	SessionDeleting = "deleting"
+	SessionDeleted  = "deleted"
+)
+
+// Session is long-lived work: it runs in one sandbox at a time, pauses into a snapshot of memory and
+// files, resumes into a new sandbox, and forks.
+type Session struct {
+	ID                   string            `json:"id"`
+	State                string            `json:"state"`
+	Reason               string            `json:"reason,omitempty"`
+	Template             string            `json:"template"`
+	CPU                  int               `json:"cpu"`
+	MemoryMB             int               `json:"memory_mb"`
+	DiskMB               int               `json:"disk_mb"`
+	Metadata             map[string]string `json:"metadata"`
+	Network              *NetworkPolicy    `json:"network,omitempty"`
+	IdleTimeoutSeconds   int               `json:"idle_timeout_seconds"`
+	AutoResume           bool              `json:"auto_resume"`
+	SandboxID            string            `json:"sandbox_id,omitempty"`
+	HeadSnapshotID       string            `json:"head_snapshot_id,omitempty"`
+	ParentSessionID      string            `json:"parent_session_id,omitempty"`
+	ForkedFromSnapshotID string            `json:"forked_from_snapshot_id,omitempty"`
+	CreatedAt            time.Time         `json:"created_at"`
+	UpdatedAt            time.Time         `json:"updated_at"`
+	LastActivityAt       time.Time         `json:"last_activity_at"`
+	PausedAt             *time.Time        `json:"paused_at,omitempty"`
+}
+
+// SessionList is the response of GET /v1/sessions.
+type SessionList struct {
+	Sessions   []Session `json:"sessions"`
+	NextCursor string    `json:"next_cursor,omitempty"`
+}
+
+// ForkSessionRequest is the body of POST /v1/sessions/{id}/fork.
+type ForkSessionRequest struct {
+	// Count is how many sessions to make, 1 to 100.
+	Count int `json:"count"`
+	// SnapshotID forks from that snapshot; empty forks from the session's current state.
+	SnapshotID string `json:"snapshot_id,omitempty"`
+}
+
+// ForkSessionResult is the response of POST /v1/sessions/{id}/fork.
+type ForkSessionResult struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// CreateSnapshotRequest is the body of POST /v1/sessions/{id}/snapshots.
+type CreateSnapshotRequest struct {
+	// Name is optional, unique within the session.
+	Name string `json:"name,omitempty"`
+}
+
+// Snapshot is a saved state of a session: memory, processes and files.
+type Snapshot struct {
+	ID        string `json:"id"`
+	SessionID string `json:"session_id"`
+	ParentID  string `json:"parent_id,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// Trigger is "manual", "pause", "fork" or "rolling".
+	Trigger string `json:"trigger"`
+	// State is "writing", "complete" or "failed".
+	State        string     `json:"state"`
+	Reason       string     `json:"reason,omitempty"`
+	Pinned       bool       `json:"pinned"`
+	LogicalBytes int64      `json:"logical_bytes"`
+	StoredBytes  int64      `json:"stored_bytes"`
+	CreatedAt    time.Time  `json:"created_at"`
+	CompletedAt  *time.Time `json:"completed_at,omitempty"`
+}
+
+// SnapshotList is the response of GET /v1/sessions/{id}/snapshots.
+type SnapshotList struct {
+	Snapshots  []Snapshot `json:"snapshots"`
+	NextCursor string     `json:"next_cursor,omitempty"`
+}

@@ -1,0 +1,316 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+func newSessionCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "session",
+		Aliases: []string{"se"},
+		Short:   "Long-lived work: create, pause, resume, fork and snapshot sessions",
+		Long: `A session runs in one sandbox at a time. Pausing it saves the sandbox's memory, processes and files into
+an encrypted snapshot and destroys the sandbox; resuming restores a new sandbox from it and the processes
+continue; forking restores one snapshot into new sessions. A session pauses by itself when idle and
+resumes when work arrives. exec, shell, cp and ps take a session ID wherever they take a sandbox.`,
+	}
+	cmd.AddCommand(newSessionCreateCmd(g), newSessionLsCmd(g), newSessionGetCmd(g),
+		newSessionActionCmd(g, "pause", "Snapshot a running session and destroy its sandbox", (*airlock.Client).PauseSession),
+		newSessionActionCmd(g, "resume", "Restore a paused session into a new sandbox", (*airlock.Client).ResumeSession),
+		newSessionRmCmd(g), newSessionForkCmd(g), newSessionSnapshotCmd(g), newSessionSnapshotsCmd(g))
+	return cmd
+}
+
+func newSessionCreateCmd(g *globals) *cobra.Command {
+	var template, cpu, memory, disk, idle, idemKey string
+	var env, metadata []string
+	var noAutoResume bool
+	var nf networkFlags
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create a session and boot its first sandbox; prints its ID",
+		Example: `  airlock session create --memory 2G --idle-timeout 30m --metadata task=refactor
+  airlock session create --allow api.openai.com:443 --idle-timeout 0`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			req := airlock.CreateSessionRequest{Template: template}
+			var err error
+			if req.CPU, err = parseCPU(cpu); err != nil {
+				return err
+			}
+			if req.MemoryMB, err = parseMiB("--memory", memory); err != nil {
+				return err
+			}
+			if req.DiskMB, err = parseMiB("--disk", disk); err != nil {
+				return err
+			}
+			if idle != "" {
+				n := 0
+				if idle != "0" {
+					if n, err = parseSeconds("--idle-timeout", idle); err != nil {
+						return err
+					}
+				}
+				req.IdleTimeoutSeconds = &n
+			}
+			if noAutoResume {
+				f := false
+				req.AutoResume = &f
+			}
+			if req.Env, err = parseKV(env, "env", true); err != nil {
+				return err
+			}
+			if req.Metadata, err = parseKV(metadata, "metadata", false); err != nil {
+				return err
+			}
+			if nf.set() {
+				if req.Network, err = nf.policy(); err != nil {
+					return err
+				}
+			}
+			var opts []airlock.CallOption
+			if idemKey != "" {
+				opts = append(opts, airlock.WithIdempotencyKey(idemKey))
+			}
+			se, err := g.client().CreateSession(cmd.Context(), req, opts...)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				if err := printJSON(g.Out, se); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(g.Out, se.ID)
+			}
+			if se.State == airlock.SessionFailed {
+				return fmt.Errorf("session %s failed to start: %s", se.ID, se.Reason)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&template, "template", "", `the template to boot (default "default")`)
+	f.StringVar(&cpu, "cpu", "", "CPU quota: cores (0.5, 2) or millicores (500m); default 1 core")
+	f.StringVar(&memory, "memory", "", "memory limit: MiB, or a size such as 2G; default 512 MiB")
+	f.StringVar(&disk, "disk", "", "size of the writable disk: MiB, or a size such as 4G; default 1 GiB")
+	f.StringVar(&idle, "idle-timeout", "", "pause after this long without exec or file work: seconds or a duration (10m); 0 never; default 10m")
+	f.BoolVar(&noAutoResume, "no-auto-resume", false, "do not resume the paused session when work arrives for it")
+	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE in the first sandbox's environment; a bare KEY copies it from here (repeatable)")
+	f.StringArrayVarP(&metadata, "metadata", "l", nil, "KEY=VALUE label (repeatable)")
+	f.StringVar(&idemKey, "idempotency-key", "", "a key that makes retries of this create return the same session")
+	nf.add(cmd)
+	return cmd
+}
+
+func newSessionLsCmd(g *globals) *cobra.Command {
+	var states []string
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List sessions",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			opts := airlock.ListOptions{States: states}
+			all := airlock.SessionList{Sessions: []airlock.Session{}}
+			for {
+				l, err := g.client().ListSessions(cmd.Context(), opts)
+				if err != nil {
+					return err
+				}
+				all.Sessions = append(all.Sessions, l.Sessions...)
+				if l.NextCursor == "" {
+					break
+				}
+				opts.Cursor = l.NextCursor
+			}
+			if g.json {
+				return printJSON(g.Out, all)
+			}
+			t := newTable(g.Out, "ID", "STATE", "SANDBOX", "HEAD SNAPSHOT", "LAST ACTIVITY", "REASON")
+			for _, se := range all.Sessions {
+				t.row(se.ID, se.State, dash(se.SandboxID), dash(se.HeadSnapshotID), se.LastActivityAt.Local().Format(time.DateTime), se.Reason)
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().StringSliceVar(&states, "state", nil, "keep sessions in these states (running,paused,…)")
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newSessionGetCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get SESSION",
+		Short: "Show a session",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			se, err := g.client().GetSession(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(g.Out, se)
+		},
+	}
+}
+
+func newSessionActionCmd(g *globals, name, short string, call func(*airlock.Client, context.Context, string) (*airlock.Session, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   name + " SESSION",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			start := time.Now()
+			se, err := call(g.client(), cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, se)
+			}
+			fmt.Fprintf(g.Out, "%s %s in %s\n", se.ID, se.State, time.Since(start).Round(time.Millisecond))
+			return nil
+		},
+	}
+}
+
+func newSessionRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm SESSION...",
+		Aliases: []string{"remove", "delete"},
+		Short:   "Delete sessions: their sandboxes and the snapshots no fork needs",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			failed := false
+			for _, id := range args {
+				if err := g.client().DeleteSession(cmd.Context(), id); err != nil {
+					fmt.Fprintf(g.Err, "airlock: %s\n", g.explain(err))
+					failed = true
+					continue
+				}
+				if !g.json {
+					fmt.Fprintln(g.Out, id)
+				}
+			}
+			if failed {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+}
+
+func newSessionForkCmd(g *globals) *cobra.Command {
+	var req airlock.ForkSessionRequest
+	var idemKey string
+	cmd := &cobra.Command{
+		Use:   "fork SESSION",
+		Short: "Make new sessions from a session's current state (or a snapshot); prints their IDs",
+		Example: `  airlock session fork se_… --count 10
+  airlock session fork se_… --snapshot sn_…`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			var opts []airlock.CallOption
+			if idemKey != "" {
+				opts = append(opts, airlock.WithIdempotencyKey(idemKey))
+			}
+			res, err := g.client().ForkSession(cmd.Context(), args[0], req, opts...)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, res)
+			}
+			var bad []string
+			for _, se := range res.Sessions {
+				fmt.Fprintln(g.Out, se.ID)
+				if se.State != airlock.SessionRunning {
+					bad = append(bad, se.ID+": "+se.Reason)
+				}
+			}
+			if len(bad) > 0 {
+				return fmt.Errorf("%d forks did not start:\n%s", len(bad), strings.Join(bad, "\n"))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&req.Count, "count", 1, "how many sessions to make (1-100)")
+	cmd.Flags().StringVar(&req.SnapshotID, "snapshot", "", "fork from this snapshot instead of the current state")
+	cmd.Flags().StringVar(&idemKey, "idempotency-key", "", "a key that makes retries of this fork return the same sessions")
+	return cmd
+}
+
+func newSessionSnapshotCmd(g *globals) *cobra.Command {
+	var req airlock.CreateSnapshotRequest
+	cmd := &cobra.Command{
+		Use:   "snapshot SESSION",
+		Short: "Snapshot a running session now; it keeps running. Prints the snapshot's ID",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			sn, err := g.client().SnapshotSession(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, sn)
+			}
+			fmt.Fprintln(g.Out, sn.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.Name, "name", "", "a name for the snapshot, unique within the session")
+	return cmd
+}
+
+func newSessionSnapshotsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "snapshots SESSION",
+		Short: "List a session's snapshots, oldest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			opts := airlock.ListOptions{}
+			all := airlock.SnapshotList{Snapshots: []airlock.Snapshot{}}
+			for {
+				l, err := g.client().ListSnapshots(cmd.Context(), args[0], opts)
+				if err != nil {
+					return err
+				}
+				all.Snapshots = append(all.Snapshots, l.Snapshots...)
+				if l.NextCursor == "" {
+					break
+				}
+				opts.Cursor = l.NextCursor
+			}
+			if g.json {
+				return printJSON(g.Out, all)
+			}
+			t := newTable(g.Out, "ID", "NAME", "TRIGGER", "STATE", "CREATED", "SIZE", "NEW BYTES")
+			for _, sn := range all.Snapshots {
+				t.row(sn.ID, dash(sn.Name), sn.Trigger, sn.State, sn.CreatedAt.Local().Format(time.DateTime),
+					fmt.Sprintf("%.1f MiB", float64(sn.LogicalBytes)/(1<<20)), fmt.Sprintf("%.1f MiB", float64(sn.StoredBytes)/(1<<20)))
+			}
+			return t.flush()
+		},
+	}
+}

@@ -1,0 +1,977 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/faultinject"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/snapshot"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// Sessions: long-lived work around sandboxes. A session runs in one sandbox at a time; pausing it
+// checkpoints the sandbox (memory, processes, files) into a snapshot in the snapshot store and destroys
+// the sandbox; resuming restores a new sandbox from the session's head snapshot; forking restores one
+// snapshot into several new sessions. Every step is recorded in the Store before and after it runs, so a
+// restart finds each session running or paused with a complete snapshot (see reconcileSessions).
+
+// SessionMetadataKey marks a sandbox that runs a session: its value is the session's ID. Keys under
+// "airlock." are reserved; users cannot set them.
+const SessionMetadataKey = "airlock.session"
+
+// Defaults and bounds of sessions.
+const (
+	// DefaultIdleTimeout is how long a session may go without exec, file or port activity before it is
+	// paused, unless the request says otherwise.
+	DefaultIdleTimeout = 10 * time.Minute
+	MaxIdleTimeout     = 7 * 24 * time.Hour
+	// MaxFork bounds the sessions one fork makes.
+	MaxFork = 100
+	// forkParallelism bounds the restores a fork runs at once.
+	forkParallelism = 4
+)
+
+// SessionRequest asks for a new session. Zero fields take the defaults; TimeoutSeconds must be zero (a
+// session ends when deleted; it pauses when idle).
+type SessionRequest struct {
+	CreateRequest
+	// IdleTimeoutSeconds pauses the session after that long without activity; 0 never does.
+	IdleTimeoutSeconds int
+	// AutoResume resumes the paused session when exec, file or port work arrives for it.
+	AutoResume bool
+}
+
+func (r *SessionRequest) normalize() error {
+	if r.TimeoutSeconds != 0 {
+		return invalid("a session has no timeout_seconds: it lives until deleted and pauses after idle_timeout_seconds")
+	}
+	if r.IdleTimeoutSeconds < 0 || time.Duration(r.IdleTimeoutSeconds)*time.Second > MaxIdleTimeout {
+		return invalid("idle_timeout_seconds must be between 0 (never) and %d, got %d", int(MaxIdleTimeout/time.Second), r.IdleTimeoutSeconds)
+	}
+	if err := r.CreateRequest.normalize(); err != nil {
+		return err
+	}
+	r.TimeoutSeconds = 0
+	return nil
+}
+
+// snapshotStore returns the snapshot store, or an error when this control plane has none.
+func (s *Service) snapshotStore() (*snapshot.Store, error) {
+	if s.snapshots == nil || s.scratch == "" {
+		return nil, fmt.Errorf("this control plane keeps no snapshots: %w", errdefs.ErrFailedPrecondition)
+	}
+	return s.snapshots, nil
+}
+
+// CreateSession records a new session and boots its first sandbox. It returns the session running, or
+// failed with the reason when the boot failed (the error then says why too).
+func (s *Service) CreateSession(ctx context.Context, tenantID string, req SessionRequest) (store.Session, error) {
+	if _, err := s.snapshotStore(); err != nil {
+		return store.Session{}, err
+	}
+	if err := req.normalize(); err != nil {
+		return store.Session{}, err
+	}
+	if err := s.node.CheckTemplate(ctx, req.Template); err != nil {
+		return store.Session{}, err
+	}
+	var netJSON []byte
+	if req.Network != nil {
+		var err error
+		if netJSON, err = json.Marshal(*req.Network); err != nil {
+			return store.Session{}, fmt.Errorf("encode network policy: %w", err)
+		}
+	}
+	se, err := s.store.CreateSession(ctx, store.Session{
+		ID:       store.NewID("se"),
+		TenantID: tenantID,
+		State:    store.SessionCreating,
+		Spec: store.SessionSpec{Template: req.Template, CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB,
+			DiskMB: req.DiskMB, NetworkPolicy: netJSON},
+		Metadata:           req.Metadata,
+		IdleTimeoutSeconds: req.IdleTimeoutSeconds,
+		AutoResume:         req.AutoResume,
+		CreatedAt:          s.now(),
+	})
+	if err != nil {
+		return store.Session{}, fmt.Errorf("create session: %w", err)
+	}
+	unlock := s.locks.Lock(se.ID)
+	defer unlock()
+	// The boot goes on if the caller goes away: the record exists and must end in a settled state.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	env := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	sb, berr := s.startSessionSandbox(bctx, se, env, "")
+	if berr != nil {
+		failed, err := s.updateSession(bctx, se, func(se *store.Session) error {
+			return setSessionState(se, store.SessionFailed, "boot failed")
+		})
+		if err != nil {
+			return store.Session{}, errors.Join(berr, err)
+		}
+		return failed, fmt.Errorf("create session %s: %w", se.ID, berr)
+	}
+	return s.updateSession(bctx, se, func(se *store.Session) error {
+		se.SandboxID = sb.ID
+		se.LastActivityAt = s.now()
+		return setSessionState(se, store.SessionRunning, "")
+	})
+}
+
+// startSessionSandbox records a sandbox for se and boots it: anew with env (imageDir ""), or restored
+// from the checkpoint image in imageDir. It returns the sandbox running; on failure the sandbox is
+// recorded failed and nothing of it is left on the node.
+func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env []string, imageDir string) (store.Sandbox, error) {
+	p, err := SessionNetworkPolicy(se)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	sb, err := s.store.CreateSandbox(ctx, store.Sandbox{
+		ID:            store.NewID("sb"),
+		TenantID:      se.TenantID,
+		NodeID:        s.node.ID(),
+		Template:      se.Spec.Template,
+		State:         store.StateCreating,
+		Spec:          store.SandboxSpec{CPUMillicores: se.Spec.CPUMillicores, MemoryMB: se.Spec.MemoryMB, DiskMB: se.Spec.DiskMB},
+		Metadata:      map[string]string{SessionMetadataKey: se.ID},
+		NetworkPolicy: se.Spec.NetworkPolicy,
+		CreatedAt:     s.now(),
+	})
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("session %s: record sandbox: %w", se.ID, err)
+	}
+	unlock := s.locks.Lock(sb.ID)
+	defer unlock()
+	req := node.CreateRequest{
+		ID:       sb.ID,
+		TenantID: se.TenantID,
+		Template: se.Spec.Template,
+		Env:      env,
+		Limits: runtime.Limits{CPUMillis: int64(se.Spec.CPUMillicores), MemoryBytes: int64(se.Spec.MemoryMB) << 20,
+			DiskBytes: int64(se.Spec.DiskMB) << 20},
+		Network: p,
+		CAID:    se.ID,
+	}
+	if imageDir == "" {
+		err = s.node.CreateSandbox(ctx, req)
+	} else {
+		err = s.node.RestoreSandbox(ctx, req, imageDir)
+	}
+	if err != nil {
+		s.log.Error("boot session sandbox", "session", se.ID, "sandbox", sb.ID, "err", err)
+		if _, terr := s.transition(ctx, sb, store.StateFailed, "boot failed"); terr != nil {
+			err = errors.Join(err, terr)
+		}
+		return store.Sandbox{}, err
+	}
+	started := s.now()
+	return s.update(ctx, sb, func(sb *store.Sandbox) error {
+		if err := store.CheckTransition(sb.State, store.StateRunning); err != nil {
+			return err
+		}
+		sb.State, sb.StartedAt = store.StateRunning, &started
+		return nil
+	})
+}
+
+// setSessionState moves se to state to, with reason (kept when empty), checking the transition.
+func setSessionState(se *store.Session, to store.SessionState, reason string) error {
+	if err := store.CheckSessionTransition(se.State, to); err != nil {
+		return err
+	}
+	se.State = to
+	if reason != "" || to == store.SessionRunning {
+		se.Reason = reason
+	}
+	return nil
+}
+
+// updateSession applies f to the stored session and saves it, re-reading and retrying when another
+// writer changed it in between.
+func (s *Service) updateSession(ctx context.Context, se store.Session, f func(*store.Session) error) (store.Session, error) {
+	for attempt := 0; ; attempt++ {
+		next := se
+		next.Metadata = cloneMap(se.Metadata)
+		if err := f(&next); err != nil {
+			return se, err
+		}
+		saved, err := s.store.UpdateSession(ctx, next)
+		if err == nil {
+			return saved, nil
+		}
+		if !errors.Is(err, errdefs.ErrConflict) || attempt >= 5 {
+			return se, fmt.Errorf("update session %s: %w", se.ID, err)
+		}
+		fresh, gerr := s.store.GetSession(ctx, se.TenantID, se.ID)
+		if gerr != nil {
+			return se, fmt.Errorf("update session %s: %w", se.ID, gerr)
+		}
+		if fresh.Version == se.Version {
+			return se, fmt.Errorf("update session %s: %w", se.ID, err) // an illegal transition, not a race
+		}
+		se = fresh
+	}
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// GetSession returns the tenant's session.
+func (s *Service) GetSession(ctx context.Context, tenantID, id string) (store.Session, error) {
+	se, err := s.store.GetSession(ctx, tenantID, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return se, fmt.Errorf("session %s not found: %w", id, errdefs.ErrNotFound)
+	}
+	return se, err
+}
+
+// ListSessions returns one page of the tenant's sessions.
+func (s *Service) ListSessions(ctx context.Context, tenantID string, f store.SessionFilter) ([]store.Session, string, error) {
+	return s.store.ListSessions(ctx, tenantID, f)
+}
+
+// PauseSession snapshots the session's sandbox (memory, processes, files) and destroys it. Pausing a
+// paused session returns it as it is.
+func (s *Service) PauseSession(ctx context.Context, tenantID, id string) (store.Session, error) {
+	unlock := s.locks.Lock(id)
+	defer unlock()
+	se, err := s.GetSession(ctx, tenantID, id)
+	if err != nil {
+		return se, err
+	}
+	switch se.State {
+	case store.SessionPaused:
+		return se, nil
+	case store.SessionRunning:
+	default:
+		return se, fmt.Errorf("session %s is %s; only a running session can be paused: %w", id, se.State, errdefs.ErrConflict)
+	}
+	return s.pauseLocked(context.WithoutCancel(ctx), se, "paused")
+}
+
+// pauseLocked pauses a running session. The caller holds its lock.
+//
+// Order, for crash safety: the session is recorded pausing and a snapshot writing; the sandbox is frozen
+// and checkpointed; the image goes into the snapshot store; the snapshot is recorded complete and the
+// session paused at it; only then is the sandbox destroyed. A failure before the record of the pause lets
+// the sandbox run on (the session is running again); a restart in between finds the frozen sandbox and
+// thaws it (see reconcileSessions).
+func (s *Service) pauseLocked(ctx context.Context, se store.Session, reason string) (store.Session, error) {
+	start := s.now()
+	se, err := s.updateSession(ctx, se, func(se *store.Session) error { return setSessionState(se, store.SessionPausing, "") })
+	if err != nil {
+		return se, err
+	}
+	faultinject.Crash("pause-recorded")
+	snap, err := s.snapshotSandbox(ctx, se, store.TriggerPause, "", false)
+	if err != nil {
+		s.log.Error("pause session", "session", se.ID, "err", err)
+		back, uerr := s.updateSession(ctx, se, func(se *store.Session) error {
+			return setSessionState(se, store.SessionRunning, "")
+		})
+		if uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+		return back, fmt.Errorf("pause session %s: %w", se.ID, err)
+	}
+	now := s.now()
+	sbID := se.SandboxID
+	se, err = s.updateSession(ctx, se, func(se *store.Session) error {
+		se.HeadSnapshotID, se.SandboxID, se.PausedAt = snap.ID, "", &now
+		return setSessionState(se, store.SessionPaused, reason)
+	})
+	if err != nil {
+		return se, fmt.Errorf("pause session %s: %w", se.ID, err)
+	}
+	faultinject.Crash("pause-session-paused")
+	s.destroySessionSandbox(ctx, se.TenantID, sbID, "session paused")
+	s.log.Info("session paused", "session", se.ID, "snapshot", snap.ID, "took", s.now().Sub(start),
+		"logical_bytes", snap.LogicalBytes, "new_bytes", snap.StoredBytes)
+	return se, nil
+}
+
+// destroySessionSandbox destroys a session's sandbox that the session no longer uses.
+func (s *Service) destroySessionSandbox(ctx context.Context, tenantID, sbID, reason string) {
+	if sbID == "" {
+		return
+	}
+	unlock := s.locks.Lock(sbID)
+	defer unlock()
+	sb, err := s.store.GetSandbox(ctx, tenantID, sbID)
+	if err != nil {
+		s.log.Warn("session sandbox record", "sandbox", sbID, "err", err)
+		_ = s.node.DestroySandbox(ctx, sbID)
+		return
+	}
+	if _, err := s.destroyLocked(ctx, sb, reason); err != nil {
+		s.log.Error("destroy session sandbox", "sandbox", sbID, "err", err)
+	}
+}
+
+// snapshotSandbox checkpoints the session's sandbox into a new snapshot of trigger and name and stores
+// it. With leaveRunning the sandbox runs on; without, it stays frozen (the caller destroys it) — unless
+// the snapshot fails, in which case it is thawed and runs on. The snapshot is recorded writing first and
+// complete (or failed) after.
+func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string, leaveRunning bool) (store.Snapshot, error) {
+	snaps, err := s.snapshotStore()
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	if se.SandboxID == "" {
+		return store.Snapshot{}, fmt.Errorf("session %s has no sandbox: %w", se.ID, errdefs.ErrFailedPrecondition)
+	}
+	snap, err := s.store.CreateSnapshot(ctx, store.Snapshot{
+		ID: store.NewID("sn"), TenantID: se.TenantID, SessionID: se.ID, ParentID: se.HeadSnapshotID,
+		Name: name, Trigger: trigger, State: store.SnapshotWriting, CreatedAt: s.now(),
+	})
+	if err != nil {
+		return store.Snapshot{}, fmt.Errorf("record snapshot: %w", err)
+	}
+	fail := func(cause error) (store.Snapshot, error) {
+		if _, err := s.updateSnapshot(ctx, snap, func(sn *store.Snapshot) error {
+			sn.State, sn.Reason = store.SnapshotFailed, truncateReason(cause.Error())
+			return nil
+		}); err != nil {
+			cause = errors.Join(cause, err)
+		}
+		return store.Snapshot{}, cause
+	}
+	dir := filepath.Join(s.scratch, snap.ID)
+	defer os.RemoveAll(dir)
+	t0 := s.now()
+	if err := s.node.CheckpointSandbox(ctx, se.SandboxID, dir, leaveRunning); err != nil {
+		return fail(fmt.Errorf("checkpoint: %w", err))
+	}
+	tCheckpoint := s.now().Sub(t0)
+	faultinject.Crash("snapshot-checkpointed")
+	m, err := s.storeImage(ctx, snaps, se, snap.ID, dir)
+	if err != nil {
+		if !leaveRunning {
+			if uerr := s.node.UnpauseSandbox(ctx, se.SandboxID); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("let the sandbox run on: %w", uerr))
+			}
+		}
+		return fail(fmt.Errorf("store snapshot: %w", err))
+	}
+	faultinject.Crash("snapshot-stored")
+	done := s.now()
+	snap, err = s.updateSnapshot(ctx, snap, func(sn *store.Snapshot) error {
+		sn.State, sn.CompletedAt = store.SnapshotComplete, &done
+		sn.LogicalBytes, sn.StoredBytes = m.Stats.LogicalBytes, m.Stats.NewStoredBytes
+		sn.Meta = map[string]string{"checkpoint_ms": fmt.Sprint(tCheckpoint.Milliseconds()),
+			"total_ms": fmt.Sprint(done.Sub(t0).Milliseconds())}
+		return nil
+	})
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	faultinject.Crash("snapshot-complete")
+	return snap, nil
+}
+
+// storeImage writes the files of a checkpoint image directory into the snapshot store as snapshot id.
+func (s *Service) storeImage(ctx context.Context, snaps *snapshot.Store, se store.Session, id, dir string) (snapshot.Manifest, error) {
+	var names []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			rel, _ := filepath.Rel(dir, p)
+			names = append(names, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		return snapshot.Manifest{}, err
+	}
+	sort.Strings(names)
+	w, err := snaps.NewWriter(ctx, se.TenantID, id)
+	if err != nil {
+		return snapshot.Manifest{}, err
+	}
+	defer w.Abort()
+	for _, name := range names {
+		f, err := os.Open(filepath.Join(dir, filepath.FromSlash(name)))
+		if err != nil {
+			return snapshot.Manifest{}, err
+		}
+		err = w.AddFile(ctx, name, f)
+		f.Close()
+		if err != nil {
+			return snapshot.Manifest{}, err
+		}
+	}
+	return w.Commit(ctx, map[string]string{"session": se.ID, "template": se.Spec.Template})
+}
+
+// updateSnapshot applies f to the stored snapshot and saves it, retrying on a concurrent change.
+func (s *Service) updateSnapshot(ctx context.Context, sn store.Snapshot, f func(*store.Snapshot) error) (store.Snapshot, error) {
+	for attempt := 0; ; attempt++ {
+		next := sn
+		next.Meta = cloneMap(sn.Meta)
+		if err := f(&next); err != nil {
+			return sn, err
+		}
+		saved, err := s.store.UpdateSnapshot(ctx, next)
+		if err == nil {
+			return saved, nil
+		}
+		if !errors.Is(err, errdefs.ErrConflict) || attempt >= 5 {
+			return sn, fmt.Errorf("update snapshot %s: %w", sn.ID, err)
+		}
+		fresh, gerr := s.store.GetSnapshot(ctx, sn.TenantID, sn.ID)
+		if gerr != nil {
+			return sn, fmt.Errorf("update snapshot %s: %w", sn.ID, gerr)
+		}
+		if fresh.Version == sn.Version {
+			return sn, fmt.Errorf("update snapshot %s: %w", sn.ID, err)
+		}
+		sn = fresh
+	}
+}
+
+func truncateReason(s string) string {
+	if len(s) > 500 {
+		return s[:500] + "…"
+	}
+	return s
+}
+
+// ResumeSession restores a paused (or failed) session's head snapshot into a new sandbox. Resuming a
+// running session returns it as it is.
+func (s *Service) ResumeSession(ctx context.Context, tenantID, id string) (store.Session, error) {
+	unlock := s.locks.Lock(id)
+	defer unlock()
+	se, err := s.GetSession(ctx, tenantID, id)
+	if err != nil {
+		return se, err
+	}
+	if se.State == store.SessionRunning {
+		return se, nil
+	}
+	return s.resumeLocked(context.WithoutCancel(ctx), se)
+}
+
+// resumeLocked resumes se from its head snapshot. The caller holds its lock.
+func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Session, error) {
+	snaps, err := s.snapshotStore()
+	if err != nil {
+		return se, err
+	}
+	if (se.State != store.SessionPaused && se.State != store.SessionFailed) || se.HeadSnapshotID == "" {
+		return se, fmt.Errorf("session %s is %s with no snapshot to resume from: %w", se.ID, se.State, errdefs.ErrConflict)
+	}
+	start := s.now()
+	before := se.State
+	se, err = s.updateSession(ctx, se, func(se *store.Session) error { return setSessionState(se, store.SessionResuming, "") })
+	if err != nil {
+		return se, err
+	}
+	dir, err := os.MkdirTemp(s.scratch, "restore-")
+	if err != nil {
+		return se, err
+	}
+	defer os.RemoveAll(dir)
+	var sb store.Sandbox
+	err = snaps.Restore(ctx, se.TenantID, se.HeadSnapshotID, dir)
+	faultinject.Crash("resume-fetched")
+	if err == nil {
+		sb, err = s.startSessionSandbox(ctx, se, nil, dir)
+		faultinject.Crash("resume-booted")
+	}
+	if err != nil {
+		back := store.SessionPaused
+		if before == store.SessionFailed {
+			back = store.SessionFailed
+		}
+		msg := fmt.Sprintf("resume from snapshot %s failed: %v", se.HeadSnapshotID, err)
+		se, uerr := s.updateSession(ctx, se, func(se *store.Session) error { return setSessionState(se, back, truncateReason(msg)) })
+		if uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+		if errors.Is(err, snapshot.ErrCorrupt) {
+			// Damaged data is not the caller's fault, but it must see which snapshot and chunk.
+			return se, fmt.Errorf("resume session %s: %v: %w", se.ID, err, errdefs.ErrFailedPrecondition)
+		}
+		return se, fmt.Errorf("resume session %s: %w", se.ID, err)
+	}
+	se, err = s.updateSession(ctx, se, func(se *store.Session) error {
+		se.SandboxID = sb.ID
+		se.LastActivityAt = s.now()
+		return setSessionState(se, store.SessionRunning, "")
+	})
+	if err == nil {
+		s.log.Info("session resumed", "session", se.ID, "snapshot", se.HeadSnapshotID, "sandbox", sb.ID, "took", s.now().Sub(start))
+	}
+	return se, err
+}
+
+// SnapshotSession checkpoints the running session into a new snapshot, named (or not), while it keeps
+// running; the snapshot becomes the session's head.
+func (s *Service) SnapshotSession(ctx context.Context, tenantID, id, name string) (store.Snapshot, error) {
+	if name != "" && !metaKeyPattern.MatchString(name) {
+		return store.Snapshot{}, invalid("snapshot name %q must be 1-63 letters, digits or _.-/ and start with a letter or digit", name)
+	}
+	unlock := s.locks.Lock(id)
+	defer unlock()
+	se, err := s.GetSession(ctx, tenantID, id)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	if se.State != store.SessionRunning {
+		return store.Snapshot{}, fmt.Errorf("session %s is %s; only a running session can be snapshotted (a paused one's latest snapshot is %q): %w",
+			id, se.State, se.HeadSnapshotID, errdefs.ErrConflict)
+	}
+	return s.snapshotRunningLocked(context.WithoutCancel(ctx), se, store.TriggerManual, name)
+}
+
+func (s *Service) snapshotRunningLocked(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string) (store.Snapshot, error) {
+	snap, err := s.snapshotSandbox(ctx, se, trigger, name, true)
+	if err != nil {
+		return snap, fmt.Errorf("snapshot session %s: %w", se.ID, err)
+	}
+	if _, err := s.updateSession(ctx, se, func(se *store.Session) error {
+		se.HeadSnapshotID = snap.ID
+		return nil
+	}); err != nil {
+		return snap, err
+	}
+	return snap, nil
+}
+
+// ListSnapshots returns one page of a session's snapshots.
+func (s *Service) ListSnapshots(ctx context.Context, tenantID, sessionID string, f store.SnapshotFilter) ([]store.Snapshot, string, error) {
+	if _, err := s.GetSession(ctx, tenantID, sessionID); err != nil {
+		return nil, "", err
+	}
+	f.SessionID = sessionID
+	return s.store.ListSnapshots(ctx, tenantID, f)
+}
+
+// ForkSession makes count new sessions from one snapshot of the session: fromSnapshot, or, when empty,
+// its current state (a new snapshot of a running session, or a paused one's head). Each fork runs in its
+// own sandbox and diverges independently. Forks that could not be started are returned paused, with the
+// reason.
+func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count int, fromSnapshot string) ([]store.Session, error) {
+	snaps, err := s.snapshotStore()
+	if err != nil {
+		return nil, err
+	}
+	if count < 1 || count > MaxFork {
+		return nil, invalid("count must be between 1 and %d, got %d", MaxFork, count)
+	}
+	ctx = context.WithoutCancel(ctx)
+	unlock := s.locks.Lock(id)
+	parent, err := s.GetSession(ctx, tenantID, id)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	snapID := fromSnapshot
+	if snapID == "" {
+		switch {
+		case parent.State == store.SessionRunning:
+			snap, err := s.snapshotRunningLocked(ctx, parent, store.TriggerFork, "")
+			if err != nil {
+				unlock()
+				return nil, err
+			}
+			snapID = snap.ID
+		case parent.HeadSnapshotID != "":
+			snapID = parent.HeadSnapshotID
+		default:
+			unlock()
+			return nil, fmt.Errorf("session %s is %s and has no snapshot to fork: %w", id, parent.State, errdefs.ErrConflict)
+		}
+	}
+	unlock()
+	snap, err := s.store.GetSnapshot(ctx, tenantID, snapID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, fmt.Errorf("snapshot %s not found: %w", snapID, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if snap.State != store.SnapshotComplete {
+		return nil, fmt.Errorf("snapshot %s is %s: %w", snapID, snap.State, errdefs.ErrConflict)
+	}
+	// The sandboxes restored from the snapshot trust the CA of the session that took it.
+	caFrom := snap.SessionID
+	start := s.now()
+	dir, err := os.MkdirTemp(s.scratch, "fork-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := snaps.Restore(ctx, tenantID, snapID, dir); err != nil {
+		if errors.Is(err, snapshot.ErrCorrupt) {
+			return nil, fmt.Errorf("fork session %s: %v: %w", id, err, errdefs.ErrFailedPrecondition)
+		}
+		return nil, fmt.Errorf("fork session %s: %w", id, err)
+	}
+	forks := make([]store.Session, 0, count)
+	for range count {
+		child, err := s.store.CreateSession(ctx, store.Session{
+			ID: store.NewID("se"), TenantID: tenantID, State: store.SessionResuming, Spec: parent.Spec,
+			Metadata: parent.Metadata, IdleTimeoutSeconds: parent.IdleTimeoutSeconds, AutoResume: parent.AutoResume,
+			HeadSnapshotID: snapID, ParentSessionID: parent.ID, ForkedFromSnapshotID: snapID, CreatedAt: s.now(),
+		})
+		if err != nil {
+			return forks, fmt.Errorf("fork session %s: %w", id, err)
+		}
+		if err := s.node.CopyCA(ctx, caFrom, child.ID, tenantID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return forks, fmt.Errorf("fork session %s: interception CA: %w", id, err)
+		}
+		forks = append(forks, child)
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, forkParallelism)
+	for i := range forks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			unlock := s.locks.Lock(forks[i].ID)
+			defer unlock()
+			child := forks[i]
+			sb, err := s.startSessionSandbox(ctx, child, nil, dir)
+			if err != nil {
+				child, _ = s.updateSession(ctx, child, func(se *store.Session) error {
+					return setSessionState(se, store.SessionPaused, truncateReason("fork could not start: "+err.Error()))
+				})
+			} else {
+				child, _ = s.updateSession(ctx, child, func(se *store.Session) error {
+					se.SandboxID = sb.ID
+					se.LastActivityAt = s.now()
+					return setSessionState(se, store.SessionRunning, "")
+				})
+			}
+			forks[i] = child
+		}()
+	}
+	wg.Wait()
+	s.log.Info("session forked", "session", id, "snapshot", snapID, "count", count, "took", s.now().Sub(start))
+	return forks, nil
+}
+
+// DeleteSession destroys the session's sandbox and the snapshots only it needs, and records it
+// deleted. Deleting a deleted session succeeds.
+func (s *Service) DeleteSession(ctx context.Context, tenantID, id string) error {
+	ctx = context.WithoutCancel(ctx)
+	unlock := s.locks.Lock(id)
+	defer unlock()
+	se, err := s.GetSession(ctx, tenantID, id)
+	if err != nil {
+		return err
+	}
+	return s.deleteLocked(ctx, se)
+}
+
+func (s *Service) deleteLocked(ctx context.Context, se store.Session) error {
+	if se.State == store.SessionDeleted {
+		return nil
+	}
+	se, err := s.updateSession(ctx, se, func(se *store.Session) error { return setSessionState(se, store.SessionDeleting, "") })
+	if err != nil {
+		return err
+	}
+	s.destroySessionSandbox(ctx, se.TenantID, se.SandboxID, "session deleted")
+	// Its snapshots go, except one a fork still resumes from (the store refuses to drop its record).
+	if s.snapshots != nil {
+		cursor := ""
+		for {
+			page, next, err := s.store.ListSnapshots(ctx, se.TenantID, store.SnapshotFilter{SessionID: se.ID, Cursor: cursor, Limit: store.MaxListLimit})
+			if err != nil {
+				return err
+			}
+			for _, sn := range page {
+				if sn.ID == se.HeadSnapshotID {
+					continue // its record goes with the session's; the data below, once no fork needs it
+				}
+				if err := s.store.DeleteSnapshot(ctx, se.TenantID, sn.ID); err != nil {
+					if errors.Is(err, errdefs.ErrConflict) {
+						continue // a fork resumes from it
+					}
+					return err
+				}
+				if err := s.snapshots.Delete(ctx, se.TenantID, sn.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+					s.log.Warn("delete snapshot data", "snapshot", sn.ID, "err", err)
+				}
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+	}
+	head := se.HeadSnapshotID
+	se, err = s.updateSession(ctx, se, func(se *store.Session) error {
+		se.SandboxID = ""
+		return setSessionState(se, store.SessionDeleted, "deleted")
+	})
+	if err != nil {
+		return err
+	}
+	s.node.ForgetCA(se.ID)
+	// Drop the record (and its remaining snapshots' records) unless a fork still resumes from one.
+	if err := s.store.DeleteSession(ctx, se.TenantID, se.ID); err == nil && head != "" && s.snapshots != nil {
+		if err := s.snapshots.Delete(ctx, se.TenantID, head); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Warn("delete snapshot data", "snapshot", head, "err", err)
+		}
+	}
+	return nil
+}
+
+// SessionSandbox returns the sandbox that runs the session, for exec, file and port work: it records the
+// activity and, if the session is paused and resumes automatically, resumes it first.
+func (s *Service) SessionSandbox(ctx context.Context, tenantID, id string) (string, error) {
+	se, err := s.GetSession(ctx, tenantID, id)
+	if err != nil {
+		return "", err
+	}
+	if se.State != store.SessionRunning {
+		unlock := s.locks.Lock(id)
+		defer unlock()
+		if se, err = s.GetSession(ctx, tenantID, id); err != nil {
+			return "", err
+		}
+		switch {
+		case se.State == store.SessionRunning:
+		case (se.State == store.SessionPaused || se.State == store.SessionFailed) && se.AutoResume && se.HeadSnapshotID != "":
+			if se, err = s.resumeLocked(context.WithoutCancel(ctx), se); err != nil {
+				return "", err
+			}
+		default:
+			return "", fmt.Errorf("session %s is %s; resume it first: %w", id, se.State, errdefs.ErrConflict)
+		}
+	}
+	if err := s.store.TouchSession(ctx, tenantID, id, s.now()); err != nil {
+		s.log.Warn("touch session", "session", id, "err", err)
+	}
+	return se.SandboxID, nil
+}
+
+// pauseIdleSessions pauses the running sessions whose idle timeout passed.
+func (s *Service) pauseIdleSessions() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ses, err := s.store.ListIdleSessions(ctx, s.now(), 50)
+	if err != nil {
+		s.log.Error("list idle sessions", "err", err)
+		return
+	}
+	for _, se := range ses {
+		s.pauseIfIdle(ctx, se.TenantID, se.ID)
+	}
+}
+
+func (s *Service) pauseIfIdle(ctx context.Context, tenantID, id string) {
+	unlock := s.locks.Lock(id)
+	defer unlock()
+	se, err := s.store.GetSession(ctx, tenantID, id)
+	if err != nil || se.State != store.SessionRunning || se.IdleTimeoutSeconds <= 0 ||
+		se.LastActivityAt.Add(time.Duration(se.IdleTimeoutSeconds)*time.Second).After(s.now()) {
+		return // resumed, touched or changed meanwhile
+	}
+	if _, err := s.pauseLocked(ctx, se, "idle"); err != nil {
+		s.log.Error("auto-pause idle session", "session", id, "err", err)
+	}
+}
+
+// sessionSandboxExited records that a session's sandbox stopped by itself: the session fails, and can
+// be resumed from its last snapshot if it has one.
+func (s *Service) sessionSandboxExited(tenantID, sessionID, sbID, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	unlock := s.locks.Lock(sessionID)
+	defer unlock()
+	se, err := s.store.GetSession(ctx, tenantID, sessionID)
+	if err != nil || se.SandboxID != sbID || se.State != store.SessionRunning {
+		return
+	}
+	if _, err := s.updateSession(ctx, se, func(se *store.Session) error {
+		se.SandboxID = ""
+		return setSessionState(se, store.SessionFailed, "sandbox failed: "+reason)
+	}); err != nil {
+		s.log.Error("mark session failed", "session", sessionID, "err", err)
+	}
+}
+
+// reconcileSessions settles, after a restart, whatever a previous run left mid-way. It runs after the
+// sandboxes were reconciled (running ones re-adopted and thawed, lost ones failed).
+func (s *Service) reconcileSessions(ctx context.Context) error {
+	// A snapshot still "writing" never completed: its chunks are orphans for GC.
+	for {
+		sns, err := s.store.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotWriting}, store.MaxListLimit)
+		if err != nil {
+			return fmt.Errorf("reconcile snapshots: %w", err)
+		}
+		for _, sn := range sns {
+			if _, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
+				sn.State, sn.Reason = store.SnapshotFailed, "interrupted: airlock restarted while it was written"
+				return nil
+			}); err != nil {
+				return err
+			}
+			if s.snapshots != nil {
+				_ = s.snapshots.Delete(ctx, sn.TenantID, sn.ID) // a manifest, if Commit got that far
+			}
+		}
+		if len(sns) < store.MaxListLimit {
+			break
+		}
+	}
+	ses, err := s.store.ListSessionsByState(ctx, []store.SessionState{store.SessionCreating, store.SessionRunning,
+		store.SessionPausing, store.SessionResuming, store.SessionDeleting}, store.MaxListLimit)
+	if err != nil {
+		return fmt.Errorf("reconcile sessions: %w", err)
+	}
+	for _, se := range ses {
+		if err := s.reconcileSession(ctx, se); err != nil {
+			s.log.Error("reconcile session", "session", se.ID, "err", err)
+		}
+	}
+	// A sandbox of a session that moved on (paused just before a restart could destroy it).
+	sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateRunning}, store.MaxListLimit)
+	if err != nil {
+		return fmt.Errorf("reconcile sessions: %w", err)
+	}
+	for _, sb := range sbs {
+		id := sb.Metadata[SessionMetadataKey]
+		if id == "" || sb.NodeID != s.node.ID() {
+			continue
+		}
+		if se, err := s.store.GetSession(ctx, sb.TenantID, id); err != nil || se.SandboxID != sb.ID {
+			s.log.Info("destroying a sandbox its session left", "session", id, "sandbox", sb.ID)
+			s.destroySessionSandbox(ctx, sb.TenantID, sb.ID, "its session moved on")
+		}
+	}
+	if s.scratch != "" {
+		// Images of interrupted checkpoints and restores.
+		entries, _ := os.ReadDir(s.scratch)
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(s.scratch, e.Name()))
+		}
+	}
+	return nil
+}
+
+func (s *Service) reconcileSession(ctx context.Context, se store.Session) error {
+	unlock := s.locks.Lock(se.ID)
+	defer unlock()
+	running := false
+	if se.SandboxID != "" {
+		if sb, err := s.store.GetSandbox(ctx, se.TenantID, se.SandboxID); err == nil && sb.State == store.StateRunning {
+			running = true
+		}
+	}
+	lost := func(what string) error {
+		to, reason := store.SessionFailed, what
+		if se.HeadSnapshotID != "" {
+			reason += fmt.Sprintf("; resume returns to snapshot %s", se.HeadSnapshotID)
+		}
+		_, err := s.updateSession(ctx, se, func(se *store.Session) error {
+			se.SandboxID = ""
+			return setSessionState(se, to, reason)
+		})
+		return err
+	}
+	switch se.State {
+	case store.SessionDeleting:
+		return s.deleteLocked(ctx, se)
+	case store.SessionCreating:
+		return lost("interrupted: airlock restarted while the session was created")
+	case store.SessionRunning:
+		if !running {
+			return lost("lost: its sandbox was gone after airlock restarted")
+		}
+	case store.SessionPausing:
+		if running {
+			// The pause did not finish; the sandbox was thawed on adoption and runs on.
+			_, err := s.updateSession(ctx, se, func(se *store.Session) error {
+				return setSessionState(se, store.SessionRunning, "pause interrupted by a restart; the session runs on")
+			})
+			return err
+		}
+		return lost("lost: airlock restarted during a pause and the sandbox was gone")
+	case store.SessionResuming:
+		back := store.SessionPaused
+		if se.HeadSnapshotID == "" {
+			back = store.SessionFailed
+		}
+		_, err := s.updateSession(ctx, se, func(se *store.Session) error {
+			se.SandboxID = ""
+			return setSessionState(se, back, "resume interrupted by a restart")
+		})
+		return err
+	}
+	return nil
+}
+
+// pauseAllForShutdown pauses every running session of this node, so that a restart resumes them where
+// they were. Sessions that cannot be paused in time are left to the sandbox shutdown (and come back
+// failed, resumable from their last snapshot).
+func (s *Service) pauseAllForShutdown(ctx context.Context) {
+	if s.snapshots == nil {
+		return
+	}
+	ses, err := s.store.ListSessionsByState(ctx, []store.SessionState{store.SessionRunning}, store.MaxListLimit)
+	if err != nil {
+		s.log.Error("list sessions to pause", "err", err)
+		return
+	}
+	for _, se := range ses {
+		if ctx.Err() != nil {
+			return
+		}
+		unlock := s.locks.Lock(se.ID)
+		if fresh, err := s.store.GetSession(ctx, se.TenantID, se.ID); err == nil && fresh.State == store.SessionRunning {
+			if _, err := s.pauseLocked(ctx, fresh, "airlock shut down"); err != nil {
+				s.log.Error("pause session for shutdown", "session", se.ID, "err", err)
+			}
+		}
+		unlock()
+	}
+}
+
+// SessionNetworkPolicy decodes the session's stored egress policy (the zero Policy when none).
+func SessionNetworkPolicy(se store.Session) (policy.Policy, error) {
+	var p policy.Policy
+	if len(se.Spec.NetworkPolicy) == 0 {
+		return p, nil
+	}
+	if err := json.Unmarshal(se.Spec.NetworkPolicy, &p); err != nil {
+		return p, fmt.Errorf("session %s: stored network policy: %v: %w", se.ID, err, errdefs.ErrInternal)
+	}
+	return p, nil
+}
+
+// reservedMetadata reports a metadata key users may not set.
+func reservedMetadata(k string) bool { return strings.HasPrefix(k, "airlock.") }

@@ -1,0 +1,330 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/blob/local"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	keyslocal "github.com/airlockrun/airlock/internal/keys/local"
+	"github.com/airlockrun/airlock/internal/snapshot"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlite"
+)
+
+// sessionEnv is a control plane with a fake node and a real snapshot store, SQLite store and keyring.
+type sessionEnv struct {
+	s      *Service
+	st     store.Store
+	n      *fakeNode
+	clk    *clock
+	tenant string
+	blobs  string
+	newSvc func() *Service
+}
+
+func setupSessions(t *testing.T) *sessionEnv {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	blobs, err := local.New(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyring, err := keyslocal.New(filepath.Join(dir, "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := snapshot.New(snapshot.Config{Blobs: blobs, Keys: keyring})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &sessionEnv{st: st, n: newFakeNode(t), clk: &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, blobs: filepath.Join(dir, "blobs")}
+	e.newSvc = func() *Service {
+		s, err := New(Config{Store: st, Node: e.n, Now: e.clk.Now, ReapInterval: time.Hour, IdleInterval: time.Hour,
+			Snapshots: snaps, ScratchDir: filepath.Join(dir, "scratch")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	e.s = e.newSvc()
+	key, err := e.s.Bootstrap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.tenant, err = e.s.Authenticate(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *sessionEnv) create(t *testing.T, req SessionRequest) store.Session {
+	t.Helper()
+	se, err := e.s.CreateSession(context.Background(), e.tenant, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if se.State != store.SessionRunning || se.SandboxID == "" {
+		t.Fatalf("created %+v; want running with a sandbox", se)
+	}
+	return se
+}
+
+func TestSessionPauseResume(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{CreateRequest: CreateRequest{Env: map[string]string{"A": "1"}, Metadata: map[string]string{"team": "x"}}})
+	first := se.SandboxID
+	se, err := e.s.PauseSession(ctx, e.tenant, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if se.State != store.SessionPaused || se.SandboxID != "" || se.HeadSnapshotID == "" || se.PausedAt == nil {
+		t.Fatalf("paused %+v", se)
+	}
+	if e.n.isRunning(first) {
+		t.Errorf("the paused session's sandbox still runs")
+	}
+	snap, err := e.st.GetSnapshot(ctx, e.tenant, se.HeadSnapshotID)
+	if err != nil || snap.State != store.SnapshotComplete || snap.Trigger != store.TriggerPause || snap.LogicalBytes == 0 {
+		t.Fatalf("snapshot %+v %v", snap, err)
+	}
+	// Pausing again is a no-op.
+	if again, err := e.s.PauseSession(ctx, e.tenant, se.ID); err != nil || again.HeadSnapshotID != se.HeadSnapshotID {
+		t.Errorf("second pause: %+v %v", again, err)
+	}
+	se, err = e.s.ResumeSession(ctx, e.tenant, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if se.State != store.SessionRunning || se.SandboxID == "" || se.SandboxID == first {
+		t.Fatalf("resumed %+v", se)
+	}
+	if got := e.n.restored[se.SandboxID]; got != "image of "+first {
+		t.Errorf("restored from %q; want the pause's image of %s", got, first)
+	}
+	// The image at rest is encrypted: its content is nowhere in the blob store.
+	assertNotUnder(t, e.blobs, "image of "+first)
+	// Pause → resume → pause again: the second snapshot's parent is the first.
+	se, err = e.s.PauseSession(ctx, e.tenant, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap2, _ := e.st.GetSnapshot(ctx, e.tenant, se.HeadSnapshotID)
+	if snap2.ParentID != snap.ID {
+		t.Errorf("second snapshot's parent %q; want %q", snap2.ParentID, snap.ID)
+	}
+	// A session another tenant names does not exist.
+	if _, err := e.s.ResumeSession(ctx, "tn_other", se.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("other tenant: %v; want not found", err)
+	}
+}
+
+func TestSessionPauseFailureKeepsItRunning(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{})
+	e.n.mu.Lock()
+	e.n.failCheckpoint = errors.New("checkpoint broke")
+	e.n.mu.Unlock()
+	got, err := e.s.PauseSession(ctx, e.tenant, se.ID)
+	if err == nil || !strings.Contains(err.Error(), "checkpoint broke") {
+		t.Fatalf("pause: %v; want the checkpoint's error", err)
+	}
+	if got.State != store.SessionRunning || got.SandboxID != se.SandboxID || !e.n.isRunning(se.SandboxID) {
+		t.Errorf("after a failed pause: %+v; want it running in the same sandbox", got)
+	}
+	sns, _, _ := e.st.ListSnapshots(ctx, e.tenant, store.SnapshotFilter{SessionID: se.ID})
+	if len(sns) != 1 || sns[0].State != store.SnapshotFailed {
+		t.Errorf("snapshots %+v; want one failed", sns)
+	}
+}
+
+func TestSessionAutoResumeAndIdlePause(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{IdleTimeoutSeconds: 60, AutoResume: true})
+	e.clk.Add(30 * time.Second)
+	if _, err := e.s.SessionSandbox(ctx, e.tenant, se.ID); err != nil { // activity
+		t.Fatal(err)
+	}
+	e.clk.Add(45 * time.Second)
+	e.s.pauseIdleSessions()
+	if got, _ := e.s.GetSession(ctx, e.tenant, se.ID); got.State != store.SessionRunning {
+		t.Fatalf("paused %s after 45 s of idleness with a 60 s timeout", got.State)
+	}
+	e.clk.Add(20 * time.Second)
+	e.s.pauseIdleSessions()
+	got, _ := e.s.GetSession(ctx, e.tenant, se.ID)
+	if got.State != store.SessionPaused || got.Reason != "idle" {
+		t.Fatalf("after 65 s idle: %s %q; want paused (idle)", got.State, got.Reason)
+	}
+	// Work for it resumes it.
+	sb, err := e.s.SessionSandbox(ctx, e.tenant, se.ID)
+	if err != nil || sb == "" || sb == se.SandboxID || !e.n.isRunning(sb) {
+		t.Fatalf("work on the paused session: %q %v; want a new running sandbox", sb, err)
+	}
+	// Without auto-resume it says so.
+	other := e.create(t, SessionRequest{})
+	if _, err := e.s.PauseSession(ctx, e.tenant, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.SessionSandbox(ctx, e.tenant, other.ID); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "resume it first") {
+		t.Errorf("work on a paused session without auto-resume: %v", err)
+	}
+}
+
+func TestSessionFork(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	parent := e.create(t, SessionRequest{CreateRequest: CreateRequest{Metadata: map[string]string{"k": "v"}}})
+	forks, err := e.s.ForkSession(ctx, e.tenant, parent.ID, 5, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(forks) != 5 {
+		t.Fatalf("%d forks; want 5", len(forks))
+	}
+	seen := map[string]bool{}
+	for _, f := range forks {
+		if f.State != store.SessionRunning || f.ParentSessionID != parent.ID || f.ForkedFromSnapshotID == "" || f.Metadata["k"] != "v" {
+			t.Errorf("fork %+v", f)
+		}
+		if seen[f.SandboxID] || f.SandboxID == parent.SandboxID {
+			t.Errorf("fork sandbox %s is not its own", f.SandboxID)
+		}
+		seen[f.SandboxID] = true
+		if got := e.n.restored[f.SandboxID]; got != "image of "+parent.SandboxID {
+			t.Errorf("fork restored from %q", got)
+		}
+	}
+	// The parent runs on; the fork's snapshot is its head now.
+	p, _ := e.s.GetSession(ctx, e.tenant, parent.ID)
+	if p.State != store.SessionRunning || p.SandboxID != parent.SandboxID || p.HeadSnapshotID != forks[0].ForkedFromSnapshotID {
+		t.Errorf("parent after fork: %+v", p)
+	}
+	if len(e.n.cas) != 5 || !strings.HasPrefix(e.n.cas[0], parent.ID+"->") {
+		t.Errorf("CA copies %v; want one from the parent per fork", e.n.cas)
+	}
+	// Bad counts.
+	for _, n := range []int{0, -1, MaxFork + 1} {
+		if _, err := e.s.ForkSession(ctx, e.tenant, parent.ID, n, ""); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("fork %d: %v; want invalid argument", n, err)
+		}
+	}
+	// Deleting the parent leaves the forks able to resume from the shared snapshot.
+	if err := e.s.DeleteSession(ctx, e.tenant, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	f := forks[0]
+	if _, err := e.s.PauseSession(ctx, e.tenant, f.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.ResumeSession(ctx, e.tenant, f.ID); err != nil {
+		t.Fatal(err)
+	}
+	f2 := forks[1]
+	if _, err := e.s.PauseSession(ctx, e.tenant, f2.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSessionCorruptSnapshotGivesClearError(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{})
+	se, err := e.s.PauseSession(ctx, e.tenant, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Flip a byte in every chunk.
+	_ = filepath.WalkDir(e.blobs, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && strings.Contains(p, "/chunks/") {
+			b, _ := os.ReadFile(p)
+			b[len(b)-1] ^= 1
+			_ = os.WriteFile(p, b, 0o600)
+		}
+		return nil
+	})
+	_, err = e.s.ResumeSession(ctx, e.tenant, se.ID)
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), se.HeadSnapshotID) || !strings.Contains(err.Error(), "chunk") {
+		t.Fatalf("resume from a corrupted snapshot: %v; want a clear error naming the snapshot and chunk", err)
+	}
+	got, _ := e.s.GetSession(ctx, e.tenant, se.ID)
+	if got.State != store.SessionPaused || !strings.Contains(got.Reason, "resume from snapshot") {
+		t.Errorf("after the failed resume: %s %q; want paused with the reason", got.State, got.Reason)
+	}
+}
+
+// TestSessionReconcile: what a restart finds mid-way is settled: a pause that had not finished runs on,
+// a resume that had not finished is paused again, a snapshot being written is failed.
+func TestSessionReconcile(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	pausing := e.create(t, SessionRequest{})
+	resuming := e.create(t, SessionRequest{})
+	resuming, err := e.s.PauseSession(ctx, e.tenant, resuming.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Simulate a crash: pausing recorded, a snapshot writing; resuming recorded.
+	p, err := e.st.UpdateSession(ctx, withState(pausing, store.SessionPausing))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.CreateSnapshot(ctx, store.Snapshot{TenantID: e.tenant, SessionID: p.ID, Trigger: store.TriggerPause}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.UpdateSession(ctx, withState(resuming, store.SessionResuming)); err != nil {
+		t.Fatal(err)
+	}
+	s2 := e.newSvc()
+	if err := s2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Shutdown(ctx)
+	got, _ := s2.GetSession(ctx, e.tenant, pausing.ID)
+	if got.State != store.SessionRunning || got.SandboxID != pausing.SandboxID {
+		t.Errorf("interrupted pause: %+v; want running on", got)
+	}
+	got, _ = s2.GetSession(ctx, e.tenant, resuming.ID)
+	if got.State != store.SessionPaused || got.HeadSnapshotID != resuming.HeadSnapshotID {
+		t.Errorf("interrupted resume: %+v; want paused at its head", got)
+	}
+	sns, err := e.st.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotWriting}, 10)
+	if err != nil || len(sns) != 0 {
+		t.Errorf("snapshots still writing: %v %v", sns, err)
+	}
+	if got, err := s2.ResumeSession(ctx, e.tenant, resuming.ID); err != nil || got.State != store.SessionRunning {
+		t.Errorf("resume after reconcile: %+v %v", got, err)
+	}
+}
+
+func withState(se store.Session, st store.SessionState) store.Session {
+	se.State = st
+	return se
+}
+
+func assertNotUnder(t *testing.T, dir, needle string) {
+	t.Helper()
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), needle) {
+			t.Errorf("%s holds %q in plain text", p, needle)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,222 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/testenv"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+// agentState is what testdata/agent.py answers.
+type agentState struct {
+	PID        int    `json:"pid"`
+	Counter    int    `json:"counter"`
+	SHA256     string `json:"sha256"`
+	AtStart    string `json:"at_start"`
+	Cwd        string `json:"cwd"`
+	Env        string `json:"env"`
+	Marker     string `json:"marker"`
+	FD         string `json:"fd"`
+	Child      int    `json:"child"`
+	ChildAlive bool   `json:"child_alive"`
+}
+
+// startAgent puts the agent into the session (or sandbox) id, starts it detached and waits for its
+// listener.
+func startAgent(t *testing.T, e *testenv.Env, id string, size int) agentState {
+	t.Helper()
+	script, err := os.ReadFile("testdata/agent.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Client.WriteFile(ctxT(t, time.Minute), id, "/home/user/agent.py", bytes.NewReader(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, e, id, fmt.Sprintf("setsid nohup python3 /home/user/agent.py %d >/home/user/agent.out 2>&1 &", size))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, ok := queryAgent(t, e, id)
+		if ok {
+			return st
+		}
+		if time.Now().After(deadline) {
+			out := sh(t, e, id, "cat /home/user/agent.out")
+			t.Fatalf("the agent did not come up: %s", out.Stdout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func queryAgent(t *testing.T, e *testenv.Env, id string) (agentState, bool) {
+	t.Helper()
+	res := run(t, e, id, airlock.ExecRequest{Cmd: []string{"python3", "-c", `
+import socket, sys
+try:
+    s = socket.create_connection(("127.0.0.1", 9000), timeout=10)
+except OSError:
+    sys.exit(3)
+print(s.makefile().readline().strip())`}})
+	if res.ExitCode == 3 {
+		return agentState{}, false
+	}
+	var st agentState
+	if err := json.Unmarshal([]byte(res.Stdout), &st); err != nil {
+		t.Fatalf("agent answered %q (%s): %v", res.Stdout, res.Stderr, err)
+	}
+	return st, true
+}
+
+func newSession(t *testing.T, e *testenv.Env, req airlock.CreateSessionRequest) *airlock.Session {
+	t.Helper()
+	se, err := e.Client.CreateSession(ctxT(t, 2*time.Minute), req)
+	if err != nil {
+		t.Fatalf("create session: %v", err)
+	}
+	if se.State != airlock.SessionRunning {
+		t.Fatalf("created session is %s (%s)", se.State, se.Reason)
+	}
+	t.Cleanup(func() { _ = e.Client.DeleteSession(context.Background(), se.ID) })
+	return se
+}
+
+func never() *int { n := 0; return &n }
+
+// TestSessionPauseResumeKeepsLiveState: a Python process holding a 256 MiB object and a counter is
+// paused and resumed; the object's hash, the counter, its PID, cwd, environment, an open file, a child
+// process and a TCP listener inside all carry over. A second pause of the idle session adds little to
+// the blob store, and nothing at rest holds the marker the process keeps in memory and in a file.
+func TestSessionPauseResumeKeepsLiveState(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{})
+	ctx := ctxT(t, 5*time.Minute)
+	mark := fmt.Sprintf("%x", time.Now().UnixNano())
+	se := newSession(t, e, airlock.CreateSessionRequest{MemoryMB: 1024, Env: map[string]string{"MARK": mark}, IdleTimeoutSeconds: never()})
+	before := startAgent(t, e, se.ID, 256<<20)
+	if before.SHA256 != before.AtStart || before.Env != mark {
+		t.Fatalf("agent state %+v", before)
+	}
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	paused, err := e.Client.PauseSession(ctx, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pause of a 256 MiB session: %v", time.Since(start))
+	if paused.State != airlock.SessionPaused || paused.SandboxID != "" || paused.HeadSnapshotID == "" {
+		t.Fatalf("paused: %+v", paused)
+	}
+	start = time.Now()
+	resumed, err := e.Client.ResumeSession(ctx, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("resume of a 256 MiB session: %v", time.Since(start))
+	if resumed.State != airlock.SessionRunning || resumed.SandboxID == se.SandboxID {
+		t.Fatalf("resumed: %+v", resumed)
+	}
+	after, ok := queryAgent(t, e, se.ID)
+	if !ok {
+		t.Fatalf("the agent's listener did not survive the pause: %s", sh(t, e, se.ID, "cat /home/user/agent.out; ps aux").Stdout)
+	}
+	if after.SHA256 != before.SHA256 || after.PID != before.PID || after.Cwd != before.Cwd || after.Env != mark ||
+		after.FD != before.FD || after.Child != before.Child || !after.ChildAlive || after.Counter <= before.Counter {
+		t.Errorf("after pause and resume: %+v\nbefore: %+v", after, before)
+	}
+	// The counter continued from its value at the pause, not from 1: its log has no gap and no restart.
+	lines := strings.Fields(sh(t, e, se.ID, "cat /home/user/work/counter.log").Stdout)
+	for i := 1; i < len(lines); i++ {
+		if lines[i] != fmt.Sprint(i+1) {
+			t.Fatalf("counter log line %d is %s", i+1, lines[i])
+		}
+	}
+
+	// Pause again, idle, straight away: little new data.
+	first := snapshotOf(t, e, se.ID, paused.HeadSnapshotID)
+	again, err := e.Client.PauseSession(ctx, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := snapshotOf(t, e, se.ID, again.HeadSnapshotID)
+	ratio := float64(second.StoredBytes) / float64(first.StoredBytes)
+	t.Logf("first pause stored %d bytes (logical %d); the second %d (%.2f%%)", first.StoredBytes, first.LogicalBytes, second.StoredBytes, 100*ratio)
+	if ratio >= 0.05 {
+		t.Errorf("a second pause of an idle session stored %.1f%% of the first's bytes; want under 5%%", 100*ratio)
+	}
+	// Nothing at rest is plaintext: not the marker, in memory and in a file, nor the environment.
+	assertNotInDir(t, filepath.Join(e.DataDir, "blobs"), "airlock-marker-"+mark, mark)
+	for _, db := range []string{"airlock.db", "airlock.db-wal"} {
+		if b, err := os.ReadFile(filepath.Join(e.DataDir, db)); err == nil && bytes.Contains(b, []byte(mark)) {
+			t.Errorf("%s holds the marker", db)
+		}
+	}
+	// Work on the paused session resumes it (auto-resume is the default).
+	if st, ok := queryAgent(t, e, se.ID); !ok || st.SHA256 != before.SHA256 {
+		t.Errorf("after auto-resume: %+v %v", st, ok)
+	}
+}
+
+func snapshotOf(t *testing.T, e *testenv.Env, sessionID, id string) airlock.Snapshot {
+	t.Helper()
+	l, err := e.Client.ListSnapshots(ctxT(t, time.Minute), sessionID, airlock.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sn := range l.Snapshots {
+		if sn.ID == id {
+			return sn
+		}
+	}
+	t.Fatalf("snapshot %s not listed in %+v", id, l.Snapshots)
+	return airlock.Snapshot{}
+}
+
+// TestSessionFork10: ten forks of one snapshot all run and diverge; none sees another's files, and the
+// parent sees none of theirs.
+func TestSessionFork10(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{})
+	ctx := ctxT(t, 5*time.Minute)
+	parent := newSession(t, e, airlock.CreateSessionRequest{IdleTimeoutSeconds: never()})
+	base := startAgent(t, e, parent.ID, 1<<20)
+	sh(t, e, parent.ID, "echo parent > /home/user/shared.txt")
+	start := time.Now()
+	res, err := e.Client.ForkSession(ctx, parent.ID, airlock.ForkSessionRequest{Count: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Sessions) != 10 {
+		t.Fatalf("%d forks", len(res.Sessions))
+	}
+	for _, f := range res.Sessions {
+		t.Cleanup(func() { _ = e.Client.DeleteSession(context.Background(), f.ID) })
+		if f.State != airlock.SessionRunning {
+			t.Fatalf("fork %s is %s (%s)", f.ID, f.State, f.Reason)
+		}
+	}
+	for i, f := range res.Sessions {
+		sh(t, e, f.ID, fmt.Sprintf("echo %d > /home/user/fork-%d.txt", i, i))
+	}
+	t.Logf("fork 10 until each ran a first command: %v", time.Since(start))
+	for i, f := range res.Sessions {
+		st, ok := queryAgent(t, e, f.ID)
+		if !ok || st.PID != base.PID || st.SHA256 != base.SHA256 || st.Counter < base.Counter {
+			t.Errorf("fork %d's agent: %+v %v; want the parent's, continued", i, st, ok)
+		}
+		ls := strings.Fields(sh(t, e, f.ID, "cd /home/user && ls fork-*.txt; cat shared.txt").Stdout)
+		want := []string{fmt.Sprintf("fork-%d.txt", i), "parent"}
+		if strings.Join(ls, " ") != strings.Join(want, " ") {
+			t.Errorf("fork %d sees %v; want %v", i, ls, want)
+		}
+	}
+	if out := sh(t, e, parent.ID, "ls /home/user/fork-*.txt 2>/dev/null | wc -l").Stdout; strings.TrimSpace(out) != "0" {
+		t.Errorf("the parent sees %s fork files", out)
+	}
+}

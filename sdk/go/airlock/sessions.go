@@ -1,0 +1,110 @@
+package airlock
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+)
+
+func sessionPath(id string, rest ...string) string { return objectPath("/v1/sessions/", id, rest...) }
+
+// CreateSession creates a session and boots its first sandbox. A session whose boot failed is returned
+// without an error, with State SessionFailed and a Reason.
+func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest, opts ...CallOption) (*Session, error) {
+	var se Session
+	if err := c.idempotentPost(ctx, "/v1/sessions", req, &se, opts); err != nil {
+		return nil, fmt.Errorf("create session: %w", err)
+	}
+	return &se, nil
+}
+
+// GetSession returns the session id.
+func (c *Client) GetSession(ctx context.Context, id string) (*Session, error) {
+	var se Session
+	if err := c.doJSON(ctx, http.MethodGet, sessionPath(id), nil, nil, &se, nil); err != nil {
+		return nil, fmt.Errorf("get session %s: %w", id, err)
+	}
+	return &se, nil
+}
+
+// ListSessions returns one page of sessions.
+func (c *Client) ListSessions(ctx context.Context, opts ListOptions) (*SessionList, error) {
+	var l SessionList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/sessions", opts.query(), nil, &l, nil); err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	return &l, nil
+}
+
+// DeleteSession destroys the session's sandbox and snapshots.
+func (c *Client) DeleteSession(ctx context.Context, id string) error {
+	if err := c.doJSON(ctx, http.MethodDelete, sessionPath(id), nil, nil, nil, nil); err != nil {
+		return fmt.Errorf("delete session %s: %w", id, err)
+	}
+	return nil
+}
+
+// PauseSession snapshots the session's memory, processes and files and destroys its sandbox.
+func (c *Client) PauseSession(ctx context.Context, id string) (*Session, error) {
+	var se Session
+	if err := c.doJSON(ctx, http.MethodPost, sessionPath(id, "pause"), nil, nil, &se, nil); err != nil {
+		return nil, fmt.Errorf("pause session %s: %w", id, err)
+	}
+	return &se, nil
+}
+
+// ResumeSession restores the paused session into a new sandbox; its processes continue.
+func (c *Client) ResumeSession(ctx context.Context, id string) (*Session, error) {
+	var se Session
+	if err := c.doJSON(ctx, http.MethodPost, sessionPath(id, "resume"), nil, nil, &se, nil); err != nil {
+		return nil, fmt.Errorf("resume session %s: %w", id, err)
+	}
+	return &se, nil
+}
+
+// ForkSession makes req.Count new sessions from the session's current state or one of its snapshots.
+func (c *Client) ForkSession(ctx context.Context, id string, req ForkSessionRequest, opts ...CallOption) (*ForkSessionResult, error) {
+	var out ForkSessionResult
+	if err := c.idempotentPost(ctx, sessionPath(id, "fork"), req, &out, opts); err != nil {
+		return nil, fmt.Errorf("fork session %s: %w", id, err)
+	}
+	return &out, nil
+}
+
+// SnapshotSession saves the running session's state while it keeps running.
+func (c *Client) SnapshotSession(ctx context.Context, id string, req CreateSnapshotRequest) (*Snapshot, error) {
+	var sn Snapshot
+	if err := c.doJSON(ctx, http.MethodPost, sessionPath(id, "snapshots"), nil, req, &sn, nil); err != nil {
+		return nil, fmt.Errorf("snapshot session %s: %w", id, err)
+	}
+	return &sn, nil
+}
+
+// ListSnapshots returns one page of the session's snapshots, oldest first.
+func (c *Client) ListSnapshots(ctx context.Context, id string, opts ListOptions) (*SnapshotList, error) {
+	var l SnapshotList
+	if err := c.doJSON(ctx, http.MethodGet, sessionPath(id, "snapshots"), opts.query(), nil, &l, nil); err != nil {
+		return nil, fmt.Errorf("list snapshots of %s: %w", id, err)
+	}
+	return &l, nil
+}
+
+// idempotentPost posts req to path with the call's Idempotency-Key, if any, and decodes the answer.
+func (c *Client) idempotentPost(ctx context.Context, path string, req, out any, opts []CallOption) error {
+	var o callOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	var hdr http.Header
+	if o.idempotencyKey != "" {
+		hdr = http.Header{"Idempotency-Key": {o.idempotencyKey}}
+	}
+	respHdr, err := c.doJSONHeader(ctx, http.MethodPost, path, nil, req, out, hdr)
+	if err != nil {
+		return err
+	}
+	if o.replayed != nil {
+		*o.replayed = respHdr.Get("Idempotent-Replayed") == "true"
+	}
+	return nil
+}
