@@ -391,6 +391,9 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 		return store.Snapshot{}, err
 	}
 	faultinject.Crash("snapshot-complete")
+	s.log.Info("snapshot stored", "session", se.ID, "snapshot", snap.ID, "trigger", trigger, "checkpoint", tCheckpoint,
+		"store", done.Sub(t0)-tCheckpoint, "logical_bytes", m.Stats.LogicalBytes, "new_bytes", m.Stats.NewStoredBytes,
+		"new_chunks", m.Stats.NewChunks, "chunks", m.Stats.Chunks)
 	return snap, nil
 }
 

@@ -220,3 +220,50 @@ func TestSessionFork10(t *testing.T) {
 		t.Errorf("the parent sees %s fork files", out)
 	}
 }
+
+// TestSessionNetworkAfterResume: a resumed session and its forks keep the session's egress policy and
+// the interception CA their trust store holds, so a credential binding still works: the upstream gets
+// the secret after pause, resume and fork.
+func TestSessionNetworkAfterResume(t *testing.T) {
+	n := startNetEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	const secret = "session-secret-4b8e"
+	if _, err := n.Client.CreateSecret(ctx, "up-token", secret); err != nil {
+		t.Fatal(err)
+	}
+	se := newSession(t, n.Env, airlock.CreateSessionRequest{IdleTimeoutSeconds: never(), Network: &airlock.NetworkPolicy{
+		Rules:       []airlock.NetworkRule{{Action: "allow", Host: "api.example.test", Ports: []airlock.PortRange{"443"}}},
+		Credentials: []airlock.CredentialBinding{{Name: "bearer", Host: "api.example.test", Secret: "up-token", Header: "Authorization", Format: "Bearer {secret}"}},
+	}})
+	call := func(id string) string {
+		t.Helper()
+		res := run(t, n.Env, id, airlock.ExecRequest{Cmd: []string{"python3", "-c", `
+import urllib.request
+print(urllib.request.urlopen("https://api.example.test/v1/x", timeout=5).read().decode())
+try:
+    urllib.request.urlopen("https://other.example.test/", timeout=5)
+    print("OTHER-REACHED")
+except Exception as e:
+    print("other refused")`}})
+		return res.Stdout + res.Stderr
+	}
+	if out := call(se.ID); !strings.Contains(out, `auth="Bearer `+secret+`"`) || strings.Contains(out, "OTHER-REACHED") {
+		t.Fatalf("before pause: %q", out)
+	}
+	if _, err := n.Client.PauseSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out := call(se.ID); !strings.Contains(out, `auth="Bearer `+secret+`"`) || strings.Contains(out, "OTHER-REACHED") {
+		t.Errorf("after pause and auto-resume: %q; want the policy and the injected secret as before", out)
+	}
+	forks, err := n.Client.ForkSession(ctx, se.ID, airlock.ForkSessionRequest{Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forks.Sessions {
+		t.Cleanup(func() { _ = n.Client.DeleteSession(context.Background(), f.ID) })
+		if out := call(f.ID); !strings.Contains(out, `auth="Bearer `+secret+`"`) || strings.Contains(out, "OTHER-REACHED") {
+			t.Errorf("in fork %s: %q", f.ID, out)
+		}
+	}
+}

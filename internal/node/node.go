@@ -272,11 +272,16 @@ func (n *Local) forget(id string) {
 	n.mu.Lock()
 	s := n.sandboxes[id]
 	delete(n.sandboxes, id)
+	var cancel context.CancelFunc
+	var cl *link.Client
+	if s != nil {
+		cancel, cl = s.cancel, s.link
+	}
 	n.mu.Unlock()
 	if s != nil {
 		close(s.destroying)
-		s.cancel()
-		s.link.Close()
+		cancel()
+		cl.Close()
 		s.audit.Close()
 	}
 }
@@ -339,7 +344,7 @@ func (n *Local) attach(ctx context.Context, id, socket string) error {
 	n.sandboxes[id] = s
 	n.mu.Unlock()
 	n.wg.Add(1)
-	go n.watch(wctx, s)
+	go n.watch(wctx, s, cl)
 	return nil
 }
 
@@ -374,7 +379,7 @@ func dialWithRetry(ctx context.Context, socket string, opts link.Options) (*link
 }
 
 // watch waits for the sandbox to stop or its link to drop, and reports an exit the node did not cause.
-func (n *Local) watch(ctx context.Context, s *sandbox) {
+func (n *Local) watch(ctx context.Context, s *sandbox, cl *link.Client) {
 	defer n.wg.Done()
 	exited := make(chan runtime.Status, 1)
 	go func() {
@@ -395,7 +400,7 @@ func (n *Local) watch(ctx context.Context, s *sandbox) {
 		return
 	case st := <-exited:
 		reason = st.Reason
-	case <-s.link.Done():
+	case <-cl.Done():
 		// The daemon's channel dropped. Either the sandbox is going down (Wait will say why in a
 		// moment) or the daemon alone died while the sandbox's runtime lives on.
 		select {
@@ -567,8 +572,9 @@ func (n *Local) Shutdown(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	for _, s := range all {
-		s.cancel()
-		s.link.Close()
+		cl, cancel := n.current(s)
+		cancel()
+		cl.Close()
 		s.audit.Close()
 	}
 	done := make(chan struct{})
@@ -597,8 +603,9 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id, imageDir string, leav
 		return fmt.Errorf("sandbox %s is not running on node %s: %w", id, n.cfg.ID, errdefs.ErrFailedPrecondition)
 	}
 	// The watcher would take the channel's end for the daemon's death: stop it first.
-	s.cancel()
-	qerr := s.link.Quiesce(ctx)
+	cl, cancel := n.current(s)
+	cancel()
+	qerr := cl.Quiesce(ctx)
 	var err error
 	if qerr != nil {
 		err = fmt.Errorf("sandbox %s: quiesce the daemon: %w", id, qerr)
@@ -625,7 +632,8 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id, imageDir string, leav
 
 // relink replaces a sandbox's daemon channel after a checkpoint and restarts its watcher.
 func (n *Local) relink(ctx context.Context, s *sandbox) error {
-	s.link.Close()
+	old, _ := n.current(s)
+	old.Close()
 	cl, err := dialWithRetry(ctx, n.linkSocket(s.id), link.Options{Audit: s.audit, Logger: n.log.With("sandbox", s.id)})
 	if err != nil {
 		n.log.Warn("sandbox daemon unreachable after a checkpoint", "sandbox", s.id, "err", err)
@@ -637,8 +645,15 @@ func (n *Local) relink(ctx context.Context, s *sandbox) error {
 	s.link, s.cancel = cl, cancel
 	n.mu.Unlock()
 	n.wg.Add(1)
-	go n.watch(wctx, s)
+	go n.watch(wctx, s, cl)
 	return nil
+}
+
+// current returns the sandbox's daemon channel and its watcher's cancel function, which relink replaces.
+func (n *Local) current(s *sandbox) (*link.Client, context.CancelFunc) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return s.link, s.cancel
 }
 
 // linkSocket is the host path of a sandbox's daemon socket, if the driver tells it ("" otherwise).
