@@ -103,6 +103,11 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, opt
 	case <-s.started:
 		return s, nil
 	case <-s.done:
+		select {
+		case <-s.started:
+			return s, nil // started, then the stream ended at once: Wait reports how
+		default:
+		}
 		if s.err != nil {
 			_ = s.Close()
 			return nil, fmt.Errorf("exec stream in sandbox %s: %w", id, s.err)
