@@ -60,6 +60,8 @@ import (
 const (
 	DefaultDataDir = "/var/lib/airlock"
 	DefaultListen  = "127.0.0.1:7070"
+	// DefaultImageCacheBytes is the default bound of the checkpoint image cache.
+	DefaultImageCacheBytes = 4 << 30
 	// APIKeyFile is the name, in the data directory, of the file holding the first API key.
 	APIKeyFile = "api-key"
 	// DaemonCommand is the airlock subcommand that runs the in-sandbox daemon.
@@ -94,6 +96,9 @@ type Config struct {
 	// ExtraRootsPEM are CA certificates the gateway trusts, besides the host's roots, when it verifies
 	// an upstream it re-encrypts to (on-prem services; tests).
 	ExtraRootsPEM []byte
+	// ImageCacheBytes bounds the node's cache of recent checkpoint images (fast resumes and forks).
+	// Zero: DefaultImageCacheBytes; negative: no cache.
+	ImageCacheBytes int64
 	// PublicURL is the URL under which people's browsers reach this API; OAuth providers redirect to
 	// PublicURL + "/v1/oauth/callback" at the end of the authorization code flow. Empty:
 	// "http://" + the address Listen bound.
@@ -134,6 +139,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultListen
+	}
+	if cfg.ImageCacheBytes == 0 {
+		cfg.ImageCacheBytes = DefaultImageCacheBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -283,7 +291,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	cp, err = controlplane.New(controlplane.Config{Store: st, Node: nd, Logger: log, Secrets: secretStore, Connections: conns,
-		Snapshots: snaps, ScratchDir: filepath.Join(dataDir, "scratch")})
+		Snapshots: snaps, ScratchDir: filepath.Join(dataDir, "scratch"),
+		ImageCacheDir: filepath.Join(dataDir, "images"), ImageCacheBytes: cfg.ImageCacheBytes})
 	if err != nil {
 		return err
 	}

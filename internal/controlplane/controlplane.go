@@ -99,6 +99,10 @@ type Config struct {
 	// on their way in and out. Either missing: the sessions API answers failed precondition.
 	Snapshots  *snapshot.Store
 	ScratchDir string
+	// ImageCacheDir keeps the checkpoint images of recent snapshots for fast resumes and forks, up to
+	// ImageCacheBytes. Empty or 0: no cache; every resume fetches from the snapshot store.
+	ImageCacheDir   string
+	ImageCacheBytes int64
 	// IdleInterval is how often idle sessions are looked for. Zero: 2s.
 	IdleInterval time.Duration
 }
@@ -115,6 +119,11 @@ type Service struct {
 	connections *connections.Manager
 	snapshots   *snapshot.Store
 	scratch     string
+	// images and imageBudget configure the image cache (imagecache.go); imagesMu serializes its
+	// changes.
+	images      string
+	imageBudget int64
+	imagesMu    sync.Mutex
 	idle        time.Duration
 
 	locks keyedMutex
@@ -140,13 +149,16 @@ func New(cfg Config) (*Service, error) {
 	if cfg.IdleInterval <= 0 {
 		cfg.IdleInterval = 2 * time.Second
 	}
-	if cfg.ScratchDir != "" {
-		if err := os.MkdirAll(cfg.ScratchDir, 0o700); err != nil {
-			return nil, fmt.Errorf("controlplane: scratch dir: %w", err)
+	for _, d := range []string{cfg.ScratchDir, cfg.ImageCacheDir} {
+		if d != "" {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				return nil, fmt.Errorf("controlplane: %w", err)
+			}
 		}
 	}
 	return &Service{store: cfg.Store, node: cfg.Node, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
 		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots, scratch: cfg.ScratchDir,
+		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes,
 		idle: cfg.IdleInterval, stop: make(chan struct{})}, nil
 }
 

@@ -338,31 +338,46 @@ func (s *Service) destroySessionSandbox(ctx context.Context, tenantID, sbID, rea
 // the snapshot fails, in which case it is thawed and runs on. The snapshot is recorded writing first and
 // complete (or failed) after.
 func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string, leaveRunning bool) (store.Snapshot, error) {
+	snap, dir, err := s.snapshotSandboxKeep(ctx, se, trigger, name, leaveRunning)
+	if dir != "" {
+		s.cacheImage(snap.ID, dir)
+	}
+	return snap, err
+}
+
+// snapshotSandboxKeep is snapshotSandbox that also returns the checkpoint image's directory on
+// success; the caller owns it (cacheImage, or remove it).
+func (s *Service) snapshotSandboxKeep(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string, leaveRunning bool) (store.Snapshot, string, error) {
 	snaps, err := s.snapshotStore()
 	if err != nil {
-		return store.Snapshot{}, err
+		return store.Snapshot{}, "", err
 	}
 	if se.SandboxID == "" {
-		return store.Snapshot{}, fmt.Errorf("session %s has no sandbox: %w", se.ID, errdefs.ErrFailedPrecondition)
+		return store.Snapshot{}, "", fmt.Errorf("session %s has no sandbox: %w", se.ID, errdefs.ErrFailedPrecondition)
 	}
 	snap, err := s.store.CreateSnapshot(ctx, store.Snapshot{
 		ID: store.NewID("sn"), TenantID: se.TenantID, SessionID: se.ID, ParentID: se.HeadSnapshotID,
 		Name: name, Trigger: trigger, State: store.SnapshotWriting, CreatedAt: s.now(),
 	})
 	if err != nil {
-		return store.Snapshot{}, fmt.Errorf("record snapshot: %w", err)
+		return store.Snapshot{}, "", fmt.Errorf("record snapshot: %w", err)
 	}
-	fail := func(cause error) (store.Snapshot, error) {
+	fail := func(cause error) (store.Snapshot, string, error) {
 		if _, err := s.updateSnapshot(ctx, snap, func(sn *store.Snapshot) error {
 			sn.State, sn.Reason = store.SnapshotFailed, truncateReason(cause.Error())
 			return nil
 		}); err != nil {
 			cause = errors.Join(cause, err)
 		}
-		return store.Snapshot{}, cause
+		return store.Snapshot{}, "", cause
 	}
 	dir := filepath.Join(s.scratch, snap.ID)
-	defer os.RemoveAll(dir)
+	keep := false
+	defer func() {
+		if !keep {
+			os.RemoveAll(dir)
+		}
+	}()
 	t0 := s.now()
 	if err := s.node.CheckpointSandbox(ctx, se.SandboxID, dir, leaveRunning); err != nil {
 		return fail(fmt.Errorf("checkpoint: %w", err))
@@ -388,13 +403,14 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 		return nil
 	})
 	if err != nil {
-		return store.Snapshot{}, err
+		return store.Snapshot{}, "", err
 	}
 	faultinject.Crash("snapshot-complete")
 	s.log.Info("snapshot stored", "session", se.ID, "snapshot", snap.ID, "trigger", trigger, "checkpoint", tCheckpoint,
 		"store", done.Sub(t0)-tCheckpoint, "logical_bytes", m.Stats.LogicalBytes, "new_bytes", m.Stats.NewStoredBytes,
 		"new_chunks", m.Stats.NewChunks, "chunks", m.Stats.Chunks)
-	return snap, nil
+	keep = true
+	return snap, dir, nil
 }
 
 // storeImage writes the files of a checkpoint image directory into the snapshot store as snapshot id.
@@ -502,7 +518,10 @@ func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Ses
 	}
 	defer os.RemoveAll(dir)
 	var sb store.Sandbox
-	err = snaps.Restore(ctx, se.TenantID, se.HeadSnapshotID, dir)
+	if !s.linkCachedImage(se.HeadSnapshotID, dir) {
+		err = snaps.Restore(ctx, se.TenantID, se.HeadSnapshotID, dir)
+	}
+	fetched := s.now()
 	faultinject.Crash("resume-fetched")
 	if err == nil {
 		sb, err = s.startSessionSandbox(ctx, se, nil, dir)
@@ -530,7 +549,8 @@ func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Ses
 		return setSessionState(se, store.SessionRunning, "")
 	})
 	if err == nil {
-		s.log.Info("session resumed", "session", se.ID, "snapshot", se.HeadSnapshotID, "sandbox", sb.ID, "took", s.now().Sub(start))
+		s.log.Info("session resumed", "session", se.ID, "snapshot", se.HeadSnapshotID, "sandbox", sb.ID, "took", s.now().Sub(start),
+			"fetch", fetched.Sub(start), "boot", s.now().Sub(fetched))
 	}
 	return se, err
 }
@@ -632,11 +652,13 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	if err := snaps.Restore(ctx, tenantID, snapID, dir); err != nil {
-		if errors.Is(err, snapshot.ErrCorrupt) {
-			return nil, fmt.Errorf("fork session %s: %v: %w", id, err, errdefs.ErrFailedPrecondition)
+	if !s.linkCachedImage(snapID, dir) { // taken elsewhere or long ago: from the store
+		if err := snaps.Restore(ctx, tenantID, snapID, dir); err != nil {
+			if errors.Is(err, snapshot.ErrCorrupt) {
+				return nil, fmt.Errorf("fork session %s: %v: %w", id, err, errdefs.ErrFailedPrecondition)
+			}
+			return nil, fmt.Errorf("fork session %s: %w", id, err)
 		}
-		return nil, fmt.Errorf("fork session %s: %w", id, err)
 	}
 	forks := make([]store.Session, 0, count)
 	for range count {
@@ -724,6 +746,7 @@ func (s *Service) deleteLocked(ctx context.Context, se store.Session) error {
 					}
 					return err
 				}
+				s.dropImages(sn.ID)
 				if err := s.snapshots.Delete(ctx, se.TenantID, sn.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 					s.log.Warn("delete snapshot data", "snapshot", sn.ID, "err", err)
 				}
@@ -745,6 +768,7 @@ func (s *Service) deleteLocked(ctx context.Context, se store.Session) error {
 	s.node.ForgetCA(se.ID)
 	// Drop the record (and its remaining snapshots' records) unless a fork still resumes from one.
 	if err := s.store.DeleteSession(ctx, se.TenantID, se.ID); err == nil && head != "" && s.snapshots != nil {
+		s.dropImages(head)
 		if err := s.snapshots.Delete(ctx, se.TenantID, head); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			s.log.Warn("delete snapshot data", "snapshot", head, "err", err)
 		}
@@ -876,6 +900,7 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 			s.destroySessionSandbox(ctx, sb.TenantID, sb.ID, "its session moved on")
 		}
 	}
+	s.clearImages() // files a crash may have torn
 	if s.scratch != "" {
 		// Images of interrupted checkpoints and restores.
 		entries, _ := os.ReadDir(s.scratch)

@@ -29,6 +29,11 @@ type sessionEnv struct {
 }
 
 func setupSessions(t *testing.T) *sessionEnv {
+	return setupSessionsCache(t, 0)
+}
+
+// setupSessionsCache is setupSessions with an image cache of cacheBytes (0: none).
+func setupSessionsCache(t *testing.T, cacheBytes int64) *sessionEnv {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -51,8 +56,12 @@ func setupSessions(t *testing.T) *sessionEnv {
 	}
 	e := &sessionEnv{st: st, n: newFakeNode(t), clk: &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, blobs: filepath.Join(dir, "blobs")}
 	e.newSvc = func() *Service {
-		s, err := New(Config{Store: st, Node: e.n, Now: e.clk.Now, ReapInterval: time.Hour, IdleInterval: time.Hour,
-			Snapshots: snaps, ScratchDir: filepath.Join(dir, "scratch")})
+		cfg := Config{Store: st, Node: e.n, Now: e.clk.Now, ReapInterval: time.Hour, IdleInterval: time.Hour,
+			Snapshots: snaps, ScratchDir: filepath.Join(dir, "scratch")}
+		if cacheBytes > 0 {
+			cfg.ImageCacheDir, cfg.ImageCacheBytes = filepath.Join(dir, "images"), cacheBytes
+		}
+		s, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,15 +257,7 @@ func TestSessionCorruptSnapshotGivesClearError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Flip a byte in every chunk.
-	_ = filepath.WalkDir(e.blobs, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() && strings.Contains(p, "/chunks/") {
-			b, _ := os.ReadFile(p)
-			b[len(b)-1] ^= 1
-			_ = os.WriteFile(p, b, 0o600)
-		}
-		return nil
-	})
+	corruptChunks(t, e.blobs)
 	_, err = e.s.ResumeSession(ctx, e.tenant, se.ID)
 	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), se.HeadSnapshotID) || !strings.Contains(err.Error(), "chunk") {
 		t.Fatalf("resume from a corrupted snapshot: %v; want a clear error naming the snapshot and chunk", err)
@@ -324,6 +325,65 @@ func assertNotUnder(t *testing.T, dir, needle string) {
 		}
 		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), needle) {
 			t.Errorf("%s holds %q in plain text", p, needle)
+		}
+		return nil
+	})
+}
+
+// TestSessionImageCache: a resume on the node that paused uses the cached image (here even though every
+// chunk in the store was damaged meanwhile); after a restart the cache is gone and the store's damage
+// shows; the cache stays within its budget.
+func TestSessionImageCache(t *testing.T) {
+	e := setupSessionsCache(t, 1<<20)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{})
+	se, err := e.s.PauseSession(ctx, e.tenant, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corruptChunks(t, e.blobs)
+	if se, err = e.s.ResumeSession(ctx, e.tenant, se.ID); err != nil {
+		t.Fatalf("resume from the cached image: %v", err)
+	}
+	if se, err = e.s.PauseSession(ctx, e.tenant, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	corruptChunks(t, e.blobs)
+	s2 := e.newSvc()
+	if err := s2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Shutdown(ctx)
+	if _, err := s2.ResumeSession(ctx, e.tenant, se.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("resume after a restart from a damaged store: %v; want the store's error", err)
+	}
+	// Many small images: the cache keeps to its budget.
+	for range 5 {
+		o := e.create(t, SessionRequest{})
+		if _, err := s2.PauseSession(ctx, e.tenant, o.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var total int64
+	_ = filepath.WalkDir(filepath.Join(filepath.Dir(e.blobs), "images"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			fi, _ := d.Info()
+			total += fi.Size()
+		}
+		return nil
+	})
+	if total > 1<<20 {
+		t.Errorf("image cache holds %d bytes; budget 1 MiB", total)
+	}
+}
+
+func corruptChunks(t *testing.T, blobs string) {
+	t.Helper()
+	_ = filepath.WalkDir(blobs, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && strings.Contains(p, "/chunks/") {
+			b, _ := os.ReadFile(p)
+			b[len(b)-1] ^= 1
+			_ = os.WriteFile(p, b, 0o600)
 		}
 		return nil
 	})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -117,9 +118,58 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string
 	if _, err := os.Stat(filepath.Join(imageDir, ImageMemoryDir, "checkpoint.img")); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: no checkpoint image in %s: %w", spec.ID, imageDir, errdefs.ErrInvalidArgument)
 	}
+	// runsc loads the memory in the background after the sandbox runs again (--background), reading
+	// the image for a while: it gets its own hard-linked copy in the sandbox's directory, removed with
+	// the sandbox, so the caller may drop imageDir (and restore it into other sandboxes) at once.
+	mem := filepath.Join(d.dir(spec.ID), "image")
 	return d.boot(ctx, spec, func(dir string) error {
+		if err := linkTree(filepath.Join(imageDir, ImageMemoryDir), mem); err != nil {
+			return fmt.Errorf("checkpoint image: %w", err)
+		}
 		return readLayerTar(filepath.Join(imageDir, ImageFSFile), filepath.Join(dir, "disk", "upper"))
-	}, []string{"restore", "--detach", "--image-path", filepath.Join(imageDir, ImageMemoryDir)})
+	}, []string{"restore", "--detach", "--background", "--image-path", mem})
+}
+
+// linkTree makes dst a copy of the flat directory src, hard-linking its files (copying them when src
+// is on another file system).
+func linkTree(src, dst string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			return fmt.Errorf("%s is not a regular file", e.Name())
+		}
+		from, to := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
+		if err := os.Link(from, to); err == nil {
+			continue
+		}
+		if err := copyFile(from, to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // wake sends runtime.WakeSignal to the sandbox's init.
