@@ -380,6 +380,11 @@ func (s *Service) snapshotSandboxKeep(ctx context.Context, se store.Session, tri
 	}()
 	t0 := s.now()
 	if err := s.node.CheckpointSandbox(ctx, se.SandboxID, dir, leaveRunning); err != nil {
+		if strings.Contains(err.Error(), "bound host socket") && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			// Something in the sandbox bound a socket on a host path (in /run/airlock): gVisor cannot
+			// save it. The sandbox's doing, so the caller's to fix, not a server fault.
+			err = fmt.Errorf("a process in the sandbox holds a host socket (bound under /run/airlock), which cannot be saved; close it and retry: %w", errdefs.ErrFailedPrecondition)
+		}
 		return fail(fmt.Errorf("checkpoint: %w", err))
 	}
 	tCheckpoint := s.now().Sub(t0)
@@ -829,6 +834,11 @@ func (s *Service) pauseIfIdle(ctx context.Context, tenantID, id string) {
 	}
 	if _, err := s.pauseLocked(ctx, se, "idle"); err != nil {
 		s.log.Error("auto-pause idle session", "session", id, "err", err)
+		// Try again after another idle period, not at every tick (a sandbox that cannot be saved would
+		// be frozen, checkpointed and thawed over and over).
+		if terr := s.store.TouchSession(ctx, tenantID, id, s.now()); terr != nil {
+			s.log.Warn("touch session", "session", id, "err", terr)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -265,5 +266,57 @@ except Exception as e:
 		if out := call(f.ID); !strings.Contains(out, `auth="Bearer `+secret+`"`) || strings.Contains(out, "OTHER-REACHED") {
 			t.Errorf("in fork %s: %q", f.ID, out)
 		}
+	}
+}
+
+// TestSessionHostileSandbox: code inside cannot break its session's pause: a bound host socket of its
+// own makes the checkpoint fail cleanly (the session runs on, its processes intact), stray wake signals
+// to the daemon change nothing, and once the socket is gone the pause works.
+func TestSessionHostileSandbox(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{})
+	ctx := ctxT(t, 3*time.Minute)
+	se := newSession(t, e, airlock.CreateSessionRequest{IdleTimeoutSeconds: never()})
+	before := startAgent(t, e, se.ID, 1<<20)
+	// Stray wakes: the daemon is not quiesced, so they do nothing.
+	res := run(t, e, se.ID, airlock.ExecRequest{User: "root", Cmd: []string{"bash", "-c", "for i in $(seq 20); do kill -USR2 1; done; echo sent"}})
+	if !strings.Contains(res.Stdout, "sent") {
+		t.Fatalf("kill: %+v", res)
+	}
+	// A socket bound where the daemon's is, a host socket gVisor cannot save.
+	sh(t, e, se.ID, "true")
+	res = run(t, e, se.ID, airlock.ExecRequest{User: "root", Cmd: []string{"bash", "-c", `setsid nohup python3 -c '
+import socket, time
+s = socket.socket(socket.AF_UNIX)
+s.bind("/run/airlock/evil.sock")
+s.listen(1)
+time.sleep(100000)' >/dev/null 2>&1 &
+echo $! > /tmp/evil.pid
+for i in $(seq 50); do test -S /run/airlock/evil.sock && echo bound && exit 0; sleep 0.1; done; echo not-bound`}})
+	if strings.Contains(res.Stdout, "bound") && !strings.Contains(res.Stdout, "not-bound") {
+		_, err := e.Client.PauseSession(ctx, se.ID)
+		if !errors.Is(err, airlock.ErrFailedPrecondition) || !strings.Contains(err.Error(), "evil.sock") {
+			t.Fatalf("pause with a host socket bound inside: %v; want a failed precondition that says why", err)
+		}
+		t.Logf("pause with a bound host socket: %v", err)
+		got, err := e.Client.GetSession(ctx, se.ID)
+		if err != nil || got.State != airlock.SessionRunning || got.SandboxID != se.SandboxID {
+			t.Fatalf("after the failed pause: %+v %v; want it running in its sandbox", got, err)
+		}
+		if st, ok := queryAgent(t, e, se.ID); !ok || st.PID != before.PID || st.SHA256 != before.SHA256 {
+			t.Fatalf("after the failed pause the agent is %+v %v", st, ok)
+		}
+		res = run(t, e, se.ID, airlock.ExecRequest{User: "root", Cmd: []string{"bash", "-c", "kill $(cat /tmp/evil.pid); rm -f /run/airlock/evil.sock; ls /run/airlock"}})
+		if strings.Contains(res.Stdout, "evil") {
+			t.Fatalf("could not remove the socket: %q %q", res.Stdout, res.Stderr)
+		}
+	} else {
+		t.Logf("the sandbox could not bind a socket in /run/airlock (%q); nothing to break", res.Stdout)
+	}
+	if _, err := e.Client.PauseSession(ctx, se.ID); err != nil {
+		t.Fatalf("pause once the socket is gone: %v", err)
+	}
+	if st, ok := queryAgent(t, e, se.ID); !ok || st.PID != before.PID || st.SHA256 != before.SHA256 {
+		t.Fatalf("after pause and resume: %+v %v", st, ok)
 	}
 }

@@ -82,6 +82,15 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 			}
 		}
 	}()
+	// The link directory must be empty once the daemon let go of its socket: whatever else is there (a
+	// file or socket a process in the sandbox made under /run/airlock) would be missing in the sandbox
+	// restored elsewhere, and the restore would fail.
+	if names, err := dirNames(filepath.Join(d.dir(id), "link")); err != nil {
+		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+	} else if len(names) > 0 {
+		return fmt.Errorf("gvisor: checkpoint %s: %s in %s: a sandbox with files there cannot be restored; remove them: %w",
+			id, strings.Join(names, ", "), LinkDir, errdefs.ErrFailedPrecondition)
+	}
 	// runsc flushes the sandbox's file data to the host before it saves the memory, so the writable
 	// layer archived next matches the image. --leave-running keeps the container (still paused by the
 	// pause above) for the archive and the resume.
@@ -172,6 +181,20 @@ func copyFile(from, to string) error {
 	return out.Close()
 }
 
+// dirNames lists up to five entries of dir.
+func dirNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(5)
+	if err == io.EOF {
+		err = nil
+	}
+	return names, err
+}
+
 // wake sends runtime.WakeSignal to the sandbox's init.
 func (d *Driver) wake(ctx context.Context, id string) error {
 	if err := d.runscQuiet(ctx, "kill", id, strconv.Itoa(int(runtime.WakeSignal))); err != nil {
@@ -195,15 +218,19 @@ func (d *Driver) runscQuiet(ctx context.Context, args ...string) error {
 	return nil
 }
 
-// lastLine picks the telling line of runsc's stderr: a panic's message, else the last line.
+// lastLine picks the telling line of runsc's stderr: a panic's message, else the first line that says
+// what failed (runsc prints its error before any stack trace), else the last line.
 func lastLine(s string) string {
-	for _, l := range strings.Split(s, "\n") {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	for _, l := range lines {
 		if strings.HasPrefix(l, "panic: ") {
 			return l
 		}
 	}
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		return s[i+1:]
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "\t") && (strings.Contains(l, "failed") || strings.Contains(l, "error")) {
+			return l
+		}
 	}
-	return s
+	return lines[len(lines)-1]
 }
