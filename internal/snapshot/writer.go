@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"log/slog"
 	"path"
 	"sync"
@@ -47,14 +48,21 @@ const (
 	uploadWorkers = 3
 	// readAhead bounds the chunks a read fetches and decrypts ahead of the one it writes out.
 	readAhead = 3
+	// segmentWorkers: a large file that can be read at offsets is cut in segments of segmentSize bytes,
+	// segmentWorkers at once (see chunkFileLocked).
+	segmentWorkers = 2
 )
+
+// segmentSize is the size of the segments of a large file (a variable for tests).
+var segmentSize int64 = 64 << 20
 
 // Writer writes one snapshot: AddFile for each file, then Commit, or Abort to give up. Chunks are
 // uploaded as they are cut; the snapshot appears, all at once, only when Commit writes its manifest.
 //
 // A Writer is meant for one goroutine; its methods are serialized. AddFile runs up to uploadWorkers (3)
-// goroutines, all ended when it returns, and holds at most uploadWorkers+1 chunks in memory, each as
-// plaintext and as ciphertext: 32 MiB at MaxChunkSize. A Writer holds the tenant's subkeys until Commit
+// upload goroutines and segmentWorkers (2) cutting ones, all ended when it returns, and holds at most
+// uploadWorkers+segmentWorkers chunks in memory, each as plaintext and as ciphertext: 40 MiB at
+// MaxChunkSize. A Writer holds the tenant's subkeys until Commit
 // or Abort, one of which must be called (defer w.Abort() is safe after Commit). Writers must finish
 // within the grace period GC is run with; see Store.GC.
 type Writer struct {
@@ -165,42 +173,26 @@ func (w *Writer) AddFile(ctx context.Context, name string, r io.Reader) error {
 }
 
 // chunkFileLocked cuts r into chunks and stores the new ones, with up to uploadWorkers uploads running
-// while it reads on.
+// while it reads on. A large file that can be read at offsets (an *os.File, say) is cut in segments of
+// segmentSize bytes, segmentWorkers at a time, each segment starting a chunk: a memory image keeps its
+// pages at their offsets, so the cuts stay where they were from one snapshot to the next.
 func (w *Writer) chunkFileLocked(ctx context.Context, name string, r io.Reader) (File, error) {
 	f := File{Name: name, Chunks: []ChunkRef{}}
-	if w.chunk == nil {
-		w.chunk = chunker.NewWithBoundaries(r, Polynomial, MinChunkSize, MaxChunkSize)
-	} else {
-		w.chunk.ResetWithBoundaries(r, Polynomial, MinChunkSize, MaxChunkSize)
-	}
-	w.chunk.SetAverageBits(averageBits)
 	var newChunks, newBytes atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(uploadWorkers)
-	var readErr error
-	for gctx.Err() == nil {
-		buf := w.getBuf()
-		c, err := w.chunk.Next(buf.plain[:0])
-		if err != nil {
-			w.putBuf(buf)
-			if err != io.EOF {
-				readErr = fmt.Errorf("read: %w", err)
-			}
-			break
-		}
-		buf.plain = c.Data
-		id := chunkID(w.hash, c.Data)
-		f.Chunks = append(f.Chunks, ChunkRef{ID: id, Size: int64(c.Length)})
-		f.Size += int64(c.Length)
+	var heldMu sync.Mutex
+	// claim reports whether this Writer has yet to store chunk id, and holds it for it.
+	claim := func(id string) (bool, error) {
+		heldMu.Lock()
+		defer heldMu.Unlock()
 		if _, ok := w.held[id]; ok {
-			w.putBuf(buf) // stored or being stored by this Writer
-			continue
+			return false, nil // stored or being stored by this Writer
 		}
 		w.held[id] = struct{}{}
-		if err := w.st.holds.hold(gctx, w.tenant, id); err != nil {
-			w.putBuf(buf)
-			break // g.Wait or ctx reports it
-		}
+		return true, w.st.holds.hold(gctx, w.tenant, id)
+	}
+	upload := func(id string, buf *chunkBuf) {
 		g.Go(func() error {
 			defer w.putBuf(buf)
 			n, err := w.storeChunk(gctx, id, buf)
@@ -214,20 +206,99 @@ func (w *Writer) chunkFileLocked(ctx context.Context, name string, r io.Reader) 
 			return nil
 		})
 	}
+	var readErr error
+	if ra, size, ok := readerAt(r); ok && size > 2*segmentSize {
+		segs := make([][]ChunkRef, (size+segmentSize-1)/segmentSize)
+		sg, sctx := errgroup.WithContext(gctx)
+		sg.SetLimit(segmentWorkers)
+		for i := range segs {
+			off := int64(i) * segmentSize
+			sec := io.NewSectionReader(ra, off, min(segmentSize, size-off))
+			sg.Go(func() error {
+				c := chunker.NewWithBoundaries(sec, Polynomial, MinChunkSize, MaxChunkSize)
+				c.SetAverageBits(averageBits)
+				refs, err := w.cut(sctx, c, w.keys.idHash(), claim, upload)
+				segs[i] = refs
+				return err
+			})
+		}
+		readErr = sg.Wait()
+		for _, refs := range segs {
+			f.Chunks = append(f.Chunks, refs...)
+		}
+	} else {
+		if w.chunk == nil {
+			w.chunk = chunker.NewWithBoundaries(r, Polynomial, MinChunkSize, MaxChunkSize)
+		} else {
+			w.chunk.ResetWithBoundaries(r, Polynomial, MinChunkSize, MaxChunkSize)
+		}
+		w.chunk.SetAverageBits(averageBits)
+		f.Chunks, readErr = w.cut(gctx, w.chunk, w.hash, claim, upload)
+	}
 	err := g.Wait()
 	switch {
-	case readErr != nil:
+	case readErr != nil && !errors.Is(readErr, context.Canceled):
 		return File{}, readErr
 	case err != nil:
 		return File{}, err
+	case readErr != nil:
+		return File{}, readErr
 	case ctx.Err() != nil:
 		return File{}, ctx.Err()
+	}
+	for _, c := range f.Chunks {
+		f.Size += c.Size
 	}
 	w.stats.LogicalBytes += f.Size
 	w.stats.Chunks += len(f.Chunks)
 	w.stats.NewChunks += int(newChunks.Load())
 	w.stats.NewStoredBytes += newBytes.Load()
 	return f, nil
+}
+
+// cut reads chunks from c until its end, names each with h, and hands those claim grants to upload.
+// It returns the file's (or segment's) chunks in order; on an error, what it read so far.
+func (w *Writer) cut(ctx context.Context, c *chunker.Chunker, h hash.Hash, claim func(string) (bool, error), upload func(string, *chunkBuf)) ([]ChunkRef, error) {
+	var refs []ChunkRef
+	for ctx.Err() == nil {
+		buf := w.getBuf()
+		ch, err := c.Next(buf.plain[:0])
+		if err != nil {
+			w.putBuf(buf)
+			if err != io.EOF {
+				return refs, fmt.Errorf("read: %w", err)
+			}
+			return refs, nil
+		}
+		buf.plain = ch.Data
+		id := chunkID(h, ch.Data)
+		refs = append(refs, ChunkRef{ID: id, Size: int64(ch.Length)})
+		mine, err := claim(id)
+		if err != nil {
+			w.putBuf(buf)
+			return refs, err
+		}
+		if !mine {
+			w.putBuf(buf)
+			continue
+		}
+		upload(id, buf)
+	}
+	return refs, ctx.Err()
+}
+
+// readerAt reports r as an io.ReaderAt with its size, when it is one whose size it can tell (a file).
+func readerAt(r io.Reader) (io.ReaderAt, int64, bool) {
+	ra, ok := r.(io.ReaderAt)
+	st, ok2 := r.(interface{ Stat() (fs.FileInfo, error) })
+	if !ok || !ok2 {
+		return nil, 0, false
+	}
+	fi, err := st.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil, 0, false
+	}
+	return ra, fi.Size(), true
 }
 
 // storeChunk uploads chunk id unless the store has it, and reports the bytes uploaded.
