@@ -32,8 +32,8 @@ func newSandboxCmd(g *globals) *cobra.Command {
 }
 
 func newCreateCmd(g *globals) *cobra.Command {
-	var template, cpu, memory, disk, timeout, idemKey string
-	var env, metadata []string
+	var timeout, idemKey string
+	var rf resourceFlags
 	var nf networkFlags
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -48,24 +48,13 @@ it and exits with status 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			req := airlock.CreateSandboxRequest{Template: template}
-			var err error
-			if req.CPU, err = parseCPU(cpu); err != nil {
+			r, err := rf.parse()
+			if err != nil {
 				return err
 			}
-			if req.MemoryMB, err = parseMiB("memory", memory); err != nil {
-				return err
-			}
-			if req.DiskMB, err = parseMiB("disk", disk); err != nil {
-				return err
-			}
+			req := airlock.CreateSandboxRequest{Template: r.template, CPU: r.cpu, MemoryMB: r.memoryMB, DiskMB: r.diskMB,
+				Env: r.env, Metadata: r.metadata}
 			if req.TimeoutSeconds, err = parseSeconds("--timeout", timeout); err != nil {
-				return err
-			}
-			if req.Env, err = parseKV(env, "env", true); err != nil {
-				return err
-			}
-			if req.Metadata, err = parseKV(metadata, "metadata", false); err != nil {
 				return err
 			}
 			if nf.set() {
@@ -95,16 +84,55 @@ it and exits with status 1.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&template, "template", "", `the template to boot (default "default")`)
-	f.StringVar(&cpu, "cpu", "", "CPU quota: cores (0.5, 2) or millicores (500m); default 1 core")
-	f.StringVar(&memory, "memory", "", "memory limit: MiB, or a size such as 2G; default 512 MiB")
-	f.StringVar(&disk, "disk", "", "size of the writable disk: MiB, or a size such as 4G; default 1 GiB")
+	rf.add(cmd, "every process's environment")
 	f.StringVar(&timeout, "timeout", "", "lifetime: seconds, or a duration such as 30m; default 5m")
-	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE in every process's environment; a bare KEY copies it from here (repeatable)")
-	f.StringArrayVarP(&metadata, "metadata", "l", nil, "KEY=VALUE label (repeatable)")
 	f.StringVar(&idemKey, "idempotency-key", "", "a key that makes retries of this create return the same sandbox")
 	nf.add(cmd)
 	return cmd
+}
+
+// resourceFlags are the flags a sandbox and a session are created with.
+type resourceFlags struct {
+	template, cpu, memory, disk string
+	env, metadata               []string
+}
+
+func (rf *resourceFlags) add(cmd *cobra.Command, envWhere string) {
+	f := cmd.Flags()
+	f.StringVar(&rf.template, "template", "", `the template to boot (default "default")`)
+	f.StringVar(&rf.cpu, "cpu", "", "CPU quota: cores (0.5, 2) or millicores (500m); default 1 core")
+	f.StringVar(&rf.memory, "memory", "", "memory limit: MiB, or a size such as 2G; default 512 MiB")
+	f.StringVar(&rf.disk, "disk", "", "size of the writable disk: MiB, or a size such as 4G; default 1 GiB")
+	f.StringArrayVarP(&rf.env, "env", "e", nil, "KEY=VALUE in "+envWhere+"; a bare KEY copies it from here (repeatable)")
+	f.StringArrayVarP(&rf.metadata, "metadata", "l", nil, "KEY=VALUE label (repeatable)")
+}
+
+// resources are parsed resourceFlags.
+type resources struct {
+	template              string
+	cpu, memoryMB, diskMB int
+	env, metadata         map[string]string
+}
+
+func (rf *resourceFlags) parse() (resources, error) {
+	r := resources{template: rf.template}
+	var err error
+	if r.cpu, err = parseCPU(rf.cpu); err != nil {
+		return r, err
+	}
+	if r.memoryMB, err = parseMiB("memory", rf.memory); err != nil {
+		return r, err
+	}
+	if r.diskMB, err = parseMiB("disk", rf.disk); err != nil {
+		return r, err
+	}
+	if r.env, err = parseKV(rf.env, "env", true); err != nil {
+		return r, err
+	}
+	if r.metadata, err = parseKV(rf.metadata, "metadata", false); err != nil {
+		return r, err
+	}
+	return r, nil
 }
 
 func newLsCmd(g *globals) *cobra.Command {

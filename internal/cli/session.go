@@ -29,8 +29,8 @@ resumes when work arrives. exec, shell, cp and ps take a session ID wherever the
 }
 
 func newSessionCreateCmd(g *globals) *cobra.Command {
-	var template, cpu, memory, disk, idle, idemKey string
-	var env, metadata []string
+	var idle, idemKey string
+	var rf resourceFlags
 	var noAutoResume bool
 	var nf networkFlags
 	cmd := &cobra.Command{
@@ -41,17 +41,12 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			req := airlock.CreateSessionRequest{Template: template}
-			var err error
-			if req.CPU, err = parseCPU(cpu); err != nil {
+			r, err := rf.parse()
+			if err != nil {
 				return err
 			}
-			if req.MemoryMB, err = parseMiB("--memory", memory); err != nil {
-				return err
-			}
-			if req.DiskMB, err = parseMiB("--disk", disk); err != nil {
-				return err
-			}
+			req := airlock.CreateSessionRequest{Template: r.template, CPU: r.cpu, MemoryMB: r.memoryMB, DiskMB: r.diskMB,
+				Env: r.env, Metadata: r.metadata}
 			if idle != "" {
 				n := 0
 				if idle != "0" {
@@ -64,12 +59,6 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 			if noAutoResume {
 				f := false
 				req.AutoResume = &f
-			}
-			if req.Env, err = parseKV(env, "env", true); err != nil {
-				return err
-			}
-			if req.Metadata, err = parseKV(metadata, "metadata", false); err != nil {
-				return err
 			}
 			if nf.set() {
 				if req.Network, err = nf.policy(); err != nil {
@@ -98,14 +87,9 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&template, "template", "", `the template to boot (default "default")`)
-	f.StringVar(&cpu, "cpu", "", "CPU quota: cores (0.5, 2) or millicores (500m); default 1 core")
-	f.StringVar(&memory, "memory", "", "memory limit: MiB, or a size such as 2G; default 512 MiB")
-	f.StringVar(&disk, "disk", "", "size of the writable disk: MiB, or a size such as 4G; default 1 GiB")
+	rf.add(cmd, "the first sandbox's environment")
 	f.StringVar(&idle, "idle-timeout", "", "pause after this long without exec or file work: seconds or a duration (10m); 0 never; default 10m")
 	f.BoolVar(&noAutoResume, "no-auto-resume", false, "do not resume the paused session when work arrives for it")
-	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE in the first sandbox's environment; a bare KEY copies it from here (repeatable)")
-	f.StringArrayVarP(&metadata, "metadata", "l", nil, "KEY=VALUE label (repeatable)")
 	f.StringVar(&idemKey, "idempotency-key", "", "a key that makes retries of this create return the same session")
 	nf.add(cmd)
 	return cmd

@@ -673,34 +673,24 @@ func (m *Manager) load(ctx context.Context, tenantID, name string) (*record, err
 	return &rec, nil
 }
 
-func (m *Manager) encode(rec *record) ([]byte, error) {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return nil, fmt.Errorf("connection %s: %w", rec.Name, err)
-	}
-	return b, nil
-}
-
+// create stores a new record; save replaces the stored one. Both seal it (see secrets.Store).
 func (m *Manager) create(ctx context.Context, tenantID string, rec *record) error {
-	b, err := m.encode(rec)
-	if err != nil {
-		return err
-	}
-	defer clear(b)
-	if _, err := m.store.Create(ctx, tenantID, rec.Name, b); err != nil {
-		return fmt.Errorf("create connection %s: %w", rec.Name, err)
-	}
-	return nil
+	return m.put(ctx, tenantID, rec, "create", m.store.Create)
 }
 
 func (m *Manager) save(ctx context.Context, tenantID string, rec *record) error {
-	b, err := m.encode(rec)
+	return m.put(ctx, tenantID, rec, "save", m.store.Update)
+}
+
+func (m *Manager) put(ctx context.Context, tenantID string, rec *record, what string,
+	put func(ctx context.Context, tenantID, name string, value []byte) (secrets.Metadata, error)) error {
+	b, err := json.Marshal(rec)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s connection %s: %w", what, rec.Name, err)
 	}
 	defer clear(b)
-	if _, err := m.store.Update(ctx, tenantID, rec.Name, b); err != nil {
-		return fmt.Errorf("save connection %s: %w", rec.Name, err)
+	if _, err := put(ctx, tenantID, rec.Name, b); err != nil {
+		return fmt.Errorf("%s connection %s: %w", what, rec.Name, err)
 	}
 	return nil
 }

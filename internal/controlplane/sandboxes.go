@@ -479,35 +479,27 @@ func (s *Service) Start(ctx context.Context) error {
 			return fmt.Errorf("start: %w", err)
 		}
 	}
+	s.every(s.reap, s.reapExpired)
+	s.every(s.idle, s.pauseIdleSessions)
+	return nil
+}
+
+// every runs f every interval in a goroutine the Service owns, until Shutdown.
+func (s *Service) every(interval time.Duration, f func()) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		t := time.NewTicker(s.reap)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-s.stop:
 				return
 			case <-t.C:
-				s.reapExpired()
+				f()
 			}
 		}
 	}()
-	s.wg.Add(1)
-	go func() { // owner: Service; ends at Shutdown
-		defer s.wg.Done()
-		t := time.NewTicker(s.idle)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-				s.pauseIdleSessions()
-			}
-		}
-	}()
-	return nil
 }
 
 // reapExpired destroys the sandboxes whose timeout passed.

@@ -10,6 +10,19 @@ import (
 // (created 0700 if missing) with mode perm, syncs it, renames it over path and syncs the directory. A
 // reader sees the old content or the new, never a mix; a crash leaves at most a stray temporary file.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	return writeDurably(path, data, perm, os.Rename)
+}
+
+// CreateFileAtomic is WriteFileAtomic for a path that must not exist yet: it hard-links the synced
+// temporary file to path, which fails with an error matching fs.ErrExist if path is taken (also when
+// a concurrent create wins).
+func CreateFileAtomic(path string, data []byte, perm os.FileMode) error {
+	return writeDurably(path, data, perm, os.Link)
+}
+
+// writeDurably writes data to a synced temporary file next to path, publishes it at path with
+// publish (rename or link) and syncs the directory.
+func writeDurably(path string, data []byte, perm os.FileMode, publish func(tmp, path string) error) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -19,7 +32,7 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 		return err
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp) // fails harmlessly after the rename
+	defer os.Remove(tmp) // fails harmlessly after a rename; removes the extra name after a link
 	if err := f.Chmod(perm); err != nil {
 		f.Close()
 		return err
@@ -35,7 +48,7 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := publish(tmp, path); err != nil {
 		return err
 	}
 	d, err := os.Open(dir)

@@ -1,6 +1,8 @@
 package fsutil
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -25,5 +27,24 @@ func TestWriteFileAtomic(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Errorf("directory holds %d entries; want only the file (no temporaries left)", len(entries))
+	}
+}
+
+func TestCreateFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "sub", "f")
+	if err := CreateFileAtomic(p, []byte("one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateFileAtomic(p, []byte("two"), 0o600); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("second create: %v; want fs.ErrExist", err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil || string(b) != "one" {
+		t.Errorf("content %q %v; want the first create's", b, err)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(p))
+	if len(entries) != 1 {
+		t.Errorf("directory holds %d entries; want no temporary file left", len(entries))
 	}
 }

@@ -428,13 +428,12 @@ func (n *Local) watch(ctx context.Context, s *sandbox, cl *link.Client) {
 
 // Link returns the channel to a sandbox's daemon.
 func (n *Local) Link(ctx context.Context, id string) (*link.Client, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	s, ok := n.sandboxes[id]
-	if !ok {
-		return nil, fmt.Errorf("sandbox %s is not running on node %s: %w", id, n.cfg.ID, errdefs.ErrFailedPrecondition)
+	s, err := n.lookup(id)
+	if err != nil {
+		return nil, err
 	}
-	return s.link, nil
+	cl, _ := n.current(s)
+	return cl, nil
 }
 
 // ifName is the name of a sandbox's host-side veth: the prefix and as much of the ID's random part as fits
@@ -596,17 +595,14 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id, imageDir string, leav
 	if !ok {
 		return fmt.Errorf("the %s runtime cannot checkpoint: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
 	}
-	n.mu.Lock()
-	s := n.sandboxes[id]
-	n.mu.Unlock()
-	if s == nil {
-		return fmt.Errorf("sandbox %s is not running on node %s: %w", id, n.cfg.ID, errdefs.ErrFailedPrecondition)
+	s, err := n.lookup(id)
+	if err != nil {
+		return err
 	}
 	// The watcher would take the channel's end for the daemon's death: stop it first.
 	cl, cancel := n.current(s)
 	cancel()
 	qerr := cl.Quiesce(ctx)
-	var err error
 	if qerr != nil {
 		err = fmt.Errorf("sandbox %s: quiesce the daemon: %w", id, qerr)
 	} else {
@@ -649,6 +645,17 @@ func (n *Local) relink(ctx context.Context, s *sandbox) error {
 	return nil
 }
 
+// lookup returns the node's record of a sandbox it runs.
+func (n *Local) lookup(id string) (*sandbox, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.sandboxes[id]
+	if s == nil {
+		return nil, fmt.Errorf("sandbox %s is not running on node %s: %w", id, n.cfg.ID, errdefs.ErrFailedPrecondition)
+	}
+	return s, nil
+}
+
 // current returns the sandbox's daemon channel and its watcher's cancel function, which relink replaces.
 func (n *Local) current(s *sandbox) (*link.Client, context.CancelFunc) {
 	n.mu.Lock()
@@ -671,11 +678,9 @@ func (n *Local) UnpauseSandbox(ctx context.Context, id string) error {
 	if !ok {
 		return fmt.Errorf("the %s runtime cannot unpause: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
 	}
-	n.mu.Lock()
-	s := n.sandboxes[id]
-	n.mu.Unlock()
-	if s == nil {
-		return fmt.Errorf("sandbox %s is not on node %s: %w", id, n.cfg.ID, errdefs.ErrFailedPrecondition)
+	s, err := n.lookup(id)
+	if err != nil {
+		return err
 	}
 	if err := p.Unpause(ctx, id); err != nil {
 		return err
