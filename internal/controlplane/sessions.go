@@ -40,8 +40,9 @@ const (
 	MaxIdleTimeout     = 7 * 24 * time.Hour
 	// MaxFork bounds the sessions one fork makes.
 	MaxFork = 100
-	// forkParallelism bounds the restores a fork runs at once.
-	forkParallelism = 4
+	// forkParallelism bounds the restores a fork runs at once (on 2 cores, 10 at once finished ten forks
+	// sooner than 4 at once: 2.48 s against 2.70 s in BenchmarkSessionFork10).
+	forkParallelism = 10
 )
 
 // SessionRequest asks for a new session. Zero fields take the defaults; TimeoutSeconds must be zero (a
