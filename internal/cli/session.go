@@ -97,13 +97,18 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 
 func newSessionLsCmd(g *globals) *cobra.Command {
 	var states []string
+	var all bool
 	cmd := &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"list"},
-		Short:   "List sessions",
+		Short:   "List sessions (not deleted ones, unless --all or --state says so)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
+			if len(states) == 0 && !all {
+				states = []string{airlock.SessionCreating, airlock.SessionRunning, airlock.SessionPausing, airlock.SessionPaused,
+					airlock.SessionResuming, airlock.SessionFailed, airlock.SessionDeleting}
+			}
 			opts := airlock.ListOptions{States: states}
 			all := airlock.SessionList{Sessions: []airlock.Session{}}
 			for {
@@ -128,6 +133,7 @@ func newSessionLsCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVar(&states, "state", nil, "keep sessions in these states (running,paused,…)")
+	cmd.Flags().BoolVar(&all, "all", false, "list deleted sessions too")
 	return cmd
 }
 

@@ -105,6 +105,12 @@ type Config struct {
 	ImageCacheBytes int64
 	// IdleInterval is how often idle sessions are looked for. Zero: 2s.
 	IdleInterval time.Duration
+	// GCInterval is how often the snapshot store's unreferenced chunks are collected, and the records
+	// of deleted sessions nothing needs any more dropped. Zero: 10 minutes.
+	GCInterval time.Duration
+	// GCGrace keeps unreferenced chunks younger than it (a snapshot being written elsewhere may use
+	// them). Zero: 1 hour.
+	GCGrace time.Duration
 }
 
 // Service is the control plane.
@@ -123,6 +129,8 @@ type Service struct {
 	// changes.
 	images      string
 	imageBudget int64
+	gcEvery     time.Duration
+	gcGrace     time.Duration
 	imagesMu    sync.Mutex
 	idle        time.Duration
 
@@ -149,6 +157,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.IdleInterval <= 0 {
 		cfg.IdleInterval = 2 * time.Second
 	}
+	if cfg.GCInterval <= 0 {
+		cfg.GCInterval = 10 * time.Minute
+	}
+	if cfg.GCGrace <= 0 {
+		cfg.GCGrace = time.Hour
+	}
 	for _, d := range []string{cfg.ScratchDir, cfg.ImageCacheDir} {
 		if d != "" {
 			if err := os.MkdirAll(d, 0o700); err != nil {
@@ -158,7 +172,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	return &Service{store: cfg.Store, node: cfg.Node, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
 		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots, scratch: cfg.ScratchDir,
-		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes,
+		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
 		idle: cfg.IdleInterval, stop: make(chan struct{})}, nil
 }
 

@@ -481,6 +481,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.every(s.reap, s.reapExpired)
 	s.every(s.idle, s.pauseIdleSessions)
+	if s.snapshots != nil {
+		s.every(s.gcEvery, func() { s.collectSnapshots(s.gcGrace) })
+	}
 	return nil
 }
 

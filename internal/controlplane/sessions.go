@@ -734,33 +734,27 @@ func (s *Service) deleteLocked(ctx context.Context, se store.Session) error {
 		return err
 	}
 	s.destroySessionSandbox(ctx, se.TenantID, se.SandboxID, "session deleted")
-	// Its snapshots go, except one a fork still resumes from (the store refuses to drop its record).
+	// Its snapshots go, except one a fork still resumes from (the store refuses to drop its record) and
+	// its head, whose record goes with the session's (collectSnapshots finishes what is left).
 	if s.snapshots != nil {
-		cursor := ""
-		for {
-			page, next, err := s.store.ListSnapshots(ctx, se.TenantID, store.SnapshotFilter{SessionID: se.ID, Cursor: cursor, Limit: store.MaxListLimit})
-			if err != nil {
+		ids, err := s.snapshotIDs(ctx, se)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if id == se.HeadSnapshotID {
+				continue
+			}
+			if err := s.store.DeleteSnapshot(ctx, se.TenantID, id); err != nil {
+				if errors.Is(err, errdefs.ErrConflict) {
+					continue // a fork resumes from it
+				}
 				return err
 			}
-			for _, sn := range page {
-				if sn.ID == se.HeadSnapshotID {
-					continue // its record goes with the session's; the data below, once no fork needs it
-				}
-				if err := s.store.DeleteSnapshot(ctx, se.TenantID, sn.ID); err != nil {
-					if errors.Is(err, errdefs.ErrConflict) {
-						continue // a fork resumes from it
-					}
-					return err
-				}
-				s.dropImages(sn.ID)
-				if err := s.snapshots.Delete(ctx, se.TenantID, sn.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-					s.log.Warn("delete snapshot data", "snapshot", sn.ID, "err", err)
-				}
+			s.dropImages(id)
+			if err := s.snapshots.Delete(ctx, se.TenantID, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				s.log.Warn("delete snapshot data", "snapshot", id, "err", err)
 			}
-			if next == "" {
-				break
-			}
-			cursor = next
 		}
 	}
 	head := se.HeadSnapshotID
@@ -997,6 +991,70 @@ func (s *Service) pauseAllForShutdown(ctx context.Context) {
 			}
 		}
 		unlock()
+	}
+}
+
+// collectSnapshots drops the records of deleted sessions that no fork needs any more (with their last
+// snapshot's data), then deletes every tenant's unreferenced chunks older than grace.
+func (s *Service) collectSnapshots(grace time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	ses, err := s.store.ListSessionsByState(ctx, []store.SessionState{store.SessionDeleted}, store.MaxListLimit)
+	if err != nil {
+		s.log.Error("list deleted sessions", "err", err)
+		return
+	}
+	for _, se := range ses {
+		// The snapshots its deletion kept (one a fork resumed from, and its last) go with its record.
+		ids, err := s.snapshotIDs(ctx, se)
+		if err != nil {
+			s.log.Error("list snapshots of a deleted session", "session", se.ID, "err", err)
+			continue
+		}
+		if err := s.store.DeleteSession(ctx, se.TenantID, se.ID); err != nil {
+			continue // a fork still resumes from one of its snapshots
+		}
+		s.dropImages(ids...)
+		for _, id := range ids {
+			if err := s.snapshots.Delete(ctx, se.TenantID, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				s.log.Warn("delete snapshot data", "snapshot", id, "err", err)
+			}
+		}
+	}
+	ts, err := s.store.ListTenants(ctx)
+	if err != nil {
+		s.log.Error("list tenants for snapshot GC", "err", err)
+		return
+	}
+	for _, t := range ts {
+		st, err := s.snapshots.GC(ctx, t.ID, grace)
+		if err != nil {
+			s.log.Error("snapshot GC", "tenant", t.ID, "err", err)
+			continue
+		}
+		if st.Deleted > 0 {
+			s.log.Info("snapshot GC", "tenant", t.ID, "deleted_chunks", st.Deleted, "deleted_bytes", st.DeletedBytes,
+				"snapshots", st.Snapshots)
+		}
+	}
+}
+
+// snapshotIDs lists the IDs of a session's snapshots.
+func (s *Service) snapshotIDs(ctx context.Context, se store.Session) ([]string, error) {
+	var ids []string
+	cursor := ""
+	for {
+		page, next, err := s.store.ListSnapshots(ctx, se.TenantID, store.SnapshotFilter{SessionID: se.ID, Cursor: cursor, Limit: store.MaxListLimit})
+		if err != nil {
+			return nil, err
+		}
+		for _, sn := range page {
+			ids = append(ids, sn.ID)
+		}
+		if next == "" {
+			return ids, nil
+		}
+		cursor = next
 	}
 }
 

@@ -388,3 +388,52 @@ func corruptChunks(t *testing.T, blobs string) {
 		return nil
 	})
 }
+
+// TestSnapshotGC: once a session and its fork are deleted, collection drops their records and every
+// chunk of their snapshots.
+func TestSnapshotGC(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{})
+	forks, err := e.s.ForkSession(ctx, e.tenant, se.ID, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.PauseSession(ctx, e.tenant, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	chunks := func() int {
+		n := 0
+		_ = filepath.WalkDir(e.blobs, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() && strings.Contains(p, "/chunks/") {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	if chunks() == 0 {
+		t.Fatal("no chunks stored")
+	}
+	// The parent goes first: its fork still resumes from the fork snapshot, so its record stays.
+	if err := e.s.DeleteSession(ctx, e.tenant, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.s.collectSnapshots(0)
+	if got, err := e.st.GetSession(ctx, e.tenant, se.ID); err != nil || got.State != store.SessionDeleted {
+		t.Fatalf("parent after collection: %+v %v; want its record kept for the fork", got, err)
+	}
+	if _, err := e.s.PauseSession(ctx, e.tenant, forks[0].ID); err != nil {
+		t.Fatalf("the fork must still pause: %v", err)
+	}
+	if err := e.s.DeleteSession(ctx, e.tenant, forks[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	e.s.collectSnapshots(0)
+	if _, err := e.st.GetSession(ctx, e.tenant, se.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("parent record after the fork went: %v; want it collected", err)
+	}
+	if n := chunks(); n != 0 {
+		t.Errorf("%d chunks left after both sessions were deleted and collected", n)
+	}
+}
