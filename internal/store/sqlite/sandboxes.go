@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -96,38 +95,18 @@ func (s *Store) ListSandboxes(ctx context.Context, tenantID string, f store.Sand
 	}
 	limit, _ := store.NormalizeLimit(f.Limit) // Validate checked it
 
-	var (
-		where = []string{"tenant_id = ?"}
-		args  = []any{tenantID}
-	)
+	var where []string
+	var args []any
 	if len(f.States) > 0 {
-		w, a := stateIn(f.States)
+		w, a := in("state", f.States)
 		where, args = append(where, w), append(args, a...)
 	}
-	for _, k := range slices.Sorted(maps.Keys(f.Metadata)) {
-		where = append(where, "id IN (SELECT sandbox_id FROM sandbox_metadata WHERE key = ? AND value = ?)")
-		args = append(args, k, f.Metadata[k])
-	}
-	if f.Cursor != "" {
-		c, _ := store.ParseCursor(f.Cursor) // Validate checked it
-		us := micros(c.CreatedAt)
-		where = append(where, "(created_at > ? OR (created_at = ? AND id > ?))")
-		args = append(args, us, us, c.ID)
-	}
-	query := "SELECT " + sandboxCols + " FROM sandboxes WHERE " + strings.Join(where, " AND ") +
-		" ORDER BY created_at, id LIMIT ?"
-	args = append(args, limit+1) // one more, to learn whether there is a next page
-
+	query, args := page(sandboxCols, "sandboxes", tenantID, where, args, "sandbox_metadata", "sandbox_id", f.Metadata, f.Cursor, limit)
 	out, err := s.querySandboxes(ctx, query, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list sandboxes of tenant %s: %w", tenantID, err)
 	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		last := out[len(out)-1]
-		next = store.Cursor{CreatedAt: last.CreatedAt, ID: last.ID}.Encode()
-	}
+	out, next := nextPage(out, limit, func(sb store.Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID })
 	return out, next, nil
 }
 

@@ -161,38 +161,18 @@ func (s *Store) ListSessions(ctx context.Context, tenantID string, f store.Sessi
 	}
 	limit, _ := store.NormalizeLimit(f.Limit) // Validate checked it
 
-	var (
-		where = []string{"tenant_id = ?"}
-		args  = []any{tenantID}
-	)
+	var where []string
+	var args []any
 	if len(f.States) > 0 {
 		w, a := in("state", f.States)
 		where, args = append(where, w), append(args, a...)
 	}
-	for _, k := range slices.Sorted(maps.Keys(f.Metadata)) {
-		where = append(where, "id IN (SELECT session_id FROM session_metadata WHERE key = ? AND value = ?)")
-		args = append(args, k, f.Metadata[k])
-	}
-	if f.Cursor != "" {
-		c, _ := store.ParseCursor(f.Cursor) // Validate checked it
-		us := micros(c.CreatedAt)
-		where = append(where, "(created_at > ? OR (created_at = ? AND id > ?))")
-		args = append(args, us, us, c.ID)
-	}
-	query := "SELECT " + sessionCols + " FROM sessions WHERE " + strings.Join(where, " AND ") +
-		" ORDER BY created_at, id LIMIT ?"
-	args = append(args, limit+1) // one more, to learn whether there is a next page
-
+	query, args := page(sessionCols, "sessions", tenantID, where, args, "session_metadata", "session_id", f.Metadata, f.Cursor, limit)
 	out, err := s.querySessions(ctx, query, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list sessions of tenant %s: %w", tenantID, err)
 	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		last := out[len(out)-1]
-		next = store.Cursor{CreatedAt: last.CreatedAt, ID: last.ID}.Encode()
-	}
+	out, next := nextPage(out, limit, func(se store.Session) (time.Time, string) { return se.CreatedAt, se.ID })
 	return out, next, nil
 }
 

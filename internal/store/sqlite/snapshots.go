@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
@@ -110,10 +110,8 @@ func (s *Store) ListSnapshots(ctx context.Context, tenantID string, f store.Snap
 	}
 	limit, _ := store.NormalizeLimit(f.Limit) // Validate checked it
 
-	var (
-		where = []string{"tenant_id = ?"}
-		args  = []any{tenantID}
-	)
+	var where []string
+	var args []any
 	if f.SessionID != "" {
 		var one int
 		err := s.r.QueryRowContext(ctx, "SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?", f.SessionID, tenantID).Scan(&one)
@@ -126,26 +124,12 @@ func (s *Store) ListSnapshots(ctx context.Context, tenantID string, f store.Snap
 		w, a := in("state", f.States)
 		where, args = append(where, w), append(args, a...)
 	}
-	if f.Cursor != "" {
-		c, _ := store.ParseCursor(f.Cursor) // Validate checked it
-		us := micros(c.CreatedAt)
-		where = append(where, "(created_at > ? OR (created_at = ? AND id > ?))")
-		args = append(args, us, us, c.ID)
-	}
-	query := "SELECT " + snapshotCols + " FROM snapshots WHERE " + strings.Join(where, " AND ") +
-		" ORDER BY created_at, id LIMIT ?"
-	args = append(args, limit+1) // one more, to learn whether there is a next page
-
+	query, args := page(snapshotCols, "snapshots", tenantID, where, args, "", "", nil, f.Cursor, limit)
 	out, err := s.querySnapshots(ctx, query, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list snapshots of tenant %s: %w", tenantID, err)
 	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		last := out[len(out)-1]
-		next = store.Cursor{CreatedAt: last.CreatedAt, ID: last.ID}.Encode()
-	}
+	out, next := nextPage(out, limit, func(sn store.Snapshot) (time.Time, string) { return sn.CreatedAt, sn.ID })
 	return out, next, nil
 }
 

@@ -1,0 +1,42 @@
+package sqlite
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// page builds the tenant-scoped, cursor-paged listings: tenant_id = ?, the conditions in where and
+// args, the metadata filter over metaTable (whose fkCol names the object) and the page after cursor,
+// ordered by created_at and id. The query asks for one row more than limit, to learn whether there is a
+// next page (see nextPage).
+func page(cols, table string, tenantID string, where []string, args []any, metaTable, fkCol string, metadata map[string]string, cursor string, limit int) (string, []any) {
+	where = append([]string{"tenant_id = ?"}, where...)
+	args = append([]any{tenantID}, args...)
+	for _, k := range slices.Sorted(maps.Keys(metadata)) {
+		where = append(where, "id IN (SELECT "+fkCol+" FROM "+metaTable+" WHERE key = ? AND value = ?)")
+		args = append(args, k, metadata[k])
+	}
+	if cursor != "" {
+		c, _ := store.ParseCursor(cursor) // the filter's Validate checked it
+		us := micros(c.CreatedAt)
+		where = append(where, "(created_at > ? OR (created_at = ? AND id > ?))")
+		args = append(args, us, us, c.ID)
+	}
+	return "SELECT " + cols + " FROM " + table + " WHERE " + strings.Join(where, " AND ") +
+		" ORDER BY created_at, id LIMIT ?", append(args, limit+1)
+}
+
+// nextPage cuts the one extra row page asked for and returns the page and the next page's cursor ("" on
+// the last page).
+func nextPage[T any](out []T, limit int, key func(T) (time.Time, string)) ([]T, string) {
+	if len(out) <= limit {
+		return out, ""
+	}
+	out = out[:limit]
+	at, id := key(out[len(out)-1])
+	return out, store.Cursor{CreatedAt: at, ID: id}.Encode()
+}
