@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -435,5 +436,68 @@ func TestSnapshotGC(t *testing.T) {
 	}
 	if n := chunks(); n != 0 {
 		t.Errorf("%d chunks left after both sessions were deleted and collected", n)
+	}
+}
+
+// TestSessionConcurrentCalls: pauses, resumes, snapshots and work on one session from many goroutines
+// are serialized: every call either succeeds or is refused for the state it found, and the session ends
+// in a state the calls explain, with exactly one running sandbox or none.
+func TestSessionConcurrentCalls(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{AutoResume: true})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			switch i % 4 {
+			case 0:
+				_, err = e.s.PauseSession(ctx, e.tenant, se.ID)
+			case 1:
+				_, err = e.s.ResumeSession(ctx, e.tenant, se.ID)
+			case 2:
+				_, err = e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+			case 3:
+				_, err = e.s.SessionSandbox(ctx, e.tenant, se.ID)
+			}
+			if err != nil && !errors.Is(err, errdefs.ErrConflict) {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent call: %v", err)
+	}
+	got, err := e.s.GetSession(ctx, e.tenant, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := 0
+	e.n.mu.Lock()
+	for id, ok := range e.n.running {
+		if ok && !e.n.frozen[id] && id != "" {
+			sb, err := e.st.GetSandbox(ctx, e.tenant, id)
+			if err == nil && sb.Metadata[SessionMetadataKey] == se.ID && sb.State == store.StateRunning {
+				running++
+			}
+		}
+	}
+	e.n.mu.Unlock()
+	switch got.State {
+	case store.SessionRunning:
+		if running != 1 || got.SandboxID == "" {
+			t.Errorf("running session with %d running sandboxes (its own %q)", running, got.SandboxID)
+		}
+	case store.SessionPaused:
+		if running != 0 || got.HeadSnapshotID == "" {
+			t.Errorf("paused session with %d running sandboxes, head %q", running, got.HeadSnapshotID)
+		}
+	default:
+		t.Errorf("session ended %s (%s)", got.State, got.Reason)
 	}
 }

@@ -320,3 +320,41 @@ for i in $(seq 50); do test -S /run/airlock/evil.sock && echo bound && exit 0; s
 		t.Fatalf("after pause and resume: %+v %v", st, ok)
 	}
 }
+
+// TestSessionIdempotency: a retried create or fork with the same Idempotency-Key gets the first answer
+// and makes nothing new; the same key with another body is a conflict.
+func TestSessionIdempotency(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{})
+	ctx := ctxT(t, 2*time.Minute)
+	req := airlock.CreateSessionRequest{IdleTimeoutSeconds: never(), Metadata: map[string]string{"try": "1"}}
+	var replayed bool
+	first, err := e.Client.CreateSession(ctx, req, airlock.WithIdempotencyKey("create-1"), airlock.WithReplayed(&replayed))
+	if err != nil || replayed {
+		t.Fatalf("first create: %+v %v replayed=%v", first, err, replayed)
+	}
+	t.Cleanup(func() { _ = e.Client.DeleteSession(context.Background(), first.ID) })
+	again, err := e.Client.CreateSession(ctx, req, airlock.WithIdempotencyKey("create-1"), airlock.WithReplayed(&replayed))
+	if err != nil || !replayed || again.ID != first.ID {
+		t.Fatalf("retried create: %+v %v replayed=%v; want the first session again", again, err, replayed)
+	}
+	req.Metadata["try"] = "2"
+	if _, err := e.Client.CreateSession(ctx, req, airlock.WithIdempotencyKey("create-1")); !errors.Is(err, airlock.ErrConflict) {
+		t.Errorf("same key, other body: %v; want a conflict", err)
+	}
+	forks, err := e.Client.ForkSession(ctx, first.ID, airlock.ForkSessionRequest{Count: 2}, airlock.WithIdempotencyKey("fork-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forks.Sessions {
+		t.Cleanup(func() { _ = e.Client.DeleteSession(context.Background(), f.ID) })
+	}
+	retry, err := e.Client.ForkSession(ctx, first.ID, airlock.ForkSessionRequest{Count: 2}, airlock.WithIdempotencyKey("fork-1"), airlock.WithReplayed(&replayed))
+	if err != nil || !replayed || len(retry.Sessions) != 2 || retry.Sessions[0].ID != forks.Sessions[0].ID {
+		t.Fatalf("retried fork: %+v %v replayed=%v; want the same two forks", retry, err, replayed)
+	}
+	l, err := e.Client.ListSessions(ctx, airlock.ListOptions{})
+	if err != nil || len(l.Sessions) != 3 {
+		t.Errorf("sessions after the retries: %d (%v); want 3", len(l.Sessions), err)
+	}
+}
