@@ -325,6 +325,9 @@ func (s *Service) SetTimeout(ctx context.Context, tenantID, id string, secs int)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	if se := sb.Metadata[SessionMetadataKey]; se != "" {
+		return sb, fmt.Errorf("sandbox %s runs session %s, which has no timeout (it pauses when idle): %w", id, se, errdefs.ErrConflict)
+	}
 	return s.update(ctx, sb, func(sb *store.Sandbox) error {
 		if sb.State != store.StateRunning {
 			return fmt.Errorf("sandbox %s is %s, not running: %w", sb.ID, sb.State, errdefs.ErrFailedPrecondition)
@@ -350,6 +353,20 @@ func NetworkPolicy(sb store.Sandbox) (policy.Policy, error) {
 
 // SetNetwork replaces the egress policy of the tenant's running sandbox. New connections follow it at once.
 func (s *Service) SetNetwork(ctx context.Context, tenantID, id string, p policy.Policy) (store.Sandbox, error) {
+	sb, err := s.setNetwork(ctx, tenantID, id, p)
+	if err != nil {
+		return sb, err
+	}
+	// A session's sandbox: the session keeps the policy for the sandboxes it resumes into.
+	if se := sb.Metadata[SessionMetadataKey]; se != "" {
+		if err := s.setSessionNetwork(ctx, tenantID, se, sb.NetworkPolicy); err != nil {
+			return sb, err
+		}
+	}
+	return sb, nil
+}
+
+func (s *Service) setNetwork(ctx context.Context, tenantID, id string, p policy.Policy) (store.Sandbox, error) {
 	if err := p.Validate(); err != nil {
 		return store.Sandbox{}, fmt.Errorf("network: %w", err)
 	}

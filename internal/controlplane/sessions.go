@@ -1039,6 +1039,21 @@ func (s *Service) collectSnapshots(grace time.Duration) {
 	}
 }
 
+// setSessionNetwork records a session's new egress policy (its running sandbox already has it).
+func (s *Service) setSessionNetwork(ctx context.Context, tenantID, id string, raw []byte) error {
+	unlock := s.locks.Lock(id)
+	defer unlock()
+	se, err := s.store.GetSession(ctx, tenantID, id)
+	if err != nil {
+		return err
+	}
+	_, err = s.updateSession(ctx, se, func(se *store.Session) error {
+		se.Spec.NetworkPolicy = raw
+		return nil
+	})
+	return err
+}
+
 // snapshotIDs lists the IDs of a session's snapshots.
 func (s *Service) snapshotIDs(ctx context.Context, se store.Session) ([]string, error) {
 	var ids []string

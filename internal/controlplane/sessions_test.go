@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/blob/local"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
 	keyslocal "github.com/airlockrun/airlock/internal/keys/local"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
@@ -499,5 +500,27 @@ func TestSessionConcurrentCalls(t *testing.T) {
 		}
 	default:
 		t.Errorf("session ended %s (%s)", got.State, got.Reason)
+	}
+}
+
+// TestSessionSandboxCalls: a session's sandbox takes no timeout (the session pauses when idle), and a
+// policy set on it is the session's from then on, for the sandboxes it resumes into.
+func TestSessionSandboxCalls(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{})
+	if _, err := e.s.SetTimeout(ctx, e.tenant, se.SandboxID, 60); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("timeout on a session's sandbox: %v; want a conflict", err)
+	}
+	p := policy.Policy{Default: policy.ActionAllow}
+	if _, err := e.s.SetNetwork(ctx, e.tenant, se.SandboxID, p); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.s.GetSession(ctx, e.tenant, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp, err := SessionNetworkPolicy(got); err != nil || sp.Default != policy.ActionAllow {
+		t.Errorf("session policy after setting its sandbox's: %+v %v", sp, err)
 	}
 }
