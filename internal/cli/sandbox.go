@@ -62,25 +62,11 @@ it and exits with status 1.`,
 					return err
 				}
 			}
-			var opts []airlock.CallOption
-			if idemKey != "" {
-				opts = append(opts, airlock.WithIdempotencyKey(idemKey))
-			}
-			sb, err := g.client().CreateSandbox(cmd.Context(), req, opts...)
+			sb, err := g.client().CreateSandbox(cmd.Context(), req, idempotency(idemKey)...)
 			if err != nil {
 				return err
 			}
-			if g.json {
-				if err := printJSON(g.Out, sb); err != nil {
-					return err
-				}
-			} else {
-				fmt.Fprintln(g.Out, sb.ID)
-			}
-			if sb.State == airlock.StateFailed {
-				return fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason)
-			}
-			return nil
+			return printCreated(g, sb, sb.ID, "sandbox", sb.State == airlock.StateFailed, sb.Reason)
 		},
 	}
 	f := cmd.Flags()
@@ -89,6 +75,30 @@ it and exits with status 1.`,
 	f.StringVar(&idemKey, "idempotency-key", "", "a key that makes retries of this create return the same sandbox")
 	nf.add(cmd)
 	return cmd
+}
+
+// idempotency returns the call options for an --idempotency-key ("" none).
+func idempotency(key string) []airlock.CallOption {
+	if key == "" {
+		return nil
+	}
+	return []airlock.CallOption{airlock.WithIdempotencyKey(key)}
+}
+
+// printCreated prints a created object (its ID, or all of it with --json), and fails the command if it
+// failed to start.
+func printCreated(g *globals, v any, id, what string, failed bool, reason string) error {
+	if g.json {
+		if err := printJSON(g.Out, v); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(g.Out, id)
+	}
+	if failed {
+		return fmt.Errorf("%s %s failed to start: %s", what, id, reason)
+	}
+	return nil
 }
 
 // resourceFlags are the flags a sandbox and a session are created with.

@@ -65,25 +65,11 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			var opts []airlock.CallOption
-			if idemKey != "" {
-				opts = append(opts, airlock.WithIdempotencyKey(idemKey))
-			}
-			se, err := g.client().CreateSession(cmd.Context(), req, opts...)
+			se, err := g.client().CreateSession(cmd.Context(), req, idempotency(idemKey)...)
 			if err != nil {
 				return err
 			}
-			if g.json {
-				if err := printJSON(g.Out, se); err != nil {
-					return err
-				}
-			} else {
-				fmt.Fprintln(g.Out, se.ID)
-			}
-			if se.State == airlock.SessionFailed {
-				return fmt.Errorf("session %s failed to start: %s", se.ID, se.Reason)
-			}
-			return nil
+			return printCreated(g, se, se.ID, "session", se.State == airlock.SessionFailed, se.Reason)
 		},
 	}
 	f := cmd.Flags()
@@ -219,11 +205,7 @@ func newSessionForkCmd(g *globals) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			var opts []airlock.CallOption
-			if idemKey != "" {
-				opts = append(opts, airlock.WithIdempotencyKey(idemKey))
-			}
-			res, err := g.client().ForkSession(cmd.Context(), args[0], req, opts...)
+			res, err := g.client().ForkSession(cmd.Context(), args[0], req, idempotency(idemKey)...)
 			if err != nil {
 				return err
 			}

@@ -1,11 +1,14 @@
 package sqlite
 
 import (
+	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -28,6 +31,57 @@ func page(cols, table string, tenantID string, where []string, args []any, metaT
 	}
 	return "SELECT " + cols + " FROM " + table + " WHERE " + strings.Join(where, " AND ") +
 		" ORDER BY created_at, id LIMIT ?", append(args, limit+1)
+}
+
+// listByState lists up to limit rows of every tenant from table whose state is one of states (any when
+// empty), ordered by order then id: the lifecycle loops' listings.
+func listByState[S interface {
+	~string
+	Valid() bool
+}, T any](ctx context.Context, s *Store, table, cols, order string, states []S, limit int, scan func(scanner) (T, error)) ([]T, error) {
+	limit, err := store.NormalizeLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("list %s by state: %w", table, err)
+	}
+	for _, st := range states {
+		if !st.Valid() {
+			return nil, fmt.Errorf("list %s by state: state %q: %w", table, st, errdefs.ErrInvalidArgument)
+		}
+	}
+	query := "SELECT " + cols + " FROM " + table
+	var args []any
+	if len(states) > 0 {
+		w, a := in("state", states)
+		query += " WHERE " + w
+		args = a
+	}
+	query += " ORDER BY " + order + ", id LIMIT ?"
+	out, err := queryAll(ctx, s, query, scan, append(args, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("list %s by state: %w", table, err)
+	}
+	return out, nil
+}
+
+// queryAll runs a SELECT on the readers and scans every row with scan.
+func queryAll[T any](ctx context.Context, s *Store, query string, scan func(scanner) (T, error), args ...any) ([]T, error) {
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(err)
+	}
+	return out, nil
 }
 
 // nextPage cuts the one extra row page asked for and returns the page and the next page's cursor ("" on

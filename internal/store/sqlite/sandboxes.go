@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -165,28 +164,7 @@ WHERE id = ? AND tenant_id = ? AND version = ?`,
 
 // ListSandboxesByState implements store.Store.
 func (s *Store) ListSandboxesByState(ctx context.Context, states []store.SandboxState, limit int) ([]store.Sandbox, error) {
-	limit, err := store.NormalizeLimit(limit)
-	if err != nil {
-		return nil, fmt.Errorf("list sandboxes by state: %w", err)
-	}
-	for _, st := range states {
-		if !st.Valid() {
-			return nil, fmt.Errorf("list sandboxes by state: state %q: %w", st, errdefs.ErrInvalidArgument)
-		}
-	}
-	query := "SELECT " + sandboxCols + " FROM sandboxes"
-	var args []any
-	if len(states) > 0 {
-		w, a := stateIn(states)
-		query += " WHERE " + w
-		args = a
-	}
-	query += " ORDER BY updated_at, id LIMIT ?"
-	out, err := s.querySandboxes(ctx, query, append(args, limit)...)
-	if err != nil {
-		return nil, fmt.Errorf("list sandboxes by state: %w", err)
-	}
-	return out, nil
+	return listByState(ctx, s, "sandboxes", sandboxCols, "updated_at", states, limit, scanSandbox)
 }
 
 // ListExpiredSandboxes implements store.Store.
@@ -195,7 +173,7 @@ func (s *Store) ListExpiredSandboxes(ctx context.Context, now time.Time, limit i
 	if err != nil {
 		return nil, fmt.Errorf("list expired sandboxes: %w", err)
 	}
-	w, args := stateIn([]store.SandboxState{store.StateCreating, store.StateRunning})
+	w, args := in("state", []store.SandboxState{store.StateCreating, store.StateRunning})
 	query := "SELECT " + sandboxCols + " FROM sandboxes WHERE ends_at IS NOT NULL AND ends_at <= ? AND " + w +
 		" ORDER BY ends_at, id LIMIT ?"
 	out, err := s.querySandboxes(ctx, query, append(append([]any{micros(now)}, args...), limit)...)
@@ -227,32 +205,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, tenantID, id string) error {
 
 // querySandboxes runs a SELECT of sandboxCols on the readers and scans every row.
 func (s *Store) querySandboxes(ctx context.Context, query string, args ...any) ([]store.Sandbox, error) {
-	rows, err := s.r.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	defer rows.Close()
-	var out []store.Sandbox
-	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
-			return nil, mapErr(err)
-		}
-		out = append(out, sb)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, mapErr(err)
-	}
-	return out, nil
-}
-
-// stateIn returns "state IN (?, …)" and its arguments.
-func stateIn(states []store.SandboxState) (string, []any) {
-	args := make([]any, len(states))
-	for i, st := range states {
-		args[i] = string(st)
-	}
-	return "state IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(states)), ", ") + ")", args
+	return queryAll(ctx, s, query, scanSandbox, args...)
 }
 
 // insertMetadata writes the side-table rows that ListSandboxes filters on.

@@ -253,28 +253,7 @@ WHERE id = ? AND tenant_id = ?`, us, us, id, tenantID)
 
 // ListSessionsByState implements store.Store.
 func (s *Store) ListSessionsByState(ctx context.Context, states []store.SessionState, limit int) ([]store.Session, error) {
-	limit, err := store.NormalizeLimit(limit)
-	if err != nil {
-		return nil, fmt.Errorf("list sessions by state: %w", err)
-	}
-	for _, st := range states {
-		if !st.Valid() {
-			return nil, fmt.Errorf("list sessions by state: state %q: %w", st, errdefs.ErrInvalidArgument)
-		}
-	}
-	query := "SELECT " + sessionCols + " FROM sessions"
-	var args []any
-	if len(states) > 0 {
-		w, a := in("state", states)
-		query += " WHERE " + w
-		args = a
-	}
-	query += " ORDER BY updated_at, id LIMIT ?"
-	out, err := s.querySessions(ctx, query, append(args, limit)...)
-	if err != nil {
-		return nil, fmt.Errorf("list sessions by state: %w", err)
-	}
-	return out, nil
+	return listByState(ctx, s, "sessions", sessionCols, "updated_at", states, limit, scanSession)
 }
 
 // ListIdleSessions implements store.Store.
@@ -329,26 +308,10 @@ ORDER BY se.id LIMIT 1`, id, id, string(store.SessionDeleted)).Scan(&heldBy)
 
 // querySessions runs a SELECT of sessionCols on the readers and scans every row.
 func (s *Store) querySessions(ctx context.Context, query string, args ...any) ([]store.Session, error) {
-	rows, err := s.r.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	defer rows.Close()
-	var out []store.Session
-	for rows.Next() {
-		se, err := scanSession(rows)
-		if err != nil {
-			return nil, mapErr(err)
-		}
-		out = append(out, se)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, mapErr(err)
-	}
-	return out, nil
+	return queryAll(ctx, s, query, scanSession, args...)
 }
 
-// in returns "col IN (?, …)" and its arguments, for a non-empty list of states.
+// in returns "col IN (?, …)" and its arguments, for a non-empty list of values.
 func in[T ~string](col string, vals []T) (string, []any) {
 	args := make([]any, len(vals))
 	for i, v := range vals {

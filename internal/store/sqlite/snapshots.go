@@ -210,49 +210,12 @@ func (s *Store) DeleteSnapshot(ctx context.Context, tenantID, id string) error {
 
 // ListSnapshotsByState implements store.Store.
 func (s *Store) ListSnapshotsByState(ctx context.Context, states []store.SnapshotState, limit int) ([]store.Snapshot, error) {
-	limit, err := store.NormalizeLimit(limit)
-	if err != nil {
-		return nil, fmt.Errorf("list snapshots by state: %w", err)
-	}
-	for _, st := range states {
-		if !st.Valid() {
-			return nil, fmt.Errorf("list snapshots by state: state %q: %w", st, errdefs.ErrInvalidArgument)
-		}
-	}
-	query := "SELECT " + snapshotCols + " FROM snapshots"
-	var args []any
-	if len(states) > 0 {
-		w, a := in("state", states)
-		query += " WHERE " + w
-		args = a
-	}
-	query += " ORDER BY created_at, id LIMIT ?"
-	out, err := s.querySnapshots(ctx, query, append(args, limit)...)
-	if err != nil {
-		return nil, fmt.Errorf("list snapshots by state: %w", err)
-	}
-	return out, nil
+	return listByState(ctx, s, "snapshots", snapshotCols, "created_at", states, limit, scanSnapshot)
 }
 
 // querySnapshots runs a SELECT of snapshotCols on the readers and scans every row.
 func (s *Store) querySnapshots(ctx context.Context, query string, args ...any) ([]store.Snapshot, error) {
-	rows, err := s.r.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	defer rows.Close()
-	var out []store.Snapshot
-	for rows.Next() {
-		sn, err := scanSnapshot(rows)
-		if err != nil {
-			return nil, mapErr(err)
-		}
-		out = append(out, sn)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, mapErr(err)
-	}
-	return out, nil
+	return queryAll(ctx, s, query, scanSnapshot, args...)
 }
 
 // normalizeSnapshot returns sn with its times normalized and its own, non-nil copy of Meta.
