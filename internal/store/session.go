@@ -115,9 +115,15 @@ type Session struct {
 	IdleTimeoutSeconds int
 	AutoResume         bool   // resume a paused session when work arrives for it
 	SandboxID          string // the sandbox it runs in; "" when none
-	// HeadSnapshotID is the complete snapshot the session would resume from, "" when none. It may be a
-	// snapshot of another session of the tenant (a fork resumes from its source); the Store refuses to
-	// delete a snapshot that a session not yet deleted has as its head.
+	// RollingIntervalSeconds is how often a rolling snapshot (TriggerRolling) is taken while the session
+	// runs; 0 means never. The Store keeps it as given: the control plane applies defaults and minimums.
+	RollingIntervalSeconds int
+	// Retention is how long the session's snapshots are kept; its zero fields inherit the tenant's.
+	Retention RetentionSpec
+	// HeadSnapshotID is the usable snapshot (uploading or complete; see SnapshotState.Usable) the session
+	// would resume from, "" when none. It may be a snapshot of another session of the tenant (a fork
+	// resumes from its source); the Store refuses to delete a snapshot that a session not yet deleted has
+	// as its head.
 	HeadSnapshotID       string
 	ParentSessionID      string // the session this one was forked from; "" when none; never changes
 	ForkedFromSnapshotID string // the snapshot this one was forked from; "" when none; never changes
@@ -131,9 +137,9 @@ type Session struct {
 
 // Validate checks the fields of se that every engine relies on, and returns an error wrapping
 // errdefs.ErrInvalidArgument naming the first bad one: ID and TenantID must be set, State must be a valid
-// state, Spec resources and IdleTimeoutSeconds must not be negative, metadata keys must not be empty and
-// Version must not be negative. It does not judge state transitions (see CheckSessionTransition) nor
-// whether the IDs it refers to exist.
+// state, Spec resources, IdleTimeoutSeconds and RollingIntervalSeconds must not be negative, Retention must
+// be valid (see RetentionSpec.Validate), metadata keys must not be empty and Version must not be negative.
+// It does not judge state transitions (see CheckSessionTransition) nor whether the IDs it refers to exist.
 func (se Session) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("session %q: %s: %w", se.ID, fmt.Sprintf(format, args...), errdefs.ErrInvalidArgument)
@@ -149,8 +155,13 @@ func (se Session) Validate() error {
 		return bad("negative resource in spec (cpu %d, memory %d, disk %d)", se.Spec.CPUMillicores, se.Spec.MemoryMB, se.Spec.DiskMB)
 	case se.IdleTimeoutSeconds < 0:
 		return bad("negative idle timeout %d", se.IdleTimeoutSeconds)
+	case se.RollingIntervalSeconds < 0:
+		return bad("negative rolling interval %d", se.RollingIntervalSeconds)
 	case se.Version < 0:
 		return bad("negative version %d", se.Version)
+	}
+	if err := se.Retention.Validate(); err != nil {
+		return fmt.Errorf("session %q: %w", se.ID, err)
 	}
 	for k := range se.Metadata {
 		if k == "" {
@@ -191,30 +202,46 @@ func (f SessionFilter) Validate() error {
 	return validatePage(f.Limit, f.Cursor)
 }
 
-// SnapshotState is where a snapshot is in its life: it is written once, then complete or failed for good.
+// SnapshotState is where a snapshot is in its life: it is written once (possibly first to one node's disk,
+// then to the snapshot store in the background), then complete or failed for good.
 //
-//	writing  → complete | failed
-//	complete (terminal; only Name and Pinned may still change)
-//	failed   (terminal)
+//	writing   → uploading | complete | failed
+//	uploading → complete | failed
+//	complete  (terminal; only Name and Pinned may still change)
+//	failed    (terminal)
+//
+// A snapshot is usable (see Usable) once it is uploading or complete.
 type SnapshotState string
 
 // The snapshot states.
 const (
-	SnapshotWriting  SnapshotState = "writing"  // its data is being stored; not usable yet
-	SnapshotComplete SnapshotState = "complete" // all its data is stored; a session can resume from it
-	SnapshotFailed   SnapshotState = "failed"   // writing it failed; its data may need collecting
+	SnapshotWriting SnapshotState = "writing" // its data is being stored; not usable yet
+	// SnapshotUploading is a snapshot whose checkpoint image is saved durably on the local disk of the
+	// node that took it and is being written into the snapshot store in the background. A session may
+	// already resume or fork from it, on that node; elsewhere only once it is complete.
+	SnapshotUploading SnapshotState = "uploading"
+	SnapshotComplete  SnapshotState = "complete" // all its data is in the snapshot store; a session can resume from it anywhere
+	SnapshotFailed    SnapshotState = "failed"   // writing or uploading it failed; its data may need collecting
 )
 
 // snapshotTransitions is the snapshot state machine: for each state, the states it may move to.
 var snapshotTransitions = map[SnapshotState][]SnapshotState{
-	SnapshotWriting:  {SnapshotComplete, SnapshotFailed},
-	SnapshotComplete: nil,
-	SnapshotFailed:   nil,
+	SnapshotWriting:   {SnapshotUploading, SnapshotComplete, SnapshotFailed},
+	SnapshotUploading: {SnapshotComplete, SnapshotFailed},
+	SnapshotComplete:  nil,
+	SnapshotFailed:    nil,
 }
 
 // SnapshotStates returns every valid snapshot state, in lifecycle order.
 func SnapshotStates() []SnapshotState {
-	return []SnapshotState{SnapshotWriting, SnapshotComplete, SnapshotFailed}
+	return []SnapshotState{SnapshotWriting, SnapshotUploading, SnapshotComplete, SnapshotFailed}
+}
+
+// Usable reports whether a session can resume or fork from a snapshot in state s: true for uploading
+// and complete, false for every other state, invalid ones included. The Store does not know where an
+// uploading snapshot's image is: the caller must restore it on the node that holds it.
+func (s SnapshotState) Usable() bool {
+	return s == SnapshotUploading || s == SnapshotComplete
 }
 
 // Valid reports whether s is one of the defined snapshot states.
@@ -252,7 +279,7 @@ func CheckSnapshotTransition(from, to SnapshotState) error {
 
 // CheckSnapshotUpdate reports whether the stored snapshot cur may be saved as next: the state change must
 // pass CheckSnapshotTransition, and a snapshot stored complete or failed is immutable, except that a
-// complete one may change Name and Pinned. A forbidden change is an error wrapping errdefs.ErrConflict.
+// complete one may change Name and Pinned (a writing or uploading one may change anything). A forbidden change is an error wrapping errdefs.ErrConflict.
 // It compares only what UpdateSnapshot may change (not ID, TenantID, SessionID, ParentID, Trigger,
 // CreatedAt nor Version).
 func CheckSnapshotUpdate(cur, next Snapshot) error {

@@ -209,8 +209,8 @@ func TestSessionValidTerminalInitial(t *testing.T) {
 
 // TestSnapshotCanTransition checks every pair of snapshot states against the state machine.
 func TestSnapshotCanTransition(t *testing.T) {
-	w, c, f := store.SnapshotWriting, store.SnapshotComplete, store.SnapshotFailed
-	allowed := map[[2]store.SnapshotState]bool{{w, c}: true, {w, f}: true}
+	w, u, c, f := store.SnapshotWriting, store.SnapshotUploading, store.SnapshotComplete, store.SnapshotFailed
+	allowed := map[[2]store.SnapshotState]bool{{w, u}: true, {w, c}: true, {w, f}: true, {u, c}: true, {u, f}: true}
 	states := append(store.SnapshotStates(), "", "deleted")
 	for _, from := range states {
 		for _, to := range states {
@@ -234,8 +234,13 @@ func TestSnapshotCanTransition(t *testing.T) {
 		}
 	}
 	for _, s := range store.SnapshotStates() {
-		if got, want := s.Terminal(), s != w; got != want {
+		if got, want := s.Terminal(), s != w && s != u; got != want {
 			t.Errorf("%q.Terminal() = %v; want %v", s, got, want)
+		}
+	}
+	for _, s := range states {
+		if got, want := s.Usable(), s == u || s == c; got != want {
+			t.Errorf("%q.Usable() = %v; want %v", s, got, want)
 		}
 	}
 	for _, tr := range store.SnapshotTriggers() {
@@ -280,6 +285,13 @@ func TestCheckSnapshotUpdate(t *testing.T) {
 		{store.SnapshotWriting, "bytes", nil},
 		{store.SnapshotWriting, "meta", nil},
 		{store.SnapshotWriting, "completed at", nil},
+		{store.SnapshotUploading, "nothing", nil},
+		{store.SnapshotUploading, "name", nil},
+		{store.SnapshotUploading, "pinned", nil},
+		{store.SnapshotUploading, "reason", nil},
+		{store.SnapshotUploading, "bytes", nil},
+		{store.SnapshotUploading, "meta", nil},
+		{store.SnapshotUploading, "completed at", nil},
 		{store.SnapshotComplete, "nothing", nil},
 		{store.SnapshotComplete, "name", nil},
 		{store.SnapshotComplete, "pinned", nil},
@@ -322,7 +334,8 @@ func TestCheckSnapshotUpdate(t *testing.T) {
 }
 
 func TestSessionAndSnapshotValidate(t *testing.T) {
-	okSession := store.Session{ID: "se_1", TenantID: "tn_1", State: store.SessionRunning}
+	okSession := store.Session{ID: "se_1", TenantID: "tn_1", State: store.SessionRunning, RollingIntervalSeconds: 60,
+		Retention: store.RetentionSpec{KeepAllSeconds: 3600, KeepHourlySeconds: 86400, KeepDailySeconds: 30 * 86400}}
 	okSnapshot := store.Snapshot{ID: "sn_1", TenantID: "tn_1", SessionID: "se_1", State: store.SnapshotWriting, Trigger: store.TriggerManual}
 	if err := okSession.Validate(); err != nil {
 		t.Fatalf("Session.Validate(%+v) = %v; want nil", okSession, err)
@@ -337,6 +350,10 @@ func TestSessionAndSnapshotValidate(t *testing.T) {
 		"negative cpu":       func(s *store.Session) { s.Spec.CPUMillicores = -1 },
 		"negative disk":      func(s *store.Session) { s.Spec.DiskMB = -1 },
 		"negative idle":      func(s *store.Session) { s.IdleTimeoutSeconds = -1 },
+		"negative rolling":   func(s *store.Session) { s.RollingIntervalSeconds = -1 },
+		"negative keep all":  func(s *store.Session) { s.Retention.KeepAllSeconds = -1 },
+		"negative hourly":    func(s *store.Session) { s.Retention.KeepHourlySeconds = -1 },
+		"negative daily":     func(s *store.Session) { s.Retention.KeepDailySeconds = -1 },
 		"negative version":   func(s *store.Session) { s.Version = -1 },
 		"empty metadata key": func(s *store.Session) { s.Metadata = map[string]string{"": "x"} },
 	}
@@ -362,6 +379,25 @@ func TestSessionAndSnapshotValidate(t *testing.T) {
 		change(&sn)
 		if err := sn.Validate(); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("Snapshot.Validate(%s) = %v; want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+func TestRetentionSpecValidate(t *testing.T) {
+	for _, tt := range []struct {
+		r    store.RetentionSpec
+		want error
+	}{
+		{store.RetentionSpec{}, nil},
+		{store.RetentionSpec{KeepAllSeconds: 1}, nil},
+		{store.RetentionSpec{KeepAllSeconds: 86400, KeepHourlySeconds: 3600}, nil}, // order is not judged
+		{store.RetentionSpec{KeepAllSeconds: 1<<63 - 1, KeepHourlySeconds: 1<<63 - 1, KeepDailySeconds: 1<<63 - 1}, nil},
+		{store.RetentionSpec{KeepAllSeconds: -1}, errdefs.ErrInvalidArgument},
+		{store.RetentionSpec{KeepHourlySeconds: -1}, errdefs.ErrInvalidArgument},
+		{store.RetentionSpec{KeepAllSeconds: 1, KeepDailySeconds: -1 << 63}, errdefs.ErrInvalidArgument},
+	} {
+		if err := tt.r.Validate(); !errors.Is(err, tt.want) {
+			t.Errorf("%+v.Validate() = %v; want %v", tt.r, err, tt.want)
 		}
 	}
 }

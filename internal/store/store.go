@@ -19,18 +19,25 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
 )
 
 // Store keeps all control-plane state. Methods take ctx first, then IDs, then options.
 type Store interface {
 	// CreateTenant stores t and returns it as stored. An empty ID is assigned with NewID("tn"); a zero
-	// CreatedAt is set to now. Name must not be empty (ErrInvalidArgument). A taken ID is ErrAlreadyExists.
+	// CreatedAt is set to now. Name must not be empty and Retention must be valid (ErrInvalidArgument; see
+	// RetentionSpec.Validate). A taken ID is ErrAlreadyExists.
 	CreateTenant(ctx context.Context, t Tenant) (Tenant, error)
 	// GetTenant returns the tenant with the given ID, or ErrNotFound.
 	GetTenant(ctx context.Context, id string) (Tenant, error)
 	// ListTenants returns every tenant ordered by CreatedAt, then ID. Tenants are few; there is no paging.
 	ListTenants(ctx context.Context) ([]Tenant, error)
+	// UpdateTenantRetention replaces the tenant's Retention with r and returns the tenant as stored. An
+	// invalid r is ErrInvalidArgument (see RetentionSpec.Validate); an unknown tenant is ErrNotFound.
+	UpdateTenantRetention(ctx context.Context, id string, r RetentionSpec) (Tenant, error)
 
 	// CreateAPIKey stores k and returns it as stored. An empty ID is assigned with NewID("key"); a zero
 	// CreatedAt is set to now. TenantID, Name and Hash are required (ErrInvalidArgument); an unknown tenant
@@ -89,9 +96,10 @@ type Store interface {
 	// resuming (see InitialSessionState); any other initial state is ErrInvalidArgument (see
 	// Session.Validate for the other checks). An unknown tenant is ErrNotFound, and so is a
 	// HeadSnapshotID, ParentSessionID or ForkedFromSnapshotID that is not one of the tenant's; a
-	// HeadSnapshotID or ForkedFromSnapshotID naming a snapshot that is not complete is ErrFailedPrecondition;
-	// a ForkedFromSnapshotID that is not a snapshot of ParentSessionID (when both are set) is
-	// ErrInvalidArgument. A taken ID, in any tenant, is ErrAlreadyExists.
+	// HeadSnapshotID or ForkedFromSnapshotID naming a snapshot that is not usable (uploading or complete;
+	// see SnapshotState.Usable) is ErrFailedPrecondition; a ForkedFromSnapshotID that is not a snapshot of
+	// ParentSessionID (when both are set) is ErrInvalidArgument. A taken ID, in any tenant, is
+	// ErrAlreadyExists.
 	CreateSession(ctx context.Context, se Session) (Session, error)
 	// GetSession returns the tenant's session with the given ID. A missing session, or one of another
 	// tenant, is ErrNotFound.
@@ -108,7 +116,8 @@ type Store interface {
 	// stored Version equals se.Version, and returns it as stored, with Version incremented and UpdatedAt
 	// set to now. A missing session (or another tenant's) is ErrNotFound; a stale Version is ErrConflict;
 	// a state change the state machine forbids (see CheckSessionTransition) is ErrConflict. A changed
-	// HeadSnapshotID must name a complete snapshot of the tenant (ErrNotFound, ErrFailedPrecondition).
+	// HeadSnapshotID must name a usable (uploading or complete) snapshot of the tenant (ErrNotFound,
+	// ErrFailedPrecondition). Every other field may change, RollingIntervalSeconds and Retention included.
 	// ID, TenantID, ParentSessionID, ForkedFromSnapshotID and CreatedAt never change: the stored values
 	// are kept. LastActivityAt never moves backwards: the later of the stored and the given time is kept,
 	// so an update made from a copy read before a TouchSession loses no activity.
@@ -136,7 +145,8 @@ type Store interface {
 
 	// CreateSnapshot stores sn and returns it as stored, with Version 1. An empty ID is assigned with
 	// NewID("sn"); a zero CreatedAt is set to now. An empty State means SnapshotWriting; SnapshotComplete
-	// is allowed too (a record of data already stored, such as a fork's); failed is ErrInvalidArgument
+	// is allowed too (a record of data already stored, such as a fork's); any other state (uploading,
+	// reached only from writing once the image is on the node's disk, or failed) is ErrInvalidArgument
 	// (see Snapshot.Validate for the other checks). A session, or a ParentID, that is not one of the
 	// tenant's is ErrNotFound. A non-empty Name another snapshot of the session has, or a taken ID in any
 	// tenant, is ErrAlreadyExists.
@@ -144,18 +154,20 @@ type Store interface {
 	// GetSnapshot returns the tenant's snapshot with the given ID. A missing snapshot, or one of another
 	// tenant, is ErrNotFound.
 	GetSnapshot(ctx context.Context, tenantID, id string) (Snapshot, error)
-	// ListSnapshots returns one page of the tenant's snapshots matching f, ordered by CreatedAt, then ID,
-	// and the cursor of the next page ("" when this page is the last), with the paging guarantees of
-	// ListSessions. A bad cursor, state or limit in f is ErrInvalidArgument; an f.SessionID that is not
+	// ListSnapshots returns one page of the tenant's snapshots matching f, ordered by CreatedAt, then ID
+	// (both ascending: oldest first), and the cursor of the next page ("" when this page is the last), with
+	// the paging guarantees of ListSessions: following the cursors from "" lists every snapshot that
+	// existed throughout exactly once, in that order across pages. A bad cursor, state or limit in f is ErrInvalidArgument; an f.SessionID that is not
 	// one of the tenant's sessions is ErrNotFound. An unknown tenant has no snapshots (an empty list).
 	ListSnapshots(ctx context.Context, tenantID string, f SnapshotFilter) ([]Snapshot, string, error)
 	// UpdateSnapshot saves sn over the stored snapshot (found by sn.TenantID and sn.ID) if and only if the
 	// stored Version equals sn.Version, and returns it as stored, with Version incremented. A missing
 	// snapshot (or another tenant's) is ErrNotFound; a stale Version is ErrConflict; a change
-	// CheckSnapshotUpdate forbids (a state change other than writing → complete | failed, or a change to a
-	// complete snapshot other than its Name and Pinned, or to a failed one) is ErrConflict; a non-empty
-	// Name another snapshot of the session has is ErrAlreadyExists. ID, TenantID, SessionID, ParentID,
-	// Trigger and CreatedAt never change: the stored values are kept.
+	// CheckSnapshotUpdate forbids (a state change other than writing → uploading | complete | failed or
+	// uploading → complete | failed, or a change to a complete snapshot other than its Name and Pinned, or
+	// to a failed one) is ErrConflict; a non-empty Name another snapshot of the session has is
+	// ErrAlreadyExists. ID, TenantID, SessionID, ParentID, Trigger and CreatedAt never change: the stored
+	// values are kept.
 	UpdateSnapshot(ctx context.Context, sn Snapshot) (Snapshot, error)
 	// DeleteSnapshot removes the snapshot's record, in any state. A missing snapshot (or another tenant's)
 	// is ErrNotFound; a snapshot that is the HeadSnapshotID of a session not yet deleted is ErrConflict,
@@ -163,7 +175,8 @@ type Store interface {
 	DeleteSnapshot(ctx context.Context, tenantID, id string) error
 	// ListSnapshotsByState returns up to limit snapshots of every tenant whose State is one of states (any
 	// state when states is empty), oldest first (CreatedAt, then ID): crash recovery finds the snapshots
-	// left writing with it. limit follows NormalizeLimit; an unknown state is ErrInvalidArgument.
+	// left writing or uploading with it. limit follows NormalizeLimit; an unknown state is
+	// ErrInvalidArgument.
 	ListSnapshotsByState(ctx context.Context, states []SnapshotState, limit int) ([]Snapshot, error)
 
 	// GetIdempotency returns the tenant's record for key, or ErrNotFound.
@@ -186,6 +199,27 @@ type Tenant struct {
 	ID        string
 	Name      string
 	CreatedAt time.Time
+	// Retention is how long the snapshots of the tenant's sessions are kept; its zero fields inherit the
+	// server's defaults. It changes only with UpdateTenantRetention.
+	Retention RetentionSpec
+}
+
+// RetentionSpec says how long a session's snapshots are kept, by age (see internal/retention). Zero
+// fields inherit: a session's from its tenant's, a tenant's from the server's defaults.
+type RetentionSpec struct {
+	KeepAllSeconds    int64 // every snapshot younger than this
+	KeepHourlySeconds int64 // then the newest of each hour, younger than this
+	KeepDailySeconds  int64 // then the newest of each day, younger than this
+}
+
+// Validate returns an error wrapping errdefs.ErrInvalidArgument if a field of r is negative. It does not
+// compare the fields with each other: a zero field inherits, so only the resolved spec can be judged.
+func (r RetentionSpec) Validate() error {
+	if r.KeepAllSeconds < 0 || r.KeepHourlySeconds < 0 || r.KeepDailySeconds < 0 {
+		return fmt.Errorf("retention (keep all %ds, hourly %ds, daily %ds): negative duration: %w",
+			r.KeepAllSeconds, r.KeepHourlySeconds, r.KeepDailySeconds, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // APIKey is a tenant's key for the control API. The key itself is never stored: only Hash, a digest the

@@ -137,12 +137,70 @@ CREATE INDEX snapshots_by_session ON snapshots (session_id, created_at, id);
 CREATE INDEX snapshots_by_state ON snapshots (state, created_at, id);
 CREATE UNIQUE INDEX snapshots_by_name ON snapshots (session_id, name) WHERE name <> '';
 `,
+	// 4: the snapshot state 'uploading'. SQLite cannot alter a CHECK constraint, so the table is rebuilt
+	// the way https://www.sqlite.org/lang_altertable.html#otheralter prescribes: create the new table,
+	// copy the rows, drop the old one, rename the new one, recreate the indexes. No table, view or
+	// trigger refers to snapshots (sessions name snapshots by plain IDs; see 3), so foreign keys may stay
+	// on (PRAGMA foreign_keys cannot change inside the migration's transaction anyway): dropping
+	// snapshots breaks no reference, and the copy checks the rows' own references to tenants and
+	// sessions again.
+	`
+CREATE TABLE snapshots_new (
+	id            TEXT    PRIMARY KEY,
+	tenant_id     TEXT    NOT NULL REFERENCES tenants (id),
+	session_id    TEXT    NOT NULL REFERENCES sessions (id),
+	parent_id     TEXT    NOT NULL,
+	name          TEXT    NOT NULL,
+	trigger_kind  TEXT    NOT NULL CHECK (trigger_kind IN ('manual', 'pause', 'fork', 'rolling')),
+	state         TEXT    NOT NULL CHECK (state IN ('writing', 'uploading', 'complete', 'failed')),
+	reason        TEXT    NOT NULL,
+	pinned        INTEGER NOT NULL CHECK (pinned IN (0, 1)),
+	logical_bytes INTEGER NOT NULL CHECK (logical_bytes >= 0),
+	stored_bytes  INTEGER NOT NULL CHECK (stored_bytes >= 0),
+	meta          TEXT    NOT NULL, -- JSON object
+	created_at    INTEGER NOT NULL,
+	completed_at  INTEGER,
+	version       INTEGER NOT NULL
+);
+INSERT INTO snapshots_new (id, tenant_id, session_id, parent_id, name, trigger_kind, state, reason, pinned,
+	logical_bytes, stored_bytes, meta, created_at, completed_at, version)
+SELECT id, tenant_id, session_id, parent_id, name, trigger_kind, state, reason, pinned,
+	logical_bytes, stored_bytes, meta, created_at, completed_at, version
+FROM snapshots;
+DROP TABLE snapshots;
+ALTER TABLE snapshots_new RENAME TO snapshots;
+CREATE INDEX snapshots_by_tenant ON snapshots (tenant_id, created_at, id);
+CREATE INDEX snapshots_by_session ON snapshots (session_id, created_at, id);
+CREATE INDEX snapshots_by_state ON snapshots (state, created_at, id);
+CREATE UNIQUE INDEX snapshots_by_name ON snapshots (session_id, name) WHERE name <> '';
+`,
+	// 5: the time machine: each session's rolling-snapshot interval (0: none) and the retention of
+	// snapshots by age, per session and per tenant (0: inherit). Rows already stored get zeros, which
+	// change nothing: no rolling snapshots, the server's retention.
+	`
+ALTER TABLE sessions ADD COLUMN rolling_interval_seconds INTEGER NOT NULL DEFAULT 0 CHECK (rolling_interval_seconds >= 0);
+ALTER TABLE sessions ADD COLUMN retention_keep_all_seconds INTEGER NOT NULL DEFAULT 0 CHECK (retention_keep_all_seconds >= 0);
+ALTER TABLE sessions ADD COLUMN retention_keep_hourly_seconds INTEGER NOT NULL DEFAULT 0 CHECK (retention_keep_hourly_seconds >= 0);
+ALTER TABLE sessions ADD COLUMN retention_keep_daily_seconds INTEGER NOT NULL DEFAULT 0 CHECK (retention_keep_daily_seconds >= 0);
+ALTER TABLE tenants ADD COLUMN retention_keep_all_seconds INTEGER NOT NULL DEFAULT 0 CHECK (retention_keep_all_seconds >= 0);
+ALTER TABLE tenants ADD COLUMN retention_keep_hourly_seconds INTEGER NOT NULL DEFAULT 0 CHECK (retention_keep_hourly_seconds >= 0);
+ALTER TABLE tenants ADD COLUMN retention_keep_daily_seconds INTEGER NOT NULL DEFAULT 0 CHECK (retention_keep_daily_seconds >= 0);
+`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in
 // schema_migrations. It applies nothing to an up-to-date database, and refuses (ErrFailedPrecondition)
 // one whose version is newer than this build knows.
 func migrate(ctx context.Context, db *sql.DB) error {
+	return migrateTo(ctx, db, len(migrations))
+}
+
+// migrateTo is migrate stopping at schema version target (at most len(migrations)); tests use it to build
+// the databases older builds left behind. A database newer than target is ErrFailedPrecondition.
+func migrateTo(ctx context.Context, db *sql.DB, target int) error {
+	if target < 0 || target > len(migrations) {
+		return fmt.Errorf("migrate: target schema version %d is not in 0..%d: %w", target, len(migrations), errdefs.ErrInvalidArgument)
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrate: begin: %w", mapErr(err))
@@ -159,11 +217,11 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&current); err != nil {
 		return fmt.Errorf("migrate: read schema version: %w", mapErr(err))
 	}
-	if current > len(migrations) {
+	if current > target {
 		return fmt.Errorf("migrate: database schema version %d is newer than this build's %d: %w",
-			current, len(migrations), errdefs.ErrFailedPrecondition)
+			current, target, errdefs.ErrFailedPrecondition)
 	}
-	for v := current + 1; v <= len(migrations); v++ {
+	for v := current + 1; v <= target; v++ {
 		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
 			return fmt.Errorf("migrate: apply version %d: %w", v, mapErr(err))
 		}

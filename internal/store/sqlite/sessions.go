@@ -17,7 +17,8 @@ import (
 
 const sessionCols = "id, tenant_id, state, reason, spec, network_policy, metadata, " +
 	"idle_timeout_seconds, auto_resume, sandbox_id, head_snapshot_id, parent_session_id, forked_from_snapshot_id, " +
-	"created_at, updated_at, last_activity_at, paused_at, version"
+	"created_at, updated_at, last_activity_at, paused_at, version, " +
+	"rolling_interval_seconds, retention_keep_all_seconds, retention_keep_hourly_seconds, retention_keep_daily_seconds"
 
 // sessionSpec is how a store.SessionSpec is kept in the spec column (the network policy has a column of
 // its own, as it does for sandboxes).
@@ -75,10 +76,11 @@ func (s *Store) CreateSession(ctx context.Context, se store.Session) (store.Sess
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO sessions ("+sessionCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		_, err = tx.ExecContext(ctx, "INSERT INTO sessions ("+sessionCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 			se.ID, se.TenantID, string(se.State), se.Reason, spec, string(se.Spec.NetworkPolicy), meta,
 			se.IdleTimeoutSeconds, se.AutoResume, se.SandboxID, se.HeadSnapshotID, se.ParentSessionID, se.ForkedFromSnapshotID,
-			micros(se.CreatedAt), micros(se.UpdatedAt), micros(se.LastActivityAt), nullMicros(se.PausedAt), se.Version)
+			micros(se.CreatedAt), micros(se.UpdatedAt), micros(se.LastActivityAt), nullMicros(se.PausedAt), se.Version,
+			se.RollingIntervalSeconds, se.Retention.KeepAllSeconds, se.Retention.KeepHourlySeconds, se.Retention.KeepDailySeconds)
 		if err != nil {
 			return mapErr(err)
 		}
@@ -91,7 +93,8 @@ func (s *Store) CreateSession(ctx context.Context, se store.Session) (store.Sess
 }
 
 // checkSessionRefs checks the fork origin of a new session: ParentSessionID and ForkedFromSnapshotID, when
-// set, must name the tenant's session and complete snapshot, and the snapshot must be the parent's.
+// set, must name the tenant's session and usable (uploading or complete) snapshot, and the snapshot must be
+// the parent's.
 func checkSessionRefs(ctx context.Context, tx *sql.Tx, se store.Session) error {
 	if se.ParentSessionID != "" {
 		ok, err := exists(ctx, tx, "SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?", se.ParentSessionID, se.TenantID)
@@ -111,9 +114,9 @@ func checkSessionRefs(ctx context.Context, tx *sql.Tx, se store.Session) error {
 	if err != nil {
 		return fmt.Errorf("fork source snapshot %s: %w", se.ForkedFromSnapshotID, noRowsIsNotFound(err))
 	}
-	if store.SnapshotState(state) != store.SnapshotComplete {
-		return fmt.Errorf("fork source snapshot %s is %s, not %s: %w",
-			se.ForkedFromSnapshotID, state, store.SnapshotComplete, errdefs.ErrFailedPrecondition)
+	if !store.SnapshotState(state).Usable() {
+		return fmt.Errorf("fork source snapshot %s is %s, not %s or %s: %w",
+			se.ForkedFromSnapshotID, state, store.SnapshotUploading, store.SnapshotComplete, errdefs.ErrFailedPrecondition)
 	}
 	if se.ParentSessionID != "" && sessionID != se.ParentSessionID {
 		return fmt.Errorf("fork source snapshot %s belongs to session %s, not parent session %s: %w",
@@ -122,16 +125,17 @@ func checkSessionRefs(ctx context.Context, tx *sql.Tx, se store.Session) error {
 	return nil
 }
 
-// checkHead returns nil if id names a complete snapshot of the tenant, ErrNotFound if it names none and
-// ErrFailedPrecondition if the snapshot is not complete.
+// checkHead returns nil if id names a usable (uploading or complete) snapshot of the tenant, ErrNotFound if
+// it names none and ErrFailedPrecondition if the snapshot is not usable.
 func checkHead(ctx context.Context, tx *sql.Tx, tenantID, id string) error {
 	var state string
 	err := tx.QueryRowContext(ctx, "SELECT state FROM snapshots WHERE id = ? AND tenant_id = ?", id, tenantID).Scan(&state)
 	if err != nil {
 		return fmt.Errorf("head snapshot %s: %w", id, noRowsIsNotFound(err))
 	}
-	if store.SnapshotState(state) != store.SnapshotComplete {
-		return fmt.Errorf("head snapshot %s is %s, not %s: %w", id, state, store.SnapshotComplete, errdefs.ErrFailedPrecondition)
+	if !store.SnapshotState(state).Usable() {
+		return fmt.Errorf("head snapshot %s is %s, not %s or %s: %w",
+			id, state, store.SnapshotUploading, store.SnapshotComplete, errdefs.ErrFailedPrecondition)
 	}
 	return nil
 }
@@ -216,11 +220,13 @@ func (s *Store) UpdateSession(ctx context.Context, se store.Session) (store.Sess
 		res, err := tx.ExecContext(ctx, `UPDATE sessions SET
 	state = ?, reason = ?, spec = ?, network_policy = ?, metadata = ?,
 	idle_timeout_seconds = ?, auto_resume = ?, sandbox_id = ?, head_snapshot_id = ?,
-	updated_at = ?, last_activity_at = ?, paused_at = ?, version = ?
+	updated_at = ?, last_activity_at = ?, paused_at = ?, version = ?,
+	rolling_interval_seconds = ?, retention_keep_all_seconds = ?, retention_keep_hourly_seconds = ?, retention_keep_daily_seconds = ?
 WHERE id = ? AND tenant_id = ? AND version = ?`,
 			string(se.State), se.Reason, spec, string(se.Spec.NetworkPolicy), meta,
 			se.IdleTimeoutSeconds, se.AutoResume, se.SandboxID, se.HeadSnapshotID,
 			micros(se.UpdatedAt), micros(se.LastActivityAt), nullMicros(se.PausedAt), se.Version,
+			se.RollingIntervalSeconds, se.Retention.KeepAllSeconds, se.Retention.KeepHourlySeconds, se.Retention.KeepDailySeconds,
 			se.ID, se.TenantID, cur.Version)
 		if err := oneRow(res, err); err != nil {
 			return err
@@ -372,7 +378,8 @@ func scanSession(row scanner) (store.Session, error) {
 	)
 	err := row.Scan(&se.ID, &se.TenantID, &state, &se.Reason, &spec, &netPolicy, &meta,
 		&se.IdleTimeoutSeconds, &se.AutoResume, &se.SandboxID, &se.HeadSnapshotID, &se.ParentSessionID, &se.ForkedFromSnapshotID,
-		&created, &updated, &activity, &paused, &se.Version)
+		&created, &updated, &activity, &paused, &se.Version,
+		&se.RollingIntervalSeconds, &se.Retention.KeepAllSeconds, &se.Retention.KeepHourlySeconds, &se.Retention.KeepDailySeconds)
 	if err != nil {
 		return store.Session{}, err
 	}

@@ -24,7 +24,7 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn store.Snapshot) (store.Sn
 	if sn.State == "" {
 		sn.State = store.SnapshotWriting
 	}
-	if sn.State == store.SnapshotFailed {
+	if sn.State != store.SnapshotWriting && sn.State != store.SnapshotComplete {
 		return store.Snapshot{}, fmt.Errorf("create snapshot %s: initial state %q is not %s or %s: %w",
 			sn.ID, sn.State, store.SnapshotWriting, store.SnapshotComplete, errdefs.ErrInvalidArgument)
 	}

@@ -10,6 +10,9 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
+const tenantCols = "id, name, created_at, " +
+	"retention_keep_all_seconds, retention_keep_hourly_seconds, retention_keep_daily_seconds"
+
 // CreateTenant implements store.Store.
 func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, error) {
 	if t.ID == "" {
@@ -17,6 +20,9 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 	}
 	if t.Name == "" {
 		return store.Tenant{}, fmt.Errorf("create tenant %s: name is empty: %w", t.ID, errdefs.ErrInvalidArgument)
+	}
+	if err := t.Retention.Validate(); err != nil {
+		return store.Tenant{}, fmt.Errorf("create tenant %s: %w", t.ID, err)
 	}
 	if t.CreatedAt.IsZero() {
 		t.CreatedAt = now()
@@ -30,8 +36,9 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 		if taken {
 			return errdefs.ErrAlreadyExists
 		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)",
-			t.ID, t.Name, micros(t.CreatedAt))
+		_, err = tx.ExecContext(ctx, "INSERT INTO tenants ("+tenantCols+") VALUES (?, ?, ?, ?, ?, ?)",
+			t.ID, t.Name, micros(t.CreatedAt),
+			t.Retention.KeepAllSeconds, t.Retention.KeepHourlySeconds, t.Retention.KeepDailySeconds)
 		return mapErr(err)
 	})
 	if err != nil {
@@ -42,7 +49,7 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 
 // GetTenant implements store.Store.
 func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
-	t, err := scanTenant(s.r.QueryRowContext(ctx, "SELECT id, name, created_at FROM tenants WHERE id = ?", id))
+	t, err := scanTenant(s.r.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Tenant{}, fmt.Errorf("get tenant %s: %w", id, errdefs.ErrNotFound)
 	}
@@ -54,7 +61,7 @@ func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) 
 
 // ListTenants implements store.Store.
 func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
-	rows, err := s.r.QueryContext(ctx, "SELECT id, name, created_at FROM tenants ORDER BY created_at, id")
+	rows, err := s.r.QueryContext(ctx, "SELECT "+tenantCols+" FROM tenants ORDER BY created_at, id")
 	if err != nil {
 		return nil, fmt.Errorf("list tenants: %w", mapErr(err))
 	}
@@ -73,15 +80,40 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 	return out, nil
 }
 
+// UpdateTenantRetention implements store.Store.
+func (s *Store) UpdateTenantRetention(ctx context.Context, id string, r store.RetentionSpec) (store.Tenant, error) {
+	if err := r.Validate(); err != nil {
+		return store.Tenant{}, fmt.Errorf("update retention of tenant %s: %w", id, err)
+	}
+	var t store.Tenant
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE tenants SET
+	retention_keep_all_seconds = ?, retention_keep_hourly_seconds = ?, retention_keep_daily_seconds = ?
+WHERE id = ?`, r.KeepAllSeconds, r.KeepHourlySeconds, r.KeepDailySeconds, id)
+		if err := oneRow(res, err); err != nil {
+			return err
+		}
+		t, err = scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
+		return noRowsIsNotFound(err)
+	})
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("update retention of tenant %s: %w", id, err)
+	}
+	return t, nil
+}
+
 // scanner is what *sql.Row and *sql.Rows have in common.
 type scanner interface{ Scan(dest ...any) error }
 
+// scanTenant scans a row of tenantCols.
 func scanTenant(row scanner) (store.Tenant, error) {
 	var (
 		t       store.Tenant
 		created int64
 	)
-	if err := row.Scan(&t.ID, &t.Name, &created); err != nil {
+	err := row.Scan(&t.ID, &t.Name, &created,
+		&t.Retention.KeepAllSeconds, &t.Retention.KeepHourlySeconds, &t.Retention.KeepDailySeconds)
+	if err != nil {
 		return store.Tenant{}, err
 	}
 	t.CreatedAt = fromMicros(created)

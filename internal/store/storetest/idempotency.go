@@ -114,7 +114,10 @@ func testClose(t *testing.T, s store.Store) {
 // testReopen writes one of everything, reopens the store twice and reads it all back.
 func testReopen(t *testing.T, s store.Store, reopen func(t *testing.T, s store.Store) store.Store) {
 	ctx := t.Context()
-	tn := mustTenant(t, s, "a")
+	tn, err := s.CreateTenant(ctx, store.Tenant{Name: "a", Retention: store.RetentionSpec{KeepAllSeconds: 1, KeepDailySeconds: 2}})
+	wantErr(t, "CreateTenant", err, nil)
+	tn, err = s.UpdateTenantRetention(ctx, tn.ID, store.RetentionSpec{KeepAllSeconds: 3, KeepHourlySeconds: 4})
+	wantErr(t, "UpdateTenantRetention", err, nil)
 	key, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: tn.ID, Name: "ci", Prefix: "al_x", Hash: []byte("h")})
 	wantErr(t, "CreateAPIKey", err, nil)
 	wantErr(t, "TouchAPIKey", s.TouchAPIKey(ctx, tn.ID, key.ID, base), nil)

@@ -26,11 +26,13 @@ func testSessionCreateGet(t *testing.T, s store.Store) {
 		Spec: store.SessionSpec{Template: "python-3.12", CPUMillicores: 1500, MemoryMB: 512, DiskMB: 2048,
 			// Opaque to the store: kept byte for byte.
 			NetworkPolicy: []byte(`{"default":"deny","rules":[{"action":"allow","host":"*.example.com"}]}`)},
-		Metadata:           map[string]string{"team": "ml", "empty": "", "ünï": "cödé"},
-		IdleTimeoutSeconds: 300,
-		AutoResume:         true,
-		SandboxID:          "sb_1",
-		PausedAt:           ptr(base.Add(-time.Hour)),
+		Metadata:               map[string]string{"team": "ml", "empty": "", "ünï": "cödé"},
+		IdleTimeoutSeconds:     300,
+		AutoResume:             true,
+		RollingIntervalSeconds: 900,
+		Retention:              store.RetentionSpec{KeepAllSeconds: 3600, KeepHourlySeconds: 2 * 86400, KeepDailySeconds: 1<<63 - 1},
+		SandboxID:              "sb_1",
+		PausedAt:               ptr(base.Add(-time.Hour)),
 	}
 	before := store.NormalizeTime(time.Now())
 	se, err := s.CreateSession(ctx, in)
@@ -85,15 +87,24 @@ func testSessionCreateGet(t *testing.T, s store.Store) {
 	if got, _ := s.GetSession(ctx, a.ID, plain.ID); got.Metadata == nil || got.Spec.NetworkPolicy != nil {
 		t.Errorf("GetSession = metadata %#v, policy %q; want an empty map and nil", got.Metadata, got.Spec.NetworkPolicy)
 	}
+	if got, _ := s.GetSession(ctx, a.ID, plain.ID); got.RollingIntervalSeconds != 0 || got.Retention != (store.RetentionSpec{}) {
+		t.Errorf("GetSession = rolling interval %d, retention %+v; want zeros (none, inherit)", got.RollingIntervalSeconds, got.Retention)
+	}
 	if !plain.LastActivityAt.Equal(base.Add(time.Minute)) || !plain.CreatedAt.Equal(base) || !plain.UpdatedAt.Equal(base) {
 		t.Errorf("CreatedAt, UpdatedAt, LastActivityAt = %v, %v, %v; want %v, %v, %v", plain.CreatedAt, plain.UpdatedAt,
 			plain.LastActivityAt, base, base, base.Add(time.Minute))
 	}
 
-	// Forks start paused or resuming, from a complete snapshot of the tenant.
+	// Forks start paused or resuming, from a complete snapshot of the tenant (or an uploading one; see
+	// testSnapshotUploading).
 	src := mustSession(t, s, store.Session{TenantID: a.ID})
 	head := mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: src.ID, State: store.SnapshotComplete})
 	writing := mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: src.ID})
+	failed := mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: src.ID})
+	failed.State = store.SnapshotFailed
+	if _, err := s.UpdateSnapshot(ctx, failed); err != nil {
+		t.Fatalf("UpdateSnapshot(failed): %v", err)
+	}
 	other := mustSession(t, s, store.Session{TenantID: a.ID})
 	bSrc := mustSession(t, s, store.Session{TenantID: b.ID})
 	bHead := mustSnapshot(t, s, store.Snapshot{TenantID: b.ID, SessionID: bSrc.ID, State: store.SnapshotComplete})
@@ -121,6 +132,10 @@ func testSessionCreateGet(t *testing.T, s store.Store) {
 		{"unknown state", store.Session{TenantID: a.ID, State: "stopped"}, errdefs.ErrInvalidArgument},
 		{"negative memory", store.Session{TenantID: a.ID, Spec: store.SessionSpec{MemoryMB: -1}}, errdefs.ErrInvalidArgument},
 		{"negative idle timeout", store.Session{TenantID: a.ID, IdleTimeoutSeconds: -1}, errdefs.ErrInvalidArgument},
+		{"negative rolling interval", store.Session{TenantID: a.ID, RollingIntervalSeconds: -1}, errdefs.ErrInvalidArgument},
+		{"negative retention keep all", store.Session{TenantID: a.ID, Retention: store.RetentionSpec{KeepAllSeconds: -1}}, errdefs.ErrInvalidArgument},
+		{"negative retention keep hourly", store.Session{TenantID: a.ID, Retention: store.RetentionSpec{KeepHourlySeconds: -1}}, errdefs.ErrInvalidArgument},
+		{"negative retention keep daily", store.Session{TenantID: a.ID, Retention: store.RetentionSpec{KeepDailySeconds: -86400}}, errdefs.ErrInvalidArgument},
 		{"empty metadata key", store.Session{TenantID: a.ID, Metadata: map[string]string{"": "x"}}, errdefs.ErrInvalidArgument},
 		{"missing head", store.Session{TenantID: a.ID, State: store.SessionPaused, HeadSnapshotID: "sn_missing"}, errdefs.ErrNotFound},
 		{"other tenant's head", store.Session{TenantID: a.ID, State: store.SessionPaused, HeadSnapshotID: bHead.ID}, errdefs.ErrNotFound},
@@ -130,6 +145,8 @@ func testSessionCreateGet(t *testing.T, s store.Store) {
 		{"missing fork source", store.Session{TenantID: a.ID, ForkedFromSnapshotID: "sn_missing"}, errdefs.ErrNotFound},
 		{"other tenant's fork source", store.Session{TenantID: a.ID, ForkedFromSnapshotID: bHead.ID}, errdefs.ErrNotFound},
 		{"fork source still writing", store.Session{TenantID: a.ID, ForkedFromSnapshotID: writing.ID}, errdefs.ErrFailedPrecondition},
+		{"failed head", store.Session{TenantID: a.ID, State: store.SessionPaused, HeadSnapshotID: failed.ID}, errdefs.ErrFailedPrecondition},
+		{"failed fork source", store.Session{TenantID: a.ID, ForkedFromSnapshotID: failed.ID}, errdefs.ErrFailedPrecondition},
 		{"fork source not of the parent", store.Session{TenantID: a.ID, ParentSessionID: other.ID, ForkedFromSnapshotID: head.ID}, errdefs.ErrInvalidArgument},
 	}
 	for _, st := range store.SessionStates() {
@@ -208,6 +225,8 @@ func testSessionUpdate(t *testing.T, s store.Store) {
 	next.Metadata = map[string]string{"k": "v2", "new": "x"}
 	next.IdleTimeoutSeconds = 60
 	next.AutoResume = true
+	next.RollingIntervalSeconds = 300
+	next.Retention = store.RetentionSpec{KeepAllSeconds: 7200, KeepDailySeconds: 7 * 86400}
 	next.SandboxID = "sb_7"
 	next.HeadSnapshotID = head.ID
 	next.LastActivityAt = base.Add(time.Hour)
@@ -284,6 +303,27 @@ func testSessionUpdate(t *testing.T, s store.Store) {
 		}
 	}
 
+	// The rolling interval and retention may change again, back to zero (never; inherit) too.
+	for _, tm := range []struct {
+		rolling int
+		keep    store.RetentionSpec
+	}{
+		{3600, store.RetentionSpec{KeepHourlySeconds: 86400}},
+		{0, store.RetentionSpec{}},
+		{1, store.RetentionSpec{KeepAllSeconds: 1, KeepHourlySeconds: 2, KeepDailySeconds: 3}},
+	} {
+		u := stored
+		u.RollingIntervalSeconds, u.Retention = tm.rolling, tm.keep
+		stored, err = s.UpdateSession(ctx, u)
+		wantErr(t, fmt.Sprintf("UpdateSession(rolling %d, retention %+v)", tm.rolling, tm.keep), err, nil)
+		got, err := s.GetSession(ctx, a.ID, u.ID)
+		wantErr(t, "GetSession", err, nil)
+		if got.RollingIntervalSeconds != tm.rolling || got.Retention != tm.keep || !cmp.Equal(got, stored, cmpOpts...) {
+			t.Errorf("GetSession after update = rolling %d, retention %+v (%+v); want %d, %+v (%+v)",
+				got.RollingIntervalSeconds, got.Retention, got, tm.rolling, tm.keep, stored)
+		}
+	}
+
 	bSession := mustSession(t, s, store.Session{TenantID: b.ID})
 	bSnap := mustSnapshot(t, s, store.Snapshot{TenantID: b.ID, SessionID: bSession.ID, State: store.SnapshotComplete})
 	writing := mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: orig.ID})
@@ -302,6 +342,10 @@ func testSessionUpdate(t *testing.T, s store.Store) {
 		{"unknown state", func(se *store.Session) { se.State = "stopped" }, errdefs.ErrInvalidArgument},
 		{"negative disk", func(se *store.Session) { se.Spec.DiskMB = -1 }, errdefs.ErrInvalidArgument},
 		{"negative idle timeout", func(se *store.Session) { se.IdleTimeoutSeconds = -5 }, errdefs.ErrInvalidArgument},
+		{"negative rolling interval", func(se *store.Session) { se.RollingIntervalSeconds = -60 }, errdefs.ErrInvalidArgument},
+		{"negative retention keep all", func(se *store.Session) { se.Retention.KeepAllSeconds = -1 }, errdefs.ErrInvalidArgument},
+		{"negative retention keep hourly", func(se *store.Session) { se.Retention.KeepHourlySeconds = -1 }, errdefs.ErrInvalidArgument},
+		{"negative retention keep daily", func(se *store.Session) { se.Retention.KeepDailySeconds = -1 }, errdefs.ErrInvalidArgument},
 		{"empty metadata key", func(se *store.Session) { se.Metadata = map[string]string{"": "x"} }, errdefs.ErrInvalidArgument},
 		{"stale version", func(se *store.Session) { se.Version-- }, errdefs.ErrConflict},
 		{"future version", func(se *store.Session) { se.Version += 5 }, errdefs.ErrConflict},

@@ -107,6 +107,7 @@ func testSnapshotCreateGet(t *testing.T, s store.Store) {
 		{"no session", func(sn *store.Snapshot) { sn.SessionID = "" }, errdefs.ErrInvalidArgument},
 		{"no trigger", func(sn *store.Snapshot) { sn.Trigger = "" }, errdefs.ErrInvalidArgument},
 		{"unknown trigger", func(sn *store.Snapshot) { sn.Trigger = "cron" }, errdefs.ErrInvalidArgument},
+		{"initial state uploading", func(sn *store.Snapshot) { sn.State = store.SnapshotUploading }, errdefs.ErrInvalidArgument},
 		{"initial state failed", func(sn *store.Snapshot) { sn.State = store.SnapshotFailed }, errdefs.ErrInvalidArgument},
 		{"unknown state", func(sn *store.Snapshot) { sn.State = "deleted" }, errdefs.ErrInvalidArgument},
 		{"negative logical bytes", func(sn *store.Snapshot) { sn.LogicalBytes = -1 }, errdefs.ErrInvalidArgument},
@@ -270,6 +271,7 @@ func testSnapshotUpdate(t *testing.T, s store.Store) {
 		{"negative bytes", func(sn *store.Snapshot) { sn.StoredBytes = -1 }, errdefs.ErrInvalidArgument},
 		{"empty meta key", func(sn *store.Snapshot) { sn.Meta = map[string]string{"": "x"} }, errdefs.ErrInvalidArgument},
 		{"complete → writing", func(sn *store.Snapshot) { sn.State = store.SnapshotWriting }, errdefs.ErrConflict},
+		{"complete → uploading", func(sn *store.Snapshot) { sn.State = store.SnapshotUploading }, errdefs.ErrConflict},
 		{"complete → failed", func(sn *store.Snapshot) { sn.State = store.SnapshotFailed }, errdefs.ErrConflict},
 		{"complete: bytes", func(sn *store.Snapshot) { sn.StoredBytes++ }, errdefs.ErrConflict},
 		{"complete: meta", func(sn *store.Snapshot) { sn.Meta = map[string]string{"manifest": "m2"} }, errdefs.ErrConflict},
@@ -497,6 +499,7 @@ func testSnapshotListByState(t *testing.T, s store.Store) {
 	}{
 		{sa, store.SnapshotWriting, 5}, {sb, store.SnapshotWriting, 9}, {sa, store.SnapshotComplete, 8},
 		{sb, store.SnapshotFailed, 1}, {sa, store.SnapshotWriting, 7}, {sb, store.SnapshotComplete, 3},
+		{sb, store.SnapshotUploading, 6}, {sa, store.SnapshotUploading, 2},
 	}
 	var all []store.Snapshot
 	for _, p := range plan {
@@ -522,6 +525,8 @@ func testSnapshotListByState(t *testing.T, s store.Store) {
 	for _, states := range [][]store.SnapshotState{
 		nil,
 		{store.SnapshotWriting},
+		{store.SnapshotUploading},
+		{store.SnapshotWriting, store.SnapshotUploading}, // what crash recovery looks for
 		{store.SnapshotComplete, store.SnapshotFailed},
 	} {
 		var want []store.Snapshot
@@ -545,6 +550,125 @@ func testSnapshotListByState(t *testing.T, s store.Store) {
 	wantErr(t, "ListSnapshotsByState(unknown state)", err, errdefs.ErrInvalidArgument)
 	_, err = s.ListSnapshotsByState(ctx, nil, -1)
 	wantErr(t, "ListSnapshotsByState(negative limit)", err, errdefs.ErrInvalidArgument)
+}
+
+// testSnapshotUploading checks the uploading state: reached from writing, left for complete or failed,
+// still mutable, and usable as a session's head or a fork's source, where writing and failed snapshots are
+// not.
+func testSnapshotUploading(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a := mustTenant(t, s, "a")
+	se := mustSession(t, s, store.Session{TenantID: a.ID})
+
+	// writing → uploading → complete; while uploading, everything but the immutable fields may change.
+	sn := mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: se.ID, Trigger: store.TriggerPause})
+	sn.State = store.SnapshotUploading
+	sn.LogicalBytes = 300
+	sn.Meta = map[string]string{"node": "n1"}
+	sn, err := s.UpdateSnapshot(ctx, sn)
+	wantErr(t, "UpdateSnapshot(writing → uploading)", err, nil)
+	if sn.State != store.SnapshotUploading || sn.Version != 2 {
+		t.Errorf("after writing → uploading: state %s, version %d; want uploading, 2", sn.State, sn.Version)
+	}
+	sn.Name, sn.Pinned, sn.Reason = "up", true, "uploading 3 of 7 chunks"
+	sn.StoredBytes = 120
+	sn.Meta = map[string]string{"node": "n1", "manifest": "m"}
+	sn.CompletedAt = ptr(base)
+	want := sn
+	want.Version++
+	sn, err = s.UpdateSnapshot(ctx, sn)
+	wantErr(t, "UpdateSnapshot(uploading: meta, bytes, reason, name, pinned)", err, nil)
+	if diff := cmp.Diff(want, sn, cmpOpts...); diff != "" {
+		t.Errorf("UpdateSnapshot(uploading) returned (-want +got):\n%s", diff)
+	}
+	if got, err := s.GetSnapshot(ctx, a.ID, sn.ID); err != nil || !cmp.Equal(sn, got, cmpOpts...) {
+		t.Errorf("GetSnapshot(uploading) = %+v, %v; want %+v", got, err, sn)
+	}
+	uploaded := sn // kept uploading, for the head and fork checks below
+	done := mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: se.ID})
+	for _, st := range []store.SnapshotState{store.SnapshotUploading, store.SnapshotComplete} {
+		done.State = st
+		done, err = s.UpdateSnapshot(ctx, done)
+		wantErr(t, "UpdateSnapshot(→ "+string(st)+")", err, nil)
+	}
+	// Back to uploading, or to writing, is refused and changes nothing.
+	for _, st := range []store.SnapshotState{store.SnapshotUploading, store.SnapshotWriting} {
+		u := done
+		u.State = st
+		_, err = s.UpdateSnapshot(ctx, u)
+		wantErr(t, "UpdateSnapshot(complete → "+string(st)+")", err, errdefs.ErrConflict)
+	}
+	u := uploaded
+	u.State = store.SnapshotWriting
+	_, err = s.UpdateSnapshot(ctx, u)
+	wantErr(t, "UpdateSnapshot(uploading → writing)", err, errdefs.ErrConflict)
+	if got, _ := s.GetSnapshot(ctx, a.ID, done.ID); got.State != store.SnapshotComplete || got.Version != done.Version {
+		t.Errorf("complete snapshot after refused updates: state %s, version %d; want complete, %d", got.State, got.Version, done.Version)
+	}
+
+	// uploading → failed.
+	lost := mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: se.ID})
+	lost.State = store.SnapshotUploading
+	lost, err = s.UpdateSnapshot(ctx, lost)
+	wantErr(t, "UpdateSnapshot(writing → uploading)", err, nil)
+	lost.State, lost.Reason = store.SnapshotFailed, "node lost"
+	lost, err = s.UpdateSnapshot(ctx, lost)
+	wantErr(t, "UpdateSnapshot(uploading → failed)", err, nil)
+	if lost.State != store.SnapshotFailed || lost.Reason != "node lost" {
+		t.Errorf("after uploading → failed: state %s, reason %q; want failed, node lost", lost.State, lost.Reason)
+	}
+	writing := mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: se.ID})
+
+	// A session's head may be an uploading snapshot, on create and on update; not a writing or failed one.
+	se.HeadSnapshotID = uploaded.ID
+	se = driveSession(t, s, se, store.SessionPaused)
+	if got, _ := s.GetSession(ctx, a.ID, se.ID); got.HeadSnapshotID != uploaded.ID {
+		t.Errorf("HeadSnapshotID = %q; want the uploading snapshot %s", got.HeadSnapshotID, uploaded.ID)
+	}
+	for _, h := range []string{done.ID, uploaded.ID} {
+		u := se
+		u.HeadSnapshotID = h
+		se, err = s.UpdateSession(ctx, u)
+		wantErr(t, "UpdateSession(head "+h+")", err, nil)
+	}
+	for name, h := range map[string]string{"writing": writing.ID, "failed": lost.ID} {
+		u := se
+		u.HeadSnapshotID = h
+		_, err := s.UpdateSession(ctx, u)
+		wantErr(t, "UpdateSession("+name+" head)", err, errdefs.ErrFailedPrecondition)
+		if err != nil && !strings.Contains(err.Error(), name) {
+			t.Errorf("UpdateSession(%s head) error %q does not name the state", name, err)
+		}
+	}
+	// An uploading snapshot held as a head is as undeletable as a complete one.
+	wantErr(t, "DeleteSnapshot(uploading head)", s.DeleteSnapshot(ctx, a.ID, uploaded.ID), errdefs.ErrConflict)
+
+	// A fork may name an uploading snapshot as its source (and start from it); not a writing or failed one.
+	for _, st := range []store.SessionState{store.SessionPaused, store.SessionResuming} {
+		fork, err := s.CreateSession(ctx, store.Session{TenantID: a.ID, State: st, HeadSnapshotID: uploaded.ID,
+			ParentSessionID: se.ID, ForkedFromSnapshotID: uploaded.ID})
+		wantErr(t, "CreateSession(fork of uploading, "+string(st)+")", err, nil)
+		if fork.ForkedFromSnapshotID != uploaded.ID || fork.HeadSnapshotID != uploaded.ID {
+			t.Errorf("CreateSession(fork of uploading) = %+v; want head and fork source %s", fork, uploaded.ID)
+		}
+	}
+	for name, id := range map[string]string{"writing": writing.ID, "failed": lost.ID} {
+		_, err := s.CreateSession(ctx, store.Session{TenantID: a.ID, ParentSessionID: se.ID, ForkedFromSnapshotID: id})
+		wantErr(t, "CreateSession(fork of "+name+")", err, errdefs.ErrFailedPrecondition)
+		_, err = s.CreateSession(ctx, store.Session{TenantID: a.ID, State: store.SessionPaused, HeadSnapshotID: id})
+		wantErr(t, "CreateSession(head "+name+")", err, errdefs.ErrFailedPrecondition)
+	}
+
+	// It lists by state, alone or with others, in the tenant and across tenants.
+	items := listAllSnapshots(t, s, a.ID, store.SnapshotFilter{States: []store.SnapshotState{store.SnapshotUploading}})
+	if diff := cmp.Diff([]string{uploaded.ID}, snapshotIDs(items)); diff != "" {
+		t.Errorf("ListSnapshots(uploading) IDs (-want +got):\n%s", diff)
+	}
+	byState, err := s.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotUploading}, 0)
+	wantErr(t, "ListSnapshotsByState(uploading)", err, nil)
+	if diff := cmp.Diff([]string{uploaded.ID}, snapshotIDs(byState)); diff != "" {
+		t.Errorf("ListSnapshotsByState(uploading) IDs (-want +got):\n%s", diff)
+	}
 }
 
 func testSnapshotDelete(t *testing.T, s store.Store) {

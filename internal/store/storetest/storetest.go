@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) 
 		fn   func(t *testing.T, s store.Store)
 	}{
 		{"Tenants", testTenants},
+		{"TenantRetention", testTenantRetention},
 		{"APIKeys", testAPIKeys},
 		{"APIKeyTouchAndRevoke", testAPIKeyTouchAndRevoke},
 		{"SandboxCreateGet", testSandboxCreateGet},
@@ -80,6 +81,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) 
 		{"SnapshotConcurrentUpdates", testSnapshotConcurrentUpdates},
 		{"SnapshotList", testSnapshotList},
 		{"SnapshotListByState", testSnapshotListByState},
+		{"SnapshotUploading", testSnapshotUploading},
 		{"SnapshotDelete", testSnapshotDelete},
 		{"Idempotency", testIdempotency},
 		{"Close", testClose},

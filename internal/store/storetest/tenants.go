@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -25,9 +26,14 @@ func testTenants(t *testing.T, s store.Store) {
 		t.Errorf("assigned CreatedAt = %v; want UTC between %v and %v", a.CreatedAt, before, after)
 	}
 
-	b, err := s.CreateTenant(ctx, store.Tenant{ID: "tn_b", Name: "beta", CreatedAt: base.Add(-time.Hour)})
+	if a.Retention != (store.RetentionSpec{}) {
+		t.Errorf("CreateTenant without retention: Retention = %+v; want zero (inherit)", a.Retention)
+	}
+
+	keep := store.RetentionSpec{KeepAllSeconds: 3600, KeepHourlySeconds: 86400, KeepDailySeconds: 30 * 86400}
+	b, err := s.CreateTenant(ctx, store.Tenant{ID: "tn_b", Name: "beta", CreatedAt: base.Add(-time.Hour), Retention: keep})
 	wantErr(t, "CreateTenant(tn_b)", err, nil)
-	if want := (store.Tenant{ID: "tn_b", Name: "beta", CreatedAt: base.Add(-time.Hour)}); !cmp.Equal(b, want) {
+	if want := (store.Tenant{ID: "tn_b", Name: "beta", CreatedAt: base.Add(-time.Hour), Retention: keep}); !cmp.Equal(b, want) {
 		t.Errorf("CreateTenant = %+v; want %+v", b, want)
 	}
 
@@ -35,11 +41,20 @@ func testTenants(t *testing.T, s store.Store) {
 	wantErr(t, "CreateTenant(duplicate ID)", err, errdefs.ErrAlreadyExists)
 	_, err = s.CreateTenant(ctx, store.Tenant{Name: ""})
 	wantErr(t, "CreateTenant(empty name)", err, errdefs.ErrInvalidArgument)
+	_, err = s.CreateTenant(ctx, store.Tenant{ID: "tn_neg", Name: "neg", Retention: store.RetentionSpec{KeepDailySeconds: -1}})
+	wantErr(t, "CreateTenant(negative retention)", err, errdefs.ErrInvalidArgument)
+	_, err = s.GetTenant(ctx, "tn_neg")
+	wantErr(t, "GetTenant(refused tenant)", err, errdefs.ErrNotFound)
 
 	got, err := s.GetTenant(ctx, a.ID)
 	wantErr(t, "GetTenant", err, nil)
 	if diff := cmp.Diff(a, got); diff != "" {
 		t.Errorf("GetTenant (-want +got):\n%s", diff)
+	}
+	got, err = s.GetTenant(ctx, b.ID)
+	wantErr(t, "GetTenant(tn_b)", err, nil)
+	if diff := cmp.Diff(b, got); diff != "" {
+		t.Errorf("GetTenant(tn_b) (-want +got):\n%s", diff)
 	}
 	_, err = s.GetTenant(ctx, "tn_missing")
 	wantErr(t, "GetTenant(missing)", err, errdefs.ErrNotFound)
@@ -48,6 +63,62 @@ func testTenants(t *testing.T, s store.Store) {
 	wantErr(t, "ListTenants", err, nil)
 	if diff := cmp.Diff([]store.Tenant{b, a}, list); diff != "" { // ordered by CreatedAt
 		t.Errorf("ListTenants (-want +got):\n%s", diff)
+	}
+}
+
+func testTenantRetention(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
+
+	for _, r := range []store.RetentionSpec{
+		{KeepAllSeconds: 600, KeepHourlySeconds: 2 * 86400, KeepDailySeconds: 90 * 86400},
+		{KeepHourlySeconds: 86400}, // the others inherit
+		{KeepAllSeconds: 1<<62 + 1, KeepHourlySeconds: 1, KeepDailySeconds: 1<<63 - 1},
+		{}, // back to the server's defaults
+	} {
+		got, err := s.UpdateTenantRetention(ctx, a.ID, r)
+		wantErr(t, fmt.Sprintf("UpdateTenantRetention(%+v)", r), err, nil)
+		want := a
+		want.Retention = r
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("UpdateTenantRetention(%+v) returned (-want +got):\n%s", r, diff)
+		}
+		stored, err := s.GetTenant(ctx, a.ID)
+		wantErr(t, "GetTenant", err, nil)
+		if diff := cmp.Diff(want, stored); diff != "" {
+			t.Errorf("GetTenant after UpdateTenantRetention(%+v) (-want +got):\n%s", r, diff)
+		}
+		list, err := s.ListTenants(ctx)
+		wantErr(t, "ListTenants", err, nil)
+		if diff := cmp.Diff([]store.Tenant{want, b}, list); diff != "" { // b is untouched
+			t.Errorf("ListTenants after UpdateTenantRetention(%+v) (-want +got):\n%s", r, diff)
+		}
+	}
+
+	keep := store.RetentionSpec{KeepAllSeconds: 60, KeepHourlySeconds: 3600, KeepDailySeconds: 86400}
+	a, err := s.UpdateTenantRetention(ctx, a.ID, keep)
+	wantErr(t, "UpdateTenantRetention", err, nil)
+	bad := []struct {
+		name string
+		id   string
+		r    store.RetentionSpec
+		want error
+	}{
+		{"unknown tenant", "tn_missing", keep, errdefs.ErrNotFound},
+		{"empty ID", "", keep, errdefs.ErrNotFound},
+		{"negative keep all", a.ID, store.RetentionSpec{KeepAllSeconds: -1}, errdefs.ErrInvalidArgument},
+		{"negative keep hourly", a.ID, store.RetentionSpec{KeepAllSeconds: 1, KeepHourlySeconds: -3600}, errdefs.ErrInvalidArgument},
+		{"negative keep daily", a.ID, store.RetentionSpec{KeepDailySeconds: -1 << 63}, errdefs.ErrInvalidArgument},
+	}
+	for _, tt := range bad {
+		_, err := s.UpdateTenantRetention(ctx, tt.id, tt.r)
+		wantErr(t, "UpdateTenantRetention("+tt.name+")", err, tt.want)
+	}
+	// Nothing of the failed updates was stored.
+	list, err := s.ListTenants(ctx)
+	wantErr(t, "ListTenants", err, nil)
+	if diff := cmp.Diff([]store.Tenant{a, b}, list); diff != "" {
+		t.Errorf("ListTenants after failed updates (-want +got):\n%s", diff)
 	}
 }
 
