@@ -49,6 +49,7 @@ func toSession(se store.Session) airlock.Session {
 		ID: se.ID, State: string(se.State), Reason: se.Reason, Template: se.Spec.Template,
 		CPU: se.Spec.CPUMillicores, MemoryMB: se.Spec.MemoryMB, DiskMB: se.Spec.DiskMB, Metadata: se.Metadata,
 		IdleTimeoutSeconds: se.IdleTimeoutSeconds, AutoResume: se.AutoResume, SandboxID: se.SandboxID,
+		RollingIntervalSeconds: se.RollingIntervalSeconds, Retention: fromRetention(se.Retention),
 		HeadSnapshotID: se.HeadSnapshotID, ParentSessionID: se.ParentSessionID, ForkedFromSnapshotID: se.ForkedFromSnapshotID,
 		CreatedAt: se.CreatedAt, UpdatedAt: se.UpdatedAt, LastActivityAt: se.LastActivityAt, PausedAt: se.PausedAt,
 	}
@@ -79,8 +80,13 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		creq := controlplane.SessionRequest{
 			CreateRequest: controlplane.CreateRequest{Template: req.Template, Env: req.Env, CPUMillicores: req.CPU,
 				MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Metadata: req.Metadata},
-			IdleTimeoutSeconds: int(controlplane.DefaultIdleTimeout.Seconds()),
-			AutoResume:         true,
+			IdleTimeoutSeconds:     int(controlplane.DefaultIdleTimeout.Seconds()),
+			AutoResume:             true,
+			RollingIntervalSeconds: int(controlplane.DefaultRollingInterval.Seconds()),
+			Retention:              toRetention(req.Retention),
+		}
+		if req.RollingIntervalSeconds != nil {
+			creq.RollingIntervalSeconds = *req.RollingIntervalSeconds
 		}
 		if req.IdleTimeoutSeconds != nil {
 			creq.IdleTimeoutSeconds = *req.IdleTimeoutSeconds
@@ -233,7 +239,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	lq, err := parseListQuery(r, func(v string) bool { return store.SnapshotState(v).Valid() }, "writing, complete, failed")
+	lq, err := parseListQuery(r, func(v string) bool { return store.SnapshotState(v).Valid() }, "writing, uploading, complete, failed")
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -256,6 +262,25 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		out.Snapshots = append(out.Snapshots, toSnapshot(sn))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
+	id, err := sessionID(r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	snapID, err := snapshotPathID(r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	sn, err := s.cp.GetSnapshot(r.Context(), tenantOf(r), id, snapID)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toSnapshot(sn))
 }
 
 // onlyEmptyBody refuses a body on a call that takes none.

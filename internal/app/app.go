@@ -49,6 +49,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/keys/local"
 	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/retention"
 	"github.com/airlockrun/airlock/internal/runtime/gvisor"
 	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/snapshot"
@@ -99,6 +100,13 @@ type Config struct {
 	// ImageCacheBytes bounds the node's cache of recent checkpoint images (fast resumes and forks).
 	// Zero: DefaultImageCacheBytes; negative: no cache.
 	ImageCacheBytes int64
+	// Retention is the default snapshot retention (tenants and sessions override it). Zero fields:
+	// retention.Default's.
+	Retention retention.Policy
+	// PruneInterval, GCInterval and GCGrace pace the time machine's upkeep: how often retention is
+	// applied, how often unreferenced snapshot chunks are collected, and how old an unreferenced chunk
+	// must be to go. Zero: the control plane's defaults (5 minutes, 10 minutes, 1 hour).
+	PruneInterval, GCInterval, GCGrace time.Duration
 	// PublicURL is the URL under which people's browsers reach this API; OAuth providers redirect to
 	// PublicURL + "/v1/oauth/callback" at the end of the authorization code flow. Empty:
 	// "http://" + the address Listen bound.
@@ -292,7 +300,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	cp, err = controlplane.New(controlplane.Config{Store: st, Node: nd, Logger: log, Secrets: secretStore, Connections: conns,
 		Snapshots: snaps, ScratchDir: filepath.Join(dataDir, "scratch"),
-		ImageCacheDir: filepath.Join(dataDir, "images"), ImageCacheBytes: cfg.ImageCacheBytes})
+		ImageCacheDir: filepath.Join(dataDir, "images"), ImageCacheBytes: cfg.ImageCacheBytes,
+		Retention: cfg.Retention, PruneInterval: cfg.PruneInterval, GCInterval: cfg.GCInterval, GCGrace: cfg.GCGrace})
 	if err != nil {
 		return err
 	}

@@ -24,12 +24,13 @@ resumes when work arrives. exec, shell, cp and ps take a session ID wherever the
 	cmd.AddCommand(newSessionCreateCmd(g), newSessionLsCmd(g), newSessionGetCmd(g),
 		newSessionActionCmd(g, "pause", "Snapshot a running session and destroy its sandbox", (*airlock.Client).PauseSession),
 		newSessionActionCmd(g, "resume", "Restore a paused session into a new sandbox", (*airlock.Client).ResumeSession),
-		newSessionRmCmd(g), newSessionForkCmd(g), newSessionSnapshotCmd(g), newSessionSnapshotsCmd(g))
+		newSessionRmCmd(g), newSessionForkCmd(g), newSessionSnapshotCmd(g), newSessionSnapshotsCmd(g),
+		newSessionTimelineCmd(g), newSessionRestoreCmd(g), newSessionPinCmd(g, true), newSessionPinCmd(g, false))
 	return cmd
 }
 
 func newSessionCreateCmd(g *globals) *cobra.Command {
-	var idle, idemKey string
+	var idle, idemKey, rolling, keepAll, keepHourly, keepDaily string
 	var rf resourceFlags
 	var noAutoResume bool
 	var nf networkFlags
@@ -60,6 +61,31 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 				f := false
 				req.AutoResume = &f
 			}
+			if rolling != "" {
+				n := 0
+				if rolling != "0" {
+					if n, err = parseSeconds("--rolling-interval", rolling); err != nil {
+						return err
+					}
+				}
+				req.RollingIntervalSeconds = &n
+			}
+			var ret airlock.Retention
+			for _, k := range []struct {
+				flag, v string
+				to      *int64
+			}{{"--keep-all", keepAll, &ret.KeepAllSeconds}, {"--keep-hourly", keepHourly, &ret.KeepHourlySeconds}, {"--keep-daily", keepDaily, &ret.KeepDailySeconds}} {
+				if k.v != "" {
+					n, err := parseSeconds(k.flag, k.v)
+					if err != nil {
+						return err
+					}
+					*k.to = int64(n)
+				}
+			}
+			if ret != (airlock.Retention{}) {
+				req.Retention = &ret
+			}
 			if nf.set() {
 				if req.Network, err = nf.policy(); err != nil {
 					return err
@@ -76,6 +102,10 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 	rf.add(cmd, "the first sandbox's environment")
 	f.StringVar(&idle, "idle-timeout", "", "pause after this long without exec or file work: seconds or a duration (10m); 0 never; default 10m")
 	f.BoolVar(&noAutoResume, "no-auto-resume", false, "do not resume the paused session when work arrives for it")
+	f.StringVar(&rolling, "rolling-interval", "", "take a rolling snapshot this often while it runs and changes: seconds or a duration (1m); 0 never; at least 15s; default 1m")
+	f.StringVar(&keepAll, "keep-all", "", "keep every snapshot younger than this (default: the tenant's, 1h)")
+	f.StringVar(&keepHourly, "keep-hourly", "", "then the newest snapshot of each hour, younger than this (default 24h)")
+	f.StringVar(&keepDaily, "keep-daily", "", "then the newest snapshot of each day, younger than this (default 168h)")
 	f.StringVar(&idemKey, "idempotency-key", "", "a key that makes retries of this create return the same session")
 	nf.add(cmd)
 	return cmd
@@ -233,15 +263,23 @@ func newSessionForkCmd(g *globals) *cobra.Command {
 
 func newSessionSnapshotCmd(g *globals) *cobra.Command {
 	var req airlock.CreateSnapshotRequest
+	var wait bool
 	cmd := &cobra.Command{
 		Use:   "snapshot SESSION",
 		Short: "Snapshot a running session now; it keeps running. Prints the snapshot's ID",
-		Args:  cobra.ExactArgs(1),
+		Long: `Snapshot a running session now; it keeps running. The snapshot is usable as soon as this returns
+(state "uploading": saved on the machine); --wait also waits until the snapshot store holds it.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			sn, err := g.client().SnapshotSession(cmd.Context(), args[0], req)
 			if err != nil {
 				return err
+			}
+			if wait {
+				if sn, err = g.client().WaitSnapshot(cmd.Context(), args[0], sn.ID); err != nil {
+					return err
+				}
 			}
 			if g.json {
 				return printJSON(g.Out, sn)
@@ -251,6 +289,7 @@ func newSessionSnapshotCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&req.Name, "name", "", "a name for the snapshot, unique within the session")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the snapshot store holds the snapshot (state complete)")
 	return cmd
 }
 

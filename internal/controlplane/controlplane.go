@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/retention"
 	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
@@ -59,6 +61,8 @@ type Node interface {
 	// CopyCA gives toID the interception CA stored under fromID; ForgetCA removes one.
 	CopyCA(ctx context.Context, fromID, toID, tenantID string) error
 	ForgetCA(caID string)
+	// SandboxCPU reports the CPU time a running sandbox used so far.
+	SandboxCPU(ctx context.Context, id string) (time.Duration, error)
 	// Flows returns a sandbox's network flows that f selects, newest first, also once it is gone.
 	Flows(ctx context.Context, id string, f flowlog.Filter) ([]gateway.Flow, error)
 }
@@ -99,10 +103,21 @@ type Config struct {
 	// on their way in and out. Either missing: the sessions API answers failed precondition.
 	Snapshots  *snapshot.Store
 	ScratchDir string
+	// PendingDir keeps the checkpoint images of snapshots saved on this node until the snapshot store
+	// holds them (uploads.go). It must survive restarts and share a file system with ScratchDir and
+	// ImageCacheDir. Empty: a directory "pending" next to ScratchDir.
+	PendingDir string
 	// ImageCacheDir keeps the checkpoint images of recent snapshots for fast resumes and forks, up to
 	// ImageCacheBytes. Empty or 0: no cache; every resume fetches from the snapshot store.
 	ImageCacheDir   string
 	ImageCacheBytes int64
+	// Retention is the server's default snapshot retention (tenants and sessions override it field by
+	// field). Zero fields: retention.Default's.
+	Retention retention.Policy
+	// RollInterval is how often the rolling loop looks for sessions due a rolling snapshot, and
+	// PruneInterval how often retention is applied. Zero: 1s and 5 minutes.
+	RollInterval  time.Duration
+	PruneInterval time.Duration
 	// IdleInterval is how often idle sessions are looked for. Zero: 2s.
 	IdleInterval time.Duration
 	// GCInterval is how often the snapshot store's unreferenced chunks are collected, and the records
@@ -125,6 +140,15 @@ type Service struct {
 	connections *connections.Manager
 	snapshots   *snapshot.Store
 	scratch     string
+	// pending holds the saved images of uploading snapshots; up runs their uploads (uploads.go).
+	pending string
+	up      *uploader
+	// urgent is entered by checkpoints and restores; uploads give way to them.
+	urgent *urgentGate
+	// rolls is the rolling loop's memory; retention the server's default policy (timemachine.go).
+	rolls                 roller
+	retention             retention.Policy
+	rollEvery, pruneEvery time.Duration
 	// images and imageBudget configure the image cache (imagecache.go); imagesMu serializes its
 	// changes.
 	images      string
@@ -138,6 +162,8 @@ type Service struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// bg tracks work a request left running behind it (the teardown of a paused session's sandbox).
+	bg sync.WaitGroup
 }
 
 // New returns a control plane. Call Start to run its loops and Shutdown to stop them.
@@ -154,6 +180,15 @@ func New(cfg Config) (*Service, error) {
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = time.Second
 	}
+	if err := cfg.Retention.Validate(); err != nil {
+		return nil, fmt.Errorf("controlplane: %w", err)
+	}
+	if cfg.RollInterval <= 0 {
+		cfg.RollInterval = time.Second
+	}
+	if cfg.PruneInterval <= 0 {
+		cfg.PruneInterval = 5 * time.Minute
+	}
 	if cfg.IdleInterval <= 0 {
 		cfg.IdleInterval = 2 * time.Second
 	}
@@ -163,7 +198,10 @@ func New(cfg Config) (*Service, error) {
 	if cfg.GCGrace <= 0 {
 		cfg.GCGrace = time.Hour
 	}
-	for _, d := range []string{cfg.ScratchDir, cfg.ImageCacheDir} {
+	if cfg.PendingDir == "" && cfg.ScratchDir != "" {
+		cfg.PendingDir = filepath.Join(filepath.Dir(cfg.ScratchDir), "pending")
+	}
+	for _, d := range []string{cfg.ScratchDir, cfg.ImageCacheDir, cfg.PendingDir} {
 		if d != "" {
 			if err := os.MkdirAll(d, 0o700); err != nil {
 				return nil, fmt.Errorf("controlplane: %w", err)
@@ -173,7 +211,9 @@ func New(cfg Config) (*Service, error) {
 	return &Service{store: cfg.Store, node: cfg.Node, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
 		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots, scratch: cfg.ScratchDir,
 		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
-		idle: cfg.IdleInterval, stop: make(chan struct{})}, nil
+		idle: cfg.IdleInterval, stop: make(chan struct{}), pending: cfg.PendingDir, up: newUploader(), urgent: newUrgentGate(),
+		rolls: roller{m: map[string]rollState{}}, retention: cfg.Retention.WithDefaults(), rollEvery: cfg.RollInterval,
+		pruneEvery: cfg.PruneInterval}, nil
 }
 
 // Bootstrap makes sure a default tenant with an API key exists. On first start it creates them and returns
@@ -256,6 +296,29 @@ type keyedEntry struct {
 	refs int
 }
 
+// TryLock locks key if no one holds it, and reports whether it did.
+func (k *keyedMutex) TryLock(key string) (unlock func(), ok bool) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedEntry{}
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	if !e.mu.TryLock() {
+		if e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+		return nil, false
+	}
+	e.refs++
+	k.mu.Unlock()
+	return k.release(key, e), true
+}
+
 // Lock locks key and returns its unlock function.
 func (k *keyedMutex) Lock(key string) (unlock func()) {
 	k.mu.Lock()
@@ -270,6 +333,11 @@ func (k *keyedMutex) Lock(key string) (unlock func()) {
 	e.refs++
 	k.mu.Unlock()
 	e.mu.Lock()
+	return k.release(key, e)
+}
+
+// release returns the function that unlocks e, the held entry of key.
+func (k *keyedMutex) release(key string, e *keyedEntry) func() {
 	return func() {
 		e.mu.Unlock()
 		k.mu.Lock()

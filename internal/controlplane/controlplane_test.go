@@ -39,6 +39,8 @@ type fakeNode struct {
 	restored       map[string]string
 	failCheckpoint error
 	cas            []string
+	// cpu is the CPU time SandboxCPU reports per sandbox.
+	cpu map[string]time.Duration
 
 	flows *flowlog.Log
 }
@@ -50,7 +52,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 	}
 	t.Cleanup(func() { l.Close() })
 	return &fakeNode{running: map[string]bool{}, tenants: map[string]string{}, frozen: map[string]bool{},
-		restored: map[string]string{}, flows: l}
+		restored: map[string]string{}, cpu: map[string]time.Duration{}, flows: l}
 }
 
 func (n *fakeNode) ID() string { return "local" }
@@ -120,6 +122,16 @@ func (n *fakeNode) SetNetwork(ctx context.Context, id string, p policy.Policy) e
 
 func (n *fakeNode) Flows(ctx context.Context, id string, f flowlog.Filter) ([]gateway.Flow, error) {
 	return n.flows.Read(ctx, id, f)
+}
+
+// SandboxCPU reports the CPU time set for the sandbox with setCPU.
+func (n *fakeNode) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.running[id] {
+		return 0, errdefs.ErrNotFound
+	}
+	return n.cpu[id], nil
 }
 
 // CheckpointSandbox writes an image that names the sandbox.

@@ -13,15 +13,16 @@ import (
 // an optimisation only: an image is cached once its snapshot is complete in the store, the cache is
 // emptied at start (a crash may have torn its files), and it is bounded by Config.ImageCacheBytes
 // (oldest first out). Restores use a hard-linked copy, so eviction never pulls files from under them.
+// Images still waiting for their upload (uploads.go) are not the cache's: they stay until uploaded.
 
 // cacheImage moves a snapshot's image directory into the cache (or removes it when there is no cache).
 func (s *Service) cacheImage(snapID, dir string) {
+	s.imagesMu.Lock()
+	defer s.imagesMu.Unlock()
 	if s.images == "" || s.imageBudget <= 0 {
 		os.RemoveAll(dir)
 		return
 	}
-	s.imagesMu.Lock()
-	defer s.imagesMu.Unlock()
 	dst := filepath.Join(s.images, snapID)
 	if err := os.Rename(dir, dst); err != nil {
 		s.log.Warn("cache snapshot image", "snapshot", snapID, "err", err)
@@ -31,16 +32,22 @@ func (s *Service) cacheImage(snapID, dir string) {
 	s.evictImagesLocked()
 }
 
-// linkCachedImage fills the empty directory dir with hard links to the cached image of snapID and
-// reports whether it could.
+// linkCachedImage fills the empty directory dir with hard links to the image of snapID kept on this
+// node — cached, or saved and waiting for its upload — and reports whether it could.
 func (s *Service) linkCachedImage(snapID, dir string) bool {
-	if s.images == "" {
-		return false
-	}
 	s.imagesMu.Lock()
 	defer s.imagesMu.Unlock()
-	src := filepath.Join(s.images, snapID)
-	if _, err := os.Stat(src); err != nil {
+	src := ""
+	for _, d := range []string{s.images, s.pending} {
+		if d == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(d, snapID)); err == nil {
+			src = filepath.Join(d, snapID)
+			break
+		}
+	}
+	if src == "" {
 		return false
 	}
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
@@ -68,15 +75,20 @@ func (s *Service) linkCachedImage(snapID, dir string) bool {
 	return true
 }
 
-// dropImages removes the cached images of these snapshots.
+// dropImages stops the uploads of these snapshots and removes their images from this node, cached or
+// pending.
 func (s *Service) dropImages(snapIDs ...string) {
-	if s.images == "" {
-		return
+	for _, id := range snapIDs {
+		s.cancelUpload(id)
 	}
 	s.imagesMu.Lock()
 	defer s.imagesMu.Unlock()
 	for _, id := range snapIDs {
-		os.RemoveAll(filepath.Join(s.images, id))
+		for _, d := range []string{s.images, s.pending} {
+			if d != "" {
+				os.RemoveAll(filepath.Join(d, id))
+			}
+		}
 	}
 }
 

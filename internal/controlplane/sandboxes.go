@@ -500,6 +500,8 @@ func (s *Service) Start(ctx context.Context) error {
 	s.every(s.idle, s.pauseIdleSessions)
 	if s.snapshots != nil {
 		s.every(s.gcEvery, func() { s.collectSnapshots(s.gcGrace) })
+		s.every(s.rollEvery, s.rollSnapshots)
+		s.every(s.pruneEvery, s.pruneSnapshots)
 	}
 	return nil
 }
@@ -614,6 +616,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	s.wg.Wait()
 	// Sessions are paused, not lost: a restart resumes them where they were.
 	s.pauseAllForShutdown(ctx)
+	s.bg.Wait()
+	// Uploads finish if they can in time; a restart takes up the others from their saved images.
+	defer s.waitUploads(ctx)
 	var errs []error
 	for {
 		sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}, 1000)

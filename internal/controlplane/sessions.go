@@ -17,6 +17,7 @@ import (
 	"github.com/airlockrun/airlock/internal/faultinject"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/retention"
 	"github.com/airlockrun/airlock/internal/runtime"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
@@ -53,6 +54,11 @@ type SessionRequest struct {
 	IdleTimeoutSeconds int
 	// AutoResume resumes the paused session when exec, file or port work arrives for it.
 	AutoResume bool
+	// RollingIntervalSeconds takes a rolling snapshot that often while the session runs and changes; 0
+	// never; otherwise at least MinRollingInterval.
+	RollingIntervalSeconds int
+	// Retention overrides, field by field, the tenant's retention of the session's snapshots.
+	Retention store.RetentionSpec
 }
 
 func (r *SessionRequest) normalize() error {
@@ -62,10 +68,39 @@ func (r *SessionRequest) normalize() error {
 	if r.IdleTimeoutSeconds < 0 || time.Duration(r.IdleTimeoutSeconds)*time.Second > MaxIdleTimeout {
 		return invalid("idle_timeout_seconds must be between 0 (never) and %d, got %d", int(MaxIdleTimeout/time.Second), r.IdleTimeoutSeconds)
 	}
+	if err := checkRolling(r.RollingIntervalSeconds); err != nil {
+		return err
+	}
+	if err := checkRetention(r.Retention); err != nil {
+		return err
+	}
 	if err := r.CreateRequest.normalize(); err != nil {
 		return err
 	}
 	r.TimeoutSeconds = 0
+	return nil
+}
+
+// checkRolling checks a rolling interval in seconds.
+func checkRolling(secs int) error {
+	if secs != 0 && (secs < int(MinRollingInterval/time.Second) || secs > int(MaxRollingInterval/time.Second)) {
+		return invalid("rolling_interval_seconds must be 0 (off) or between %d and %d, got %d",
+			int(MinRollingInterval/time.Second), int(MaxRollingInterval/time.Second), secs)
+	}
+	return nil
+}
+
+// checkRetention checks a retention override on its own (zero fields inherit).
+func checkRetention(r store.RetentionSpec) error {
+	if err := r.Validate(); err != nil {
+		return invalid("retention: %v", err)
+	}
+	for _, d := range []int64{r.KeepAllSeconds, r.KeepHourlySeconds, r.KeepDailySeconds} {
+		if time.Duration(d)*time.Second > retention.MaxKeepDaily {
+			return invalid("retention: at most %d seconds (%d days), got %d", int64(retention.MaxKeepDaily/time.Second),
+				int(retention.MaxKeepDaily/(24*time.Hour)), d)
+		}
+	}
 	return nil
 }
 
@@ -102,10 +137,12 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 		State:    store.SessionCreating,
 		Spec: store.SessionSpec{Template: req.Template, CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB,
 			DiskMB: req.DiskMB, NetworkPolicy: netJSON},
-		Metadata:           req.Metadata,
-		IdleTimeoutSeconds: req.IdleTimeoutSeconds,
-		AutoResume:         req.AutoResume,
-		CreatedAt:          s.now(),
+		Metadata:               req.Metadata,
+		IdleTimeoutSeconds:     req.IdleTimeoutSeconds,
+		AutoResume:             req.AutoResume,
+		RollingIntervalSeconds: req.RollingIntervalSeconds,
+		Retention:              req.Retention,
+		CreatedAt:              s.now(),
 	})
 	if err != nil {
 		return store.Session{}, fmt.Errorf("create session: %w", err)
@@ -310,9 +347,13 @@ func (s *Service) pauseLocked(ctx context.Context, se store.Session, reason stri
 		return se, fmt.Errorf("pause session %s: %w", se.ID, err)
 	}
 	faultinject.Crash("pause-session-paused")
-	s.destroySessionSandbox(ctx, se.TenantID, sbID, "session paused")
-	s.log.Info("session paused", "session", se.ID, "snapshot", snap.ID, "took", s.now().Sub(start),
-		"logical_bytes", snap.LogicalBytes, "new_bytes", snap.StoredBytes)
+	// The frozen sandbox's teardown (its memory freed, its disk removed) need not hold up the caller.
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		s.destroySessionSandbox(context.WithoutCancel(ctx), se.TenantID, sbID, "session paused")
+	}()
+	s.log.Info("session paused", "session", se.ID, "snapshot", snap.ID, "took", s.now().Sub(start), "image_bytes", snap.LogicalBytes)
 	return se, nil
 }
 
@@ -334,93 +375,92 @@ func (s *Service) destroySessionSandbox(ctx context.Context, tenantID, sbID, rea
 	}
 }
 
-// snapshotSandbox checkpoints the session's sandbox into a new snapshot of trigger and name and stores
-// it. With leaveRunning the sandbox runs on; without, it stays frozen (the caller destroys it) — unless
-// the snapshot fails, in which case it is thawed and runs on. The snapshot is recorded writing first and
-// complete (or failed) after.
+// snapshotSandbox checkpoints the session's sandbox into a new snapshot of trigger and name. The
+// snapshot is recorded writing first, then uploading once its image is saved on this node (sessions
+// can resume and fork from it from then on), and the upload to the snapshot store completes it in the
+// background (uploads.go). With leaveRunning the sandbox runs on; without, it stays frozen (the caller
+// destroys it) — unless the snapshot fails, in which case it is thawed and runs on.
 func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string, leaveRunning bool) (store.Snapshot, error) {
-	snap, dir, err := s.snapshotSandboxKeep(ctx, se, trigger, name, leaveRunning)
-	if dir != "" {
-		s.cacheImage(snap.ID, dir)
-	}
-	return snap, err
-}
-
-// snapshotSandboxKeep is snapshotSandbox that also returns the checkpoint image's directory on
-// success; the caller owns it (cacheImage, or remove it).
-func (s *Service) snapshotSandboxKeep(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string, leaveRunning bool) (store.Snapshot, string, error) {
-	snaps, err := s.snapshotStore()
-	if err != nil {
-		return store.Snapshot{}, "", err
+	if _, err := s.snapshotStore(); err != nil {
+		return store.Snapshot{}, err
 	}
 	if se.SandboxID == "" {
-		return store.Snapshot{}, "", fmt.Errorf("session %s has no sandbox: %w", se.ID, errdefs.ErrFailedPrecondition)
+		return store.Snapshot{}, fmt.Errorf("session %s has no sandbox: %w", se.ID, errdefs.ErrFailedPrecondition)
 	}
 	snap, err := s.store.CreateSnapshot(ctx, store.Snapshot{
 		ID: store.NewID("sn"), TenantID: se.TenantID, SessionID: se.ID, ParentID: se.HeadSnapshotID,
-		Name: name, Trigger: trigger, State: store.SnapshotWriting, CreatedAt: s.now(),
+		Name: name, Pinned: name != "", Trigger: trigger, State: store.SnapshotWriting, CreatedAt: s.now(),
+		Meta: map[string]string{"template": se.Spec.Template},
 	})
 	if err != nil {
-		return store.Snapshot{}, "", fmt.Errorf("record snapshot: %w", err)
+		return store.Snapshot{}, fmt.Errorf("record snapshot: %w", err)
 	}
-	fail := func(cause error) (store.Snapshot, string, error) {
+	dir := s.pendingImage(snap.ID)
+	saved := false
+	defer func() {
+		if !saved {
+			os.RemoveAll(dir)
+		}
+	}()
+	fail := func(cause error, thaw bool) (store.Snapshot, error) {
+		if thaw && !leaveRunning {
+			if err := s.node.UnpauseSandbox(ctx, se.SandboxID); err != nil {
+				cause = errors.Join(cause, fmt.Errorf("let the sandbox run on: %w", err))
+			}
+		}
 		if _, err := s.updateSnapshot(ctx, snap, func(sn *store.Snapshot) error {
 			sn.State, sn.Reason = store.SnapshotFailed, truncateReason(cause.Error())
 			return nil
 		}); err != nil {
 			cause = errors.Join(cause, err)
 		}
-		return store.Snapshot{}, "", cause
+		return store.Snapshot{}, cause
 	}
-	dir := filepath.Join(s.scratch, snap.ID)
-	keep := false
-	defer func() {
-		if !keep {
-			os.RemoveAll(dir)
-		}
-	}()
 	t0 := s.now()
-	if err := s.node.CheckpointSandbox(ctx, se.SandboxID, dir, leaveRunning); err != nil {
+	leave := s.urgent.enter()
+	err = s.node.CheckpointSandbox(ctx, se.SandboxID, dir, leaveRunning)
+	leave()
+	if err != nil {
 		if strings.Contains(err.Error(), "bound host socket") && !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			// Something in the sandbox bound a socket on a host path (in /run/airlock): gVisor cannot
 			// save it. The sandbox's doing, so the caller's to fix, not a server fault.
 			err = fmt.Errorf("a process in the sandbox holds a host socket (bound under /run/airlock), which cannot be saved; close it and retry: %w", errdefs.ErrFailedPrecondition)
 		}
-		return fail(fmt.Errorf("checkpoint: %w", err))
+		return fail(fmt.Errorf("checkpoint: %w", err), false)
+	}
+	// The driver synced the image; this makes its directory's entry durable too.
+	if err := syncDir(s.pending); err != nil {
+		return fail(fmt.Errorf("save checkpoint image: %w", err), true)
 	}
 	tCheckpoint := s.now().Sub(t0)
 	faultinject.Crash("snapshot-checkpointed")
-	m, err := s.storeImage(ctx, snaps, se, snap.ID, dir)
-	if err != nil {
-		if !leaveRunning {
-			if uerr := s.node.UnpauseSandbox(ctx, se.SandboxID); uerr != nil {
-				err = errors.Join(err, fmt.Errorf("let the sandbox run on: %w", uerr))
-			}
-		}
-		return fail(fmt.Errorf("store snapshot: %w", err))
-	}
-	faultinject.Crash("snapshot-stored")
-	done := s.now()
 	snap, err = s.updateSnapshot(ctx, snap, func(sn *store.Snapshot) error {
-		sn.State, sn.CompletedAt = store.SnapshotComplete, &done
-		sn.LogicalBytes, sn.StoredBytes = m.Stats.LogicalBytes, m.Stats.NewStoredBytes
-		sn.Meta = map[string]string{"checkpoint_ms": fmt.Sprint(tCheckpoint.Milliseconds()),
-			"total_ms": fmt.Sprint(done.Sub(t0).Milliseconds())}
+		sn.State = store.SnapshotUploading
+		sn.LogicalBytes = treeBytes(dir)
+		sn.Meta["checkpoint_ms"] = fmt.Sprint(tCheckpoint.Milliseconds())
 		return nil
 	})
 	if err != nil {
-		return store.Snapshot{}, "", err
+		return fail(err, true)
 	}
-	faultinject.Crash("snapshot-complete")
-	s.log.Info("snapshot stored", "session", se.ID, "snapshot", snap.ID, "trigger", trigger, "checkpoint", tCheckpoint,
-		"store", done.Sub(t0)-tCheckpoint, "logical_bytes", m.Stats.LogicalBytes, "new_bytes", m.Stats.NewStoredBytes,
-		"new_chunks", m.Stats.NewChunks, "chunks", m.Stats.Chunks)
-	keep = true
-	return snap, dir, nil
+	saved = true
+	faultinject.Crash("snapshot-saved")
+	// The memory went to disk around the page cache; a resume or fork soon after reads it back, and so
+	// does the upload: start reading it in now.
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		prefetch(filepath.Join(dir, "memory"))
+	}()
+	s.startUpload(snap)
+	s.log.Info("snapshot saved", "session", se.ID, "snapshot", snap.ID, "trigger", trigger, "checkpoint", tCheckpoint,
+		"image_bytes", snap.LogicalBytes)
+	return snap, nil
 }
 
-// storeImage writes the files of a checkpoint image directory into the snapshot store as snapshot id.
-func (s *Service) storeImage(ctx context.Context, snaps *snapshot.Store, se store.Session, id, dir string) (snapshot.Manifest, error) {
+// storeImage writes the files of a checkpoint image directory into the snapshot store as snapshot id
+// of the tenant, with meta in its manifest.
+func (s *Service) storeImage(ctx context.Context, snaps *snapshot.Store, tenantID, id, dir string, meta map[string]string) (snapshot.Manifest, error) {
 	var names []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -436,7 +476,7 @@ func (s *Service) storeImage(ctx context.Context, snaps *snapshot.Store, se stor
 		return snapshot.Manifest{}, err
 	}
 	sort.Strings(names)
-	w, err := snaps.NewWriter(ctx, se.TenantID, id)
+	w, err := snaps.NewWriter(ctx, tenantID, id)
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
@@ -446,13 +486,13 @@ func (s *Service) storeImage(ctx context.Context, snaps *snapshot.Store, se stor
 		if err != nil {
 			return snapshot.Manifest{}, err
 		}
-		err = w.AddFile(ctx, name, f)
+		err = w.AddFile(ctx, name, yieldingFile{f: f, ctx: ctx, gate: s.urgent})
 		f.Close()
 		if err != nil {
 			return snapshot.Manifest{}, err
 		}
 	}
-	return w.Commit(ctx, map[string]string{"session": se.ID, "template": se.Spec.Template})
+	return w.Commit(ctx, meta)
 }
 
 // updateSnapshot applies f to the stored snapshot and saves it, retrying on a concurrent change.
@@ -523,9 +563,11 @@ func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Ses
 		return se, err
 	}
 	defer os.RemoveAll(dir)
+	leave := s.urgent.enter()
+	defer leave()
 	var sb store.Sandbox
 	if !s.linkCachedImage(se.HeadSnapshotID, dir) {
-		err = snaps.Restore(ctx, se.TenantID, se.HeadSnapshotID, dir)
+		err = s.fetchImage(ctx, snaps, se.TenantID, se.HeadSnapshotID, dir)
 	}
 	fetched := s.now()
 	faultinject.Crash("resume-fetched")
@@ -561,6 +603,19 @@ func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Ses
 	return se, err
 }
 
+// fetchImage restores the image of snapshot snapID from the snapshot store into dir, for a snapshot
+// whose image this node does not keep.
+func (s *Service) fetchImage(ctx context.Context, snaps *snapshot.Store, tenantID, snapID, dir string) error {
+	sn, err := s.store.GetSnapshot(ctx, tenantID, snapID)
+	if err != nil {
+		return err
+	}
+	if sn.State != store.SnapshotComplete {
+		return fmt.Errorf("snapshot %s is %s and its image is not on this node: %w", snapID, sn.State, errdefs.ErrConflict)
+	}
+	return snaps.Restore(ctx, tenantID, snapID, dir)
+}
+
 // SnapshotSession checkpoints the running session into a new snapshot, named (or not), while it keeps
 // running; the snapshot becomes the session's head.
 func (s *Service) SnapshotSession(ctx context.Context, tenantID, id, name string) (store.Snapshot, error) {
@@ -585,6 +640,7 @@ func (s *Service) snapshotRunningLocked(ctx context.Context, se store.Session, t
 	if err != nil {
 		return snap, fmt.Errorf("snapshot session %s: %w", se.ID, err)
 	}
+	s.noteSnapshot(se)
 	if _, err := s.updateSession(ctx, se, func(se *store.Session) error {
 		se.HeadSnapshotID = snap.ID
 		return nil
@@ -601,6 +657,21 @@ func (s *Service) ListSnapshots(ctx context.Context, tenantID, sessionID string,
 	}
 	f.SessionID = sessionID
 	return s.store.ListSnapshots(ctx, tenantID, f)
+}
+
+// GetSnapshot returns one snapshot of the session.
+func (s *Service) GetSnapshot(ctx context.Context, tenantID, sessionID, id string) (store.Snapshot, error) {
+	if _, err := s.GetSession(ctx, tenantID, sessionID); err != nil {
+		return store.Snapshot{}, err
+	}
+	sn, err := s.store.GetSnapshot(ctx, tenantID, id)
+	if err == nil && sn.SessionID != sessionID {
+		err = errdefs.ErrNotFound
+	}
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return store.Snapshot{}, fmt.Errorf("snapshot %s of session %s not found: %w", id, sessionID, errdefs.ErrNotFound)
+	}
+	return sn, err
 }
 
 // ForkSession makes count new sessions from one snapshot of the session: fromSnapshot, or, when empty,
@@ -647,7 +718,7 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 	if err != nil {
 		return nil, err
 	}
-	if snap.State != store.SnapshotComplete {
+	if !snap.State.Usable() {
 		return nil, fmt.Errorf("snapshot %s is %s: %w", snapID, snap.State, errdefs.ErrConflict)
 	}
 	// The sandboxes restored from the snapshot trust the CA of the session that took it.
@@ -659,18 +730,21 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 	}
 	defer os.RemoveAll(dir)
 	if !s.linkCachedImage(snapID, dir) { // taken elsewhere or long ago: from the store
-		if err := snaps.Restore(ctx, tenantID, snapID, dir); err != nil {
+		if err := s.fetchImage(ctx, snaps, tenantID, snapID, dir); err != nil {
 			if errors.Is(err, snapshot.ErrCorrupt) {
 				return nil, fmt.Errorf("fork session %s: %v: %w", id, err, errdefs.ErrFailedPrecondition)
 			}
 			return nil, fmt.Errorf("fork session %s: %w", id, err)
 		}
 	}
+	leave := s.urgent.enter()
+	defer leave()
 	forks := make([]store.Session, 0, count)
 	for range count {
 		child, err := s.store.CreateSession(ctx, store.Session{
 			ID: store.NewID("se"), TenantID: tenantID, State: store.SessionResuming, Spec: parent.Spec,
 			Metadata: parent.Metadata, IdleTimeoutSeconds: parent.IdleTimeoutSeconds, AutoResume: parent.AutoResume,
+			RollingIntervalSeconds: parent.RollingIntervalSeconds, Retention: parent.Retention,
 			HeadSnapshotID: snapID, ParentSessionID: parent.ID, ForkedFromSnapshotID: snapID, CreatedAt: s.now(),
 		})
 		if err != nil {
@@ -907,13 +981,13 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 	}
 	s.clearImages() // files a crash may have torn
 	if s.scratch != "" {
-		// Images of interrupted checkpoints and restores.
+		// Images of interrupted restores.
 		entries, _ := os.ReadDir(s.scratch)
 		for _, e := range entries {
 			_ = os.RemoveAll(filepath.Join(s.scratch, e.Name()))
 		}
 	}
-	return nil
+	return s.reconcileUploads(ctx)
 }
 
 func (s *Service) reconcileSession(ctx context.Context, se store.Session) error {
@@ -1027,6 +1101,10 @@ func (s *Service) collectSnapshots(grace time.Duration) {
 		return
 	}
 	for _, t := range ts {
+		if err := s.collectOrphanManifests(ctx, t.ID); err != nil {
+			s.log.Error("collect snapshot data without records", "tenant", t.ID, "err", err)
+			continue
+		}
 		st, err := s.snapshots.GC(ctx, t.ID, grace)
 		if err != nil {
 			s.log.Error("snapshot GC", "tenant", t.ID, "err", err)

@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/blob"
 	"github.com/airlockrun/airlock/internal/blob/local"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
@@ -70,6 +72,8 @@ func setupSessionsCache(t *testing.T, cacheBytes int64) *sessionEnv {
 		return s
 	}
 	e.s = e.newSvc()
+	// Stop the service (its uploads) before the store closes.
+	t.Cleanup(func() { e.s.Shutdown(context.Background()) })
 	key, err := e.s.Bootstrap(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +82,23 @@ func setupSessionsCache(t *testing.T, cacheBytes int64) *sessionEnv {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// settle waits until the work the service left running behind its calls is done: sandboxes torn
+// down, snapshots uploaded.
+func settle(t *testing.T, s *Service) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		s.bg.Wait()
+		s.up.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("background work (uploads, teardowns) still running after 30s")
+	}
 }
 
 func (e *sessionEnv) create(t *testing.T, req SessionRequest) store.Session {
@@ -104,6 +125,11 @@ func TestSessionPauseResume(t *testing.T) {
 	if se.State != store.SessionPaused || se.SandboxID != "" || se.HeadSnapshotID == "" || se.PausedAt == nil {
 		t.Fatalf("paused %+v", se)
 	}
+	// Paused at a snapshot saved on the node, which the store takes in behind.
+	if snap, err := e.st.GetSnapshot(ctx, e.tenant, se.HeadSnapshotID); err != nil || !snap.State.Usable() {
+		t.Fatalf("head snapshot right after the pause: %+v %v; want uploading or complete", snap, err)
+	}
+	settle(t, e.s)
 	if e.n.isRunning(first) {
 		t.Errorf("the paused session's sandbox still runs")
 	}
@@ -259,6 +285,7 @@ func TestSessionCorruptSnapshotGivesClearError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	settle(t, e.s) // uploaded, and the node keeps no image (no cache): the resume reads the store
 	corruptChunks(t, e.blobs)
 	_, err = e.s.ResumeSession(ctx, e.tenant, se.ID)
 	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), se.HeadSnapshotID) || !strings.Contains(err.Error(), "chunk") {
@@ -343,6 +370,7 @@ func TestSessionImageCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	settle(t, e.s)
 	corruptChunks(t, e.blobs)
 	if se, err = e.s.ResumeSession(ctx, e.tenant, se.ID); err != nil {
 		t.Fatalf("resume from the cached image: %v", err)
@@ -350,6 +378,7 @@ func TestSessionImageCache(t *testing.T) {
 	if se, err = e.s.PauseSession(ctx, e.tenant, se.ID); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, e.s)
 	corruptChunks(t, e.blobs)
 	s2 := e.newSvc()
 	if err := s2.Start(ctx); err != nil {
@@ -366,6 +395,7 @@ func TestSessionImageCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	settle(t, s2)
 	var total int64
 	_ = filepath.WalkDir(filepath.Join(filepath.Dir(e.blobs), "images"), func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
@@ -404,6 +434,7 @@ func TestSnapshotGC(t *testing.T) {
 	if _, err := e.s.PauseSession(ctx, e.tenant, se.ID); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, e.s)
 	chunks := func() int {
 		n := 0
 		_ = filepath.WalkDir(e.blobs, func(p string, d os.DirEntry, err error) error {
@@ -431,6 +462,7 @@ func TestSnapshotGC(t *testing.T) {
 	if err := e.s.DeleteSession(ctx, e.tenant, forks[0].ID); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, e.s)
 	e.s.collectSnapshots(0)
 	if _, err := e.st.GetSession(ctx, e.tenant, se.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("parent record after the fork went: %v; want it collected", err)
@@ -470,6 +502,7 @@ func TestSessionConcurrentCalls(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	settle(t, e.s)
 	close(errs)
 	for err := range errs {
 		t.Errorf("concurrent call: %v", err)
@@ -522,5 +555,216 @@ func TestSessionSandboxCalls(t *testing.T) {
 	}
 	if sp, err := SessionNetworkPolicy(got); err != nil || sp.Default != policy.ActionAllow {
 		t.Errorf("session policy after setting its sandbox's: %+v %v", sp, err)
+	}
+}
+
+// flakyBlobs is a blob store whose writes fail while broken is set.
+type flakyBlobs struct {
+	blob.Store
+	broken atomic.Bool
+}
+
+func (f *flakyBlobs) Put(ctx context.Context, key string, data []byte) error {
+	if f.broken.Load() {
+		return errors.New("blob store unreachable")
+	}
+	return f.Store.Put(ctx, key, data)
+}
+
+// setupFlaky is setupSessions over a blob store that can be broken.
+func setupFlaky(t *testing.T) (*sessionEnv, *flakyBlobs) {
+	t.Helper()
+	e := setupSessions(t)
+	inner, err := local.New(e.blobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := &flakyBlobs{Store: inner}
+	keyring, err := keyslocal.New(filepath.Join(filepath.Dir(e.blobs), "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := snapshot.New(snapshot.Config{Blobs: fb, Keys: keyring})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.s.Shutdown(context.Background())
+	dir := filepath.Dir(e.blobs)
+	e.newSvc = func() *Service {
+		s, err := New(Config{Store: e.st, Node: e.n, Now: e.clk.Now, ReapInterval: time.Hour, IdleInterval: time.Hour,
+			Snapshots: snaps, ScratchDir: filepath.Join(dir, "scratch")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	e.s = e.newSvc()
+	t.Cleanup(func() { e.s.Shutdown(context.Background()) })
+	return e, fb
+}
+
+// TestSnapshotWriteBehind: a pause is done once the image is saved on the node; the session resumes
+// and forks from that image while the snapshot store is unreachable, and the upload, retried, completes
+// the snapshot once the store is back.
+func TestSnapshotWriteBehind(t *testing.T) {
+	e, fb := setupFlaky(t)
+	ctx := context.Background()
+	fb.broken.Store(true)
+	se := e.create(t, SessionRequest{})
+	first := se.SandboxID
+	se, err := e.s.PauseSession(ctx, e.tenant, se.ID)
+	if err != nil {
+		t.Fatalf("pause with the store down: %v", err)
+	}
+	head := se.HeadSnapshotID
+	if sn, _ := e.st.GetSnapshot(ctx, e.tenant, head); sn.State != store.SnapshotUploading {
+		t.Fatalf("head %+v; want uploading", sn)
+	}
+	if se, err = e.s.ResumeSession(ctx, e.tenant, se.ID); err != nil {
+		t.Fatalf("resume from the saved image: %v", err)
+	}
+	if got := e.n.restored[se.SandboxID]; got != "image of "+first {
+		t.Errorf("restored from %q", got)
+	}
+	forks, err := e.s.ForkSession(ctx, e.tenant, se.ID, 2, head)
+	if err != nil || len(forks) != 2 || forks[0].State != store.SessionRunning {
+		t.Fatalf("fork from an uploading snapshot: %+v %v", forks, err)
+	}
+	fb.broken.Store(false)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		sn, err := e.st.GetSnapshot(ctx, e.tenant, head)
+		if err == nil && sn.State == store.SnapshotComplete {
+			if sn.StoredBytes == 0 || sn.CompletedAt == nil || sn.Meta["upload_ms"] == "" {
+				t.Errorf("complete snapshot %+v", sn)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("snapshot still %s after the store came back", sn.State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	settle(t, e.s)
+	if entries, _ := os.ReadDir(e.s.pending); len(entries) != 0 {
+		t.Errorf("pending images left after the uploads: %d", len(entries))
+	}
+}
+
+// TestSnapshotUploadsAfterRestart: a crash leaves snapshots uploading; the restart uploads those whose
+// image is saved, fails one whose image is gone, and removes images nothing needs.
+func TestSnapshotUploadsAfterRestart(t *testing.T) {
+	e, fb := setupFlaky(t)
+	ctx := context.Background()
+	fb.broken.Store(true)
+	a := e.create(t, SessionRequest{})
+	b := e.create(t, SessionRequest{})
+	a, err := e.s.PauseSession(ctx, e.tenant, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = e.s.PauseSession(ctx, e.tenant, b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The crash: uploads stop where they are, nothing more is recorded.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	e.s.waitUploads(gone)
+	settle(t, e.s)
+	os.RemoveAll(e.s.pendingImage(b.HeadSnapshotID)) // the disk lost one image
+	stray := e.s.pendingImage("sn_stray")
+	if err := os.MkdirAll(stray, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fb.broken.Store(false)
+	// A third one was stored, but the crash came before it was recorded complete.
+	c := e.create(t, SessionRequest{})
+	fb.broken.Store(true)
+	c, err = e.s.PauseSession(ctx, e.tenant, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.s.waitUploads(gone)
+	fb.broken.Store(false)
+	snaps, _ := e.s.snapshotStore()
+	stored, err := e.s.storeImage(ctx, snaps, e.tenant, c.HeadSnapshotID, e.s.pendingImage(c.HeadSnapshotID), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := e.newSvc()
+	if err := s2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Shutdown(ctx)
+	settle(t, s2)
+	if sn, _ := e.st.GetSnapshot(ctx, e.tenant, c.HeadSnapshotID); sn.State != store.SnapshotComplete || sn.StoredBytes != stored.Stats.NewStoredBytes {
+		t.Errorf("snapshot stored before the crash: %s (%s) stored %d; want complete with the %d bytes its manifest counts",
+			sn.State, sn.Reason, sn.StoredBytes, stored.Stats.NewStoredBytes)
+	}
+	if sn, _ := e.st.GetSnapshot(ctx, e.tenant, a.HeadSnapshotID); sn.State != store.SnapshotComplete {
+		t.Errorf("snapshot with its image saved: %s (%s); want complete after the restart", sn.State, sn.Reason)
+	}
+	if sn, _ := e.st.GetSnapshot(ctx, e.tenant, b.HeadSnapshotID); sn.State != store.SnapshotFailed || !strings.Contains(sn.Reason, "lost") {
+		t.Errorf("snapshot whose image was lost: %s (%s); want failed", sn.State, sn.Reason)
+	}
+	if _, err := os.Stat(stray); !os.IsNotExist(err) {
+		t.Errorf("stray pending image kept: %v", err)
+	}
+	if got, err := s2.ResumeSession(ctx, e.tenant, a.ID); err != nil || got.State != store.SessionRunning {
+		t.Errorf("resume after the restart: %+v %v", got, err)
+	}
+}
+
+// TestSnapshotDeleteWhileUploading: deleting a session stops its uploads and leaves nothing behind.
+func TestSnapshotDeleteWhileUploading(t *testing.T) {
+	e, fb := setupFlaky(t)
+	ctx := context.Background()
+	fb.broken.Store(true)
+	se := e.create(t, SessionRequest{})
+	se, err := e.s.PauseSession(ctx, e.tenant, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.DeleteSession(ctx, e.tenant, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	fb.broken.Store(false)
+	settle(t, e.s)
+	if entries, _ := os.ReadDir(e.s.pending); len(entries) != 0 {
+		t.Errorf("pending images left: %d", len(entries))
+	}
+	if _, err := e.st.GetSnapshot(ctx, e.tenant, se.HeadSnapshotID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("snapshot record after the delete: %v", err)
+	}
+}
+
+// TestUrgentGate: uploads' reads wait while urgent work runs and go on when it ends.
+func TestUrgentGate(t *testing.T) {
+	g := newUrgentGate()
+	if err := g.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	leave := g.enter()
+	leave2 := g.enter()
+	done := make(chan error, 1)
+	go func() { done <- g.wait(context.Background()) }()
+	leave()
+	select {
+	case err := <-done:
+		t.Fatalf("wait returned (%v) while urgent work still ran", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	leave2()
+	leave2() // leaving twice is harmless
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	leave = g.enter()
+	defer leave()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("wait with a cancelled context: %v", err)
 	}
 }

@@ -202,6 +202,8 @@ func TestBadInput(t *testing.T) {
 		{"fork unknown snapshot", "POST", seURL + "/fork", `{"count":1,"snapshot_id":"sn_aaaaaaaaaaaaaaaaaaaaaaaaaa"}`, false, 404},
 		{"snapshot bad name", "POST", seURL + "/snapshots", `{"name":"../../x"}`, false, 400},
 		{"snapshots bad state", "GET", seURL + "/snapshots?state=done", "", false, 400},
+		{"snapshot bad id", "GET", seURL + "/snapshots/sn_..%2F..%2Fx", "", false, 400},
+		{"snapshot unknown", "GET", seURL + "/snapshots/sn_aaaaaaaaaaaaaaaaaaaaaaaaaa", "", false, 404},
 		{"session exec bad id", "POST", "/v1/sessions/nope/exec", `{"cmd":["true"]}`, false, 400},
 		{"session exec unknown", "POST", "/v1/sessions/se_aaaaaaaaaaaaaaaaaaaaaaaaaa/exec", `{"cmd":["true"]}`, false, 404},
 		{"session file dotdot", "GET", seURL + "/files?path=/home/user/../../etc/shadow", "", false, 400},

@@ -35,8 +35,14 @@ func freeAddr(t *testing.T) string {
 
 func startServer(t *testing.T, dataDir, addr string, env ...string) *server {
 	t.Helper()
+	return startServerArgs(t, dataDir, addr, nil, env...)
+}
+
+// startServerArgs is startServer with more flags for "airlock up".
+func startServerArgs(t *testing.T, dataDir, addr string, args []string, env ...string) *server {
+	t.Helper()
 	var log bytes.Buffer
-	cmd := exec.Command(testenv.Binary(t), "up", "--data-dir", dataDir, "--listen", addr)
+	cmd := exec.Command(testenv.Binary(t), append([]string{"up", "--data-dir", dataDir, "--listen", addr}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {

@@ -164,19 +164,15 @@ func TestSessionPauseResumeKeepsLiveState(t *testing.T) {
 	}
 }
 
+// snapshotOf waits until the snapshot is complete in the snapshot store (a pause returns once its
+// image is saved on the node) and returns it.
 func snapshotOf(t *testing.T, e *testenv.Env, sessionID, id string) airlock.Snapshot {
 	t.Helper()
-	l, err := e.Client.ListSnapshots(ctxT(t, time.Minute), sessionID, airlock.ListOptions{})
+	sn, err := e.Client.WaitSnapshot(ctxT(t, 2*time.Minute), sessionID, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sn := range l.Snapshots {
-		if sn.ID == id {
-			return sn
-		}
-	}
-	t.Fatalf("snapshot %s not listed in %+v", id, l.Snapshots)
-	return airlock.Snapshot{}
+	return *sn
 }
 
 // TestSessionFork10: ten forks of one snapshot all run and diverge; none sees another's files, and the

@@ -626,6 +626,18 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id, imageDir string, leav
 	return err
 }
 
+// SandboxCPU reports the CPU time a sandbox used so far (see runtime.CPUMeter).
+func (n *Local) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
+	m, ok := n.cfg.Driver.(runtime.CPUMeter)
+	if !ok {
+		return 0, fmt.Errorf("the %s runtime does not meter CPU: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
+	}
+	if _, err := n.lookup(id); err != nil {
+		return 0, err
+	}
+	return m.CPUTime(ctx, id)
+}
+
 // relink replaces a sandbox's daemon channel after a checkpoint and restarts its watcher.
 func (n *Local) relink(ctx context.Context, s *sandbox) error {
 	old, _ := n.current(s)

@@ -146,3 +146,9 @@ type Restorer interface {
 	// Restore boots spec.ID from the image in imageDir.
 	Restore(ctx context.Context, spec Spec, imageDir string) (Sandbox, error)
 }
+
+// CPUMeter is implemented by drivers that can tell how much CPU time a sandbox used.
+type CPUMeter interface {
+	// CPUTime reports the CPU time the sandbox (its kernel and every process in it) used so far.
+	CPUTime(ctx context.Context, id string) (time.Duration, error)
+}

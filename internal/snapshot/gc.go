@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/faultinject"
 )
 
 // GCStats reports what a GC run found and did.
@@ -100,6 +101,7 @@ func (s *Store) GC(ctx context.Context, tenantID string, grace time.Duration) (G
 		}
 		st.Deleted++
 		st.DeletedBytes += size
+		faultinject.Crash("gc-chunk-deleted")
 		return nil
 	})
 	s.log.Debug("snapshot: gc", "tenant", tenantID, "stats", st, "duration", time.Since(start), "err", err)

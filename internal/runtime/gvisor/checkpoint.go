@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -93,8 +94,10 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 	}
 	// runsc flushes the sandbox's file data to the host before it saves the memory, so the writable
 	// layer archived next matches the image. --leave-running keeps the container (still paused by the
-	// pause above) for the archive and the resume.
-	if err := d.runscQuiet(ctx, "checkpoint", "--leave-running", "--image-path", filepath.Join(imageDir, ImageMemoryDir), id); err != nil {
+	// pause above) for the archive and the resume. --direct writes the memory with O_DIRECT: straight
+	// to disk, without filling the page cache with dirty pages that would need flushing (measured
+	// here: 1 GiB in ≈0.9–1.1 s, then 10 ms to sync, against ≈1.4–2.7 s plus ≈0.8 s to sync).
+	if err := d.runscQuiet(ctx, "checkpoint", "--leave-running", "--direct", "--image-path", filepath.Join(imageDir, ImageMemoryDir), id); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
 	tMem := time.Since(start)
@@ -115,7 +118,34 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 			return fmt.Errorf("gvisor: checkpoint %s: daemon did not listen again: %w", id, err)
 		}
 	}
-	d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "fs", tFS-tMem, "resume", time.Since(start)-tFS)
+	// Durable before the caller may count on it (a sandbox left running no longer waits for this).
+	if err := syncTree(imageDir); err != nil {
+		return err
+	}
+	d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "fs", tFS-tMem, "resume/sync", time.Since(start)-tFS)
+	return nil
+}
+
+// syncTree makes the files and directories under dir (and dir) durable, so that an image a caller was
+// told is saved survives a crash of the machine, not only of the server.
+func syncTree(dir string) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	})
+	if err != nil {
+		return fmt.Errorf("gvisor: sync checkpoint image: %w", err)
+	}
 	return nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
+	"time"
 )
 
 func sessionPath(id string, rest ...string) string { return objectPath("/v1/sessions/", id, rest...) }
@@ -87,6 +89,39 @@ func (c *Client) ListSnapshots(ctx context.Context, id string, opts ListOptions)
 		return nil, fmt.Errorf("list snapshots of %s: %w", id, err)
 	}
 	return &l, nil
+}
+
+// GetSnapshot returns one snapshot of the session.
+func (c *Client) GetSnapshot(ctx context.Context, sessionID, snapshotID string) (*Snapshot, error) {
+	var sn Snapshot
+	if err := c.doJSON(ctx, http.MethodGet, sessionPath(sessionID, "snapshots", url.PathEscape(snapshotID)), nil, nil, &sn, nil); err != nil {
+		return nil, fmt.Errorf("get snapshot %s: %w", snapshotID, err)
+	}
+	return &sn, nil
+}
+
+// WaitSnapshot polls a snapshot until it is complete in the snapshot store (or failed, an error) and
+// returns it. A snapshot is usable as soon as it is "uploading"; this is for callers that need it stored.
+func (c *Client) WaitSnapshot(ctx context.Context, sessionID, snapshotID string) (*Snapshot, error) {
+	delay := 50 * time.Millisecond
+	for {
+		sn, err := c.GetSnapshot(ctx, sessionID, snapshotID)
+		if err != nil {
+			return nil, err
+		}
+		switch sn.State {
+		case "complete":
+			return sn, nil
+		case "failed":
+			return sn, fmt.Errorf("snapshot %s failed: %s", snapshotID, sn.Reason)
+		}
+		select {
+		case <-ctx.Done():
+			return sn, fmt.Errorf("wait for snapshot %s (%s): %w", snapshotID, sn.State, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
 }
 
 // idempotentPost posts req to path with the call's Idempotency-Key, if any, and decodes the answer.

@@ -445,6 +445,11 @@ type CreateSessionRequest struct {
 	IdleTimeoutSeconds *int `json:"idle_timeout_seconds,omitempty"`
 	// AutoResume resumes the paused session when work arrives for it; nil is true.
 	AutoResume *bool `json:"auto_resume,omitempty"`
+	// RollingIntervalSeconds takes a snapshot that often while the session runs, if it changed; nil is
+	// 60, 0 never, otherwise at least 15.
+	RollingIntervalSeconds *int `json:"rolling_interval_seconds,omitempty"`
+	// Retention overrides the tenant's retention of the session's snapshots, field by field.
+	Retention *Retention `json:"retention,omitempty"`
 }
 
 // Session states.
@@ -462,25 +467,29 @@ const (
 // Session is long-lived work: it runs in one sandbox at a time, pauses into a snapshot of memory and
 // files, resumes into a new sandbox, and forks.
 type Session struct {
-	ID                   string            `json:"id"`
-	State                string            `json:"state"`
-	Reason               string            `json:"reason,omitempty"`
-	Template             string            `json:"template"`
-	CPU                  int               `json:"cpu"`
-	MemoryMB             int               `json:"memory_mb"`
-	DiskMB               int               `json:"disk_mb"`
-	Metadata             map[string]string `json:"metadata"`
-	Network              *NetworkPolicy    `json:"network,omitempty"`
-	IdleTimeoutSeconds   int               `json:"idle_timeout_seconds"`
-	AutoResume           bool              `json:"auto_resume"`
-	SandboxID            string            `json:"sandbox_id,omitempty"`
-	HeadSnapshotID       string            `json:"head_snapshot_id,omitempty"`
-	ParentSessionID      string            `json:"parent_session_id,omitempty"`
-	ForkedFromSnapshotID string            `json:"forked_from_snapshot_id,omitempty"`
-	CreatedAt            time.Time         `json:"created_at"`
-	UpdatedAt            time.Time         `json:"updated_at"`
-	LastActivityAt       time.Time         `json:"last_activity_at"`
-	PausedAt             *time.Time        `json:"paused_at,omitempty"`
+	ID                 string            `json:"id"`
+	State              string            `json:"state"`
+	Reason             string            `json:"reason,omitempty"`
+	Template           string            `json:"template"`
+	CPU                int               `json:"cpu"`
+	MemoryMB           int               `json:"memory_mb"`
+	DiskMB             int               `json:"disk_mb"`
+	Metadata           map[string]string `json:"metadata"`
+	Network            *NetworkPolicy    `json:"network,omitempty"`
+	IdleTimeoutSeconds int               `json:"idle_timeout_seconds"`
+	AutoResume         bool              `json:"auto_resume"`
+	// RollingIntervalSeconds is how often a rolling snapshot is taken while it runs; 0 never.
+	RollingIntervalSeconds int `json:"rolling_interval_seconds"`
+	// Retention is the session's own override of its tenant's retention; nil when none.
+	Retention            *Retention `json:"retention,omitempty"`
+	SandboxID            string     `json:"sandbox_id,omitempty"`
+	HeadSnapshotID       string     `json:"head_snapshot_id,omitempty"`
+	ParentSessionID      string     `json:"parent_session_id,omitempty"`
+	ForkedFromSnapshotID string     `json:"forked_from_snapshot_id,omitempty"`
+	CreatedAt            time.Time  `json:"created_at"`
+	UpdatedAt            time.Time  `json:"updated_at"`
+	LastActivityAt       time.Time  `json:"last_activity_at"`
+	PausedAt             *time.Time `json:"paused_at,omitempty"`
 }
 
 // SessionList is the response of GET /v1/sessions.
@@ -516,7 +525,9 @@ type Snapshot struct {
 	Name      string `json:"name,omitempty"`
 	// Trigger is "manual", "pause", "fork" or "rolling".
 	Trigger string `json:"trigger"`
-	// State is "writing", "complete" or "failed".
+	// State is "writing" while the checkpoint is taken; "uploading" once the image is saved on the node
+	// (sessions can resume and fork from it) while the snapshot store takes it in; "complete" once the
+	// store holds it; or "failed", with Reason.
 	State        string     `json:"state"`
 	Reason       string     `json:"reason,omitempty"`
 	Pinned       bool       `json:"pinned"`

@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+// The time machine's commands: timeline, restore, pin, unpin.
+
+func newSessionTimelineCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "timeline SESSION",
+		Short: "Show a session's snapshots as a tree (restores and forks branch it); * marks the head",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			tl, err := g.client().Timeline(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, tl)
+			}
+			printTimeline(g, tl)
+			return nil
+		},
+	}
+}
+
+// printTimeline draws the snapshots as a tree by parent, oldest first: a snapshot whose parent is not
+// in the timeline starts a root.
+func printTimeline(g *globals, tl *airlock.Timeline) {
+	in := map[string]bool{}
+	for _, sn := range tl.Snapshots {
+		in[sn.ID] = true
+	}
+	children := map[string][]airlock.Snapshot{}
+	var roots []airlock.Snapshot
+	for _, sn := range tl.Snapshots {
+		if sn.ParentID != "" && in[sn.ParentID] {
+			children[sn.ParentID] = append(children[sn.ParentID], sn)
+		} else {
+			roots = append(roots, sn)
+		}
+	}
+	var walk func(sn airlock.Snapshot, prefix string, depth int)
+	walk = func(sn airlock.Snapshot, prefix string, depth int) {
+		mark := " "
+		if sn.ID == tl.HeadSnapshotID {
+			mark = "*"
+		}
+		label := sn.Trigger
+		if sn.Name != "" {
+			label += " " + sn.Name
+		}
+		if sn.Pinned {
+			label += " (pinned)"
+		}
+		if sn.State != "complete" {
+			label += " [" + sn.State + "]"
+		}
+		fmt.Fprintf(g.Out, "%s %s%s  %s  %s  +%.1f MiB\n", mark, prefix, sn.ID, sn.CreatedAt.Local().Format(time.DateTime),
+			label, float64(sn.StoredBytes)/(1<<20))
+		kids := children[sn.ID]
+		for i, k := range kids {
+			// The first child continues the line; later ones are branches, indented.
+			if i == 0 {
+				walk(k, prefix, depth)
+			} else {
+				walk(k, prefix+strings.Repeat("  ", 1)+"└ ", depth+1)
+			}
+		}
+	}
+	for _, r := range roots {
+		walk(r, "", 0)
+	}
+}
+
+func newSessionRestoreCmd(g *globals) *cobra.Command {
+	var to, at string
+	cmd := &cobra.Command{
+		Use:   "restore SESSION (--to SNAPSHOT | --at TIME)",
+		Short: "Move a session back (or forward) to a snapshot or a time; where it was stays in its timeline",
+		Example: `  airlock session restore se_… --to sn_…
+  airlock session restore se_… --at 2026-11-30T09:15:00Z
+  airlock session restore se_… --at 10m    # as it was ten minutes ago`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			if (to == "") == (at == "") {
+				return fmt.Errorf("give one of --to SNAPSHOT or --at TIME")
+			}
+			req := airlock.RestoreSessionRequest{SnapshotID: to}
+			if at != "" {
+				t, err := parseWhen(at, time.Now())
+				if err != nil {
+					return err
+				}
+				req.At = &t
+			}
+			se, err := g.client().RestoreSession(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, se)
+			}
+			fmt.Fprintf(g.Out, "%s runs from %s\n", se.ID, se.HeadSnapshotID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "the snapshot to restore")
+	cmd.Flags().StringVar(&at, "at", "", "a time (RFC 3339) or how long ago (10m): the last snapshot taken then")
+	return cmd
+}
+
+// parseWhen reads a time as RFC 3339, or as a duration before now.
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("--at %q: want a time (2026-11-30T09:15:00Z) or how long ago (10m)", s)
+}
+
+func newSessionPinCmd(g *globals, pin bool) *cobra.Command {
+	use, short := "pin", "Keep a snapshot whatever the retention says"
+	if !pin {
+		use, short = "unpin", "Let the retention delete a snapshot again"
+	}
+	return &cobra.Command{
+		Use:   use + " SESSION SNAPSHOT",
+		Short: short,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			sn, err := g.client().UpdateSnapshot(cmd.Context(), args[0], args[1], airlock.UpdateSnapshotRequest{Pinned: &pin})
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, sn)
+			}
+			fmt.Fprintln(g.Out, sn.ID)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,348 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+func (n *fakeNode) addCPU(id string, d time.Duration) {
+	n.mu.Lock()
+	n.cpu[id] += d
+	n.mu.Unlock()
+}
+
+func rolling(t *testing.T, e *sessionEnv, se store.Session) []store.Snapshot {
+	t.Helper()
+	sns, _, err := e.st.ListSnapshots(context.Background(), e.tenant, store.SnapshotFilter{SessionID: se.ID,
+		States: nil, Limit: store.MaxListLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []store.Snapshot
+	for _, sn := range sns {
+		if sn.Trigger == store.TriggerRolling {
+			out = append(out, sn)
+		}
+	}
+	return out
+}
+
+// TestRollingSnapshots: a running session is snapshotted once its interval passed, only if it changed
+// (API work or CPU use beyond an idle sandbox's); each rolling snapshot becomes its head.
+func TestRollingSnapshots(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{RollingIntervalSeconds: 15})
+	off := e.create(t, SessionRequest{})
+	e.s.rollSnapshots() // first sight: counts from now
+	e.clk.Add(10 * time.Second)
+	e.n.addCPU(se.SandboxID, time.Second)
+	e.s.rollSnapshots()
+	if n := len(rolling(t, e, se)); n != 0 {
+		t.Fatalf("%d rolling snapshots before the interval passed", n)
+	}
+	e.clk.Add(6 * time.Second)
+	e.s.rollSnapshots()
+	got := rolling(t, e, se)
+	if len(got) != 1 {
+		t.Fatalf("%d rolling snapshots after the interval with CPU used; want 1", len(got))
+	}
+	if fresh, _ := e.s.GetSession(ctx, e.tenant, se.ID); fresh.HeadSnapshotID != got[0].ID {
+		t.Errorf("head %q; want the rolling snapshot %q", fresh.HeadSnapshotID, got[0].ID)
+	}
+	// Idle: a sliver of CPU, no work: nothing.
+	e.clk.Add(16 * time.Second)
+	e.n.addCPU(se.SandboxID, 5*time.Millisecond)
+	e.s.rollSnapshots()
+	if n := len(rolling(t, e, se)); n != 1 {
+		t.Fatalf("%d rolling snapshots after an idle interval; want still 1", n)
+	}
+	// Work through the API counts as a change.
+	e.clk.Add(16 * time.Second)
+	if _, err := e.s.SessionSandbox(ctx, e.tenant, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.s.rollSnapshots()
+	if n := len(rolling(t, e, se)); n != 2 {
+		t.Fatalf("%d rolling snapshots after API work; want 2", n)
+	}
+	if n := len(rolling(t, e, off)); n != 0 {
+		t.Errorf("session without rolling snapshots got %d", n)
+	}
+	// A manual snapshot counts as the last one: the next rolling one waits a full interval.
+	e.clk.Add(10 * time.Second)
+	if _, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "mine"); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Add(10 * time.Second)
+	e.n.addCPU(se.SandboxID, time.Second)
+	e.s.rollSnapshots()
+	if n := len(rolling(t, e, se)); n != 2 {
+		t.Errorf("%d rolling snapshots 10s after a manual one; want still 2", n)
+	}
+	settle(t, e.s)
+}
+
+// TestSessionRollingValidation: intervals below the minimum are refused, 0 is off.
+func TestSessionRollingValidation(t *testing.T) {
+	e := setupSessions(t)
+	for _, secs := range []int{-1, 1, 14, 86401} {
+		if _, err := e.s.CreateSession(context.Background(), e.tenant, SessionRequest{RollingIntervalSeconds: secs}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("rolling interval %d: %v; want invalid argument", secs, err)
+		}
+	}
+	if _, err := e.s.CreateSession(context.Background(), e.tenant, SessionRequest{Retention: store.RetentionSpec{KeepAllSeconds: -1}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("negative retention: %v; want invalid argument", err)
+	}
+}
+
+// TestRetentionSimulatedWeek: minute snapshots for a week, on a clock the test moves, pruned as the
+// loop would (hourly here): what is left is exactly what the default retention keeps — all of the last
+// hour, the newest of each of the 23 hours before, the newest of each of the 6 days before — plus the
+// pinned one; collection leaves no chunk only deleted snapshots used; the oldest daily one restores.
+func TestRetentionSimulatedWeek(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a simulated week takes a while")
+	}
+	if raceEnabled {
+		t.Skip("ten thousand snapshots take minutes under the race detector; scripts/test.sh runs this without it")
+	}
+	// Ten thousand snapshots, each synced to disk several times: on a memory file system when there is
+	// one (the code is the same; the disk's flushes are not what this tests).
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		t.Setenv("TMPDIR", "/dev/shm")
+	}
+	e := setupSessions(t)
+	ctx := context.Background()
+	// Start on an hour so that the expectation is simple to state.
+	e.clk.mu.Lock()
+	e.clk.t = time.Date(2026, 11, 1, 0, 0, 30, 0, time.UTC)
+	e.clk.mu.Unlock()
+	se := e.create(t, SessionRequest{RollingIntervalSeconds: 60})
+	pinned, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "keep-me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.s.rollSnapshots()
+	const minutes = 7 * 24 * 60
+	for i := 1; i <= minutes; i++ {
+		e.clk.Add(time.Minute)
+		e.n.addCPU(se.SandboxID, time.Second)
+		e.s.rollSnapshots()
+		if i%60 == 0 {
+			settle(t, e.s)
+			e.s.pruneSnapshots()
+		}
+	}
+	settle(t, e.s)
+	e.s.pruneSnapshots()
+	now := e.clk.Now()
+	all, err := e.s.sessionSnapshots(ctx, se)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []time.Time
+	for _, sn := range all {
+		if sn.ID == pinned.ID {
+			continue
+		}
+		if sn.Trigger != store.TriggerRolling {
+			t.Errorf("unexpected snapshot %s (%s)", sn.ID, sn.Trigger)
+		}
+		kept = append(kept, sn.CreatedAt)
+	}
+	// Expected, stated plainly: snapshots are at :00:30 of each minute.
+	var want []time.Time
+	for i := 1; i <= minutes; i++ {
+		at := time.Date(2026, 11, 1, 0, 0, 30, 0, time.UTC).Add(time.Duration(i) * time.Minute)
+		age := now.Sub(at)
+		switch {
+		case age < time.Hour:
+			want = append(want, at)
+		case age < 24*time.Hour && at.Minute() == 59:
+			want = append(want, at)
+		case age < 7*24*time.Hour && at.Hour() == 23 && at.Minute() == 59:
+			want = append(want, at)
+		}
+	}
+	if len(kept) != len(want) {
+		t.Fatalf("kept %d rolling snapshots; want %d (60 + 23 + 6)", len(kept), len(want))
+	}
+	for i := range want {
+		if !kept[i].Equal(want[i]) {
+			t.Fatalf("kept[%d] taken at %s; want %s", i, kept[i], want[i])
+		}
+	}
+	if _, err := e.st.GetSnapshot(ctx, e.tenant, pinned.ID); err != nil {
+		t.Errorf("pinned snapshot: %v", err)
+	}
+	// Collection: every chunk left is one a remaining snapshot uses.
+	e.s.collectSnapshots(0)
+	referenced := map[string]bool{}
+	infos, err := e.s.snapshots.List(ctx, e.tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != len(all) {
+		t.Errorf("the snapshot store holds %d snapshots; %d records remain", len(infos), len(all))
+	}
+	for _, in := range infos {
+		m, err := e.s.snapshots.Manifest(ctx, e.tenant, in.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range m.Files {
+			for _, c := range f.Chunks {
+				referenced[c.ID] = true
+			}
+		}
+	}
+	stored := 0
+	_ = filepath.WalkDir(e.blobs, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && strings.Contains(p, "/chunks/") {
+			stored++
+		}
+		return nil
+	})
+	if stored != len(referenced) {
+		t.Errorf("%d chunks stored, %d referenced: collection left orphans", stored, len(referenced))
+	}
+	// The oldest daily snapshot still restores.
+	oldest := all[0]
+	if oldest.ID == pinned.ID {
+		oldest = all[1]
+	}
+	got, err := e.s.RestoreSession(ctx, e.tenant, se.ID, RestoreRequest{SnapshotID: oldest.ID})
+	if err != nil || got.State != store.SessionRunning || got.HeadSnapshotID != oldest.ID {
+		t.Fatalf("restore to the oldest daily snapshot %s: %+v %v", oldest.ID, got, err)
+	}
+	settle(t, e.s)
+}
+
+// TestRestoreSession: a session goes back to an earlier snapshot, or to a time; where it was stays in
+// its timeline as a branch, and the snapshots after the restore descend from the target.
+func TestRestoreSession(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{})
+	first, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Add(time.Minute)
+	second, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Add(time.Minute)
+	fresh, _ := e.s.GetSession(ctx, e.tenant, se.ID)
+	sbBefore := fresh.SandboxID
+	got, err := e.s.RestoreSession(ctx, e.tenant, se.ID, RestoreRequest{SnapshotID: first.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != store.SessionRunning || got.HeadSnapshotID != first.ID || got.SandboxID == sbBefore {
+		t.Fatalf("restored %+v; want running in a new sandbox at %s", got, first.ID)
+	}
+	if img := e.n.restored[got.SandboxID]; !strings.HasPrefix(img, "image of "+se.SandboxID) {
+		t.Errorf("restored from %q", img)
+	}
+	_, sns, err := e.s.Timeline(ctx, e.tenant, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var branch *store.Snapshot
+	for i := range sns {
+		if sns[i].Trigger == store.TriggerPause && sns[i].ParentID == second.ID {
+			branch = &sns[i]
+		}
+	}
+	if branch == nil {
+		t.Fatalf("no snapshot kept where the session was before the restore: %+v", sns)
+	}
+	next, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.ParentID != first.ID {
+		t.Errorf("snapshot after the restore has parent %q; want %q (a branch)", next.ParentID, first.ID)
+	}
+	// To a time: the last snapshot at or before it.
+	got, err = e.s.RestoreSession(ctx, e.tenant, se.ID, RestoreRequest{At: second.CreatedAt.Add(30 * time.Second)})
+	if err != nil || got.HeadSnapshotID != second.ID {
+		t.Fatalf("restore to a time: %+v %v; want head %s", got, err, second.ID)
+	}
+	// Refusals: before the first snapshot, another session's snapshot, both or neither given.
+	if _, err := e.s.RestoreSession(ctx, e.tenant, se.ID, RestoreRequest{At: first.CreatedAt.Add(-time.Hour)}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("restore before the first snapshot: %v; want not found", err)
+	}
+	other := e.create(t, SessionRequest{})
+	osn, err := e.s.SnapshotSession(ctx, e.tenant, other.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.RestoreSession(ctx, e.tenant, se.ID, RestoreRequest{SnapshotID: osn.ID}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("restore to another session's snapshot: %v; want not found", err)
+	}
+	for _, req := range []RestoreRequest{{}, {SnapshotID: first.ID, At: time.Now()}} {
+		if _, err := e.s.RestoreSession(ctx, e.tenant, se.ID, req); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("restore %+v: %v; want invalid argument", req, err)
+		}
+	}
+	settle(t, e.s)
+}
+
+// TestPruneKeepsProtected: retention never deletes a pinned snapshot, a head, or a fork's source, and
+// unpinning lets it go.
+func TestPruneKeepsProtected(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{Retention: store.RetentionSpec{KeepAllSeconds: 60, KeepHourlySeconds: 60, KeepDailySeconds: 60}})
+	pinned, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "pinned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.ForkSession(ctx, e.tenant, se.ID, 1, src.ID); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle(t, e.s)
+	e.clk.Add(time.Hour)
+	e.s.pruneSnapshots()
+	for _, c := range []struct {
+		sn   store.Snapshot
+		kept bool
+	}{{pinned, true}, {src, true}, {plain, false}, {head, true}} {
+		_, err := e.st.GetSnapshot(ctx, e.tenant, c.sn.ID)
+		if (err == nil) != c.kept {
+			t.Errorf("snapshot %s: %v; kept should be %v", c.sn.ID, err, c.kept)
+		}
+	}
+	f := false
+	if _, err := e.s.UpdateSnapshot(ctx, e.tenant, se.ID, pinned.ID, &f, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.s.pruneSnapshots()
+	if _, err := e.st.GetSnapshot(ctx, e.tenant, pinned.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("unpinned snapshot after pruning: %v; want deleted", err)
+	}
+}

@@ -1,0 +1,69 @@
+package airlock
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Retention says how long a session's snapshots are kept, by age: every snapshot younger than
+// KeepAllSeconds, then the newest of each hour younger than KeepHourlySeconds, then the newest of each
+// day younger than KeepDailySeconds. Zero fields inherit the tenant's (by default: 1 hour, 24 hours, 7
+// days). Pinned snapshots, a session's head and a fork's source are always kept.
+type Retention struct {
+	KeepAllSeconds    int64 `json:"keep_all_seconds,omitempty"`
+	KeepHourlySeconds int64 `json:"keep_hourly_seconds,omitempty"`
+	KeepDailySeconds  int64 `json:"keep_daily_seconds,omitempty"`
+}
+
+// RestoreSessionRequest is the body of POST /v1/sessions/{id}/restore: one of SnapshotID, or At (the
+// last snapshot taken at or before that time).
+type RestoreSessionRequest struct {
+	SnapshotID string     `json:"snapshot_id,omitempty"`
+	At         *time.Time `json:"at,omitempty"`
+}
+
+// Timeline is the response of GET /v1/sessions/{id}/timeline: the session's snapshots, oldest first,
+// forming a tree by ParentID (restores and forks branch it), and the one it runs from or would resume.
+type Timeline struct {
+	HeadSnapshotID string     `json:"head_snapshot_id,omitempty"`
+	Snapshots      []Snapshot `json:"snapshots"`
+}
+
+// UpdateSnapshotRequest is the body of PATCH /v1/sessions/{id}/snapshots/{snapshot}.
+type UpdateSnapshotRequest struct {
+	// Pinned keeps the snapshot whatever the retention says, until unpinned.
+	Pinned *bool `json:"pinned,omitempty"`
+	// Name renames it ("" removes the name); nil leaves it.
+	Name *string `json:"name,omitempty"`
+}
+
+// RestoreSession moves the session to one of its snapshots: where it was stays in its timeline (a
+// running session is snapshotted first), and it runs from the target.
+func (c *Client) RestoreSession(ctx context.Context, id string, req RestoreSessionRequest) (*Session, error) {
+	var se Session
+	if err := c.doJSON(ctx, http.MethodPost, sessionPath(id, "restore"), nil, req, &se, nil); err != nil {
+		return nil, fmt.Errorf("restore session %s: %w", id, err)
+	}
+	return &se, nil
+}
+
+// Timeline returns the session's snapshot tree.
+func (c *Client) Timeline(ctx context.Context, id string) (*Timeline, error) {
+	var tl Timeline
+	if err := c.doJSON(ctx, http.MethodGet, sessionPath(id, "timeline"), nil, nil, &tl, nil); err != nil {
+		return nil, fmt.Errorf("timeline of %s: %w", id, err)
+	}
+	return &tl, nil
+}
+
+// UpdateSnapshot pins, unpins or renames a snapshot.
+func (c *Client) UpdateSnapshot(ctx context.Context, sessionID, snapshotID string, req UpdateSnapshotRequest) (*Snapshot, error) {
+	var sn Snapshot
+	if err := c.doJSON(ctx, http.MethodPatch, sessionPath(sessionID, "snapshots", url.PathEscape(snapshotID)), nil, req, &sn, nil); err != nil {
+		return nil, fmt.Errorf("update snapshot %s: %w", snapshotID, err)
+	}
+	return &sn, nil
+}
