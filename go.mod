@@ -10,6 +10,7 @@ require (
 	github.com/google/nftables v0.3.0
 	github.com/klauspost/compress v1.20.4
 	github.com/opencontainers/runtime-spec v1.2.1
+	github.com/pmezard/go-difflib v1.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/restic/chunker v0.4.0
 	github.com/spf13/cobra v1.10.2
