@@ -1,7 +1,9 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
+	"path"
 
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -101,4 +103,116 @@ func (s *Server) updateSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, toSnapshot(sn))
+}
+
+// snapshotCall resolves the session and snapshot of the path and the query's path, for the routes
+// that read a snapshot's files.
+func (s *Server) snapshotCall(w http.ResponseWriter, r *http.Request, f func(id, snapID, path string) error) {
+	if err := onlyQuery(r, "path"); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	id, err := sessionID(r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	snapID, err := snapshotPathID(r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	p, err := filePath(r, "path")
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if err := f(id, snapID, p); err != nil {
+		writeError(w, r, s.log, err)
+	}
+}
+
+func (s *Server) readSnapshotFile(w http.ResponseWriter, r *http.Request) {
+	s.snapshotCall(w, r, func(id, snapID, p string) error {
+		v, err := s.cp.SnapshotView(r.Context(), tenantOf(r), id, snapID)
+		if err != nil {
+			return err
+		}
+		defer v.Close()
+		data, err := v.ReadFile(p, controlplane.MaxSnapshotFileBytes)
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(data)
+		return nil
+	})
+}
+
+func (s *Server) listSnapshotFiles(w http.ResponseWriter, r *http.Request) {
+	s.snapshotCall(w, r, func(id, snapID, p string) error {
+		v, err := s.cp.SnapshotView(r.Context(), tenantOf(r), id, snapID)
+		if err != nil {
+			return err
+		}
+		defer v.Close()
+		entries, err := v.ReadDir(p)
+		if err != nil {
+			return err
+		}
+		out := airlock.FileList{Entries: make([]airlock.FileInfo, 0, len(entries))}
+		for _, e := range entries {
+			out.Entries = append(out.Entries, airlock.FileInfo{Name: path.Base(e.Path), Path: e.Path, Type: e.Type, Size: e.Size,
+				Mode: fmt.Sprintf("%04o", e.Mode.Perm()), ModTime: e.ModTime, Target: e.Target})
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	})
+}
+
+func (s *Server) diffSnapshots(w http.ResponseWriter, r *http.Request) {
+	if err := onlyQuery(r, "from", "to", "path"); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	id, err := sessionID(r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	q := r.URL.Query()
+	from, to := q.Get("from"), q.Get("to")
+	for _, v := range []struct{ name, id string }{{"from", from}, {"to", to}} {
+		if !snapshotIDPattern.MatchString(v.id) {
+			writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "query parameter %q must be a snapshot id (sn_ followed by 26 characters), got %q", v.name, truncate(v.id, 64)))
+			return
+		}
+	}
+	out := airlock.SnapshotDiff{From: from, To: to}
+	if q.Has("path") {
+		p, err := filePath(r, "path")
+		if err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+		diff, ok, err := s.cp.DiffSnapshotFile(r.Context(), tenantOf(r), id, from, to, p)
+		if err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+		out.Path, out.Unified, out.Binary = p, diff, !ok
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	changes, truncated, err := s.cp.DiffSnapshots(r.Context(), tenantOf(r), id, from, to)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	out.Changes, out.Truncated = make([]airlock.FileChange, 0, len(changes)), truncated
+	for _, c := range changes {
+		out.Changes = append(out.Changes, airlock.FileChange{Path: c.Path, Kind: c.Kind, Type: c.Type, OldSize: c.OldSize, NewSize: c.NewSize})
+	}
+	writeJSON(w, http.StatusOK, out)
 }

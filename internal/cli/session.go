@@ -25,7 +25,8 @@ resumes when work arrives. exec, shell, cp and ps take a session ID wherever the
 		newSessionActionCmd(g, "pause", "Snapshot a running session and destroy its sandbox", (*airlock.Client).PauseSession),
 		newSessionActionCmd(g, "resume", "Restore a paused session into a new sandbox", (*airlock.Client).ResumeSession),
 		newSessionRmCmd(g), newSessionForkCmd(g), newSessionSnapshotCmd(g), newSessionSnapshotsCmd(g),
-		newSessionTimelineCmd(g), newSessionRestoreCmd(g), newSessionPinCmd(g, true), newSessionPinCmd(g, false))
+		newSessionTimelineCmd(g), newSessionRestoreCmd(g), newSessionPinCmd(g, true), newSessionPinCmd(g, false),
+		newSessionDiffCmd(g), newSessionCatCmd(g))
 	return cmd
 }
 

@@ -153,3 +153,68 @@ func newSessionPinCmd(g *globals, pin bool) *cobra.Command {
 		},
 	}
 }
+
+func newSessionCatCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cat SESSION SNAPSHOT PATH",
+		Short: "Print a file as a snapshot saved it, without restoring the snapshot",
+		Args:  cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			data, err := g.client().ReadSnapshotFile(cmd.Context(), args[0], args[1], args[2])
+			if err != nil {
+				return err
+			}
+			_, err = g.Out.Write(data)
+			return err
+		},
+	}
+}
+
+func newSessionDiffCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff SESSION FROM TO [PATH]",
+		Short: "What changed in the files between two snapshots; with a PATH, that file's unified diff",
+		Args:  cobra.RangeArgs(3, 4),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			if len(args) == 4 {
+				d, err := g.client().DiffSnapshotFile(cmd.Context(), args[0], args[1], args[2], args[3])
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(g.Out, d)
+				}
+				if d.Binary {
+					fmt.Fprintf(g.Out, "%s: binary or too large to show\n", d.Path)
+					return nil
+				}
+				fmt.Fprint(g.Out, d.Unified)
+				return nil
+			}
+			d, err := g.client().DiffSnapshots(cmd.Context(), args[0], args[1], args[2])
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, d)
+			}
+			marks := map[string]string{"added": "+", "removed": "-", "changed": "~"}
+			for _, c := range d.Changes {
+				size := fmt.Sprintf("%d", c.NewSize)
+				switch c.Kind {
+				case "removed":
+					size = fmt.Sprintf("%d", c.OldSize)
+				case "changed":
+					size = fmt.Sprintf("%d → %d", c.OldSize, c.NewSize)
+				}
+				fmt.Fprintf(g.Out, "%s %s  (%s, %s bytes)\n", marks[c.Kind], c.Path, c.Type, size)
+			}
+			if d.Truncated {
+				fmt.Fprintln(g.Out, "… more changes not shown")
+			}
+			return nil
+		},
+	}
+}

@@ -61,6 +61,8 @@ type Node interface {
 	// CopyCA gives toID the interception CA stored under fromID; ForgetCA removes one.
 	CopyCA(ctx context.Context, fromID, toID, tenantID string) error
 	ForgetCA(caID string)
+	// TemplateRoot reports the host directory of a template's root filesystem (read-only).
+	TemplateRoot(ctx context.Context, name string) (string, error)
 	// SandboxCPU reports the CPU time a running sandbox used so far.
 	SandboxCPU(ctx context.Context, id string) (time.Duration, error)
 	// Flows returns a sandbox's network flows that f selects, newest first, also once it is gone.

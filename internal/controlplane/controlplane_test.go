@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
@@ -41,6 +42,9 @@ type fakeNode struct {
 	cas            []string
 	// cpu is the CPU time SandboxCPU reports per sandbox.
 	cpu map[string]time.Duration
+	// root is the template root TemplateRoot reports; checkpoints counts checkpoints.
+	root        string
+	checkpoints int
 
 	flows *flowlog.Log
 }
@@ -52,7 +56,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 	}
 	t.Cleanup(func() { l.Close() })
 	return &fakeNode{running: map[string]bool{}, tenants: map[string]string{}, frozen: map[string]bool{},
-		restored: map[string]string{}, cpu: map[string]time.Duration{}, flows: l}
+		restored: map[string]string{}, cpu: map[string]time.Duration{}, root: t.TempDir(), flows: l}
 }
 
 func (n *fakeNode) ID() string { return "local" }
@@ -124,6 +128,14 @@ func (n *fakeNode) Flows(ctx context.Context, id string, f flowlog.Filter) ([]ga
 	return n.flows.Read(ctx, id, f)
 }
 
+// TemplateRoot reports the fake template's root, an empty directory per node.
+func (n *fakeNode) TemplateRoot(ctx context.Context, name string) (string, error) {
+	if err := n.CheckTemplate(ctx, name); err != nil {
+		return "", err
+	}
+	return n.root, nil
+}
+
 // SandboxCPU reports the CPU time set for the sandbox with setCPU.
 func (n *fakeNode) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
 	n.mu.Lock()
@@ -152,6 +164,11 @@ func (n *fakeNode) CheckpointSandbox(ctx context.Context, id, imageDir string, l
 		content = prev + " via " + id
 	}
 	if err := os.WriteFile(filepath.Join(imageDir, "memory", "checkpoint.img"), []byte(content), 0o600); err != nil {
+		return err
+	}
+	// The writable layer: /home/user/note.txt says which image it is.
+	n.checkpoints++
+	if err := writeFakeLayer(filepath.Join(imageDir, "fs.tar"), fmt.Sprintf("checkpoint %d\n%s\n", n.checkpoints, content)); err != nil {
 		return err
 	}
 	if !leaveRunning {
@@ -508,4 +525,34 @@ func TestEgress(t *testing.T) {
 	if got, err := s.Egress(ctx, tenant, sb.ID, flowlog.Filter{Limit: 2}); err != nil || len(got) != 2 {
 		t.Errorf("Egress of a stopped sandbox = %v, %v; want its 2 newest flows", hosts(got), err)
 	}
+}
+
+// writeFakeLayer writes a writable-layer archive holding /home/user/note.txt with note.
+func writeFakeLayer(path, note string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(f)
+	for _, h := range []*tar.Header{
+		{Name: "home/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX},
+		{Name: "home/user/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX},
+		{Name: "home/user/note.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(note)), Format: tar.FormatPAX},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			f.Close()
+			return err
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write([]byte(note)); err != nil {
+				f.Close()
+				return err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -346,3 +346,72 @@ func TestPruneKeepsProtected(t *testing.T) {
 		t.Errorf("unpinned snapshot after pruning: %v; want deleted", err)
 	}
 }
+
+// TestSnapshotFilesAndDiff: a snapshot's files are read and diffed without restoring it, from the
+// node's copy of the image or from the store; paths and snapshots outside the timeline are refused.
+func TestSnapshotFilesAndDiff(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{})
+	a, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(snap string) string {
+		t.Helper()
+		v, err := e.s.SnapshotView(ctx, e.tenant, se.ID, snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v.Close()
+		data, err := v.ReadFile("/home/user/note.txt", 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	if got := read(a.ID); !strings.HasPrefix(got, "checkpoint 1\n") {
+		t.Errorf("note in the first snapshot (saved image): %q", got)
+	}
+	settle(t, e.s) // uploaded; no cache here: now from the store
+	if got := read(b.ID); !strings.HasPrefix(got, "checkpoint 2\n") {
+		t.Errorf("note in the second snapshot (from the store): %q", got)
+	}
+	changes, truncated, err := e.s.DiffSnapshots(ctx, e.tenant, se.ID, a.ID, b.ID)
+	if err != nil || truncated || len(changes) != 1 || changes[0].Path != "/home/user/note.txt" || changes[0].Kind != "changed" {
+		t.Fatalf("diff: %+v %v %v", changes, truncated, err)
+	}
+	diff, ok, err := e.s.DiffSnapshotFile(ctx, e.tenant, se.ID, a.ID, b.ID, "/home/user/note.txt")
+	if err != nil || !ok || !strings.Contains(diff, "-checkpoint 1") || !strings.Contains(diff, "+checkpoint 2") {
+		t.Errorf("unified diff: %q %v %v", diff, ok, err)
+	}
+	if _, _, err := e.s.DiffSnapshotFile(ctx, e.tenant, se.ID, a.ID, b.ID, "/nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("diff of a path in neither: %v; want not found", err)
+	}
+	v, err := e.s.SnapshotView(ctx, e.tenant, se.ID, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	for _, p := range []string{"/home/user/../../etc/shadow", "relative", "/home/\x00x"} {
+		if _, err := v.ReadFile(p, 1<<20); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("read %q: %v; want invalid argument", p, err)
+		}
+	}
+	other := e.create(t, SessionRequest{})
+	osn, err := e.s.SnapshotSession(ctx, e.tenant, other.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.SnapshotView(ctx, e.tenant, se.ID, osn.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another session's snapshot: %v; want not found", err)
+	}
+	if _, err := e.s.SnapshotView(ctx, "tn_other", se.ID, a.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another tenant: %v; want not found", err)
+	}
+	settle(t, e.s)
+}

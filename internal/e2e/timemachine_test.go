@@ -77,6 +77,42 @@ func TestTimeMachineRollingRestore(t *testing.T) {
 		t.Errorf("rolling snapshots %s apart; want the 15 s interval (give or take the loop's second and the checkpoint)", d)
 	}
 	third := rolls[2]
+	// Files from snapshots, without restoring them: the first's count.log is a prefix of the third's,
+	// and the diff between them shows it changed.
+	firstLog, err := e.Client.ReadSnapshotFile(ctx, se.ID, rolls[0].ID, "/home/user/work/count.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	thirdLog, err := e.Client.ReadSnapshotFile(ctx, se.ID, third.ID, "/home/user/work/count.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(firstLog) == 0 || len(thirdLog) <= len(firstLog) || !strings.HasPrefix(string(thirdLog), string(firstLog)) {
+		t.Fatalf("count.log in the first snapshot %q, in the third %q", firstLog, thirdLog)
+	}
+	d, err := e.Client.DiffSnapshots(ctx, se.ID, rolls[0].ID, third.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := false
+	for _, c := range d.Changes {
+		if c.Path == "/home/user/work/count.log" && c.Kind == "changed" && c.NewSize == int64(len(thirdLog)) {
+			changed = true
+		}
+	}
+	if !changed {
+		t.Errorf("diff of the first and third snapshots: %+v; want count.log changed", d.Changes)
+	}
+	fd, err := e.Client.DiffSnapshotFile(ctx, se.ID, rolls[0].ID, third.ID, "/home/user/work/count.log")
+	if err != nil || fd.Binary || !strings.Contains(fd.Unified, "+"+strings.Fields(string(thirdLog))[len(strings.Fields(string(thirdLog)))-1]) {
+		t.Errorf("unified diff of count.log: %+v %v", fd, err)
+	}
+	if l, err := e.Client.ListSnapshotFiles(ctx, se.ID, third.ID, "/home/user/work"); err != nil || len(l.Entries) != 1 || l.Entries[0].Name != "count.log" {
+		t.Errorf("list /home/user/work in the third snapshot: %+v %v", l, err)
+	}
+	if _, err := e.Client.ReadSnapshotFile(ctx, se.ID, third.ID, "/home/user/../../etc/shadow"); err == nil {
+		t.Error("a path with .. was read")
+	}
 	time.Sleep(3 * time.Second)
 	before := countLog(t, e, se.ID)
 	got, err := e.Client.RestoreSession(ctx, se.ID, airlock.RestoreSessionRequest{SnapshotID: third.ID})

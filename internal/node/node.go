@@ -161,6 +161,15 @@ func (n *Local) CheckTemplate(ctx context.Context, name string) error {
 	return err
 }
 
+// TemplateRoot reports the host directory of the template's root filesystem.
+func (n *Local) TemplateRoot(ctx context.Context, name string) (string, error) {
+	t, err := n.cfg.Templates.Get(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	return t.RootFS, nil
+}
+
 // CreateSandbox boots a sandbox and returns once its daemon answers. A failed create leaves nothing
 // behind on the host.
 func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {

@@ -3,6 +3,7 @@ package airlock
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"time"
@@ -66,4 +67,72 @@ func (c *Client) UpdateSnapshot(ctx context.Context, sessionID, snapshotID strin
 		return nil, fmt.Errorf("update snapshot %s: %w", snapshotID, err)
 	}
 	return &sn, nil
+}
+
+// FileChange is one path that differs between two snapshots.
+type FileChange struct {
+	Path string `json:"path"`
+	// Kind is "added", "removed" or "changed"; Type the path's type where it is ("file", "dir",
+	// "symlink", "other").
+	Kind    string `json:"kind"`
+	Type    string `json:"type"`
+	OldSize int64  `json:"old_size"`
+	NewSize int64  `json:"new_size"`
+}
+
+// SnapshotDiff is the response of GET /v1/sessions/{id}/diff: the changes from one snapshot to
+// another, or, asked for one path, its unified diff (Binary when either side is not text).
+type SnapshotDiff struct {
+	From      string       `json:"from"`
+	To        string       `json:"to"`
+	Changes   []FileChange `json:"changes,omitempty"`
+	Truncated bool         `json:"truncated,omitempty"`
+	Path      string       `json:"path,omitempty"`
+	Unified   string       `json:"unified,omitempty"`
+	Binary    bool         `json:"binary,omitempty"`
+}
+
+// DiffSnapshots lists what changed in the files from snapshot from to snapshot to.
+func (c *Client) DiffSnapshots(ctx context.Context, sessionID, from, to string) (*SnapshotDiff, error) {
+	var d SnapshotDiff
+	q := url.Values{"from": {from}, "to": {to}}
+	if err := c.doJSON(ctx, http.MethodGet, sessionPath(sessionID, "diff"), q, nil, &d, nil); err != nil {
+		return nil, fmt.Errorf("diff %s %s: %w", from, to, err)
+	}
+	return &d, nil
+}
+
+// DiffSnapshotFile returns the unified diff of one file between two snapshots.
+func (c *Client) DiffSnapshotFile(ctx context.Context, sessionID, from, to, path string) (*SnapshotDiff, error) {
+	var d SnapshotDiff
+	q := url.Values{"from": {from}, "to": {to}, "path": {path}}
+	if err := c.doJSON(ctx, http.MethodGet, sessionPath(sessionID, "diff"), q, nil, &d, nil); err != nil {
+		return nil, fmt.Errorf("diff %s in %s %s: %w", path, from, to, err)
+	}
+	return &d, nil
+}
+
+// ReadSnapshotFile returns a file as a snapshot saved it, without restoring the snapshot.
+func (c *Client) ReadSnapshotFile(ctx context.Context, sessionID, snapshotID, path string) ([]byte, error) {
+	p := sessionPath(sessionID, "snapshots", url.PathEscape(snapshotID), "files")
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: p, query: pathQuery(path)})
+	if err != nil {
+		return nil, fmt.Errorf("read %s from snapshot %s: %w", path, snapshotID, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read %s from snapshot %s: %w", path, snapshotID, err)
+	}
+	return b, nil
+}
+
+// ListSnapshotFiles lists a directory as a snapshot saved it.
+func (c *Client) ListSnapshotFiles(ctx context.Context, sessionID, snapshotID, path string) (*FileList, error) {
+	var l FileList
+	p := sessionPath(sessionID, "snapshots", url.PathEscape(snapshotID), "files", "list")
+	if err := c.doJSON(ctx, http.MethodGet, p, url.Values{"path": {path}}, nil, &l, nil); err != nil {
+		return nil, fmt.Errorf("list %s in snapshot %s: %w", path, snapshotID, err)
+	}
+	return &l, nil
 }

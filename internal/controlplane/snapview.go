@@ -1,0 +1,160 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/snapfs"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// Reading a snapshot's files without restoring it: its writable layer (fs.tar, from the node's copy of
+// the image or from the snapshot store) over its template, as a snapfs.View.
+
+// maxLayerBytes bounds the writable layer a view loads into memory.
+const maxLayerBytes = 512 << 20
+
+// MaxSnapshotFileBytes bounds a file read from a snapshot.
+const MaxSnapshotFileBytes = 64 << 20
+
+// maxDiffChanges bounds the changes a diff lists.
+const maxDiffChanges = 10000
+
+// SnapshotView opens a view of the files of one snapshot in the session's timeline (its own, or its
+// fork source). The caller closes it.
+func (s *Service) SnapshotView(ctx context.Context, tenantID, sessionID, snapID string) (*snapfs.View, error) {
+	snaps, err := s.snapshotStore()
+	if err != nil {
+		return nil, err
+	}
+	se, err := s.GetSession(ctx, tenantID, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	sn, err := s.restoreTarget(ctx, se, RestoreRequest{SnapshotID: snapID})
+	if err != nil {
+		return nil, err
+	}
+	tmpl := sn.Meta["template"]
+	if tmpl == "" {
+		tmpl = se.Spec.Template
+	}
+	root, err := s.node.TemplateRoot(ctx, tmpl)
+	if err != nil {
+		return nil, fmt.Errorf("template %q of snapshot %s: %w", tmpl, sn.ID, err)
+	}
+	layer, err := s.loadLayer(ctx, snaps, sn)
+	if err != nil {
+		return nil, err
+	}
+	return snapfs.NewView(layer, root)
+}
+
+// loadLayer reads the writable layer of sn: from the node's copy of its image when there is one, else
+// from the snapshot store.
+func (s *Service) loadLayer(ctx context.Context, snaps interface {
+	ReadFile(ctx context.Context, tenantID, snapshotID, name string, w io.Writer) error
+}, sn store.Snapshot) (*snapfs.Layer, error) {
+	for _, d := range []string{s.pending, s.images} {
+		if d == "" {
+			continue
+		}
+		// An open file survives the image's eviction meanwhile.
+		f, err := os.Open(filepath.Join(d, sn.ID, "fs.tar"))
+		if err != nil {
+			continue
+		}
+		defer f.Close()
+		return loadLayerFrom(f, sn.ID)
+	}
+	if sn.State != store.SnapshotComplete {
+		return nil, fmt.Errorf("snapshot %s is %s and its image is not on this node: %w", sn.ID, sn.State, errdefs.ErrConflict)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(snaps.ReadFile(ctx, sn.TenantID, sn.ID, "fs.tar", pw)) }()
+	defer pr.Close()
+	return loadLayerFrom(pr, sn.ID)
+}
+
+func loadLayerFrom(r io.Reader, snapID string) (*snapfs.Layer, error) {
+	l, err := snapfs.Load(r, maxLayerBytes)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrFailedPrecondition) {
+			return nil, fmt.Errorf("files of snapshot %s: %w", snapID, err)
+		}
+		return nil, fmt.Errorf("files of snapshot %s: %v: %w", snapID, err, errdefs.ErrInternal)
+	}
+	return l, nil
+}
+
+// DiffSnapshots lists what changed in the files from snapshot from to snapshot to, both in the
+// session's timeline; truncated says the list stops at its bound.
+func (s *Service) DiffSnapshots(ctx context.Context, tenantID, sessionID, from, to string) ([]snapfs.Change, bool, error) {
+	a, b, err := s.twoViews(ctx, tenantID, sessionID, from, to)
+	if err != nil {
+		return nil, false, err
+	}
+	defer a.Close()
+	defer b.Close()
+	return snapfs.DiffLimit(a, b, maxDiffChanges)
+}
+
+// DiffSnapshotFile returns the unified diff of one file between two snapshots; ok is false when either
+// side is not text (or too large to diff).
+func (s *Service) DiffSnapshotFile(ctx context.Context, tenantID, sessionID, from, to, path string) (diff string, ok bool, err error) {
+	a, b, err := s.twoViews(ctx, tenantID, sessionID, from, to)
+	if err != nil {
+		return "", false, err
+	}
+	defer a.Close()
+	defer b.Close()
+	read := func(v *snapfs.View) ([]byte, error) {
+		data, err := v.ReadFile(path, snapfs.MaxTextSize)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, nil // absent on that side: all added or all removed
+		}
+		if errors.Is(err, errdefs.ErrFailedPrecondition) {
+			return nil, errTooLarge
+		}
+		return data, err
+	}
+	ad, err := read(a)
+	if err == errTooLarge {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	bd, err := read(b)
+	if err == errTooLarge {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	if ad == nil && bd == nil {
+		return "", false, fmt.Errorf("%s is in neither snapshot: %w", path, errdefs.ErrNotFound)
+	}
+	diff, ok = snapfs.UnifiedDiff(path, ad, bd, 3)
+	return diff, ok, nil
+}
+
+var errTooLarge = errors.New("too large")
+
+func (s *Service) twoViews(ctx context.Context, tenantID, sessionID, from, to string) (*snapfs.View, *snapfs.View, error) {
+	a, err := s.SnapshotView(ctx, tenantID, sessionID, from)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := s.SnapshotView(ctx, tenantID, sessionID, to)
+	if err != nil {
+		a.Close()
+		return nil, nil, err
+	}
+	return a, b, nil
+}
