@@ -100,6 +100,8 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/sessions/{id}/snapshots/{snapshot}/files", s.auth(s.readSnapshotFile)},
 		{"GET", "/v1/sessions/{id}/snapshots/{snapshot}/files/list", s.auth(s.listSnapshotFiles)},
 		{"GET", "/v1/sessions/{id}/diff", s.auth(s.diffSnapshots)},
+		{"GET", "/v1/retention", s.auth(s.getRetention)},
+		{"PUT", "/v1/retention", s.auth(s.setRetention)},
 		{"POST", "/v1/sandboxes", s.auth(s.createSandbox)},
 		{"GET", "/v1/sandboxes", s.auth(s.listSandboxes)},
 		{"GET", "/v1/sandboxes/{id}", s.auth(s.getSandbox)},

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"net/http"
 	"path"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/retention"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
@@ -215,4 +217,36 @@ func (s *Server) diffSnapshots(w http.ResponseWriter, r *http.Request) {
 		out.Changes = append(out.Changes, airlock.FileChange{Path: c.Path, Kind: c.Kind, Type: c.Type, OldSize: c.OldSize, NewSize: c.NewSize})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+func retentionSettings(own store.RetentionSpec, eff retention.Policy) airlock.RetentionSettings {
+	out := airlock.RetentionSettings{Effective: airlock.Retention{KeepAllSeconds: int64(eff.KeepAll / time.Second),
+		KeepHourlySeconds: int64(eff.KeepHourly / time.Second), KeepDailySeconds: int64(eff.KeepDaily / time.Second)}}
+	if r := fromRetention(own); r != nil {
+		out.Tenant = *r
+	}
+	return out
+}
+
+func (s *Server) getRetention(w http.ResponseWriter, r *http.Request) {
+	own, eff, err := s.cp.TenantRetention(r.Context(), tenantOf(r))
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, retentionSettings(own, eff))
+}
+
+func (s *Server) setRetention(w http.ResponseWriter, r *http.Request) {
+	var req airlock.Retention
+	if _, err := readJSON(w, r, &req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	own, eff, err := s.cp.SetTenantRetention(r.Context(), tenantOf(r), toRetention(&req))
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, retentionSettings(own, eff))
 }

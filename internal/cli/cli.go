@@ -116,6 +116,7 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 		newUpCmd(g),
 		newSandboxCmd(g),
 		newSessionCmd(g),
+		newRetentionCmd(g),
 		newExecCmd(g),
 		newShellCmd(g),
 		newCpCmd(g),

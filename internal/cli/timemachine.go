@@ -218,3 +218,64 @@ func newSessionDiffCmd(g *globals) *cobra.Command {
 		},
 	}
 }
+
+func newRetentionCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "retention",
+		Short: "Show how long your sessions' snapshots are kept (set it with 'retention set')",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			rs, err := g.client().Retention(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printRetention(g, rs)
+		},
+	}
+	var keepAll, keepHourly, keepDaily string
+	set := &cobra.Command{
+		Use:   "set",
+		Short: "Set how long your sessions' snapshots are kept; unset flags inherit the server's defaults",
+		Example: `  airlock retention set --keep-all 2h --keep-hourly 48h --keep-daily 720h
+  airlock retention set     # back to the server's defaults`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			var r airlock.Retention
+			for _, k := range []struct {
+				flag, v string
+				to      *int64
+			}{{"--keep-all", keepAll, &r.KeepAllSeconds}, {"--keep-hourly", keepHourly, &r.KeepHourlySeconds}, {"--keep-daily", keepDaily, &r.KeepDailySeconds}} {
+				if k.v != "" {
+					n, err := parseSeconds(k.flag, k.v)
+					if err != nil {
+						return err
+					}
+					*k.to = int64(n)
+				}
+			}
+			rs, err := g.client().SetRetention(cmd.Context(), r)
+			if err != nil {
+				return err
+			}
+			return printRetention(g, rs)
+		},
+	}
+	set.Flags().StringVar(&keepAll, "keep-all", "", "keep every snapshot younger than this")
+	set.Flags().StringVar(&keepHourly, "keep-hourly", "", "then the newest snapshot of each hour, younger than this")
+	set.Flags().StringVar(&keepDaily, "keep-daily", "", "then the newest snapshot of each day, younger than this")
+	cmd.AddCommand(set)
+	return cmd
+}
+
+func printRetention(g *globals, rs *airlock.RetentionSettings) error {
+	if g.json {
+		return printJSON(g.Out, rs)
+	}
+	d := func(secs int64) string { return (time.Duration(secs) * time.Second).String() }
+	e := rs.Effective
+	fmt.Fprintf(g.Out, "all snapshots for %s, the newest of each hour for %s, the newest of each day for %s\n",
+		d(e.KeepAllSeconds), d(e.KeepHourlySeconds), d(e.KeepDailySeconds))
+	return nil
+}

@@ -410,3 +410,25 @@ func (s *Service) restoreTarget(ctx context.Context, se store.Session, req Resto
 	}
 	return *best, nil
 }
+
+// TenantRetention returns the tenant's own retention override and the policy it makes with the
+// server's defaults.
+func (s *Service) TenantRetention(ctx context.Context, tenantID string) (store.RetentionSpec, retention.Policy, error) {
+	t, err := s.store.GetTenant(ctx, tenantID)
+	if err != nil {
+		return store.RetentionSpec{}, retention.Policy{}, err
+	}
+	return t.Retention, s.retentionPolicy(t, store.Session{}), nil
+}
+
+// SetTenantRetention replaces the tenant's retention override (zero fields inherit the server's).
+func (s *Service) SetTenantRetention(ctx context.Context, tenantID string, r store.RetentionSpec) (store.RetentionSpec, retention.Policy, error) {
+	if err := checkRetention(r); err != nil {
+		return store.RetentionSpec{}, retention.Policy{}, err
+	}
+	t, err := s.store.UpdateTenantRetention(ctx, tenantID, r)
+	if err != nil {
+		return store.RetentionSpec{}, retention.Policy{}, err
+	}
+	return t.Retention, s.retentionPolicy(t, store.Session{}), nil
+}

@@ -415,3 +415,57 @@ func TestSnapshotFilesAndDiff(t *testing.T) {
 	}
 	settle(t, e.s)
 }
+
+// TestTenantRetention: a tenant's retention applies to its sessions without their own, a session's
+// override wins field by field, and bad values are refused.
+func TestTenantRetention(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	own, eff, err := e.s.SetTenantRetention(ctx, e.tenant, store.RetentionSpec{KeepAllSeconds: 60})
+	if err != nil || own.KeepAllSeconds != 60 || eff.KeepAll != time.Minute || eff.KeepHourly != 24*time.Hour {
+		t.Fatalf("set tenant retention: %+v %+v %v", own, eff, err)
+	}
+	if _, _, err := e.s.SetTenantRetention(ctx, e.tenant, store.RetentionSpec{KeepDailySeconds: -1}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("negative: %v; want invalid argument", err)
+	}
+	if _, _, err := e.s.SetTenantRetention(ctx, e.tenant, store.RetentionSpec{KeepDailySeconds: 401 * 24 * 3600}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("over 400 days: %v; want invalid argument", err)
+	}
+	// Two sessions, each with two snapshots in the same hour, two hours old by pruning time: the
+	// tenant's keep-all of a minute keeps only the newest of that hour; the session that keeps all for
+	// three hours keeps both.
+	plain := e.create(t, SessionRequest{})
+	keeper := e.create(t, SessionRequest{Retention: store.RetentionSpec{KeepAllSeconds: 3 * 3600}})
+	first := map[string]string{}
+	for _, se := range []store.Session{plain, keeper} {
+		sn, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		first[se.ID] = sn.ID
+	}
+	e.clk.Add(time.Second)
+	for _, se := range []store.Session{plain, keeper} {
+		if _, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, ""); err != nil {
+			t.Fatal(err)
+		}
+		// A third, later: the head, so the other two are prunable.
+		e.clk.Add(time.Second)
+	}
+	settle(t, e.s)
+	e.clk.Add(2 * time.Hour)
+	for _, se := range []store.Session{plain, keeper} {
+		if _, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle(t, e.s)
+	e.s.pruneSnapshots()
+	if _, err := e.st.GetSnapshot(ctx, e.tenant, first[plain.ID]); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the tenant's retention kept an older snapshot of its hour: %v", err)
+	}
+	if _, err := e.st.GetSnapshot(ctx, e.tenant, first[keeper.ID]); err != nil {
+		t.Errorf("the session's own retention did not keep it: %v", err)
+	}
+	settle(t, e.s)
+}

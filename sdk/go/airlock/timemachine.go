@@ -136,3 +136,28 @@ func (c *Client) ListSnapshotFiles(ctx context.Context, sessionID, snapshotID, p
 	}
 	return &l, nil
 }
+
+// RetentionSettings is the response of GET and PUT /v1/retention: the tenant's own override (zero
+// fields inherit the server's defaults) and the policy sessions without one of their own get.
+type RetentionSettings struct {
+	Tenant    Retention `json:"tenant"`
+	Effective Retention `json:"effective"`
+}
+
+// Retention returns the tenant's snapshot retention.
+func (c *Client) Retention(ctx context.Context) (*RetentionSettings, error) {
+	var out RetentionSettings
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/retention", nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("get retention: %w", err)
+	}
+	return &out, nil
+}
+
+// SetRetention replaces the tenant's snapshot retention; zero fields inherit the server's defaults.
+func (c *Client) SetRetention(ctx context.Context, r Retention) (*RetentionSettings, error) {
+	var out RetentionSettings
+	if err := c.doJSON(ctx, http.MethodPut, "/v1/retention", nil, r, &out, nil); err != nil {
+		return nil, fmt.Errorf("set retention: %w", err)
+	}
+	return &out, nil
+}
