@@ -195,9 +195,11 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	if req.SnapshotID != "" && !snapshotIDPattern.MatchString(req.SnapshotID) {
-		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "invalid snapshot_id %q: want sn_ followed by 26 characters", truncate(req.SnapshotID, 64)))
-		return
+	if req.SnapshotID != "" {
+		if err := checkSnapshotID("snapshot_id", req.SnapshotID); err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
 	}
 	s.idempotent(w, r, "POST /v1/sessions/"+id+"/fork", body, func() (int, any, string, error) {
 		forks, err := s.cp.ForkSession(r.Context(), tenantOf(r), id, req.Count, req.SnapshotID)
@@ -265,12 +267,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
-	id, err := sessionID(r)
-	if err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
-	snapID, err := snapshotPathID(r)
+	id, snapID, err := sessionSnapshot(r)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return

@@ -29,13 +29,21 @@ func fromRetention(r store.RetentionSpec) *airlock.Retention {
 	return &airlock.Retention{KeepAllSeconds: r.KeepAllSeconds, KeepHourlySeconds: r.KeepHourlySeconds, KeepDailySeconds: r.KeepDailySeconds}
 }
 
-// snapshotPathID returns the {snapshot} of the path, or an invalid-argument error.
-func snapshotPathID(r *http.Request) (string, error) {
-	id := r.PathValue("snapshot")
+// checkSnapshotID returns an invalid-argument error naming what when id is not a snapshot ID.
+func checkSnapshotID(what, id string) error {
 	if !snapshotIDPattern.MatchString(id) {
-		return "", clientErr(errdefs.ErrInvalidArgument, "invalid snapshot id %q: want sn_ followed by 26 characters", truncate(id, 64))
+		return clientErr(errdefs.ErrInvalidArgument, "invalid %s %q: want sn_ followed by 26 characters", what, truncate(id, 64))
 	}
-	return id, nil
+	return nil
+}
+
+// sessionSnapshot returns the {id} and {snapshot} of the path, or an invalid-argument error.
+func sessionSnapshot(r *http.Request) (id, snapID string, err error) {
+	if id, err = sessionID(r); err != nil {
+		return "", "", err
+	}
+	snapID = r.PathValue("snapshot")
+	return id, snapID, checkSnapshotID("snapshot id", snapID)
 }
 
 func (s *Server) restoreSession(w http.ResponseWriter, r *http.Request) {
@@ -49,9 +57,11 @@ func (s *Server) restoreSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	if req.SnapshotID != "" && !snapshotIDPattern.MatchString(req.SnapshotID) {
-		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "invalid snapshot_id %q: want sn_ followed by 26 characters", truncate(req.SnapshotID, 64)))
-		return
+	if req.SnapshotID != "" {
+		if err := checkSnapshotID("snapshot_id", req.SnapshotID); err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
 	}
 	creq := controlplane.RestoreRequest{SnapshotID: req.SnapshotID}
 	if req.At != nil {
@@ -84,12 +94,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) updateSnapshot(w http.ResponseWriter, r *http.Request) {
-	id, err := sessionID(r)
-	if err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
-	snapID, err := snapshotPathID(r)
+	id, snapID, err := sessionSnapshot(r)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -114,12 +119,7 @@ func (s *Server) snapshotCall(w http.ResponseWriter, r *http.Request, f func(id,
 		writeError(w, r, s.log, err)
 		return
 	}
-	id, err := sessionID(r)
-	if err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
-	snapID, err := snapshotPathID(r)
+	id, snapID, err := sessionSnapshot(r)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -185,9 +185,9 @@ func (s *Server) diffSnapshots(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	from, to := q.Get("from"), q.Get("to")
-	for _, v := range []struct{ name, id string }{{"from", from}, {"to", to}} {
-		if !snapshotIDPattern.MatchString(v.id) {
-			writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "query parameter %q must be a snapshot id (sn_ followed by 26 characters), got %q", v.name, truncate(v.id, 64)))
+	for _, v := range []struct{ name, id string }{{"query parameter from", from}, {"query parameter to", to}} {
+		if err := checkSnapshotID(v.name, v.id); err != nil {
+			writeError(w, r, s.log, err)
 			return
 		}
 	}

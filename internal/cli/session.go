@@ -31,7 +31,8 @@ resumes when work arrives. exec, shell, cp and ps take a session ID wherever the
 }
 
 func newSessionCreateCmd(g *globals) *cobra.Command {
-	var idle, idemKey, rolling, keepAll, keepHourly, keepDaily string
+	var idle, idemKey, rolling string
+	var retf retentionFlags
 	var rf resourceFlags
 	var noAutoResume bool
 	var nf networkFlags
@@ -71,18 +72,9 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 				}
 				req.RollingIntervalSeconds = &n
 			}
-			var ret airlock.Retention
-			for _, k := range []struct {
-				flag, v string
-				to      *int64
-			}{{"--keep-all", keepAll, &ret.KeepAllSeconds}, {"--keep-hourly", keepHourly, &ret.KeepHourlySeconds}, {"--keep-daily", keepDaily, &ret.KeepDailySeconds}} {
-				if k.v != "" {
-					n, err := parseSeconds(k.flag, k.v)
-					if err != nil {
-						return err
-					}
-					*k.to = int64(n)
-				}
+			ret, err := retf.parse()
+			if err != nil {
+				return err
 			}
 			if ret != (airlock.Retention{}) {
 				req.Retention = &ret
@@ -104,9 +96,7 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&idle, "idle-timeout", "", "pause after this long without exec or file work: seconds or a duration (10m); 0 never; default 10m")
 	f.BoolVar(&noAutoResume, "no-auto-resume", false, "do not resume the paused session when work arrives for it")
 	f.StringVar(&rolling, "rolling-interval", "", "take a rolling snapshot this often while it runs and changes: seconds or a duration (1m); 0 never; at least 15s; default 1m")
-	f.StringVar(&keepAll, "keep-all", "", "keep every snapshot younger than this (default: the tenant's, 1h)")
-	f.StringVar(&keepHourly, "keep-hourly", "", "then the newest snapshot of each hour, younger than this (default 24h)")
-	f.StringVar(&keepDaily, "keep-daily", "", "then the newest snapshot of each day, younger than this (default 168h)")
+	retf.add(cmd, " (default: the tenant's; out of the box 1h, 24h, 168h)")
 	f.StringVar(&idemKey, "idempotency-key", "", "a key that makes retries of this create return the same session")
 	nf.add(cmd)
 	return cmd

@@ -233,7 +233,7 @@ func newRetentionCmd(g *globals) *cobra.Command {
 			return printRetention(g, rs)
 		},
 	}
-	var keepAll, keepHourly, keepDaily string
+	var rf retentionFlags
 	set := &cobra.Command{
 		Use:   "set",
 		Short: "Set how long your sessions' snapshots are kept; unset flags inherit the server's defaults",
@@ -242,18 +242,9 @@ func newRetentionCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			var r airlock.Retention
-			for _, k := range []struct {
-				flag, v string
-				to      *int64
-			}{{"--keep-all", keepAll, &r.KeepAllSeconds}, {"--keep-hourly", keepHourly, &r.KeepHourlySeconds}, {"--keep-daily", keepDaily, &r.KeepDailySeconds}} {
-				if k.v != "" {
-					n, err := parseSeconds(k.flag, k.v)
-					if err != nil {
-						return err
-					}
-					*k.to = int64(n)
-				}
+			r, err := rf.parse()
+			if err != nil {
+				return err
 			}
 			rs, err := g.client().SetRetention(cmd.Context(), r)
 			if err != nil {
@@ -262,11 +253,38 @@ func newRetentionCmd(g *globals) *cobra.Command {
 			return printRetention(g, rs)
 		},
 	}
-	set.Flags().StringVar(&keepAll, "keep-all", "", "keep every snapshot younger than this")
-	set.Flags().StringVar(&keepHourly, "keep-hourly", "", "then the newest snapshot of each hour, younger than this")
-	set.Flags().StringVar(&keepDaily, "keep-daily", "", "then the newest snapshot of each day, younger than this")
+	rf.add(set, "")
 	cmd.AddCommand(set)
 	return cmd
+}
+
+// retentionFlags are --keep-all, --keep-hourly and --keep-daily.
+type retentionFlags struct{ all, hourly, daily string }
+
+// add adds the flags to cmd; inherit says what an unset flag means.
+func (f *retentionFlags) add(cmd *cobra.Command, inherit string) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.all, "keep-all", "", "keep every snapshot younger than this"+inherit)
+	fl.StringVar(&f.hourly, "keep-hourly", "", "then the newest snapshot of each hour, younger than this"+inherit)
+	fl.StringVar(&f.daily, "keep-daily", "", "then the newest snapshot of each day, younger than this"+inherit)
+}
+
+// parse reads the flags set: seconds or durations; unset ones stay 0 (inherit).
+func (f *retentionFlags) parse() (airlock.Retention, error) {
+	var r airlock.Retention
+	for _, k := range []struct {
+		flag, v string
+		to      *int64
+	}{{"--keep-all", f.all, &r.KeepAllSeconds}, {"--keep-hourly", f.hourly, &r.KeepHourlySeconds}, {"--keep-daily", f.daily, &r.KeepDailySeconds}} {
+		if k.v != "" {
+			n, err := parseSeconds(k.flag, k.v)
+			if err != nil {
+				return r, err
+			}
+			*k.to = int64(n)
+		}
+	}
+	return r, nil
 }
 
 func printRetention(g *globals, rs *airlock.RetentionSettings) error {

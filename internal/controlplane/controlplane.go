@@ -298,9 +298,8 @@ type keyedEntry struct {
 	refs int
 }
 
-// TryLock locks key if no one holds it, and reports whether it did.
-func (k *keyedMutex) TryLock(key string) (unlock func(), ok bool) {
-	k.mu.Lock()
+// entryLocked returns key's entry, made if missing. The caller holds k.mu.
+func (k *keyedMutex) entryLocked(key string) *keyedEntry {
 	if k.m == nil {
 		k.m = map[string]*keyedEntry{}
 	}
@@ -309,6 +308,13 @@ func (k *keyedMutex) TryLock(key string) (unlock func(), ok bool) {
 		e = &keyedEntry{}
 		k.m[key] = e
 	}
+	return e
+}
+
+// TryLock locks key if no one holds it, and reports whether it did.
+func (k *keyedMutex) TryLock(key string) (unlock func(), ok bool) {
+	k.mu.Lock()
+	e := k.entryLocked(key)
 	if !e.mu.TryLock() {
 		if e.refs == 0 {
 			delete(k.m, key)
@@ -324,14 +330,7 @@ func (k *keyedMutex) TryLock(key string) (unlock func(), ok bool) {
 // Lock locks key and returns its unlock function.
 func (k *keyedMutex) Lock(key string) (unlock func()) {
 	k.mu.Lock()
-	if k.m == nil {
-		k.m = map[string]*keyedEntry{}
-	}
-	e := k.m[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.m[key] = e
-	}
+	e := k.entryLocked(key)
 	e.refs++
 	k.mu.Unlock()
 	e.mu.Lock()
