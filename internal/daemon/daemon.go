@@ -89,6 +89,8 @@ type Config struct {
 	// SIGUSR2). Without Listen, quiesce is refused.
 	Listen func() (net.Listener, error)
 	Wake   <-chan struct{}
+	// WakeFile, if set, is a path whose appearance wakes the quiesced daemon too (it removes the file).
+	WakeFile string
 }
 
 func (c Config) withDefaults() Config {
@@ -278,6 +280,9 @@ func (s *server) quiesce() error {
 	case <-s.cfg.Wake:
 	default:
 	}
+	if s.cfg.WakeFile != "" {
+		os.Remove(s.cfg.WakeFile)
+	}
 	s.quiesced = true
 	if ul, ok := s.ln.(*net.UnixListener); ok {
 		ul.SetUnlinkOnClose(true)
@@ -296,11 +301,22 @@ func (s *server) awaitWake(ctx context.Context) (net.Listener, bool) {
 	if !q {
 		return nil, false
 	}
+	var poll <-chan time.Time
+	if s.cfg.WakeFile != "" {
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		poll = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, true
 		case <-s.cfg.Wake:
+		case <-poll:
+			if _, err := os.Lstat(s.cfg.WakeFile); err != nil {
+				continue
+			}
+			os.Remove(s.cfg.WakeFile)
 		}
 		ln, err := s.cfg.Listen()
 		if err != nil {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/daemon/proto"
 )
 
 // Main is the entry point of the daemon binary, run as the sandbox's init process. args are the
@@ -92,6 +94,7 @@ func run(socket string, cfg Config, log *slog.Logger) int {
 	}()
 	cfg.Listen = func() (net.Listener, error) { return listen(socket) }
 	cfg.Wake = wake
+	cfg.WakeFile = filepath.Join(filepath.Dir(socket), proto.WakeFile)
 	log.Info("airlock daemon serving", "version", Version, "socket", socket, "pid", os.Getpid())
 	err = Serve(ctx, ln, cfg, log)
 	os.Remove(socket)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -75,5 +76,50 @@ func TestQuiesceRefusedWithoutListen(t *testing.T) {
 	}
 	if err := c.Ping(ctx); err != nil {
 		t.Fatalf("the connection should survive a refused quiesce: %v", err)
+	}
+}
+
+// TestQuiesceWakeFile: the wake file wakes a quiesced daemon as the signal does, and the daemon removes
+// it; a wake file left before the quiesce does not wake it early.
+func TestQuiesceWakeFile(t *testing.T) {
+	cfg := testConfig(t)
+	sock := make(chan string, 1)
+	cfg.Listen = func() (net.Listener, error) { s := <-sock; sock <- s; return net.Listen("unix", s) }
+	cfg.Wake = make(chan struct{})
+	cfg.WakeFile = filepath.Join(t.TempDir(), proto.WakeFile)
+	d := startDaemon(t, cfg)
+	sock <- d.socket
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := d.dial(t, link.Options{})
+	if err := os.WriteFile(cfg.WakeFile, nil, 0o600); err != nil { // stale
+		t.Fatal(err)
+	}
+	if err := c.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := os.Stat(d.socket); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket 50ms after a quiesce with a stale wake file: %v; want the daemon still quiesced", err)
+	}
+	if err := os.WriteFile(cfg.WakeFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var c2 *link.Client
+	var err error
+	for c2 == nil {
+		if c2, err = link.Dial(ctx, d.socket, link.Options{}); err != nil {
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	defer c2.Close()
+	if err := c2.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cfg.WakeFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("wake file after the wake: %v; want it removed", err)
 	}
 }

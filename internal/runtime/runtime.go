@@ -9,6 +9,8 @@ import (
 	"context"
 	"syscall"
 	"time"
+
+	"github.com/airlockrun/airlock/internal/daemon/proto"
 )
 
 // Mount is a host path made visible inside the sandbox.
@@ -120,6 +122,12 @@ type Driver interface {
 // running, and when it was restored: an init that closed its host connections for the checkpoint (they
 // cannot be saved) opens them again. Airlock's daemon does (see link.Client.Quiesce).
 const WakeSignal = syscall.SIGUSR2
+
+// WakeFile, created by the host next to the daemon's socket, wakes a quiesced daemon as WakeSignal does,
+// without a runsc process to deliver a signal: the daemon looks for it every few milliseconds while it
+// is quiesced, removes it and listens again. The daemon, which imports nothing outside itself, names it
+// proto.WakeFile.
+const WakeFile = proto.WakeFile
 
 // CheckpointOptions control a checkpoint.
 type CheckpointOptions struct {

@@ -46,6 +46,10 @@ import (
 // Version is the protocol version this package speaks; Info reports it.
 const Version = 1
 
+// WakeFile is the name of the file that, created next to a quiesced daemon's socket, wakes it (see
+// runtime.WakeFile).
+const WakeFile = "wake"
+
 // Frame size limits.
 const (
 	// HeaderSize is the size of a frame header in bytes.

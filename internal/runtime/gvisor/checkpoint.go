@@ -225,8 +225,22 @@ func dirNames(dir string) ([]string, error) {
 	return names, err
 }
 
-// wake sends runtime.WakeSignal to the sandbox's init.
+// wakeFileWait is how long wake waits for a daemon to answer the wake file before it signals.
+const wakeFileWait = 300 * time.Millisecond
+
+// wake wakes the sandbox's quiesced daemon: with runtime.WakeFile in its link directory, which spares
+// starting a runsc process; a daemon that does not listen again within wakeFileWait (one from a build
+// before the wake file, restored from an old snapshot) gets runtime.WakeSignal.
 func (d *Driver) wake(ctx context.Context, id string) error {
+	p := filepath.Join(d.dir(id), "link", runtime.WakeFile)
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		return fmt.Errorf("wake: %w", err)
+	}
+	if waitForFile(ctx, d.LinkSocketPath(id), wakeFileWait) == nil {
+		return nil
+	}
+	os.Remove(p)
+	d.log.Debug("daemon did not answer the wake file; signalling", "sandbox", id)
 	if err := d.runscQuiet(ctx, "kill", id, strconv.Itoa(int(runtime.WakeSignal))); err != nil {
 		return fmt.Errorf("wake: %w", err)
 	}
