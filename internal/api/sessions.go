@@ -24,6 +24,15 @@ func sessionID(r *http.Request) (string, error) {
 	return id, nil
 }
 
+// tracked tells the control plane while the work h does on the sandbox {id} is in progress, so that
+// no rolling snapshot or idle pause cuts it off.
+func (s *Server) tracked(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		defer s.cp.BeginWork(r.PathValue("id"))()
+		h(w, r)
+	}
+}
+
 // viaSession serves sandbox work addressed to a session: it finds (or, if the session is paused and
 // resumes automatically, makes) the session's sandbox, records the activity, and hands the request to h
 // as if it named that sandbox.

@@ -151,6 +151,8 @@ type Service struct {
 	rolls                 roller
 	retention             retention.Policy
 	rollEvery, pruneEvery time.Duration
+	// work counts the calls and streams in progress per sandbox.
+	work workTracker
 	// images and imageBudget configure the image cache (imagecache.go); imagesMu serializes its
 	// changes.
 	images      string
@@ -214,7 +216,7 @@ func New(cfg Config) (*Service, error) {
 		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots, scratch: cfg.ScratchDir,
 		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
 		idle: cfg.IdleInterval, stop: make(chan struct{}), pending: cfg.PendingDir, up: newUploader(), urgent: newUrgentGate(),
-		rolls: roller{m: map[string]rollState{}}, retention: cfg.Retention.WithDefaults(), rollEvery: cfg.RollInterval,
+		rolls: roller{m: map[string]rollState{}}, work: workTracker{n: map[string]int{}}, retention: cfg.Retention.WithDefaults(), rollEvery: cfg.RollInterval,
 		pruneEvery: cfg.PruneInterval}, nil
 }
 

@@ -898,8 +898,8 @@ func (s *Service) pauseIfIdle(ctx context.Context, tenantID, id string) {
 	defer unlock()
 	se, err := s.store.GetSession(ctx, tenantID, id)
 	if err != nil || se.State != store.SessionRunning || se.IdleTimeoutSeconds <= 0 ||
-		se.LastActivityAt.Add(time.Duration(se.IdleTimeoutSeconds)*time.Second).After(s.now()) {
-		return // resumed, touched or changed meanwhile
+		se.LastActivityAt.Add(time.Duration(se.IdleTimeoutSeconds)*time.Second).After(s.now()) || s.busy(se.SandboxID) {
+		return // resumed, touched or changed meanwhile, or a call or stream runs on it
 	}
 	if _, err := s.pauseLocked(ctx, se, "idle"); err != nil {
 		s.log.Error("auto-pause idle session", "session", id, "err", err)

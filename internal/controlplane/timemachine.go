@@ -91,8 +91,8 @@ func (s *Service) rollSession(ctx context.Context, se store.Session) error {
 		return nil
 	}
 	interval := time.Duration(se.RollingIntervalSeconds) * time.Second
-	if now.Sub(st.since) < interval {
-		return nil
+	if now.Sub(st.since) < interval || s.busy(se.SandboxID) {
+		return nil // not due, or work in progress would be cut: a later round
 	}
 	cpu, cerr := s.node.SandboxCPU(ctx, se.SandboxID)
 	idleCPU := time.Duration(float64(idleCPUPerMinute) * now.Sub(st.since).Minutes())
@@ -431,4 +431,51 @@ func (s *Service) SetTenantRetention(ctx context.Context, tenantID string, r sto
 		return store.RetentionSpec{}, retention.Policy{}, err
 	}
 	return t.Retention, s.retentionPolicy(t, store.Session{}), nil
+}
+
+// workTracker counts the API calls and streams in progress on each sandbox (exec, attach, file work),
+// so that neither a rolling snapshot nor an idle pause cuts one off: a checkpoint closes the daemon's
+// channel, and with it every call and stream on it.
+type workTracker struct {
+	mu sync.Mutex
+	n  map[string]int // by sandbox ID
+}
+
+// BeginWork records a call or stream starting on sandbox sbID; the returned function records its end.
+func (s *Service) BeginWork(sbID string) (end func()) {
+	s.work.mu.Lock()
+	s.work.n[sbID]++
+	s.work.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.work.mu.Lock()
+			if s.work.n[sbID]--; s.work.n[sbID] <= 0 {
+				delete(s.work.n, sbID)
+			}
+			s.work.mu.Unlock()
+			// The call counts as activity until it ends, not only when it began.
+			if tenantID, sessionID := s.sessionOfSandbox(sbID); sessionID != "" {
+				if err := s.store.TouchSession(context.Background(), tenantID, sessionID, s.now()); err != nil {
+					s.log.Debug("touch session", "session", sessionID, "err", err)
+				}
+			}
+		})
+	}
+}
+
+// busy reports whether calls or streams are in progress on sandbox sbID.
+func (s *Service) busy(sbID string) bool {
+	s.work.mu.Lock()
+	defer s.work.mu.Unlock()
+	return s.work.n[sbID] > 0
+}
+
+// sessionOfSandbox reports the tenant and session a sandbox runs, if it runs one.
+func (s *Service) sessionOfSandbox(sbID string) (tenantID, sessionID string) {
+	sb, err := s.store.GetSandboxAnyTenant(context.Background(), sbID)
+	if err != nil {
+		return "", ""
+	}
+	return sb.TenantID, sb.Metadata[SessionMetadataKey]
 }

@@ -469,3 +469,41 @@ func TestTenantRetention(t *testing.T) {
 	}
 	settle(t, e.s)
 }
+
+// TestWorkInProgressDefersSnapshotsAndPauses: while a call or stream runs on a session's sandbox, no
+// rolling snapshot nor idle pause cuts it off; once it ends, they go ahead, and its end counts as
+// activity.
+func TestWorkInProgressDefersSnapshotsAndPauses(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{RollingIntervalSeconds: 15, IdleTimeoutSeconds: 60})
+	e.s.rollSnapshots()
+	end := e.s.BeginWork(se.SandboxID)
+	e.clk.Add(2 * time.Minute)
+	e.n.addCPU(se.SandboxID, time.Second)
+	e.s.rollSnapshots()
+	e.s.pauseIdleSessions()
+	if n := len(rolling(t, e, se)); n != 0 {
+		t.Fatalf("%d rolling snapshots while a stream ran", n)
+	}
+	if got, _ := e.s.GetSession(ctx, e.tenant, se.ID); got.State != store.SessionRunning {
+		t.Fatalf("session %s while a stream ran; want running", got.State)
+	}
+	end()
+	end() // twice is harmless
+	e.s.rollSnapshots()
+	if n := len(rolling(t, e, se)); n != 1 {
+		t.Fatalf("%d rolling snapshots once the stream ended; want 1", n)
+	}
+	// The end was activity: not idle yet.
+	e.s.pauseIdleSessions()
+	if got, _ := e.s.GetSession(ctx, e.tenant, se.ID); got.State != store.SessionRunning {
+		t.Errorf("session %s right after its stream ended; want running", got.State)
+	}
+	e.clk.Add(2 * time.Minute)
+	e.s.pauseIdleSessions()
+	settle(t, e.s)
+	if got, _ := e.s.GetSession(ctx, e.tenant, se.ID); got.State != store.SessionPaused {
+		t.Errorf("session %s after its idle timeout with nothing running; want paused", got.State)
+	}
+}

@@ -50,6 +50,21 @@ func TestTimeMachineRollingRestore(t *testing.T) {
 	fifteen := 15
 	se := newSession(t, e, airlock.CreateSessionRequest{IdleTimeoutSeconds: never(), RollingIntervalSeconds: &fifteen})
 	sh(t, e, se.ID, counterScript)
+	// A call that runs across the rolling interval is not cut off by a rolling snapshot: the snapshot
+	// waits until it ended.
+	longStart := time.Now()
+	res, err := e.Client.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"bash", "-c", "sleep 17; echo done"}, TimeoutSeconds: 60})
+	if err != nil || res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "done" {
+		t.Fatalf("a 17 s exec across the rolling interval: %+v %v", res, err)
+	}
+	longEnd := time.Now()
+	if tl, err := e.Client.Timeline(ctx, se.ID); err == nil {
+		for _, sn := range tl.Snapshots {
+			if sn.Trigger == "rolling" && sn.CreatedAt.After(longStart) && sn.CreatedAt.Before(longEnd.Add(-time.Second)) {
+				t.Errorf("rolling snapshot %s at %s, while the exec ran (%s to %s)", sn.ID, sn.CreatedAt, longStart, longEnd)
+			}
+		}
+	}
 	start := time.Now()
 	var rolls []airlock.Snapshot
 	for {
