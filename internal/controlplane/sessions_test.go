@@ -768,3 +768,25 @@ func TestUrgentGate(t *testing.T) {
 		t.Errorf("wait with a cancelled context: %v", err)
 	}
 }
+
+// TestSnapshotImageLostWhileUploading: an upload whose saved image disappears (the disk lost it) before
+// the store took it fails the snapshot instead of retrying forever.
+func TestSnapshotImageLostWhileUploading(t *testing.T) {
+	e, fb := setupFlaky(t)
+	ctx := context.Background()
+	fb.broken.Store(true)
+	se := e.create(t, SessionRequest{})
+	sn, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(e.s.pendingImage(sn.ID)); err != nil {
+		t.Fatal(err)
+	}
+	fb.broken.Store(false)
+	settle(t, e.s)
+	got, err := e.st.GetSnapshot(ctx, e.tenant, sn.ID)
+	if err != nil || got.State != store.SnapshotFailed || !strings.Contains(got.Reason, "lost") {
+		t.Errorf("snapshot whose image was lost: %+v %v; want failed", got, err)
+	}
+}

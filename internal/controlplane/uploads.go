@@ -94,7 +94,8 @@ func (s *Service) startUpload(sn store.Snapshot) {
 }
 
 // upload writes the saved image of sn into the snapshot store and records the snapshot complete. A
-// snapshot deleted meanwhile ends the upload without error (its data goes with it).
+// snapshot deleted meanwhile ends the upload without error (its data goes with it); one whose image is
+// gone before it was stored is recorded failed.
 func (s *Service) upload(ctx context.Context, sn store.Snapshot) error {
 	snaps, err := s.snapshotStore()
 	if err != nil {
@@ -112,6 +113,18 @@ func (s *Service) upload(ctx context.Context, sn store.Snapshot) error {
 	// says so.
 	m, err := snaps.Manifest(ctx, sn.TenantID, sn.ID)
 	if err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, "memory")); errors.Is(serr, fs.ErrNotExist) {
+			// Not stored, and nothing left to store: retrying would not help.
+			s.log.Error("snapshot image lost before it was uploaded", "snapshot", sn.ID, "session", sn.SessionID)
+			_, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
+				sn.State, sn.Reason = store.SnapshotFailed, "its saved image was lost before it reached the snapshot store"
+				return nil
+			})
+			if errors.Is(err, errdefs.ErrNotFound) {
+				return nil // deleted meanwhile, image and all
+			}
+			return err
+		}
 		if !errors.Is(err, errdefs.ErrNotFound) {
 			s.log.Warn("rewrite the snapshot's unreadable manifest", "snapshot", sn.ID, "err", err)
 			if err := snaps.Delete(ctx, sn.TenantID, sn.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
@@ -193,7 +206,8 @@ func (s *Service) waitUploads(ctx context.Context) {
 }
 
 // reconcileUploads, after a restart, starts again the uploads of the snapshots still uploading and
-// removes pending images nothing needs. A snapshot whose saved image is gone (the disk lost it) fails.
+// removes pending images nothing needs. A snapshot whose saved image is gone (the disk lost it) and
+// that is not stored either fails (see upload).
 func (s *Service) reconcileUploads(ctx context.Context) error {
 	if s.pending == "" {
 		return nil
@@ -230,18 +244,8 @@ func (s *Service) reconcileTenantUploads(ctx context.Context, tenantID string, k
 			return fmt.Errorf("reconcile uploads: %w", err)
 		}
 		for _, sn := range sns {
-			if _, err := os.Stat(filepath.Join(s.pendingImage(sn.ID), "memory")); err != nil {
-				s.log.Error("snapshot image lost before it was uploaded", "snapshot", sn.ID, "session", sn.SessionID, "err", err)
-				if _, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
-					sn.State, sn.Reason = store.SnapshotFailed, "its saved image was lost before it reached the snapshot store"
-					return nil
-				}); err != nil {
-					return err
-				}
-				continue
-			}
 			keep[sn.ID] = true
-			s.startUpload(sn)
+			s.startUpload(sn) // which fails the snapshot if its image is gone and not stored
 		}
 		if next == "" {
 			return nil
