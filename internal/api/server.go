@@ -130,10 +130,9 @@ func (s *Server) routes() []route {
 		{"PUT", "/files/tar", s.tarUpload},
 	}
 	for _, w := range work {
-		h := s.tracked(w.handler)
 		routes = append(routes,
-			route{w.Method, "/v1/sandboxes/{id}" + w.Pattern, s.auth(h)},
-			route{w.Method, "/v1/sessions/{id}" + w.Pattern, s.auth(s.viaSession(h))})
+			route{w.Method, "/v1/sandboxes/{id}" + w.Pattern, s.auth(s.tracked(w.handler))},
+			route{w.Method, "/v1/sessions/{id}" + w.Pattern, s.auth(s.viaSession(w.handler))})
 	}
 	return routes
 }

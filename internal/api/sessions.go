@@ -25,10 +25,10 @@ func sessionID(r *http.Request) (string, error) {
 }
 
 // tracked tells the control plane while the work h does on the sandbox {id} is in progress, so that
-// no rolling snapshot or idle pause cuts it off.
+// no rolling snapshot or idle pause cuts it off (viaSession does the same for work on a session).
 func (s *Server) tracked(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		defer s.cp.BeginWork(r.PathValue("id"))()
+		defer s.cp.BeginWork(tenantOf(r), "", r.PathValue("id"))()
 		h(w, r)
 	}
 }
@@ -49,6 +49,7 @@ func (s *Server) viaSession(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		r.SetPathValue("id", sb)
+		defer s.cp.BeginWork(tenantOf(r), id, sb)()
 		h(w, r)
 	}
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -48,8 +47,8 @@ func printTimeline(g *globals, tl *airlock.Timeline) {
 			roots = append(roots, sn)
 		}
 	}
-	var walk func(sn airlock.Snapshot, prefix string, depth int)
-	walk = func(sn airlock.Snapshot, prefix string, depth int) {
+	var walk func(sn airlock.Snapshot, prefix string)
+	walk = func(sn airlock.Snapshot, prefix string) {
 		mark := " "
 		if sn.ID == tl.HeadSnapshotID {
 			mark = "*"
@@ -70,14 +69,14 @@ func printTimeline(g *globals, tl *airlock.Timeline) {
 		for i, k := range kids {
 			// The first child continues the line; later ones are branches, indented.
 			if i == 0 {
-				walk(k, prefix, depth)
+				walk(k, prefix)
 			} else {
-				walk(k, prefix+strings.Repeat("  ", 1)+"└ ", depth+1)
+				walk(k, prefix+"  └ ")
 			}
 		}
 	}
 	for _, r := range roots {
-		walk(r, "", 0)
+		walk(r, "")
 	}
 }
 

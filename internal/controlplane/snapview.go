@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/snapfs"
+	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -57,9 +58,7 @@ func (s *Service) SnapshotView(ctx context.Context, tenantID, sessionID, snapID 
 
 // loadLayer reads the writable layer of sn: from the node's copy of its image when there is one, else
 // from the snapshot store.
-func (s *Service) loadLayer(ctx context.Context, snaps interface {
-	ReadFile(ctx context.Context, tenantID, snapshotID, name string, w io.Writer) error
-}, sn store.Snapshot) (*snapfs.Layer, error) {
+func (s *Service) loadLayer(ctx context.Context, snaps *snapshot.Store, sn store.Snapshot) (*snapfs.Layer, error) {
 	for _, d := range []string{s.pending, s.images} {
 		if d == "" {
 			continue
@@ -113,38 +112,26 @@ func (s *Service) DiffSnapshotFile(ctx context.Context, tenantID, sessionID, fro
 	}
 	defer a.Close()
 	defer b.Close()
-	read := func(v *snapfs.View) ([]byte, error) {
-		data, err := v.ReadFile(path, snapfs.MaxTextSize)
-		if errors.Is(err, errdefs.ErrNotFound) {
-			return nil, nil // absent on that side: all added or all removed
+	var data [2][]byte
+	found := false
+	for i, v := range []*snapfs.View{a, b} {
+		d, err := v.ReadFile(path, snapfs.MaxTextSize)
+		switch {
+		case errors.Is(err, errdefs.ErrNotFound): // absent on that side: all added or all removed
+		case errors.Is(err, errdefs.ErrFailedPrecondition):
+			return "", false, nil // too large to diff
+		case err != nil:
+			return "", false, err
+		default:
+			data[i], found = d, true
 		}
-		if errors.Is(err, errdefs.ErrFailedPrecondition) {
-			return nil, errTooLarge
-		}
-		return data, err
 	}
-	ad, err := read(a)
-	if err == errTooLarge {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, err
-	}
-	bd, err := read(b)
-	if err == errTooLarge {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, err
-	}
-	if ad == nil && bd == nil {
+	if !found {
 		return "", false, fmt.Errorf("%s is in neither snapshot: %w", path, errdefs.ErrNotFound)
 	}
-	diff, ok = snapfs.UnifiedDiff(path, ad, bd, 3)
+	diff, ok = snapfs.UnifiedDiff(path, data[0], data[1], 3)
 	return diff, ok, nil
 }
-
-var errTooLarge = errors.New("too large")
 
 func (s *Service) twoViews(ctx context.Context, tenantID, sessionID, from, to string) (*snapfs.View, *snapfs.View, error) {
 	a, err := s.SnapshotView(ctx, tenantID, sessionID, from)

@@ -442,7 +442,8 @@ type workTracker struct {
 }
 
 // BeginWork records a call or stream starting on sandbox sbID; the returned function records its end.
-func (s *Service) BeginWork(sbID string) (end func()) {
+// For work addressed to a session (sessionID of tenantID, "" otherwise) the end counts as its activity.
+func (s *Service) BeginWork(tenantID, sessionID, sbID string) (end func()) {
 	s.work.mu.Lock()
 	s.work.n[sbID]++
 	s.work.mu.Unlock()
@@ -455,7 +456,7 @@ func (s *Service) BeginWork(sbID string) (end func()) {
 			}
 			s.work.mu.Unlock()
 			// The call counts as activity until it ends, not only when it began.
-			if tenantID, sessionID := s.sessionOfSandbox(sbID); sessionID != "" {
+			if sessionID != "" {
 				if err := s.store.TouchSession(context.Background(), tenantID, sessionID, s.now()); err != nil {
 					s.log.Debug("touch session", "session", sessionID, "err", err)
 				}
@@ -469,13 +470,4 @@ func (s *Service) busy(sbID string) bool {
 	s.work.mu.Lock()
 	defer s.work.mu.Unlock()
 	return s.work.n[sbID] > 0
-}
-
-// sessionOfSandbox reports the tenant and session a sandbox runs, if it runs one.
-func (s *Service) sessionOfSandbox(sbID string) (tenantID, sessionID string) {
-	sb, err := s.store.GetSandboxAnyTenant(context.Background(), sbID)
-	if err != nil {
-		return "", ""
-	}
-	return sb.TenantID, sb.Metadata[SessionMetadataKey]
 }

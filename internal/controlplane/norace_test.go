@@ -1,5 +1,0 @@
-//go:build !race
-
-package controlplane
-
-const raceEnabled = false
