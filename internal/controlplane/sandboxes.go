@@ -586,7 +586,7 @@ func (s *Service) reconcile(ctx context.Context) error {
 		default: // stopping
 			_, err = s.destroyLocked(ctx, sb, "")
 		}
-		if err != nil {
+		if err != nil && !s.settledMeanwhile(ctx, sb) {
 			return fmt.Errorf("reconcile %s: %w", sb.ID, err)
 		}
 	}
@@ -603,6 +603,13 @@ func (s *Service) reconcile(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// settledMeanwhile reports whether sb reached stopped or failed after reconcile listed it: another
+// control plane, or the teardown a previous run of this one left behind, finished it first.
+func (s *Service) settledMeanwhile(ctx context.Context, sb store.Sandbox) bool {
+	cur, err := s.store.GetSandbox(ctx, sb.TenantID, sb.ID)
+	return err == nil && (cur.State == store.StateStopped || cur.State == store.StateFailed)
 }
 
 // Shutdown stops the loops, then stops every sandbox of this node and records them stopped, so that a
