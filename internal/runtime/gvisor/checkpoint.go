@@ -40,6 +40,10 @@ func (d *Driver) Unpause(ctx context.Context, id string) error {
 	_, serr := os.Stat(d.LinkSocketPath(id))
 	switch {
 	case st.Status == "paused":
+		// A checkpoint interrupted by a crash may have left its quota lifted.
+		if err := d.settleCPUQuota(id); err != nil {
+			return fmt.Errorf("gvisor: unpause %s: %w", id, err)
+		}
 		if err := d.runscQuiet(ctx, "resume", id); err != nil {
 			return fmt.Errorf("gvisor: unpause %s: %w", id, err)
 		}
@@ -75,6 +79,9 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 	paused := true
 	defer func() {
 		if paused && opts.LeaveRunning {
+			if err := d.settleCPUQuota(id); err != nil {
+				d.log.Warn("cpu quota after a failed checkpoint", "sandbox", id, "err", err)
+			}
 			if err := d.runscQuiet(context.WithoutCancel(ctx), "resume", id); err != nil {
 				d.log.Warn("resume after a failed checkpoint", "sandbox", id, "err", err)
 			}
@@ -91,6 +98,10 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 	} else if len(names) > 0 {
 		return fmt.Errorf("gvisor: checkpoint %s: %s in %s: a sandbox with files there cannot be restored; remove them: %w",
 			id, strings.Join(names, ", "), LinkDir, errdefs.ErrFailedPrecondition)
+	}
+	// The checkpoint works unthrottled (see cgroups.go); without, it is slower but the same.
+	if err := d.liftCPUQuota(id); err != nil {
+		d.log.Warn("checkpoint under the sandbox's cpu quota", "sandbox", id, "err", err)
 	}
 	// runsc flushes the sandbox's file data to the host before it saves the memory, so the writable
 	// layer archived next matches the image. --leave-running keeps the container (still paused by the
@@ -115,6 +126,10 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 	tFS := time.Since(start)
 	if opts.LeaveRunning {
 		paused = false
+		if err := d.settleCPUQuota(id); err != nil {
+			// Not resumed: it must not run without its quota. The caller unpauses it, retrying this.
+			return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+		}
 		if err := d.runscQuiet(ctx, "resume", id); err != nil {
 			return fmt.Errorf("gvisor: checkpoint %s: resume: %w", id, err)
 		}

@@ -212,6 +212,9 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 	if err := waitForFile(ctx, sock, 15*time.Second); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s daemon did not start: %w: %s", spec.ID, err, tail(filepath.Join(dir, "console.log")))
 	}
+	if err := d.settleCPUQuota(spec.ID); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
+	}
 	c.Release()
 	d.log.Debug("runsc sandbox up", "sandbox", spec.ID, "how", start[0], "disk", tDisk, "run", tRun-tDisk, "wake", tState-tRun, "socket", time.Since(t0)-tState)
 	return runtime.Sandbox{ID: spec.ID, LinkSocket: sock, PID: pid, CreatedAt: time.Now()}, nil
@@ -435,7 +438,8 @@ func (d *Driver) ociSpec(spec runtime.Spec, dir string) (*specs.Spec, error) {
 		}
 		mounts = append(mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
 	}
-	period := uint64(100000)
+	// The share of the CPU over a long period while it boots; settleCPUQuota shortens it (cgroups.go).
+	period := uint64(bootCPUPeriod)
 	quota := l.CPUMillis * int64(period) / 1000
 	// Host threads of the sentry count against the host pids limit; it only guards the host, the process
 	// limit inside is RLIMIT_NPROC.

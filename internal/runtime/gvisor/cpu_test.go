@@ -1,0 +1,86 @@
+package gvisor_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/runtime"
+)
+
+// TestCPULimitHolds: booting, restoring and checkpointing run without the sandbox's CPU quota (see
+// cgroups.go), and each leaves the sandbox with its own share again, over the usual 100 ms period: a
+// sandbox of half a core, restored from a checkpoint, that keeps both host cores busy, gets half a core.
+func TestCPULimitHolds(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	spec, _ := r.spec(t, "cpu-a")
+	spec.Limits.CPUMillis = 500
+	a, err := r.d.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.d.Destroy(context.Background(), "cpu-a") })
+	assertCPULimit(t, "cpu-a", "after create")
+	ca := r.dial(t, a)
+	if err := ca.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(r.dir, "cpu-img")
+	if err := r.d.Checkpoint(ctx, "cpu-a", img, runtime.CheckpointOptions{LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+	assertCPULimit(t, "cpu-a", "after a checkpoint")
+
+	spec, _ = r.spec(t, "cpu-b")
+	spec.Limits.CPUMillis = 500
+	b, err := r.d.Restore(ctx, spec, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.d.Destroy(context.Background(), "cpu-b") })
+	assertCPULimit(t, "cpu-b", "after a restore")
+	cb := r.dial(t, b)
+	// Two busy processes for 3 s; the CPU time is read from outside, over the middle 2 s.
+	sh(t, cb, `for i in 1 2; do setsid nohup timeout 3 python3 -c 'while True: pass' >/dev/null 2>&1 & done; sleep 0.3`)
+	before := cpuUsage(t, "cpu-b")
+	start := time.Now()
+	time.Sleep(2 * time.Second)
+	used, wall := cpuUsage(t, "cpu-b")-before, time.Since(start)
+	// Half a core over the window, with a period's slack; unlimited it would be up to two cores.
+	if limit := wall/2 + 150*time.Millisecond; used > limit {
+		t.Errorf("the sandbox used %v of CPU in %v; its limit is half a core (%v)", used, wall, limit)
+	}
+	t.Logf("CPU used in %v: %v", wall, used)
+}
+
+func assertCPULimit(t *testing.T, id, when string) {
+	t.Helper()
+	dir := filepath.Join("/sys/fs/cgroup/cpu/airlock-test-ckpt", id)
+	for file, want := range map[string]string{"cpu.cfs_quota_us": "50000", "cpu.cfs_period_us": "100000"} {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(b)); got != want {
+			t.Errorf("%s: %s is %s; want %s", when, file, got, want)
+		}
+	}
+}
+
+func cpuUsage(t *testing.T, id string) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuacct/airlock-test-ckpt", id, "cpuacct.usage"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(n)
+}
