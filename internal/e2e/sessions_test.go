@@ -3,11 +3,14 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -352,5 +355,73 @@ func TestSessionIdempotency(t *testing.T) {
 	l, err := e.Client.ListSessions(ctx, airlock.ListOptions{})
 	if err != nil || len(l.Sessions) != 3 {
 		t.Errorf("sessions after the retries: %d (%v); want 3", len(l.Sessions), err)
+	}
+}
+
+// TestSessionSurvivesUpgrade: a session paused under one build of Airlock resumes under another, its
+// process counting on from its memory (the restored daemon is the one the image was made with: another
+// build's code would crash it at once); new sessions run the new build.
+func TestSessionSurvivesUpgrade(t *testing.T) {
+	dir, err := os.MkdirTemp("", "airlock-upgrade-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	e := testenv.Start(t, testenv.Options{DataDir: dir})
+	se := newSession(t, e, airlock.CreateSessionRequest{})
+	sh(t, e, se.ID, `setsid nohup python3 -c '
+import os, time
+n = 0
+while True:
+    n += 1
+    with open("/tmp/count.new", "w") as f:
+        f.write(str(n))
+    os.replace("/tmp/count.new", "/tmp/count")
+    time.sleep(0.05)
+' >/dev/null 2>&1 &
+until [ "$(cat /tmp/count 2>/dev/null || echo 0)" -ge 5 ]; do sleep 0.05; done`)
+	if _, err := e.Client.PauseSession(ctxT(t, time.Minute), se.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another build, as far as a checksum can tell.
+	bin, err := os.ReadFile(testenv.Binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(t.TempDir(), "airlock")
+	if err := os.WriteFile(next, append(bin, "another build"...), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e2 := testenv.Start(t, testenv.Options{DataDir: dir, DaemonBinary: next})
+	if got, err := e2.Client.ResumeSession(ctxT(t, time.Minute), se.ID); err != nil || got.State != airlock.SessionRunning {
+		t.Fatalf("resume after the upgrade: %+v %v", got, err)
+	}
+	count := func() int {
+		n, err := strconv.Atoi(strings.TrimSpace(sh(t, e2, se.ID, "cat /tmp/count").Stdout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// It had counted to 5 or more before the pause; a process started afresh would be back near 1.
+	first := count()
+	time.Sleep(300 * time.Millisecond)
+	if then := count(); then <= first || first < 5 {
+		t.Errorf("the resumed process counted %d then %d; want it to go on from 5 or more", first, then)
+	}
+	daemon := func(id string) string {
+		return strings.TrimSpace(sh(t, e2, id, "sha256sum /.airlock/init | cut -d' ' -f1").Stdout)
+	}
+	// (This stand-in for another build differs only past the code, so the check that counts is this one.)
+	if got, sum := daemon(se.ID), sha256.Sum256(bin); got != hex.EncodeToString(sum[:]) {
+		t.Errorf("the resumed session runs the daemon %s; want the one it was paused with", got)
+	}
+	fresh := newSession(t, e2, airlock.CreateSessionRequest{})
+	if got, sum := daemon(fresh.ID), sha256.Sum256(append(bin, "another build"...)); got != hex.EncodeToString(sum[:]) {
+		t.Errorf("a new session runs the daemon %s; want the new build's", got)
 	}
 }

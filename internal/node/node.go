@@ -141,6 +141,11 @@ func New(cfg Config) (*Local, error) {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 	}
+	bin, err := pinDaemon(cfg.DaemonBinary, filepath.Join(cfg.DataDir, "daemons"))
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	cfg.DaemonBinary = bin
 	return &Local{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), sandboxes: map[string]*sandbox{}}, nil
 }
 

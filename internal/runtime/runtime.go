@@ -64,7 +64,9 @@ type Spec struct {
 	// Init is the argv of the sandbox's first process: the in-sandbox daemon. Args[0] is a path inside
 	// the sandbox.
 	Init []string
-	// InitBinary is the host path of the daemon binary; it is mounted read-only at Init[0].
+	// InitBinary is the host path of the daemon binary; it is mounted read-only at Init[0]. A restore
+	// uses the binary its image was made with instead: the file of the name the image records, in
+	// InitBinary's directory (the node keeps every version there, named by its content).
 	InitBinary string
 	// Env is the environment of the init process, which it passes on to the processes it starts.
 	Env []string

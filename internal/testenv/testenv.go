@@ -92,6 +92,8 @@ type Options struct {
 	Hosts map[string][]netip.Addr
 	// ExtraRootsPEM are CAs the gateway trusts for upstreams it re-encrypts to (test upstreams).
 	ExtraRootsPEM []byte
+	// DaemonBinary is the sandboxes' daemon (to test upgrades); empty: the binary built for the tests.
+	DaemonBinary string
 }
 
 // Start runs Airlock for the test and stops it (cleanly, as SIGTERM would) when the test ends.
@@ -99,6 +101,9 @@ func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
 	RequireSandboxes(t)
 	bin := Binary(t)
+	if opts.DaemonBinary != "" {
+		bin = opts.DaemonBinary
+	}
 	dir := opts.DataDir
 	if dir == "" {
 		var err error

@@ -3,14 +3,19 @@ package gvisor
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/runtime"
@@ -22,6 +27,10 @@ const (
 	ImageMemoryDir = "memory"
 	// ImageFSFile is the sandbox's writable layer as a tar archive (see fstar.go).
 	ImageFSFile = "fs.tar"
+	// ImageDaemonFile names the daemon binary the sandbox ran: the base name of its InitBinary. The
+	// restored daemon's code is paged in from that file, so it must be the very same binary (another
+	// build crashes at once); see runtime.Spec.InitBinary.
+	ImageDaemonFile = "daemon"
 )
 
 var (
@@ -70,6 +79,13 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 		return fmt.Errorf("gvisor: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
 	}
 	if err := os.MkdirAll(filepath.Join(imageDir, ImageMemoryDir), 0o700); err != nil {
+		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+	}
+	daemon, err := d.initBinary(id)
+	if err != nil {
+		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+	}
+	if err := os.WriteFile(filepath.Join(imageDir, ImageDaemonFile), []byte(filepath.Base(daemon)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
 	start := time.Now()
@@ -180,6 +196,11 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string
 	if _, err := os.Stat(filepath.Join(imageDir, ImageMemoryDir, "checkpoint.img")); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: no checkpoint image in %s: %w", spec.ID, imageDir, errdefs.ErrInvalidArgument)
 	}
+	daemon, err := imageDaemon(imageDir, spec.InitBinary)
+	if err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
+	}
+	spec.InitBinary = daemon
 	// runsc loads the memory in the background after the sandbox runs again (--background), reading
 	// the image for a while: it gets its own hard-linked copy in the sandbox's directory, removed with
 	// the sandbox, so the caller may drop imageDir (and restore it into other sandboxes) at once.
@@ -190,6 +211,51 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string
 		}
 		return readLayerTar(filepath.Join(imageDir, ImageFSFile), filepath.Join(dir, "disk", "upper"))
 	}, []string{"restore", "--detach", "--background", "--image-path", mem})
+}
+
+// daemonName is what a daemon binary's file name may be.
+var daemonName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// imageDaemon returns the daemon binary to restore the image in imageDir with: the one it names (see
+// ImageDaemonFile), found next to current; current for an image that names none (made before images
+// did).
+func imageDaemon(imageDir, current string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(imageDir, ImageDaemonFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return current, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	name := strings.TrimSpace(string(b))
+	if !daemonName.MatchString(name) {
+		return "", fmt.Errorf("the image names its daemon binary %q, not a file name: %w", name, errdefs.ErrInvalidArgument)
+	}
+	p := filepath.Join(filepath.Dir(current), name)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("the daemon binary the image was made with (%s) is not on this node: %w", p, errdefs.ErrFailedPrecondition)
+	}
+	return p, nil
+}
+
+// initBinary reports the host path of the daemon binary sandbox id runs, from its spec.
+func (d *Driver) initBinary(id string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(d.dir(id), "config.json"))
+	if err != nil {
+		return "", err
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return "", fmt.Errorf("spec of %s: %w", id, err)
+	}
+	if spec.Process != nil && len(spec.Process.Args) > 0 {
+		for _, m := range spec.Mounts {
+			if m.Destination == spec.Process.Args[0] {
+				return m.Source, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("spec of %s: no mount of its init binary", id)
 }
 
 // linkTree makes dst a copy of the flat directory src, hard-linking its files (copying them when src
