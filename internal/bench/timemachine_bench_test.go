@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -119,14 +120,17 @@ func BenchmarkRestoreToPoint(b *testing.B) {
 }
 
 // BenchmarkRollingStorage60: 60 snapshots of a mostly idle session holding 256 MiB; reports what they
-// take in the snapshot store against one full snapshot. Target (issue 5): at most 2×.
+// take in the snapshot store against one full snapshot. Target (issue 5): at most 2×. Each iteration
+// has a session of its own (random data of its own), so its first snapshot is a full one.
 func BenchmarkRollingStorage60(b *testing.B) {
 	testenv.RequireSandboxes(b)
 	e := testenv.Start(b, testenv.Options{})
-	se := startHolder(b, e.Client, 256<<20, 1024)
 	ctx := context.Background()
-	b.ResetTimer()
+	var ratios []float64
 	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		se := startHolder(b, e.Client, 256<<20, 1024)
+		b.StartTimer()
 		var first, total int64
 		for j := 0; j < 60; j++ {
 			sn, err := e.Client.SnapshotSession(ctx, se.ID, airlock.CreateSnapshotRequest{})
@@ -142,7 +146,14 @@ func BenchmarkRollingStorage60(b *testing.B) {
 			}
 			total += done.StoredBytes
 		}
-		b.ReportMetric(float64(total)/float64(first), "total/first")
+		ratios = append(ratios, float64(total)/float64(first))
 		b.ReportMetric(float64(total)/(1<<20), "total_MiB")
+		b.StopTimer()
+		if err := e.Client.DeleteSession(ctx, se.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 	}
+	sort.Float64s(ratios)
+	b.ReportMetric(ratios[len(ratios)/2], "total/first_p50")
 }
