@@ -43,8 +43,10 @@ if [ -x "$PREFIX/bin/runsc" ] && [ -f "$runsc_stamp" ]; then
 fi
 if [ "$runsc_have" != "$runsc_want" ]; then
   log "building gVisor runsc $RUNSC_VERSION (static, seccomp filters precompiled; a few minutes the first time)"
-  src=$(cd /tmp && go mod download -json "gvisor.dev/gvisor@$RUNSC_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-  [ -d "$src" ] || { echo "install.sh: could not fetch gvisor.dev/gvisor@$RUNSC_VERSION" >&2; exit 1; }
+  (cd /tmp && go mod download "gvisor.dev/gvisor@$RUNSC_VERSION") ||
+    { echo "install.sh: could not fetch gvisor.dev/gvisor@$RUNSC_VERSION from the Go module proxy" >&2; exit 1; }
+  src="$(go env GOMODCACHE)/gvisor.dev/gvisor@$RUNSC_VERSION"
+  [ -d "$src" ] || { echo "install.sh: gvisor.dev/gvisor@$RUNSC_VERSION is not at $src" >&2; exit 1; }
   work=$(mktemp -d /tmp/airlock-runsc.XXXXXX)
   trap 'rm -rf "$work"' EXIT
   cp -r "$src/." "$work/"
@@ -53,7 +55,9 @@ if [ "$runsc_have" != "$runsc_want" ]; then
   cp "$here/scripts/runsc/precompile.go" "$work/airlock-precompile/precompile.go"
   (cd "$work" && CGO_ENABLED=0 go run ./airlock-precompile/precompile.go &&
     CGO_ENABLED=0 go build -o "$work/runsc.bin" ./runsc)
-  install -D -m 0755 "$work/runsc.bin" "$PREFIX/bin/runsc"
+  # Into place by rename, so that a running Airlock never starts a half-written runsc.
+  install -D -m 0755 "$work/runsc.bin" "$PREFIX/bin/.runsc.new"
+  mv -f "$PREFIX/bin/.runsc.new" "$PREFIX/bin/runsc"
   mkdir -p "$(dirname "$runsc_stamp")"
   printf '%s\n%s\n' "$runsc_want" "$(sha256sum "$PREFIX/bin/runsc" | cut -d' ' -f1)" >"$runsc_stamp"
   rm -rf "$work"

@@ -159,11 +159,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	log := cfg.Logger
 	if cfg.DaemonBinary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("find own executable: %w", err)
-		}
-		cfg.DaemonBinary, _ = filepath.EvalSymlinks(exe)
+		// This very build, even if its file was replaced since it started (the node copies it; see
+		// node.pinDaemon): the daemon and the server must speak the same protocol.
+		cfg.DaemonBinary = "/proc/self/exe"
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("airlock up must run as root: sandboxes need mounts, cgroups and network namespaces")

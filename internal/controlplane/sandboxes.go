@@ -586,7 +586,7 @@ func (s *Service) reconcile(ctx context.Context) error {
 		default: // stopping
 			_, err = s.destroyLocked(ctx, sb, "")
 		}
-		if err != nil && !s.settledMeanwhile(ctx, sb) {
+		if err != nil && !(errors.Is(err, errdefs.ErrConflict) && s.settledMeanwhile(ctx, sb)) {
 			return fmt.Errorf("reconcile %s: %w", sb.ID, err)
 		}
 	}

@@ -64,5 +64,9 @@ func pinDaemon(bin, dir string) (string, error) {
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return "", fmt.Errorf("daemon binary: %w", err)
 	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
 	return dst, nil
 }

@@ -19,7 +19,7 @@ import (
 //   - A sandbox boots (or is restored) with the same share of the CPU over a period of 1 s (bootCPUPeriod):
 //     the boot, done in well under that, can use every core, and the sandbox can never use more than its
 //     share of a second. settleCPUQuota then sets the period to the usual 100 ms (cpuPeriod), keeping the
-//     share. A crash in between leaves the longer period: the same share, in coarser slices.
+//     share. (A crash in between leaves a sandbox still being created, which the restart destroys.)
 //   - While a sandbox is paused for a checkpoint its quota is lifted (nothing in it runs), and settled
 //     before it runs again. Its CPU time still counts in its cgroup; rolling snapshots take their
 //     baseline after the checkpoint.
@@ -62,7 +62,13 @@ func (d *Driver) settleCPUQuota(id string) error {
 }
 
 // writeCPU sets a file of sandbox id's cpu cgroup to v, unless it holds v already.
+//
+// A host without the cgroup v1 cpu hierarchy (cgroup v2 only) has nothing here to write: runsc set the
+// spec's quota and period there, and they stay.
 func (d *Driver) writeCPU(id, file string, v int64) error {
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_period_us"); err != nil {
+		return nil
+	}
 	p := filepath.Join("/sys/fs/cgroup/cpu", d.cgroupPath(id), file)
 	s := strconv.FormatInt(v, 10)
 	if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == s {

@@ -46,13 +46,13 @@ func (d *Driver) Unpause(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	// A checkpoint that failed, or that a crash interrupted, may have left the quota lifted.
+	if err := d.settleCPUQuota(id); err != nil {
+		return fmt.Errorf("gvisor: unpause %s: %w", id, err)
+	}
 	_, serr := os.Stat(d.LinkSocketPath(id))
 	switch {
 	case st.Status == "paused":
-		// A checkpoint interrupted by a crash may have left its quota lifted.
-		if err := d.settleCPUQuota(id); err != nil {
-			return fmt.Errorf("gvisor: unpause %s: %w", id, err)
-		}
 		if err := d.runscQuiet(ctx, "resume", id); err != nil {
 			return fmt.Errorf("gvisor: unpause %s: %w", id, err)
 		}
@@ -96,7 +96,9 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 	defer func() {
 		if paused && opts.LeaveRunning {
 			if err := d.settleCPUQuota(id); err != nil {
+				// It must not run without its quota: left paused, for the caller's Unpause to retry.
 				d.log.Warn("cpu quota after a failed checkpoint", "sandbox", id, "err", err)
+				return
 			}
 			if err := d.runscQuiet(context.WithoutCancel(ctx), "resume", id); err != nil {
 				d.log.Warn("resume after a failed checkpoint", "sandbox", id, "err", err)
@@ -220,10 +222,15 @@ var daemonName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // ImageDaemonFile), found next to current; current for an image that names none (made before images
 // did).
 func imageDaemon(imageDir, current string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(imageDir, ImageDaemonFile))
+	f, err := os.Open(filepath.Join(imageDir, ImageDaemonFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return current, nil
 	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 256))
 	if err != nil {
 		return "", err
 	}
@@ -232,8 +239,10 @@ func imageDaemon(imageDir, current string) (string, error) {
 		return "", fmt.Errorf("the image names its daemon binary %q, not a file name: %w", name, errdefs.ErrInvalidArgument)
 	}
 	p := filepath.Join(filepath.Dir(current), name)
-	if _, err := os.Stat(p); err != nil {
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("the daemon binary the image was made with (%s) is not on this node: %w", p, errdefs.ErrFailedPrecondition)
+	} else if err != nil {
+		return "", fmt.Errorf("the daemon binary the image was made with: %w", err)
 	}
 	return p, nil
 }

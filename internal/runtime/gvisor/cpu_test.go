@@ -12,9 +12,10 @@ import (
 	"github.com/airlockrun/airlock/internal/runtime"
 )
 
-// TestCPULimitHolds: booting, restoring and checkpointing run without the sandbox's CPU quota (see
-// cgroups.go), and each leaves the sandbox with its own share again, over the usual 100 ms period: a
-// sandbox of half a core, restored from a checkpoint, that keeps both host cores busy, gets half a core.
+// TestCPULimitHolds: a sandbox boots and is restored with its CPU share over a long period, and is
+// checkpointed with its quota lifted (see cgroups.go); each leaves the sandbox with its own share again,
+// over the usual 100 ms period: a sandbox of half a core, restored from a checkpoint, that keeps both
+// host cores busy, gets half a core.
 func TestCPULimitHolds(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
