@@ -1,14 +1,11 @@
 package gvisor
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // A sandbox's CPU limit is a CFS quota per period. Booting, restoring and checkpointing are the
@@ -40,13 +37,9 @@ func (d *Driver) liftCPUQuota(id string) error {
 // settleCPUQuota gives sandbox id its share of the CPU (its spec's) over the usual period. It is safe
 // to call whatever the quota and period are.
 func (d *Driver) settleCPUQuota(id string) error {
-	b, err := os.ReadFile(filepath.Join(d.dir(id), "config.json"))
+	spec, err := d.readSpec(id)
 	if err != nil {
 		return fmt.Errorf("cpu quota: %w", err)
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return fmt.Errorf("cpu quota: %s: %w", filepath.Join(d.dir(id), "config.json"), err)
 	}
 	quota := int64(-1)
 	if l := spec.Linux; l != nil && l.Resources != nil && l.Resources.CPU != nil {

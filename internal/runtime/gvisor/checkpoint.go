@@ -3,7 +3,6 @@ package gvisor
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/runtime"
@@ -249,13 +246,9 @@ func imageDaemon(imageDir, current string) (string, error) {
 
 // initBinary reports the host path of the daemon binary sandbox id runs, from its spec.
 func (d *Driver) initBinary(id string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(d.dir(id), "config.json"))
+	spec, err := d.readSpec(id)
 	if err != nil {
 		return "", err
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return "", fmt.Errorf("spec of %s: %w", id, err)
 	}
 	if spec.Process != nil && len(spec.Process.Args) > 0 {
 		for _, m := range spec.Mounts {

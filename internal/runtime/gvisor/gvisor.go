@@ -220,6 +220,20 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 	return runtime.Sandbox{ID: spec.ID, LinkSocket: sock, PID: pid, CreatedAt: time.Now()}, nil
 }
 
+// readSpec reads the OCI spec sandbox id was booted with.
+func (d *Driver) readSpec(id string) (specs.Spec, error) {
+	var spec specs.Spec
+	p := filepath.Join(d.dir(id), "config.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return spec, err
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return spec, fmt.Errorf("%s: %w", p, err)
+	}
+	return spec, nil
+}
+
 // runsc builds a runsc command with the driver's global flags.
 func (d *Driver) runsc(ctx context.Context, args ...string) *exec.Cmd {
 	global := []string{
