@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/runtime/gvisor"
 )
 
 // TestCPULimitHolds: a sandbox boots and is restored with its CPU share over a long period, and is
@@ -84,4 +85,34 @@ func cpuUsage(t *testing.T, id string) time.Duration {
 		t.Fatal(err)
 	}
 	return time.Duration(n)
+}
+
+// TestFailedCheckpointKeepsLimits: a checkpoint that fails after the quota was lifted (here runsc
+// cannot create its image file) leaves the sandbox running with its own quota again, its daemon
+// answering.
+func TestFailedCheckpointKeepsLimits(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	spec, _ := r.spec(t, "cpu-f")
+	spec.Limits.CPUMillis = 500
+	a, err := r.d.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.d.Destroy(context.Background(), "cpu-f") })
+	if err := r.dial(t, a).Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(r.dir, "cpu-f-img")
+	// runsc creates its state file with O_EXCL: a directory in its place makes the save fail.
+	if err := os.MkdirAll(filepath.Join(img, gvisor.ImageMemoryDir, "checkpoint.img"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.Checkpoint(ctx, "cpu-f", img, runtime.CheckpointOptions{LeaveRunning: true}); err == nil {
+		t.Fatal("the checkpoint succeeded; want it to fail")
+	}
+	assertCPULimit(t, "cpu-f", "after a failed checkpoint")
+	if got := sh(t, r.dial(t, a), "echo alive"); got != "alive" {
+		t.Errorf("after a failed checkpoint the sandbox answers %q", got)
+	}
 }
