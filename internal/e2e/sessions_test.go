@@ -425,3 +425,18 @@ until [ "$(cat /tmp/count 2>/dev/null || echo 0)" -ge 5 ]; do sleep 0.05; done`)
 		t.Errorf("a new session runs the daemon %s; want the new build's", got)
 	}
 }
+
+// TestSessionOOMThenPause: a session whose sandbox the kernel kills for memory, paused right after, ends
+// with the reason it died for (the pause's reconnect to the daemon sees the sandbox gone instead of
+// retrying on and calling it unreachable).
+func TestSessionOOMThenPause(t *testing.T) {
+	e := testenv.Start(t, testenv.Options{})
+	ctx := ctxT(t, 2*time.Minute)
+	se := newSession(t, e, airlock.CreateSessionRequest{MemoryMB: 128, IdleTimeoutSeconds: never()})
+	_, _ = e.Client.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"python3", "-c", "x = bytearray(1 << 30); print(len(x))"}, TimeoutSeconds: 60})
+	_, _ = e.Client.PauseSession(ctx, se.ID) // fails: there is nothing left to pause
+	got := waitState(t, e, se.SandboxID, airlock.StateFailed, 30*time.Second)
+	if !strings.Contains(got.Reason, "out of memory") {
+		t.Errorf("sandbox %s, reason %q; want failed, out of memory", got.State, got.Reason)
+	}
+}

@@ -656,10 +656,10 @@ func (n *Local) SandboxCPU(ctx context.Context, id string) (time.Duration, error
 func (n *Local) relink(ctx context.Context, s *sandbox) error {
 	old, _ := n.current(s)
 	old.Close()
-	cl, err := dialWithRetry(ctx, n.linkSocket(s.id), link.Options{Audit: s.audit, Logger: n.log.With("sandbox", s.id)})
+	cl, reason, err := n.dialAlive(ctx, s.id, link.Options{Audit: s.audit, Logger: n.log.With("sandbox", s.id)})
 	if err != nil {
-		n.log.Warn("sandbox daemon unreachable after a checkpoint", "sandbox", s.id, "err", err)
-		go n.cfg.OnExit(s.id, "sandbox daemon unreachable after a checkpoint")
+		n.log.Warn("sandbox daemon unreachable after a checkpoint", "sandbox", s.id, "reason", reason, "err", err)
+		go n.cfg.OnExit(s.id, reason)
 		return fmt.Errorf("sandbox %s: reconnect to the daemon: %w", s.id, err)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
@@ -669,6 +669,54 @@ func (n *Local) relink(ctx context.Context, s *sandbox) error {
 	n.wg.Add(1)
 	go n.watch(wctx, s, cl)
 	return nil
+}
+
+// dialAlive connects to the daemon of sandbox id again after a checkpoint. Once a first try failed it
+// keeps trying (dialWithRetry) only while the sandbox lives: a sandbox that died meanwhile (an OOM kill
+// just before the checkpoint) ends it at once, with the reason the runtime gives. On error, reason says
+// why the sandbox is to be counted as exited.
+func (n *Local) dialAlive(ctx context.Context, id string, opts link.Options) (cl *link.Client, reason string, err error) {
+	socket := n.linkSocket(id)
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if cl, err = link.Dial(dctx, socket, opts); err == nil {
+		if err = cl.Ping(dctx); err != nil {
+			cl.Close()
+		}
+	}
+	cancel()
+	if err == nil {
+		return cl, "", nil
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	exited := make(chan runtime.Status, 1)
+	go func() {
+		if st, err := n.cfg.Driver.Wait(wctx, id); err == nil {
+			exited <- st
+		}
+	}()
+	type dialed struct {
+		cl  *link.Client
+		err error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		cl, err := dialWithRetry(wctx, socket, opts)
+		done <- dialed{cl, err}
+	}()
+	select {
+	case d := <-done:
+		if d.err != nil {
+			return nil, "sandbox daemon unreachable after a checkpoint", d.err
+		}
+		return d.cl, "", nil
+	case st := <-exited:
+		stop()
+		if d := <-done; d.cl != nil {
+			d.cl.Close()
+		}
+		return nil, st.Reason, fmt.Errorf("the sandbox stopped: %s: %w", st.Reason, errdefs.ErrUnavailable)
+	}
 }
 
 // lookup returns the node's record of a sandbox it runs.
