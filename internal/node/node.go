@@ -367,17 +367,10 @@ func dialWithRetry(ctx context.Context, socket string, opts link.Options) (*link
 	deadline := time.Now().Add(10 * time.Second)
 	delay := time.Millisecond
 	for {
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		cl, err := link.Dial(dctx, socket, opts)
+		cl, err := dialOnce(ctx, socket, opts, 5*time.Second)
 		if err == nil {
-			err = cl.Ping(dctx)
-			if err == nil {
-				cancel()
-				return cl, nil
-			}
-			cl.Close()
+			return cl, nil
 		}
-		cancel()
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, err
 		}
@@ -390,6 +383,21 @@ func dialWithRetry(ctx context.Context, socket string, opts link.Options) (*link
 			delay *= 2
 		}
 	}
+}
+
+// dialOnce dials the daemon socket and checks that the daemon answers, within timeout.
+func dialOnce(ctx context.Context, socket string, opts link.Options, timeout time.Duration) (*link.Client, error) {
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cl, err := link.Dial(dctx, socket, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.Ping(dctx); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return cl, nil
 }
 
 // watch waits for the sandbox to stop or its link to drop, and reports an exit the node did not cause.
@@ -675,16 +683,9 @@ func (n *Local) relink(ctx context.Context, s *sandbox) error {
 // keeps trying (dialWithRetry) only while the sandbox lives: a sandbox that died meanwhile (an OOM kill
 // just before the checkpoint) ends it at once, with the reason the runtime gives. On error, reason says
 // why the sandbox is to be counted as exited.
-func (n *Local) dialAlive(ctx context.Context, id string, opts link.Options) (cl *link.Client, reason string, err error) {
+func (n *Local) dialAlive(ctx context.Context, id string, opts link.Options) (*link.Client, string, error) {
 	socket := n.linkSocket(id)
-	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if cl, err = link.Dial(dctx, socket, opts); err == nil {
-		if err = cl.Ping(dctx); err != nil {
-			cl.Close()
-		}
-	}
-	cancel()
-	if err == nil {
+	if cl, err := dialOnce(ctx, socket, opts, 2*time.Second); err == nil {
 		return cl, "", nil
 	}
 	wctx, stop := context.WithCancel(ctx)

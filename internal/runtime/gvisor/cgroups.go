@@ -59,7 +59,7 @@ func (d *Driver) settleCPUQuota(id string) error {
 // A host without the cgroup v1 cpu hierarchy (cgroup v2 only) has nothing here to write: runsc set the
 // spec's quota and period there, and they stay.
 func (d *Driver) writeCPU(id, file string, v int64) error {
-	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_period_us"); err != nil {
+	if !d.cpuV1 {
 		return nil
 	}
 	p := filepath.Join("/sys/fs/cgroup/cpu", d.cgroupPath(id), file)

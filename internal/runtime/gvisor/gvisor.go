@@ -61,6 +61,8 @@ type Config struct {
 type Driver struct {
 	cfg Config
 	log *slog.Logger
+	// cpuV1 reports the host's cgroup v1 cpu hierarchy, where the driver adjusts quotas (cgroups.go).
+	cpuV1 bool
 }
 
 var _ runtime.Driver = (*Driver)(nil)
@@ -92,7 +94,8 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
 	}
-	return &Driver{cfg: cfg, log: cfg.Logger.With("driver", "gvisor")}, nil
+	_, err = os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+	return &Driver{cfg: cfg, log: cfg.Logger.With("driver", "gvisor"), cpuV1: err == nil}, nil
 }
 
 // Name reports "gvisor".
