@@ -100,6 +100,16 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/sessions/{id}/snapshots/{snapshot}/files", s.auth(s.readSnapshotFile)},
 		{"GET", "/v1/sessions/{id}/snapshots/{snapshot}/files/list", s.auth(s.listSnapshotFiles)},
 		{"GET", "/v1/sessions/{id}/diff", s.auth(s.diffSnapshots)},
+		{"GET", "/v1/tenants", s.operator(s.listTenants)},
+		{"POST", "/v1/tenants", s.operator(s.createTenant)},
+		{"GET", "/v1/tenants/{id}", s.operator(s.getTenant)},
+		{"PATCH", "/v1/tenants/{id}", s.operator(s.updateTenant)},
+		{"GET", "/v1/api-keys", s.admin(s.listAPIKeys)},
+		{"POST", "/v1/api-keys", s.admin(s.createAPIKey)},
+		{"DELETE", "/v1/api-keys/{id}", s.admin(s.revokeAPIKey)},
+		{"GET", "/v1/tokens", s.auth(s.listTokens)},
+		{"POST", "/v1/tokens", s.auth(s.createToken)},
+		{"DELETE", "/v1/tokens/{id}", s.auth(s.revokeToken)},
 		{"GET", "/v1/retention", s.auth(s.getRetention)},
 		{"PUT", "/v1/retention", s.auth(s.setRetention)},
 		{"POST", "/v1/sandboxes", s.auth(s.createSandbox)},
@@ -113,26 +123,34 @@ func (s *Server) routes() []route {
 	}
 	// Exec, process and file work, on a sandbox and on a session (which goes to the session's sandbox,
 	// resuming it if it is paused and resumes automatically).
-	work := []route{
-		{"POST", "/exec", s.exec},
-		{"GET", "/exec/stream", s.execStream},
-		{"GET", "/processes", s.listProcesses},
-		{"GET", "/processes/{pid}/attach", s.attach},
-		{"POST", "/processes/{pid}/signal", s.signal},
-		{"GET", "/files", s.readFile},
-		{"PUT", "/files", s.writeFile},
-		{"DELETE", "/files", s.removeFile},
-		{"GET", "/files/stat", s.statFile},
-		{"GET", "/files/list", s.listFiles},
-		{"POST", "/files/mkdir", s.mkdir},
-		{"POST", "/files/move", s.move},
-		{"GET", "/files/tar", s.tarDownload},
-		{"PUT", "/files/tar", s.tarUpload},
+	// An access token for the sandbox or session reaches them too, if it has the route's token scope.
+	// An API key needs write, except for the routes that only read.
+	type workRoute struct {
+		route
+		token store.TokenScope
+		scope store.Scope
+	}
+	exec, files, read, write := store.TokenExec, store.TokenFiles, store.ScopeRead, store.ScopeWrite
+	work := []workRoute{
+		{route{"POST", "/exec", s.exec}, exec, write},
+		{route{"GET", "/exec/stream", s.execStream}, exec, write},
+		{route{"GET", "/processes", s.listProcesses}, exec, read},
+		{route{"GET", "/processes/{pid}/attach", s.attach}, exec, write},
+		{route{"POST", "/processes/{pid}/signal", s.signal}, exec, write},
+		{route{"GET", "/files", s.readFile}, files, read},
+		{route{"PUT", "/files", s.writeFile}, files, write},
+		{route{"DELETE", "/files", s.removeFile}, files, write},
+		{route{"GET", "/files/stat", s.statFile}, files, read},
+		{route{"GET", "/files/list", s.listFiles}, files, read},
+		{route{"POST", "/files/mkdir", s.mkdir}, files, write},
+		{route{"POST", "/files/move", s.move}, files, write},
+		{route{"GET", "/files/tar", s.tarDownload}, files, read},
+		{route{"PUT", "/files/tar", s.tarUpload}, files, write},
 	}
 	for _, w := range work {
 		routes = append(routes,
-			route{w.Method, "/v1/sandboxes/{id}" + w.Pattern, s.auth(s.tracked(w.handler))},
-			route{w.Method, "/v1/sessions/{id}" + w.Pattern, s.auth(s.viaSession(w.handler))})
+			route{w.Method, "/v1/sandboxes/{id}" + w.Pattern, s.work(w.scope, w.token, false, s.tracked(w.handler))},
+			route{w.Method, "/v1/sessions/{id}" + w.Pattern, s.work(w.scope, w.token, true, s.viaSession(w.handler))})
 	}
 	return routes
 }
@@ -152,27 +170,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	s.mux.ServeHTTP(w, r)
 }
-
-type tenantKey struct{}
-
-// auth checks the request's API key and puts its tenant in the context.
-func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok {
-			key = ""
-		}
-		tenant, err := s.cp.Authenticate(r.Context(), strings.TrimSpace(key))
-		if err != nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
-			writeError(w, r, s.log, err)
-			return
-		}
-		h(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
-	}
-}
-
-func tenantOf(r *http.Request) string { s, _ := r.Context().Value(tenantKey{}).(string); return s }
 
 var sandboxIDPattern = regexp.MustCompile(`^sb_[a-z2-7]{26}$`)
 

@@ -122,6 +122,9 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 		newCpCmd(g),
 		newPsCmd(g),
 		newConnectionCmd(g),
+		newTenantCmd(g),
+		newKeyCmd(g),
+		newTokenCmd(g),
 		newDaemonCmd(),
 	)
 	return root

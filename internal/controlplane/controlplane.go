@@ -8,10 +8,6 @@ package controlplane
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -218,74 +214,6 @@ func New(cfg Config) (*Service, error) {
 		idle: cfg.IdleInterval, stop: make(chan struct{}), pending: cfg.PendingDir, up: newUploader(), urgent: newUrgentGate(),
 		rolls: roller{m: map[string]rollState{}}, work: workTracker{n: map[string]int{}}, retention: cfg.Retention.WithDefaults(), rollEvery: cfg.RollInterval,
 		pruneEvery: cfg.PruneInterval}, nil
-}
-
-// Bootstrap makes sure a default tenant with an API key exists. On first start it creates them and returns
-// the new key (the only time it is ever shown); afterwards it returns "".
-func (s *Service) Bootstrap(ctx context.Context) (apiKey string, err error) {
-	ts, err := s.store.ListTenants(ctx)
-	if err != nil {
-		return "", fmt.Errorf("bootstrap: %w", err)
-	}
-	if len(ts) > 0 {
-		return "", nil
-	}
-	t, err := s.store.CreateTenant(ctx, store.Tenant{Name: "default"})
-	if err != nil {
-		return "", fmt.Errorf("bootstrap: %w", err)
-	}
-	key, _, err := s.CreateAPIKey(ctx, t.ID, "bootstrap")
-	if err != nil {
-		return "", fmt.Errorf("bootstrap: %w", err)
-	}
-	return key, nil
-}
-
-// APIKeyPrefix starts every Airlock API key, so that secret scanners and people recognize them.
-const APIKeyPrefix = "ak_"
-
-// CreateAPIKey makes a new key for the tenant and returns it; only its hash is stored.
-func (s *Service) CreateAPIKey(ctx context.Context, tenantID, name string) (string, store.APIKey, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", store.APIKey{}, err
-	}
-	key := APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b)
-	k, err := s.store.CreateAPIKey(ctx, store.APIKey{TenantID: tenantID, Name: name, Prefix: key[:10], Hash: hashKey(key)})
-	if err != nil {
-		return "", store.APIKey{}, err
-	}
-	return key, k, nil
-}
-
-func hashKey(key string) []byte {
-	h := sha256.Sum256([]byte(key))
-	return h[:]
-}
-
-// Authenticate returns the tenant ID an API key belongs to. Unknown and revoked keys are
-// errdefs.ErrUnauthenticated.
-func (s *Service) Authenticate(ctx context.Context, key string) (string, error) {
-	if key == "" {
-		return "", fmt.Errorf("missing API key (send Authorization: Bearer <key>): %w", errdefs.ErrUnauthenticated)
-	}
-	k, err := s.store.GetAPIKeyByHash(ctx, hashKey(key))
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return "", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
-	}
-	if err != nil {
-		return "", err
-	}
-	if k.RevokedAt != nil {
-		return "", fmt.Errorf("API key %s… was revoked: %w", k.Prefix, errdefs.ErrUnauthenticated)
-	}
-	now := s.now()
-	if k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) > time.Minute {
-		if err := s.store.TouchAPIKey(ctx, k.TenantID, k.ID, now); err != nil {
-			s.log.Warn("touch api key", "key", k.ID, "err", err)
-		}
-	}
-	return k.TenantID, nil
 }
 
 // keyedMutex serializes work per key (sandbox ID) within this process.

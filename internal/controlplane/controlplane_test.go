@@ -259,11 +259,11 @@ func setup(t *testing.T) (*Service, store.Store, *fakeNode, *clock, string) {
 	if err != nil || key == "" {
 		t.Fatalf("Bootstrap = %q, %v; want a key", key, err)
 	}
-	tenant, err := s.Authenticate(ctx, key)
+	p, err := s.Authenticate(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, st, n, clk, tenant
+	return s, st, n, clk, p.TenantID
 }
 
 func TestBootstrapAndAuthenticate(t *testing.T) {

@@ -498,6 +498,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.every(s.reap, s.reapExpired)
 	s.every(s.idle, s.pauseIdleSessions)
+	s.every(s.gcEvery, s.expireRecords)
 	if s.snapshots != nil {
 		s.every(s.gcEvery, func() { s.collectSnapshots(s.gcGrace) })
 		s.every(s.rollEvery, s.rollSnapshots)

@@ -78,9 +78,11 @@ func setupSessionsCache(t *testing.T, cacheBytes int64) *sessionEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.tenant, err = e.s.Authenticate(ctx, key); err != nil {
+	p, err := e.s.Authenticate(ctx, key)
+	if err != nil {
 		t.Fatal(err)
 	}
+	e.tenant = p.TenantID
 	return e
 }
 

@@ -38,10 +38,14 @@ type Store interface {
 	// UpdateTenantRetention replaces the tenant's Retention with r and returns the tenant as stored. An
 	// invalid r is ErrInvalidArgument (see RetentionSpec.Validate); an unknown tenant is ErrNotFound.
 	UpdateTenantRetention(ctx context.Context, id string, r RetentionSpec) (Tenant, error)
+	// SetTenantDisabled disables the tenant from the given time (at non-nil; a disabled tenant keeps its
+	// first DisabledAt) or enables it again (at nil), and returns the tenant as stored. An unknown tenant
+	// is ErrNotFound; the operator tenant cannot be disabled (ErrFailedPrecondition).
+	SetTenantDisabled(ctx context.Context, id string, at *time.Time) (Tenant, error)
 
 	// CreateAPIKey stores k and returns it as stored. An empty ID is assigned with NewID("key"); a zero
-	// CreatedAt is set to now. TenantID, Name and Hash are required (ErrInvalidArgument); an unknown tenant
-	// is ErrNotFound; a taken ID or Hash is ErrAlreadyExists.
+	// CreatedAt is set to now. TenantID, Name, Hash and a valid Scope are required (ErrInvalidArgument);
+	// an unknown tenant is ErrNotFound; a taken ID or Hash is ErrAlreadyExists.
 	CreateAPIKey(ctx context.Context, k APIKey) (APIKey, error)
 	// GetAPIKeyByHash returns the key whose Hash equals hash, or ErrNotFound. A revoked key is returned
 	// too, with RevokedAt set: the caller must check it (so it can tell "revoked" from "unknown").
@@ -55,6 +59,25 @@ type Store interface {
 	// ListAPIKeys returns the tenant's keys, revoked ones included, ordered by CreatedAt, then ID.
 	// An unknown tenant has no keys (an empty list, not an error).
 	ListAPIKeys(ctx context.Context, tenantID string) ([]APIKey, error)
+
+	// CreateAccessToken stores tok and returns it as stored. An empty ID is assigned with NewID("tok"); a
+	// zero CreatedAt is set to now. tok must pass AccessToken.Validate (ErrInvalidArgument). An unknown
+	// tenant, or a SandboxID or SessionID that is not one of the tenant's, is ErrNotFound; a taken ID or
+	// Hash is ErrAlreadyExists.
+	CreateAccessToken(ctx context.Context, tok AccessToken) (AccessToken, error)
+	// GetAccessTokenByHash returns the token whose Hash equals hash, or ErrNotFound. Revoked and expired
+	// tokens are returned too: the caller checks RevokedAt and ExpiresAt.
+	GetAccessTokenByHash(ctx context.Context, hash []byte) (AccessToken, error)
+	// ListAccessTokens returns the tenant's tokens that expire after now, revoked ones included, ordered
+	// by CreatedAt, then ID; with f's SandboxID or SessionID set, only the tokens of that object. An
+	// unknown tenant has none (an empty list).
+	ListAccessTokens(ctx context.Context, tenantID string, now time.Time, f AccessTokenFilter) ([]AccessToken, error)
+	// RevokeAccessToken marks the token revoked at the given time; a revoked token keeps its first
+	// RevokedAt. An unknown token (or another tenant's) is ErrNotFound.
+	RevokeAccessToken(ctx context.Context, tenantID, id string, at time.Time) error
+	// DeleteAccessTokensExpiredBefore removes every token, of every tenant, that expired before the
+	// given time, and reports how many it removed.
+	DeleteAccessTokensExpiredBefore(ctx context.Context, before time.Time) (int64, error)
 
 	// CreateSandbox stores sb and returns it as stored, with Version 1 and UpdatedAt = CreatedAt. An empty
 	// ID is assigned with NewID("sb"); a zero CreatedAt is set to now; an empty State means StateCreating,
@@ -202,6 +225,11 @@ type Tenant struct {
 	// Retention is how long the snapshots of the tenant's sessions are kept; its zero fields inherit the
 	// server's defaults. It changes only with UpdateTenantRetention.
 	Retention RetentionSpec
+	// Operator marks the tenant of the people who run Airlock: its admin keys also manage the other
+	// tenants. Bootstrap makes the first tenant the operator; the flag never changes.
+	Operator bool
+	// DisabledAt is when the tenant was disabled (nil while enabled): its keys and tokens are refused.
+	DisabledAt *time.Time
 }
 
 // RetentionSpec says how long a session's snapshots are kept, by age (see internal/retention). Zero
@@ -229,6 +257,7 @@ type APIKey struct {
 	ID         string
 	TenantID   string
 	Name       string
+	Scope      Scope
 	Prefix     string
 	Hash       []byte
 	CreatedAt  time.Time

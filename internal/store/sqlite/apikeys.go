@@ -11,7 +11,7 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-const apiKeyCols = "id, tenant_id, name, prefix, hash, created_at, last_used_at, revoked_at"
+const apiKeyCols = "id, tenant_id, name, prefix, hash, created_at, last_used_at, revoked_at, scope"
 
 // CreateAPIKey implements store.Store.
 func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) (store.APIKey, error) {
@@ -25,6 +25,8 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) (store.APIKey,
 		return store.APIKey{}, fmt.Errorf("create API key %s: name is empty: %w", k.ID, errdefs.ErrInvalidArgument)
 	case len(k.Hash) == 0:
 		return store.APIKey{}, fmt.Errorf("create API key %s: hash is empty: %w", k.ID, errdefs.ErrInvalidArgument)
+	case !k.Scope.Valid():
+		return store.APIKey{}, fmt.Errorf("create API key %s: scope %q is not admin, write or read: %w", k.ID, k.Scope, errdefs.ErrInvalidArgument)
 	}
 	if k.CreatedAt.IsZero() {
 		k.CreatedAt = now()
@@ -44,8 +46,8 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) (store.APIKey,
 		if taken {
 			return fmt.Errorf("ID or hash in use: %w", errdefs.ErrAlreadyExists)
 		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO api_keys ("+apiKeyCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-			k.ID, k.TenantID, k.Name, k.Prefix, k.Hash, micros(k.CreatedAt), nullMicros(k.LastUsedAt), nullMicros(k.RevokedAt))
+		_, err = tx.ExecContext(ctx, "INSERT INTO api_keys ("+apiKeyCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+			k.ID, k.TenantID, k.Name, k.Prefix, k.Hash, micros(k.CreatedAt), nullMicros(k.LastUsedAt), nullMicros(k.RevokedAt), string(k.Scope))
 		return mapErr(err)
 	})
 	if err != nil {
@@ -119,7 +121,7 @@ func scanAPIKey(row scanner) (store.APIKey, error) {
 		created           int64
 		lastUsed, revoked sql.NullInt64
 	)
-	if err := row.Scan(&k.ID, &k.TenantID, &k.Name, &k.Prefix, &k.Hash, &created, &lastUsed, &revoked); err != nil {
+	if err := row.Scan(&k.ID, &k.TenantID, &k.Name, &k.Prefix, &k.Hash, &created, &lastUsed, &revoked, &k.Scope); err != nil {
 		return store.APIKey{}, err
 	}
 	k.CreatedAt = fromMicros(created)

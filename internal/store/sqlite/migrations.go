@@ -186,6 +186,32 @@ ALTER TABLE tenants ADD COLUMN retention_keep_all_seconds INTEGER NOT NULL DEFAU
 ALTER TABLE tenants ADD COLUMN retention_keep_hourly_seconds INTEGER NOT NULL DEFAULT 0 CHECK (retention_keep_hourly_seconds >= 0);
 ALTER TABLE tenants ADD COLUMN retention_keep_daily_seconds INTEGER NOT NULL DEFAULT 0 CHECK (retention_keep_daily_seconds >= 0);
 `,
+	// 6: tenancy: the operator tenant (the first one: it made every key so far), disabled tenants, the
+	// scope of each API key (the keys made so far could do everything: admin), and access tokens for
+	// one sandbox or session.
+	`
+ALTER TABLE tenants ADD COLUMN operator INTEGER NOT NULL DEFAULT 0 CHECK (operator IN (0, 1));
+ALTER TABLE tenants ADD COLUMN disabled_at INTEGER;
+UPDATE tenants SET operator = 1 WHERE id = (SELECT id FROM tenants ORDER BY created_at, id LIMIT 1);
+ALTER TABLE api_keys ADD COLUMN scope TEXT NOT NULL DEFAULT 'admin' CHECK (scope IN ('admin', 'write', 'read'));
+
+CREATE TABLE access_tokens (
+	id         TEXT    PRIMARY KEY,
+	tenant_id  TEXT    NOT NULL REFERENCES tenants (id),
+	name       TEXT    NOT NULL,
+	sandbox_id TEXT    NOT NULL,
+	session_id TEXT    NOT NULL,
+	scopes     TEXT    NOT NULL, -- comma-separated, sorted
+	prefix     TEXT    NOT NULL,
+	hash       BLOB    NOT NULL UNIQUE,
+	created_by TEXT    NOT NULL,
+	created_at INTEGER NOT NULL,
+	expires_at INTEGER NOT NULL,
+	revoked_at INTEGER
+);
+CREATE INDEX access_tokens_by_tenant ON access_tokens (tenant_id, created_at, id);
+CREATE INDEX access_tokens_by_expiry ON access_tokens (expires_at);
+`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in

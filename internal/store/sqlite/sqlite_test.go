@@ -329,7 +329,8 @@ VALUES ('sn_up', 'tn_a', 'se_run', '', 'first', 'rolling', 'uploading', '', 0, 1
 	}
 
 	s := open(t, path) // migrates to the current version
-	wantTenants := []store.Tenant{{ID: "tn_a", Name: "a", CreatedAt: at}, {ID: "tn_b", Name: "b", CreatedAt: at.Add(time.Microsecond)}}
+	// Migration 6 makes the first tenant the operator.
+	wantTenants := []store.Tenant{{ID: "tn_a", Name: "a", CreatedAt: at, Operator: true}, {ID: "tn_b", Name: "b", CreatedAt: at.Add(time.Microsecond)}}
 	tenants, err := s.ListTenants(ctx)
 	if err != nil {
 		t.Fatalf("ListTenants after migration: %v", err)

@@ -5,13 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
 const tenantCols = "id, name, created_at, " +
-	"retention_keep_all_seconds, retention_keep_hourly_seconds, retention_keep_daily_seconds"
+	"retention_keep_all_seconds, retention_keep_hourly_seconds, retention_keep_daily_seconds, operator, disabled_at"
 
 // CreateTenant implements store.Store.
 func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, error) {
@@ -28,6 +29,10 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 		t.CreatedAt = now()
 	}
 	t.CreatedAt = store.NormalizeTime(t.CreatedAt)
+	t.DisabledAt = store.NormalizeTimePtr(t.DisabledAt)
+	if t.Operator && t.DisabledAt != nil {
+		return store.Tenant{}, fmt.Errorf("create tenant %s: the operator tenant cannot be disabled: %w", t.ID, errdefs.ErrInvalidArgument)
+	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		taken, err := exists(ctx, tx, "SELECT 1 FROM tenants WHERE id = ?", t.ID)
 		if err != nil {
@@ -36,9 +41,10 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 		if taken {
 			return errdefs.ErrAlreadyExists
 		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO tenants ("+tenantCols+") VALUES (?, ?, ?, ?, ?, ?)",
+		_, err = tx.ExecContext(ctx, "INSERT INTO tenants ("+tenantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
 			t.ID, t.Name, micros(t.CreatedAt),
-			t.Retention.KeepAllSeconds, t.Retention.KeepHourlySeconds, t.Retention.KeepDailySeconds)
+			t.Retention.KeepAllSeconds, t.Retention.KeepHourlySeconds, t.Retention.KeepDailySeconds,
+			t.Operator, nullMicros(t.DisabledAt))
 		return mapErr(err)
 	})
 	if err != nil {
@@ -102,20 +108,46 @@ WHERE id = ?`, r.KeepAllSeconds, r.KeepHourlySeconds, r.KeepDailySeconds, id)
 	return t, nil
 }
 
+// SetTenantDisabled implements store.Store.
+func (s *Store) SetTenantDisabled(ctx context.Context, id string, at *time.Time) (store.Tenant, error) {
+	var t store.Tenant
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		cur, err := scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
+		if err := noRowsIsNotFound(err); err != nil {
+			return err
+		}
+		if at != nil && cur.Operator {
+			return fmt.Errorf("the operator tenant cannot be disabled: %w", errdefs.ErrFailedPrecondition)
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE tenants SET disabled_at = CASE WHEN ? IS NULL THEN NULL ELSE COALESCE(disabled_at, ?) END WHERE id = ?",
+			nullMicros(at), nullMicros(at), id); err != nil {
+			return mapErr(err)
+		}
+		t, err = scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
+		return noRowsIsNotFound(err)
+	})
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("set tenant %s disabled: %w", id, err)
+	}
+	return t, nil
+}
+
 // scanner is what *sql.Row and *sql.Rows have in common.
 type scanner interface{ Scan(dest ...any) error }
 
 // scanTenant scans a row of tenantCols.
 func scanTenant(row scanner) (store.Tenant, error) {
 	var (
-		t       store.Tenant
-		created int64
+		t        store.Tenant
+		created  int64
+		disabled sql.NullInt64
 	)
 	err := row.Scan(&t.ID, &t.Name, &created,
-		&t.Retention.KeepAllSeconds, &t.Retention.KeepHourlySeconds, &t.Retention.KeepDailySeconds)
+		&t.Retention.KeepAllSeconds, &t.Retention.KeepHourlySeconds, &t.Retention.KeepDailySeconds, &t.Operator, &disabled)
 	if err != nil {
 		return store.Tenant{}, err
 	}
 	t.CreatedAt = fromMicros(created)
+	t.DisabledAt = fromNullMicros(disabled)
 	return t, nil
 }

@@ -114,11 +114,16 @@ func testClose(t *testing.T, s store.Store) {
 // testReopen writes one of everything, reopens the store twice and reads it all back.
 func testReopen(t *testing.T, s store.Store, reopen func(t *testing.T, s store.Store) store.Store) {
 	ctx := t.Context()
-	tn, err := s.CreateTenant(ctx, store.Tenant{Name: "a", Retention: store.RetentionSpec{KeepAllSeconds: 1, KeepDailySeconds: 2}})
+	tn, err := s.CreateTenant(ctx, store.Tenant{Name: "a", Operator: true, CreatedAt: base,
+		Retention: store.RetentionSpec{KeepAllSeconds: 1, KeepDailySeconds: 2}})
 	wantErr(t, "CreateTenant", err, nil)
+	off, err := s.CreateTenant(ctx, store.Tenant{Name: "off", CreatedAt: base.Add(time.Second)})
+	wantErr(t, "CreateTenant(off)", err, nil)
+	off, err = s.SetTenantDisabled(ctx, off.ID, ptr(base.Add(time.Minute)))
+	wantErr(t, "SetTenantDisabled", err, nil)
 	tn, err = s.UpdateTenantRetention(ctx, tn.ID, store.RetentionSpec{KeepAllSeconds: 3, KeepHourlySeconds: 4})
 	wantErr(t, "UpdateTenantRetention", err, nil)
-	key, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: tn.ID, Name: "ci", Prefix: "al_x", Hash: []byte("h")})
+	key, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: tn.ID, Name: "ci", Scope: store.ScopeWrite, Prefix: "al_x", Hash: []byte("h")})
 	wantErr(t, "CreateAPIKey", err, nil)
 	wantErr(t, "TouchAPIKey", s.TouchAPIKey(ctx, tn.ID, key.ID, base), nil)
 	wantErr(t, "RevokeAPIKey", s.RevokeAPIKey(ctx, tn.ID, key.ID, base.Add(time.Second)), nil)
@@ -126,6 +131,12 @@ func testReopen(t *testing.T, s store.Store, reopen func(t *testing.T, s store.S
 	sb := mustSandbox(t, s, store.Sandbox{TenantID: tn.ID, Metadata: map[string]string{"k": "v"},
 		Spec: store.SandboxSpec{CPUMillicores: 100, MemoryMB: 1, DiskMB: 2, TimeoutSeconds: 3}, EndsAt: ptr(base)})
 	sb = drive(t, s, sb, store.StateRunning)
+	tok, err := s.CreateAccessToken(ctx, store.AccessToken{TenantID: tn.ID, Name: "agent", SandboxID: sb.ID,
+		Scopes: []store.TokenScope{store.TokenFiles, store.TokenPorts}, Prefix: "at_x", Hash: []byte("th"),
+		CreatedBy: key.ID, CreatedAt: base, ExpiresAt: base.Add(time.Hour)})
+	wantErr(t, "CreateAccessToken", err, nil)
+	wantErr(t, "RevokeAccessToken", s.RevokeAccessToken(ctx, tn.ID, tok.ID, base.Add(time.Minute)), nil)
+	tok.RevokedAt = ptr(base.Add(time.Minute))
 	rec := store.IdempotencyRecord{TenantID: tn.ID, Key: "k", Op: "op", RequestHash: []byte("r"), ResponseStatus: 201, ResponseBody: []byte("{}"), CreatedAt: base}
 	wantErr(t, "PutIdempotency", s.PutIdempotency(ctx, rec), nil)
 
@@ -136,13 +147,18 @@ func testReopen(t *testing.T, s store.Store, reopen func(t *testing.T, s store.S
 
 		tenants, err := s.ListTenants(ctx)
 		wantErr(t, "ListTenants", err, nil)
-		if diff := cmp.Diff([]store.Tenant{tn}, tenants); diff != "" {
+		if diff := cmp.Diff([]store.Tenant{tn, off}, tenants); diff != "" {
 			t.Errorf("reopen %d: ListTenants (-want +got):\n%s", round, diff)
 		}
 		gotKey, err := s.GetAPIKeyByHash(ctx, []byte("h"))
 		wantErr(t, "GetAPIKeyByHash", err, nil)
 		if diff := cmp.Diff(key, gotKey, cmpOpts...); diff != "" {
 			t.Errorf("reopen %d: GetAPIKeyByHash (-want +got):\n%s", round, diff)
+		}
+		gotTok, err := s.GetAccessTokenByHash(ctx, []byte("th"))
+		wantErr(t, "GetAccessTokenByHash", err, nil)
+		if diff := cmp.Diff(tok, gotTok, cmpOpts...); diff != "" {
+			t.Errorf("reopen %d: GetAccessTokenByHash (-want +got):\n%s", round, diff)
 		}
 		items := listAll(t, s, tn.ID, store.SandboxFilter{Metadata: map[string]string{"k": "v"}})
 		if diff := cmp.Diff([]store.Sandbox{sb}, items, cmpOpts...); diff != "" {

@@ -50,6 +50,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) 
 		{"TenantRetention", testTenantRetention},
 		{"APIKeys", testAPIKeys},
 		{"APIKeyTouchAndRevoke", testAPIKeyTouchAndRevoke},
+		{"TenantDisable", testTenantDisable},
+		{"AccessTokens", testAccessTokens},
 		{"SandboxCreateGet", testSandboxCreateGet},
 		{"SandboxTimes", testSandboxTimes},
 		{"SandboxUpdate", testSandboxUpdate},

@@ -126,27 +126,43 @@ func testAPIKeys(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
 
-	k1, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: a.ID, Name: "ci", Prefix: "al_abcd", Hash: []byte("hash-1"), CreatedAt: base})
+	k1, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: a.ID, Name: "ci", Scope: store.ScopeWrite, Prefix: "al_abcd", Hash: []byte("hash-1"), CreatedAt: base})
 	wantErr(t, "CreateAPIKey(k1)", err, nil)
 	if !strings.HasPrefix(k1.ID, "key_") {
 		t.Errorf("assigned key ID = %q; want prefix key_", k1.ID)
 	}
-	k2, err := s.CreateAPIKey(ctx, store.APIKey{ID: "key_2", TenantID: a.ID, Name: "laptop", Prefix: "al_efgh", Hash: []byte("hash-2"), CreatedAt: base.Add(time.Second)})
+	k2, err := s.CreateAPIKey(ctx, store.APIKey{ID: "key_2", TenantID: a.ID, Name: "laptop", Scope: store.ScopeRead, Prefix: "al_efgh", Hash: []byte("hash-2"), CreatedAt: base.Add(time.Second)})
 	wantErr(t, "CreateAPIKey(k2)", err, nil)
-	kb, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: b.ID, Name: "other", Prefix: "al_ijkl", Hash: []byte("hash-b")})
+	kb, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: b.ID, Name: "other", Scope: store.ScopeAdmin, Prefix: "al_ijkl", Hash: []byte("hash-b")})
 	wantErr(t, "CreateAPIKey(kb)", err, nil)
+	for _, k := range []struct {
+		key  store.APIKey
+		want store.Scope
+	}{{k1, store.ScopeWrite}, {k2, store.ScopeRead}, {kb, store.ScopeAdmin}} {
+		if k.key.Scope != k.want {
+			t.Errorf("CreateAPIKey(%s) returned Scope %q; want %q", k.key.Name, k.key.Scope, k.want)
+		}
+		got, err := s.GetAPIKeyByHash(ctx, k.key.Hash)
+		wantErr(t, "GetAPIKeyByHash("+k.key.Name+")", err, nil)
+		if got.Scope != k.want {
+			t.Errorf("GetAPIKeyByHash(%s) Scope = %q; want %q", k.key.Name, got.Scope, k.want)
+		}
+	}
 
 	bad := []struct {
 		name string
 		key  store.APIKey
 		want error
 	}{
-		{"duplicate hash", store.APIKey{TenantID: b.ID, Name: "x", Hash: []byte("hash-1")}, errdefs.ErrAlreadyExists},
-		{"duplicate ID", store.APIKey{ID: "key_2", TenantID: b.ID, Name: "x", Hash: []byte("hash-3")}, errdefs.ErrAlreadyExists},
-		{"unknown tenant", store.APIKey{TenantID: "tn_missing", Name: "x", Hash: []byte("hash-4")}, errdefs.ErrNotFound},
-		{"no tenant", store.APIKey{Name: "x", Hash: []byte("hash-5")}, errdefs.ErrInvalidArgument},
-		{"no name", store.APIKey{TenantID: a.ID, Hash: []byte("hash-6")}, errdefs.ErrInvalidArgument},
-		{"no hash", store.APIKey{TenantID: a.ID, Name: "x"}, errdefs.ErrInvalidArgument},
+		{"duplicate hash", store.APIKey{TenantID: b.ID, Name: "x", Scope: store.ScopeRead, Hash: []byte("hash-1")}, errdefs.ErrAlreadyExists},
+		{"duplicate ID", store.APIKey{ID: "key_2", TenantID: b.ID, Name: "x", Scope: store.ScopeRead, Hash: []byte("hash-3")}, errdefs.ErrAlreadyExists},
+		{"unknown tenant", store.APIKey{TenantID: "tn_missing", Name: "x", Scope: store.ScopeRead, Hash: []byte("hash-4")}, errdefs.ErrNotFound},
+		{"no tenant", store.APIKey{Name: "x", Scope: store.ScopeRead, Hash: []byte("hash-5")}, errdefs.ErrInvalidArgument},
+		{"no name", store.APIKey{TenantID: a.ID, Scope: store.ScopeRead, Hash: []byte("hash-6")}, errdefs.ErrInvalidArgument},
+		{"no hash", store.APIKey{TenantID: a.ID, Name: "x", Scope: store.ScopeRead}, errdefs.ErrInvalidArgument},
+		{"no scope", store.APIKey{TenantID: a.ID, Name: "x", Hash: []byte("hash-7")}, errdefs.ErrInvalidArgument},
+		{"unknown scope", store.APIKey{TenantID: a.ID, Name: "x", Scope: "owner", Hash: []byte("hash-8")}, errdefs.ErrInvalidArgument},
+		{"scope in capitals", store.APIKey{TenantID: a.ID, Name: "x", Scope: "ADMIN", Hash: []byte("hash-9")}, errdefs.ErrInvalidArgument},
 	}
 	for _, tt := range bad {
 		_, err := s.CreateAPIKey(ctx, tt.key)
@@ -181,7 +197,7 @@ func testAPIKeys(t *testing.T, s store.Store) {
 func testAPIKeyTouchAndRevoke(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
-	k, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: a.ID, Name: "ci", Prefix: "al_", Hash: []byte{0, 1, 2, 0xff}})
+	k, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: a.ID, Name: "ci", Scope: store.ScopeAdmin, Prefix: "al_", Hash: []byte{0, 1, 2, 0xff}})
 	wantErr(t, "CreateAPIKey", err, nil)
 	if k.LastUsedAt != nil || k.RevokedAt != nil {
 		t.Fatalf("new key has LastUsedAt %v, RevokedAt %v; want both nil", k.LastUsedAt, k.RevokedAt)

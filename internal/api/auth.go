@@ -1,0 +1,347 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/controlplane"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+type principalKey struct{}
+
+// authenticate checks the request's credential and returns the request with its principal in the
+// context, or writes the error and returns nil.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) *http.Request {
+	cred, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		cred = ""
+	}
+	p, err := s.cp.Authenticate(r.Context(), strings.TrimSpace(cred))
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+		writeError(w, r, s.log, err)
+		return nil
+	}
+	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+}
+
+// auth serves h to API keys with read scope for GET and write scope for every other method. Access
+// tokens are refused: they reach only the work routes (see work).
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		need := store.ScopeWrite
+		if r.Method == http.MethodGet {
+			need = store.ScopeRead
+		}
+		s.withScope(need, false, h)(w, r)
+	}
+}
+
+// admin serves h to API keys with admin scope.
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	return s.withScope(store.ScopeAdmin, false, h)
+}
+
+// operator serves h to admin keys of the operator tenant.
+func (s *Server) operator(h http.HandlerFunc) http.HandlerFunc {
+	return s.withScope(store.ScopeAdmin, true, h)
+}
+
+func (s *Server) withScope(need store.Scope, operator bool, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r = s.authenticate(w, r); r == nil {
+			return
+		}
+		p := principalOf(r)
+		switch {
+		case p.Token != nil:
+			writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied,
+				"an access token reaches only the exec, process and file routes of its sandbox or session; %s %s needs an API key", r.Method, r.URL.Path))
+		case !p.Scope.Allows(need):
+			writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this API key has scope %s; %s %s needs %s", p.Scope, r.Method, r.URL.Path, need))
+		case operator && !p.Operator:
+			// Tenants exist for the operator only: to anyone else the routes are not there.
+			writeError(w, r, s.log, clientErr(errdefs.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
+		default:
+			h(w, r)
+		}
+	}
+}
+
+// work serves a work route ({id} is a sandbox, or a session if session is set) to API keys with scope
+// need, and to access tokens for that very sandbox or session with token scope tok. A token for another
+// object gets not found, as a foreign tenant's key does.
+func (s *Server) work(need store.Scope, tok store.TokenScope, session bool, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r = s.authenticate(w, r); r == nil {
+			return
+		}
+		p := principalOf(r)
+		if p.Token == nil {
+			if !p.Scope.Allows(need) {
+				writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this API key has scope %s; %s %s needs %s", p.Scope, r.Method, r.URL.Path, need))
+				return
+			}
+			h(w, r)
+			return
+		}
+		id, kind := p.Token.SandboxID, "sandbox"
+		if session {
+			id, kind = p.Token.SessionID, "session"
+		}
+		if id == "" || id != r.PathValue("id") {
+			writeError(w, r, s.log, clientErr(errdefs.ErrNotFound, "%s %s not found", kind, truncate(r.PathValue("id"), 64)))
+			return
+		}
+		if !p.Token.Allows(tok) {
+			writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this access token has scopes %s; %s %s needs %s",
+				joinTokenScopes(p.Token.Scopes), r.Method, r.URL.Path, tok))
+			return
+		}
+		h(w, r)
+	}
+}
+
+func joinTokenScopes(ss []store.TokenScope) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, ",")
+}
+
+func principalOf(r *http.Request) controlplane.Principal {
+	p, _ := r.Context().Value(principalKey{}).(controlplane.Principal)
+	return p
+}
+
+func tenantOf(r *http.Request) string { return principalOf(r).TenantID }
+
+var (
+	tenantIDPattern = regexp.MustCompile(`^tn_[a-z2-7]{26}$`)
+	keyIDPattern    = regexp.MustCompile(`^key_[a-z2-7]{26}$`)
+	tokenIDPattern  = regexp.MustCompile(`^tok_[a-z2-7]{26}$`)
+)
+
+// pathID returns the {id} of the path if it matches pattern, or an invalid-argument error naming what.
+func pathID(r *http.Request, pattern *regexp.Regexp, what, want string) (string, error) {
+	id := r.PathValue("id")
+	if !pattern.MatchString(id) {
+		return "", clientErr(errdefs.ErrInvalidArgument, "invalid %s id %q: want %s", what, truncate(id, 64), want)
+	}
+	return id, nil
+}
+
+func toTenant(t store.Tenant) airlock.Tenant {
+	return airlock.Tenant{ID: t.ID, Name: t.Name, Operator: t.Operator, Disabled: t.DisabledAt != nil, DisabledAt: t.DisabledAt, CreatedAt: t.CreatedAt}
+}
+
+func toAPIKey(k store.APIKey) airlock.APIKey {
+	return airlock.APIKey{ID: k.ID, Name: k.Name, Scope: string(k.Scope), Prefix: k.Prefix, CreatedAt: k.CreatedAt,
+		LastUsedAt: k.LastUsedAt, RevokedAt: k.RevokedAt}
+}
+
+func toToken(t store.AccessToken) airlock.AccessToken {
+	scopes := make([]string, len(t.Scopes))
+	for i, sc := range t.Scopes {
+		scopes[i] = string(sc)
+	}
+	return airlock.AccessToken{ID: t.ID, Name: t.Name, SandboxID: t.SandboxID, SessionID: t.SessionID, Scopes: scopes,
+		Prefix: t.Prefix, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt}
+}
+
+func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
+	if err := onlyQuery(r); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	ts, err := s.cp.ListTenants(r.Context())
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	out := airlock.TenantList{Tenants: make([]airlock.Tenant, 0, len(ts))}
+	for _, t := range ts {
+		out.Tenants = append(out.Tenants, toTenant(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
+	var req airlock.CreateTenantRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	t, key, k, err := s.cp.CreateTenant(r.Context(), req.Name)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/tenants/"+t.ID)
+	writeJSON(w, http.StatusCreated, airlock.CreatedTenant{Tenant: toTenant(t), APIKey: airlock.NewAPIKey{APIKey: toAPIKey(k), Key: key}})
+}
+
+func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, tenantIDPattern, "tenant", "tn_ followed by 26 characters")
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	t, err := s.cp.GetTenant(r.Context(), id)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toTenant(t))
+}
+
+func (s *Server) updateTenant(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, tenantIDPattern, "tenant", "tn_ followed by 26 characters")
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	var req airlock.UpdateTenantRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	t, err := s.cp.GetTenant(r.Context(), id)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if req.Disabled != nil {
+		if t, err = s.cp.SetTenantDisabled(r.Context(), id, *req.Disabled); err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, toTenant(t))
+}
+
+func (s *Server) listAPIKeys(w http.ResponseWriter, r *http.Request) {
+	if err := onlyQuery(r); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	ks, err := s.cp.ListAPIKeys(r.Context(), tenantOf(r))
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	out := airlock.APIKeyList{APIKeys: make([]airlock.APIKey, 0, len(ks))}
+	for _, k := range ks {
+		out.APIKeys = append(out.APIKeys, toAPIKey(k))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request) {
+	var req airlock.CreateAPIKeyRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	key, k, err := s.cp.CreateAPIKey(r.Context(), tenantOf(r), req.Name, store.Scope(req.Scope))
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/api-keys/"+k.ID)
+	writeJSON(w, http.StatusCreated, airlock.NewAPIKey{APIKey: toAPIKey(k), Key: key})
+}
+
+func (s *Server) revokeAPIKey(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, keyIDPattern, "API key", "key_ followed by 26 characters")
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if id == principalOf(r).KeyID {
+		writeError(w, r, s.log, clientErr(errdefs.ErrFailedPrecondition, "an API key cannot revoke itself; revoke it with another admin key"))
+		return
+	}
+	if err := s.cp.RevokeAPIKey(r.Context(), tenantOf(r), id); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
+	var f store.AccessTokenFilter
+	for k, vs := range r.URL.Query() {
+		switch k {
+		case "sandbox_id":
+			f.SandboxID = vs[0]
+		case "session_id":
+			f.SessionID = vs[0]
+		default:
+			writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "unknown query parameter %q: want sandbox_id or session_id", truncate(k, 64)))
+			return
+		}
+	}
+	ts, err := s.cp.ListAccessTokens(r.Context(), tenantOf(r), f)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	out := airlock.AccessTokenList{Tokens: make([]airlock.AccessToken, 0, len(ts))}
+	for _, t := range ts {
+		out.Tokens = append(out.Tokens, toToken(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
+	var req airlock.CreateAccessTokenRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if req.SandboxID != "" && !sandboxIDPattern.MatchString(req.SandboxID) {
+		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "invalid sandbox_id %q: want sb_ followed by 26 characters", truncate(req.SandboxID, 64)))
+		return
+	}
+	if req.SessionID != "" && !sessionIDPattern.MatchString(req.SessionID) {
+		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "invalid session_id %q: want se_ followed by 26 characters", truncate(req.SessionID, 64)))
+		return
+	}
+	if req.TTLSeconds < 0 || req.TTLSeconds > int64(controlplane.MaxTokenTTL/time.Second) {
+		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "ttl_seconds must be between 1 and %d", int64(controlplane.MaxTokenTTL/time.Second)))
+		return
+	}
+	treq := controlplane.TokenRequest{Name: req.Name, SandboxID: req.SandboxID, SessionID: req.SessionID, TTL: time.Duration(req.TTLSeconds) * time.Second}
+	for _, sc := range req.Scopes {
+		treq.Scopes = append(treq.Scopes, store.TokenScope(sc))
+	}
+	p := principalOf(r)
+	cred, tok, err := s.cp.CreateAccessToken(r.Context(), p.TenantID, p.KeyID, treq)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/tokens/"+tok.ID)
+	writeJSON(w, http.StatusCreated, airlock.NewAccessToken{AccessToken: toToken(tok), Token: cred})
+}
+
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, tokenIDPattern, "access token", "tok_ followed by 26 characters")
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if err := s.cp.RevokeAccessToken(r.Context(), tenantOf(r), id); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,260 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+func newTenantCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tenant",
+		Short: "Manage tenants (with an admin key of the operator tenant)",
+		Long: `Tenants are the boundary for everything: API keys, sandboxes, sessions, secrets and snapshots belong
+to one, and nothing crosses from one to another. The first tenant, made by "airlock up", is the operator
+tenant: its admin keys manage the others.`,
+	}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use:   "create NAME",
+			Short: "Create a tenant and print its first admin key (shown only once)",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				defer interruptible(cmd)()
+				ct, err := g.client().CreateTenant(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(g.Out, ct)
+				}
+				fmt.Fprintf(g.Err, "Created tenant %s (%s). Its first admin key, shown only now:\n", ct.Tenant.Name, ct.Tenant.ID)
+				fmt.Fprintln(g.Out, ct.APIKey.Key)
+				return nil
+			},
+		},
+		&cobra.Command{
+			Use:     "ls",
+			Aliases: []string{"list"},
+			Short:   "List the tenants",
+			Args:    cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				defer interruptible(cmd)()
+				l, err := g.client().ListTenants(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(g.Out, l)
+				}
+				t := newTable(g.Out, "ID", "NAME", "STATUS", "CREATED")
+				for _, tn := range l.Tenants {
+					status := "enabled"
+					if tn.Disabled {
+						status = "disabled"
+					}
+					if tn.Operator {
+						status += ", operator"
+					}
+					t.row(tn.ID, tn.Name, status, tn.CreatedAt.Local().Format(time.DateTime))
+				}
+				return t.flush()
+			},
+		},
+		&cobra.Command{
+			Use:   "get ID",
+			Short: "Describe a tenant",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				defer interruptible(cmd)()
+				tn, err := g.client().GetTenant(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return printJSON(g.Out, tn)
+			},
+		},
+		newTenantSetDisabledCmd(g, "disable", true, "Disable a tenant: its API keys and access tokens are refused"),
+		newTenantSetDisabledCmd(g, "enable", false, "Enable a disabled tenant again"),
+	)
+	return cmd
+}
+
+func newTenantSetDisabledCmd(g *globals, use string, disabled bool, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use + " ID",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			tn, err := g.client().UpdateTenant(cmd.Context(), args[0], airlock.UpdateTenantRequest{Disabled: &disabled})
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, tn)
+			}
+			fmt.Fprintf(g.Out, "tenant %s %sd\n", tn.ID, use)
+			return nil
+		},
+	}
+}
+
+func newKeyCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "key",
+		Short: "Manage your tenant's API keys (with an admin key)",
+		Long: `API keys authenticate to the API. Each has a scope: read (get, list, read files), write (also create,
+change, delete, run processes, write files) or admin (also manage the tenant's keys). A key is shown once,
+when it is made; Airlock keeps only its hash.`,
+	}
+	var scope string
+	create := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create an API key and print it (shown only once)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			k, err := g.client().CreateAPIKey(cmd.Context(), args[0], scope)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, k)
+			}
+			fmt.Fprintf(g.Err, "Created API key %s (%s, scope %s), shown only now:\n", k.Name, k.ID, k.Scope)
+			fmt.Fprintln(g.Out, k.Key)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&scope, "scope", airlock.ScopeWrite, "admin, write or read")
+	cmd.AddCommand(create,
+		&cobra.Command{
+			Use:     "ls",
+			Aliases: []string{"list"},
+			Short:   "List the API keys, revoked ones included",
+			Args:    cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				defer interruptible(cmd)()
+				l, err := g.client().ListAPIKeys(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(g.Out, l)
+				}
+				now := time.Now()
+				t := newTable(g.Out, "ID", "NAME", "SCOPE", "PREFIX", "CREATED", "LAST USED", "REVOKED")
+				for _, k := range l.APIKeys {
+					t.row(k.ID, k.Name, k.Scope, k.Prefix+"…", relTime(&k.CreatedAt, now), relTime(k.LastUsedAt, now), relTime(k.RevokedAt, now))
+				}
+				return t.flush()
+			},
+		},
+		&cobra.Command{
+			Use:   "revoke ID",
+			Short: "Revoke an API key at once",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				defer interruptible(cmd)()
+				return g.client().RevokeAPIKey(cmd.Context(), args[0])
+			},
+		},
+	)
+	return cmd
+}
+
+func newTokenCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Make access tokens for one sandbox or session, to hand to an agent",
+		Long: `An access token reaches the exec, process and file routes (and ports) of one sandbox or one session,
+as its scopes allow, and nothing else. It expires (one hour by default, at most seven days) and can be
+revoked. Use it as the API key: AIRLOCK_API_KEY=<token> airlock exec ID -- …`,
+	}
+	var (
+		scopes []string
+		ttl    time.Duration
+		name   string
+	)
+	create := &cobra.Command{
+		Use:   "create SANDBOX-OR-SESSION-ID",
+		Short: "Create an access token and print it (shown only once)",
+		Example: `  airlock token create sb_… --scope exec --scope files --ttl 2h
+  airlock token create se_… --scope files`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			req := airlock.CreateAccessTokenRequest{Name: name, Scopes: scopes, TTLSeconds: int64(ttl / time.Second)}
+			switch id := args[0]; {
+			case strings.HasPrefix(id, "sb_"):
+				req.SandboxID = id
+			case strings.HasPrefix(id, "se_"):
+				req.SessionID = id
+			default:
+				return fmt.Errorf("%q is neither a sandbox ID (sb_…) nor a session ID (se_…)", truncate(id, 64))
+			}
+			tok, err := g.client().CreateAccessToken(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, tok)
+			}
+			fmt.Fprintf(g.Err, "Created access token %s for %s (scopes %s, expires %s), shown only now:\n",
+				tok.ID, args[0], strings.Join(tok.Scopes, ","), tok.ExpiresAt.Local().Format(time.DateTime))
+			fmt.Fprintln(g.Out, tok.Token)
+			return nil
+		},
+	}
+	create.Flags().StringArrayVar(&scopes, "scope", []string{airlock.TokenScopeExec, airlock.TokenScopeFiles}, "exec, files or ports (repeat)")
+	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token lasts (at most 168h)")
+	create.Flags().StringVar(&name, "name", "", "a label for the token")
+	cmd.AddCommand(create,
+		&cobra.Command{
+			Use:     "ls [SANDBOX-OR-SESSION-ID]",
+			Aliases: []string{"list"},
+			Short:   "List the access tokens that have not expired",
+			Args:    cobra.MaximumNArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				defer interruptible(cmd)()
+				var sb, se string
+				if len(args) == 1 {
+					if strings.HasPrefix(args[0], "se_") {
+						se = args[0]
+					} else {
+						sb = args[0]
+					}
+				}
+				l, err := g.client().ListAccessTokens(cmd.Context(), sb, se)
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(g.Out, l)
+				}
+				now := time.Now()
+				t := newTable(g.Out, "ID", "FOR", "SCOPES", "NAME", "EXPIRES", "REVOKED")
+				for _, tok := range l.Tokens {
+					target := tok.SandboxID + tok.SessionID
+					t.row(tok.ID, target, strings.Join(tok.Scopes, ","), tok.Name, relTime(&tok.ExpiresAt, now), relTime(tok.RevokedAt, now))
+				}
+				return t.flush()
+			},
+		},
+		&cobra.Command{
+			Use:   "revoke ID",
+			Short: "Revoke an access token at once",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				defer interruptible(cmd)()
+				return g.client().RevokeAccessToken(cmd.Context(), args[0])
+			},
+		},
+	)
+	return cmd
+}

@@ -1,0 +1,313 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// Credential prefixes, so that secret scanners and people recognize Airlock's credentials.
+const (
+	// APIKeyPrefix starts every API key.
+	APIKeyPrefix = "ak_"
+	// AccessTokenPrefix starts every access token.
+	AccessTokenPrefix = "at_"
+)
+
+// Bounds of access tokens' lifetimes.
+const (
+	DefaultTokenTTL = time.Hour
+	MaxTokenTTL     = 7 * 24 * time.Hour
+)
+
+// Principal is who made a request: a tenant's API key, or an access token for one sandbox or session.
+type Principal struct {
+	TenantID string
+	// Operator is set for the operator tenant, whose admin keys also manage the other tenants.
+	Operator bool
+	// KeyID and Scope are the API key's; both are empty for an access token.
+	KeyID string
+	Scope store.Scope
+	// Token is the access token, or nil for an API key.
+	Token *store.AccessToken
+}
+
+// Bootstrap makes sure an operator tenant with an API key exists. On first start it creates them and
+// returns the new key (the only time it is ever shown); afterwards it returns "".
+func (s *Service) Bootstrap(ctx context.Context) (apiKey string, err error) {
+	ts, err := s.store.ListTenants(ctx)
+	if err != nil {
+		return "", fmt.Errorf("bootstrap: %w", err)
+	}
+	if len(ts) > 0 {
+		return "", nil
+	}
+	t, err := s.store.CreateTenant(ctx, store.Tenant{Name: "default", Operator: true})
+	if err != nil {
+		return "", fmt.Errorf("bootstrap: %w", err)
+	}
+	key, _, err := s.CreateAPIKey(ctx, t.ID, "bootstrap", store.ScopeAdmin)
+	if err != nil {
+		return "", fmt.Errorf("bootstrap: %w", err)
+	}
+	return key, nil
+}
+
+// newCredential returns a fresh credential with the given prefix: 32 random bytes, base64url.
+func newCredential(prefix string) (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return prefix + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// MaxNameLen bounds the names of keys, tokens and tenants.
+const MaxNameLen = 128
+
+func checkName(what, name string, required bool) error {
+	switch {
+	case name == "" && required:
+		return fmt.Errorf("%s name is required: %w", what, errdefs.ErrInvalidArgument)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%s name is longer than %d bytes: %w", what, MaxNameLen, errdefs.ErrInvalidArgument)
+	case strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return fmt.Errorf("%s name has a control character: %w", what, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// CreateAPIKey makes a new key for the tenant and returns it; only its hash is stored.
+func (s *Service) CreateAPIKey(ctx context.Context, tenantID, name string, scope store.Scope) (string, store.APIKey, error) {
+	if err := checkName("API key", name, true); err != nil {
+		return "", store.APIKey{}, err
+	}
+	if !scope.Valid() {
+		return "", store.APIKey{}, fmt.Errorf("scope %q is not admin, write or read: %w", truncate(string(scope), 32), errdefs.ErrInvalidArgument)
+	}
+	key, err := newCredential(APIKeyPrefix)
+	if err != nil {
+		return "", store.APIKey{}, err
+	}
+	k, err := s.store.CreateAPIKey(ctx, store.APIKey{TenantID: tenantID, Name: name, Scope: scope, Prefix: key[:10], Hash: hashKey(key)})
+	if err != nil {
+		return "", store.APIKey{}, err
+	}
+	return key, k, nil
+}
+
+// ListAPIKeys lists the tenant's API keys, revoked ones included.
+func (s *Service) ListAPIKeys(ctx context.Context, tenantID string) ([]store.APIKey, error) {
+	return s.store.ListAPIKeys(ctx, tenantID)
+}
+
+// RevokeAPIKey revokes one of the tenant's API keys at once.
+func (s *Service) RevokeAPIKey(ctx context.Context, tenantID, id string) error {
+	return s.store.RevokeAPIKey(ctx, tenantID, id, s.now())
+}
+
+func hashKey(key string) []byte {
+	h := sha256.Sum256([]byte(key))
+	return h[:]
+}
+
+// maxCredentialLen bounds what Authenticate hashes and looks up.
+const maxCredentialLen = 256
+
+// Authenticate reports who a credential (an API key or an access token) belongs to. Unknown, revoked
+// and expired credentials are errdefs.ErrUnauthenticated; a credential of a disabled tenant is
+// errdefs.ErrPermissionDenied.
+func (s *Service) Authenticate(ctx context.Context, cred string) (Principal, error) {
+	switch {
+	case cred == "":
+		return Principal{}, fmt.Errorf("missing API key or access token (send Authorization: Bearer <key>): %w", errdefs.ErrUnauthenticated)
+	case len(cred) > maxCredentialLen:
+		return Principal{}, fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+	case strings.HasPrefix(cred, AccessTokenPrefix):
+		return s.authenticateToken(ctx, cred)
+	}
+	k, err := s.store.GetAPIKeyByHash(ctx, hashKey(cred))
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Principal{}, fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+	}
+	if err != nil {
+		return Principal{}, err
+	}
+	if k.RevokedAt != nil {
+		return Principal{}, fmt.Errorf("API key %s… was revoked: %w", k.Prefix, errdefs.ErrUnauthenticated)
+	}
+	t, err := s.enabledTenant(ctx, k.TenantID)
+	if err != nil {
+		return Principal{}, err
+	}
+	now := s.now()
+	if k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) > time.Minute {
+		if err := s.store.TouchAPIKey(ctx, k.TenantID, k.ID, now); err != nil {
+			s.log.Warn("touch api key", "key", k.ID, "err", err)
+		}
+	}
+	return Principal{TenantID: k.TenantID, Operator: t.Operator, KeyID: k.ID, Scope: k.Scope}, nil
+}
+
+func (s *Service) authenticateToken(ctx context.Context, cred string) (Principal, error) {
+	tok, err := s.store.GetAccessTokenByHash(ctx, hashKey(cred))
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Principal{}, fmt.Errorf("invalid access token: %w", errdefs.ErrUnauthenticated)
+	}
+	if err != nil {
+		return Principal{}, err
+	}
+	switch {
+	case tok.RevokedAt != nil:
+		return Principal{}, fmt.Errorf("access token %s… was revoked: %w", tok.Prefix, errdefs.ErrUnauthenticated)
+	case !s.now().Before(tok.ExpiresAt):
+		return Principal{}, fmt.Errorf("access token %s… expired at %s: %w", tok.Prefix, tok.ExpiresAt.Format(time.RFC3339), errdefs.ErrUnauthenticated)
+	}
+	if _, err := s.enabledTenant(ctx, tok.TenantID); err != nil {
+		return Principal{}, err
+	}
+	return Principal{TenantID: tok.TenantID, Token: &tok}, nil
+}
+
+// enabledTenant returns the tenant, or ErrPermissionDenied if it is disabled.
+func (s *Service) enabledTenant(ctx context.Context, id string) (store.Tenant, error) {
+	t, err := s.store.GetTenant(ctx, id)
+	if err != nil {
+		return store.Tenant{}, err
+	}
+	if t.DisabledAt != nil {
+		return store.Tenant{}, fmt.Errorf("tenant %s is disabled: %w", t.ID, errdefs.ErrPermissionDenied)
+	}
+	return t, nil
+}
+
+// TokenRequest asks for an access token for one sandbox or one session.
+type TokenRequest struct {
+	Name      string
+	SandboxID string
+	SessionID string
+	Scopes    []store.TokenScope
+	// TTL is how long the token lasts; zero: DefaultTokenTTL.
+	TTL time.Duration
+}
+
+// CreateAccessToken makes an access token for one of the tenant's sandboxes or sessions and returns it;
+// only its hash is stored. keyID names the API key that asked for it.
+func (s *Service) CreateAccessToken(ctx context.Context, tenantID, keyID string, req TokenRequest) (string, store.AccessToken, error) {
+	if err := checkName("token", req.Name, false); err != nil {
+		return "", store.AccessToken{}, err
+	}
+	if (req.SandboxID == "") == (req.SessionID == "") {
+		return "", store.AccessToken{}, fmt.Errorf("give exactly one of sandbox_id and session_id: %w", errdefs.ErrInvalidArgument)
+	}
+	if len(req.Scopes) == 0 {
+		return "", store.AccessToken{}, fmt.Errorf("scopes are required: some of exec, files, ports: %w", errdefs.ErrInvalidArgument)
+	}
+	scopes := slices.Clone(req.Scopes)
+	slices.Sort(scopes)
+	scopes = slices.Compact(scopes)
+	for _, sc := range scopes {
+		if !sc.Valid() {
+			return "", store.AccessToken{}, fmt.Errorf("unknown scope %q: want exec, files or ports: %w", truncate(string(sc), 32), errdefs.ErrInvalidArgument)
+		}
+	}
+	ttl := req.TTL
+	switch {
+	case ttl == 0:
+		ttl = DefaultTokenTTL
+	case ttl < time.Second || ttl > MaxTokenTTL:
+		return "", store.AccessToken{}, fmt.Errorf("ttl must be between 1 s and %s: %w", MaxTokenTTL, errdefs.ErrInvalidArgument)
+	}
+	cred, err := newCredential(AccessTokenPrefix)
+	if err != nil {
+		return "", store.AccessToken{}, err
+	}
+	now := s.now()
+	tok, err := s.store.CreateAccessToken(ctx, store.AccessToken{
+		TenantID: tenantID, Name: req.Name, SandboxID: req.SandboxID, SessionID: req.SessionID, Scopes: scopes,
+		Prefix: cred[:10], Hash: hashKey(cred), CreatedBy: keyID, CreatedAt: now, ExpiresAt: now.Add(ttl),
+	})
+	if err != nil {
+		return "", store.AccessToken{}, err
+	}
+	return cred, tok, nil
+}
+
+// ListAccessTokens lists the tenant's unexpired access tokens, of one sandbox or session if f says so.
+func (s *Service) ListAccessTokens(ctx context.Context, tenantID string, f store.AccessTokenFilter) ([]store.AccessToken, error) {
+	return s.store.ListAccessTokens(ctx, tenantID, s.now(), f)
+}
+
+// RevokeAccessToken revokes one of the tenant's access tokens at once.
+func (s *Service) RevokeAccessToken(ctx context.Context, tenantID, id string) error {
+	return s.store.RevokeAccessToken(ctx, tenantID, id, s.now())
+}
+
+// CreateTenant makes a tenant with a first admin key and returns both; the key is shown only now.
+func (s *Service) CreateTenant(ctx context.Context, name string) (store.Tenant, string, store.APIKey, error) {
+	if err := checkName("tenant", name, true); err != nil {
+		return store.Tenant{}, "", store.APIKey{}, err
+	}
+	t, err := s.store.CreateTenant(ctx, store.Tenant{Name: name})
+	if err != nil {
+		return store.Tenant{}, "", store.APIKey{}, err
+	}
+	key, k, err := s.CreateAPIKey(ctx, t.ID, "first admin key", store.ScopeAdmin)
+	if err != nil {
+		return store.Tenant{}, "", store.APIKey{}, err
+	}
+	return t, key, k, nil
+}
+
+// ListTenants lists every tenant.
+func (s *Service) ListTenants(ctx context.Context) ([]store.Tenant, error) {
+	return s.store.ListTenants(ctx)
+}
+
+// GetTenant describes one tenant.
+func (s *Service) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
+	return s.store.GetTenant(ctx, id)
+}
+
+// SetTenantDisabled disables or enables a tenant. A disabled tenant's keys and tokens are refused.
+func (s *Service) SetTenantDisabled(ctx context.Context, id string, disabled bool) (store.Tenant, error) {
+	var at *time.Time
+	if disabled {
+		now := s.now()
+		at = &now
+	}
+	return s.store.SetTenantDisabled(ctx, id, at)
+}
+
+// truncate shortens s, for error messages that quote input.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// RecordsKeptFor is how long idempotency records, and access tokens after they expire, are kept.
+const RecordsKeptFor = 24 * time.Hour
+
+// expireRecords drops the idempotency records and the expired access tokens older than RecordsKeptFor.
+func (s *Service) expireRecords() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	before := s.now().Add(-RecordsKeptFor)
+	if _, err := s.store.DeleteIdempotencyBefore(ctx, before); err != nil {
+		s.log.Warn("expire idempotency records", "err", err)
+	}
+	if _, err := s.store.DeleteAccessTokensExpiredBefore(ctx, before); err != nil {
+		s.log.Warn("expire access tokens", "err", err)
+	}
+}

@@ -1,0 +1,164 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+const tokenCols = "id, tenant_id, name, sandbox_id, session_id, scopes, prefix, hash, created_by, created_at, expires_at, revoked_at"
+
+// CreateAccessToken implements store.Store.
+func (s *Store) CreateAccessToken(ctx context.Context, tok store.AccessToken) (store.AccessToken, error) {
+	if tok.ID == "" {
+		tok.ID = store.NewID("tok")
+	}
+	if tok.CreatedAt.IsZero() {
+		tok.CreatedAt = now()
+	}
+	tok.CreatedAt = store.NormalizeTime(tok.CreatedAt)
+	tok.ExpiresAt = store.NormalizeTime(tok.ExpiresAt)
+	tok.RevokedAt = store.NormalizeTimePtr(tok.RevokedAt)
+	tok.Hash = append([]byte(nil), tok.Hash...)
+	tok.Scopes = slices.Clone(tok.Scopes)
+	if err := tok.Validate(); err != nil {
+		return store.AccessToken{}, fmt.Errorf("create access token: %w", err)
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := checkTenant(ctx, tx, tok.TenantID); err != nil {
+			return err
+		}
+		q, id := "SELECT 1 FROM sandboxes WHERE id = ? AND tenant_id = ?", tok.SandboxID
+		if tok.SessionID != "" {
+			q, id = "SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?", tok.SessionID
+		}
+		ok, err := exists(ctx, tx, q, id, tok.TenantID)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%s: %w", id, errdefs.ErrNotFound)
+		}
+		taken, err := exists(ctx, tx, "SELECT 1 FROM access_tokens WHERE id = ? OR hash = ?", tok.ID, tok.Hash)
+		if err != nil {
+			return err
+		}
+		if taken {
+			return fmt.Errorf("ID or hash in use: %w", errdefs.ErrAlreadyExists)
+		}
+		_, err = tx.ExecContext(ctx, "INSERT INTO access_tokens ("+tokenCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+			tok.ID, tok.TenantID, tok.Name, tok.SandboxID, tok.SessionID, joinScopes(tok.Scopes), tok.Prefix, tok.Hash,
+			tok.CreatedBy, micros(tok.CreatedAt), micros(tok.ExpiresAt), nullMicros(tok.RevokedAt))
+		return mapErr(err)
+	})
+	if err != nil {
+		return store.AccessToken{}, fmt.Errorf("create access token %s: %w", tok.ID, err)
+	}
+	return tok, nil
+}
+
+// GetAccessTokenByHash implements store.Store.
+func (s *Store) GetAccessTokenByHash(ctx context.Context, hash []byte) (store.AccessToken, error) {
+	if len(hash) == 0 {
+		return store.AccessToken{}, fmt.Errorf("get access token by hash: hash is empty: %w", errdefs.ErrInvalidArgument)
+	}
+	tok, err := scanToken(s.r.QueryRowContext(ctx, "SELECT "+tokenCols+" FROM access_tokens WHERE hash = ?", hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.AccessToken{}, fmt.Errorf("get access token by hash: %w", errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return store.AccessToken{}, fmt.Errorf("get access token by hash: %w", mapErr(err))
+	}
+	return tok, nil
+}
+
+// ListAccessTokens implements store.Store.
+func (s *Store) ListAccessTokens(ctx context.Context, tenantID string, at time.Time, f store.AccessTokenFilter) ([]store.AccessToken, error) {
+	q := "SELECT " + tokenCols + " FROM access_tokens WHERE tenant_id = ? AND expires_at > ?"
+	args := []any{tenantID, micros(at)}
+	if f.SandboxID != "" {
+		q += " AND sandbox_id = ?"
+		args = append(args, f.SandboxID)
+	}
+	if f.SessionID != "" {
+		q += " AND session_id = ?"
+		args = append(args, f.SessionID)
+	}
+	rows, err := s.r.QueryContext(ctx, q+" ORDER BY created_at, id", args...)
+	if err != nil {
+		return nil, fmt.Errorf("list access tokens of tenant %s: %w", tenantID, mapErr(err))
+	}
+	defer rows.Close()
+	var out []store.AccessToken
+	for rows.Next() {
+		tok, err := scanToken(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list access tokens of tenant %s: %w", tenantID, mapErr(err))
+		}
+		out = append(out, tok)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list access tokens of tenant %s: %w", tenantID, mapErr(err))
+	}
+	return out, nil
+}
+
+// RevokeAccessToken implements store.Store.
+func (s *Store) RevokeAccessToken(ctx context.Context, tenantID, id string, at time.Time) error {
+	res, err := s.w.ExecContext(ctx, "UPDATE access_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND tenant_id = ?",
+		micros(at), id, tenantID)
+	if err := oneRow(res, err); err != nil {
+		return fmt.Errorf("revoke access token %s: %w", id, err)
+	}
+	return nil
+}
+
+// DeleteAccessTokensExpiredBefore implements store.Store.
+func (s *Store) DeleteAccessTokensExpiredBefore(ctx context.Context, before time.Time) (int64, error) {
+	res, err := s.w.ExecContext(ctx, "DELETE FROM access_tokens WHERE expires_at < ?", micros(before))
+	if err != nil {
+		return 0, fmt.Errorf("delete expired access tokens: %w", mapErr(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("delete expired access tokens: %w", mapErr(err))
+	}
+	return n, nil
+}
+
+func joinScopes(ss []store.TokenScope) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, ",")
+}
+
+func scanToken(row scanner) (store.AccessToken, error) {
+	var (
+		tok              store.AccessToken
+		scopes           string
+		created, expires int64
+		revoked          sql.NullInt64
+	)
+	if err := row.Scan(&tok.ID, &tok.TenantID, &tok.Name, &tok.SandboxID, &tok.SessionID, &scopes, &tok.Prefix, &tok.Hash,
+		&tok.CreatedBy, &created, &expires, &revoked); err != nil {
+		return store.AccessToken{}, err
+	}
+	for _, p := range strings.Split(scopes, ",") {
+		if p != "" {
+			tok.Scopes = append(tok.Scopes, store.TokenScope(p))
+		}
+	}
+	tok.CreatedAt = fromMicros(created)
+	tok.ExpiresAt = fromMicros(expires)
+	tok.RevokedAt = fromNullMicros(revoked)
+	return tok, nil
+}

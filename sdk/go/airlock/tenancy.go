@@ -1,0 +1,216 @@
+package airlock
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// API key scopes: each includes the ones after it.
+const (
+	ScopeAdmin = "admin" // also manages the tenant's keys (and, for the operator tenant, the tenants)
+	ScopeWrite = "write" // creates, changes, deletes, runs processes, writes files
+	ScopeRead  = "read"  // gets, lists, reads files
+)
+
+// Access token scopes.
+const (
+	TokenScopeExec  = "exec"  // exec, process streams, the process list, attach, signals
+	TokenScopeFiles = "files" // every file route
+	TokenScopePorts = "ports" // the sandbox's ports
+)
+
+// Tenant is a tenant as the API reports it.
+type Tenant struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Operator marks the tenant whose admin keys also manage the other tenants.
+	Operator   bool       `json:"operator"`
+	Disabled   bool       `json:"disabled"`
+	DisabledAt *time.Time `json:"disabled_at,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+}
+
+// TenantList is the response of GET /v1/tenants.
+type TenantList struct {
+	Tenants []Tenant `json:"tenants"`
+}
+
+// CreateTenantRequest is the body of POST /v1/tenants.
+type CreateTenantRequest struct {
+	Name string `json:"name"`
+}
+
+// CreatedTenant is the response of POST /v1/tenants: the tenant and its first admin key, shown only
+// this once.
+type CreatedTenant struct {
+	Tenant Tenant    `json:"tenant"`
+	APIKey NewAPIKey `json:"api_key"`
+}
+
+// UpdateTenantRequest is the body of PATCH /v1/tenants/{id}; nil fields stay as they are.
+type UpdateTenantRequest struct {
+	// Disabled refuses (true) or accepts again (false) the tenant's keys and tokens.
+	Disabled *bool `json:"disabled,omitempty"`
+}
+
+// APIKey describes an API key, never the key itself.
+type APIKey struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	Scope      string     `json:"scope"`
+	Prefix     string     `json:"prefix"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+}
+
+// NewAPIKey is a new API key with the key itself, which is shown only once.
+type NewAPIKey struct {
+	APIKey
+	Key string `json:"key"`
+}
+
+// APIKeyList is the response of GET /v1/api-keys.
+type APIKeyList struct {
+	APIKeys []APIKey `json:"api_keys"`
+}
+
+// CreateAPIKeyRequest is the body of POST /v1/api-keys.
+type CreateAPIKeyRequest struct {
+	Name string `json:"name"`
+	// Scope is admin, write or read.
+	Scope string `json:"scope"`
+}
+
+// AccessToken describes an access token, never the token itself.
+type AccessToken struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name,omitempty"`
+	SandboxID string     `json:"sandbox_id,omitempty"`
+	SessionID string     `json:"session_id,omitempty"`
+	Scopes    []string   `json:"scopes"`
+	Prefix    string     `json:"prefix"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// NewAccessToken is a new access token with the token itself, which is shown only once.
+type NewAccessToken struct {
+	AccessToken
+	Token string `json:"token"`
+}
+
+// AccessTokenList is the response of GET /v1/tokens.
+type AccessTokenList struct {
+	Tokens []AccessToken `json:"tokens"`
+}
+
+// CreateAccessTokenRequest is the body of POST /v1/tokens. Set SandboxID or SessionID.
+type CreateAccessTokenRequest struct {
+	Name      string   `json:"name,omitempty"`
+	SandboxID string   `json:"sandbox_id,omitempty"`
+	SessionID string   `json:"session_id,omitempty"`
+	Scopes    []string `json:"scopes"`
+	// TTLSeconds is the token's lifetime; 0 is one hour, at most 7 days.
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+}
+
+// CreateTenant makes a tenant and its first admin key (needs an admin key of the operator tenant).
+func (c *Client) CreateTenant(ctx context.Context, name string) (*CreatedTenant, error) {
+	var out CreatedTenant
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/tenants", nil, CreateTenantRequest{Name: name}, &out, nil); err != nil {
+		return nil, fmt.Errorf("create tenant %s: %w", name, err)
+	}
+	return &out, nil
+}
+
+// ListTenants lists every tenant (needs an admin key of the operator tenant).
+func (c *Client) ListTenants(ctx context.Context) (*TenantList, error) {
+	var out TenantList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/tenants", nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return &out, nil
+}
+
+// GetTenant describes a tenant (needs an admin key of the operator tenant).
+func (c *Client) GetTenant(ctx context.Context, id string) (*Tenant, error) {
+	var out Tenant
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(id), nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("get tenant %s: %w", id, err)
+	}
+	return &out, nil
+}
+
+// UpdateTenant changes a tenant (needs an admin key of the operator tenant).
+func (c *Client) UpdateTenant(ctx context.Context, id string, req UpdateTenantRequest) (*Tenant, error) {
+	var out Tenant
+	if err := c.doJSON(ctx, http.MethodPatch, "/v1/tenants/"+url.PathEscape(id), nil, req, &out, nil); err != nil {
+		return nil, fmt.Errorf("update tenant %s: %w", id, err)
+	}
+	return &out, nil
+}
+
+// CreateAPIKey makes an API key for the caller's tenant (needs an admin key).
+func (c *Client) CreateAPIKey(ctx context.Context, name, scope string) (*NewAPIKey, error) {
+	var out NewAPIKey
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/api-keys", nil, CreateAPIKeyRequest{Name: name, Scope: scope}, &out, nil); err != nil {
+		return nil, fmt.Errorf("create API key %s: %w", name, err)
+	}
+	return &out, nil
+}
+
+// ListAPIKeys lists the caller's tenant's API keys, revoked ones included (needs an admin key).
+func (c *Client) ListAPIKeys(ctx context.Context) (*APIKeyList, error) {
+	var out APIKeyList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/api-keys", nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("list API keys: %w", err)
+	}
+	return &out, nil
+}
+
+// RevokeAPIKey revokes an API key at once (needs an admin key).
+func (c *Client) RevokeAPIKey(ctx context.Context, id string) error {
+	if err := c.doJSON(ctx, http.MethodDelete, "/v1/api-keys/"+url.PathEscape(id), nil, nil, nil, nil); err != nil {
+		return fmt.Errorf("revoke API key %s: %w", id, err)
+	}
+	return nil
+}
+
+// CreateAccessToken makes an access token for one sandbox or session, to hand to an agent.
+func (c *Client) CreateAccessToken(ctx context.Context, req CreateAccessTokenRequest) (*NewAccessToken, error) {
+	var out NewAccessToken
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/tokens", nil, req, &out, nil); err != nil {
+		return nil, fmt.Errorf("create access token: %w", err)
+	}
+	return &out, nil
+}
+
+// ListAccessTokens lists the tenant's unexpired access tokens; sandboxID or sessionID, if not empty,
+// selects those of one object.
+func (c *Client) ListAccessTokens(ctx context.Context, sandboxID, sessionID string) (*AccessTokenList, error) {
+	q := url.Values{}
+	if sandboxID != "" {
+		q.Set("sandbox_id", sandboxID)
+	}
+	if sessionID != "" {
+		q.Set("session_id", sessionID)
+	}
+	var out AccessTokenList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/tokens", q, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("list access tokens: %w", err)
+	}
+	return &out, nil
+}
+
+// RevokeAccessToken revokes an access token at once.
+func (c *Client) RevokeAccessToken(ctx context.Context, id string) error {
+	if err := c.doJSON(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(id), nil, nil, nil, nil); err != nil {
+		return fmt.Errorf("revoke access token %s: %w", id, err)
+	}
+	return nil
+}
