@@ -139,7 +139,8 @@ func pathID(r *http.Request, pattern *regexp.Regexp, what, want string) (string,
 }
 
 func toTenant(t store.Tenant) airlock.Tenant {
-	return airlock.Tenant{ID: t.ID, Name: t.Name, Operator: t.Operator, Disabled: t.DisabledAt != nil, DisabledAt: t.DisabledAt, CreatedAt: t.CreatedAt}
+	return airlock.Tenant{ID: t.ID, Name: t.Name, Operator: t.Operator, Disabled: t.DisabledAt != nil, DisabledAt: t.DisabledAt,
+		CreatedAt: t.CreatedAt, Quotas: airlock.Quotas(t.Quotas)}
 }
 
 func toAPIKey(k store.APIKey) airlock.APIKey {
@@ -218,6 +219,17 @@ func (s *Server) updateTenant(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
+	if req.Quotas != nil {
+		q := store.TenantQuotas(*req.Quotas)
+		if err := q.Validate(); err != nil {
+			writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "quotas must not be negative"))
+			return
+		}
+		if t, err = s.cp.SetTenantQuotas(r.Context(), id, q); err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+	}
 	if req.Disabled != nil {
 		if t, err = s.cp.SetTenantDisabled(r.Context(), id, *req.Disabled); err != nil {
 			writeError(w, r, s.log, err)
@@ -225,6 +237,19 @@ func (s *Server) updateTenant(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, toTenant(t))
+}
+
+func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
+	if err := onlyQuery(r); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	q, u, err := s.cp.Usage(r.Context(), tenantOf(r))
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, airlock.Usage{Quotas: airlock.Quotas(q), Usage: airlock.Quotas(u)})
 }
 
 func (s *Server) listAPIKeys(w http.ResponseWriter, r *http.Request) {

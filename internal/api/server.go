@@ -104,6 +104,7 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/tenants", s.operator(s.createTenant)},
 		{"GET", "/v1/tenants/{id}", s.operator(s.getTenant)},
 		{"PATCH", "/v1/tenants/{id}", s.operator(s.updateTenant)},
+		{"GET", "/v1/usage", s.auth(s.usage)},
 		{"GET", "/v1/api-keys", s.admin(s.listAPIKeys)},
 		{"POST", "/v1/api-keys", s.admin(s.createAPIKey)},
 		{"DELETE", "/v1/api-keys/{id}", s.admin(s.revokeAPIKey)},

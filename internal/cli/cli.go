@@ -125,6 +125,7 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 		newTenantCmd(g),
 		newKeyCmd(g),
 		newTokenCmd(g),
+		newUsageCmd(g),
 		newDaemonCmd(),
 	)
 	return root

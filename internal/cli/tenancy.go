@@ -78,10 +78,63 @@ tenant: its admin keys manage the others.`,
 				return printJSON(g.Out, tn)
 			},
 		},
+		newTenantQuotaCmd(g),
 		newTenantSetDisabledCmd(g, "disable", true, "Disable a tenant: its API keys and access tokens are refused"),
 		newTenantSetDisabledCmd(g, "enable", false, "Enable a disabled tenant again"),
 	)
 	return cmd
+}
+
+func newTenantQuotaCmd(g *globals) *cobra.Command {
+	var q airlock.Quotas
+	cmd := &cobra.Command{
+		Use:     "quota ID",
+		Short:   "Set a tenant's quotas (all of them; 0 is no limit)",
+		Example: `  airlock tenant quota tn_… --running-sandboxes 20 --sessions 100 --snapshot-bytes 50000000000`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			tn, err := g.client().UpdateTenant(cmd.Context(), args[0], airlock.UpdateTenantRequest{Quotas: &q})
+			if err != nil {
+				return err
+			}
+			return printJSON(g.Out, tn)
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&q.RunningSandboxes, "running-sandboxes", 0, "sandboxes creating, running or stopping, sessions' included")
+	f.Int64Var(&q.Sessions, "sessions", 0, "sessions not deleted")
+	f.Int64Var(&q.SnapshotBytes, "snapshot-bytes", 0, "bytes the tenant's snapshots add to the snapshot store")
+	return cmd
+}
+
+func newUsageCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "usage",
+		Short: "Show your tenant's quotas and what counts against them",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			u, err := g.client().Usage(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, u)
+			}
+			limit := func(n int64) string {
+				if n == 0 {
+					return "no limit"
+				}
+				return fmt.Sprint(n)
+			}
+			t := newTable(g.Out, "WHAT", "USED", "QUOTA")
+			t.row("running sandboxes", fmt.Sprint(u.Usage.RunningSandboxes), limit(u.Quotas.RunningSandboxes))
+			t.row("sessions", fmt.Sprint(u.Usage.Sessions), limit(u.Quotas.Sessions))
+			t.row("snapshot bytes", fmt.Sprint(u.Usage.SnapshotBytes), limit(u.Quotas.SnapshotBytes))
+			return t.flush()
+		},
+	}
 }
 
 func newTenantSetDisabledCmd(g *globals, use string, disabled bool, short string) *cobra.Command {

@@ -124,6 +124,9 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 	if err := s.node.CheckTemplate(ctx, req.Template); err != nil {
 		return store.Session{}, err
 	}
+	if err := s.checkNewSessions(ctx, tenantID, 1); err != nil {
+		return store.Session{}, fmt.Errorf("create session: %w", err)
+	}
 	var netJSON []byte
 	if req.Network != nil {
 		var err error
@@ -636,6 +639,9 @@ func (s *Service) SnapshotSession(ctx context.Context, tenantID, id, name string
 }
 
 func (s *Service) snapshotRunningLocked(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string) (store.Snapshot, error) {
+	if err := s.checkSnapshotQuota(ctx, se.TenantID); err != nil {
+		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %w", se.ID, err)
+	}
 	snap, err := s.snapshotSandbox(ctx, se, trigger, name, true)
 	if err != nil {
 		return snap, fmt.Errorf("snapshot session %s: %w", se.ID, err)
@@ -692,6 +698,10 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 	if err != nil {
 		unlock()
 		return nil, err
+	}
+	if err := s.checkNewSessions(ctx, tenantID, count); err != nil {
+		unlock()
+		return nil, fmt.Errorf("fork session %s: %w", id, err)
 	}
 	snapID := fromSnapshot
 	if snapID == "" {

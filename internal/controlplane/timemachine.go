@@ -114,6 +114,11 @@ func (s *Service) rollSession(ctx context.Context, se store.Session) error {
 	}
 	taken := s.now()
 	if _, err := s.snapshotRunningLocked(ctx, fresh, store.TriggerRolling, ""); err != nil {
+		if errors.Is(err, errdefs.ErrResourceExhausted) { // over the snapshot quota: try again an interval on
+			s.rolls.mu.Lock()
+			s.rolls.m[se.ID] = rollState{sandboxID: se.SandboxID, since: taken, cpu: cpu}
+			s.rolls.mu.Unlock()
+		}
 		return err
 	}
 	if cpu2, err := s.node.SandboxCPU(ctx, se.SandboxID); err == nil {

@@ -241,7 +241,8 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"GET /v1/tenants":                                       {},
 		"POST /v1/tenants":                                      {body: `{"name":"x"}`},
 		"GET /v1/tenants/{id}":                                  {},
-		"PATCH /v1/tenants/{id}":                                {body: `{"disabled":true}`},
+		"PATCH /v1/tenants/{id}":                                {body: `{"disabled":true,"quotas":{"sessions":1}}`},
+		"GET /v1/usage":                                         {},
 		"GET /v1/api-keys":                                      {},
 		"POST /v1/api-keys":                                     {body: `{"name":"b","scope":"read"}`},
 		"DELETE /v1/api-keys/{id}":                              {},
@@ -389,7 +390,7 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 	if toks, err := a.ListAccessTokens(ctx, sb.ID, ""); err != nil || len(toks.Tokens) != 1 || toks.Tokens[0].RevokedAt != nil {
 		t.Errorf("A's token after the walk: %+v, %v", toks, err)
 	}
-	if ts, err := a.ListTenants(ctx); err != nil || ts.Tenants[0].Disabled {
+	if ts, err := a.ListTenants(ctx); err != nil || ts.Tenants[0].Disabled || ts.Tenants[0].Quotas != (airlock.Quotas{}) {
 		t.Errorf("A's tenant after the walk: %+v, %v", ts, err)
 	}
 	if ps, err := a.ListProcesses(ctx, sb.ID); err != nil || len(ps.Processes) == 0 {
@@ -456,4 +457,85 @@ func call(t *testing.T, ctx context.Context, method, url, key, body string, webs
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, string(b)
+}
+
+// TestQuotas checks a tenant's quotas: creates, forks and snapshots past them get 429 with a message,
+// nothing is lost, and a pause is never refused.
+func TestQuotas(t *testing.T) {
+	e := testenv.Start(t, testenv.Options{})
+	ctx := ctxT(t, 4*time.Minute)
+	ct, err := e.Client.CreateTenant(ctx, "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := airlock.New(e.URL, airlock.WithAPIKey(ct.APIKey.Key))
+	setQuotas := func(q airlock.Quotas) {
+		t.Helper()
+		tn, err := e.Client.UpdateTenant(ctx, ct.Tenant.ID, airlock.UpdateTenantRequest{Quotas: &q})
+		if err != nil || tn.Quotas != q {
+			t.Fatalf("set quotas %+v = %+v, %v", q, tn, err)
+		}
+	}
+	_, err = e.Client.UpdateTenant(ctx, ct.Tenant.ID, airlock.UpdateTenantRequest{Quotas: &airlock.Quotas{Sessions: -1}})
+	wantCode(t, "negative quota", err, http.StatusBadRequest)
+	setQuotas(airlock.Quotas{RunningSandboxes: 2, Sessions: 1})
+
+	sb, err := c.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	se, err := c.CreateSession(ctx, airlock.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	wantCode(t, "a third running sandbox", err, http.StatusTooManyRequests)
+	var ae *airlock.APIError
+	if errors.As(err, &ae) && (ae.Code != "resource_exhausted" || !strings.Contains(ae.Message, "quota")) {
+		t.Errorf("quota error = %q %q; want resource_exhausted naming the quota", ae.Code, ae.Message)
+	}
+	_, err = c.ForkSession(ctx, se.ID, airlock.ForkSessionRequest{Count: 1})
+	wantCode(t, "a fork past the sessions quota", err, http.StatusTooManyRequests)
+	u, err := c.Usage(ctx)
+	if err != nil || u.Usage.RunningSandboxes != 2 || u.Usage.Sessions != 1 || u.Quotas.RunningSandboxes != 2 {
+		t.Errorf("usage = %+v, %v; want 2 running sandboxes and 1 session of quotas 2 and 1", u, err)
+	}
+
+	// Deleting a sandbox frees its place.
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSandbox(ctx, airlock.CreateSandboxRequest{}); err != nil {
+		t.Errorf("create after a delete freed a place: %v", err)
+	}
+
+	// The snapshot quota refuses snapshots, never a pause; the session resumes afterwards.
+	if _, err := c.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"bash", "-c", "echo kept > /home/user/f"}}); err != nil {
+		t.Fatal(err)
+	}
+	setQuotas(airlock.Quotas{RunningSandboxes: 2, Sessions: 1, SnapshotBytes: 1})
+	first, err := c.SnapshotSession(ctx, se.ID, airlock.CreateSnapshotRequest{})
+	if err != nil { // nothing is stored yet: under the quota
+		t.Fatal(err)
+	}
+	if _, err := c.WaitSnapshot(ctx, se.ID, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.SnapshotSession(ctx, se.ID, airlock.CreateSnapshotRequest{})
+	wantCode(t, "a snapshot past the snapshot quota", err, http.StatusTooManyRequests)
+	if p, err := c.PauseSession(ctx, se.ID); err != nil || p.State != "paused" {
+		t.Fatalf("pause past the snapshot quota = %+v, %v; want paused", p, err)
+	}
+	// Resuming needs a running sandbox: with the quota full, it is refused and the session stays paused.
+	setQuotas(airlock.Quotas{RunningSandboxes: 1, Sessions: 1, SnapshotBytes: 1})
+	_, err = c.ResumeSession(ctx, se.ID)
+	wantCode(t, "a resume past the running sandboxes quota", err, http.StatusTooManyRequests)
+	if got, err := c.GetSession(ctx, se.ID); err != nil || got.State != "paused" {
+		t.Errorf("session after a refused resume = %+v, %v; want paused", got, err)
+	}
+	setQuotas(airlock.Quotas{})
+	res, err := c.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"cat", "/home/user/f"}})
+	if err != nil || res.Stdout != "kept\n" {
+		t.Errorf("resumed session's file = %+v, %v", res, err)
+	}
 }

@@ -42,6 +42,12 @@ type Store interface {
 	// first DisabledAt) or enables it again (at nil), and returns the tenant as stored. An unknown tenant
 	// is ErrNotFound; the operator tenant cannot be disabled (ErrFailedPrecondition).
 	SetTenantDisabled(ctx context.Context, id string, at *time.Time) (Tenant, error)
+	// SetTenantQuotas replaces the tenant's Quotas and returns the tenant as stored. Negative quotas are
+	// ErrInvalidArgument; an unknown tenant is ErrNotFound. Lowering a quota below the usage removes
+	// nothing: it refuses what would add more.
+	SetTenantQuotas(ctx context.Context, id string, q TenantQuotas) (Tenant, error)
+	// TenantUsage reports what counts against the tenant's quotas now. An unknown tenant uses nothing.
+	TenantUsage(ctx context.Context, id string) (TenantUsage, error)
 
 	// CreateAPIKey stores k and returns it as stored. An empty ID is assigned with NewID("key"); a zero
 	// CreatedAt is set to now. TenantID, Name, Hash and a valid Scope are required (ErrInvalidArgument);
@@ -82,7 +88,8 @@ type Store interface {
 	// CreateSandbox stores sb and returns it as stored, with Version 1 and UpdatedAt = CreatedAt. An empty
 	// ID is assigned with NewID("sb"); a zero CreatedAt is set to now; an empty State means StateCreating,
 	// and any other initial state is ErrInvalidArgument (see Sandbox.Validate for the other checks). An
-	// unknown tenant is ErrNotFound. A taken ID, in any tenant, is ErrAlreadyExists.
+	// unknown tenant is ErrNotFound. A taken ID, in any tenant, is ErrAlreadyExists. A tenant whose
+	// RunningSandboxes quota is reached is ErrResourceExhausted.
 	CreateSandbox(ctx context.Context, sb Sandbox) (Sandbox, error)
 	// GetSandbox returns the tenant's sandbox with the given ID. A missing sandbox, or one of another
 	// tenant, is ErrNotFound.
@@ -122,7 +129,7 @@ type Store interface {
 	// HeadSnapshotID or ForkedFromSnapshotID naming a snapshot that is not usable (uploading or complete;
 	// see SnapshotState.Usable) is ErrFailedPrecondition; a ForkedFromSnapshotID that is not a snapshot of
 	// ParentSessionID (when both are set) is ErrInvalidArgument. A taken ID, in any tenant, is
-	// ErrAlreadyExists.
+	// ErrAlreadyExists. A tenant whose Sessions quota is reached is ErrResourceExhausted.
 	CreateSession(ctx context.Context, se Session) (Session, error)
 	// GetSession returns the tenant's session with the given ID. A missing session, or one of another
 	// tenant, is ErrNotFound.
@@ -230,6 +237,31 @@ type Tenant struct {
 	Operator bool
 	// DisabledAt is when the tenant was disabled (nil while enabled): its keys and tokens are refused.
 	DisabledAt *time.Time
+	// Quotas bound what the tenant holds at once. CreateSandbox and CreateSession enforce the first two
+	// atomically (ErrResourceExhausted); the control plane checks SnapshotBytes before it snapshots.
+	Quotas TenantQuotas
+}
+
+// TenantQuotas bound what a tenant may hold at once; a zero field is no limit.
+type TenantQuotas struct {
+	RunningSandboxes int64 // sandboxes creating, running or stopping (a session's included)
+	Sessions         int64 // sessions not deleting or deleted
+	SnapshotBytes    int64 // bytes the tenant's snapshots added to the snapshot store
+}
+
+// Validate returns an error wrapping errdefs.ErrInvalidArgument if a quota is negative.
+func (q TenantQuotas) Validate() error {
+	if q.RunningSandboxes < 0 || q.Sessions < 0 || q.SnapshotBytes < 0 {
+		return fmt.Errorf("quotas %+v: negative: %w", q, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// TenantUsage is what counts against a tenant's quotas.
+type TenantUsage struct {
+	RunningSandboxes int64
+	Sessions         int64
+	SnapshotBytes    int64
 }
 
 // RetentionSpec says how long a session's snapshots are kept, by age (see internal/retention). Zero

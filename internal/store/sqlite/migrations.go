@@ -212,6 +212,12 @@ CREATE TABLE access_tokens (
 CREATE INDEX access_tokens_by_tenant ON access_tokens (tenant_id, created_at, id);
 CREATE INDEX access_tokens_by_expiry ON access_tokens (expires_at);
 `,
+	// 7: quotas per tenant (0: unlimited).
+	`
+ALTER TABLE tenants ADD COLUMN quota_running_sandboxes INTEGER NOT NULL DEFAULT 0 CHECK (quota_running_sandboxes >= 0);
+ALTER TABLE tenants ADD COLUMN quota_sessions INTEGER NOT NULL DEFAULT 0 CHECK (quota_sessions >= 0);
+ALTER TABLE tenants ADD COLUMN quota_snapshot_bytes INTEGER NOT NULL DEFAULT 0 CHECK (quota_snapshot_bytes >= 0);
+`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in

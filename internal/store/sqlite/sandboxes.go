@@ -42,6 +42,9 @@ func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) (store.Sand
 		if err := checkTenant(ctx, tx, sb.TenantID); err != nil {
 			return err
 		}
+		if err := checkQuota(ctx, tx, sb.TenantID, "quota_running_sandboxes", "running sandboxes", countRunningSandboxes); err != nil {
+			return err
+		}
 		taken, err := exists(ctx, tx, "SELECT 1 FROM sandboxes WHERE id = ?", sb.ID)
 		if err != nil {
 			return err

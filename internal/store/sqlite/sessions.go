@@ -57,6 +57,9 @@ func (s *Store) CreateSession(ctx context.Context, se store.Session) (store.Sess
 		if err := checkTenant(ctx, tx, se.TenantID); err != nil {
 			return err
 		}
+		if err := checkQuota(ctx, tx, se.TenantID, "quota_sessions", "sessions", countSessions); err != nil {
+			return err
+		}
 		taken, err := exists(ctx, tx, "SELECT 1 FROM sessions WHERE id = ?", se.ID)
 		if err != nil {
 			return err

@@ -12,7 +12,8 @@ import (
 )
 
 const tenantCols = "id, name, created_at, " +
-	"retention_keep_all_seconds, retention_keep_hourly_seconds, retention_keep_daily_seconds, operator, disabled_at"
+	"retention_keep_all_seconds, retention_keep_hourly_seconds, retention_keep_daily_seconds, operator, disabled_at, " +
+	"quota_running_sandboxes, quota_sessions, quota_snapshot_bytes"
 
 // CreateTenant implements store.Store.
 func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, error) {
@@ -23,6 +24,9 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 		return store.Tenant{}, fmt.Errorf("create tenant %s: name is empty: %w", t.ID, errdefs.ErrInvalidArgument)
 	}
 	if err := t.Retention.Validate(); err != nil {
+		return store.Tenant{}, fmt.Errorf("create tenant %s: %w", t.ID, err)
+	}
+	if err := t.Quotas.Validate(); err != nil {
 		return store.Tenant{}, fmt.Errorf("create tenant %s: %w", t.ID, err)
 	}
 	if t.CreatedAt.IsZero() {
@@ -41,10 +45,10 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 		if taken {
 			return errdefs.ErrAlreadyExists
 		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO tenants ("+tenantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+		_, err = tx.ExecContext(ctx, "INSERT INTO tenants ("+tenantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 			t.ID, t.Name, micros(t.CreatedAt),
 			t.Retention.KeepAllSeconds, t.Retention.KeepHourlySeconds, t.Retention.KeepDailySeconds,
-			t.Operator, nullMicros(t.DisabledAt))
+			t.Operator, nullMicros(t.DisabledAt), t.Quotas.RunningSandboxes, t.Quotas.Sessions, t.Quotas.SnapshotBytes)
 		return mapErr(err)
 	})
 	if err != nil {
@@ -132,6 +136,68 @@ func (s *Store) SetTenantDisabled(ctx context.Context, id string, at *time.Time)
 	return t, nil
 }
 
+// SetTenantQuotas implements store.Store.
+func (s *Store) SetTenantQuotas(ctx context.Context, id string, q store.TenantQuotas) (store.Tenant, error) {
+	if err := q.Validate(); err != nil {
+		return store.Tenant{}, fmt.Errorf("set quotas of tenant %s: %w", id, err)
+	}
+	var t store.Tenant
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "UPDATE tenants SET quota_running_sandboxes = ?, quota_sessions = ?, quota_snapshot_bytes = ? WHERE id = ?",
+			q.RunningSandboxes, q.Sessions, q.SnapshotBytes, id)
+		if err := oneRow(res, err); err != nil {
+			return err
+		}
+		t, err = scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
+		return noRowsIsNotFound(err)
+	})
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("set quotas of tenant %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// What counts against each quota.
+const (
+	countRunningSandboxes = "SELECT COUNT(*) FROM sandboxes WHERE tenant_id = ? AND state IN ('creating', 'running', 'stopping')"
+	countSessions         = "SELECT COUNT(*) FROM sessions WHERE tenant_id = ? AND state NOT IN ('deleting', 'deleted')"
+	sumSnapshotBytes      = "SELECT COALESCE(SUM(stored_bytes), 0) FROM snapshots WHERE tenant_id = ?"
+)
+
+// TenantUsage implements store.Store.
+func (s *Store) TenantUsage(ctx context.Context, id string) (store.TenantUsage, error) {
+	var u store.TenantUsage
+	for _, q := range []struct {
+		query string
+		dst   *int64
+	}{{countRunningSandboxes, &u.RunningSandboxes}, {countSessions, &u.Sessions}, {sumSnapshotBytes, &u.SnapshotBytes}} {
+		if err := s.r.QueryRowContext(ctx, q.query, id).Scan(q.dst); err != nil {
+			return store.TenantUsage{}, fmt.Errorf("usage of tenant %s: %w", id, mapErr(err))
+		}
+	}
+	return u, nil
+}
+
+// checkQuota returns ErrResourceExhausted if the tenant's quota in column (0: none) is already
+// reached by what count (a query taking the tenant ID) counts.
+func checkQuota(ctx context.Context, tx *sql.Tx, tenantID, column, what, count string) error {
+	var limit int64
+	if err := tx.QueryRowContext(ctx, "SELECT "+column+" FROM tenants WHERE id = ?", tenantID).Scan(&limit); err != nil {
+		return mapErr(err)
+	}
+	if limit == 0 {
+		return nil
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, count, tenantID).Scan(&n); err != nil {
+		return mapErr(err)
+	}
+	if n >= limit {
+		return fmt.Errorf("tenant %s already has %d %s, its quota: %w", tenantID, n, what, errdefs.ErrResourceExhausted)
+	}
+	return nil
+}
+
 // scanner is what *sql.Row and *sql.Rows have in common.
 type scanner interface{ Scan(dest ...any) error }
 
@@ -143,7 +209,8 @@ func scanTenant(row scanner) (store.Tenant, error) {
 		disabled sql.NullInt64
 	)
 	err := row.Scan(&t.ID, &t.Name, &created,
-		&t.Retention.KeepAllSeconds, &t.Retention.KeepHourlySeconds, &t.Retention.KeepDailySeconds, &t.Operator, &disabled)
+		&t.Retention.KeepAllSeconds, &t.Retention.KeepHourlySeconds, &t.Retention.KeepDailySeconds, &t.Operator, &disabled,
+		&t.Quotas.RunningSandboxes, &t.Quotas.Sessions, &t.Quotas.SnapshotBytes)
 	if err != nil {
 		return store.Tenant{}, err
 	}

@@ -117,12 +117,16 @@ func testReopen(t *testing.T, s store.Store, reopen func(t *testing.T, s store.S
 	tn, err := s.CreateTenant(ctx, store.Tenant{Name: "a", Operator: true, CreatedAt: base,
 		Retention: store.RetentionSpec{KeepAllSeconds: 1, KeepDailySeconds: 2}})
 	wantErr(t, "CreateTenant", err, nil)
-	off, err := s.CreateTenant(ctx, store.Tenant{Name: "off", CreatedAt: base.Add(time.Second)})
+	off, err := s.CreateTenant(ctx, store.Tenant{Name: "off", CreatedAt: base.Add(time.Second),
+		Quotas: store.TenantQuotas{RunningSandboxes: 9, Sessions: 8, SnapshotBytes: 7}})
 	wantErr(t, "CreateTenant(off)", err, nil)
 	off, err = s.SetTenantDisabled(ctx, off.ID, ptr(base.Add(time.Minute)))
 	wantErr(t, "SetTenantDisabled", err, nil)
 	tn, err = s.UpdateTenantRetention(ctx, tn.ID, store.RetentionSpec{KeepAllSeconds: 3, KeepHourlySeconds: 4})
 	wantErr(t, "UpdateTenantRetention", err, nil)
+	// One running sandbox (below) fills tn's quota: the reopened store must still refuse a second.
+	tn, err = s.SetTenantQuotas(ctx, tn.ID, store.TenantQuotas{RunningSandboxes: 1, Sessions: 2, SnapshotBytes: 1 << 40})
+	wantErr(t, "SetTenantQuotas", err, nil)
 	key, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: tn.ID, Name: "ci", Scope: store.ScopeWrite, Prefix: "al_x", Hash: []byte("h")})
 	wantErr(t, "CreateAPIKey", err, nil)
 	wantErr(t, "TouchAPIKey", s.TouchAPIKey(ctx, tn.ID, key.ID, base), nil)
@@ -164,6 +168,13 @@ func testReopen(t *testing.T, s store.Store, reopen func(t *testing.T, s store.S
 		if diff := cmp.Diff([]store.Sandbox{sb}, items, cmpOpts...); diff != "" {
 			t.Errorf("reopen %d: ListSandboxes (-want +got):\n%s", round, diff)
 		}
+		usage, err := s.TenantUsage(ctx, tn.ID)
+		wantErr(t, "TenantUsage", err, nil)
+		if want := (store.TenantUsage{RunningSandboxes: 1}); usage != want {
+			t.Errorf("reopen %d: TenantUsage = %+v; want %+v", round, usage, want)
+		}
+		_, err = s.CreateSandbox(ctx, store.Sandbox{TenantID: tn.ID, Template: "base"})
+		wantErr(t, "CreateSandbox(over quota) after reopen", err, errdefs.ErrResourceExhausted)
 		gotRec, err := s.GetIdempotency(ctx, tn.ID, "k")
 		wantErr(t, "GetIdempotency", err, nil)
 		if diff := cmp.Diff(rec, gotRec, cmpOpts...); diff != "" {

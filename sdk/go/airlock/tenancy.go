@@ -31,6 +31,24 @@ type Tenant struct {
 	Disabled   bool       `json:"disabled"`
 	DisabledAt *time.Time `json:"disabled_at,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
+	Quotas     Quotas     `json:"quotas"`
+}
+
+// Quotas bound what a tenant may hold at once; 0 is no limit.
+type Quotas struct {
+	// RunningSandboxes counts sandboxes creating, running or stopping, sessions' included.
+	RunningSandboxes int64 `json:"running_sandboxes"`
+	// Sessions counts sessions not deleted.
+	Sessions int64 `json:"sessions"`
+	// SnapshotBytes counts the bytes the tenant's snapshots added to the snapshot store. Pauses are
+	// never refused for it; other snapshots and forks are.
+	SnapshotBytes int64 `json:"snapshot_bytes"`
+}
+
+// Usage is the response of GET /v1/usage: the caller's tenant's quotas and what counts against them.
+type Usage struct {
+	Quotas Quotas `json:"quotas"`
+	Usage  Quotas `json:"usage"`
 }
 
 // TenantList is the response of GET /v1/tenants.
@@ -54,6 +72,8 @@ type CreatedTenant struct {
 type UpdateTenantRequest struct {
 	// Disabled refuses (true) or accepts again (false) the tenant's keys and tokens.
 	Disabled *bool `json:"disabled,omitempty"`
+	// Quotas replaces all of the tenant's quotas.
+	Quotas *Quotas `json:"quotas,omitempty"`
 }
 
 // APIKey describes an API key, never the key itself.
@@ -213,4 +233,13 @@ func (c *Client) RevokeAccessToken(ctx context.Context, id string) error {
 		return fmt.Errorf("revoke access token %s: %w", id, err)
 	}
 	return nil
+}
+
+// Usage reports the caller's tenant's quotas and what counts against them.
+func (c *Client) Usage(ctx context.Context) (*Usage, error) {
+	var out Usage
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/usage", nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
+	}
+	return &out, nil
 }
