@@ -21,10 +21,12 @@ if ! command -v go >/dev/null; then
 fi
 
 need=()
-for pair in mkfs.ext4:e2fsprogs ip:iproute2 update-ca-certificates:ca-certificates python3:python3 git:git curl:curl; do
+# gcc and libc6-dev build airlock-pkcs11, the one cgo binary (a PKCS#11 module is a C library).
+for pair in mkfs.ext4:e2fsprogs ip:iproute2 update-ca-certificates:ca-certificates python3:python3 git:git curl:curl gcc:gcc; do
   command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
 done
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
+[ -f /usr/include/stdio.h ] || need+=(libc6-dev)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing Debian packages: ${need[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
@@ -66,4 +68,6 @@ fi
 
 log "building airlock"
 (cd "$here" && CGO_ENABLED=0 go build -trimpath -o "$PREFIX/bin/airlock" ./cmd/airlock)
-log "installed: $PREFIX/bin/airlock, $PREFIX/bin/runsc"
+# The PKCS#11 helper for customer keys in an HSM or KMS (airlock up --pkcs11-module …).
+(cd "$here" && CGO_ENABLED=1 go build -trimpath -o "$PREFIX/bin/airlock-pkcs11" ./cmd/airlock-pkcs11)
+log "installed: $PREFIX/bin/airlock, $PREFIX/bin/airlock-pkcs11, $PREFIX/bin/runsc"

@@ -8,6 +8,17 @@ export PATH=/usr/local/go/bin:$PATH
 
 "$here/scripts/install.sh"
 
+# Test-only Debian packages: SoftHSM2 (a real PKCS#11 token for the customer-key tests) and opensc
+# (pkcs11-tool, to destroy a key in the token as its owner would).
+need=()
+[ -f /usr/lib/softhsm/libsofthsm2.so ] || need+=(softhsm2)
+command -v pkcs11-tool >/dev/null || need+=(opensc)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "==> installing test packages: ${need[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
 echo "==> go vet"
 go vet ./...
 unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)

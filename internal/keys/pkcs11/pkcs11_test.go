@@ -1,0 +1,176 @@
+package pkcs11_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/keys"
+	"github.com/airlockrun/airlock/internal/keys/keystest"
+	"github.com/airlockrun/airlock/internal/keys/pkcs11"
+	"github.com/airlockrun/airlock/internal/keys/pkcs11/softhsm"
+)
+
+var (
+	buildOnce sync.Once
+	helperBin string
+	buildErr  error
+)
+
+// helperPath builds cmd/airlock-pkcs11 once per test binary.
+func helperPath(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-pkcs11-helper-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		helperBin = filepath.Join(dir, pkcs11.HelperName)
+		out, err := exec.Command("go", "build", "-o", helperBin, "github.com/airlockrun/airlock/cmd/airlock-pkcs11").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build helper: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return helperBin
+}
+
+func newProvider(t *testing.T, tok *softhsm.Token) *pkcs11.Provider {
+	t.Helper()
+	return newProviderIn(t, tok, t.TempDir())
+}
+
+func newProviderIn(t *testing.T, tok *softhsm.Token, dir string) *pkcs11.Provider {
+	t.Helper()
+	p, err := pkcs11.New(pkcs11.Config{Helper: helperPath(t), Module: tok.Module, TokenLabel: tok.Label, PIN: tok.PIN,
+		Env: tok.Env, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func TestConformance(t *testing.T) {
+	keystest.Run(t, func(t *testing.T) keys.KeyProvider { return newProvider(t, softhsm.NewToken(t)) })
+}
+
+// TestKeyDestroyedInToken destroys a tenant's key with another PKCS#11 tool, as a customer would: its
+// data keys no longer unwrap, no new ones wrap, and no key is made anew; other tenants carry on.
+func TestKeyDestroyedInToken(t *testing.T) {
+	tok := softhsm.NewToken(t)
+	dir := t.TempDir()
+	p := newProviderIn(t, tok, dir)
+	ctx := t.Context()
+	dek := bytes.Repeat([]byte{7}, 32)
+	w, id, err := p.WrapKey(ctx, "tn_a", dek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, idb, err := p.WrapKey(ctx, "tn_b", dek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.UnwrapKey(ctx, "tn_a", id, w); err != nil || !bytes.Equal(got, dek) {
+		t.Fatalf("unwrap = %x, %v", got, err)
+	}
+	if bytes.Contains(w, dek) {
+		t.Fatal("the wrapped key holds the data key in the clear")
+	}
+	tok.DeleteKey(t, id)
+
+	_, err = p.UnwrapKey(ctx, "tn_a", id, w)
+	if !errors.Is(err, errdefs.ErrPermissionDenied) || !strings.Contains(err.Error(), "revoked") {
+		t.Errorf("unwrap after the key was destroyed: %v; want permission denied saying revoked", err)
+	}
+	_, _, err = p.WrapKey(ctx, "tn_a", dek)
+	if !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("wrap after the key was destroyed: %v; want permission denied", err)
+	}
+	if err := p.Check(ctx, "tn_a"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("Check after the key was destroyed: %v", err)
+	}
+	// A new provider (a restarted Airlock) does not make the key anew either.
+	p2 := newProviderIn(t, tok, dir)
+	if _, _, err := p2.WrapKey(ctx, "tn_a", dek); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("wrap after a restart: %v; want permission denied", err)
+	}
+	if got, err := p.UnwrapKey(ctx, "tn_b", idb, wb); err != nil || !bytes.Equal(got, dek) {
+		t.Errorf("other tenant after the destroy = %x, %v", got, err)
+	}
+}
+
+// TestTokenUnreachable: a wrong PIN or a missing token is "unavailable", not "revoked", and access
+// comes back with the token.
+func TestTokenUnreachable(t *testing.T) {
+	tok := softhsm.NewToken(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	p, err := pkcs11.New(pkcs11.Config{Helper: helperPath(t), Module: tok.Module, TokenLabel: tok.Label, PIN: tok.PIN, Env: tok.Env, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dek := bytes.Repeat([]byte{9}, 32)
+	w, id, err := p.WrapKey(ctx, "tn_a", dek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	bad, err := pkcs11.New(pkcs11.Config{Helper: helperPath(t), Module: tok.Module, TokenLabel: tok.Label, PIN: "0000", Env: tok.Env, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	_, err = bad.UnwrapKey(ctx, "tn_a", id, w)
+	if !errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("unwrap with a wrong PIN: %v; want unavailable", err)
+	}
+	if strings.Contains(fmt.Sprint(bad), tok.PIN) || strings.Contains(fmt.Sprintf("%+v", bad), "0000") {
+		t.Error("the provider prints its PIN")
+	}
+	good, err := pkcs11.New(pkcs11.Config{Helper: helperPath(t), Module: tok.Module, TokenLabel: tok.Label, PIN: tok.PIN, Env: tok.Env, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	if got, err := good.UnwrapKey(ctx, "tn_a", id, w); err != nil || !bytes.Equal(got, dek) {
+		t.Errorf("unwrap with the token back = %x, %v", got, err)
+	}
+}
+
+// TestRotate: a rotation makes a new current key; keys wrapped under the old one still unwrap.
+func TestRotate(t *testing.T) {
+	p := newProvider(t, softhsm.NewToken(t))
+	ctx := t.Context()
+	dek := bytes.Repeat([]byte{1}, 32)
+	w1, id1, err := p.WrapKey(ctx, "tn_a", dek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id2, err := p.RotateKey(ctx, "tn_a")
+	if err != nil || id2 == id1 {
+		t.Fatalf("rotate = %q, %v; want a new key", id2, err)
+	}
+	w2, got2, err := p.WrapKey(ctx, "tn_a", dek)
+	if err != nil || got2 != id2 {
+		t.Fatalf("wrap after rotate used %q, %v; want %q", got2, err, id2)
+	}
+	for _, c := range []struct {
+		id string
+		w  []byte
+	}{{id1, w1}, {id2, w2}} {
+		if got, err := p.UnwrapKey(ctx, "tn_a", c.id, c.w); err != nil || !bytes.Equal(got, dek) {
+			t.Errorf("unwrap under %s = %x, %v", c.id, got, err)
+		}
+	}
+}
