@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"regexp"
 	"strings"
@@ -139,8 +140,12 @@ func pathID(r *http.Request, pattern *regexp.Regexp, what, want string) (string,
 }
 
 func toTenant(t store.Tenant) airlock.Tenant {
+	kp := t.KeyProvider
+	if kp == "" {
+		kp = "local"
+	}
 	return airlock.Tenant{ID: t.ID, Name: t.Name, Operator: t.Operator, Disabled: t.DisabledAt != nil, DisabledAt: t.DisabledAt,
-		CreatedAt: t.CreatedAt, Quotas: airlock.Quotas(t.Quotas)}
+		CreatedAt: t.CreatedAt, Quotas: airlock.Quotas(t.Quotas), KeyProvider: kp}
 }
 
 func toAPIKey(k store.APIKey) airlock.APIKey {
@@ -180,7 +185,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	t, key, k, err := s.cp.CreateTenant(r.Context(), req.Name)
+	t, key, k, err := s.cp.CreateTenant(r.Context(), req.Name, req.KeyProvider)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -365,6 +370,58 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.cp.RevokeAccessToken(r.Context(), tenantOf(r), id); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
+	if err := onlyQuery(r); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	t, err := s.cp.GetTenant(r.Context(), tenantOf(r))
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	out := airlock.TenantKey{Provider: toTenant(t).KeyProvider, Status: "available"}
+	if err := s.cp.CheckTenantKey(r.Context(), t.ID); err != nil {
+		if !errors.Is(err, errdefs.ErrKeyUnavailable) {
+			writeError(w, r, s.log, err)
+			return
+		}
+		out.Status, out.Error = "unavailable", err.Error()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request) {
+	if err := onlyEmptyBody(r); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	id, err := s.cp.RotateTenantKey(r.Context(), tenantOf(r))
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, airlock.RotatedKey{KeyID: id})
+}
+
+func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
+	var req airlock.RevokeKeyRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if req.Confirm != tenantOf(r) {
+		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument,
+			"revoking the key destroys it for good: nothing of the tenant can be decrypted afterwards; to go on, send confirm: %q", tenantOf(r)))
+		return
+	}
+	if err := s.cp.RevokeTenantKey(r.Context(), tenantOf(r)); err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}

@@ -56,7 +56,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 func trimSentinel(msg string, err error) string {
 	for _, s := range []error{errdefs.ErrNotFound, errdefs.ErrInvalidArgument, errdefs.ErrAlreadyExists,
 		errdefs.ErrConflict, errdefs.ErrFailedPrecondition, errdefs.ErrUnauthenticated, errdefs.ErrPermissionDenied,
-		errdefs.ErrResourceExhausted, errdefs.ErrTooLarge, errdefs.ErrUnavailable, errdefs.ErrDeadlineExceeded} {
+		errdefs.ErrResourceExhausted, errdefs.ErrTooLarge, errdefs.ErrUnavailable, errdefs.ErrDeadlineExceeded, errdefs.ErrKeyUnavailable} {
 		if errors.Is(err, s) {
 			if t, ok := strings.CutSuffix(msg, ": "+s.Error()); ok {
 				return t

@@ -47,7 +47,9 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/gateway/castore"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
+	"github.com/airlockrun/airlock/internal/keys"
 	"github.com/airlockrun/airlock/internal/keys/local"
+	"github.com/airlockrun/airlock/internal/keys/pkcs11"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/retention"
 	"github.com/airlockrun/airlock/internal/runtime/gvisor"
@@ -55,6 +57,12 @@ import (
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 	"github.com/airlockrun/airlock/internal/template"
+)
+
+// The key providers' names.
+const (
+	KeyProviderLocal  = "local"
+	KeyProviderPKCS11 = "pkcs11"
 )
 
 // Defaults.
@@ -107,10 +115,26 @@ type Config struct {
 	// applied, how often unreferenced snapshot chunks are collected, and how old an unreferenced chunk
 	// must be to go. Zero: the control plane's defaults (5 minutes, 10 minutes, 1 hour).
 	PruneInterval, GCInterval, GCGrace time.Duration
+	// PKCS11 configures the pkcs11 key provider, for tenants whose keys are in a customer's HSM or KMS.
+	// A zero Module: none (every tenant uses the local keyring).
+	PKCS11 PKCS11Config
+	// KeyCheckInterval is how often each tenant with running sandboxes has its key checked; the
+	// sandboxes of a tenant whose key is revoked or unreachable are stopped. Zero: 15 s; at most 60 s.
+	KeyCheckInterval time.Duration
 	// PublicURL is the URL under which people's browsers reach this API; OAuth providers redirect to
 	// PublicURL + "/v1/oauth/callback" at the end of the authorization code flow. Empty:
 	// "http://" + the address Listen bound.
 	PublicURL string
+}
+
+// PKCS11Config configures the pkcs11 key provider.
+type PKCS11Config struct {
+	// Module is the token's PKCS#11 module (.so); TokenLabel the token; PIN its user PIN.
+	Module, TokenLabel, PIN string
+	// Helper is the airlock-pkcs11 binary; empty: next to this executable, or on PATH.
+	Helper string
+	// Env is added to the helper's environment (module settings such as SOFTHSM2_CONF).
+	Env []string
 }
 
 // InstanceTag is a short tag, derived from the data directory, that keeps the host-wide names of one
@@ -205,7 +229,27 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// Closed after the gateway, which records into it (deferred calls run last-in first-out).
 	defer func() { err = errors.Join(err, flows.Close()) }()
-	keyring, err := local.New(filepath.Join(dataDir, "keys"))
+	localKeys, err := local.New(filepath.Join(dataDir, "keys"))
+	if err != nil {
+		return err
+	}
+	providers := map[string]keys.KeyProvider{KeyProviderLocal: localKeys}
+	if cfg.PKCS11.Module != "" {
+		p11, err := pkcs11.New(pkcs11.Config{Helper: cfg.PKCS11.Helper, Module: cfg.PKCS11.Module, TokenLabel: cfg.PKCS11.TokenLabel,
+			PIN: cfg.PKCS11.PIN, Env: cfg.PKCS11.Env, Dir: filepath.Join(dataDir, "keys"), Logger: log})
+		if err != nil {
+			return err
+		}
+		defer p11.Close()
+		providers[KeyProviderPKCS11] = p11
+	}
+	keyring, err := keys.NewRouter(providers, KeyProviderLocal, func(ctx context.Context, tenantID string) (string, error) {
+		t, err := st.GetTenant(ctx, tenantID)
+		if err != nil {
+			return "", err
+		}
+		return t.KeyProvider, nil
+	})
 	if err != nil {
 		return err
 	}
@@ -299,7 +343,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	cp, err = controlplane.New(controlplane.Config{Store: st, Node: nd, Logger: log, Secrets: secretStore, Connections: conns,
 		Snapshots: snaps, ScratchDir: filepath.Join(dataDir, "scratch"),
 		ImageCacheDir: filepath.Join(dataDir, "images"), ImageCacheBytes: cfg.ImageCacheBytes,
-		Retention: cfg.Retention, PruneInterval: cfg.PruneInterval, GCInterval: cfg.GCInterval, GCGrace: cfg.GCGrace})
+		Retention: cfg.Retention, PruneInterval: cfg.PruneInterval, GCInterval: cfg.GCInterval, GCGrace: cfg.GCGrace,
+		Keys: keyring, KeyCheckInterval: cfg.KeyCheckInterval})
 	if err != nil {
 		return err
 	}

@@ -126,6 +126,7 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 		newKeyCmd(g),
 		newTokenCmd(g),
 		newUsageCmd(g),
+		newEncryptionCmd(g),
 		newDaemonCmd(),
 	)
 	return root

@@ -18,25 +18,28 @@ func newTenantCmd(g *globals) *cobra.Command {
 to one, and nothing crosses from one to another. The first tenant, made by "airlock up", is the operator
 tenant: its admin keys manage the others.`,
 	}
-	cmd.AddCommand(
-		&cobra.Command{
-			Use:   "create NAME",
-			Short: "Create a tenant and print its first admin key (shown only once)",
-			Args:  cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				defer interruptible(cmd)()
-				ct, err := g.client().CreateTenant(cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
-				if g.json {
-					return printJSON(g.Out, ct)
-				}
-				fmt.Fprintf(g.Err, "Created tenant %s (%s). Its first admin key, shown only now:\n", ct.Tenant.Name, ct.Tenant.ID)
-				fmt.Fprintln(g.Out, ct.APIKey.Key)
-				return nil
-			},
+	var keyProvider string
+	create := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a tenant and print its first admin key (shown only once)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			ct, err := g.client().CreateTenantWith(cmd.Context(), airlock.CreateTenantRequest{Name: args[0], KeyProvider: keyProvider})
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, ct)
+			}
+			fmt.Fprintf(g.Err, "Created tenant %s (%s). Its first admin key, shown only now:\n", ct.Tenant.Name, ct.Tenant.ID)
+			fmt.Fprintln(g.Out, ct.APIKey.Key)
+			return nil
 		},
+	}
+	create.Flags().StringVar(&keyProvider, "key-provider", "local", `where the tenant's key-encryption keys live: "local" or "pkcs11" (the HSM or KMS of airlock up --pkcs11-module)`)
+	cmd.AddCommand(
+		create,
 		&cobra.Command{
 			Use:     "ls",
 			Aliases: []string{"list"},
@@ -308,6 +311,58 @@ revoked. Use it as the API key: AIRLOCK_API_KEY=<token> airlock exec ID -- …`,
 				return g.client().RevokeAccessToken(cmd.Context(), args[0])
 			},
 		},
+	)
+	return cmd
+}
+
+func newEncryptionCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "encryption",
+		Short: "Your tenant's encryption key: status, rotate, revoke",
+		Long: `Everything Airlock keeps of a tenant (snapshots, secrets, OAuth tokens, interception CAs) is encrypted
+under data keys that only the tenant's key-encryption key unwraps. It lives in Airlock's local keyring, or
+in an HSM or KMS the customer controls (PKCS#11). Revoking it, or destroying it in the HSM, cuts Airlock
+off: no sandbox of the tenant boots or resumes, its running sandboxes are stopped, nothing decrypts.`,
+	}
+	var yes string
+	revoke := &cobra.Command{
+		Use:   "revoke",
+		Short: "Destroy the tenant's key for good (needs --confirm TENANT-ID)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			return g.client().RevokeTenantKey(cmd.Context(), yes)
+		},
+	}
+	revoke.Flags().StringVar(&yes, "confirm", "", "the tenant's ID, to confirm")
+	cmd.AddCommand(
+		&cobra.Command{
+			Use:   "status",
+			Short: "Show where the tenant's key lives and whether it can be used",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				defer interruptible(cmd)()
+				k, err := g.client().TenantKey(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return printJSON(g.Out, k)
+			},
+		},
+		&cobra.Command{
+			Use:   "rotate",
+			Short: "Make a new key-encryption key the current one",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				defer interruptible(cmd)()
+				k, err := g.client().RotateTenantKey(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return printJSON(g.Out, k)
+			},
+		},
+		revoke,
 	)
 	return cmd
 }

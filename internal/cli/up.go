@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +19,9 @@ import (
 func newUpCmd(g *globals) *cobra.Command {
 	var listen, runsc, publicURL string
 	var debug bool
+	var p11 app.PKCS11Config
+	var pinFile string
+	var keyCheck time.Duration
 	var keepAll, keepHourly, keepDaily, pruneEvery, gcEvery, gcGrace time.Duration
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -33,6 +39,17 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 			if debug {
 				opts.Level = slog.LevelDebug
 			}
+			if p11.Module != "" {
+				if p11.TokenLabel == "" || pinFile == "" {
+					return errors.New("--pkcs11-module needs --pkcs11-token and --pkcs11-pin-file")
+				}
+				b, err := readSmallFile(pinFile, 1<<10)
+				if err != nil {
+					return fmt.Errorf("--pkcs11-pin-file: %w", err)
+				}
+				p11.PIN = strings.TrimRight(string(b), "\r\n")
+				clear(b)
+			}
 			var h slog.Handler = slog.NewTextHandler(g.Err, opts)
 			if g.json {
 				h = slog.NewJSONHandler(g.Err, opts)
@@ -45,9 +62,11 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				Logger:  slog.New(h),
 				Out:     g.Out,
 
-				PublicURL:     publicURL,
-				Retention:     retention.Policy{KeepAll: keepAll, KeepHourly: keepHourly, KeepDaily: keepDaily},
-				PruneInterval: pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace,
+				PKCS11:           p11,
+				KeyCheckInterval: keyCheck,
+				PublicURL:        publicURL,
+				Retention:        retention.Policy{KeepAll: keepAll, KeepHourly: keepHourly, KeepDaily: keepDaily},
+				PruneInterval:    pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace,
 			})
 		},
 	}
@@ -56,6 +75,12 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 	f.StringVar(&publicURL, "public-url", "", "the URL under which browsers reach this API, for OAuth sign-in callbacks (default: http://<listen address>)")
 	f.StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
 	f.BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
+	f.StringVar(&p11.Module, "pkcs11-module", "", "the PKCS#11 module (.so) of an HSM or KMS that keeps customers' keys, for tenants created with --key-provider pkcs11")
+	f.StringVar(&p11.TokenLabel, "pkcs11-token", "", "the label of the PKCS#11 token to use")
+	f.StringVar(&pinFile, "pkcs11-pin-file", "", "a file holding the token's user PIN")
+	f.StringVar(&p11.Helper, "pkcs11-helper", "", "the airlock-pkcs11 helper (default: next to airlock, or on PATH)")
+	f.StringArrayVar(&p11.Env, "pkcs11-env", nil, "NAME=VALUE for the module's environment (repeat), e.g. SOFTHSM2_CONF=/etc/softhsm/softhsm2.conf")
+	f.DurationVar(&keyCheck, "key-check-interval", 0, "how often tenants' keys are checked; a tenant whose key is revoked or unreachable has its sandboxes stopped (default 15s, at most 1m)")
 	f.DurationVar(&keepAll, "keep-all", 0, "default retention: keep every snapshot younger than this (default 1h)")
 	f.DurationVar(&keepHourly, "keep-hourly", 0, "then the newest snapshot of each hour, younger than this (default 24h)")
 	f.DurationVar(&keepDaily, "keep-daily", 0, "then the newest snapshot of each day, younger than this (default 168h)")

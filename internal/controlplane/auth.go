@@ -253,11 +253,16 @@ func (s *Service) RevokeAccessToken(ctx context.Context, tenantID, id string) er
 }
 
 // CreateTenant makes a tenant with a first admin key and returns both; the key is shown only now.
-func (s *Service) CreateTenant(ctx context.Context, name string) (store.Tenant, string, store.APIKey, error) {
+// keyProvider names the provider of the tenant's keys ("" for the default, the local keyring).
+func (s *Service) CreateTenant(ctx context.Context, name, keyProvider string) (store.Tenant, string, store.APIKey, error) {
 	if err := checkName("tenant", name, true); err != nil {
 		return store.Tenant{}, "", store.APIKey{}, err
 	}
-	t, err := s.store.CreateTenant(ctx, store.Tenant{Name: name})
+	if keyProvider != "" && (s.keys == nil || !s.keys.Has(keyProvider)) {
+		return store.Tenant{}, "", store.APIKey{}, fmt.Errorf("key provider %q is not configured on this server (local is; pkcs11 needs airlock up --pkcs11-module): %w",
+			truncate(keyProvider, 32), errdefs.ErrInvalidArgument)
+	}
+	t, err := s.store.CreateTenant(ctx, store.Tenant{Name: name, KeyProvider: keyProvider})
 	if err != nil {
 		return store.Tenant{}, "", store.APIKey{}, err
 	}
@@ -278,14 +283,19 @@ func (s *Service) GetTenant(ctx context.Context, id string) (store.Tenant, error
 	return s.store.GetTenant(ctx, id)
 }
 
-// SetTenantDisabled disables or enables a tenant. A disabled tenant's keys and tokens are refused.
+// SetTenantDisabled disables or enables a tenant. A disabled tenant's keys and tokens are refused and
+// its sandboxes are stopped (its sessions resume from their latest snapshots once it is enabled).
 func (s *Service) SetTenantDisabled(ctx context.Context, id string, disabled bool) (store.Tenant, error) {
 	var at *time.Time
 	if disabled {
 		now := s.now()
 		at = &now
 	}
-	return s.store.SetTenantDisabled(ctx, id, at)
+	t, err := s.store.SetTenantDisabled(ctx, id, at)
+	if err == nil && disabled {
+		s.stopTenantSandboxes(context.WithoutCancel(ctx), id, "tenant disabled")
+	}
+	return t, err
 }
 
 // truncate shortens s, for error messages that quote input.

@@ -121,6 +121,11 @@ type Config struct {
 	// GCInterval is how often the snapshot store's unreferenced chunks are collected, and the records
 	// of deleted sessions nothing needs any more dropped. Zero: 10 minutes.
 	GCInterval time.Duration
+	// Keys checks, rotates and revokes tenants' keys. Nil: no key checks (tests of other things).
+	Keys TenantKeys
+	// KeyCheckInterval is how often the keys of tenants with sandboxes up are checked. Zero:
+	// DefaultKeyCheckInterval; at most MaxKeyCheckInterval.
+	KeyCheckInterval time.Duration
 	// GCGrace keeps unreferenced chunks younger than it (a snapshot being written elsewhere may use
 	// them). Zero: 1 hour.
 	GCGrace time.Duration
@@ -159,6 +164,12 @@ type Service struct {
 	idle        time.Duration
 
 	locks keyedMutex
+
+	keys      TenantKeys
+	keysEvery time.Duration
+	// keysGone holds the tenants whose key the last check found unavailable; guarded by keysMu.
+	keysMu   sync.Mutex
+	keysGone map[string]bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -201,6 +212,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.PendingDir == "" && cfg.ScratchDir != "" {
 		cfg.PendingDir = filepath.Join(filepath.Dir(cfg.ScratchDir), "pending")
 	}
+	switch {
+	case cfg.KeyCheckInterval <= 0:
+		cfg.KeyCheckInterval = DefaultKeyCheckInterval
+	case cfg.KeyCheckInterval > MaxKeyCheckInterval:
+		return nil, fmt.Errorf("controlplane: key check interval %s is above %s: %w", cfg.KeyCheckInterval, MaxKeyCheckInterval, errdefs.ErrInvalidArgument)
+	}
 	for _, d := range []string{cfg.ScratchDir, cfg.ImageCacheDir, cfg.PendingDir} {
 		if d != "" {
 			if err := os.MkdirAll(d, 0o700); err != nil {
@@ -213,7 +230,7 @@ func New(cfg Config) (*Service, error) {
 		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
 		idle: cfg.IdleInterval, stop: make(chan struct{}), pending: cfg.PendingDir, up: newUploader(), urgent: newUrgentGate(),
 		rolls: roller{m: map[string]rollState{}}, work: workTracker{n: map[string]int{}}, retention: cfg.Retention.WithDefaults(), rollEvery: cfg.RollInterval,
-		pruneEvery: cfg.PruneInterval}, nil
+		pruneEvery: cfg.PruneInterval, keys: cfg.Keys, keysEvery: cfg.KeyCheckInterval, keysGone: map[string]bool{}}, nil
 }
 
 // keyedMutex serializes work per key (sandbox ID) within this process.

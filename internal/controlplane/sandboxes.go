@@ -144,6 +144,9 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 	if err := req.normalize(); err != nil {
 		return store.Sandbox{}, err
 	}
+	if err := s.checkKey(ctx, tenantID); err != nil {
+		return store.Sandbox{}, err
+	}
 	if err := s.node.CheckTemplate(ctx, req.Template); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -499,6 +502,7 @@ func (s *Service) Start(ctx context.Context) error {
 	s.every(s.reap, s.reapExpired)
 	s.every(s.idle, s.pauseIdleSessions)
 	s.every(s.gcEvery, s.expireRecords)
+	s.every(s.keysEvery, s.checkTenantKeys)
 	if s.snapshots != nil {
 		s.every(s.gcEvery, func() { s.collectSnapshots(s.gcGrace) })
 		s.every(s.rollEvery, s.rollSnapshots)

@@ -127,6 +127,9 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 	if err := s.checkNewSessions(ctx, tenantID, 1); err != nil {
 		return store.Session{}, fmt.Errorf("create session: %w", err)
 	}
+	if err := s.checkKey(ctx, tenantID); err != nil {
+		return store.Session{}, err
+	}
 	var netJSON []byte
 	if req.Network != nil {
 		var err error
@@ -323,6 +326,11 @@ func (s *Service) PauseSession(ctx context.Context, tenantID, id string) (store.
 // the sandbox run on (the session is running again); a restart in between finds the frozen sandbox and
 // thaws it (see reconcileSessions).
 func (s *Service) pauseLocked(ctx context.Context, se store.Session, reason string) (store.Session, error) {
+	// Without the key the image could only be kept in the clear: refuse (the key check loop stops the
+	// sandbox).
+	if err := s.checkKey(ctx, se.TenantID); err != nil {
+		return se, err
+	}
 	start := s.now()
 	se, err := s.updateSession(ctx, se, func(se *store.Session) error { return setSessionState(se, store.SessionPausing, "") })
 	if err != nil {
@@ -555,6 +563,9 @@ func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Ses
 	if (se.State != store.SessionPaused && se.State != store.SessionFailed) || se.HeadSnapshotID == "" {
 		return se, fmt.Errorf("session %s is %s with no snapshot to resume from: %w", se.ID, se.State, errdefs.ErrConflict)
 	}
+	if err := s.checkKey(ctx, se.TenantID); err != nil {
+		return se, err
+	}
 	start := s.now()
 	before := se.State
 	se, err = s.updateSession(ctx, se, func(se *store.Session) error { return setSessionState(se, store.SessionResuming, "") })
@@ -639,6 +650,9 @@ func (s *Service) SnapshotSession(ctx context.Context, tenantID, id, name string
 }
 
 func (s *Service) snapshotRunningLocked(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string) (store.Snapshot, error) {
+	if err := s.checkKey(ctx, se.TenantID); err != nil {
+		return store.Snapshot{}, err
+	}
 	if err := s.checkSnapshotQuota(ctx, se.TenantID); err != nil {
 		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %w", se.ID, err)
 	}
@@ -702,6 +716,10 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 	if err := s.checkNewSessions(ctx, tenantID, count); err != nil {
 		unlock()
 		return nil, fmt.Errorf("fork session %s: %w", id, err)
+	}
+	if err := s.checkKey(ctx, tenantID); err != nil {
+		unlock()
+		return nil, err
 	}
 	snapID := fromSnapshot
 	if snapID == "" {

@@ -37,6 +37,10 @@ func (s *Service) SnapshotView(ctx context.Context, tenantID, sessionID, snapID 
 	if err != nil {
 		return nil, err
 	}
+	// Reading a snapshot is decrypting it, even when this node holds a copy of its image.
+	if err := s.checkKey(ctx, tenantID); err != nil {
+		return nil, err
+	}
 	sn, err := s.restoreTarget(ctx, se, RestoreRequest{SnapshotID: snapID})
 	if err != nil {
 		return nil, err

@@ -114,7 +114,8 @@ func (s *Service) rollSession(ctx context.Context, se store.Session) error {
 	}
 	taken := s.now()
 	if _, err := s.snapshotRunningLocked(ctx, fresh, store.TriggerRolling, ""); err != nil {
-		if errors.Is(err, errdefs.ErrResourceExhausted) { // over the snapshot quota: try again an interval on
+		// Over the snapshot quota, or without the key: try again an interval on.
+		if errors.Is(err, errdefs.ErrResourceExhausted) || errors.Is(err, errdefs.ErrKeyUnavailable) {
 			s.rolls.mu.Lock()
 			s.rolls.m[se.ID] = rollState{sandboxID: se.SandboxID, since: taken, cpu: cpu}
 			s.rolls.mu.Unlock()

@@ -131,17 +131,24 @@ func TestScopesAndTokens(t *testing.T) {
 	if _, err := beta.ListSandboxes(ctx, airlock.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	betaSb, err := beta.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	yes, no := true, false
 	if _, err := op.UpdateTenant(ctx, ct.Tenant.ID, airlock.UpdateTenantRequest{Disabled: &yes}); err != nil {
 		t.Fatal(err)
+	}
+	if got, err := op.GetSandbox(ctx, betaSb.ID); err == nil {
+		t.Errorf("the operator sees another tenant's sandbox: %+v", got)
 	}
 	_, err = beta.ListSandboxes(ctx, airlock.ListOptions{})
 	wantCode(t, "disabled tenant", err, http.StatusForbidden)
 	if _, err := op.UpdateTenant(ctx, ct.Tenant.ID, airlock.UpdateTenantRequest{Disabled: &no}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := beta.ListSandboxes(ctx, airlock.ListOptions{}); err != nil {
-		t.Errorf("enabled tenant again: %v", err)
+	if got, err := beta.GetSandbox(ctx, betaSb.ID); err != nil || got.State == airlock.StateRunning {
+		t.Errorf("a disabled tenant's sandbox = %+v, %v; want it stopped", got, err)
 	}
 	tl, err := op.ListTenants(ctx)
 	if err != nil || len(tl.Tenants) != 2 || !tl.Tenants[0].Operator {
@@ -243,6 +250,9 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"GET /v1/tenants/{id}":                                  {},
 		"PATCH /v1/tenants/{id}":                                {body: `{"disabled":true,"quotas":{"sessions":1}}`},
 		"GET /v1/usage":                                         {},
+		"GET /v1/key":                                           {},
+		"POST /v1/key/rotate":                                   {},
+		"POST /v1/key/revoke":                                   {body: `{"confirm":"` + tenantA + `"}`},
 		"GET /v1/api-keys":                                      {},
 		"POST /v1/api-keys":                                     {body: `{"name":"b","scope":"read"}`},
 		"DELETE /v1/api-keys/{id}":                              {},

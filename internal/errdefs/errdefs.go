@@ -23,6 +23,10 @@ var (
 	ErrUnavailable        = errors.New("unavailable") // try again later
 	ErrDeadlineExceeded   = errors.New("deadline exceeded")
 	ErrInternal           = errors.New("internal error")
+	// ErrKeyUnavailable: the tenant's key-encryption key is revoked, destroyed or cannot be reached,
+	// so nothing of the tenant can be encrypted or decrypted. Errors wrapping it also wrap
+	// ErrPermissionDenied (revoked, destroyed) or ErrUnavailable (unreachable).
+	ErrKeyUnavailable = errors.New("tenant key unavailable")
 )
 
 var table = []struct {
@@ -30,6 +34,7 @@ var table = []struct {
 	code   string
 	status int
 }{
+	{ErrKeyUnavailable, "tenant_key_unavailable", http.StatusForbidden}, // before the errors it comes with
 	{ErrNotFound, "not_found", http.StatusNotFound},
 	{ErrInvalidArgument, "invalid_argument", http.StatusBadRequest},
 	{ErrAlreadyExists, "already_exists", http.StatusConflict},

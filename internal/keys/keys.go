@@ -58,13 +58,68 @@ func NewDataKey() ([]byte, error) {
 	return k, nil
 }
 
-// RevokedError returns the error providers report for a revoked key: it names the tenant and key
-// and wraps errdefs.ErrPermissionDenied. keyID may be empty.
+// RevokedError returns the error providers report for a revoked (or destroyed) key: it names the
+// tenant and key and wraps errdefs.ErrKeyUnavailable and errdefs.ErrPermissionDenied. keyID may be
+// empty.
 func RevokedError(tenantID, keyID string) error {
 	if keyID == "" {
-		return fmt.Errorf("key of tenant %s is revoked: %w", tenantID, errdefs.ErrPermissionDenied)
+		return &KeyError{msg: fmt.Sprintf("key of tenant %s is revoked", tenantID), cause: errdefs.ErrPermissionDenied}
 	}
-	return fmt.Errorf("key %s of tenant %s is revoked: %w", keyID, tenantID, errdefs.ErrPermissionDenied)
+	return &KeyError{msg: fmt.Sprintf("key %s of tenant %s is revoked", keyID, tenantID), cause: errdefs.ErrPermissionDenied}
+}
+
+// DestroyedError returns the error providers report for a key that is gone from where it was kept
+// (destroyed in the customer's token): like RevokedError, it wraps errdefs.ErrKeyUnavailable and
+// errdefs.ErrPermissionDenied.
+func DestroyedError(tenantID, keyID string) error {
+	return &KeyError{msg: fmt.Sprintf("key %s of tenant %s is revoked: it is no longer in the token", keyID, tenantID), cause: errdefs.ErrPermissionDenied}
+}
+
+// UnreachableError returns the error providers report when the tenant's key cannot be reached now (the
+// HSM or KMS is down, the PIN is refused): it wraps errdefs.ErrKeyUnavailable, errdefs.ErrUnavailable
+// and err.
+func UnreachableError(tenantID string, err error) error {
+	return &KeyError{msg: fmt.Sprintf("key of tenant %s cannot be reached: %v", tenantID, err), cause: errdefs.ErrUnavailable, err: err}
+}
+
+// KeyError is a tenant's key being unavailable: errors.Is matches errdefs.ErrKeyUnavailable and its
+// cause (errdefs.ErrPermissionDenied or errdefs.ErrUnavailable).
+type KeyError struct {
+	msg   string
+	cause error
+	err   error
+}
+
+func (e *KeyError) Error() string { return e.msg }
+
+// Unwrap reports ErrKeyUnavailable, the cause, and the underlying error if any.
+func (e *KeyError) Unwrap() []error {
+	out := []error{errdefs.ErrKeyUnavailable, e.cause}
+	if e.err != nil {
+		out = append(out, e.err)
+	}
+	return out
+}
+
+// Checker is implemented by providers that can tell whether a tenant's key can be used now.
+type Checker interface {
+	// Check returns nil if tenantID's current key can wrap and unwrap now (a tenant with no key yet
+	// can), or the error a wrap would get: wrapping errdefs.ErrKeyUnavailable when revoked or
+	// unreachable.
+	Check(ctx context.Context, tenantID string) error
+}
+
+// Owner is implemented by providers whose key IDs can be told apart from other providers'.
+type Owner interface {
+	// Owns reports whether keyID is one of this provider's key IDs.
+	Owns(keyID string) bool
+}
+
+// Rotator is implemented by providers that can make a new current key for a tenant.
+type Rotator interface {
+	// RotateKey makes a new key-encryption key the tenant's current one and reports its ID; keys
+	// wrapped under older ones still unwrap.
+	RotateKey(ctx context.Context, tenantID string) (string, error)
 }
 
 // ValidateTenantID reports ErrInvalidArgument unless id is a plausible tenant ID: 1..128 bytes with no

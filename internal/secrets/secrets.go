@@ -253,7 +253,8 @@ func (s *Store) dataKey(ctx context.Context, tenantID string, create bool) ([]by
 	}
 	dek, err := s.keys.UnwrapKey(ctx, tenantID, k.KeyID, k.Wrapped)
 	switch {
-	case errors.Is(err, errdefs.ErrPermissionDenied), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, errdefs.ErrPermissionDenied), errors.Is(err, errdefs.ErrKeyUnavailable),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return nil, err
 	case err != nil:
 		// A stored key that does not unwrap is damage, not a bad request.

@@ -46,6 +46,10 @@ type Store interface {
 	// ErrInvalidArgument; an unknown tenant is ErrNotFound. Lowering a quota below the usage removes
 	// nothing: it refuses what would add more.
 	SetTenantQuotas(ctx context.Context, id string, q TenantQuotas) (Tenant, error)
+	// SetTenantKeyProvider names the KeyProvider that wraps the tenant's new data keys ("" for the
+	// server's default) and returns the tenant as stored. A name over 64 bytes is ErrInvalidArgument;
+	// an unknown tenant is ErrNotFound.
+	SetTenantKeyProvider(ctx context.Context, id, provider string) (Tenant, error)
 	// TenantUsage reports what counts against the tenant's quotas now. An unknown tenant uses nothing.
 	TenantUsage(ctx context.Context, id string) (TenantUsage, error)
 
@@ -237,6 +241,9 @@ type Tenant struct {
 	Operator bool
 	// DisabledAt is when the tenant was disabled (nil while enabled): its keys and tokens are refused.
 	DisabledAt *time.Time
+	// KeyProvider names the KeyProvider of the tenant's key-encryption keys ("" is the server's
+	// default, the local keyring; "pkcs11" is the customer's token).
+	KeyProvider string
 	// Quotas bound what the tenant holds at once. CreateSandbox and CreateSession enforce the first two
 	// atomically (ErrResourceExhausted); the control plane checks SnapshotBytes before it snapshots.
 	Quotas TenantQuotas

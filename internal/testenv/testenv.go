@@ -68,6 +68,35 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
+var (
+	helperOnce sync.Once
+	helperPath string
+	helperErr  error
+)
+
+// PKCS11Helper returns the path of airlock-pkcs11 built (with cgo, once per test process) from this
+// module.
+func PKCS11Helper(t testing.TB) string {
+	t.Helper()
+	helperOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-pkcs11-")
+		if err != nil {
+			helperErr = err
+			return
+		}
+		helperPath = filepath.Join(dir, "airlock-pkcs11")
+		cmd := exec.Command("go", "build", "-o", helperPath, "github.com/airlockrun/airlock/cmd/airlock-pkcs11")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			helperErr = fmt.Errorf("build airlock-pkcs11: %v: %s", err, b)
+		}
+	})
+	if helperErr != nil {
+		t.Fatal(helperErr)
+	}
+	return helperPath
+}
+
 // Env is a running Airlock.
 type Env struct {
 	// URL is the API's base URL.
@@ -94,6 +123,10 @@ type Options struct {
 	ExtraRootsPEM []byte
 	// DaemonBinary is the sandboxes' daemon (to test upgrades); empty: the binary built for the tests.
 	DaemonBinary string
+	// PKCS11 configures the pkcs11 key provider (with Helper empty: the helper built for the tests).
+	PKCS11 app.PKCS11Config
+	// KeyCheckInterval is how often tenants' keys are checked; zero: the default.
+	KeyCheckInterval time.Duration
 }
 
 // Start runs Airlock for the test and stops it (cleanly, as SIGTERM would) when the test ends.
@@ -103,6 +136,9 @@ func Start(t testing.TB, opts Options) *Env {
 	bin := Binary(t)
 	if opts.DaemonBinary != "" {
 		bin = opts.DaemonBinary
+	}
+	if opts.PKCS11.Module != "" && opts.PKCS11.Helper == "" {
+		opts.PKCS11.Helper = PKCS11Helper(t)
 	}
 	dir := opts.DataDir
 	if dir == "" {
@@ -130,6 +166,9 @@ func Start(t testing.TB, opts Options) *Env {
 			Hosts:         opts.Hosts,
 			HostsOnly:     true, // tests never send a DNS query off this machine
 			ExtraRootsPEM: opts.ExtraRootsPEM,
+
+			PKCS11:           opts.PKCS11,
+			KeyCheckInterval: opts.KeyCheckInterval,
 		})
 	}()
 	select {

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,6 +54,9 @@ type Keyring struct {
 var (
 	_ keys.KeyProvider = (*Keyring)(nil)
 	_ keys.Revoker     = (*Keyring)(nil)
+	_ keys.Rotator     = (*Keyring)(nil)
+	_ keys.Checker     = (*Keyring)(nil)
+	_ keys.Owner       = (*Keyring)(nil)
 )
 
 type ringFile struct {
@@ -324,4 +328,20 @@ func newAEAD(key []byte) (cipher.AEAD, error) {
 // aad binds a wrapped key to its tenant and key ID.
 func aad(tenantID, keyID string) []byte {
 	return []byte(aadPrefix + tenantID + "\x00" + keyID)
+}
+
+// Owns implements keys.Owner: the keyring's key IDs start with "lk_".
+func (k *Keyring) Owns(keyID string) bool { return strings.HasPrefix(keyID, "lk_") }
+
+// Check implements keys.Checker: only a revoked tenant fails.
+func (k *Keyring) Check(ctx context.Context, tenantID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if ts := k.ring.Tenants[tenantID]; ts != nil && ts.RevokedAt != nil {
+		return keys.RevokedError(tenantID, "")
+	}
+	return nil
 }

@@ -75,7 +75,13 @@ type Provider struct {
 var (
 	_ keys.KeyProvider = (*Provider)(nil)
 	_ keys.Revoker     = (*Provider)(nil)
+	_ keys.Rotator     = (*Provider)(nil)
+	_ keys.Checker     = (*Provider)(nil)
+	_ keys.Owner       = (*Provider)(nil)
 )
+
+// Owns implements keys.Owner: the provider's key IDs are its labels, "airlock/<tenant>/<n>".
+func (p *Provider) Owns(keyID string) bool { return strings.HasPrefix(keyID, "airlock/") }
 
 type stateFile struct {
 	Tenants map[string]*tenantKeys `json:"tenants"`
@@ -180,7 +186,7 @@ func (p *Provider) WrapKey(ctx context.Context, tenantID string, dek []byte) ([]
 	}
 	if tk == nil || len(tk.Labels) == 0 {
 		if _, err := p.newKeyLocked(ctx, tenantID); err != nil {
-			return nil, "", fmt.Errorf("wrap key for tenant %s: %w", tenantID, err)
+			return nil, "", fmt.Errorf("wrap key for tenant %s: %w", tenantID, p.keyErr(tenantID, "", err))
 		}
 		tk = p.st.Tenants[tenantID]
 	}
@@ -270,11 +276,15 @@ func (p *Provider) RotateKey(ctx context.Context, tenantID string) (string, erro
 	if tk := p.st.Tenants[tenantID]; tk != nil && tk.RevokedAt != nil {
 		return "", fmt.Errorf("rotate key: %w", keys.RevokedError(tenantID, ""))
 	}
-	return p.newKeyLocked(ctx, tenantID)
+	label, err := p.newKeyLocked(ctx, tenantID)
+	if err != nil {
+		return "", fmt.Errorf("rotate key of tenant %s: %w", tenantID, p.keyErr(tenantID, "", err))
+	}
+	return label, nil
 }
 
-// Check reports whether the tenant's current key can be used now: nil, or the error a wrap would get.
-// A tenant without a key yet is fine.
+// Check reports whether the tenant's keys can be used now: nil, or the error a wrap or unwrap would
+// get. Every key the tenant ever had must still be in the token. A tenant without a key yet is fine.
 func (p *Provider) Check(ctx context.Context, tenantID string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -285,9 +295,12 @@ func (p *Provider) Check(ctx context.Context, tenantID string) error {
 	case tk.RevokedAt != nil:
 		return keys.RevokedError(tenantID, "")
 	}
-	label := tk.Labels[len(tk.Labels)-1]
-	if _, err := p.callLocked(ctx, Request{Op: OpCheck, Label: label}); err != nil {
-		return p.keyErr(tenantID, label, err)
+	// Every key of the tenant, not only the current one: data keys wrapped under an older one are
+	// lost with it.
+	for _, label := range tk.Labels {
+		if _, err := p.callLocked(ctx, Request{Op: OpCheck, Label: label}); err != nil {
+			return p.keyErr(tenantID, label, err)
+		}
 	}
 	return nil
 }
@@ -337,10 +350,13 @@ func (p *Provider) keyErr(tenantID, label string, err error) error {
 	if errors.As(err, &he) {
 		switch he.code {
 		case CodeNotFound:
-			return fmt.Errorf("key %s of tenant %s is not in the token (destroyed): %w", label, tenantID, keys.RevokedError(tenantID, label))
+			return keys.DestroyedError(tenantID, label)
 		case CodeInvalid:
 			return fmt.Errorf("wrapped key does not authenticate for tenant %s key %s: %w", tenantID, label, errdefs.ErrInvalidArgument)
 		}
+	}
+	if errors.Is(err, errdefs.ErrUnavailable) {
+		return keys.UnreachableError(tenantID, err)
 	}
 	return err
 }

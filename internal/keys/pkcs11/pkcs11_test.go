@@ -2,6 +2,7 @@ package pkcs11_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/keys"
 	"github.com/airlockrun/airlock/internal/keys/keystest"
+	"github.com/airlockrun/airlock/internal/keys/local"
 	"github.com/airlockrun/airlock/internal/keys/pkcs11"
 	"github.com/airlockrun/airlock/internal/keys/pkcs11/softhsm"
 )
@@ -132,7 +134,7 @@ func TestTokenUnreachable(t *testing.T) {
 	}
 	defer bad.Close()
 	_, err = bad.UnwrapKey(ctx, "tn_a", id, w)
-	if !errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrPermissionDenied) {
+	if !errors.Is(err, errdefs.ErrUnavailable) || !errors.Is(err, errdefs.ErrKeyUnavailable) || errors.Is(err, errdefs.ErrPermissionDenied) {
 		t.Errorf("unwrap with a wrong PIN: %v; want unavailable", err)
 	}
 	if strings.Contains(fmt.Sprint(bad), tok.PIN) || strings.Contains(fmt.Sprintf("%+v", bad), "0000") {
@@ -148,9 +150,11 @@ func TestTokenUnreachable(t *testing.T) {
 	}
 }
 
-// TestRotate: a rotation makes a new current key; keys wrapped under the old one still unwrap.
+// TestRotate: a rotation makes a new current key; keys wrapped under the old one still unwrap; and
+// destroying the old key alone is seen by Check (data keys wrapped under it are lost with it).
 func TestRotate(t *testing.T) {
-	p := newProvider(t, softhsm.NewToken(t))
+	tok := softhsm.NewToken(t)
+	p := newProvider(t, tok)
 	ctx := t.Context()
 	dek := bytes.Repeat([]byte{1}, 32)
 	w1, id1, err := p.WrapKey(ctx, "tn_a", dek)
@@ -172,5 +176,72 @@ func TestRotate(t *testing.T) {
 		if got, err := p.UnwrapKey(ctx, "tn_a", c.id, c.w); err != nil || !bytes.Equal(got, dek) {
 			t.Errorf("unwrap under %s = %x, %v", c.id, got, err)
 		}
+	}
+	if err := p.Check(ctx, "tn_a"); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	tok.DeleteKey(t, id1)
+	if err := p.Check(ctx, "tn_a"); !errors.Is(err, errdefs.ErrKeyUnavailable) || !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("check after the old key was destroyed: %v; want key unavailable (revoked)", err)
+	}
+}
+
+// TestRouter sends each tenant to its provider and each wrapped key to the provider that made it, so a
+// tenant that moves to the token still unwraps what the keyring wrapped; a revoke reaches both.
+func TestRouter(t *testing.T) {
+	ctx := t.Context()
+	loc, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p11 := newProvider(t, softhsm.NewToken(t))
+	choice := map[string]string{"tn_a": "", "tn_b": "pkcs11"}
+	var mu sync.Mutex
+	r, err := keys.NewRouter(map[string]keys.KeyProvider{"local": loc, "pkcs11": p11}, "local", func(_ context.Context, tenant string) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return choice[tenant], nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dek := bytes.Repeat([]byte{3}, 32)
+	wa, ida, err := r.WrapKey(ctx, "tn_a", dek)
+	if err != nil || !strings.HasPrefix(ida, "lk_") {
+		t.Fatalf("wrap for the local tenant = %q, %v", ida, err)
+	}
+	_, idb, err := r.WrapKey(ctx, "tn_b", dek)
+	if err != nil || !strings.HasPrefix(idb, "airlock/tn_b/") {
+		t.Fatalf("wrap for the pkcs11 tenant = %q, %v", idb, err)
+	}
+	mu.Lock()
+	choice["tn_a"] = "pkcs11" // tn_a moves to the token
+	mu.Unlock()
+	if got, err := r.UnwrapKey(ctx, "tn_a", ida, wa); err != nil || !bytes.Equal(got, dek) {
+		t.Errorf("unwrap what the keyring wrapped, after the move = %x, %v", got, err)
+	}
+	if _, id, err := r.WrapKey(ctx, "tn_a", dek); err != nil || !strings.HasPrefix(id, "airlock/tn_a/") {
+		t.Errorf("wrap after the move = %q, %v; want the token's key", id, err)
+	}
+	if _, err := r.UnwrapKey(ctx, "tn_a", "zz_unknown", wa); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("unwrap under a key no provider has: %v; want not found", err)
+	}
+	if err := r.RevokeKey(ctx, "tn_a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.UnwrapKey(ctx, "tn_a", ida, wa); !errors.Is(err, errdefs.ErrKeyUnavailable) {
+		t.Errorf("unwrap the keyring's key after a revoke: %v; want key unavailable", err)
+	}
+	if err := r.Check(ctx, "tn_a"); !errors.Is(err, errdefs.ErrKeyUnavailable) {
+		t.Errorf("check after a revoke: %v", err)
+	}
+	if err := r.Check(ctx, "tn_b"); err != nil {
+		t.Errorf("check of another tenant: %v", err)
+	}
+	mu.Lock()
+	choice["tn_c"] = "nowhere"
+	mu.Unlock()
+	if _, _, err := r.WrapKey(ctx, "tn_c", dek); !errors.Is(err, errdefs.ErrKeyUnavailable) {
+		t.Errorf("wrap with a provider the server lacks: %v; want key unavailable", err)
 	}
 }

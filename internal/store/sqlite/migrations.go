@@ -218,6 +218,8 @@ ALTER TABLE tenants ADD COLUMN quota_running_sandboxes INTEGER NOT NULL DEFAULT 
 ALTER TABLE tenants ADD COLUMN quota_sessions INTEGER NOT NULL DEFAULT 0 CHECK (quota_sessions >= 0);
 ALTER TABLE tenants ADD COLUMN quota_snapshot_bytes INTEGER NOT NULL DEFAULT 0 CHECK (quota_snapshot_bytes >= 0);
 `,
+	// 8: each tenant's key provider ('': the server's default, the local keyring).
+	`ALTER TABLE tenants ADD COLUMN key_provider TEXT NOT NULL DEFAULT '';`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in

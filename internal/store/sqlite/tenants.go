@@ -13,7 +13,7 @@ import (
 
 const tenantCols = "id, name, created_at, " +
 	"retention_keep_all_seconds, retention_keep_hourly_seconds, retention_keep_daily_seconds, operator, disabled_at, " +
-	"quota_running_sandboxes, quota_sessions, quota_snapshot_bytes"
+	"quota_running_sandboxes, quota_sessions, quota_snapshot_bytes, key_provider"
 
 // CreateTenant implements store.Store.
 func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, error) {
@@ -45,10 +45,10 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 		if taken {
 			return errdefs.ErrAlreadyExists
 		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO tenants ("+tenantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		_, err = tx.ExecContext(ctx, "INSERT INTO tenants ("+tenantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 			t.ID, t.Name, micros(t.CreatedAt),
 			t.Retention.KeepAllSeconds, t.Retention.KeepHourlySeconds, t.Retention.KeepDailySeconds,
-			t.Operator, nullMicros(t.DisabledAt), t.Quotas.RunningSandboxes, t.Quotas.Sessions, t.Quotas.SnapshotBytes)
+			t.Operator, nullMicros(t.DisabledAt), t.Quotas.RunningSandboxes, t.Quotas.Sessions, t.Quotas.SnapshotBytes, t.KeyProvider)
 		return mapErr(err)
 	})
 	if err != nil {
@@ -136,6 +136,26 @@ func (s *Store) SetTenantDisabled(ctx context.Context, id string, at *time.Time)
 	return t, nil
 }
 
+// SetTenantKeyProvider implements store.Store.
+func (s *Store) SetTenantKeyProvider(ctx context.Context, id, provider string) (store.Tenant, error) {
+	if len(provider) > 64 {
+		return store.Tenant{}, fmt.Errorf("set key provider of tenant %s: name is longer than 64 bytes: %w", id, errdefs.ErrInvalidArgument)
+	}
+	var t store.Tenant
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "UPDATE tenants SET key_provider = ? WHERE id = ?", provider, id)
+		if err := oneRow(res, err); err != nil {
+			return err
+		}
+		t, err = scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
+		return noRowsIsNotFound(err)
+	})
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("set key provider of tenant %s: %w", id, err)
+	}
+	return t, nil
+}
+
 // SetTenantQuotas implements store.Store.
 func (s *Store) SetTenantQuotas(ctx context.Context, id string, q store.TenantQuotas) (store.Tenant, error) {
 	if err := q.Validate(); err != nil {
@@ -210,7 +230,7 @@ func scanTenant(row scanner) (store.Tenant, error) {
 	)
 	err := row.Scan(&t.ID, &t.Name, &created,
 		&t.Retention.KeepAllSeconds, &t.Retention.KeepHourlySeconds, &t.Retention.KeepDailySeconds, &t.Operator, &disabled,
-		&t.Quotas.RunningSandboxes, &t.Quotas.Sessions, &t.Quotas.SnapshotBytes)
+		&t.Quotas.RunningSandboxes, &t.Quotas.Sessions, &t.Quotas.SnapshotBytes, &t.KeyProvider)
 	if err != nil {
 		return store.Tenant{}, err
 	}

@@ -408,3 +408,37 @@ func checkTokenUTC(t *testing.T, tok store.AccessToken) {
 		}
 	}
 }
+
+func testTenantKeyProvider(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a, err := s.CreateTenant(ctx, store.Tenant{Name: "hsm", KeyProvider: "pkcs11"})
+	wantErr(t, "CreateTenant(pkcs11)", err, nil)
+	b := mustTenant(t, s, "plain")
+	if a.KeyProvider != "pkcs11" || b.KeyProvider != "" {
+		t.Fatalf("key providers = %q, %q; want pkcs11 and empty", a.KeyProvider, b.KeyProvider)
+	}
+	got, err := s.GetTenant(ctx, a.ID)
+	wantErr(t, "GetTenant", err, nil)
+	if got.KeyProvider != "pkcs11" {
+		t.Errorf("stored key provider = %q; want pkcs11", got.KeyProvider)
+	}
+	moved, err := s.SetTenantKeyProvider(ctx, b.ID, "pkcs11")
+	wantErr(t, "SetTenantKeyProvider", err, nil)
+	want := b
+	want.KeyProvider = "pkcs11"
+	if diff := cmp.Diff(want, moved, cmpOpts...); diff != "" {
+		t.Errorf("SetTenantKeyProvider (-want +got):\n%s", diff)
+	}
+	back, err := s.SetTenantKeyProvider(ctx, b.ID, "")
+	wantErr(t, "SetTenantKeyProvider(default)", err, nil)
+	if back.KeyProvider != "" {
+		t.Errorf("key provider back to default = %q", back.KeyProvider)
+	}
+	_, err = s.SetTenantKeyProvider(ctx, "tn_missing", "pkcs11")
+	wantErr(t, "SetTenantKeyProvider(unknown tenant)", err, errdefs.ErrNotFound)
+	_, err = s.SetTenantKeyProvider(ctx, a.ID, strings.Repeat("x", 65))
+	wantErr(t, "SetTenantKeyProvider(long name)", err, errdefs.ErrInvalidArgument)
+	if got, _ := s.GetTenant(ctx, a.ID); got.KeyProvider != "pkcs11" {
+		t.Errorf("a refused update changed the key provider to %q", got.KeyProvider)
+	}
+}

@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) 
 		{"APIKeys", testAPIKeys},
 		{"APIKeyTouchAndRevoke", testAPIKeyTouchAndRevoke},
 		{"TenantDisable", testTenantDisable},
+		{"TenantKeyProvider", testTenantKeyProvider},
 		{"TenantQuotas", testTenantQuotas},
 		{"AccessTokens", testAccessTokens},
 		{"SandboxCreateGet", testSandboxCreateGet},

@@ -23,6 +23,7 @@ var (
 	ErrResourceExhausted  = errdefs.ErrResourceExhausted  // resource_exhausted, 429
 	ErrTooLarge           = errdefs.ErrTooLarge           // too_large, 413
 	ErrUnavailable        = errdefs.ErrUnavailable        // unavailable, 503
+	ErrKeyUnavailable     = errdefs.ErrKeyUnavailable     // tenant_key_unavailable, 403: the tenant's key is revoked or unreachable
 	ErrDeadlineExceeded   = errdefs.ErrDeadlineExceeded   // deadline_exceeded, 504
 	ErrInternal           = errdefs.ErrInternal           // internal, 500, and any code this SDK does not know
 )

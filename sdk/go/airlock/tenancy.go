@@ -32,6 +32,27 @@ type Tenant struct {
 	DisabledAt *time.Time `json:"disabled_at,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	Quotas     Quotas     `json:"quotas"`
+	// KeyProvider holds the tenant's key-encryption keys: "local" (the server's keyring) or "pkcs11"
+	// (an HSM or KMS through PKCS#11).
+	KeyProvider string `json:"key_provider"`
+}
+
+// TenantKey is the response of GET /v1/key.
+type TenantKey struct {
+	Provider string `json:"provider"`
+	// Status is "available" or "unavailable" (revoked, destroyed, or cannot be reached; Error says).
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+}
+
+// RotatedKey is the response of POST /v1/key/rotate.
+type RotatedKey struct {
+	KeyID string `json:"key_id"`
+}
+
+// RevokeKeyRequest is the body of POST /v1/key/revoke: Confirm must be the tenant's ID.
+type RevokeKeyRequest struct {
+	Confirm string `json:"confirm"`
 }
 
 // Quotas bound what a tenant may hold at once; 0 is no limit.
@@ -59,6 +80,8 @@ type TenantList struct {
 // CreateTenantRequest is the body of POST /v1/tenants.
 type CreateTenantRequest struct {
 	Name string `json:"name"`
+	// KeyProvider is "local" (or empty) or "pkcs11" (the server must run with --pkcs11-module).
+	KeyProvider string `json:"key_provider,omitempty"`
 }
 
 // CreatedTenant is the response of POST /v1/tenants: the tenant and its first admin key, shown only
@@ -141,11 +164,43 @@ type CreateAccessTokenRequest struct {
 
 // CreateTenant makes a tenant and its first admin key (needs an admin key of the operator tenant).
 func (c *Client) CreateTenant(ctx context.Context, name string) (*CreatedTenant, error) {
+	return c.CreateTenantWith(ctx, CreateTenantRequest{Name: name})
+}
+
+// CreateTenantWith makes a tenant as req says, and its first admin key.
+func (c *Client) CreateTenantWith(ctx context.Context, req CreateTenantRequest) (*CreatedTenant, error) {
 	var out CreatedTenant
-	if err := c.doJSON(ctx, http.MethodPost, "/v1/tenants", nil, CreateTenantRequest{Name: name}, &out, nil); err != nil {
-		return nil, fmt.Errorf("create tenant %s: %w", name, err)
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/tenants", nil, req, &out, nil); err != nil {
+		return nil, fmt.Errorf("create tenant %s: %w", req.Name, err)
 	}
 	return &out, nil
+}
+
+// TenantKey reports the caller's tenant's key provider and whether its key can be used now.
+func (c *Client) TenantKey(ctx context.Context) (*TenantKey, error) {
+	var out TenantKey
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/key", nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("tenant key: %w", err)
+	}
+	return &out, nil
+}
+
+// RotateTenantKey makes a new key-encryption key the tenant's current one (needs an admin key).
+func (c *Client) RotateTenantKey(ctx context.Context) (*RotatedKey, error) {
+	var out RotatedKey
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/key/rotate", nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("rotate tenant key: %w", err)
+	}
+	return &out, nil
+}
+
+// RevokeTenantKey destroys the tenant's keys for good (needs an admin key; tenantID confirms it):
+// nothing of the tenant can be decrypted afterwards, and its sandboxes are stopped.
+func (c *Client) RevokeTenantKey(ctx context.Context, tenantID string) error {
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/key/revoke", nil, RevokeKeyRequest{Confirm: tenantID}, nil, nil); err != nil {
+		return fmt.Errorf("revoke tenant key: %w", err)
+	}
+	return nil
 }
 
 // ListTenants lists every tenant (needs an admin key of the operator tenant).

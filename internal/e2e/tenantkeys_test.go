@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/app"
+	"github.com/airlockrun/airlock/internal/keys/pkcs11/softhsm"
+	"github.com/airlockrun/airlock/internal/testenv"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+// wantKeyUnavailable fails t unless err is the API's tenant_key_unavailable.
+func wantKeyUnavailable(t *testing.T, what string, err error) {
+	t.Helper()
+	var ae *airlock.APIError
+	if !errors.As(err, &ae) || ae.Code != "tenant_key_unavailable" {
+		t.Errorf("%s: got %v; want tenant_key_unavailable", what, err)
+	}
+}
+
+// keyedSession starts a session of c holding a marker in a file and in a process's memory, pauses it
+// and returns it with its snapshot.
+func keyedSession(t *testing.T, c *airlock.Client, marker string) (*airlock.Session, string) {
+	t.Helper()
+	ctx := ctxT(t, 2*time.Minute)
+	se, err := c.CreateSession(ctx, airlock.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The marker goes in as a file, never on a command line (the node's audit log records those).
+	if _, err := c.WriteFile(ctx, se.ID, "/home/user/marker", strings.NewReader(marker+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"bash", "-c",
+		"(python3 -c 'import time; s=open(\"/home/user/marker\").read()*1000; time.sleep(3600)' &)"}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.PauseSession(ctx, se.ID)
+	if err != nil || p.State != "paused" {
+		t.Fatalf("pause = %+v, %v", p, err)
+	}
+	if _, err := c.WaitSnapshot(ctx, se.ID, p.HeadSnapshotID); err != nil {
+		t.Fatal(err)
+	}
+	return p, p.HeadSnapshotID
+}
+
+// waitStopped waits (up to limit) until the sandbox is no longer running, and reports how long it took.
+func waitStopped(t *testing.T, c *airlock.Client, id string, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < limit {
+		sb, err := c.GetSandbox(ctxT(t, 10*time.Second), id)
+		if err == nil && sb.State != airlock.StateRunning && sb.State != airlock.StateCreating {
+			return time.Since(start)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("sandbox %s still runs %s after its tenant's key went away", id, limit)
+	return 0
+}
+
+// TestTenantKeyPKCS11 runs a tenant whose key is in a PKCS#11 token (SoftHSM2): its sessions pause and
+// resume; once the key is destroyed in the token (with pkcs11-tool, as its owner would), its running
+// sandboxes stop within the check interval, creates and resumes fail with tenant_key_unavailable, and
+// its stored snapshots cannot be read. Nothing of it was ever stored in the clear.
+func TestTenantKeyPKCS11(t *testing.T) {
+	tok := softhsm.NewToken(t)
+	e := testenv.Start(t, testenv.Options{
+		PKCS11:           app.PKCS11Config{Module: tok.Module, TokenLabel: tok.Label, PIN: tok.PIN, Env: tok.Env},
+		KeyCheckInterval: 2 * time.Second,
+	})
+	ctx := ctxT(t, 5*time.Minute)
+	ct, err := e.Client.CreateTenantWith(ctx, airlock.CreateTenantRequest{Name: "hsm", KeyProvider: "pkcs11"})
+	if err != nil || ct.Tenant.KeyProvider != "pkcs11" {
+		t.Fatalf("create pkcs11 tenant = %+v, %v", ct, err)
+	}
+	c := airlock.New(e.URL, airlock.WithAPIKey(ct.APIKey.Key))
+	marker := "hsm-marker-5a1c0ffee"
+	se, snap := keyedSession(t, c, marker)
+	if r, err := c.ResumeSession(ctx, se.ID); err != nil || r.State != "running" {
+		t.Fatalf("resume on the pkcs11 key = %+v, %v", r, err)
+	}
+	if res, err := c.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"cat", "/home/user/marker"}}); err != nil || res.Stdout != marker+"\n" {
+		t.Fatalf("after resume: %+v, %v", res, err)
+	}
+	sb, err := c.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := c.TenantKey(ctx); err != nil || k.Provider != "pkcs11" || k.Status != "available" {
+		t.Errorf("key status = %+v, %v", k, err)
+	}
+	// Other tenants, on the local keyring, are not affected by any of it.
+	other := create(t, e, airlock.CreateSandboxRequest{})
+
+	tok.DeleteKey(t, "airlock/"+ct.Tenant.ID+"/1")
+	took := waitStopped(t, c, sb.ID, 60*time.Second)
+	t.Logf("the tenant's sandboxes stopped %s after its key was destroyed in the token", took.Round(10*time.Millisecond))
+	s, err := c.GetSession(ctx, se.ID)
+	if err != nil || s.State == "running" {
+		t.Errorf("session after the key was destroyed = %+v, %v; want it stopped", s, err)
+	}
+	_, err = c.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	wantKeyUnavailable(t, "create sandbox", err)
+	_, err = c.CreateSession(ctx, airlock.CreateSessionRequest{})
+	wantKeyUnavailable(t, "create session", err)
+	_, err = c.ResumeSession(ctx, se.ID)
+	wantKeyUnavailable(t, "resume", err)
+	if got, err := c.ReadSnapshotFile(ctx, se.ID, snap, "/home/user/marker"); err == nil {
+		ls, _ := exec.Command("find", e.DataDir+"/images", e.DataDir+"/pending", "-maxdepth", "1").CombinedOutput()
+		t.Errorf("a snapshot of the tenant was read after its key was destroyed: %q\n%s", got, ls)
+	}
+	if k, err := c.TenantKey(ctx); err != nil || k.Status != "unavailable" {
+		t.Errorf("key status after the destroy = %+v, %v", k, err)
+	}
+	if got, err := e.Client.GetSandbox(ctx, other.ID); err != nil || got.State != airlock.StateRunning {
+		t.Errorf("another tenant's sandbox = %+v, %v; want it running", got, err)
+	}
+	// Nothing of the tenant is at rest in the clear: not in the blobs, the database, anywhere.
+	assertNotInDir(t, e.DataDir, marker)
+}
+
+// TestTenantKeyLocalRevokeAndRotate: after a rotation, old snapshots still restore; after a revoke
+// through the API, the tenant's sandboxes stop at once and creates and resumes fail with
+// tenant_key_unavailable.
+func TestTenantKeyLocalRevokeAndRotate(t *testing.T) {
+	e := testenv.Start(t, testenv.Options{KeyCheckInterval: 2 * time.Second})
+	ctx := ctxT(t, 5*time.Minute)
+	ct, err := e.Client.CreateTenant(ctx, "loc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := airlock.New(e.URL, airlock.WithAPIKey(ct.APIKey.Key))
+	marker := "local-marker-77e1d"
+	se, before := keyedSession(t, c, marker)
+
+	rot, err := c.RotateTenantKey(ctx)
+	if err != nil || rot.KeyID == "" {
+		t.Fatalf("rotate = %+v, %v", rot, err)
+	}
+	// A snapshot taken before the rotation restores, and so do new ones.
+	if r, err := c.ResumeSession(ctx, se.ID); err != nil || r.State != "running" {
+		t.Fatalf("resume after rotation = %+v, %v", r, err)
+	}
+	if res, err := c.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"bash", "-c", "echo after >> /home/user/marker"}}); err != nil || res.ExitCode != 0 {
+		t.Fatal(err)
+	}
+	if _, err := c.PauseSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RestoreSession(ctx, se.ID, airlock.RestoreSessionRequest{SnapshotID: before}); err != nil {
+		t.Fatalf("restore to the snapshot from before the rotation: %v", err)
+	}
+	if res, err := c.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"cat", "/home/user/marker"}}); err != nil || res.Stdout != marker+"\n" {
+		t.Errorf("restored from before the rotation: %+v, %v", res, err)
+	}
+
+	sb, err := c.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := c.RevokeTenantKey(ctx, "tn_not_mine")
+	wantCode(t, "revoke without the right confirmation", wrong, http.StatusBadRequest)
+	start := time.Now()
+	if err := c.RevokeTenantKey(ctx, ct.Tenant.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, c, sb.ID, 5*time.Second)
+	t.Logf("revoke through the API stopped the tenant's sandboxes in %s", time.Since(start).Round(10*time.Millisecond))
+	_, err = c.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	wantKeyUnavailable(t, "create after revoke", err)
+	_, err = c.ResumeSession(ctx, se.ID)
+	wantKeyUnavailable(t, "resume after revoke", err)
+	_, err = c.ReadSnapshotFile(ctx, se.ID, before, "/home/user/marker")
+	if err == nil {
+		t.Error("a snapshot was read after the tenant's key was revoked")
+	}
+	// The keyring keeps no key material of the tenant, and nothing of it is in the clear anywhere.
+	ring, err := os.ReadFile(filepath.Join(e.DataDir, "keys", "keyring.json"))
+	if err != nil || !strings.Contains(string(ring), "revoked_at") {
+		t.Errorf("keyring after revoke: %v", err)
+	}
+	assertNotInDir(t, e.DataDir, marker)
+}
