@@ -26,7 +26,7 @@ airlock --data-dir "$DATA_DIR" exec "$id" -- python3 -c 'print(6*7)'
 airlock --data-dir "$DATA_DIR" sandbox rm "$id"
 cat <<MSG
 
-Airlock is running at $URL. Your API key is in $DATA_DIR/api-key (the CLI reads it).
+Airlock is running at $URL. Your API key is in ~/.config/airlock/api-key (the CLI reads it).
 Try:  airlock sandbox create     then   airlock exec <id> -- bash -c 'uname -a; id'
 Stop: kill \$(pgrep -f 'airlock up')   (SIGTERM stops every sandbox cleanly)
 MSG

@@ -59,19 +59,23 @@ func (s *Server) withScope(need store.Scope, operator bool, h http.HandlerFunc) 
 		if r = s.authenticate(w, r); r == nil {
 			return
 		}
+		// Refusals are recorded too, except the operator routes' 404 to other tenants.
 		p := principalOf(r)
-		switch {
-		case p.Token != nil:
-			writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied,
-				"an access token reaches only the exec, process and file routes of its sandbox or session; %s %s needs an API key", r.Method, r.URL.Path))
-		case !p.Scope.Allows(need):
-			writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this API key has scope %s; %s %s needs %s", p.Scope, r.Method, r.URL.Path, need))
-		case operator && !p.Operator:
-			// Tenants exist for the operator only: to anyone else the routes are not there.
+		if operator && p.Token == nil && p.Scope.Allows(need) && !p.Operator {
 			writeError(w, r, s.log, clientErr(errdefs.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
-		default:
-			h(w, r)
+			return
 		}
+		s.audited(w, r, func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case p.Token != nil:
+				writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied,
+					"an access token reaches only the exec, process and file routes of its sandbox or session; %s %s needs an API key", r.Method, r.URL.Path))
+			case !p.Scope.Allows(need):
+				writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this API key has scope %s; %s %s needs %s", p.Scope, r.Method, r.URL.Path, need))
+			default:
+				h(w, r)
+			}
+		})
 	}
 }
 
@@ -83,29 +87,31 @@ func (s *Server) work(need store.Scope, tok store.TokenScope, session bool, h ht
 		if r = s.authenticate(w, r); r == nil {
 			return
 		}
-		p := principalOf(r)
-		if p.Token == nil {
-			if !p.Scope.Allows(need) {
-				writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this API key has scope %s; %s %s needs %s", p.Scope, r.Method, r.URL.Path, need))
+		s.audited(w, r, func(w http.ResponseWriter, r *http.Request) {
+			p := principalOf(r)
+			if p.Token == nil {
+				if !p.Scope.Allows(need) {
+					writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this API key has scope %s; %s %s needs %s", p.Scope, r.Method, r.URL.Path, need))
+					return
+				}
+				h(w, r)
+				return
+			}
+			id, kind := p.Token.SandboxID, "sandbox"
+			if session {
+				id, kind = p.Token.SessionID, "session"
+			}
+			if id == "" || id != r.PathValue("id") {
+				writeError(w, r, s.log, clientErr(errdefs.ErrNotFound, "%s %s not found", kind, truncate(r.PathValue("id"), 64)))
+				return
+			}
+			if !p.Token.Allows(tok) {
+				writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this access token has scopes %s; %s %s needs %s",
+					joinTokenScopes(p.Token.Scopes), r.Method, r.URL.Path, tok))
 				return
 			}
 			h(w, r)
-			return
-		}
-		id, kind := p.Token.SandboxID, "sandbox"
-		if session {
-			id, kind = p.Token.SessionID, "session"
-		}
-		if id == "" || id != r.PathValue("id") {
-			writeError(w, r, s.log, clientErr(errdefs.ErrNotFound, "%s %s not found", kind, truncate(r.PathValue("id"), 64)))
-			return
-		}
-		if !p.Token.Allows(tok) {
-			writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this access token has scopes %s; %s %s needs %s",
-				joinTokenScopes(p.Token.Scopes), r.Method, r.URL.Path, tok))
-			return
-		}
-		h(w, r)
+		})
 	}
 }
 

@@ -34,6 +34,9 @@ type Server struct {
 	// metricsHandler serves GET /metrics; nil: 404.
 	metricsHandler http.Handler
 
+	// audit records authenticated calls in their tenants' audit logs; nil: none.
+	audit AuditLog
+
 	// idem serializes requests that carry the same Idempotency-Key.
 	idemMu sync.Mutex
 	// idemLocks holds one lock per tenant+key while in use; guarded by idemMu.
@@ -106,6 +109,7 @@ func (s *Server) routes() []route {
 		{"PATCH", "/v1/tenants/{id}", s.operator(s.updateTenant)},
 		{"GET", "/v1/usage", s.auth(s.usage)},
 		{"GET", "/v1/key", s.auth(s.getKey)},
+		{"GET", "/v1/audit", s.admin(s.exportAudit)},
 		{"POST", "/v1/key/rotate", s.admin(s.rotateKey)},
 		{"POST", "/v1/key/revoke", s.admin(s.revokeKey)},
 		{"GET", "/v1/api-keys", s.admin(s.listAPIKeys)},

@@ -4,7 +4,6 @@
 // Data directory layout:
 //
 //	airlock.db       the Store (SQLite, WAL)
-//	api-key          the first API key, 0600, read by the CLI
 //	keys/            the local keyring: per-tenant key-encryption keys (0600)
 //	secrets/         tenants' secrets, encrypted under data keys the keyring wraps
 //	templates/       template root filesystems
@@ -41,9 +40,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/audit"
 	bloblocal "github.com/airlockrun/airlock/internal/blob/local"
 	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/controlplane"
+	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/gateway/castore"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
@@ -71,7 +73,8 @@ const (
 	DefaultListen  = "127.0.0.1:7070"
 	// DefaultImageCacheBytes is the default bound of the checkpoint image cache.
 	DefaultImageCacheBytes = 4 << 30
-	// APIKeyFile is the name, in the data directory, of the file holding the first API key.
+	// APIKeyFile is the name, in the data directory, of the file where versions before tenancy kept the
+	// first API key. The CLI still reads it when the key file is missing.
 	APIKeyFile = "api-key"
 	// DaemonCommand is the airlock subcommand that runs the in-sandbox daemon.
 	DaemonCommand = "sandbox-init"
@@ -81,6 +84,12 @@ const (
 type Config struct {
 	// DataDir holds all state.
 	DataDir string
+	// KeyFile is where the first start writes the operator tenant's first API key (0600), for the CLI:
+	// outside the data directory, which holds no credential in the clear. Empty: DefaultKeyFile().
+	KeyFile string
+	// ShowKey prints the first API key itself on Out, not only where it was saved (for a person at a
+	// terminal; never into a log).
+	ShowKey bool
 	// Listen is the API's address. Keep it on loopback unless a TLS proxy fronts it (which should also
 	// keep the unauthenticated GET /metrics to itself).
 	Listen string
@@ -135,6 +144,16 @@ type PKCS11Config struct {
 	Helper string
 	// Env is added to the helper's environment (module settings such as SOFTHSM2_CONF).
 	Env []string
+}
+
+// DefaultKeyFile is where the CLI looks for an API key and the first start saves one:
+// $XDG_CONFIG_HOME/airlock/api-key, or ~/.config/airlock/api-key.
+func DefaultKeyFile() string {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		dir = "/root/.config"
+	}
+	return filepath.Join(dir, "airlock", "api-key")
 }
 
 // InstanceTag is a short tag, derived from the data directory, that keeps the host-wide names of one
@@ -206,6 +225,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
+	// The tenants' audit logs. Closed (what is queued written) before the store, after everything that
+	// records into it stopped (deferred calls run last-in first-out).
+	auditLog := audit.New(st, log)
+	defer auditLog.Close()
 
 	tag := InstanceTag(dataDir)
 	driver, err := gvisor.New(gvisor.Config{Runsc: cfg.Runsc, StateDir: filepath.Join(dataDir, "runtime"), Debug: cfg.Debug, Logger: log,
@@ -304,7 +327,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Hosts:         cfg.Hosts,
 		HostsOnly:     cfg.HostsOnly,
 		GuardExtra:    hostAddresses(),
-		Flows:         gateway.FlowSinks{flows, egressMetrics},
+		Flows:         gateway.FlowSinks{flows, egressMetrics, audit.FlowSink{Sink: auditLog.Record}},
 		Logger:        log,
 	})
 	if err != nil {
@@ -322,6 +345,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Templates:    template.NewHostRegistry(filepath.Join(dataDir, "templates")),
 		DaemonBinary: cfg.DaemonBinary,
 		DaemonArgs:   []string{DaemonCommand},
+		TenantAudit: func(tenantID, sandboxID string) link.Audit {
+			return audit.DaemonAudit{Tenant: tenantID, Sandbox: sandboxID, Sink: auditLog.Record}
+		},
 		OnExit: func(id, reason string) {
 			if cp != nil {
 				go cp.HandleSandboxExit(id, reason)
@@ -352,19 +378,31 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	keyPath := filepath.Join(dataDir, APIKeyFile)
 	if key != "" {
-		if err := os.WriteFile(keyPath, []byte(key+"\n"), 0o600); err != nil {
+		keyPath := cfg.KeyFile
+		if keyPath == "" {
+			keyPath = DefaultKeyFile()
+		}
+		if err := os.MkdirAll(filepath.Dir(keyPath), 0o700); err != nil {
 			return fmt.Errorf("save API key: %w", err)
 		}
-		fmt.Fprintf(cfg.Out, "Created the default tenant. Its API key (shown once; saved to %s, mode 0600):\n\n    %s\n\n", keyPath, key)
+		if err := fsutil.WriteFileAtomic(keyPath, []byte(key+"\n"), 0o600); err != nil {
+			return fmt.Errorf("save API key: %w", err)
+		}
+		if cfg.ShowKey {
+			fmt.Fprintf(cfg.Out, "Created the operator tenant. Its first API key (shown once; saved to %s, mode 0600):\n\n    %s\n\n", keyPath, key)
+		} else {
+			fmt.Fprintf(cfg.Out, "Created the operator tenant. Its first API key is saved to %s (mode 0600).\n", keyPath)
+		}
 	}
 	if err := cp.Start(ctx); err != nil {
 		return err
 	}
 
+	apiServer := api.New(cp, log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+	apiServer.SetAudit(auditLog)
 	srv := &http.Server{
-		Handler:           api.New(cp, log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})),
+		Handler:           apiServer,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

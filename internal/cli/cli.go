@@ -29,6 +29,7 @@ const (
 	EnvURL     = "AIRLOCK_URL"
 	EnvAPIKey  = "AIRLOCK_API_KEY"
 	EnvDataDir = "AIRLOCK_DATA_DIR"
+	EnvKeyFile = "AIRLOCK_KEY_FILE"
 )
 
 // Streams are the standard streams a command uses.
@@ -80,6 +81,7 @@ type globals struct {
 	url     string
 	apiKey  string
 	dataDir string
+	keyFile string
 	json    bool
 
 	// keyNote says why no API key was found, for the hint on an unauthenticated error.
@@ -108,7 +110,8 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.url, "url", airlock.DefaultBaseURL, "the API's URL (env "+EnvURL+")")
-	pf.StringVar(&g.apiKey, "api-key", "", "the API key (env "+EnvAPIKey+"; default: the key file in the data directory)")
+	pf.StringVar(&g.apiKey, "api-key", "", "the API key or access token (env "+EnvAPIKey+"; default: read from --key-file)")
+	pf.StringVar(&g.keyFile, "key-file", app.DefaultKeyFile(), "the file holding the API key; airlock up saves the first one there (env "+EnvKeyFile+")")
 	pf.StringVar(&g.dataDir, "data-dir", app.DefaultDataDir, "the server's data directory (env "+EnvDataDir+")")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of text")
 
@@ -127,6 +130,7 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 		newTokenCmd(g),
 		newUsageCmd(g),
 		newEncryptionCmd(g),
+		newAuditCmd(g),
 		newDaemonCmd(),
 	)
 	return root
@@ -137,7 +141,7 @@ func (g *globals) resolve(cmd *cobra.Command) {
 	for _, f := range []struct {
 		name, env string
 		dst       *string
-	}{{"url", EnvURL, &g.url}, {"api-key", EnvAPIKey, &g.apiKey}, {"data-dir", EnvDataDir, &g.dataDir}} {
+	}{{"url", EnvURL, &g.url}, {"api-key", EnvAPIKey, &g.apiKey}, {"data-dir", EnvDataDir, &g.dataDir}, {"key-file", EnvKeyFile, &g.keyFile}} {
 		if cmd.Flags().Changed(f.name) {
 			continue
 		}
@@ -148,19 +152,26 @@ func (g *globals) resolve(cmd *cobra.Command) {
 }
 
 // client returns an API client for the global flags. Without --api-key or AIRLOCK_API_KEY it reads the
-// key file of the data directory, if it can.
+// key file (and, for installations from before it existed, the data directory's api-key file).
 func (g *globals) client() *airlock.Client {
 	key := g.apiKey
 	if key == "" {
-		path := filepath.Join(g.dataDir, app.APIKeyFile)
-		b, err := os.ReadFile(path)
-		switch {
-		case err == nil:
-			key = strings.TrimSpace(string(b))
-		case errors.Is(err, os.ErrNotExist):
-			g.keyNote = fmt.Sprintf("no --api-key, no %s, and no %s", EnvAPIKey, path)
-		default:
-			g.keyNote = fmt.Sprintf("no --api-key, no %s, and %s is unreadable: %v", EnvAPIKey, path, errors.Unwrap(err))
+		for _, path := range []string{g.keyFile, filepath.Join(g.dataDir, app.APIKeyFile)} {
+			b, err := os.ReadFile(path)
+			if err == nil {
+				key = strings.TrimSpace(string(b))
+				break
+			}
+			if g.keyNote == "" {
+				if errors.Is(err, os.ErrNotExist) {
+					g.keyNote = fmt.Sprintf("no --api-key, no %s, and no %s", EnvAPIKey, path)
+				} else {
+					g.keyNote = fmt.Sprintf("no --api-key, no %s, and %s is unreadable: %v", EnvAPIKey, path, errors.Unwrap(err))
+				}
+			}
+		}
+		if key != "" {
+			g.keyNote = ""
 		}
 	}
 	return airlock.New(g.url, airlock.WithAPIKey(key), airlock.WithHTTPClient(&http.Client{}))

@@ -521,7 +521,7 @@ func TestAPIKeyResolution(t *testing.T) {
 	}
 	call := func(env map[string]string, args ...string) string {
 		t.Helper()
-		for _, k := range []string{EnvURL, EnvAPIKey, EnvDataDir} {
+		for _, k := range []string{EnvURL, EnvAPIKey, EnvDataDir, EnvKeyFile} {
 			t.Setenv(k, env[k])
 		}
 		var out, errOut bytes.Buffer
@@ -530,8 +530,16 @@ func TestAPIKeyResolution(t *testing.T) {
 		}
 		return f.lastAuth()
 	}
-	if got := call(map[string]string{EnvURL: url, EnvDataDir: dataDir}); got != "Bearer from-file" {
-		t.Errorf("key from the data dir: got %q", got)
+	noFile := filepath.Join(t.TempDir(), "none")
+	if got := call(map[string]string{EnvURL: url, EnvDataDir: dataDir, EnvKeyFile: noFile}); got != "Bearer from-file" {
+		t.Errorf("key from the data dir of an older installation: got %q", got)
+	}
+	keyFile := filepath.Join(t.TempDir(), "api-key")
+	if err := os.WriteFile(keyFile, []byte("from-key-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := call(map[string]string{EnvURL: url, EnvDataDir: dataDir, EnvKeyFile: keyFile}); got != "Bearer from-key-file" {
+		t.Errorf("key from the key file: got %q", got)
 	}
 	if got := call(map[string]string{EnvURL: url, EnvDataDir: dataDir, EnvAPIKey: "from-env"}); got != "Bearer from-env" {
 		t.Errorf("key from the environment: got %q", got)

@@ -27,8 +27,9 @@ func newUpCmd(g *globals) *cobra.Command {
 		Use:   "up",
 		Short: "Run the Airlock server: the API, the control plane and a local node",
 		Long: `Run the Airlock server in the foreground: the API, the control plane and a local node, with all state
-in the data directory. It must run as root. On the first start it creates the default tenant and prints
-its API key, which it also saves to <data-dir>/api-key (mode 0600) for the CLI.
+in the data directory. It must run as root. On the first start it creates the operator tenant and saves
+its first API key to --key-file (default ~/.config/airlock/api-key, mode 0600), where the CLI finds it;
+at a terminal it also prints the key. The data directory holds no credential in the clear.
 
 SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed from the host.`,
 		Args: cobra.NoArgs,
@@ -56,6 +57,8 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 			}
 			return app.Run(ctx, app.Config{
 				DataDir: g.dataDir,
+				KeyFile: g.keyFile,
+				ShowKey: isTerminal(int(os.Stdout.Fd())) && g.Out == os.Stdout,
 				Listen:  listen,
 				Runsc:   runsc,
 				Debug:   debug,

@@ -321,3 +321,8 @@ func (s *Service) expireRecords() {
 		s.log.Warn("expire access tokens", "err", err)
 	}
 }
+
+// ListAudit returns up to limit entries of the tenant's audit log after afterSeq, in order.
+func (s *Service) ListAudit(ctx context.Context, tenantID string, afterSeq int64, limit int) ([]store.AuditEntry, error) {
+	return s.store.ListAudit(ctx, tenantID, afterSeq, limit)
+}

@@ -289,8 +289,7 @@ while True:
 
 	t.Run("host files", func(t *testing.T) {
 		sb := create(t, e, airlock.CreateSandboxRequest{})
-		keyFile := filepath.Join(e.DataDir, "api-key")
-		for _, p := range []string{keyFile, e.DataDir, "/root/.bash_history", filepath.Join(e.DataDir, "airlock.db")} {
+		for _, p := range []string{e.KeyFile, e.DataDir, "/root/.bash_history", filepath.Join(e.DataDir, "airlock.db")} {
 			for _, user := range []string{"user", "root"} {
 				res := run(t, e, sb.ID, airlock.ExecRequest{User: user, Cmd: []string{"cat", p}})
 				if res.ExitCode == 0 {

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,7 +41,7 @@ func startServer(t *testing.T, dataDir, addr string, env ...string) *server {
 func startServerArgs(t *testing.T, dataDir, addr string, args []string, env ...string) *server {
 	t.Helper()
 	var log bytes.Buffer
-	cmd := exec.Command(testenv.Binary(t), append([]string{"up", "--data-dir", dataDir, "--listen", addr}, args...)...)
+	cmd := exec.Command(testenv.Binary(t), append([]string{"up", "--data-dir", dataDir, "--key-file", testenv.KeyFile(dataDir), "--listen", addr}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -76,7 +75,8 @@ func TestCrashRecovery(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	addr := freeAddr(t)
 	srv := startServer(t, dir, addr)
-	key, err := os.ReadFile(filepath.Join(dir, "api-key"))
+	t.Cleanup(func() { os.Remove(testenv.KeyFile(dir)) })
+	key, err := os.ReadFile(testenv.KeyFile(dir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,7 +31,8 @@ func TestSessionSurvivesCrashes(t *testing.T) {
 			t.Cleanup(func() { os.RemoveAll(dir) })
 			addr := freeAddr(t)
 			srv := startServer(t, dir, addr)
-			key, err := os.ReadFile(filepath.Join(dir, "api-key"))
+			t.Cleanup(func() { os.Remove(testenv.KeyFile(dir)) })
+			key, err := os.ReadFile(testenv.KeyFile(dir))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -177,7 +176,8 @@ func TestPruneAndGCSurviveCrashes(t *testing.T) {
 			// Keep only what is younger than a second: every snapshot not pinned nor a head goes.
 			keep := []string{"--keep-all", "1s", "--keep-hourly", "1s", "--keep-daily", "1s"}
 			srv := startServerArgs(t, dir, addr, keep)
-			key, err := os.ReadFile(filepath.Join(dir, "api-key"))
+			t.Cleanup(func() { os.Remove(testenv.KeyFile(dir)) })
+			key, err := os.ReadFile(testenv.KeyFile(dir))
 			if err != nil {
 				t.Fatal(err)
 			}

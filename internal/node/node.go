@@ -67,6 +67,9 @@ type RecoverRequest struct {
 type Config struct {
 	// ID names the node. Empty: "local".
 	ID string
+	// TenantAudit, if set, gives the audit that also records the frames of a sandbox's daemon channel
+	// (the tenant's audit log).
+	TenantAudit func(tenantID, sandboxID string) link.Audit
 	// DataDir holds the node's state: DataDir/netns, DataDir/audit (and the flow log's files, by
 	// convention in DataDir/flows). Required.
 	DataDir string
@@ -110,13 +113,23 @@ type Local struct {
 
 // sandbox is the node's view of one running sandbox.
 type sandbox struct {
-	id     string
-	link   *link.Client
-	audit  *link.FileAudit
-	cancel context.CancelFunc // stops the watcher
+	id    string
+	link  *link.Client
+	audit *link.FileAudit
+	// channel is what the link records each frame into: audit, and the tenant's audit log.
+	channel link.Audit
+	cancel  context.CancelFunc // stops the watcher
 	// destroying is closed when the node starts destroying the sandbox, so that the watcher does not
 	// report the exit it causes.
 	destroying chan struct{}
+}
+
+// teeAudit records each frame into both audits.
+type teeAudit [2]link.Audit
+
+func (t teeAudit) Record(e link.Entry) {
+	t[0].Record(e)
+	t[1].Record(e)
 }
 
 // New returns the local node. It creates its directories; call Recover before serving.
@@ -266,7 +279,7 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 	}
 	tDriver := time.Since(start)
 	c.Add(func() { _ = n.cfg.Driver.Destroy(context.WithoutCancel(ctx), req.ID) })
-	if err := n.attach(ctx, req.ID, sb.LinkSocket); err != nil {
+	if err := n.attach(ctx, req.ID, req.TenantID, sb.LinkSocket); err != nil {
 		return err
 	}
 	// A restored trust store already holds the CA's certificate.
@@ -335,18 +348,22 @@ func (n *Local) installTrust(ctx context.Context, id string, tpl template.Templa
 }
 
 // attach dials the sandbox's daemon, registers the sandbox and starts its watcher.
-func (n *Local) attach(ctx context.Context, id, socket string) error {
+func (n *Local) attach(ctx context.Context, id, tenantID, socket string) error {
 	audit, err := link.NewFileAudit(n.AuditPath(id))
 	if err != nil {
 		return fmt.Errorf("sandbox %s audit log: %w", id, err)
 	}
-	cl, err := dialWithRetry(ctx, socket, link.Options{Audit: audit, Logger: n.log.With("sandbox", id)})
+	var channel link.Audit = audit
+	if n.cfg.TenantAudit != nil {
+		channel = teeAudit{audit, n.cfg.TenantAudit(tenantID, id)}
+	}
+	cl, err := dialWithRetry(ctx, socket, link.Options{Audit: channel, Logger: n.log.With("sandbox", id)})
 	if err != nil {
 		audit.Close()
 		return fmt.Errorf("sandbox %s: connect to daemon: %w", id, err)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
-	s := &sandbox{id: id, link: cl, audit: audit, cancel: cancel, destroying: make(chan struct{})}
+	s := &sandbox{id: id, link: cl, audit: audit, channel: channel, cancel: cancel, destroying: make(chan struct{})}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -567,7 +584,7 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) []string {
 				continue
 			}
 		}
-		if err := n.attach(ctx, id, sock); err != nil {
+		if err := n.attach(ctx, id, r.TenantID, sock); err != nil {
 			n.log.Warn("re-adopt sandbox", "sandbox", id, "err", err)
 			continue
 		}
@@ -664,7 +681,7 @@ func (n *Local) SandboxCPU(ctx context.Context, id string) (time.Duration, error
 func (n *Local) relink(ctx context.Context, s *sandbox) error {
 	old, _ := n.current(s)
 	old.Close()
-	cl, reason, err := n.dialAlive(ctx, s.id, link.Options{Audit: s.audit, Logger: n.log.With("sandbox", s.id)})
+	cl, reason, err := n.dialAlive(ctx, s.id, link.Options{Audit: s.channel, Logger: n.log.With("sandbox", s.id)})
 	if err != nil {
 		n.log.Warn("sandbox daemon unreachable after a checkpoint", "sandbox", s.id, "reason", reason, "err", err)
 		go n.cfg.OnExit(s.id, reason)

@@ -213,6 +213,15 @@ type Store interface {
 	// ErrInvalidArgument.
 	ListSnapshotsByState(ctx context.Context, states []SnapshotState, limit int) ([]Snapshot, error)
 
+	// AppendAudit appends entries (each passing AuditEntry.Validate; ErrInvalidArgument otherwise, and
+	// nothing is appended) to their tenants' audit logs, in order, in one transaction: it assigns each
+	// its Seq, Prev and Hash, continuing the tenant's hash chain. Times are normalized. An unknown
+	// tenant is ErrNotFound.
+	AppendAudit(ctx context.Context, entries []AuditEntry) error
+	// ListAudit returns up to limit entries of the tenant's audit log with Seq above afterSeq, in
+	// order. limit follows NormalizeLimit. An unknown tenant has none.
+	ListAudit(ctx context.Context, tenantID string, afterSeq int64, limit int) ([]AuditEntry, error)
+
 	// GetIdempotency returns the tenant's record for key, or ErrNotFound.
 	GetIdempotency(ctx context.Context, tenantID, key string) (IdempotencyRecord, error)
 	// PutIdempotency stores rec (a zero CreatedAt is set to now). TenantID and Key are required

@@ -97,6 +97,10 @@ func PKCS11Helper(t testing.TB) string {
 	return helperPath
 }
 
+// KeyFile is where a test instance on dataDir keeps its first API key: next to the data directory, not
+// in it, as airlock up keeps it outside.
+func KeyFile(dataDir string) string { return filepath.Clean(dataDir) + ".api-key" }
+
 // Env is a running Airlock.
 type Env struct {
 	// URL is the API's base URL.
@@ -105,6 +109,8 @@ type Env struct {
 	APIKey string
 	// DataDir is the instance's data directory.
 	DataDir string
+	// KeyFile holds the operator tenant's first API key (outside the data directory).
+	KeyFile string
 	// Client is an SDK client with the key.
 	Client *airlock.Client
 
@@ -149,15 +155,17 @@ func Start(t testing.TB, opts Options) *Env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
+		t.Cleanup(func() { os.RemoveAll(dir); os.Remove(KeyFile(dir)) })
 	}
+	keyFile := KeyFile(dir)
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Env{DataDir: dir, cancel: cancel, done: make(chan error, 1), log: logs}
+	e := &Env{DataDir: dir, KeyFile: keyFile, cancel: cancel, done: make(chan error, 1), log: logs}
 	ready := make(chan string, 1)
 	go func() {
 		e.done <- app.Run(ctx, app.Config{
 			DataDir:       dir,
+			KeyFile:       keyFile,
 			Listen:        "127.0.0.1:0",
 			DaemonBinary:  bin,
 			Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -181,7 +189,7 @@ func Start(t testing.TB, opts Options) *Env {
 		cancel()
 		t.Fatalf("airlock did not start within 60s\n%s", logs.String())
 	}
-	key, err := os.ReadFile(filepath.Join(dir, app.APIKeyFile))
+	key, err := os.ReadFile(keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}

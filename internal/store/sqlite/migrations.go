@@ -220,6 +220,23 @@ ALTER TABLE tenants ADD COLUMN quota_snapshot_bytes INTEGER NOT NULL DEFAULT 0 C
 `,
 	// 8: each tenant's key provider ('': the server's default, the local keyring).
 	`ALTER TABLE tenants ADD COLUMN key_provider TEXT NOT NULL DEFAULT '';`,
+	// 9: each tenant's audit log, a hash chain (see store.AuditHash).
+	`
+CREATE TABLE audit_log (
+	tenant_id TEXT    NOT NULL REFERENCES tenants (id),
+	seq       INTEGER NOT NULL CHECK (seq > 0),
+	time      INTEGER NOT NULL,
+	kind      TEXT    NOT NULL,
+	actor     TEXT    NOT NULL,
+	action    TEXT    NOT NULL,
+	target    TEXT    NOT NULL,
+	result    TEXT    NOT NULL,
+	detail    TEXT    NOT NULL,
+	prev      TEXT    NOT NULL,
+	hash      TEXT    NOT NULL,
+	PRIMARY KEY (tenant_id, seq)
+);
+`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in

@@ -88,6 +88,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) 
 		{"SnapshotUploading", testSnapshotUploading},
 		{"SnapshotDelete", testSnapshotDelete},
 		{"Idempotency", testIdempotency},
+		{"Audit", testAudit},
+		{"AuditConcurrent", testAuditConcurrent},
 		{"Close", testClose},
 	}
 	for _, tt := range tests {

@@ -3,8 +3,10 @@ package airlock
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -297,4 +299,36 @@ func (c *Client) Usage(ctx context.Context) (*Usage, error) {
 		return nil, fmt.Errorf("usage: %w", err)
 	}
 	return &out, nil
+}
+
+// AuditEntry is one line of a tenant's audit log export (GET /v1/audit, JSON lines). Each entry
+// carries the hash of the one before it; `airlock audit verify` checks the chain.
+type AuditEntry struct {
+	Tenant string    `json:"tenant"`
+	Seq    int64     `json:"seq"`
+	Time   time.Time `json:"time"`
+	// Kind is "api", "daemon" or "egress".
+	Kind   string `json:"kind"`
+	Actor  string `json:"actor,omitempty"`
+	Action string `json:"action"`
+	Target string `json:"target,omitempty"`
+	Result string `json:"result,omitempty"`
+	// Detail is a JSON object, as a string (hashed as it is).
+	Detail string `json:"detail,omitempty"`
+	Prev   string `json:"prev"`
+	Hash   string `json:"hash"`
+}
+
+// ExportAudit streams the caller's tenant's audit log from the entry after afterSeq, as JSON lines of
+// AuditEntry (needs an admin key). The caller closes the reader.
+func (c *Client) ExportAudit(ctx context.Context, afterSeq int64) (io.ReadCloser, error) {
+	q := url.Values{}
+	if afterSeq > 0 {
+		q.Set("after_seq", strconv.FormatInt(afterSeq, 10))
+	}
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/audit", query: q})
+	if err != nil {
+		return nil, fmt.Errorf("export audit: %w", err)
+	}
+	return resp.Body, nil
 }

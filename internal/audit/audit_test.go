@@ -1,0 +1,116 @@
+package audit_test
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/audit"
+	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/gateway"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlite"
+)
+
+func newStore(t *testing.T) (store.Store, string) {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	tn, err := st.CreateTenant(t.Context(), store.Tenant{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, tn.ID
+}
+
+// TestRecorder: entries recorded from many goroutines are all written, each goroutine's in order, in
+// one verified chain; Flush waits for them; Close writes what is queued.
+func TestRecorder(t *testing.T) {
+	st, tenant := newStore(t)
+	r := audit.New(st, nil)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				r.Record(store.AuditEntry{TenantID: tenant, Kind: store.AuditAPI, Action: "GET /v1/x", Actor: fmt.Sprint(g), Target: fmt.Sprint(i)})
+			}
+		})
+	}
+	wg.Wait()
+	if err := r.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	all := list(t, st, tenant)
+	if len(all) != 1600 {
+		t.Fatalf("%d entries after Flush; want 1600", len(all))
+	}
+	if i, why := store.VerifyAudit(all, false); i >= 0 {
+		t.Fatalf("chain broken at %d: %s", i, why)
+	}
+	next := map[string]int{}
+	for _, e := range all {
+		if e.Target != fmt.Sprint(next[e.Actor]) {
+			t.Fatalf("goroutine %s: entry %s out of order (want %d)", e.Actor, e.Target, next[e.Actor])
+		}
+		next[e.Actor]++
+	}
+	// An entry of an unknown tenant is refused alone; the rest of its batch is written.
+	r.Record(store.AuditEntry{TenantID: "tn_gone", Kind: store.AuditAPI, Action: "x"})
+	r.Record(store.AuditEntry{TenantID: tenant, Kind: store.AuditAPI, Action: "last"})
+	r.Close()
+	all = list(t, st, tenant)
+	if len(all) != 1601 || all[1600].Action != "last" || r.Dropped() != 0 {
+		t.Errorf("after Close: %d entries, last %+v, dropped %d", len(all), all[len(all)-1], r.Dropped())
+	}
+	r.Record(store.AuditEntry{TenantID: tenant, Kind: store.AuditAPI, Action: "after close"}) // must not block or panic
+}
+
+// TestSources: daemon entries skip data and window frames; egress entries name the destination and
+// decision; both chain into the tenant's log.
+func TestSources(t *testing.T) {
+	st, tenant := newStore(t)
+	r := audit.New(st, nil)
+	d := audit.DaemonAudit{Tenant: tenant, Sandbox: "sb_1", Sink: r.Record}
+	now := time.Now()
+	d.Record(link.Entry{Time: now, Direction: link.ToSandbox, Type: "request", Op: "exec", Args: map[string]any{"argv": []string{"ls"}}})
+	d.Record(link.Entry{Time: now, Direction: link.FromSandbox, Type: "data", Op: "exec", Size: 100})
+	d.Record(link.Entry{Time: now, Direction: link.FromSandbox, Type: "window"})
+	d.Record(link.Entry{Time: now, Direction: link.FromSandbox, Type: "response", Op: "exec", Error: "not_found"})
+	audit.DaemonAudit{Sandbox: "sb_2", Sink: r.Record}.Record(link.Entry{Type: "request", Op: "exec"}) // no tenant: nothing
+	audit.FlowSink{Sink: r.Record}.Record(gateway.Flow{End: now, SandboxID: "sb_1", TenantID: tenant, DstIP: netip.MustParseAddr("10.0.0.9"),
+		DstPort: 443, Host: "api.example.test", Protocol: "tls", Decision: "deny", Rule: "default"})
+	r.Close()
+	all := list(t, st, tenant)
+	if len(all) != 3 {
+		t.Fatalf("%d entries; want 2 daemon + 1 egress: %+v", len(all), all)
+	}
+	if all[0].Kind != store.AuditDaemon || all[0].Action != "exec" || all[0].Result != "ok" || all[1].Result != "not_found" {
+		t.Errorf("daemon entries = %+v", all[:2])
+	}
+	if e := all[2]; e.Kind != store.AuditEgress || e.Result != "deny" || e.Target != "api.example.test (10.0.0.9:443)" || e.Actor != "sb_1" {
+		t.Errorf("egress entry = %+v", e)
+	}
+}
+
+func list(t *testing.T, st store.Store, tenant string) []store.AuditEntry {
+	t.Helper()
+	var out []store.AuditEntry
+	var after int64
+	for {
+		page, err := st.ListAudit(t.Context(), tenant, after, store.MaxListLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, page...)
+		if len(page) < store.MaxListLimit {
+			return out
+		}
+		after = page[len(page)-1].Seq
+	}
+}
