@@ -718,3 +718,9 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// RewrapDataKey wraps the tenant's data key again under its current key-encryption key (after a
+// rotation) and reports whether there was one.
+func (m *Manager) RewrapDataKey(ctx context.Context, tenantID string) (bool, error) {
+	return m.store.RewrapDataKey(ctx, tenantID)
+}

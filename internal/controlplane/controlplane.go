@@ -57,6 +57,8 @@ type Node interface {
 	// CopyCA gives toID the interception CA stored under fromID; ForgetCA removes one.
 	CopyCA(ctx context.Context, fromID, toID, tenantID string) error
 	ForgetCA(caID string)
+	// RewrapCAs wraps the keys of the tenant's CAs again under its current key-encryption key.
+	RewrapCAs(ctx context.Context, tenantID string) (int, error)
 	// TemplateRoot reports the host directory of a template's root filesystem (read-only).
 	TemplateRoot(ctx context.Context, name string) (string, error)
 	// SandboxCPU reports the CPU time a running sandbox used so far.

@@ -200,6 +200,8 @@ func (n *fakeNode) UnpauseSandbox(ctx context.Context, id string) error {
 	return nil
 }
 
+func (n *fakeNode) RewrapCAs(ctx context.Context, tenantID string) (int, error) { return 0, nil }
+
 func (n *fakeNode) CopyCA(ctx context.Context, fromID, toID, tenantID string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/keys"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -83,10 +84,64 @@ func (s *Service) RotateTenantKey(ctx context.Context, tenantID string) (string,
 	if s.keys == nil {
 		return "", fmt.Errorf("no key providers: %w", errdefs.ErrFailedPrecondition)
 	}
+	// One rotation of a tenant at a time: a re-wrap of one must not land after the next one's, under
+	// a key the next one retires.
+	unlock := s.locks.Lock("rotate-key:" + tenantID)
+	defer unlock()
 	if err := s.checkKey(ctx, tenantID); err != nil {
 		return "", err
 	}
-	return s.keys.RotateKey(ctx, tenantID)
+	id, err := s.keys.RotateKey(ctx, tenantID)
+	if err != nil {
+		return "", err
+	}
+	// Every data key of the tenant is wrapped again under the new key; no data is rewritten. A failure
+	// here leaves that data key under the old key-encryption key, which still unwraps it: rotating again
+	// finishes the job.
+	var errs []error
+	for what, rewrap := range map[string]func(context.Context, string) (bool, error){
+		"snapshots": s.rewrapSnapshots, "secrets": s.rewrapSecrets, "connections": s.rewrapConnections,
+	} {
+		if _, err := rewrap(ctx, tenantID); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+		}
+	}
+	if n, err := s.node.RewrapCAs(ctx, tenantID); err != nil {
+		errs = append(errs, fmt.Errorf("interception CAs: %w", err))
+	} else {
+		s.log.Info("tenant key rotated", "tenant", tenantID, "key_id", id, "cas_rewrapped", n)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return id, fmt.Errorf("rotated to key %s, but re-wrapping failed (rotate again to finish): %w", id, err)
+	}
+	// Nothing needs the older keys now: their owner may destroy them.
+	if rt, ok := s.keys.(keys.Retirer); ok {
+		if err := rt.RetireOldKeys(ctx, tenantID); err != nil {
+			return id, fmt.Errorf("rotated to key %s and re-wrapped every data key, but: %w", id, err)
+		}
+	}
+	return id, nil
+}
+
+func (s *Service) rewrapSnapshots(ctx context.Context, tenantID string) (bool, error) {
+	if s.snapshots == nil {
+		return false, nil
+	}
+	return s.snapshots.RewrapDataKey(ctx, tenantID)
+}
+
+func (s *Service) rewrapSecrets(ctx context.Context, tenantID string) (bool, error) {
+	if s.secrets == nil {
+		return false, nil
+	}
+	return s.secrets.RewrapDataKey(ctx, tenantID)
+}
+
+func (s *Service) rewrapConnections(ctx context.Context, tenantID string) (bool, error) {
+	if s.connections == nil {
+		return false, nil
+	}
+	return s.connections.RewrapDataKey(ctx, tenantID)
 }
 
 // checkTenantKeys is the key check loop: it checks every tenant's key and, for each tenant whose key is

@@ -101,12 +101,41 @@ func TestTenantKeyPKCS11(t *testing.T) {
 	// Other tenants, on the local keyring, are not affected by any of it.
 	other := create(t, e, airlock.CreateSandboxRequest{})
 
+	// A rotation re-wraps every data key under the new key in the token: the old one can then be
+	// destroyed and nothing is lost.
+	if _, err := c.CreateSecret(ctx, "hsm-secret", "s3cret-value-in-hsm-tenant"); err != nil {
+		t.Fatal(err)
+	}
+	rot, err := c.RotateTenantKey(ctx)
+	if err != nil || rot.KeyID != "airlock/"+ct.Tenant.ID+"/2" {
+		t.Fatalf("rotate = %+v, %v", rot, err)
+	}
 	tok.DeleteKey(t, "airlock/"+ct.Tenant.ID+"/1")
+	time.Sleep(5 * time.Second) // two key checks
+	if got, err := c.GetSandbox(ctx, sb.ID); err != nil || got.State != airlock.StateRunning {
+		t.Fatalf("after the rotated-out key was destroyed, the sandbox = %+v, %v; want it running", got, err)
+	}
+	if got, err := c.ReadSnapshotFile(ctx, se.ID, snap, "/home/user/marker"); err != nil || string(got) != marker+"\n" {
+		t.Errorf("a snapshot from before the rotation, its old key destroyed: %q, %v", got, err)
+	}
+	if p, err := c.PauseSession(ctx, se.ID); err != nil || p.State != "paused" {
+		t.Fatalf("pause after the rotation = %+v, %v", p, err)
+	}
+	if r, err := c.ResumeSession(ctx, se.ID); err != nil || r.State != "running" {
+		t.Fatalf("resume after the rotation = %+v, %v", r, err)
+	}
+
+	tok.DeleteKey(t, "airlock/"+ct.Tenant.ID+"/2")
 	took := waitStopped(t, c, sb.ID, 60*time.Second)
 	t.Logf("the tenant's sandboxes stopped %s after its key was destroyed in the token", took.Round(10*time.Millisecond))
-	s, err := c.GetSession(ctx, se.ID)
-	if err != nil || s.State == "running" {
-		t.Errorf("session after the key was destroyed = %+v, %v; want it stopped", s, err)
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		s, err := c.GetSession(ctx, se.ID)
+		if err == nil && s.State != "running" {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("session after the key was destroyed = %+v, %v; want it stopped", s, err)
+		}
 	}
 	_, err = c.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
 	wantKeyUnavailable(t, "create sandbox", err)

@@ -408,6 +408,18 @@ func (g *Gateway) ForgetCA(caID string) {
 	}
 }
 
+// RewrapCAs wraps the keys of the tenant's stored CAs again under its current key-encryption key (after
+// a rotation), if the CA store can, and reports how many it re-wrapped.
+func (g *Gateway) RewrapCAs(ctx context.Context, tenantID string) (int, error) {
+	rw, ok := g.cfg.CAs.(interface {
+		Rewrap(ctx context.Context, tenantID string) (int, error)
+	})
+	if !ok {
+		return 0, nil
+	}
+	return rw.Rewrap(ctx, tenantID)
+}
+
 // CopyCA stores the interception CA kept under fromID again under toID: a fork's sandboxes keep
 // trusting the CA their parent's trust store holds. A missing CA is ErrNotFound.
 func (g *Gateway) CopyCA(ctx context.Context, fromID, toID, tenantID string) error {

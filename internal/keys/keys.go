@@ -135,3 +135,23 @@ func ValidateTenantID(id string) error {
 	}
 	return nil
 }
+
+// Retirer is implemented by providers that can stop requiring a tenant's older keys once every data
+// key was re-wrapped under the current one.
+type Retirer interface {
+	// RetireOldKeys marks every key of the tenant but the current one retired: Check no longer needs
+	// them (their owner may destroy them); unwrapping under them is still tried.
+	RetireOldKeys(ctx context.Context, tenantID string) error
+}
+
+// Rewrap unwraps a data key wrapped under keyID and wraps it again under the tenant's current
+// key-encryption key, for a rotation that re-wraps data keys without rewriting data. The data key never
+// leaves this function.
+func Rewrap(ctx context.Context, p KeyProvider, tenantID, keyID string, wrapped []byte) ([]byte, string, error) {
+	dek, err := p.UnwrapKey(ctx, tenantID, keyID, wrapped)
+	if err != nil {
+		return nil, "", err
+	}
+	defer clear(dek)
+	return p.WrapKey(ctx, tenantID, dek)
+}

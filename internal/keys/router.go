@@ -25,6 +25,7 @@ var (
 	_ Revoker     = (*Router)(nil)
 	_ Rotator     = (*Router)(nil)
 	_ Checker     = (*Router)(nil)
+	_ Retirer     = (*Router)(nil)
 )
 
 // NewRouter returns a router over providers (by name; each must implement Owner), sending a tenant to
@@ -118,6 +119,20 @@ func (r *Router) RotateKey(ctx context.Context, tenantID string) (string, error)
 		return "", fmt.Errorf("key provider %s cannot rotate keys: %w", name, errdefs.ErrFailedPrecondition)
 	}
 	return rot.RotateKey(ctx, tenantID)
+}
+
+// RetireOldKeys implements Retirer in every provider that can: a tenant that moved between providers
+// has its keys in the old one retired too.
+func (r *Router) RetireOldKeys(ctx context.Context, tenantID string) error {
+	var errs []error
+	for _, name := range r.names {
+		if rt, ok := r.providers[name].(Retirer); ok {
+			if err := rt.RetireOldKeys(ctx, tenantID); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Check implements Checker with the tenant's provider; one that cannot check is taken to be fine.

@@ -788,6 +788,14 @@ func (n *Local) CopyCA(ctx context.Context, fromID, toID, tenantID string) error
 	return n.cfg.Gateway.CopyCA(ctx, fromID, toID, tenantID)
 }
 
+// RewrapCAs wraps the keys of the tenant's interception CAs again under its current key-encryption key.
+func (n *Local) RewrapCAs(ctx context.Context, tenantID string) (int, error) {
+	if n.cfg.Gateway == nil {
+		return 0, nil
+	}
+	return n.cfg.Gateway.RewrapCAs(ctx, tenantID)
+}
+
 // ForgetCA removes a session's interception CA once the session is gone.
 func (n *Local) ForgetCA(caID string) {
 	if n.cfg.Gateway != nil {

@@ -129,6 +129,11 @@ func (s *FileStorage) CreateDataKey(ctx context.Context, k DataKey) error {
 	return s.modify(ctx, k.TenantID, func(td *tenantData) error { return createDataKey(td, k) })
 }
 
+// ReplaceDataKey implements Storage.
+func (s *FileStorage) ReplaceDataKey(ctx context.Context, old, k DataKey) error {
+	return s.modify(ctx, k.TenantID, func(td *tenantData) error { return replaceDataKey(td, old, k) })
+}
+
 // GetSecret implements Storage.
 func (s *FileStorage) GetSecret(ctx context.Context, tenantID, name string) (r Record, err error) {
 	err = s.read(ctx, tenantID, func(td *tenantData) error {

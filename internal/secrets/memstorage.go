@@ -1,6 +1,7 @@
 package secrets
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,13 @@ func (m *MemStorage) CreateDataKey(ctx context.Context, k DataKey) error {
 	return createDataKey(m.tenantLocked(k.TenantID, true), k)
 }
 
+// ReplaceDataKey implements Storage.
+func (m *MemStorage) ReplaceDataKey(ctx context.Context, old, k DataKey) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return replaceDataKey(m.tenantLocked(k.TenantID, false), old, k)
+}
+
 // GetSecret implements Storage.
 func (m *MemStorage) GetSecret(ctx context.Context, tenantID, name string) (Record, error) {
 	m.mu.Lock()
@@ -104,6 +112,18 @@ func getDataKey(td *tenantData, tenantID string) (DataKey, error) {
 func createDataKey(td *tenantData, k DataKey) error {
 	if td.DataKey != nil {
 		return fmt.Errorf("data key of tenant %s: %w", k.TenantID, errdefs.ErrAlreadyExists)
+	}
+	c := k.clone()
+	td.DataKey = &c
+	return nil
+}
+
+func replaceDataKey(td *tenantData, old, k DataKey) error {
+	if td == nil || td.DataKey == nil {
+		return fmt.Errorf("data key of tenant %s: %w", k.TenantID, errdefs.ErrNotFound)
+	}
+	if td.DataKey.KeyID != old.KeyID || !bytes.Equal(td.DataKey.Wrapped, old.Wrapped) {
+		return fmt.Errorf("data key of tenant %s changed meanwhile: %w", k.TenantID, errdefs.ErrConflict)
 	}
 	c := k.clone()
 	td.DataKey = &c

@@ -336,3 +336,25 @@ func newAEAD(key []byte) (cipher.AEAD, error) {
 	}
 	return cipher.NewGCM(b)
 }
+
+// RewrapDataKey wraps the tenant's data key again under its current key-encryption key (after a
+// rotation) and reports whether there was one. The secrets themselves are not rewritten.
+func (s *Store) RewrapDataKey(ctx context.Context, tenantID string) (bool, error) {
+	old, err := s.storage.GetDataKey(ctx, tenantID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	wrapped, keyID, err := keys.Rewrap(ctx, s.keys, tenantID, old.KeyID, old.Wrapped)
+	if err != nil {
+		return false, fmt.Errorf("rewrap data key of tenant %s: %w", tenantID, err)
+	}
+	k := old
+	k.KeyID, k.Wrapped = keyID, wrapped
+	if err := s.storage.ReplaceDataKey(ctx, old, k); err != nil {
+		return false, fmt.Errorf("rewrap data key of tenant %s: %w", tenantID, err)
+	}
+	return true, nil
+}

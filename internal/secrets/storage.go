@@ -19,6 +19,10 @@ type Storage interface {
 	// CreateDataKey stores k as its tenant's data key, or fails with ErrAlreadyExists if the tenant has
 	// one (so two racing writers agree on one key).
 	CreateDataKey(ctx context.Context, k DataKey) error
+	// ReplaceDataKey replaces the tenant's wrapped data key with k (the same data key wrapped anew, after
+	// a key rotation), if and only if the stored one still has KeyID oldKeyID and the same Wrapped as
+	// old (ErrConflict otherwise). ErrNotFound if the tenant has none.
+	ReplaceDataKey(ctx context.Context, old, k DataKey) error
 
 	// GetSecret reports the record of a secret, or ErrNotFound.
 	GetSecret(ctx context.Context, tenantID, name string) (Record, error)

@@ -431,3 +431,31 @@ func (m *Manifest) check(tenantID, id string) error {
 	}
 	return nil
 }
+
+// RewrapDataKey wraps the tenant's data key again under its current key-encryption key (after a
+// rotation) and reports whether there was one. No chunk or manifest is rewritten: they stay sealed
+// under the same data key.
+func (s *Store) RewrapDataKey(ctx context.Context, tenantID string) (bool, error) {
+	rec, err := s.dataKeyRecord(ctx, tenantID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	wrapped, keyID, err := keys.Rewrap(ctx, s.keys, tenantID, rec.KeyID, rec.Wrapped)
+	if err != nil {
+		return false, fmt.Errorf("rewrap data key of tenant %s: %w", tenantID, err)
+	}
+	rec.KeyID, rec.Wrapped = keyID, wrapped
+	data, err := json.Marshal(&rec)
+	if err != nil {
+		return false, err
+	}
+	// One record per tenant, replaced whole (a blob Put is atomic): readers see the old wrapping or the
+	// new, both of the same data key.
+	if err := s.blobs.Put(ctx, dataKeyKey(tenantID), data); err != nil {
+		return false, fmt.Errorf("rewrap data key of tenant %s: %w", tenantID, err)
+	}
+	return true, nil
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/fsutil"
@@ -22,6 +23,9 @@ import (
 type Store struct {
 	dir  string
 	keys keys.KeyProvider
+	// mu serializes the writes (Save, Delete) with a re-wrap's load and save of the same file, so that
+	// a re-wrap never brings back a deleted CA or writes an old one over a new one.
+	mu sync.Mutex
 }
 
 // New returns a store in dir (created 0700), wrapping keys with kp.
@@ -57,6 +61,12 @@ func splitWrapped(b []byte) (string, []byte, error) {
 
 // Save stores ca for the tenant's sandbox id, replacing what was there atomically.
 func (s *Store) Save(ctx context.Context, id, tenantID string, ca *mitm.CA) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.saveLocked(ctx, id, tenantID, ca)
+}
+
+func (s *Store) saveLocked(ctx context.Context, id, tenantID string, ca *mitm.CA) error {
 	p, err := s.path(id)
 	if err != nil {
 		return err
@@ -102,6 +112,8 @@ func (s *Store) Load(ctx context.Context, id, tenantID string) (*mitm.CA, error)
 
 // Delete removes the sandbox's CA. A missing one is fine.
 func (s *Store) Delete(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	p, err := s.path(id)
 	if err != nil {
 		return err
@@ -110,4 +122,43 @@ func (s *Store) Delete(id string) error {
 		return fmt.Errorf("castore: %w", err)
 	}
 	return nil
+}
+
+// Rewrap wraps the keys of the tenant's CAs again under its current key-encryption key (after a
+// rotation) and reports how many it re-wrapped. A CA that does not unwrap as the tenant's is another
+// tenant's, and is left alone.
+func (s *Store) Rewrap(ctx context.Context, tenantID string) (int, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return 0, fmt.Errorf("castore: %w", err)
+	}
+	n := 0
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !idPattern.MatchString(id) {
+			continue
+		}
+		ok, err := s.rewrapOne(ctx, id, tenantID)
+		if err != nil {
+			return n, fmt.Errorf("castore: rewrap CA %s: %w", id, err)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// rewrapOne re-saves the CA id if it is the tenant's, under the lock, and reports whether it was.
+func (s *Store) rewrapOne(ctx context.Context, id, tenantID string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ca, err := s.Load(ctx, id, tenantID)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrInvalidArgument):
+		return false, nil // another tenant's (or gone meanwhile)
+	case err != nil:
+		return false, err
+	}
+	return true, s.saveLocked(ctx, id, tenantID, ca)
 }

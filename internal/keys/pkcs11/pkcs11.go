@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +79,7 @@ var (
 	_ keys.Rotator     = (*Provider)(nil)
 	_ keys.Checker     = (*Provider)(nil)
 	_ keys.Owner       = (*Provider)(nil)
+	_ keys.Retirer     = (*Provider)(nil)
 )
 
 // Owns implements keys.Owner: the provider's key IDs are its labels, "airlock/<tenant>/<n>".
@@ -89,7 +91,9 @@ type stateFile struct {
 
 type tenantKeys struct {
 	// Labels are the tenant's keys, oldest first; the last is the current one.
-	Labels    []string   `json:"labels"`
+	Labels []string `json:"labels"`
+	// Retired are labels no data key needs any more (all were re-wrapped): Check skips them.
+	Retired   []string   `json:"retired,omitempty"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 }
 
@@ -295,12 +299,34 @@ func (p *Provider) Check(ctx context.Context, tenantID string) error {
 	case tk.RevokedAt != nil:
 		return keys.RevokedError(tenantID, "")
 	}
-	// Every key of the tenant, not only the current one: data keys wrapped under an older one are
-	// lost with it.
+	// Every key of the tenant still needed, not only the current one: data keys wrapped under an older
+	// one are lost with it.
 	for _, label := range tk.Labels {
+		if slices.Contains(tk.Retired, label) {
+			continue
+		}
 		if _, err := p.callLocked(ctx, Request{Op: OpCheck, Label: label}); err != nil {
 			return p.keyErr(tenantID, label, err)
 		}
+	}
+	return nil
+}
+
+// RetireOldKeys implements keys.Retirer: every label but the current one is retired.
+func (p *Provider) RetireOldKeys(ctx context.Context, tenantID string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tk := p.st.Tenants[tenantID]
+	if tk == nil || len(tk.Labels) < 2 {
+		return nil
+	}
+	old := *tk
+	next := *tk
+	next.Retired = slices.Clone(tk.Labels[:len(tk.Labels)-1])
+	p.st.Tenants[tenantID] = &next
+	if err := p.saveLocked(); err != nil {
+		p.st.Tenants[tenantID] = &old
+		return fmt.Errorf("retire old keys of tenant %s: %w", tenantID, err)
 	}
 	return nil
 }
@@ -312,6 +338,7 @@ func (p *Provider) newKeyLocked(ctx context.Context, tenantID string) (string, e
 	n := 1
 	if old != nil {
 		next.Labels = append(next.Labels, old.Labels...)
+		next.Retired = slices.Clone(old.Retired)
 		n = len(old.Labels) + 1
 	}
 	label := labelPrefix(tenantID) + strconv.Itoa(n)

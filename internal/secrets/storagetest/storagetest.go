@@ -2,6 +2,7 @@
 package storagetest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -21,6 +22,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) secrets.Storage) {
 		fn   func(*testing.T, secrets.Storage)
 	}{
 		{"DataKey", testDataKey},
+		{"ReplaceDataKey", testReplaceDataKey},
 		{"Secrets", testSecrets},
 		{"TenantsApart", testTenantsApart},
 		{"CopiesBytes", testCopiesBytes},
@@ -53,6 +55,107 @@ func testDataKey(t *testing.T, s secrets.Storage) {
 	wantErr(t, "GetDataKey", err, nil)
 	if d := cmp.Diff(k, got); d != "" {
 		t.Errorf("GetDataKey (-want +got):\n%s", d)
+	}
+}
+
+// testReplaceDataKey checks the compare-and-swap of a re-wrapped data key.
+func testReplaceDataKey(t *testing.T, s secrets.Storage) {
+	ctx := t.Context()
+	get := func(tenant string) secrets.DataKey {
+		t.Helper()
+		k, err := s.GetDataKey(ctx, tenant)
+		wantErr(t, "GetDataKey("+tenant+")", err, nil)
+		return k
+	}
+	k1 := secrets.DataKey{TenantID: "a", KeyID: "k1", Wrapped: []byte{1, 2, 3}, CreatedAt: base}
+	k2 := secrets.DataKey{TenantID: "a", KeyID: "k2", Wrapped: []byte{4, 5, 6, 7}, CreatedAt: base}
+
+	wantErr(t, "ReplaceDataKey(no key)", s.ReplaceDataKey(ctx, k1, k2), errdefs.ErrNotFound)
+	_, err := s.GetDataKey(ctx, "a")
+	wantErr(t, "GetDataKey after ReplaceDataKey(no key)", err, errdefs.ErrNotFound)
+
+	kb := secrets.DataKey{TenantID: "b", KeyID: "kb", Wrapped: []byte("b-wrapped"), CreatedAt: base}
+	wantErr(t, "CreateDataKey(b)", s.CreateDataKey(ctx, kb), nil)
+	wantErr(t, "CreateDataKey(a)", s.CreateDataKey(ctx, k1), nil)
+
+	// Stale: the stored key has another key ID, or other wrapped bytes, or both.
+	for _, tc := range []struct {
+		what    string
+		keyID   string
+		wrapped []byte
+	}{
+		{"other key ID", "k0", k1.Wrapped},
+		{"other wrapped key", k1.KeyID, []byte{1, 2, 4}},
+		{"longer wrapped key", k1.KeyID, []byte{1, 2, 3, 0}},
+		{"empty wrapped key", k1.KeyID, nil},
+		{"both other", "k0", []byte{9}},
+	} {
+		stale := k1
+		stale.KeyID, stale.Wrapped = tc.keyID, tc.wrapped
+		wantErr(t, "ReplaceDataKey(stale: "+tc.what+")", s.ReplaceDataKey(ctx, stale, k2), errdefs.ErrConflict)
+		if d := cmp.Diff(k1, get("a")); d != "" {
+			t.Fatalf("data key after ReplaceDataKey(stale: %s) (-want +got):\n%s", tc.what, d)
+		}
+	}
+
+	// old and new are given as slices the caller keeps changing.
+	old, next := k1, k2
+	old.Wrapped, next.Wrapped = bytes.Clone(k1.Wrapped), bytes.Clone(k2.Wrapped)
+	wantErr(t, "ReplaceDataKey", s.ReplaceDataKey(ctx, old, next), nil)
+	next.Wrapped[0] ^= 0xff
+	got := get("a")
+	if d := cmp.Diff(k2, got); d != "" {
+		t.Errorf("GetDataKey after ReplaceDataKey (-want +got):\n%s", d)
+	}
+	got.Wrapped[1] ^= 0xff
+	if d := cmp.Diff(k2, get("a")); d != "" {
+		t.Errorf("stored data key changed with the caller's slices (-want +got):\n%s", d)
+	}
+
+	// The old wrapping is stale now; the new one is current.
+	wantErr(t, "ReplaceDataKey(replaced old)", s.ReplaceDataKey(ctx, k1, k2), errdefs.ErrConflict)
+	k3 := secrets.DataKey{TenantID: "a", KeyID: "k3", Wrapped: []byte{8}, CreatedAt: base}
+	wantErr(t, "ReplaceDataKey(again)", s.ReplaceDataKey(ctx, k2, k3), nil)
+	if d := cmp.Diff(k3, get("a")); d != "" {
+		t.Errorf("GetDataKey after the second ReplaceDataKey (-want +got):\n%s", d)
+	}
+
+	// Other tenants are untouched, and a's key does not replace theirs.
+	if d := cmp.Diff(kb, get("b")); d != "" {
+		t.Errorf("data key of b changed (-want +got):\n%s", d)
+	}
+	_, err = s.GetDataKey(ctx, "c")
+	wantErr(t, "GetDataKey(c)", err, errdefs.ErrNotFound)
+	kc := k3
+	kc.TenantID = "c"
+	wantErr(t, "ReplaceDataKey(c without a key)", s.ReplaceDataKey(ctx, kc, kc), errdefs.ErrNotFound)
+	_, err = s.GetDataKey(ctx, "c")
+	wantErr(t, "GetDataKey(c) after ReplaceDataKey", err, errdefs.ErrNotFound)
+
+	// Racing replacements of the same old key: exactly one wins.
+	const workers = 8
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var won []secrets.DataKey
+	for i := range workers {
+		wg.Go(func() {
+			k := secrets.DataKey{TenantID: "a", KeyID: fmt.Sprintf("race%d", i), Wrapped: []byte{byte(i)}, CreatedAt: base}
+			switch err := s.ReplaceDataKey(ctx, k3, k); {
+			case err == nil:
+				mu.Lock()
+				won = append(won, k)
+				mu.Unlock()
+			case !errors.Is(err, errdefs.ErrConflict):
+				t.Errorf("ReplaceDataKey(racing): err = %v; want nil or ErrConflict", err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(won) != 1 {
+		t.Fatalf("%d racing ReplaceDataKey calls from the same key won; want exactly 1", len(won))
+	}
+	if d := cmp.Diff(won[0], get("a")); d != "" {
+		t.Errorf("data key after racing replacements is not the winner's (-want +got):\n%s", d)
 	}
 }
 
