@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
@@ -79,7 +80,11 @@ func (s *Server) audited(w http.ResponseWriter, r *http.Request, h http.HandlerF
 		d["path"] = truncate(v, 512)
 	}
 	detail, _ := json.Marshal(d)
-	s.audit.Record(store.AuditEntry{TenantID: p.TenantID, Kind: store.AuditAPI, Actor: actor, Action: r.Method + " " + r.Pattern,
+	action := r.Pattern // "METHOD /path/{id}", as the route was registered
+	if !strings.HasPrefix(action, r.Method+" ") {
+		action = r.Method + " " + action
+	}
+	s.audit.Record(store.AuditEntry{TenantID: p.TenantID, Kind: store.AuditAPI, Actor: actor, Action: action,
 		Target: target, Result: strconv.Itoa(status), Detail: string(detail)})
 }
 

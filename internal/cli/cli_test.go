@@ -555,6 +555,7 @@ func TestErrorHints(t *testing.T) {
 	}))
 	defer srv.Close()
 	t.Setenv(EnvAPIKey, "")
+	t.Setenv(EnvKeyFile, filepath.Join(t.TempDir(), "no-key")) // not the host's ~/.config/airlock/api-key
 	var out, errOut bytes.Buffer
 	code := Run(context.Background(), []string{"--url", srv.URL, "--data-dir", t.TempDir(), "ps", sbA}, Streams{Out: &out, Err: &errOut})
 	if code != 1 || !strings.Contains(errOut.String(), "missing API key (unauthenticated) (no --api-key, no AIRLOCK_API_KEY") {

@@ -49,6 +49,7 @@ func TestAuditLog(t *testing.T) {
 	}
 	var data []byte
 	kinds := map[string]bool{}
+	sawGet := false
 	deadline := time.Now().Add(20 * time.Second)
 	for len(kinds) < 3 && time.Now().Before(deadline) {
 		data = export()
@@ -59,11 +60,17 @@ func TestAuditLog(t *testing.T) {
 				t.Fatalf("export line %q: %v", line, err)
 			}
 			kinds[en.Kind] = true
-			if en.Kind == "api" && en.Action == "GET /v1/sandboxes/{id}" && en.Result != "404" {
-				t.Errorf("the failed get is recorded with result %q; want 404", en.Result)
+			if en.Kind == "api" && strings.Contains(en.Action, "/v1/sandboxes/{id}") && en.Target == "sb_aaaaaaaaaaaaaaaaaaaaaaaaaa" {
+				sawGet = true
+				if en.Action != "GET /v1/sandboxes/{id}" || en.Result != "404" || en.Actor == "" {
+					t.Errorf("the failed get is recorded as %+v; want GET /v1/sandboxes/{id}, 404, the key's ID", en)
+				}
 			}
 		}
 		time.Sleep(300 * time.Millisecond)
+	}
+	if !sawGet {
+		t.Error("the failed get is not in the audit log")
 	}
 	for _, k := range []string{"api", "daemon", "egress"} {
 		if !kinds[k] {
