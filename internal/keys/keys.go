@@ -122,6 +122,21 @@ type Rotator interface {
 	RotateKey(ctx context.Context, tenantID string) (string, error)
 }
 
+// CheckWrapArgs checks what every WrapKey checks first: ctx not done, a plausible tenant ID, and a data
+// key of 1..MaxDataKeySize bytes (ErrInvalidArgument).
+func CheckWrapArgs(ctx context.Context, tenantID string, dek []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := ValidateTenantID(tenantID); err != nil {
+		return fmt.Errorf("wrap key: %w", err)
+	}
+	if len(dek) == 0 || len(dek) > MaxDataKeySize {
+		return fmt.Errorf("wrap key: data key must be 1..%d bytes: %w", MaxDataKeySize, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // ValidateTenantID reports ErrInvalidArgument unless id is a plausible tenant ID: 1..128 bytes with no
 // control characters.
 func ValidateTenantID(id string) error {

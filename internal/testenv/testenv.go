@@ -32,69 +32,53 @@ func RequireSandboxes(t testing.TB) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// built is a binary of this module built once per test process.
+type built struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// get builds pkg (with cgo or without) on first use and returns the binary's path.
+func (b *built) get(t testing.TB, pkg, name string, cgo bool) string {
+	t.Helper()
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", name+"-bin-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, name)
+		cmd := exec.Command("go", "build", "-o", b.path, pkg)
+		env := "CGO_ENABLED=0"
+		if cgo {
+			env = "CGO_ENABLED=1"
+		}
+		cmd.Env = append(os.Environ(), env)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("build %s: %v: %s", name, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+var airlockBin, pkcs11Bin built
 
 // Binary returns the path of the airlock binary built (static, once per test process) from this module.
 // It is the real daemon that runs inside each sandbox.
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			buildErr = fmt.Errorf("go env GOMOD: %w", err)
-			return
-		}
-		root := filepath.Dir(strings.TrimSpace(string(out)))
-		dir, err := os.MkdirTemp("", "airlock-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "airlock")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/airlock")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build airlock: %v: %s", err, b)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return airlockBin.get(t, "github.com/airlockrun/airlock/cmd/airlock", "airlock", false)
 }
-
-var (
-	helperOnce sync.Once
-	helperPath string
-	helperErr  error
-)
 
 // PKCS11Helper returns the path of airlock-pkcs11 built (with cgo, once per test process) from this
 // module.
 func PKCS11Helper(t testing.TB) string {
 	t.Helper()
-	helperOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-pkcs11-")
-		if err != nil {
-			helperErr = err
-			return
-		}
-		helperPath = filepath.Join(dir, "airlock-pkcs11")
-		cmd := exec.Command("go", "build", "-o", helperPath, "github.com/airlockrun/airlock/cmd/airlock-pkcs11")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			helperErr = fmt.Errorf("build airlock-pkcs11: %v: %s", err, b)
-		}
-	})
-	if helperErr != nil {
-		t.Fatal(helperErr)
-	}
-	return helperPath
+	return pkcs11Bin.get(t, "github.com/airlockrun/airlock/cmd/airlock-pkcs11", "airlock-pkcs11", true)
 }
 
 // KeyFile is where a test instance on dataDir keeps its first API key: next to the data directory, not

@@ -122,14 +122,8 @@ func New(dir string) (*Keyring, error) {
 
 // WrapKey implements keys.KeyProvider.
 func (k *Keyring) WrapKey(ctx context.Context, tenantID string, dek []byte) ([]byte, string, error) {
-	if err := ctx.Err(); err != nil {
+	if err := keys.CheckWrapArgs(ctx, tenantID, dek); err != nil {
 		return nil, "", err
-	}
-	if err := keys.ValidateTenantID(tenantID); err != nil {
-		return nil, "", fmt.Errorf("wrap key: %w", err)
-	}
-	if len(dek) == 0 || len(dek) > keys.MaxDataKeySize {
-		return nil, "", fmt.Errorf("wrap key: data key must be 1..%d bytes: %w", keys.MaxDataKeySize, errdefs.ErrInvalidArgument)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -173,14 +173,8 @@ func aad(tenantID, label string) []byte { return []byte(aadPrefix + tenantID + "
 // WrapKey implements keys.KeyProvider. A tenant's first key is made in the token on first use; a
 // tenant whose key was revoked, or destroyed in the token, is refused (ErrPermissionDenied).
 func (p *Provider) WrapKey(ctx context.Context, tenantID string, dek []byte) ([]byte, string, error) {
-	if err := ctx.Err(); err != nil {
+	if err := keys.CheckWrapArgs(ctx, tenantID, dek); err != nil {
 		return nil, "", err
-	}
-	if err := keys.ValidateTenantID(tenantID); err != nil {
-		return nil, "", fmt.Errorf("wrap key: %w", err)
-	}
-	if len(dek) == 0 || len(dek) > keys.MaxDataKeySize {
-		return nil, "", fmt.Errorf("wrap key: data key must be 1..%d bytes: %w", keys.MaxDataKeySize, errdefs.ErrInvalidArgument)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -5,9 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,34 +15,11 @@ import (
 	"github.com/airlockrun/airlock/internal/keys/local"
 	"github.com/airlockrun/airlock/internal/keys/pkcs11"
 	"github.com/airlockrun/airlock/internal/keys/pkcs11/softhsm"
+	"github.com/airlockrun/airlock/internal/testenv"
 )
 
-var (
-	buildOnce sync.Once
-	helperBin string
-	buildErr  error
-)
-
-// helperPath builds cmd/airlock-pkcs11 once per test binary.
-func helperPath(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-pkcs11-helper-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		helperBin = filepath.Join(dir, pkcs11.HelperName)
-		out, err := exec.Command("go", "build", "-o", helperBin, "github.com/airlockrun/airlock/cmd/airlock-pkcs11").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build helper: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return helperBin
-}
+// helperPath is the helper built for the tests.
+func helperPath(t *testing.T) string { return testenv.PKCS11Helper(t) }
 
 func newProvider(t *testing.T, tok *softhsm.Token) *pkcs11.Provider {
 	t.Helper()
