@@ -139,9 +139,11 @@ func Start(t testing.TB, opts Options) *Env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { os.RemoveAll(dir); os.Remove(KeyFile(dir)) })
+		t.Cleanup(func() { os.RemoveAll(dir) })
 	}
 	keyFile := KeyFile(dir)
+	// The key outlives a restart within the test (only a first start writes it), not the test.
+	t.Cleanup(func() { os.Remove(keyFile) })
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Env{DataDir: dir, KeyFile: keyFile, cancel: cancel, done: make(chan error, 1), log: logs}
