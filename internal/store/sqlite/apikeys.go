@@ -61,7 +61,7 @@ func (s *Store) GetAPIKeyByHash(ctx context.Context, hash []byte) (store.APIKey,
 	if len(hash) == 0 {
 		return store.APIKey{}, fmt.Errorf("get API key by hash: hash is empty: %w", errdefs.ErrInvalidArgument)
 	}
-	k, err := scanAPIKey(s.r.QueryRowContext(ctx, "SELECT "+apiKeyCols+" FROM api_keys WHERE hash = ?", hash))
+	k, err := scanAPIKey(s.readRow(ctx, "SELECT "+apiKeyCols+" FROM api_keys WHERE hash = ?", hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		// The hash identifies a secret: keep it out of the message.
 		return store.APIKey{}, fmt.Errorf("get API key by hash: %w", errdefs.ErrNotFound)

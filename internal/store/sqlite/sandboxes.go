@@ -74,7 +74,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) (store.Sand
 
 // GetSandbox implements store.Store.
 func (s *Store) GetSandbox(ctx context.Context, tenantID, id string) (store.Sandbox, error) {
-	sb, err := scanSandbox(s.r.QueryRowContext(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ? AND tenant_id = ?", id, tenantID))
+	sb, err := scanSandbox(s.readRow(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ? AND tenant_id = ?", id, tenantID))
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, noRowsIsNotFound(err))
 	}
@@ -83,7 +83,7 @@ func (s *Store) GetSandbox(ctx context.Context, tenantID, id string) (store.Sand
 
 // GetSandboxAnyTenant implements store.Store.
 func (s *Store) GetSandboxAnyTenant(ctx context.Context, id string) (store.Sandbox, error) {
-	sb, err := scanSandbox(s.r.QueryRowContext(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ?", id))
+	sb, err := scanSandbox(s.readRow(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ?", id))
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, noRowsIsNotFound(err))
 	}

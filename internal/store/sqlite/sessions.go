@@ -145,7 +145,7 @@ func checkHead(ctx context.Context, tx *sql.Tx, tenantID, id string) error {
 
 // GetSession implements store.Store.
 func (s *Store) GetSession(ctx context.Context, tenantID, id string) (store.Session, error) {
-	se, err := scanSession(s.r.QueryRowContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ? AND tenant_id = ?", id, tenantID))
+	se, err := scanSession(s.readRow(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ? AND tenant_id = ?", id, tenantID))
 	if err != nil {
 		return store.Session{}, fmt.Errorf("get session %s: %w", id, noRowsIsNotFound(err))
 	}
@@ -154,7 +154,7 @@ func (s *Store) GetSession(ctx context.Context, tenantID, id string) (store.Sess
 
 // GetSessionAnyTenant implements store.Store.
 func (s *Store) GetSessionAnyTenant(ctx context.Context, id string) (store.Session, error) {
-	se, err := scanSession(s.r.QueryRowContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ?", id))
+	se, err := scanSession(s.readRow(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ?", id))
 	if err != nil {
 		return store.Session{}, fmt.Errorf("get session %s: %w", id, noRowsIsNotFound(err))
 	}

@@ -39,6 +39,9 @@ type Store struct {
 	path string
 	w    *sql.DB // exactly one connection: all writes, each in a BEGIN IMMEDIATE transaction
 	r    *sql.DB // read-only connections (PRAGMA query_only)
+	// stmts caches prepared statements of the hot single-row reads on r, by query (see readRow):
+	// preparing (parsing) costs more than running them.
+	stmts sync.Map // string → *sql.Stmt
 
 	closeOnce sync.Once
 	closeErr  error // set by the first Close
@@ -145,6 +148,10 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		s.stmts.Range(func(_, v any) bool {
+			errs = append(errs, v.(*sql.Stmt).Close())
+			return true
+		})
 		if s.r != nil {
 			errs = append(errs, s.r.Close())
 		}
@@ -154,6 +161,22 @@ func (s *Store) Close() error {
 		}
 	})
 	return s.closeErr
+}
+
+// readRow runs a single-row read on the read connections with a prepared statement, cached by query.
+func (s *Store) readRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if v, ok := s.stmts.Load(query); ok {
+		return v.(*sql.Stmt).QueryRowContext(ctx, args...)
+	}
+	st, err := s.r.PrepareContext(ctx, query)
+	if err != nil {
+		return s.r.QueryRowContext(ctx, query, args...) // reports the error through Scan
+	}
+	if v, loaded := s.stmts.LoadOrStore(query, st); loaded {
+		st.Close()
+		st = v.(*sql.Stmt)
+	}
+	return st.QueryRowContext(ctx, args...)
 }
 
 // write runs fn in a transaction on the writer connection and commits it if fn returns nil.

@@ -59,7 +59,7 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 
 // GetTenant implements store.Store.
 func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
-	t, err := scanTenant(s.r.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
+	t, err := scanTenant(s.readRow(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Tenant{}, fmt.Errorf("get tenant %s: %w", id, errdefs.ErrNotFound)
 	}

@@ -69,7 +69,7 @@ func (s *Store) GetAccessTokenByHash(ctx context.Context, hash []byte) (store.Ac
 	if len(hash) == 0 {
 		return store.AccessToken{}, fmt.Errorf("get access token by hash: hash is empty: %w", errdefs.ErrInvalidArgument)
 	}
-	tok, err := scanToken(s.r.QueryRowContext(ctx, "SELECT "+tokenCols+" FROM access_tokens WHERE hash = ?", hash))
+	tok, err := scanToken(s.readRow(ctx, "SELECT "+tokenCols+" FROM access_tokens WHERE hash = ?", hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.AccessToken{}, fmt.Errorf("get access token by hash: %w", errdefs.ErrNotFound)
 	}
