@@ -54,7 +54,7 @@ func (s *Server) audited(w http.ResponseWriter, r *http.Request, h http.HandlerF
 	}
 	p := principalOf(r)
 	target := r.PathValue("id") // before a session's work route replaces it with the sandbox
-	for _, k := range []string{"name", "snapshot", "pid"} {
+	for _, k := range []string{"name", "snapshot", "pid", "port"} {
 		if v := r.PathValue(k); v != "" {
 			if target != "" {
 				target += "/"

@@ -165,7 +165,7 @@ func toToken(t store.AccessToken) airlock.AccessToken {
 		scopes[i] = string(sc)
 	}
 	return airlock.AccessToken{ID: t.ID, Name: t.Name, SandboxID: t.SandboxID, SessionID: t.SessionID, Scopes: scopes,
-		Prefix: t.Prefix, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt}
+		Port: t.Port, Prefix: t.Prefix, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt}
 }
 
 func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
@@ -355,7 +355,8 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "ttl_seconds must be between 1 and %d", int64(controlplane.MaxTokenTTL/time.Second)))
 		return
 	}
-	treq := controlplane.TokenRequest{Name: req.Name, SandboxID: req.SandboxID, SessionID: req.SessionID, TTL: time.Duration(req.TTLSeconds) * time.Second}
+	treq := controlplane.TokenRequest{Name: req.Name, SandboxID: req.SandboxID, SessionID: req.SessionID, TTL: time.Duration(req.TTLSeconds) * time.Second,
+		Port: req.Port}
 	for _, sc := range req.Scopes {
 		treq.Scopes = append(treq.Scopes, store.TokenScope(sc))
 	}
@@ -365,8 +366,12 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
+	out := airlock.NewAccessToken{AccessToken: toToken(tok), Token: cred}
+	if tok.Port != 0 && len(tok.Scopes) == 1 { // only a ports-only token may travel in a URL
+		out.URLs = s.portURLs(r, tok.SandboxID+tok.SessionID, tok.Port, cred)
+	}
 	w.Header().Set("Location", "/v1/tokens/"+tok.ID)
-	writeJSON(w, http.StatusCreated, airlock.NewAccessToken{AccessToken: toToken(tok), Token: cred})
+	writeJSON(w, http.StatusCreated, out)
 }
 
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {

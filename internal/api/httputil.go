@@ -42,7 +42,8 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	if errors.As(err, &ae) {
 		msg = ae.msg
 	}
-	if status >= 500 && !errors.Is(err, errdefs.ErrUnavailable) && !errors.Is(err, errdefs.ErrDeadlineExceeded) {
+	if status >= 500 && !errors.Is(err, errdefs.ErrUnavailable) && !errors.Is(err, errdefs.ErrDeadlineExceeded) &&
+		!errors.Is(err, errdefs.ErrPortClosed) && !errors.Is(err, errdefs.ErrBadGateway) {
 		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "internal error"
 	} else {
@@ -56,7 +57,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 func trimSentinel(msg string, err error) string {
 	for _, s := range []error{errdefs.ErrNotFound, errdefs.ErrInvalidArgument, errdefs.ErrAlreadyExists,
 		errdefs.ErrConflict, errdefs.ErrFailedPrecondition, errdefs.ErrUnauthenticated, errdefs.ErrPermissionDenied,
-		errdefs.ErrResourceExhausted, errdefs.ErrTooLarge, errdefs.ErrUnavailable, errdefs.ErrDeadlineExceeded, errdefs.ErrKeyUnavailable} {
+		errdefs.ErrResourceExhausted, errdefs.ErrTooLarge, errdefs.ErrUnavailable, errdefs.ErrDeadlineExceeded, errdefs.ErrKeyUnavailable, errdefs.ErrPortClosed, errdefs.ErrBadGateway} {
 		if errors.Is(err, s) {
 			if t, ok := strings.CutSuffix(msg, ": "+s.Error()); ok {
 				return t

@@ -41,6 +41,9 @@ type Server struct {
 	idemMu sync.Mutex
 	// idemLocks holds one lock per tenant+key while in use; guarded by idemMu.
 	idemLocks map[string]*sync.Mutex
+
+	// ing forwards requests into sandboxes' ports (see ports.go).
+	ing ingress
 }
 
 // Route is one route of the API: a method and a ServeMux path pattern.
@@ -160,6 +163,19 @@ func (s *Server) routes() []route {
 			route{w.Method, "/v1/sandboxes/{id}" + w.Pattern, s.work(w.scope, w.token, false, s.tracked(w.handler))},
 			route{w.Method, "/v1/sessions/{id}" + w.Pattern, s.work(w.scope, w.token, true, s.viaSession(w.handler))})
 	}
+	// Ports (ports.go): the listening ports and TCP tunnels are work routes that resolve the session
+	// themselves; the path form of the ingress authenticates on its own (cookies, public ports).
+	for _, kind := range []struct {
+		prefix  string
+		session bool
+	}{{"/v1/sandboxes/{id}", false}, {"/v1/sessions/{id}", true}} {
+		routes = append(routes,
+			route{"GET", kind.prefix + "/ports", s.work(read, store.TokenPorts, kind.session, s.listPorts)},
+			route{"GET", kind.prefix + "/tunnels/{port}", s.work(write, store.TokenPorts, kind.session, s.tunnel)})
+		for _, m := range portMethods {
+			routes = append(routes, route{m, kind.prefix + "/ports/{port}/{path...}", s.portPath(kind.session)})
+		}
+	}
 	return routes
 }
 
@@ -176,6 +192,15 @@ func (s *Server) Routes() []Route {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
+	// A host under the ingress domain is a sandbox's port, never the API.
+	if id, port, ok, err := s.hostForm(r); ok {
+		if err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+		s.servePortHost(w, r, id, port)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
 }
 

@@ -134,7 +134,18 @@ type Config struct {
 	// PublicURL + "/v1/oauth/callback" at the end of the authorization code flow. Empty:
 	// "http://" + the address Listen bound.
 	PublicURL string
+	// IngressDomain is the base domain of the ingress's host form: <port>-<sandbox id>.<domain>, with
+	// the ID's underscore as a dash, reaches a sandbox's port (a wildcard DNS name, or *.localhost,
+	// must lead to the API). Empty: no host form; the path form /v1/sandboxes/{id}/ports/{port}/ works
+	// anyway.
+	IngressDomain string
+	// IngressMaxConns bounds the requests and tunnels in progress through the ingress per sandbox; past
+	// it they are refused (429). Zero: api.DefaultMaxPortConns.
+	IngressMaxConns int
 }
+
+// DefaultIngressDomain is the CLI's ingress domain: browsers send every *.localhost name to loopback.
+const DefaultIngressDomain = "airlock.localhost"
 
 // PKCS11Config configures the pkcs11 key provider.
 type PKCS11Config struct {
@@ -401,7 +412,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	apiServer := api.New(cp, log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
 	apiServer.SetAudit(auditLog)
+	apiServer.SetIngressDomain(cfg.IngressDomain)
+	if err := apiServer.SetPublicURL(cfg.PublicURL); err != nil {
+		return err
+	}
+	apiServer.SetIngressLimit(cfg.IngressMaxConns)
+	// HTTP/1.1 and cleartext HTTP/2 (prior knowledge, as gRPC clients speak it) on one listener.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
+		Protocols:         &protocols,
 		Handler:           apiServer,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,

@@ -123,6 +123,7 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 		newExecCmd(g),
 		newShellCmd(g),
 		newCpCmd(g),
+		newPortForwardCmd(g), newPortCmd(g),
 		newPsCmd(g),
 		newConnectionCmd(g),
 		newTenantCmd(g),

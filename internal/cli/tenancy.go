@@ -236,23 +236,20 @@ revoked. Use it as the API key: AIRLOCK_API_KEY=<token> airlock exec ID -- …`,
 		scopes []string
 		ttl    time.Duration
 		name   string
+		port   int
 	)
 	create := &cobra.Command{
 		Use:   "create SANDBOX-OR-SESSION-ID",
 		Short: "Create an access token and print it (shown only once)",
 		Example: `  airlock token create sb_… --scope exec --scope files --ttl 2h
-  airlock token create se_… --scope files`,
+  airlock token create se_… --scope files
+  airlock token create sb_… --scope ports --port 8080     # one port only (see also: airlock port url)`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			req := airlock.CreateAccessTokenRequest{Name: name, Scopes: scopes, TTLSeconds: int64(ttl / time.Second)}
-			switch id := args[0]; {
-			case strings.HasPrefix(id, "sb_"):
-				req.SandboxID = id
-			case strings.HasPrefix(id, "se_"):
-				req.SessionID = id
-			default:
-				return fmt.Errorf("%q is neither a sandbox ID (sb_…) nor a session ID (se_…)", truncate(id, 64))
+			req := airlock.CreateAccessTokenRequest{Name: name, Scopes: scopes, TTLSeconds: int64(ttl / time.Second), Port: port}
+			if err := setTokenTarget(&req, args[0]); err != nil {
+				return err
 			}
 			tok, err := g.client().CreateAccessToken(cmd.Context(), req)
 			if err != nil {
@@ -270,6 +267,7 @@ revoked. Use it as the API key: AIRLOCK_API_KEY=<token> airlock exec ID -- …`,
 	create.Flags().StringArrayVar(&scopes, "scope", []string{airlock.TokenScopeExec, airlock.TokenScopeFiles}, "exec, files or ports (repeat)")
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token lasts (at most 168h)")
 	create.Flags().StringVar(&name, "name", "", "a label for the token")
+	create.Flags().IntVar(&port, "port", 0, "with scope ports: the one port the token reaches (default: every port)")
 	cmd.AddCommand(create,
 		&cobra.Command{
 			Use:     "ls [SANDBOX-OR-SESSION-ID]",
@@ -365,4 +363,17 @@ off: no sandbox of the tenant boots or resumes, its running sandboxes are stoppe
 		revoke,
 	)
 	return cmd
+}
+
+// setTokenTarget makes req a token for the sandbox or session id, by the ID's prefix.
+func setTokenTarget(req *airlock.CreateAccessTokenRequest, id string) error {
+	switch {
+	case strings.HasPrefix(id, "sb_"):
+		req.SandboxID = id
+	case strings.HasPrefix(id, "se_"):
+		req.SessionID = id
+	default:
+		return fmt.Errorf("%q is neither a sandbox ID (sb_…) nor a session ID (se_…)", truncate(id, 64))
+	}
+	return nil
 }

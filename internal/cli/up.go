@@ -17,11 +17,12 @@ import (
 )
 
 func newUpCmd(g *globals) *cobra.Command {
-	var listen, runsc, publicURL string
+	var listen, runsc, publicURL, ingressDomain string
 	var debug bool
 	var p11 app.PKCS11Config
 	var pinFile string
 	var keyCheck time.Duration
+	var ingressMax int
 	var keepAll, keepHourly, keepDaily, pruneEvery, gcEvery, gcGrace time.Duration
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -68,6 +69,8 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				PKCS11:           p11,
 				KeyCheckInterval: keyCheck,
 				PublicURL:        publicURL,
+				IngressDomain:    ingressDomain,
+				IngressMaxConns:  ingressMax,
 				Retention:        retention.Policy{KeepAll: keepAll, KeepHourly: keepHourly, KeepDaily: keepDaily},
 				PruneInterval:    pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace,
 			})
@@ -76,6 +79,8 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", app.DefaultListen, "the API's address; keep it on loopback unless a TLS proxy fronts it")
 	f.StringVar(&publicURL, "public-url", "", "the URL under which browsers reach this API, for OAuth sign-in callbacks (default: http://<listen address>)")
+	f.StringVar(&ingressDomain, "ingress-domain", app.DefaultIngressDomain, "sandbox ports are also reached at http://<port>-<sandbox id>.<this domain>:<API port>/ (a wildcard DNS name that leads to the API; \"\" turns it off)")
+	f.IntVar(&ingressMax, "ingress-max-conns", 0, "requests and tunnels in progress to one sandbox's ports; more are refused with 429 (default 1024)")
 	f.StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
 	f.BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
 	f.StringVar(&p11.Module, "pkcs11-module", "", "the PKCS#11 module (.so) of an HSM or KMS that keeps customers' keys, for tenants created with --key-provider pkcs11")

@@ -198,6 +198,8 @@ type TokenRequest struct {
 	Scopes    []store.TokenScope
 	// TTL is how long the token lasts; zero: DefaultTokenTTL.
 	TTL time.Duration
+	// Port, if not 0, restricts the token to that one port (it must have scope ports): a port URL's token.
+	Port int
 }
 
 // CreateAccessToken makes an access token for one of the tenant's sandboxes or sessions and returns it;
@@ -220,6 +222,9 @@ func (s *Service) CreateAccessToken(ctx context.Context, tenantID, keyID string,
 			return "", store.AccessToken{}, fmt.Errorf("unknown scope %q: want exec, files or ports: %w", truncate(string(sc), 32), errdefs.ErrInvalidArgument)
 		}
 	}
+	if req.Port != 0 && (req.Port < 1 || req.Port > 65535 || !slices.Contains(scopes, store.TokenPorts)) {
+		return "", store.AccessToken{}, fmt.Errorf("port %d: want a port in 1..65535 and the ports scope: %w", req.Port, errdefs.ErrInvalidArgument)
+	}
 	ttl := req.TTL
 	switch {
 	case ttl == 0:
@@ -233,7 +238,7 @@ func (s *Service) CreateAccessToken(ctx context.Context, tenantID, keyID string,
 	}
 	now := s.now()
 	tok, err := s.store.CreateAccessToken(ctx, store.AccessToken{
-		TenantID: tenantID, Name: req.Name, SandboxID: req.SandboxID, SessionID: req.SessionID, Scopes: scopes,
+		TenantID: tenantID, Name: req.Name, SandboxID: req.SandboxID, SessionID: req.SessionID, Scopes: scopes, Port: req.Port,
 		Prefix: cred[:10], Hash: hashKey(cred), CreatedBy: keyID, CreatedAt: now, ExpiresAt: now.Add(ttl),
 	})
 	if err != nil {

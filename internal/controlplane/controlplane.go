@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -65,6 +66,9 @@ type Node interface {
 	SandboxCPU(ctx context.Context, id string) (time.Duration, error)
 	// Flows returns a sandbox's network flows that f selects, newest first, also once it is gone.
 	Flows(ctx context.Context, id string, f flowlog.Filter) ([]gateway.Flow, error)
+	// DialPort opens a TCP connection from the node into a running sandbox, to port on its own address;
+	// nothing listening is errdefs.ErrPortClosed.
+	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
 // Defaults and bounds of sandbox requests.
@@ -231,7 +235,7 @@ func New(cfg Config) (*Service, error) {
 		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots, scratch: cfg.ScratchDir,
 		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
 		idle: cfg.IdleInterval, stop: make(chan struct{}), pending: cfg.PendingDir, up: newUploader(), urgent: newUrgentGate(),
-		rolls: roller{m: map[string]rollState{}}, work: workTracker{n: map[string]int{}}, retention: cfg.Retention.WithDefaults(), rollEvery: cfg.RollInterval,
+		rolls: roller{m: map[string]rollState{}}, work: workTracker{n: map[string]int{}, ports: map[string]int{}}, retention: cfg.Retention.WithDefaults(), rollEvery: cfg.RollInterval,
 		pruneEvery: cfg.PruneInterval, keys: cfg.Keys, keysEvery: cfg.KeyCheckInterval, keysGone: map[string]bool{}}, nil
 }
 

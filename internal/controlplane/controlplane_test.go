@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -210,6 +211,10 @@ func (n *fakeNode) CopyCA(ctx context.Context, fromID, toID, tenantID string) er
 }
 
 func (n *fakeNode) ForgetCA(caID string) {}
+
+func (n *fakeNode) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	return nil, fmt.Errorf("fake node has no network: %w", errdefs.ErrPortClosed)
+}
 
 func (n *fakeNode) tenantOf(id string) string {
 	n.mu.Lock()

@@ -881,30 +881,40 @@ func (s *Service) deleteLocked(ctx context.Context, se store.Session) error {
 // SessionSandbox returns the sandbox that runs the session, for exec, file and port work: it records the
 // activity and, if the session is paused and resumes automatically, resumes it first.
 func (s *Service) SessionSandbox(ctx context.Context, tenantID, id string) (string, error) {
+	sbID, _, err := s.sessionSandbox(ctx, tenantID, id, true)
+	return sbID, err
+}
+
+// sessionSandbox is SessionSandbox; it also reports whether it resumed the session, and touches the
+// session only if touch is set.
+func (s *Service) sessionSandbox(ctx context.Context, tenantID, id string, touch bool) (sbID string, resumed bool, err error) {
 	se, err := s.GetSession(ctx, tenantID, id)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if se.State != store.SessionRunning {
 		unlock := s.locks.Lock(id)
 		defer unlock()
 		if se, err = s.GetSession(ctx, tenantID, id); err != nil {
-			return "", err
+			return "", false, err
 		}
 		switch {
 		case se.State == store.SessionRunning:
 		case (se.State == store.SessionPaused || se.State == store.SessionFailed) && se.AutoResume && se.HeadSnapshotID != "":
 			if se, err = s.resumeLocked(context.WithoutCancel(ctx), se); err != nil {
-				return "", err
+				return "", false, err
 			}
+			resumed = true
 		default:
-			return "", fmt.Errorf("session %s is %s; resume it first: %w", id, se.State, errdefs.ErrConflict)
+			return "", false, fmt.Errorf("session %s is %s; resume it first: %w", id, se.State, errdefs.ErrConflict)
 		}
 	}
-	if err := s.store.TouchSession(ctx, tenantID, id, s.now()); err != nil {
-		s.log.Warn("touch session", "session", id, "err", err)
+	if touch {
+		if err := s.store.TouchSession(ctx, tenantID, id, s.now()); err != nil {
+			s.log.Warn("touch session", "session", id, "err", err)
+		}
 	}
-	return se.SandboxID, nil
+	return se.SandboxID, resumed, nil
 }
 
 // pauseIdleSessions pauses the running sessions whose idle timeout passed.
@@ -926,7 +936,8 @@ func (s *Service) pauseIfIdle(ctx context.Context, tenantID, id string) {
 	defer unlock()
 	se, err := s.store.GetSession(ctx, tenantID, id)
 	if err != nil || se.State != store.SessionRunning || se.IdleTimeoutSeconds <= 0 ||
-		se.LastActivityAt.Add(time.Duration(se.IdleTimeoutSeconds)*time.Second).After(s.now()) || s.busy(se.SandboxID) {
+		se.LastActivityAt.Add(time.Duration(se.IdleTimeoutSeconds)*time.Second).After(s.now()) || s.busy(se.SandboxID) ||
+		s.portBusy(se.SandboxID) {
 		return // resumed, touched or changed meanwhile, or a call or stream runs on it
 	}
 	if _, err := s.pauseLocked(ctx, se, "idle"); err != nil {

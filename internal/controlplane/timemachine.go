@@ -445,6 +445,10 @@ func (s *Service) SetTenantRetention(ctx context.Context, tenantID string, r sto
 type workTracker struct {
 	mu sync.Mutex
 	n  map[string]int // by sandbox ID
+	// ports counts the requests and tunnels in progress through the ingress, by sandbox ID. They hold
+	// off an idle pause (which would cut them) but not a rolling snapshot: they do not go through the
+	// daemon's channel, and a checkpoint that leaves the sandbox running keeps its connections.
+	ports map[string]int
 }
 
 // BeginWork records a call or stream starting on sandbox sbID; the returned function records its end.
@@ -469,6 +473,36 @@ func (s *Service) BeginWork(tenantID, sessionID, sbID string) (end func()) {
 			}
 		})
 	}
+}
+
+// BeginPortWork records a request or tunnel through the ingress starting on sandbox sbID; the returned
+// function records its end, which counts as the session's activity (sessionID of tenantID, if not "").
+func (s *Service) BeginPortWork(tenantID, sessionID, sbID string) (end func()) {
+	s.work.mu.Lock()
+	s.work.ports[sbID]++
+	s.work.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.work.mu.Lock()
+			if s.work.ports[sbID]--; s.work.ports[sbID] <= 0 {
+				delete(s.work.ports, sbID)
+			}
+			s.work.mu.Unlock()
+			if sessionID != "" {
+				if err := s.store.TouchSession(context.Background(), tenantID, sessionID, s.now()); err != nil {
+					s.log.Debug("touch session", "session", sessionID, "err", err)
+				}
+			}
+		})
+	}
+}
+
+// portBusy reports whether requests or tunnels through the ingress are in progress on sandbox sbID.
+func (s *Service) portBusy(sbID string) bool {
+	s.work.mu.Lock()
+	defer s.work.mu.Unlock()
+	return s.work.ports[sbID] > 0
 }
 
 // busy reports whether calls or streams are in progress on sandbox sbID.

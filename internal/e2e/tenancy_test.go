@@ -313,6 +313,13 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"POST /{kind}/{id}/files/move":                          {body: `{"from":"` + path + `","to":"/home/user/g"}`},
 		"GET /{kind}/{id}/files/tar":                            {query: "path=/home/user"},
 		"PUT /{kind}/{id}/files/tar":                            {query: "path=/home/user", body: ""},
+		"GET /{kind}/{id}/ports":                                {},
+		"GET /{kind}/{id}/tunnels/{port}":                       {},
+		"GET /{kind}/{id}/ports/{port}/{path...}":               {},
+		"POST /{kind}/{id}/ports/{port}/{path...}":              {body: "from-b"},
+		"PUT /{kind}/{id}/ports/{port}/{path...}":               {body: "from-b"},
+		"PATCH /{kind}/{id}/ports/{port}/{path...}":             {body: "from-b"},
+		"DELETE /{kind}/{id}/ports/{port}/{path...}":            {},
 	}
 	public := map[string]bool{"GET /v1/health": true, "GET /v1/openapi.yaml": true, "GET /metrics": true, "GET /v1/oauth/callback": true}
 
@@ -351,7 +358,9 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 			if rq.query != "" {
 				url += "?" + rq.query
 			}
-			status, body := call(t, ctx, method, url, bKey, rq.body, strings.HasSuffix(p, "/stream") || strings.HasSuffix(p, "/attach"))
+			// WebSocket routes get a real handshake: the refusal must come before any upgrade.
+			ws := strings.HasSuffix(p, "/stream") || strings.HasSuffix(p, "/attach") || strings.Contains(p, "/tunnels/")
+			status, body := call(t, ctx, method, url, bKey, rq.body, ws)
 			if strings.Contains(p, "{") {
 				if status != http.StatusNotFound {
 					t.Errorf("%s with another tenant's key: %d %s; want 404", route, status, truncate(body))
@@ -416,9 +425,10 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 	st.Close()
 }
 
-// isWork reports whether rest (the path after a sandbox's or session's ID) is a work route.
+// isWork reports whether rest (the path after a sandbox's or session's ID) is a work route, served
+// alike for a sandbox and a session: exec, processes, files, and ports (the list, tunnels and the ingress).
 func isWork(rest string) bool {
-	for _, p := range []string{"/exec", "/processes", "/files"} {
+	for _, p := range []string{"/exec", "/processes", "/files", "/ports", "/tunnels/"} {
 		if strings.HasPrefix(rest, p) {
 			return true
 		}
@@ -426,7 +436,8 @@ func isWork(rest string) bool {
 	return false
 }
 
-// fill puts tenant A's objects into a path's parameters.
+// fill puts tenant A's objects into a path's parameters; a port is 8080 (nothing listens there) and a
+// port's path is x.
 func fill(p, sandbox, session, snapshot, pid, tenant, key, token string) string {
 	id := sandbox
 	switch {
@@ -443,7 +454,8 @@ func fill(p, sandbox, session, snapshot, pid, tenant, key, token string) string 
 	if strings.HasPrefix(p, "/v1/connections/") {
 		name = "tenant-a-conn"
 	}
-	return strings.NewReplacer("{id}", id, "{snapshot}", snapshot, "{pid}", pid, "{name}", name).Replace(p)
+	return strings.NewReplacer("{id}", id, "{snapshot}", snapshot, "{pid}", pid, "{name}", name,
+		"{port}", "8080", "{path...}", "x").Replace(p)
 }
 
 // call makes one request with key and returns the status and body. websocket asks for an upgrade.

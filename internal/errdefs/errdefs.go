@@ -27,6 +27,11 @@ var (
 	// so nothing of the tenant can be encrypted or decrypted. Errors wrapping it also wrap
 	// ErrPermissionDenied (revoked, destroyed) or ErrUnavailable (unreachable).
 	ErrKeyUnavailable = errors.New("tenant key unavailable")
+	// ErrPortClosed: nothing in the sandbox listens on the port a request was forwarded to.
+	ErrPortClosed = errors.New("port not open")
+	// ErrBadGateway: the server in the sandbox broke the connection or answered with something that is
+	// not HTTP.
+	ErrBadGateway = errors.New("bad gateway")
 )
 
 var table = []struct {
@@ -47,6 +52,8 @@ var table = []struct {
 	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
 	{ErrDeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
 	{ErrInternal, "internal", http.StatusInternalServerError},
+	{ErrPortClosed, "port_not_open", http.StatusBadGateway},
+	{ErrBadGateway, "bad_gateway", http.StatusBadGateway},
 }
 
 // Code reports the API error code for err ("internal" when err matches no sentinel).

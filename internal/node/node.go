@@ -11,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/cleanup"
@@ -113,9 +115,13 @@ type Local struct {
 
 // sandbox is the node's view of one running sandbox.
 type sandbox struct {
-	id    string
-	link  *link.Client
-	audit *link.FileAudit
+	id string
+	// addr is the sandbox's own address on its veth, looked up on first use by DialPort.
+	addr atomic.Pointer[netip.Addr]
+	// ingress holds the connections DialPort made into the sandbox.
+	ingress ingressConns
+	link    *link.Client
+	audit   *link.FileAudit
 	// channel is what the link records each frame into: audit, and the tenant's audit log.
 	channel link.Audit
 	cancel  context.CancelFunc // stops the watcher
@@ -310,6 +316,7 @@ func (n *Local) forget(id string) {
 		cancel()
 		cl.Close()
 		s.audit.Close()
+		s.ingress.closeAll()
 	}
 }
 

@@ -69,8 +69,11 @@ type AccessToken struct {
 	SandboxID string
 	SessionID string
 	Scopes    []TokenScope // at least one, no repeats, sorted
-	Prefix    string
-	Hash      []byte
+	// Port, if not 0, is the one port of the sandbox the token reaches with scope ports (a port URL's
+	// token); 0 is every port.
+	Port   int
+	Prefix string
+	Hash   []byte
 	// CreatedBy is the ID of the API key that made the token.
 	CreatedBy string
 	CreatedAt time.Time
@@ -80,6 +83,11 @@ type AccessToken struct {
 
 // Allows reports whether the token grants scope s.
 func (t AccessToken) Allows(s TokenScope) bool { return slices.Contains(t.Scopes, s) }
+
+// AllowsPort reports whether the token reaches port with scope ports.
+func (t AccessToken) AllowsPort(port int) bool {
+	return t.Allows(TokenPorts) && (t.Port == 0 || t.Port == port)
+}
 
 // Validate returns an error wrapping errdefs.ErrInvalidArgument naming the first bad field of t.
 func (t AccessToken) Validate() error {
@@ -92,6 +100,8 @@ func (t AccessToken) Validate() error {
 		return fmt.Errorf("access token %s: hash is empty: %w", t.ID, errdefs.ErrInvalidArgument)
 	case len(t.Scopes) == 0:
 		return fmt.Errorf("access token %s: no scopes: %w", t.ID, errdefs.ErrInvalidArgument)
+	case t.Port < 0 || t.Port > 65535:
+		return fmt.Errorf("access token %s: port %d is not in 1..65535: %w", t.ID, t.Port, errdefs.ErrInvalidArgument)
 	case !t.ExpiresAt.After(t.CreatedAt):
 		return fmt.Errorf("access token %s: expires at %v, not after it is created: %w", t.ID, t.ExpiresAt, errdefs.ErrInvalidArgument)
 	}

@@ -65,7 +65,7 @@ func (b *built) get(t testing.TB, pkg, name string, cgo bool) string {
 	return b.path
 }
 
-var airlockBin, pkcs11Bin built
+var airlockBin, pkcs11Bin, portServerBin built
 
 // Binary returns the path of the airlock binary built (static, once per test process) from this module.
 // It is the real daemon that runs inside each sandbox.
@@ -79,6 +79,13 @@ func Binary(t testing.TB) string {
 func PKCS11Helper(t testing.TB) string {
 	t.Helper()
 	return pkcs11Bin.get(t, "github.com/airlockrun/airlock/cmd/airlock-pkcs11", "airlock-pkcs11", true)
+}
+
+// PortServer returns the path of the test server of internal/testenv/portserver built (static, once per
+// test process) from this module. Tests of port forwarding copy it into sandboxes and run it there.
+func PortServer(t testing.TB) string {
+	t.Helper()
+	return portServerBin.get(t, "github.com/airlockrun/airlock/internal/testenv/portserver", "airlock-portserver", false)
 }
 
 // KeyFile is where a test instance on dataDir keeps its first API key: next to the data directory, not
@@ -117,6 +124,8 @@ type Options struct {
 	PKCS11 app.PKCS11Config
 	// KeyCheckInterval is how often tenants' keys are checked; zero: the default.
 	KeyCheckInterval time.Duration
+	// IngressMaxConns bounds the requests and tunnels through the ingress per sandbox; zero: the default.
+	IngressMaxConns int
 }
 
 // Start runs Airlock for the test and stops it (cleanly, as SIGTERM would) when the test ends.
@@ -163,6 +172,8 @@ func Start(t testing.TB, opts Options) *Env {
 
 			PKCS11:           opts.PKCS11,
 			KeyCheckInterval: opts.KeyCheckInterval,
+			IngressDomain:    app.DefaultIngressDomain,
+			IngressMaxConns:  opts.IngressMaxConns,
 		})
 	}()
 	select {

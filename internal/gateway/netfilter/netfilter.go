@@ -7,7 +7,10 @@
 //     destination with SO_ORIGINAL_DST and decides;
 //   - on input, sandboxes reach only those two ports; everything else on the host (its services, the API)
 //     is dropped; nothing else reaches those ports;
-//   - nothing is forwarded to or from a sandbox veth: the host never routes sandbox traffic.
+//   - nothing is forwarded to or from a sandbox veth: the host never routes sandbox traffic;
+//   - the host opens connections into a sandbox only from sockets marked IngressMark (the node's
+//     ingress, which authenticates every request first): other local processes cannot reach a
+//     sandbox's ports, and the sandbox's replies to the ingress are let in.
 //
 // All rules live in one table of the inet family that this package owns; Install replaces it whole and
 // Remove deletes it.
@@ -18,9 +21,14 @@ import (
 	"fmt"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
+
+// IngressMark is the socket mark (SO_MARK, which needs CAP_NET_ADMIN) that lets a host connection into
+// a sandbox. The rules test this one bit only.
+const IngressMark uint32 = 1 << 28
 
 // Config says what the rules enforce.
 type Config struct {
@@ -63,6 +71,8 @@ func Install(cfg Config) error {
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	forward := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	output := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 
 	in := iifPrefix(cfg.IfacePrefix)
 	add := func(ch *nftables.Chain, exprs ...[]expr.Any) {
@@ -72,8 +82,11 @@ func Install(cfg Config) error {
 		}
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: all})
 	}
-	// guard: only IPv4 TCP, and UDP to port 53, leave a sandbox.
+	// guard: only IPv4 TCP, and UDP to port 53, leave a sandbox, from its own address: a source that is
+	// not routed back through the veth it came in on is forged (strict reverse-path check), and must not
+	// pass for another sandbox (the gateway and the ingress's replies tell sandboxes apart by address).
 	add(guard, in, nfproto(unix.NFPROTO_IPV6), verdict(expr.VerdictDrop))
+	add(guard, in, nfproto(unix.NFPROTO_IPV4), rpfMissing(), verdict(expr.VerdictDrop))
 	add(guard, in, l4proto(unix.IPPROTO_TCP), verdict(expr.VerdictAccept))
 	add(guard, in, l4proto(unix.IPPROTO_UDP), dport(53), verdict(expr.VerdictAccept))
 	add(guard, in, verdict(expr.VerdictDrop))
@@ -85,6 +98,8 @@ func Install(cfg Config) error {
 	add(input, in, l4proto(unix.IPPROTO_TCP), dport(cfg.ProxyPort), verdict(expr.VerdictAccept))
 	add(input, in, l4proto(unix.IPPROTO_TCP), dport(cfg.DNSPort), verdict(expr.VerdictAccept))
 	add(input, in, l4proto(unix.IPPROTO_UDP), dport(cfg.DNSPort), verdict(expr.VerdictAccept))
+	// The sandbox's replies on connections the host opened (only the ingress can, see output).
+	add(input, in, l4proto(unix.IPPROTO_TCP), ctReplyEstablished(), verdict(expr.VerdictAccept))
 	add(input, in, verdict(expr.VerdictDrop))
 	add(input, l4proto(unix.IPPROTO_TCP), dport(cfg.ProxyPort), verdict(expr.VerdictDrop))
 	add(input, l4proto(unix.IPPROTO_TCP), dport(cfg.DNSPort), verdict(expr.VerdictDrop))
@@ -92,6 +107,8 @@ func Install(cfg Config) error {
 	// forward: the host routes nothing for sandboxes.
 	add(forward, in, verdict(expr.VerdictDrop))
 	add(forward, oifPrefix(cfg.IfacePrefix), verdict(expr.VerdictDrop))
+	// output: a new connection into a sandbox comes from the ingress (marked) or not at all.
+	add(output, oifPrefix(cfg.IfacePrefix), ctNew(), markNot(IngressMark), verdict(expr.VerdictDrop))
 
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("netfilter: install table %s: %w", cfg.Table, err)
@@ -167,6 +184,44 @@ func redir(port uint16) []expr.Any {
 	return []expr.Any{
 		&expr.Immediate{Register: 1, Data: b},
 		&expr.Redir{RegisterProtoMin: 1},
+	}
+}
+
+// ctReplyEstablished matches packets in the reply direction of an established connection.
+func ctReplyEstablished() []expr.Any {
+	return append(ctStateAny(expr.CtStateBitESTABLISHED),
+		&expr.Ct{Register: 1, Key: expr.CtKeyDIRECTION},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1}}) // IP_CT_DIR_REPLY
+}
+
+// rpfMissing matches packets whose source address is not routed back out of the interface they came
+// in on (nft: fib saddr . iif oif missing).
+func rpfMissing() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// ctNew matches packets that open a connection.
+func ctNew() []expr.Any { return ctStateAny(expr.CtStateBitNEW) }
+
+func ctStateAny(bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// markNot matches packets whose mark lacks the bits of m.
+func markNot(m uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(m), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(m)},
 	}
 }
 

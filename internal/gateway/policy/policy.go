@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -49,7 +50,16 @@ type Policy struct {
 	// Credentials are injected into the HTTPS requests they bind (see Credential). They allow nothing:
 	// a request still needs a rule (or the default) that allows it.
 	Credentials []Credential `json:"credentials,omitempty"`
+	// PublicPorts are the sandbox's ports anyone may reach through the ingress without a credential.
+	// They concern traffic into the sandbox only, never its egress. At most MaxPublicPorts.
+	PublicPorts []int `json:"public_ports,omitempty"`
 }
+
+// MaxPublicPorts bounds Policy.PublicPorts.
+const MaxPublicPorts = 64
+
+// IsPublic reports whether port is one of p's public ports.
+func (p Policy) IsPublic(port int) bool { return slices.Contains(p.PublicPorts, port) }
 
 // Rule allows or denies the connections and HTTP requests that match every field it sets.
 //
@@ -159,6 +169,17 @@ func parsePortRange(s string) (PortRange, error) {
 // Validate reports the first problem in p as an error wrapping errdefs.ErrInvalidArgument, naming the
 // rule (by index and name) and the field. It reports nil for a policy Compile accepts.
 func (p Policy) Validate() error {
+	if len(p.PublicPorts) > MaxPublicPorts {
+		return fmt.Errorf("policy: %d public ports: at most %d allowed: %w", len(p.PublicPorts), MaxPublicPorts, errdefs.ErrInvalidArgument)
+	}
+	for i, port := range p.PublicPorts {
+		if port < 1 || port > 65535 {
+			return fmt.Errorf("policy: public port %d: want 1..65535: %w", port, errdefs.ErrInvalidArgument)
+		}
+		if slices.Contains(p.PublicPorts[:i], port) {
+			return fmt.Errorf("policy: public port %d is listed twice: %w", port, errdefs.ErrInvalidArgument)
+		}
+	}
 	if _, err := compileRules(p); err != nil {
 		return err
 	}

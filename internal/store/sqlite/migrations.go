@@ -237,6 +237,8 @@ CREATE TABLE audit_log (
 	PRIMARY KEY (tenant_id, seq)
 );
 `,
+	// 10: access tokens that reach one port of their sandbox or session only (0: every port).
+	`ALTER TABLE access_tokens ADD COLUMN port INTEGER NOT NULL DEFAULT 0 CHECK (port BETWEEN 0 AND 65535);`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in

@@ -13,7 +13,7 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-const tokenCols = "id, tenant_id, name, sandbox_id, session_id, scopes, prefix, hash, created_by, created_at, expires_at, revoked_at"
+const tokenCols = "id, tenant_id, name, sandbox_id, session_id, scopes, prefix, hash, created_by, created_at, expires_at, revoked_at, port"
 
 // CreateAccessToken implements store.Store.
 func (s *Store) CreateAccessToken(ctx context.Context, tok store.AccessToken) (store.AccessToken, error) {
@@ -53,9 +53,9 @@ func (s *Store) CreateAccessToken(ctx context.Context, tok store.AccessToken) (s
 		if taken {
 			return fmt.Errorf("ID or hash in use: %w", errdefs.ErrAlreadyExists)
 		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO access_tokens ("+tokenCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		_, err = tx.ExecContext(ctx, "INSERT INTO access_tokens ("+tokenCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 			tok.ID, tok.TenantID, tok.Name, tok.SandboxID, tok.SessionID, joinScopes(tok.Scopes), tok.Prefix, tok.Hash,
-			tok.CreatedBy, micros(tok.CreatedAt), micros(tok.ExpiresAt), nullMicros(tok.RevokedAt))
+			tok.CreatedBy, micros(tok.CreatedAt), micros(tok.ExpiresAt), nullMicros(tok.RevokedAt), tok.Port)
 		return mapErr(err)
 	})
 	if err != nil {
@@ -149,7 +149,7 @@ func scanToken(row scanner) (store.AccessToken, error) {
 		revoked          sql.NullInt64
 	)
 	if err := row.Scan(&tok.ID, &tok.TenantID, &tok.Name, &tok.SandboxID, &tok.SessionID, &scopes, &tok.Prefix, &tok.Hash,
-		&tok.CreatedBy, &created, &expires, &revoked); err != nil {
+		&tok.CreatedBy, &created, &expires, &revoked, &tok.Port); err != nil {
 		return store.AccessToken{}, err
 	}
 	for _, p := range strings.Split(scopes, ",") {

@@ -132,11 +132,13 @@ type CreateAPIKeyRequest struct {
 
 // AccessToken describes an access token, never the token itself.
 type AccessToken struct {
-	ID        string     `json:"id"`
-	Name      string     `json:"name,omitempty"`
-	SandboxID string     `json:"sandbox_id,omitempty"`
-	SessionID string     `json:"session_id,omitempty"`
-	Scopes    []string   `json:"scopes"`
+	ID        string   `json:"id"`
+	Name      string   `json:"name,omitempty"`
+	SandboxID string   `json:"sandbox_id,omitempty"`
+	SessionID string   `json:"session_id,omitempty"`
+	Scopes    []string `json:"scopes"`
+	// Port, if not 0, is the one port the token reaches (scope ports).
+	Port      int        `json:"port,omitempty"`
 	Prefix    string     `json:"prefix"`
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt time.Time  `json:"expires_at"`
@@ -147,6 +149,18 @@ type AccessToken struct {
 type NewAccessToken struct {
 	AccessToken
 	Token string `json:"token"`
+	// URLs open the token's port with the token in the URL (airlock_token=…), for a browser: the first
+	// request sets a cookie for the rest. Set for tokens made for one port.
+	URLs *PortURLs `json:"urls,omitempty"`
+}
+
+// PortURLs are the two forms of a URL that reaches a sandbox's port through the API's ingress.
+type PortURLs struct {
+	// Path is under the API's own address: /v1/sandboxes/{id}/ports/{port}/.
+	Path string `json:"path"`
+	// Host is <port>-<id>.<ingress domain>, the form to give a browser: the sandbox's pages get an
+	// origin of their own. Empty when the server has no ingress domain.
+	Host string `json:"host,omitempty"`
 }
 
 // AccessTokenList is the response of GET /v1/tokens.
@@ -162,6 +176,9 @@ type CreateAccessTokenRequest struct {
 	Scopes    []string `json:"scopes"`
 	// TTLSeconds is the token's lifetime; 0 is one hour, at most 7 days.
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+	// Port restricts the token to one port of the sandbox (it needs scope ports); the answer then
+	// carries URLs for it. 0: every port.
+	Port int `json:"port,omitempty"`
 }
 
 // CreateTenant makes a tenant and its first admin key (needs an admin key of the operator tenant).

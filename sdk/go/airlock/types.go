@@ -204,6 +204,9 @@ type NetworkPolicy struct {
 	// Credentials the gateway injects into HTTPS requests (never into plain HTTP); at most 64. They
 	// allow nothing by themselves: a rule must allow the request.
 	Credentials []CredentialBinding `json:"credentials,omitempty"`
+	// PublicPorts are the sandbox's ports anyone may reach through the ingress without a credential
+	// (all others need an API key or an access token with scope ports); at most 64.
+	PublicPorts []int `json:"public_ports,omitempty"`
 }
 
 // CredentialBinding puts a secret's value (or an OAuth connection's access token) into the HTTPS
