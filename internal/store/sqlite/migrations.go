@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 )
@@ -279,7 +280,7 @@ func migrateTo(ctx context.Context, db *sql.DB, target int) error {
 			return fmt.Errorf("migrate: apply version %d: %w", v, mapErr(err))
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
-			v, micros(now())); err != nil {
+			v, time.Now().UTC().UnixMicro()); err != nil {
 			return fmt.Errorf("migrate: record version %d: %w", v, mapErr(err))
 		}
 	}

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -30,7 +30,7 @@ type sessionSpec struct {
 }
 
 // CreateSession implements store.Store.
-func (s *Store) CreateSession(ctx context.Context, se store.Session) (store.Session, error) {
+func (s *DB) CreateSession(ctx context.Context, se store.Session) (store.Session, error) {
 	if se.ID == "" {
 		se.ID = store.NewID("se")
 	}
@@ -53,7 +53,7 @@ func (s *Store) CreateSession(ctx context.Context, se store.Session) (store.Sess
 	if err := se.Validate(); err != nil {
 		return store.Session{}, fmt.Errorf("create session: %w", err)
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		if err := checkTenant(ctx, tx, se.TenantID); err != nil {
 			return err
 		}
@@ -98,7 +98,7 @@ func (s *Store) CreateSession(ctx context.Context, se store.Session) (store.Sess
 // checkSessionRefs checks the fork origin of a new session: ParentSessionID and ForkedFromSnapshotID, when
 // set, must name the tenant's session and usable (uploading or complete) snapshot, and the snapshot must be
 // the parent's.
-func checkSessionRefs(ctx context.Context, tx *sql.Tx, se store.Session) error {
+func checkSessionRefs(ctx context.Context, tx *Tx, se store.Session) error {
 	if se.ParentSessionID != "" {
 		ok, err := exists(ctx, tx, "SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?", se.ParentSessionID, se.TenantID)
 		if err != nil {
@@ -130,7 +130,7 @@ func checkSessionRefs(ctx context.Context, tx *sql.Tx, se store.Session) error {
 
 // checkHead returns nil if id names a usable (uploading or complete) snapshot of the tenant, ErrNotFound if
 // it names none and ErrFailedPrecondition if the snapshot is not usable.
-func checkHead(ctx context.Context, tx *sql.Tx, tenantID, id string) error {
+func checkHead(ctx context.Context, tx *Tx, tenantID, id string) error {
 	var state string
 	err := tx.QueryRowContext(ctx, "SELECT state FROM snapshots WHERE id = ? AND tenant_id = ?", id, tenantID).Scan(&state)
 	if err != nil {
@@ -144,7 +144,7 @@ func checkHead(ctx context.Context, tx *sql.Tx, tenantID, id string) error {
 }
 
 // GetSession implements store.Store.
-func (s *Store) GetSession(ctx context.Context, tenantID, id string) (store.Session, error) {
+func (s *DB) GetSession(ctx context.Context, tenantID, id string) (store.Session, error) {
 	se, err := scanSession(s.readRow(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ? AND tenant_id = ?", id, tenantID))
 	if err != nil {
 		return store.Session{}, fmt.Errorf("get session %s: %w", id, noRowsIsNotFound(err))
@@ -153,7 +153,7 @@ func (s *Store) GetSession(ctx context.Context, tenantID, id string) (store.Sess
 }
 
 // GetSessionAnyTenant implements store.Store.
-func (s *Store) GetSessionAnyTenant(ctx context.Context, id string) (store.Session, error) {
+func (s *DB) GetSessionAnyTenant(ctx context.Context, id string) (store.Session, error) {
 	se, err := scanSession(s.readRow(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ?", id))
 	if err != nil {
 		return store.Session{}, fmt.Errorf("get session %s: %w", id, noRowsIsNotFound(err))
@@ -162,7 +162,7 @@ func (s *Store) GetSessionAnyTenant(ctx context.Context, id string) (store.Sessi
 }
 
 // ListSessions implements store.Store.
-func (s *Store) ListSessions(ctx context.Context, tenantID string, f store.SessionFilter) ([]store.Session, string, error) {
+func (s *DB) ListSessions(ctx context.Context, tenantID string, f store.SessionFilter) ([]store.Session, string, error) {
 	if err := f.Validate(); err != nil {
 		return nil, "", fmt.Errorf("list sessions of tenant %s: %w", tenantID, err)
 	}
@@ -184,12 +184,12 @@ func (s *Store) ListSessions(ctx context.Context, tenantID string, f store.Sessi
 }
 
 // UpdateSession implements store.Store.
-func (s *Store) UpdateSession(ctx context.Context, se store.Session) (store.Session, error) {
+func (s *DB) UpdateSession(ctx context.Context, se store.Session) (store.Session, error) {
 	se = normalizeSession(se)
 	if err := se.Validate(); err != nil {
 		return store.Session{}, fmt.Errorf("update session: %w", err)
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		cur, err := scanSession(tx.QueryRowContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ? AND tenant_id = ?", se.ID, se.TenantID))
 		if err != nil {
 			return noRowsIsNotFound(err)
@@ -249,9 +249,9 @@ WHERE id = ? AND tenant_id = ? AND version = ?`,
 }
 
 // TouchSession implements store.Store.
-func (s *Store) TouchSession(ctx context.Context, tenantID, id string, at time.Time) error {
+func (s *DB) TouchSession(ctx context.Context, tenantID, id string, at time.Time) error {
 	us := micros(at)
-	res, err := s.w.ExecContext(ctx, `UPDATE sessions
+	res, err := s.execW(ctx, `UPDATE sessions
 SET last_activity_at = CASE WHEN last_activity_at < ? THEN ? ELSE last_activity_at END
 WHERE id = ? AND tenant_id = ?`, us, us, id, tenantID)
 	if err := oneRow(res, err); err != nil {
@@ -261,12 +261,12 @@ WHERE id = ? AND tenant_id = ?`, us, us, id, tenantID)
 }
 
 // ListSessionsByState implements store.Store.
-func (s *Store) ListSessionsByState(ctx context.Context, states []store.SessionState, limit int) ([]store.Session, error) {
+func (s *DB) ListSessionsByState(ctx context.Context, states []store.SessionState, limit int) ([]store.Session, error) {
 	return listByState(ctx, s, "sessions", sessionCols, "updated_at", states, limit, scanSession)
 }
 
 // ListIdleSessions implements store.Store.
-func (s *Store) ListIdleSessions(ctx context.Context, now time.Time, limit int) ([]store.Session, error) {
+func (s *DB) ListIdleSessions(ctx context.Context, now time.Time, limit int) ([]store.Session, error) {
 	limit, err := store.NormalizeLimit(limit)
 	if err != nil {
 		return nil, fmt.Errorf("list idle sessions: %w", err)
@@ -283,8 +283,8 @@ func (s *Store) ListIdleSessions(ctx context.Context, now time.Time, limit int) 
 }
 
 // DeleteSession implements store.Store.
-func (s *Store) DeleteSession(ctx context.Context, tenantID, id string) error {
-	err := s.write(ctx, func(tx *sql.Tx) error {
+func (s *DB) DeleteSession(ctx context.Context, tenantID, id string) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		var state store.SessionState
 		err := tx.QueryRowContext(ctx, "SELECT state FROM sessions WHERE id = ? AND tenant_id = ?", id, tenantID).Scan(&state)
 		if err != nil {
@@ -316,7 +316,7 @@ ORDER BY se.id LIMIT 1`, id, id, string(store.SessionDeleted)).Scan(&heldBy)
 }
 
 // querySessions runs a SELECT of sessionCols on the readers and scans every row.
-func (s *Store) querySessions(ctx context.Context, query string, args ...any) ([]store.Session, error) {
+func (s *DB) querySessions(ctx context.Context, query string, args ...any) ([]store.Session, error) {
 	return queryAll(ctx, s, query, scanSession, args...)
 }
 
@@ -330,7 +330,7 @@ func in[T ~string](col string, vals []T) (string, []any) {
 }
 
 // insertSessionMetadata writes the side-table rows that ListSessions filters on.
-func insertSessionMetadata(ctx context.Context, tx *sql.Tx, id string, meta map[string]string) error {
+func insertSessionMetadata(ctx context.Context, tx *Tx, id string, meta map[string]string) error {
 	for k, v := range meta {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO session_metadata (session_id, key, value) VALUES (?, ?, ?)", id, k, v); err != nil {
 			return fmt.Errorf("insert metadata %q: %w", k, mapErr(err))

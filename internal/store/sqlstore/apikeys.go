@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 const apiKeyCols = "id, tenant_id, name, prefix, hash, created_at, last_used_at, revoked_at, scope"
 
 // CreateAPIKey implements store.Store.
-func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) (store.APIKey, error) {
+func (s *DB) CreateAPIKey(ctx context.Context, k store.APIKey) (store.APIKey, error) {
 	if k.ID == "" {
 		k.ID = store.NewID("key")
 	}
@@ -35,7 +35,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) (store.APIKey,
 	k.LastUsedAt = store.NormalizeTimePtr(k.LastUsedAt)
 	k.RevokedAt = store.NormalizeTimePtr(k.RevokedAt)
 	k.Hash = append([]byte(nil), k.Hash...)
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		if err := checkTenant(ctx, tx, k.TenantID); err != nil {
 			return err
 		}
@@ -57,7 +57,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) (store.APIKey,
 }
 
 // GetAPIKeyByHash implements store.Store.
-func (s *Store) GetAPIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
+func (s *DB) GetAPIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
 	if len(hash) == 0 {
 		return store.APIKey{}, fmt.Errorf("get API key by hash: hash is empty: %w", errdefs.ErrInvalidArgument)
 	}
@@ -73,9 +73,9 @@ func (s *Store) GetAPIKeyByHash(ctx context.Context, hash []byte) (store.APIKey,
 }
 
 // TouchAPIKey implements store.Store.
-func (s *Store) TouchAPIKey(ctx context.Context, tenantID, id string, at time.Time) error {
+func (s *DB) TouchAPIKey(ctx context.Context, tenantID, id string, at time.Time) error {
 	us := micros(at)
-	res, err := s.w.ExecContext(ctx, `UPDATE api_keys
+	res, err := s.execW(ctx, `UPDATE api_keys
 SET last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < ? THEN ? ELSE last_used_at END
 WHERE id = ? AND tenant_id = ?`, us, us, id, tenantID)
 	if err := oneRow(res, err); err != nil {
@@ -85,8 +85,8 @@ WHERE id = ? AND tenant_id = ?`, us, us, id, tenantID)
 }
 
 // RevokeAPIKey implements store.Store.
-func (s *Store) RevokeAPIKey(ctx context.Context, tenantID, id string, at time.Time) error {
-	res, err := s.w.ExecContext(ctx, "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND tenant_id = ?",
+func (s *DB) RevokeAPIKey(ctx context.Context, tenantID, id string, at time.Time) error {
+	res, err := s.execW(ctx, "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND tenant_id = ?",
 		micros(at), id, tenantID)
 	if err := oneRow(res, err); err != nil {
 		return fmt.Errorf("revoke API key %s: %w", id, err)
@@ -95,8 +95,8 @@ func (s *Store) RevokeAPIKey(ctx context.Context, tenantID, id string, at time.T
 }
 
 // ListAPIKeys implements store.Store.
-func (s *Store) ListAPIKeys(ctx context.Context, tenantID string) ([]store.APIKey, error) {
-	rows, err := s.r.QueryContext(ctx, "SELECT "+apiKeyCols+" FROM api_keys WHERE tenant_id = ? ORDER BY created_at, id", tenantID)
+func (s *DB) ListAPIKeys(ctx context.Context, tenantID string) ([]store.APIKey, error) {
+	rows, err := s.queryR(ctx, "SELECT "+apiKeyCols+" FROM api_keys WHERE tenant_id = ? ORDER BY created_at, id", tenantID)
 	if err != nil {
 		return nil, fmt.Errorf("list API keys of tenant %s: %w", tenantID, mapErr(err))
 	}

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 const tokenCols = "id, tenant_id, name, sandbox_id, session_id, scopes, prefix, hash, created_by, created_at, expires_at, revoked_at, port"
 
 // CreateAccessToken implements store.Store.
-func (s *Store) CreateAccessToken(ctx context.Context, tok store.AccessToken) (store.AccessToken, error) {
+func (s *DB) CreateAccessToken(ctx context.Context, tok store.AccessToken) (store.AccessToken, error) {
 	if tok.ID == "" {
 		tok.ID = store.NewID("tok")
 	}
@@ -31,7 +31,7 @@ func (s *Store) CreateAccessToken(ctx context.Context, tok store.AccessToken) (s
 	if err := tok.Validate(); err != nil {
 		return store.AccessToken{}, fmt.Errorf("create access token: %w", err)
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		if err := checkTenant(ctx, tx, tok.TenantID); err != nil {
 			return err
 		}
@@ -65,7 +65,7 @@ func (s *Store) CreateAccessToken(ctx context.Context, tok store.AccessToken) (s
 }
 
 // GetAccessTokenByHash implements store.Store.
-func (s *Store) GetAccessTokenByHash(ctx context.Context, hash []byte) (store.AccessToken, error) {
+func (s *DB) GetAccessTokenByHash(ctx context.Context, hash []byte) (store.AccessToken, error) {
 	if len(hash) == 0 {
 		return store.AccessToken{}, fmt.Errorf("get access token by hash: hash is empty: %w", errdefs.ErrInvalidArgument)
 	}
@@ -80,7 +80,7 @@ func (s *Store) GetAccessTokenByHash(ctx context.Context, hash []byte) (store.Ac
 }
 
 // ListAccessTokens implements store.Store.
-func (s *Store) ListAccessTokens(ctx context.Context, tenantID string, at time.Time, f store.AccessTokenFilter) ([]store.AccessToken, error) {
+func (s *DB) ListAccessTokens(ctx context.Context, tenantID string, at time.Time, f store.AccessTokenFilter) ([]store.AccessToken, error) {
 	q := "SELECT " + tokenCols + " FROM access_tokens WHERE tenant_id = ? AND expires_at > ?"
 	args := []any{tenantID, micros(at)}
 	if f.SandboxID != "" {
@@ -91,7 +91,7 @@ func (s *Store) ListAccessTokens(ctx context.Context, tenantID string, at time.T
 		q += " AND session_id = ?"
 		args = append(args, f.SessionID)
 	}
-	rows, err := s.r.QueryContext(ctx, q+" ORDER BY created_at, id", args...)
+	rows, err := s.queryR(ctx, q+" ORDER BY created_at, id", args...)
 	if err != nil {
 		return nil, fmt.Errorf("list access tokens of tenant %s: %w", tenantID, mapErr(err))
 	}
@@ -111,8 +111,8 @@ func (s *Store) ListAccessTokens(ctx context.Context, tenantID string, at time.T
 }
 
 // RevokeAccessToken implements store.Store.
-func (s *Store) RevokeAccessToken(ctx context.Context, tenantID, id string, at time.Time) error {
-	res, err := s.w.ExecContext(ctx, "UPDATE access_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND tenant_id = ?",
+func (s *DB) RevokeAccessToken(ctx context.Context, tenantID, id string, at time.Time) error {
+	res, err := s.execW(ctx, "UPDATE access_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND tenant_id = ?",
 		micros(at), id, tenantID)
 	if err := oneRow(res, err); err != nil {
 		return fmt.Errorf("revoke access token %s: %w", id, err)
@@ -121,8 +121,8 @@ func (s *Store) RevokeAccessToken(ctx context.Context, tenantID, id string, at t
 }
 
 // DeleteAccessTokensExpiredBefore implements store.Store.
-func (s *Store) DeleteAccessTokensExpiredBefore(ctx context.Context, before time.Time) (int64, error) {
-	res, err := s.w.ExecContext(ctx, "DELETE FROM access_tokens WHERE expires_at < ?", micros(before))
+func (s *DB) DeleteAccessTokensExpiredBefore(ctx context.Context, before time.Time) (int64, error) {
+	res, err := s.execW(ctx, "DELETE FROM access_tokens WHERE expires_at < ?", micros(before))
 	if err != nil {
 		return 0, fmt.Errorf("delete expired access tokens: %w", mapErr(err))
 	}

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func page(cols, table string, tenantID string, where []string, args []any, metaT
 func listByState[S interface {
 	~string
 	Valid() bool
-}, T any](ctx context.Context, s *Store, table, cols, order string, states []S, limit int, scan func(scanner) (T, error)) ([]T, error) {
+}, T any](ctx context.Context, s *DB, table, cols, order string, states []S, limit int, scan func(scanner) (T, error)) ([]T, error) {
 	limit, err := store.NormalizeLimit(limit)
 	if err != nil {
 		return nil, fmt.Errorf("list %s by state: %w", table, err)
@@ -64,8 +64,8 @@ func listByState[S interface {
 }
 
 // queryAll runs a SELECT on the readers and scans every row with scan.
-func queryAll[T any](ctx context.Context, s *Store, query string, scan func(scanner) (T, error), args ...any) ([]T, error) {
-	rows, err := s.r.QueryContext(ctx, query, args...)
+func queryAll[T any](ctx context.Context, s *DB, query string, scan func(scanner) (T, error), args ...any) ([]T, error) {
+	rows, err := s.queryR(ctx, query, args...)
 	if err != nil {
 		return nil, mapErr(err)
 	}

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -16,7 +16,7 @@ const tenantCols = "id, name, created_at, " +
 	"quota_running_sandboxes, quota_sessions, quota_snapshot_bytes, key_provider"
 
 // CreateTenant implements store.Store.
-func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, error) {
+func (s *DB) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, error) {
 	if t.ID == "" {
 		t.ID = store.NewID("tn")
 	}
@@ -37,7 +37,7 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 	if t.Operator && t.DisabledAt != nil {
 		return store.Tenant{}, fmt.Errorf("create tenant %s: the operator tenant cannot be disabled: %w", t.ID, errdefs.ErrInvalidArgument)
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		taken, err := exists(ctx, tx, "SELECT 1 FROM tenants WHERE id = ?", t.ID)
 		if err != nil {
 			return err
@@ -58,7 +58,7 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 }
 
 // GetTenant implements store.Store.
-func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
+func (s *DB) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
 	t, err := scanTenant(s.readRow(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Tenant{}, fmt.Errorf("get tenant %s: %w", id, errdefs.ErrNotFound)
@@ -70,8 +70,8 @@ func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) 
 }
 
 // ListTenants implements store.Store.
-func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
-	rows, err := s.r.QueryContext(ctx, "SELECT "+tenantCols+" FROM tenants ORDER BY created_at, id")
+func (s *DB) ListTenants(ctx context.Context) ([]store.Tenant, error) {
+	rows, err := s.queryR(ctx, "SELECT "+tenantCols+" FROM tenants ORDER BY created_at, id")
 	if err != nil {
 		return nil, fmt.Errorf("list tenants: %w", mapErr(err))
 	}
@@ -91,12 +91,12 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 }
 
 // UpdateTenantRetention implements store.Store.
-func (s *Store) UpdateTenantRetention(ctx context.Context, id string, r store.RetentionSpec) (store.Tenant, error) {
+func (s *DB) UpdateTenantRetention(ctx context.Context, id string, r store.RetentionSpec) (store.Tenant, error) {
 	if err := r.Validate(); err != nil {
 		return store.Tenant{}, fmt.Errorf("update retention of tenant %s: %w", id, err)
 	}
 	var t store.Tenant
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE tenants SET
 	retention_keep_all_seconds = ?, retention_keep_hourly_seconds = ?, retention_keep_daily_seconds = ?
 WHERE id = ?`, r.KeepAllSeconds, r.KeepHourlySeconds, r.KeepDailySeconds, id)
@@ -113,9 +113,9 @@ WHERE id = ?`, r.KeepAllSeconds, r.KeepHourlySeconds, r.KeepDailySeconds, id)
 }
 
 // SetTenantDisabled implements store.Store.
-func (s *Store) SetTenantDisabled(ctx context.Context, id string, at *time.Time) (store.Tenant, error) {
+func (s *DB) SetTenantDisabled(ctx context.Context, id string, at *time.Time) (store.Tenant, error) {
 	var t store.Tenant
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		cur, err := scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
 		if err := noRowsIsNotFound(err); err != nil {
 			return err
@@ -137,12 +137,12 @@ func (s *Store) SetTenantDisabled(ctx context.Context, id string, at *time.Time)
 }
 
 // SetTenantKeyProvider implements store.Store.
-func (s *Store) SetTenantKeyProvider(ctx context.Context, id, provider string) (store.Tenant, error) {
+func (s *DB) SetTenantKeyProvider(ctx context.Context, id, provider string) (store.Tenant, error) {
 	if len(provider) > 64 {
 		return store.Tenant{}, fmt.Errorf("set key provider of tenant %s: name is longer than 64 bytes: %w", id, errdefs.ErrInvalidArgument)
 	}
 	var t store.Tenant
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, "UPDATE tenants SET key_provider = ? WHERE id = ?", provider, id)
 		if err := oneRow(res, err); err != nil {
 			return err
@@ -157,12 +157,12 @@ func (s *Store) SetTenantKeyProvider(ctx context.Context, id, provider string) (
 }
 
 // SetTenantQuotas implements store.Store.
-func (s *Store) SetTenantQuotas(ctx context.Context, id string, q store.TenantQuotas) (store.Tenant, error) {
+func (s *DB) SetTenantQuotas(ctx context.Context, id string, q store.TenantQuotas) (store.Tenant, error) {
 	if err := q.Validate(); err != nil {
 		return store.Tenant{}, fmt.Errorf("set quotas of tenant %s: %w", id, err)
 	}
 	var t store.Tenant
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, "UPDATE tenants SET quota_running_sandboxes = ?, quota_sessions = ?, quota_snapshot_bytes = ? WHERE id = ?",
 			q.RunningSandboxes, q.Sessions, q.SnapshotBytes, id)
 		if err := oneRow(res, err); err != nil {
@@ -185,13 +185,13 @@ const (
 )
 
 // TenantUsage implements store.Store.
-func (s *Store) TenantUsage(ctx context.Context, id string) (store.TenantUsage, error) {
+func (s *DB) TenantUsage(ctx context.Context, id string) (store.TenantUsage, error) {
 	var u store.TenantUsage
 	for _, q := range []struct {
 		query string
 		dst   *int64
 	}{{countRunningSandboxes, &u.RunningSandboxes}, {countSessions, &u.Sessions}, {sumSnapshotBytes, &u.SnapshotBytes}} {
-		if err := s.r.QueryRowContext(ctx, q.query, id).Scan(q.dst); err != nil {
+		if err := s.queryRowR(ctx, q.query, id).Scan(q.dst); err != nil {
 			return store.TenantUsage{}, fmt.Errorf("usage of tenant %s: %w", id, mapErr(err))
 		}
 	}
@@ -200,7 +200,7 @@ func (s *Store) TenantUsage(ctx context.Context, id string) (store.TenantUsage, 
 
 // checkQuota returns ErrResourceExhausted if the tenant's quota in column (0: none) is already
 // reached by what count (a query taking the tenant ID) counts.
-func checkQuota(ctx context.Context, tx *sql.Tx, tenantID, column, what, count string) error {
+func checkQuota(ctx context.Context, tx *Tx, tenantID, column, what, count string) error {
 	var limit int64
 	if err := tx.QueryRowContext(ctx, "SELECT "+column+" FROM tenants WHERE id = ?", tenantID).Scan(&limit); err != nil {
 		return mapErr(err)

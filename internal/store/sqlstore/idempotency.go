@@ -1,8 +1,7 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -11,12 +10,12 @@ import (
 )
 
 // GetIdempotency implements store.Store.
-func (s *Store) GetIdempotency(ctx context.Context, tenantID, key string) (store.IdempotencyRecord, error) {
+func (s *DB) GetIdempotency(ctx context.Context, tenantID, key string) (store.IdempotencyRecord, error) {
 	var (
 		rec     store.IdempotencyRecord
 		created int64
 	)
-	err := s.r.QueryRowContext(ctx, `SELECT tenant_id, key, op, request_hash, response_status, response_body, created_at
+	err := s.queryRowR(ctx, `SELECT tenant_id, key, op, request_hash, response_status, response_body, created_at
 FROM idempotency WHERE tenant_id = ? AND key = ?`, tenantID, key).Scan(
 		&rec.TenantID, &rec.Key, &rec.Op, &rec.RequestHash, &rec.ResponseStatus, &rec.ResponseBody, &created)
 	if err != nil {
@@ -27,7 +26,7 @@ FROM idempotency WHERE tenant_id = ? AND key = ?`, tenantID, key).Scan(
 }
 
 // PutIdempotency implements store.Store.
-func (s *Store) PutIdempotency(ctx context.Context, rec store.IdempotencyRecord) error {
+func (s *DB) PutIdempotency(ctx context.Context, rec store.IdempotencyRecord) error {
 	switch {
 	case rec.TenantID == "":
 		return fmt.Errorf("put idempotency key %q: tenant ID is empty: %w", rec.Key, errdefs.ErrInvalidArgument)
@@ -37,7 +36,7 @@ func (s *Store) PutIdempotency(ctx context.Context, rec store.IdempotencyRecord)
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = now()
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		if err := checkTenant(ctx, tx, rec.TenantID); err != nil {
 			return err
 		}
@@ -61,8 +60,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?)`,
 }
 
 // DeleteIdempotencyBefore implements store.Store.
-func (s *Store) DeleteIdempotencyBefore(ctx context.Context, before time.Time) (int64, error) {
-	res, err := s.w.ExecContext(ctx, "DELETE FROM idempotency WHERE created_at < ?", micros(before))
+func (s *DB) DeleteIdempotencyBefore(ctx context.Context, before time.Time) (int64, error) {
+	res, err := s.execW(ctx, "DELETE FROM idempotency WHERE created_at < ?", micros(before))
 	if err != nil {
 		return 0, fmt.Errorf("delete idempotency records before %s: %w", before, mapErr(err))
 	}

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -18,7 +18,7 @@ const sandboxCols = "id, tenant_id, node_id, template, state, reason, " +
 	"created_at, updated_at, started_at, ends_at, stopped_at, version, network_policy"
 
 // CreateSandbox implements store.Store.
-func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
+func (s *DB) CreateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
 	if sb.ID == "" {
 		sb.ID = store.NewID("sb")
 	}
@@ -38,7 +38,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) (store.Sand
 	if err := sb.Validate(); err != nil {
 		return store.Sandbox{}, fmt.Errorf("create sandbox: %w", err)
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		if err := checkTenant(ctx, tx, sb.TenantID); err != nil {
 			return err
 		}
@@ -73,7 +73,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) (store.Sand
 }
 
 // GetSandbox implements store.Store.
-func (s *Store) GetSandbox(ctx context.Context, tenantID, id string) (store.Sandbox, error) {
+func (s *DB) GetSandbox(ctx context.Context, tenantID, id string) (store.Sandbox, error) {
 	sb, err := scanSandbox(s.readRow(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ? AND tenant_id = ?", id, tenantID))
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, noRowsIsNotFound(err))
@@ -82,7 +82,7 @@ func (s *Store) GetSandbox(ctx context.Context, tenantID, id string) (store.Sand
 }
 
 // GetSandboxAnyTenant implements store.Store.
-func (s *Store) GetSandboxAnyTenant(ctx context.Context, id string) (store.Sandbox, error) {
+func (s *DB) GetSandboxAnyTenant(ctx context.Context, id string) (store.Sandbox, error) {
 	sb, err := scanSandbox(s.readRow(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ?", id))
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, noRowsIsNotFound(err))
@@ -91,7 +91,7 @@ func (s *Store) GetSandboxAnyTenant(ctx context.Context, id string) (store.Sandb
 }
 
 // ListSandboxes implements store.Store.
-func (s *Store) ListSandboxes(ctx context.Context, tenantID string, f store.SandboxFilter) ([]store.Sandbox, string, error) {
+func (s *DB) ListSandboxes(ctx context.Context, tenantID string, f store.SandboxFilter) ([]store.Sandbox, string, error) {
 	if err := f.Validate(); err != nil {
 		return nil, "", fmt.Errorf("list sandboxes of tenant %s: %w", tenantID, err)
 	}
@@ -113,12 +113,12 @@ func (s *Store) ListSandboxes(ctx context.Context, tenantID string, f store.Sand
 }
 
 // UpdateSandbox implements store.Store.
-func (s *Store) UpdateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
+func (s *DB) UpdateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
 	sb = normalizeSandbox(sb)
 	if err := sb.Validate(); err != nil {
 		return store.Sandbox{}, fmt.Errorf("update sandbox: %w", err)
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		cur, err := scanSandbox(tx.QueryRowContext(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ? AND tenant_id = ?", sb.ID, sb.TenantID))
 		if err != nil {
 			return noRowsIsNotFound(err)
@@ -166,12 +166,12 @@ WHERE id = ? AND tenant_id = ? AND version = ?`,
 }
 
 // ListSandboxesByState implements store.Store.
-func (s *Store) ListSandboxesByState(ctx context.Context, states []store.SandboxState, limit int) ([]store.Sandbox, error) {
+func (s *DB) ListSandboxesByState(ctx context.Context, states []store.SandboxState, limit int) ([]store.Sandbox, error) {
 	return listByState(ctx, s, "sandboxes", sandboxCols, "updated_at", states, limit, scanSandbox)
 }
 
 // ListExpiredSandboxes implements store.Store.
-func (s *Store) ListExpiredSandboxes(ctx context.Context, now time.Time, limit int) ([]store.Sandbox, error) {
+func (s *DB) ListExpiredSandboxes(ctx context.Context, now time.Time, limit int) ([]store.Sandbox, error) {
 	limit, err := store.NormalizeLimit(limit)
 	if err != nil {
 		return nil, fmt.Errorf("list expired sandboxes: %w", err)
@@ -187,8 +187,8 @@ func (s *Store) ListExpiredSandboxes(ctx context.Context, now time.Time, limit i
 }
 
 // DeleteSandbox implements store.Store.
-func (s *Store) DeleteSandbox(ctx context.Context, tenantID, id string) error {
-	err := s.write(ctx, func(tx *sql.Tx) error {
+func (s *DB) DeleteSandbox(ctx context.Context, tenantID, id string) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		var state store.SandboxState
 		err := tx.QueryRowContext(ctx, "SELECT state FROM sandboxes WHERE id = ? AND tenant_id = ?", id, tenantID).Scan(&state)
 		if err != nil {
@@ -207,12 +207,12 @@ func (s *Store) DeleteSandbox(ctx context.Context, tenantID, id string) error {
 }
 
 // querySandboxes runs a SELECT of sandboxCols on the readers and scans every row.
-func (s *Store) querySandboxes(ctx context.Context, query string, args ...any) ([]store.Sandbox, error) {
+func (s *DB) querySandboxes(ctx context.Context, query string, args ...any) ([]store.Sandbox, error) {
 	return queryAll(ctx, s, query, scanSandbox, args...)
 }
 
 // insertMetadata writes the side-table rows that ListSandboxes filters on.
-func insertMetadata(ctx context.Context, tx *sql.Tx, id string, meta map[string]string) error {
+func insertMetadata(ctx context.Context, tx *Tx, id string, meta map[string]string) error {
 	for k, v := range meta {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES (?, ?, ?)", id, k, v); err != nil {
 			return fmt.Errorf("insert metadata %q: %w", k, mapErr(err))

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -17,7 +17,7 @@ const snapshotCols = "id, tenant_id, session_id, parent_id, name, trigger_kind, 
 	"logical_bytes, stored_bytes, meta, created_at, completed_at, version"
 
 // CreateSnapshot implements store.Store.
-func (s *Store) CreateSnapshot(ctx context.Context, sn store.Snapshot) (store.Snapshot, error) {
+func (s *DB) CreateSnapshot(ctx context.Context, sn store.Snapshot) (store.Snapshot, error) {
 	if sn.ID == "" {
 		sn.ID = store.NewID("sn")
 	}
@@ -36,7 +36,7 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn store.Snapshot) (store.Sn
 	if err := sn.Validate(); err != nil {
 		return store.Snapshot{}, fmt.Errorf("create snapshot: %w", err)
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		ok, err := exists(ctx, tx, "SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?", sn.SessionID, sn.TenantID)
 		if err != nil {
 			return fmt.Errorf("look up session %s: %w", sn.SessionID, err)
@@ -80,7 +80,7 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn store.Snapshot) (store.Sn
 
 // checkSnapshotName returns ErrAlreadyExists if sn has a name that another snapshot of its session has.
 // (The snapshots_by_name index enforces it too, and serves the query; this names the culprit.)
-func checkSnapshotName(ctx context.Context, tx *sql.Tx, sn store.Snapshot) error {
+func checkSnapshotName(ctx context.Context, tx *Tx, sn store.Snapshot) error {
 	if sn.Name == "" {
 		return nil
 	}
@@ -95,8 +95,8 @@ func checkSnapshotName(ctx context.Context, tx *sql.Tx, sn store.Snapshot) error
 }
 
 // GetSnapshot implements store.Store.
-func (s *Store) GetSnapshot(ctx context.Context, tenantID, id string) (store.Snapshot, error) {
-	sn, err := scanSnapshot(s.r.QueryRowContext(ctx, "SELECT "+snapshotCols+" FROM snapshots WHERE id = ? AND tenant_id = ?", id, tenantID))
+func (s *DB) GetSnapshot(ctx context.Context, tenantID, id string) (store.Snapshot, error) {
+	sn, err := scanSnapshot(s.queryRowR(ctx, "SELECT "+snapshotCols+" FROM snapshots WHERE id = ? AND tenant_id = ?", id, tenantID))
 	if err != nil {
 		return store.Snapshot{}, fmt.Errorf("get snapshot %s: %w", id, noRowsIsNotFound(err))
 	}
@@ -104,7 +104,7 @@ func (s *Store) GetSnapshot(ctx context.Context, tenantID, id string) (store.Sna
 }
 
 // ListSnapshots implements store.Store.
-func (s *Store) ListSnapshots(ctx context.Context, tenantID string, f store.SnapshotFilter) ([]store.Snapshot, string, error) {
+func (s *DB) ListSnapshots(ctx context.Context, tenantID string, f store.SnapshotFilter) ([]store.Snapshot, string, error) {
 	if err := f.Validate(); err != nil {
 		return nil, "", fmt.Errorf("list snapshots of tenant %s: %w", tenantID, err)
 	}
@@ -114,7 +114,7 @@ func (s *Store) ListSnapshots(ctx context.Context, tenantID string, f store.Snap
 	var args []any
 	if f.SessionID != "" {
 		var one int
-		err := s.r.QueryRowContext(ctx, "SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?", f.SessionID, tenantID).Scan(&one)
+		err := s.queryRowR(ctx, "SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?", f.SessionID, tenantID).Scan(&one)
 		if err != nil {
 			return nil, "", fmt.Errorf("list snapshots of session %s: %w", f.SessionID, noRowsIsNotFound(err))
 		}
@@ -134,13 +134,13 @@ func (s *Store) ListSnapshots(ctx context.Context, tenantID string, f store.Snap
 }
 
 // UpdateSnapshot implements store.Store.
-func (s *Store) UpdateSnapshot(ctx context.Context, sn store.Snapshot) (store.Snapshot, error) {
+func (s *DB) UpdateSnapshot(ctx context.Context, sn store.Snapshot) (store.Snapshot, error) {
 	if sn.ID == "" || sn.TenantID == "" {
 		return store.Snapshot{}, fmt.Errorf("update snapshot %q of tenant %q: ID or tenant ID is empty: %w",
 			sn.ID, sn.TenantID, errdefs.ErrInvalidArgument)
 	}
 	sn = normalizeSnapshot(sn)
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		cur, err := scanSnapshot(tx.QueryRowContext(ctx, "SELECT "+snapshotCols+" FROM snapshots WHERE id = ? AND tenant_id = ?", sn.ID, sn.TenantID))
 		if err != nil {
 			return noRowsIsNotFound(err)
@@ -181,8 +181,8 @@ WHERE id = ? AND tenant_id = ? AND version = ?`,
 }
 
 // DeleteSnapshot implements store.Store.
-func (s *Store) DeleteSnapshot(ctx context.Context, tenantID, id string) error {
-	err := s.write(ctx, func(tx *sql.Tx) error {
+func (s *DB) DeleteSnapshot(ctx context.Context, tenantID, id string) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		ok, err := exists(ctx, tx, "SELECT 1 FROM snapshots WHERE id = ? AND tenant_id = ?", id, tenantID)
 		if err != nil {
 			return err
@@ -209,12 +209,12 @@ func (s *Store) DeleteSnapshot(ctx context.Context, tenantID, id string) error {
 }
 
 // ListSnapshotsByState implements store.Store.
-func (s *Store) ListSnapshotsByState(ctx context.Context, states []store.SnapshotState, limit int) ([]store.Snapshot, error) {
+func (s *DB) ListSnapshotsByState(ctx context.Context, states []store.SnapshotState, limit int) ([]store.Snapshot, error) {
 	return listByState(ctx, s, "snapshots", snapshotCols, "created_at", states, limit, scanSnapshot)
 }
 
 // querySnapshots runs a SELECT of snapshotCols on the readers and scans every row.
-func (s *Store) querySnapshots(ctx context.Context, query string, args ...any) ([]store.Snapshot, error) {
+func (s *DB) querySnapshots(ctx context.Context, query string, args ...any) ([]store.Snapshot, error) {
 	return queryAll(ctx, s, query, scanSnapshot, args...)
 }
 

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 const auditCols = "tenant_id, seq, time, kind, actor, action, target, result, detail, prev, hash"
 
 // AppendAudit implements store.Store.
-func (s *Store) AppendAudit(ctx context.Context, entries []store.AuditEntry) error {
+func (s *DB) AppendAudit(ctx context.Context, entries []store.AuditEntry) error {
 	for _, e := range entries {
 		if err := e.Validate(); err != nil {
 			return fmt.Errorf("append audit: %w", err)
@@ -21,7 +21,7 @@ func (s *Store) AppendAudit(ctx context.Context, entries []store.AuditEntry) err
 	if len(entries) == 0 {
 		return nil
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		type head struct {
 			seq  int64
 			hash string
@@ -61,12 +61,12 @@ func (s *Store) AppendAudit(ctx context.Context, entries []store.AuditEntry) err
 }
 
 // ListAudit implements store.Store.
-func (s *Store) ListAudit(ctx context.Context, tenantID string, afterSeq int64, limit int) ([]store.AuditEntry, error) {
+func (s *DB) ListAudit(ctx context.Context, tenantID string, afterSeq int64, limit int) ([]store.AuditEntry, error) {
 	limit, err := store.NormalizeLimit(limit)
 	if err != nil {
 		return nil, fmt.Errorf("list audit: %w", err)
 	}
-	rows, err := s.r.QueryContext(ctx, "SELECT "+auditCols+" FROM audit_log WHERE tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?", tenantID, afterSeq, limit)
+	rows, err := s.queryR(ctx, "SELECT "+auditCols+" FROM audit_log WHERE tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?", tenantID, afterSeq, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list audit of tenant %s: %w", tenantID, mapErr(err))
 	}
