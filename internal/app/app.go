@@ -57,6 +57,8 @@ import (
 	"github.com/airlockrun/airlock/internal/runtime/gvisor"
 	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/snapshot"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/postgres"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 	"github.com/airlockrun/airlock/internal/template"
 )
@@ -142,6 +144,9 @@ type Config struct {
 	// IngressMaxConns bounds the requests and tunnels in progress through the ingress per sandbox; past
 	// it they are refused (429). Zero: api.DefaultMaxPortConns.
 	IngressMaxConns int
+	// PostgresDSN, if set, keeps the Store in that PostgreSQL database (a libpq connection string or a
+	// postgres:// URL) instead of the SQLite file in the data directory.
+	PostgresDSN string
 }
 
 // DefaultIngressDomain is the CLI's ingress domain: browsers send every *.localhost name to loopback.
@@ -231,7 +236,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("data dir: %w", err)
 	}
 
-	st, err := sqlite.Open(ctx, filepath.Join(dataDir, "airlock.db"))
+	var st interface {
+		store.Store
+		Close() error
+	}
+	if cfg.PostgresDSN != "" {
+		st, err = postgres.Open(ctx, cfg.PostgresDSN)
+	} else {
+		st, err = sqlite.Open(ctx, filepath.Join(dataDir, "airlock.db"))
+	}
 	if err != nil {
 		return err
 	}

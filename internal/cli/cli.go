@@ -30,6 +30,8 @@ const (
 	EnvAPIKey  = "AIRLOCK_API_KEY"
 	EnvDataDir = "AIRLOCK_DATA_DIR"
 	EnvKeyFile = "AIRLOCK_KEY_FILE"
+	// EnvPostgres is airlock up's --postgres.
+	EnvPostgres = "AIRLOCK_POSTGRES"
 )
 
 // Streams are the standard streams a command uses.

@@ -22,6 +22,7 @@ func newUpCmd(g *globals) *cobra.Command {
 	var p11 app.PKCS11Config
 	var pinFile string
 	var keyCheck time.Duration
+	var postgresDSN string
 	var ingressMax int
 	var keepAll, keepHourly, keepDaily, pruneEvery, gcEvery, gcGrace time.Duration
 	cmd := &cobra.Command{
@@ -56,6 +57,9 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 			if g.json {
 				h = slog.NewJSONHandler(g.Err, opts)
 			}
+			if postgresDSN == "" {
+				postgresDSN = os.Getenv(EnvPostgres)
+			}
 			return app.Run(ctx, app.Config{
 				DataDir: g.dataDir,
 				KeyFile: g.keyFile,
@@ -71,6 +75,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				PublicURL:        publicURL,
 				IngressDomain:    ingressDomain,
 				IngressMaxConns:  ingressMax,
+				PostgresDSN:      postgresDSN,
 				Retention:        retention.Policy{KeepAll: keepAll, KeepHourly: keepHourly, KeepDaily: keepDaily},
 				PruneInterval:    pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace,
 			})
@@ -81,6 +86,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 	f.StringVar(&publicURL, "public-url", "", "the URL under which browsers reach this API, for OAuth sign-in callbacks (default: http://<listen address>)")
 	f.StringVar(&ingressDomain, "ingress-domain", app.DefaultIngressDomain, "sandbox ports are also reached at http://<port>-<sandbox id>.<this domain>:<API port>/ (a wildcard DNS name that leads to the API; \"\" turns it off)")
 	f.IntVar(&ingressMax, "ingress-max-conns", 0, "requests and tunnels in progress to one sandbox's ports; more are refused with 429 (default 1024)")
+	f.StringVar(&postgresDSN, "postgres", "", "keep the state in this PostgreSQL database (a libpq connection string or postgres:// URL; env "+EnvPostgres+", which keeps a password out of the process list) instead of SQLite in the data directory")
 	f.StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
 	f.BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
 	f.StringVar(&p11.Module, "pkcs11-module", "", "the PKCS#11 module (.so) of an HSM or KMS that keeps customers' keys, for tenants created with --key-provider pkcs11")

@@ -126,6 +126,8 @@ type Options struct {
 	KeyCheckInterval time.Duration
 	// IngressMaxConns bounds the requests and tunnels through the ingress per sandbox; zero: the default.
 	IngressMaxConns int
+	// PostgresDSN, if set, keeps the server's Store in that PostgreSQL database (see pgtest.Start).
+	PostgresDSN string
 }
 
 // Start runs Airlock for the test and stops it (cleanly, as SIGTERM would) when the test ends.
@@ -174,6 +176,7 @@ func Start(t testing.TB, opts Options) *Env {
 			KeyCheckInterval: opts.KeyCheckInterval,
 			IngressDomain:    app.DefaultIngressDomain,
 			IngressMaxConns:  opts.IngressMaxConns,
+			PostgresDSN:      opts.PostgresDSN,
 		})
 	}()
 	select {

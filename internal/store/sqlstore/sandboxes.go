@@ -118,7 +118,9 @@ func (s *DB) UpdateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox
 	if err := sb.Validate(); err != nil {
 		return store.Sandbox{}, fmt.Errorf("update sandbox: %w", err)
 	}
+	in := sb // a retried transaction starts again from what was asked
 	err := s.write(ctx, func(tx *Tx) error {
+		sb = in
 		cur, err := scanSandbox(tx.QueryRowContext(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ? AND tenant_id = ?", sb.ID, sb.TenantID))
 		if err != nil {
 			return noRowsIsNotFound(err)

@@ -189,7 +189,9 @@ func (s *DB) UpdateSession(ctx context.Context, se store.Session) (store.Session
 	if err := se.Validate(); err != nil {
 		return store.Session{}, fmt.Errorf("update session: %w", err)
 	}
+	in := se // a retried transaction starts again from what was asked
 	err := s.write(ctx, func(tx *Tx) error {
+		se = in
 		cur, err := scanSession(tx.QueryRowContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ? AND tenant_id = ?", se.ID, se.TenantID))
 		if err != nil {
 			return noRowsIsNotFound(err)

@@ -140,7 +140,9 @@ func (s *DB) UpdateSnapshot(ctx context.Context, sn store.Snapshot) (store.Snaps
 			sn.ID, sn.TenantID, errdefs.ErrInvalidArgument)
 	}
 	sn = normalizeSnapshot(sn)
+	in := sn // a retried transaction starts again from what was asked
 	err := s.write(ctx, func(tx *Tx) error {
+		sn = in
 		cur, err := scanSnapshot(tx.QueryRowContext(ctx, "SELECT "+snapshotCols+" FROM snapshots WHERE id = ? AND tenant_id = ?", sn.ID, sn.TenantID))
 		if err != nil {
 			return noRowsIsNotFound(err)

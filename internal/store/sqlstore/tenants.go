@@ -123,8 +123,11 @@ func (s *DB) SetTenantDisabled(ctx context.Context, id string, at *time.Time) (s
 		if at != nil && cur.Operator {
 			return fmt.Errorf("the operator tenant cannot be disabled: %w", errdefs.ErrFailedPrecondition)
 		}
-		if _, err := tx.ExecContext(ctx, "UPDATE tenants SET disabled_at = CASE WHEN ? IS NULL THEN NULL ELSE COALESCE(disabled_at, ?) END WHERE id = ?",
-			nullMicros(at), nullMicros(at), id); err != nil {
+		q, args := "UPDATE tenants SET disabled_at = NULL WHERE id = ?", []any{id}
+		if at != nil { // the first disabling time stays
+			q, args = "UPDATE tenants SET disabled_at = COALESCE(disabled_at, ?) WHERE id = ?", []any{micros(*at), id}
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return mapErr(err)
 		}
 		t, err = scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
