@@ -41,7 +41,9 @@ import (
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/audit"
+	"github.com/airlockrun/airlock/internal/blob"
 	bloblocal "github.com/airlockrun/airlock/internal/blob/local"
+	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
 	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/daemon/link"
@@ -147,6 +149,8 @@ type Config struct {
 	// PostgresDSN, if set, keeps the Store in that PostgreSQL database (a libpq connection string or a
 	// postgres:// URL) instead of the SQLite file in the data directory.
 	PostgresDSN string
+	// S3, if set, keeps the snapshot store's chunks and manifests in that bucket instead of DATA/blobs.
+	S3 *blobs3.Config
 }
 
 // DefaultIngressDomain is the CLI's ingress domain: browsers send every *.localhost name to loopback.
@@ -382,7 +386,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	blobs, err := bloblocal.New(filepath.Join(dataDir, "blobs"))
+	var blobs blob.Store
+	if cfg.S3 != nil {
+		blobs, err = blobs3.New(ctx, *cfg.S3)
+	} else {
+		blobs, err = bloblocal.New(filepath.Join(dataDir, "blobs"))
+	}
 	if err != nil {
 		return err
 	}

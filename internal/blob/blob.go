@@ -1,6 +1,6 @@
 // Package blob defines Store, the object store Airlock keeps snapshot data in: a flat namespace of
 // immutable-looking byte strings named by keys, small enough an interface to be backed by a local
-// directory (blob/local) today and by S3 or any S3-compatible service later.
+// directory (blob/local) or by S3 or any S3-compatible service (blob/s3).
 //
 // Keys are 1..MaxKeySize bytes of [A-Za-z0-9._/-] made of segments separated by '/', each of
 // 1..MaxSegmentSize bytes and none of them "." or ".."; a key does not start or end with '/'. "a" and
@@ -20,8 +20,9 @@ import (
 	"github.com/airlockrun/airlock/internal/errdefs"
 )
 
-// MaxKeySize is the longest key, in bytes, a Store accepts (S3's limit).
-const MaxKeySize = 1024
+// MaxKeySize is the longest key, in bytes, a Store accepts: S3's limit of 1024 less room for what a
+// store adds to each key (blob/s3's prefix and suffix).
+const MaxKeySize = 960
 
 // MaxSegmentSize is the longest segment of a key, in bytes: it leaves room under the usual file-name
 // limit of 255 bytes for the decorations a file-system store adds (blob/local's temporary files).

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockrun/airlock/internal/app"
+	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
 	"github.com/airlockrun/airlock/internal/retention"
 )
 
@@ -22,6 +23,7 @@ func newUpCmd(g *globals) *cobra.Command {
 	var p11 app.PKCS11Config
 	var pinFile string
 	var keyCheck time.Duration
+	var s3cfg blobs3.Config
 	var postgresDSN string
 	var ingressMax int
 	var keepAll, keepHourly, keepDaily, pruneEvery, gcEvery, gcGrace time.Duration
@@ -60,6 +62,12 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 			if postgresDSN == "" {
 				postgresDSN = os.Getenv(EnvPostgres)
 			}
+			var s3 *blobs3.Config
+			if s3cfg.Endpoint != "" || s3cfg.Bucket != "" {
+				// The credentials come from the environment only, as AWS tools take them.
+				s3cfg.AccessKey, s3cfg.SecretKey = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
+				s3 = &s3cfg
+			}
 			return app.Run(ctx, app.Config{
 				DataDir: g.dataDir,
 				KeyFile: g.keyFile,
@@ -76,6 +84,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				IngressDomain:    ingressDomain,
 				IngressMaxConns:  ingressMax,
 				PostgresDSN:      postgresDSN,
+				S3:               s3,
 				Retention:        retention.Policy{KeepAll: keepAll, KeepHourly: keepHourly, KeepDaily: keepDaily},
 				PruneInterval:    pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace,
 			})
@@ -87,6 +96,11 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 	f.StringVar(&ingressDomain, "ingress-domain", app.DefaultIngressDomain, "sandbox ports are also reached at http://<port>-<sandbox id>.<this domain>:<API port>/ (a wildcard DNS name that leads to the API; \"\" turns it off)")
 	f.IntVar(&ingressMax, "ingress-max-conns", 0, "requests and tunnels in progress to one sandbox's ports; more are refused with 429 (default 1024)")
 	f.StringVar(&postgresDSN, "postgres", "", "keep the state in this PostgreSQL database (a libpq connection string or postgres:// URL; env "+EnvPostgres+", which keeps a password out of the process list) instead of SQLite in the data directory")
+	f.StringVar(&s3cfg.Endpoint, "s3-endpoint", "", "keep snapshots in S3 or an S3-compatible service at this host[:port] instead of the data directory (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
+	f.StringVar(&s3cfg.Bucket, "s3-bucket", "", "the bucket (it must exist)")
+	f.StringVar(&s3cfg.Prefix, "s3-prefix", "", "a key prefix in the bucket, ending in /")
+	f.StringVar(&s3cfg.Region, "s3-region", "", "the bucket's region (default: asked from the service)")
+	f.BoolVar(&s3cfg.Insecure, "s3-insecure", false, "plain HTTP to the service (loopback or a private network only)")
 	f.StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
 	f.BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
 	f.StringVar(&p11.Module, "pkcs11-module", "", "the PKCS#11 module (.so) of an HSM or KMS that keeps customers' keys, for tenants created with --key-provider pkcs11")

@@ -3,15 +3,21 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
 	"github.com/airlockrun/airlock/internal/cli"
 	"github.com/airlockrun/airlock/internal/testenv"
 	"github.com/airlockrun/airlock/internal/testenv/pgtest"
+	"github.com/airlockrun/airlock/internal/testenv/s3test"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -69,4 +75,64 @@ func TestPostgresStore(t *testing.T) {
 	if res := sh(t, e2, se.ID, "cat /home/user/state"); res.Stdout != "kept\n" {
 		t.Errorf("session after the restart: %+v", res)
 	}
+}
+
+// TestScaleOutStores runs Airlock on PostgreSQL and a real S3-compatible server (versitygw) together:
+// a session's pause writes its snapshot to the bucket, not the data directory, and a resume reads it
+// back; nothing in the bucket holds the marker the session keeps in memory and in a file.
+func TestScaleOutStores(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	dsn := pgtest.Start(t)
+	srv := s3test.Start(t)
+	cfg := &blobs3.Config{Endpoint: srv.Endpoint, Insecure: true, Bucket: srv.Bucket, Prefix: "airlock/",
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+	e := testenv.Start(t, testenv.Options{PostgresDSN: dsn, S3: cfg})
+	ctx := ctxT(t, 5*time.Minute)
+
+	const marker = "s3-marker-7f3a9c"
+	se := newSession(t, e, airlock.CreateSessionRequest{})
+	sh(t, e, se.ID, "echo "+marker+" > /home/user/m && (setsid nohup python3 -c 'import time; m = \""+marker+"\" * 1000; time.sleep(3600)' >/dev/null 2>&1 &) && sleep 0.5")
+	if _, err := e.Client.PauseSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := e.Client.ListSnapshots(ctx, se.ID, airlock.ListOptions{})
+	if err != nil || len(snaps.Snapshots) == 0 {
+		t.Fatalf("snapshots: %+v %v", snaps, err)
+	}
+	if _, err := e.Client.WaitSnapshot(ctx, se.ID, snaps.Snapshots[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if res := sh(t, e, se.ID, "cat /home/user/m"); res.Stdout != marker+"\n" {
+		t.Fatalf("after resume: %+v", res)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(e.DataDir, "blobs")); len(entries) != 0 {
+		t.Errorf("the data directory's blobs hold %d entries; want the bucket to hold them", len(entries))
+	}
+	c, err := minio.New(srv.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(srv.AccessKey, srv.SecretKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for obj := range c.ListObjects(ctx, srv.Bucket, minio.ListObjectsOptions{Prefix: "airlock/", Recursive: true}) {
+		if obj.Err != nil {
+			t.Fatal(obj.Err)
+		}
+		n++
+		o, err := c.GetObject(ctx, srv.Bucket, obj.Key, minio.GetObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(o)
+		o.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(data, []byte(marker)) {
+			t.Errorf("object %s holds the marker in plain text", obj.Key)
+		}
+	}
+	if n == 0 {
+		t.Fatal("the bucket holds nothing after a pause")
+	}
+	t.Logf("%d objects in the bucket after one pause", n)
 }

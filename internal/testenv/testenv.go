@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/app"
+	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -128,6 +129,8 @@ type Options struct {
 	IngressMaxConns int
 	// PostgresDSN, if set, keeps the server's Store in that PostgreSQL database (see pgtest.Start).
 	PostgresDSN string
+	// S3, if set, keeps the snapshot store in that bucket (see s3test.Start).
+	S3 *blobs3.Config
 }
 
 // Start runs Airlock for the test and stops it (cleanly, as SIGTERM would) when the test ends.
@@ -177,6 +180,7 @@ func Start(t testing.TB, opts Options) *Env {
 			IngressDomain:    app.DefaultIngressDomain,
 			IngressMaxConns:  opts.IngressMaxConns,
 			PostgresDSN:      opts.PostgresDSN,
+			S3:               opts.S3,
 		})
 	}()
 	select {

@@ -1,0 +1,97 @@
+// Package s3test runs a real S3-compatible server for tests: versitygw (github.com/versity/versitygw,
+// built from the Go module proxy by scripts/test.sh) over a temporary directory, on a loopback port.
+// Start gives each caller its own bucket on a server private to the test; tests skip when versitygw is
+// not installed.
+package s3test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// Version is the versitygw release scripts/test.sh installs.
+const Version = "v1.8.0"
+
+// Server is a running S3-compatible server.
+type Server struct {
+	// Endpoint is host:port (plain HTTP).
+	Endpoint string
+	// AccessKey and SecretKey are its root credentials.
+	AccessKey, SecretKey string
+	// Bucket was made for the caller.
+	Bucket string
+}
+
+var buckets atomic.Int64
+
+// Start runs versitygw for the test (stopped when it ends) and makes a bucket in it.
+func Start(t testing.TB) Server {
+	t.Helper()
+	bin, err := exec.LookPath("versitygw")
+	if err != nil {
+		t.Skipf("needs versitygw on PATH, a real S3-compatible server (scripts/test.sh installs %s)", Version)
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "data")
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	srv := Server{Endpoint: addr, AccessKey: "airlocktest", SecretKey: "airlock-test-secret-" + filepath.Base(dir),
+		Bucket: fmt.Sprintf("airlock-test-%d", buckets.Add(1))}
+	var log bytes.Buffer
+	cmd := exec.Command(bin, "--port", addr, "posix", root)
+	cmd.Env = append(os.Environ(), "HOME="+dir, "ROOT_ACCESS_KEY_ID="+srv.AccessKey, "ROOT_SECRET_ACCESS_KEY="+srv.SecretKey)
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start versitygw: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	c, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(srv.AccessKey, srv.SecretKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		err = c.MakeBucket(ctx, srv.Bucket, minio.MakeBucketOptions{})
+		if err == nil {
+			return srv
+		}
+		select {
+		case <-exited:
+			t.Fatalf("versitygw exited: %s", strings.TrimSpace(log.String()))
+		case <-ctx.Done():
+			t.Fatalf("versitygw on %s did not make bucket %s: %v; log: %s", addr, srv.Bucket, err, strings.TrimSpace(log.String()))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// freePort returns a loopback address with a port that was free a moment ago.
+func freePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
