@@ -232,9 +232,42 @@ type Store interface {
 	// reports how many it removed. It is how records expire.
 	DeleteIdempotencyBefore(ctx context.Context, before time.Time) (int64, error)
 
+	// AcquireLease gives resource to holder for ttl (from the store's clock) and returns the lease: if
+	// nobody holds it, or its lease expired, with a Token one above the resource's last (1 for a new
+	// resource); if holder holds it already, with its expiry moved and the same Token. A lease another
+	// holder holds and that has not expired is ErrConflict, naming the holder. Empty resource or holder, or
+	// a ttl that is not positive, is ErrInvalidArgument.
+	AcquireLease(ctx context.Context, resource, holder string, ttl time.Duration) (Lease, error)
+	// RenewLease moves the expiry of holder's lease on resource with token to ttl from now. A lease that
+	// expired (even if nobody took it since), that another holder took, or whose Token is not token, is
+	// ErrConflict: the caller lost it and must stop acting on the resource. A resource without a lease is
+	// ErrNotFound.
+	RenewLease(ctx context.Context, resource, holder string, token int64, ttl time.Duration) (Lease, error)
+	// ReleaseLease ends holder's lease on resource with token now (the record stays, expired, so Tokens
+	// keep growing). A lease already expired is released already (nil); one another holder took, or
+	// whose Token is not token, is ErrConflict; a resource without a lease is ErrNotFound.
+	ReleaseLease(ctx context.Context, resource, holder string, token int64) error
+	// GetLease returns the lease record of resource, expired or not, or ErrNotFound.
+	GetLease(ctx context.Context, resource string) (Lease, error)
+
 	// Close releases the store's resources. It is safe to call more than once; other methods fail after it.
 	Close() error
 }
+
+// Lease is one holder's claim on a resource for a while, what keeps a session from running in two places
+// at once. Token is its fencing token: each new holder of the resource gets a larger one, so whoever
+// carries out a holder's orders (a node) can refuse those of a holder whose lease was taken over, by
+// remembering the largest Token it has seen.
+type Lease struct {
+	Resource   string // what is held, e.g. "session/se_…"
+	Holder     string // who holds it, e.g. a node's or a control plane's ID
+	Token      int64
+	AcquiredAt time.Time // when this holder got it (renewals keep it)
+	ExpiresAt  time.Time
+}
+
+// Expired reports whether the lease is over at now.
+func (l Lease) Expired(now time.Time) bool { return !now.Before(l.ExpiresAt) }
 
 // Tenant is the boundary for everything: API keys, sandboxes, sessions, snapshots and idempotency records
 // belong to one.

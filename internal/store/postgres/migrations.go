@@ -193,4 +193,14 @@ CREATE TABLE audit_log (
 	PRIMARY KEY (tenant_id, seq)
 );
 `,
+	// 2 (SQLite's 11): leases with fencing tokens (see store.Lease).
+	`
+CREATE TABLE leases (
+	resource    TEXT COLLATE "C" PRIMARY KEY,
+	holder      TEXT COLLATE "C" NOT NULL,
+	token       BIGINT           NOT NULL CHECK (token > 0),
+	acquired_at BIGINT           NOT NULL,
+	expires_at  BIGINT           NOT NULL
+);
+`,
 }

@@ -240,6 +240,16 @@ CREATE TABLE audit_log (
 `,
 	// 10: access tokens that reach one port of their sandbox or session only (0: every port).
 	`ALTER TABLE access_tokens ADD COLUMN port INTEGER NOT NULL DEFAULT 0 CHECK (port BETWEEN 0 AND 65535);`,
+	// 11: leases with fencing tokens (see store.Lease).
+	`
+CREATE TABLE leases (
+	resource    TEXT    PRIMARY KEY,
+	holder      TEXT    NOT NULL,
+	token       INTEGER NOT NULL CHECK (token > 0),
+	acquired_at INTEGER NOT NULL,
+	expires_at  INTEGER NOT NULL
+);
+`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in
