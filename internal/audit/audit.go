@@ -10,9 +10,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
@@ -58,6 +60,11 @@ func New(st store.Store, log *slog.Logger) *Recorder {
 func (r *Recorder) Record(e store.AuditEntry) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
+	}
+	// What a caller sent (a path's IDs, arguments) may hold bytes a database's text refuses (PostgreSQL:
+	// NUL, invalid UTF-8), which would fail the entry's batch and drop it: recorded escaped instead.
+	for _, f := range []*string{&e.Actor, &e.Action, &e.Target, &e.Result, &e.Detail} {
+		*f = cleanText(*f)
 	}
 	select {
 	case r.ch <- item{e: e}:
@@ -184,3 +191,12 @@ func (r *Recorder) write(batch []store.AuditEntry) {
 
 // Func is how other packages hand entries to the audit log.
 type Func func(store.AuditEntry)
+
+// cleanText returns s as valid UTF-8 without NUL bytes: invalid bytes become U+FFFD, and NUL the four
+// characters \x00.
+func cleanText(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\x00`)
+}

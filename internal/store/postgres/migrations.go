@@ -2,7 +2,7 @@ package postgres
 
 // migrations is the schema history: migrations[i] takes the schema from version i to version i+1. Append
 // new scripts; never edit or reorder applied ones. The migrate code records the versions in
-// schema_migrations, which it creates itself.
+// airlock_schema_migrations, which it creates itself.
 //
 // The first script is the SQLite engine's schema at its version 10 (internal/store/sqlite, migrations 1 to
 // 10 applied in order) written for PostgreSQL, so PostgreSQL's version 1 is SQLite's version 10, and

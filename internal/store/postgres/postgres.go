@@ -3,8 +3,12 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,10 +90,14 @@ func redact(err error) string {
 
 func init() { sqlstore.RegisterErrorMapper(mapPGErr) }
 
-// retryable reports a serialization failure or a deadlock: the transaction may run again.
+// retryable reports a serialization failure or a deadlock, or a connection that failed before anything
+// was sent (a pooled connection the server closed): the transaction may run again.
 func retryable(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+	if errors.As(err, &pe) {
+		return pe.Code == "40001" || pe.Code == "40P01"
+	}
+	return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn)
 }
 
 // mapPGErr adds the errdefs sentinel that matches a PostgreSQL error: unique violations become
@@ -100,8 +108,10 @@ func mapPGErr(err error) error {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		var ce *pgconn.ConnectError
-		if errors.As(err, &ce) {
-			return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+		var ne net.Error
+		if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn) ||
+			errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+			return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err) // the server went away
 		}
 		return nil
 	}
@@ -112,7 +122,7 @@ func mapPGErr(err error) error {
 		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
 	case pe.Code[:2] == "23", pe.Code[:2] == "22":
 		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
-	case pe.Code == "40001", pe.Code == "40P01", pe.Code == "55P03", pe.Code[:2] == "08", pe.Code[:2] == "57":
+	case pe.Code == "40001", pe.Code == "40P01", pe.Code == "55P03", pe.Code[:2] == "08", pe.Code[:2] == "57", pe.Code[:2] == "53":
 		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
 	}
 	return err
@@ -120,7 +130,8 @@ func mapPGErr(err error) error {
 
 // migrate brings the schema up to len(migrations) in one transaction, under an advisory lock so that
 // processes starting at once apply each migration once, and records each applied version in
-// schema_migrations. A database whose version is newer than this build is ErrFailedPrecondition.
+// airlock_schema_migrations (named so as not to meet another tool's schema_migrations in a shared
+// database). A database whose version is newer than this build is ErrFailedPrecondition.
 func migrate(ctx context.Context, db *sql.DB) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -130,14 +141,14 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrationLock)); err != nil {
 		return fmt.Errorf("migrate: lock: %w", mapErr(err))
 	}
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS airlock_schema_migrations (
 	version    INTEGER PRIMARY KEY,
 	applied_at BIGINT  NOT NULL
 )`); err != nil {
 		return fmt.Errorf("migrate: create schema_migrations: %w", mapErr(err))
 	}
 	var current int
-	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations").Scan(&current); err != nil {
+	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations").Scan(&current); err != nil {
 		return fmt.Errorf("migrate: read schema version: %w", mapErr(err))
 	}
 	if current > len(migrations) {
@@ -148,7 +159,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
 			return fmt.Errorf("migrate: apply version %d: %w", v, mapErr(err))
 		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+		if _, err := tx.ExecContext(ctx, "INSERT INTO airlock_schema_migrations (version, applied_at) VALUES ($1, $2)",
 			v, time.Now().UTC().UnixMicro()); err != nil {
 			return fmt.Errorf("migrate: record version %d: %w", v, mapErr(err))
 		}

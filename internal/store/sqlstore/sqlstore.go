@@ -12,6 +12,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,24 +166,32 @@ func (t *Tx) PrepareContext(ctx context.Context, q string) (*sql.Stmt, error) {
 	return t.tx.PrepareContext(ctx, t.s.rebind(q))
 }
 
-// maxWriteTries bounds the runs of a write transaction that keeps failing with retryable errors.
-const maxWriteTries = 20
+// writeBudget bounds how long a write transaction that keeps failing with retryable errors is run
+// again; maxBackoff caps one wait between runs.
+const (
+	writeBudget = 5 * time.Second
+	maxBackoff  = 100 * time.Millisecond
+)
 
 // write runs fn in a write transaction and commits it if fn returns nil. A transaction the dialect may
-// retry (a serialization failure) runs again from the start, so fn must not keep state across runs
-// except through what it returns. Errors from fn are returned as they are; errors from the database
-// itself go through mapErr.
+// retry (a serialization failure) runs again from the start, after a wait that doubles, with jitter, so
+// colliding writers spread out, for up to writeBudget; so fn must not keep state across runs except
+// through what it returns. Errors from fn are returned as they are; errors from the database itself go
+// through mapErr.
 func (s *DB) write(ctx context.Context, fn func(tx *Tx) error) error {
-	for try := 1; ; try++ {
+	deadline := time.Now().Add(writeBudget)
+	backoff := time.Millisecond
+	for {
 		err := s.writeOnce(ctx, fn)
-		if err == nil || s.d.Retry == nil || !s.d.Retry(err) || try >= maxWriteTries || ctx.Err() != nil {
+		if err == nil || s.d.Retry == nil || !s.d.Retry(err) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
-		// Back off a little, growing, so colliding writers spread out.
+		wait := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, maxBackoff)
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(time.Duration(try) * time.Millisecond):
+		case <-time.After(wait):
 		}
 	}
 }

@@ -12,8 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,15 +54,31 @@ func Start(t testing.TB) Server {
 	addr := freePort(t)
 	srv := Server{Endpoint: addr, AccessKey: "airlocktest", SecretKey: "airlock-test-secret-" + filepath.Base(dir),
 		Bucket: fmt.Sprintf("airlock-test-%d", buckets.Add(1))}
-	var log bytes.Buffer
+	var log syncBuffer
 	cmd := exec.Command(bin, "--port", addr, "posix", root)
 	cmd.Env = append(os.Environ(), "HOME="+dir, "ROOT_ACCESS_KEY_ID="+srv.AccessKey, "ROOT_SECRET_ACCESS_KEY="+srv.SecretKey)
 	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
+	// The server dies with the test process, also one that is killed (Pdeathsig). Pdeathsig fires when
+	// the thread that started the child exits, and Go ends threads whose goroutine exits locked (the
+	// network-namespace code does), so the child is started and waited for on a thread of its own.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	started := make(chan error)
+	exited := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			runtime.UnlockOSThread()
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		runtime.UnlockOSThread()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
 		t.Fatalf("start versitygw: %v", err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-exited
@@ -94,4 +113,22 @@ func freePort(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// syncBuffer is a bytes.Buffer the server's output goes into while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
