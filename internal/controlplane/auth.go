@@ -42,7 +42,9 @@ type Principal struct {
 }
 
 // Bootstrap makes sure an operator tenant with an API key exists. On first start it creates them and
-// returns the new key (the only time it is ever shown); afterwards it returns "".
+// returns the new key (the only time it is ever shown); afterwards it returns "". Of servers starting
+// at once on one empty database, one makes the operator tenant (the Store allows only one); the others
+// find it.
 func (s *Service) Bootstrap(ctx context.Context) (apiKey string, err error) {
 	ts, err := s.store.ListTenants(ctx)
 	if err != nil {
@@ -52,6 +54,9 @@ func (s *Service) Bootstrap(ctx context.Context) (apiKey string, err error) {
 		return "", nil
 	}
 	t, err := s.store.CreateTenant(ctx, store.Tenant{Name: "default", Operator: true})
+	if errors.Is(err, errdefs.ErrAlreadyExists) {
+		return "", nil // another server made it a moment ago
+	}
 	if err != nil {
 		return "", fmt.Errorf("bootstrap: %w", err)
 	}

@@ -29,7 +29,7 @@ import (
 type Store interface {
 	// CreateTenant stores t and returns it as stored. An empty ID is assigned with NewID("tn"); a zero
 	// CreatedAt is set to now. Name must not be empty and Retention must be valid (ErrInvalidArgument; see
-	// RetentionSpec.Validate). A taken ID is ErrAlreadyExists.
+	// RetentionSpec.Validate). A taken ID, or a second operator tenant, is ErrAlreadyExists.
 	CreateTenant(ctx context.Context, t Tenant) (Tenant, error)
 	// GetTenant returns the tenant with the given ID, or ErrNotFound.
 	GetTenant(ctx context.Context, id string) (Tenant, error)

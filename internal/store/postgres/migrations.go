@@ -203,4 +203,7 @@ CREATE TABLE leases (
 	expires_at  BIGINT           NOT NULL
 );
 `,
+	// 3 (SQLite's 12): at most one operator tenant, so that servers starting at once on one database
+	// cannot each make one.
+	`CREATE UNIQUE INDEX tenants_one_operator ON tenants (operator) WHERE operator;`,
 }

@@ -250,6 +250,9 @@ CREATE TABLE leases (
 	expires_at  INTEGER NOT NULL
 );
 `,
+	// 12: at most one operator tenant, so that servers starting at once on one database cannot each make
+	// one.
+	`CREATE UNIQUE INDEX tenants_one_operator ON tenants (operator) WHERE operator = 1;`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in

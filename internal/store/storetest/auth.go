@@ -34,6 +34,9 @@ func testTenantDisable(t *testing.T, s store.Store) {
 	if c.DisabledAt == nil || !c.DisabledAt.Equal(store.NormalizeTime(created)) || c.DisabledAt.Location() != time.UTC {
 		t.Errorf("CreateTenant(disabled): DisabledAt = %v; want %v in UTC", c.DisabledAt, store.NormalizeTime(created))
 	}
+	// There is one operator tenant.
+	_, err = s.CreateTenant(ctx, store.Tenant{ID: "tn_op2", Name: "ops2", Operator: true})
+	wantErr(t, "CreateTenant(second operator)", err, errdefs.ErrAlreadyExists)
 	// The operator tenant is never disabled, not even from the start.
 	_, err = s.CreateTenant(ctx, store.Tenant{ID: "tn_bad", Name: "bad", Operator: true, DisabledAt: ptr(base)})
 	wantErr(t, "CreateTenant(disabled operator)", err, errdefs.ErrInvalidArgument)
