@@ -5,7 +5,6 @@
 package s3test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -54,10 +52,16 @@ func Start(t testing.TB) Server {
 	addr := freePort(t)
 	srv := Server{Endpoint: addr, AccessKey: "airlocktest", SecretKey: "airlock-test-secret-" + filepath.Base(dir),
 		Bucket: fmt.Sprintf("airlock-test-%d", buckets.Add(1))}
-	var log syncBuffer
+	logPath := filepath.Join(dir, "versitygw.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close() // the child has its own copy
+	log := func() string { b, _ := os.ReadFile(logPath); return strings.TrimSpace(string(b)) }
 	cmd := exec.Command(bin, "--port", addr, "posix", root)
 	cmd.Env = append(os.Environ(), "HOME="+dir, "ROOT_ACCESS_KEY_ID="+srv.AccessKey, "ROOT_SECRET_ACCESS_KEY="+srv.SecretKey)
-	cmd.Stdout, cmd.Stderr = &log, &log
+	cmd.Stdout, cmd.Stderr = logf, logf
 	// The server dies with the test process, also one that is killed (Pdeathsig). Pdeathsig fires when
 	// the thread that started the child exits, and Go ends threads whose goroutine exits locked (the
 	// network-namespace code does), so the child is started and waited for on a thread of its own.
@@ -96,9 +100,9 @@ func Start(t testing.TB) Server {
 		}
 		select {
 		case <-exited:
-			t.Fatalf("versitygw exited: %s", strings.TrimSpace(log.String()))
+			t.Fatalf("versitygw exited: %s", log())
 		case <-ctx.Done():
-			t.Fatalf("versitygw on %s did not make bucket %s: %v; log: %s", addr, srv.Bucket, err, strings.TrimSpace(log.String()))
+			t.Fatalf("versitygw on %s did not make bucket %s: %v; log: %s", addr, srv.Bucket, err, log())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -113,22 +117,4 @@ func freePort(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-// syncBuffer is a bytes.Buffer the server's output goes into while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
