@@ -679,14 +679,8 @@ func (s *Server) closedPortMessage(ctx context.Context, t controlplane.PortTarge
 
 // listPorts serves GET …/ports: the TCP ports processes in the sandbox listen on.
 func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
-	id, _, err := s.portTargetID(r)
-	if err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
-	t, err := s.cp.ResolvePort(r.Context(), tenantOf(r), id)
-	if err != nil {
-		writeError(w, r, s.log, err)
+	id, t, ok := s.portTarget(w, r)
+	if !ok {
 		return
 	}
 	defer s.cp.BeginWork(t.TenantID, t.SessionID, t.SandboxID)()
@@ -696,7 +690,7 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pub := map[int]bool{}
-	if np, err := s.cp.PortPolicy(r.Context(), t); err == nil {
+	if np, err := controlplane.NetworkPolicy(t.Sandbox); err == nil {
 		for _, p := range np.PublicPorts {
 			pub[p] = true
 		}
@@ -713,14 +707,23 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// portTargetID returns the {id} of a sandbox or session route and whether it is a session.
-func (s *Server) portTargetID(r *http.Request) (string, bool, error) {
-	if strings.HasPrefix(r.URL.Path, "/v1/sessions/") {
-		id, err := sessionID(r)
-		return id, true, err
-	}
+// portTarget resolves the sandbox or session of a work route's {id} for the request's tenant (resuming
+// a paused session), or answers the error and reports false.
+func (s *Server) portTarget(w http.ResponseWriter, r *http.Request) (string, controlplane.PortTarget, bool) {
 	id, err := sandboxID(r)
-	return id, false, err
+	if strings.HasPrefix(r.URL.Path, "/v1/sessions/") {
+		id, err = sessionID(r)
+	}
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return "", controlplane.PortTarget{}, false
+	}
+	t, err := s.cp.ResolvePort(r.Context(), tenantOf(r), id)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return "", controlplane.PortTarget{}, false
+	}
+	return id, t, true
 }
 
 // portURLs returns the two URL forms of a port of the sandbox or session id, as the client reached
@@ -756,11 +759,6 @@ func (s *Server) portURLs(r *http.Request, id string, port int, token string) *a
 // its binary messages the stream's bytes. The connection is made before the WebSocket is accepted, so
 // a port that is not open is an ordinary error answer.
 func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
-	id, _, err := s.portTargetID(r)
-	if err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
 	port, err := portOf(r)
 	if err != nil {
 		writeError(w, r, s.log, err)
@@ -770,9 +768,8 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this access token reaches port %d only, not %d", p.Token.Port, port))
 		return
 	}
-	t, err := s.cp.ResolvePort(r.Context(), tenantOf(r), id)
-	if err != nil {
-		writeError(w, r, s.log, err)
+	id, t, ok := s.portTarget(w, r)
+	if !ok {
 		return
 	}
 	release, err := s.ing.acquire(t.SandboxID, false)

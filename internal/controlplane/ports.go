@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -26,6 +25,8 @@ type PortTarget struct {
 	SessionID string // "" for a sandbox
 	// Resumed is set when resolving the target resumed a paused session.
 	Resumed bool
+	// Sandbox is the sandbox's record as ResolvePort read it.
+	Sandbox store.Sandbox
 }
 
 // PublicPort reports the tenant of the sandbox or session id (by its prefix) when port is one of its
@@ -82,6 +83,7 @@ func (s *Service) ResolvePort(ctx context.Context, tenantID, id string) (PortTar
 	if sb.State != store.StateRunning {
 		return t, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ID, sb.State, errdefs.ErrFailedPrecondition)
 	}
+	t.Sandbox = sb
 	return t, nil
 }
 
@@ -189,13 +191,4 @@ func parseProcNetTCP(b []byte) []ListeningPort {
 		out = append(out, ListeningPort{Port: int(port), Address: addr, Reachable: !addr.IsLoopback()})
 	}
 	return out
-}
-
-// PortPolicy returns the network policy of t's sandbox (its public ports, among others).
-func (s *Service) PortPolicy(ctx context.Context, t PortTarget) (policy.Policy, error) {
-	sb, err := s.GetSandbox(ctx, t.TenantID, t.SandboxID)
-	if err != nil {
-		return policy.Policy{}, err
-	}
-	return NetworkPolicy(sb)
 }
