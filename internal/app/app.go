@@ -3,9 +3,11 @@
 //
 // Data directory layout:
 //
-//	airlock.db       the Store (SQLite, WAL)
-//	keys/            the local keyring: per-tenant key-encryption keys (0600)
-//	secrets/         tenants' secrets, encrypted under data keys the keyring wraps
+//	airlock.db       the Store (SQLite, WAL): also the local keyring's per-tenant key-encryption keys,
+//	                 encrypted under the master key, and the tenants' secrets and OAuth connections,
+//	                 encrypted under data keys the keyring wraps
+//	keys/master.key  the master key (0600), unless Config.MasterKeyFile names another file; the pkcs11
+//	                 provider's state (pkcs11.json)
 //	templates/       template root filesystems
 //	runtime/         runsc state and each sandbox's directory (removed with the sandbox)
 //	node/netns/      each sandbox's network namespace (removed with the sandbox)
@@ -151,6 +153,52 @@ type Config struct {
 	PostgresDSN string
 	// S3, if set, keeps the snapshot store's chunks and manifests in that bucket instead of DATA/blobs.
 	S3 *blobs3.Config
+	// MasterKeyFile holds the master key, which encrypts the local keyring's keys in the Store (64 hex
+	// digits, mode 0600; made with a fresh key if missing). Every server on one database must be given
+	// the same one. Empty: DATA/keys/master.key.
+	MasterKeyFile string
+}
+
+// The prefixes of the Store's documents holding the tenants' secrets and OAuth connections.
+const (
+	SecretsDocPrefix     = "secrets/"
+	ConnectionsDocPrefix = "connections/"
+)
+
+// importFiles moves what versions before the keyring, secrets and connections were kept in the Store
+// left in the data directory into the Store: DATA/keys/keyring.json, DATA/secrets and DATA/connections.
+// What the Store has already is kept, and its file left where it is, with a warning.
+func importFiles(ctx context.Context, log *slog.Logger, kr *local.Keyring, st secrets.Docs, dataDir string) error {
+	moved, skipped, err := local.ImportFile(ctx, kr, filepath.Join(dataDir, "keys"))
+	if err != nil {
+		return err
+	}
+	if moved > 0 || len(skipped) > 0 {
+		log.Info("moved the keyring file into the store", "tenants", moved, "skipped", skipped)
+	}
+	for _, kind := range []struct{ dir, prefix string }{{"secrets", SecretsDocPrefix}, {"connections", ConnectionsDocPrefix}} {
+		files, err := secrets.NewFileStorage(filepath.Join(dataDir, kind.dir))
+		if err != nil {
+			return err
+		}
+		docs, err := secrets.NewDocStorage(st, kind.prefix)
+		if err != nil {
+			return err
+		}
+		moved, skipped, err := secrets.ImportFiles(ctx, files, docs)
+		if err != nil {
+			return fmt.Errorf("move %s into the store: %w", kind.dir, err)
+		}
+		if moved > 0 {
+			log.Info("moved files into the store", "what", kind.dir, "tenants", moved)
+		}
+		if len(skipped) > 0 {
+			log.Warn("files not moved into the store: it has records of these tenants already; the files stay", "what", kind.dir, "tenants", skipped)
+		}
+		// The directory goes once it is empty.
+		_ = os.Remove(filepath.Join(dataDir, kind.dir))
+	}
+	return nil
 }
 
 // DefaultIngressDomain is the CLI's ingress domain: browsers send every *.localhost name to loopback.
@@ -280,8 +328,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// Closed after the gateway, which records into it (deferred calls run last-in first-out).
 	defer func() { err = errors.Join(err, flows.Close()) }()
-	localKeys, err := local.New(filepath.Join(dataDir, "keys"))
+	masterPath := cfg.MasterKeyFile
+	if masterPath == "" {
+		masterPath = filepath.Join(dataDir, "keys", "master.key")
+	}
+	master, err := local.LoadMasterKey(masterPath, true)
 	if err != nil {
+		return err
+	}
+	localKeys, err := local.NewInStore(ctx, st, master)
+	clear(master)
+	if err != nil {
+		return err
+	}
+	if err := importFiles(ctx, log, localKeys, st, dataDir); err != nil {
 		return err
 	}
 	providers := map[string]keys.KeyProvider{KeyProviderLocal: localKeys}
@@ -304,11 +364,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	secretFiles, err := secrets.NewFileStorage(filepath.Join(dataDir, "secrets"))
+	secretDocs, err := secrets.NewDocStorage(st, SecretsDocPrefix)
 	if err != nil {
 		return err
 	}
-	secretStore, err := secrets.New(secrets.Config{Keys: keyring, Storage: secretFiles})
+	secretStore, err := secrets.New(secrets.Config{Keys: keyring, Storage: secretDocs})
 	if err != nil {
 		return err
 	}
@@ -322,11 +382,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if publicURL == "" {
 		publicURL = "http://" + ln.Addr().String()
 	}
-	connFiles, err := secrets.NewFileStorage(filepath.Join(dataDir, "connections"))
+	connDocs, err := secrets.NewDocStorage(st, ConnectionsDocPrefix)
 	if err != nil {
 		return err
 	}
-	conns, err := connections.New(connections.Config{Keys: keyring, Storage: connFiles, RedirectURL: publicURL + "/v1/oauth/callback", Logger: log})
+	conns, err := connections.New(connections.Config{Keys: keyring, Storage: connDocs, RedirectURL: publicURL + "/v1/oauth/callback", Logger: log})
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,8 @@ const (
 	EnvKeyFile = "AIRLOCK_KEY_FILE"
 	// EnvPostgres is airlock up's --postgres.
 	EnvPostgres = "AIRLOCK_POSTGRES"
+	// EnvMasterKeyFile is airlock up's --master-key-file.
+	EnvMasterKeyFile = "AIRLOCK_MASTER_KEY_FILE"
 )
 
 // Streams are the standard streams a command uses.

@@ -24,7 +24,7 @@ func newUpCmd(g *globals) *cobra.Command {
 	var pinFile string
 	var keyCheck time.Duration
 	var s3cfg blobs3.Config
-	var postgresDSN string
+	var postgresDSN, masterKeyFile string
 	var ingressMax int
 	var keepAll, keepHourly, keepDaily, pruneEvery, gcEvery, gcGrace time.Duration
 	cmd := &cobra.Command{
@@ -62,6 +62,9 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 			if postgresDSN == "" {
 				postgresDSN = os.Getenv(EnvPostgres)
 			}
+			if masterKeyFile == "" {
+				masterKeyFile = os.Getenv(EnvMasterKeyFile)
+			}
 			var s3 *blobs3.Config
 			if s3cfg.Endpoint != "" || s3cfg.Bucket != "" {
 				// The credentials come from the environment only, as AWS tools take them.
@@ -84,6 +87,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				IngressDomain:    ingressDomain,
 				IngressMaxConns:  ingressMax,
 				PostgresDSN:      postgresDSN,
+				MasterKeyFile:    masterKeyFile,
 				S3:               s3,
 				Retention:        retention.Policy{KeepAll: keepAll, KeepHourly: keepHourly, KeepDaily: keepDaily},
 				PruneInterval:    pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace,
@@ -96,6 +100,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 	f.StringVar(&ingressDomain, "ingress-domain", app.DefaultIngressDomain, "sandbox ports are also reached at http://<port>-<sandbox id>.<this domain>:<API port>/ (a wildcard DNS name that leads to the API; \"\" turns it off)")
 	f.IntVar(&ingressMax, "ingress-max-conns", 0, "requests and tunnels in progress to one sandbox's ports; more are refused with 429 (default 1024)")
 	f.StringVar(&postgresDSN, "postgres", "", "keep the state in this PostgreSQL database (a libpq connection string or postgres:// URL; env "+EnvPostgres+", which keeps a password out of the process list) instead of SQLite in the data directory")
+	f.StringVar(&masterKeyFile, "master-key-file", "", "the master key, which encrypts the keyring in the database: 64 hex digits, mode 0600, made if missing; every server on one database needs the same (env "+EnvMasterKeyFile+"; default <data dir>/keys/master.key)")
 	f.StringVar(&s3cfg.Endpoint, "s3-endpoint", "", "keep snapshots in S3 or an S3-compatible service at this host[:port] instead of the data directory (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
 	f.StringVar(&s3cfg.Bucket, "s3-bucket", "", "the bucket (it must exist)")
 	f.StringVar(&s3cfg.Prefix, "s3-prefix", "", "a key prefix in the bucket, ending in /")

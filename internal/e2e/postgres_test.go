@@ -86,7 +86,8 @@ func TestScaleOutStores(t *testing.T) {
 	srv := s3test.Start(t)
 	cfg := &blobs3.Config{Endpoint: srv.Endpoint, Insecure: true, Bucket: srv.Bucket, Prefix: "airlock/",
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
-	e := testenv.Start(t, testenv.Options{PostgresDSN: dsn, S3: cfg})
+	master := filepath.Join(t.TempDir(), "master.key")
+	e := testenv.Start(t, testenv.Options{PostgresDSN: dsn, S3: cfg, MasterKeyFile: master})
 	ctx := ctxT(t, 5*time.Minute)
 
 	const marker = "s3-marker-7f3a9c"
@@ -135,4 +136,31 @@ func TestScaleOutStores(t *testing.T) {
 		t.Fatal("the bucket holds nothing after a pause")
 	}
 	t.Logf("%d objects in the bucket after one pause", n)
+
+	// Another server, with a data directory of its own (another host) and the same database, bucket
+	// and master key, resumes the session the first one paused: the snapshot comes from the bucket,
+	// the tenant's keys from the database. A secret made through the first can be changed through the
+	// second.
+	if _, err := e.Client.CreateSecret(ctx, "shared-token", "s3cr3t-value"); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, e, se.ID, "echo second >> /home/user/m")
+	if _, err := e.Client.PauseSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	e2 := testenv.Start(t, testenv.Options{PostgresDSN: dsn, S3: cfg, MasterKeyFile: master, APIKey: e.APIKey})
+	if e2.DataDir == e.DataDir {
+		t.Fatal("the second server shares the first one's data directory")
+	}
+	if res := sh(t, e2, se.ID, "cat /home/user/m"); res.Stdout != marker+"\nsecond\n" {
+		t.Fatalf("resumed on the second server: %+v", res)
+	}
+	// An update unwraps the tenant's secrets key: the second server has the first one's keyring.
+	if s, err := e2.Client.UpdateSecret(ctx, "shared-token", "s3cr3t-value-2"); err != nil || s.Version != 2 {
+		t.Errorf("update a secret on the second server: %+v, %v", s, err)
+	}
+	assertNotInDir(t, e2.DataDir, "s3cr3t-value")
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"regexp"
 	"time"
 
@@ -31,8 +32,9 @@ const (
 	sealVersion = 0x01
 	nonceSize   = 12
 	aadPrefix   = "airlock/secrets v1\x00"
-	// updateAttempts bounds the retries of an Update that loses a race to another Update.
-	updateAttempts = 8
+	// updateAttempts bounds the retries of an Update that loses a race to another Update (which, with
+	// replicas on one database, may come from another process); each waits a little longer, at random.
+	updateAttempts = 32
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
@@ -125,7 +127,7 @@ func (s *Store) Update(ctx context.Context, tenantID, name string, value []byte)
 		return Metadata{}, fmt.Errorf("update secret %s: %w", name, err)
 	}
 	defer clear(dek)
-	for range updateAttempts {
+	for attempt := range updateAttempts {
 		old, err := s.storage.GetSecret(ctx, tenantID, name)
 		if err != nil {
 			return Metadata{}, fmt.Errorf("update secret %s: %w", name, err)
@@ -136,7 +138,13 @@ func (s *Store) Update(ctx context.Context, tenantID, name string, value []byte)
 		}
 		err = s.storage.UpdateSecret(ctx, r)
 		if errors.Is(err, errdefs.ErrConflict) {
-			continue // another Update won; build on its version
+			// Another Update won; build on its version, after a pause that keeps the losers apart.
+			select {
+			case <-time.After(time.Duration(mrand.Int64N(int64(time.Millisecond) << min(attempt, 5)))):
+			case <-ctx.Done():
+				return Metadata{}, fmt.Errorf("update secret %s: %w", name, ctx.Err())
+			}
+			continue
 		}
 		if err != nil {
 			return Metadata{}, fmt.Errorf("update secret %s: %w", name, err)

@@ -52,6 +52,7 @@ func storages(t *testing.T, fn func(t *testing.T, e env)) {
 	}{
 		{"mem", func(t *testing.T) secrets.Storage { return secrets.NewMemStorage() }},
 		{"file", func(t *testing.T) secrets.Storage { return newFileStorage(t, filepath.Join(t.TempDir(), "secrets")) }},
+		{"doc", func(t *testing.T) secrets.Storage { return newDocStorage(t, newSQLite(t)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kr, err := local.New(filepath.Join(t.TempDir(), "keys"))

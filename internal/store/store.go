@@ -19,6 +19,7 @@ package store
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"time"
 
@@ -250,8 +251,63 @@ type Store interface {
 	// GetLease returns the lease record of resource, expired or not, or ErrNotFound.
 	GetLease(ctx context.Context, resource string) (Lease, error)
 
+	// GetDoc returns the document named key, or ErrNotFound.
+	GetDoc(ctx context.Context, key string) (Doc, error)
+	// PutDoc stores d and returns it as stored. A d.Version of 0 creates the document (ErrAlreadyExists
+	// if key has one); otherwise the stored Version must equal d.Version (ErrConflict if it does not,
+	// ErrNotFound if there is none), and it is replaced. The stored Version is one above the old (1 for
+	// a new document). A key outside CheckDocKey, or a value over MaxDocSize, is ErrInvalidArgument.
+	PutDoc(ctx context.Context, d Doc) (Doc, error)
+	// DeleteDoc removes the document named key if its Version is version (ErrConflict otherwise); a
+	// missing one is ErrNotFound.
+	DeleteDoc(ctx context.Context, key string, version int64) error
+	// ListDocs returns the documents whose key starts with prefix, in key order (an empty prefix is every
+	// document).
+	ListDocs(ctx context.Context, prefix string) ([]Doc, error)
+
 	// Close releases the store's resources. It is safe to call more than once; other methods fail after it.
 	Close() error
+}
+
+// Doc is a small versioned value a component keeps in the Store so that every control-plane replica sees
+// the same: a keyring's tenant state, a tenant's encrypted secrets. The Store treats Value as opaque bytes;
+// whoever writes it encrypts what must not be read in the Store. Version makes changes compare-and-swap.
+type Doc struct {
+	Key       string // e.g. "keys/local/<tenant>"
+	Value     []byte
+	Version   int64
+	UpdatedAt time.Time
+}
+
+// MaxDocSize bounds a Doc's Value.
+const MaxDocSize = 4 << 20
+
+// CheckDocKey reports whether key names a document: 1 to 512 bytes of printable ASCII.
+func CheckDocKey(key string) error {
+	if key == "" || len(key) > 512 {
+		return fmt.Errorf("document key %q: want 1 to 512 bytes: %w", key, errdefs.ErrInvalidArgument)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x21 || key[i] > 0x7e {
+			return fmt.Errorf("document key %q: want printable ASCII without spaces: %w", key, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// DocKeyPart returns s as a part of a document key: s itself when it is only ASCII letters, digits, '_',
+// '.' and '-' (as IDs are), else "~" and the unpadded base64url of s. Different strings give different
+// parts.
+func DocKeyPart(s string) string {
+	plain := s != ""
+	for i := 0; i < len(s) && plain; i++ {
+		c := s[i]
+		plain = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+	}
+	if plain {
+		return s
+	}
+	return "~" + base64.RawURLEncoding.EncodeToString([]byte(s))
 }
 
 // Lease is one holder's claim on a resource for a while, what keeps a session from running in two places

@@ -131,6 +131,11 @@ type Options struct {
 	PostgresDSN string
 	// S3, if set, keeps the snapshot store in that bucket (see s3test.Start).
 	S3 *blobs3.Config
+	// MasterKeyFile is the server's master key file; empty: the data directory's.
+	MasterKeyFile string
+	// APIKey is the operator tenant's key, for a server joining a database another one made (it writes
+	// no key file then); empty: the one the first start saved.
+	APIKey string
 }
 
 // Start runs Airlock for the test and stops it (cleanly, as SIGTERM would) when the test ends.
@@ -181,6 +186,7 @@ func Start(t testing.TB, opts Options) *Env {
 			IngressMaxConns:  opts.IngressMaxConns,
 			PostgresDSN:      opts.PostgresDSN,
 			S3:               opts.S3,
+			MasterKeyFile:    opts.MasterKeyFile,
 		})
 	}()
 	select {
@@ -193,11 +199,14 @@ func Start(t testing.TB, opts Options) *Env {
 		cancel()
 		t.Fatalf("airlock did not start within 60s\n%s", logs.String())
 	}
-	key, err := os.ReadFile(keyFile)
-	if err != nil {
-		t.Fatal(err)
+	e.APIKey = opts.APIKey
+	if e.APIKey == "" {
+		key, err := os.ReadFile(keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.APIKey = strings.TrimSpace(string(key))
 	}
-	e.APIKey = strings.TrimSpace(string(key))
 	e.Client = airlock.New(e.URL, airlock.WithAPIKey(e.APIKey))
 	t.Cleanup(func() {
 		if err := e.Stop(); err != nil {

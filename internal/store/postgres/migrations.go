@@ -206,4 +206,13 @@ CREATE TABLE leases (
 	// 3 (SQLite's 12): at most one operator tenant, so that servers starting at once on one database
 	// cannot each make one.
 	`CREATE UNIQUE INDEX tenants_one_operator ON tenants (operator) WHERE operator;`,
+	// 4 (SQLite's 13): documents (see store.Doc).
+	`
+CREATE TABLE docs (
+	name       TEXT COLLATE "C" PRIMARY KEY,
+	value      BYTEA            NOT NULL,
+	version    BIGINT           NOT NULL CHECK (version > 0),
+	updated_at BIGINT           NOT NULL
+);
+`,
 }

@@ -253,6 +253,16 @@ CREATE TABLE leases (
 	// 12: at most one operator tenant, so that servers starting at once on one database cannot each make
 	// one.
 	`CREATE UNIQUE INDEX tenants_one_operator ON tenants (operator) WHERE operator = 1;`,
+	// 13: documents, small versioned values the components keep so that every control-plane replica sees
+	// the same (see store.Doc).
+	`
+CREATE TABLE docs (
+	name       TEXT    PRIMARY KEY,
+	value      BLOB    NOT NULL,
+	version    INTEGER NOT NULL CHECK (version > 0),
+	updated_at INTEGER NOT NULL
+);
+`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in

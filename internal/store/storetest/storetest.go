@@ -92,6 +92,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) 
 		{"Idempotency", testIdempotency},
 		{"Audit", testAudit},
 		{"AuditConcurrent", testAuditConcurrent},
+		{"Docs", testDocs},
+		{"DocsConcurrent", testDocsConcurrent},
 		{"Close", testClose},
 	}
 	for _, tt := range tests {
