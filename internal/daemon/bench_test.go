@@ -70,7 +70,10 @@ func BenchmarkExecTrueParallel(b *testing.B) {
 // BenchmarkWriteRead1MiB writes 1 MiB atomically (with fsync) and reads it back.
 func BenchmarkWriteRead1MiB(b *testing.B) {
 	d := startDaemon(b, testConfig(b))
-	c := d.dial(b, link.Options{})
+	benchWriteRead(b, d.dial(b, link.Options{}))
+}
+
+func benchWriteRead(b *testing.B, c *link.Client) {
 	ctx := context.Background()
 	data := make([]byte, 1<<20)
 	rand.Read(data)

@@ -145,3 +145,22 @@ func (b *syncBuffer) waitFor(t testing.TB, want string) {
 func isErr(err, target error) bool { return errors.Is(err, target) }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// dialMux connects to the daemon through a link.Mux and returns n clients sharing that one connection,
+// closed (with the Mux) when the test ends.
+func (d *testDaemon) dialMux(t testing.TB, n int, opts link.Options) []*link.Client {
+	t.Helper()
+	conn, err := net.Dial("unix", d.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := link.NewMux(conn, nil)
+	t.Cleanup(func() { m.Close() })
+	var cs []*link.Client
+	for range n {
+		c := link.NewClient(m.Pipe(), opts)
+		t.Cleanup(func() { c.Close() })
+		cs = append(cs, c)
+	}
+	return cs
+}

@@ -122,20 +122,13 @@ type sandbox struct {
 	ingress ingressConns
 	link    *link.Client
 	audit   *link.FileAudit
-	// channel is what the link records each frame into: audit, and the tenant's audit log.
+	// channel is the tenant's audit log, which the node's own client records its frames into (nil:
+	// none); audit records the frames of every client of the daemon's connection.
 	channel link.Audit
 	cancel  context.CancelFunc // stops the watcher
 	// destroying is closed when the node starts destroying the sandbox, so that the watcher does not
 	// report the exit it causes.
 	destroying chan struct{}
-}
-
-// teeAudit records each frame into both audits.
-type teeAudit [2]link.Audit
-
-func (t teeAudit) Record(e link.Entry) {
-	t[0].Record(e)
-	t[1].Record(e)
 }
 
 // New returns the local node. It creates its directories; call Recover before serving.
@@ -360,11 +353,13 @@ func (n *Local) attach(ctx context.Context, id, tenantID, socket string) error {
 	if err != nil {
 		return fmt.Errorf("sandbox %s audit log: %w", id, err)
 	}
-	var channel link.Audit = audit
+	// The node's file records the frames of every client of the daemon's connection (the Mux's); the
+	// tenant's audit log those of the node's own client, the control planes' clients record theirs.
+	var channel link.Audit
 	if n.cfg.TenantAudit != nil {
-		channel = teeAudit{audit, n.cfg.TenantAudit(tenantID, id)}
+		channel = n.cfg.TenantAudit(tenantID, id)
 	}
-	cl, err := dialWithRetry(ctx, socket, link.Options{Audit: channel, Logger: n.log.With("sandbox", id)})
+	cl, err := dialWithRetry(ctx, socket, link.Options{Audit: channel, Logger: n.log.With("sandbox", id), Shared: true, MuxAudit: audit})
 	if err != nil {
 		audit.Close()
 		return fmt.Errorf("sandbox %s: connect to daemon: %w", id, err)
@@ -688,7 +683,7 @@ func (n *Local) SandboxCPU(ctx context.Context, id string) (time.Duration, error
 func (n *Local) relink(ctx context.Context, s *sandbox) error {
 	old, _ := n.current(s)
 	old.Close()
-	cl, reason, err := n.dialAlive(ctx, s.id, link.Options{Audit: s.channel, Logger: n.log.With("sandbox", s.id)})
+	cl, reason, err := n.dialAlive(ctx, s.id, link.Options{Audit: s.channel, Logger: n.log.With("sandbox", s.id), Shared: true, MuxAudit: s.audit})
 	if err != nil {
 		n.log.Warn("sandbox daemon unreachable after a checkpoint", "sandbox", s.id, "reason", reason, "err", err)
 		go n.cfg.OnExit(s.id, reason)

@@ -46,6 +46,11 @@ type Entry struct {
 
 // record builds an Entry for f and hands it to the audit sink.
 func (c *Client) record(dir Direction, f proto.Frame, op proto.Op, args any) {
+	recordFrame(c.audit, dir, f, op, args)
+}
+
+// recordFrame builds an Entry for f and hands it to a.
+func recordFrame(a Audit, dir Direction, f proto.Frame, op proto.Op, args any) {
 	e := Entry{
 		Time:      time.Now().UTC(),
 		Direction: dir,
@@ -76,7 +81,7 @@ func (c *Client) record(dir Direction, f proto.Frame, op proto.Op, args any) {
 			e.Event = ev.Kind
 		}
 	}
-	c.audit.Record(e)
+	a.Record(e)
 }
 
 // summarizeArgs returns request args fit for the audit log: env values redacted. Args never carry file

@@ -31,6 +31,11 @@ type Options struct {
 	Audit Audit
 	// Logger receives connection-level diagnostics; nil discards them.
 	Logger *slog.Logger
+	// Shared puts the daemon's connection behind a Mux (Client.Mux) that other clients can join; the
+	// Client is its first client, and closing the Client closes the Mux. MuxAudit, if set, is the Mux's
+	// audit: it records the frames of every client.
+	Shared   bool
+	MuxAudit Audit
 }
 
 // errAbandoned is reported by a call's next after the call was abandoned (canceled or detached).
@@ -49,6 +54,9 @@ type Client struct {
 	nextID  uint32             // guarded by mu; last stream id used
 	err     error              // guarded by mu; why the connection ended, once done is closed
 
+	// mux is the Mux the client shares the daemon's connection through (Options.Shared), or nil.
+	mux *Mux
+
 	done      chan struct{} // closed when the connection is gone
 	closeOnce sync.Once
 	readerEnd chan struct{} // closed when the reader goroutine returned
@@ -61,8 +69,18 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 	if err != nil {
 		return nil, fmt.Errorf("dial daemon at %s: %w (%w)", socketPath, err, errdefs.ErrUnavailable)
 	}
+	if opts.Shared {
+		m := NewMux(conn, opts.MuxAudit)
+		c := NewClient(m.Pipe(), opts)
+		c.mux = m
+		return c, nil
+	}
 	return NewClient(conn, opts), nil
 }
+
+// Mux returns the Mux through which the client shares the daemon's connection (Options.Shared), or
+// nil.
+func (c *Client) Mux() *Mux { return c.mux }
 
 // NewClient runs the protocol over an established connection (for transports other than a unix
 // socket). The Client owns conn and closes it.
@@ -87,6 +105,9 @@ func NewClient(conn net.Conn, opts Options) *Client {
 func (c *Client) Close() error {
 	c.shutdown(fmt.Errorf("client closed: %w", errdefs.ErrUnavailable))
 	<-c.readerEnd
+	if c.mux != nil {
+		c.mux.Close()
+	}
 	return nil
 }
 

@@ -1,0 +1,339 @@
+package link
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
+)
+
+// MaxMuxQueue bounds the bytes of frames a Mux holds for one client that reads too slowly; past it the
+// client is dropped, so that it cannot hold up the daemon's frames to the others.
+const MaxMuxQueue = 64 << 20
+
+// Mux shares the one connection to a daemon among several clients: the node's own Client, and those of
+// control-plane replicas that reach the sandbox through the node. Each client speaks the protocol on a
+// connection of its own as if it had the daemon to itself; the Mux gives each of its streams a stream ID
+// on the daemon's connection and translates the IDs of every frame both ways. Flow control stays end to
+// end (window frames pass through), so the Mux buffers no more than the windows allow, bounded by
+// MaxMuxQueue per client.
+//
+// A client that goes away has its streams canceled on the daemon (processes keep running and can be
+// attached again). When the daemon's connection ends, every client's connection is closed.
+type Mux struct {
+	daemon   net.Conn
+	audit    Audit
+	maxQueue int
+
+	wmu sync.Mutex // serializes writes to daemon
+
+	mu      sync.Mutex
+	routes  map[uint32]muxRoute // daemon stream ID → the client's stream; guarded by mu
+	next    uint32              // last daemon stream ID given; guarded by mu
+	clients map[*muxClient]struct{}
+	err     error // why the daemon connection ended, once done is closed; guarded by mu
+
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+type muxRoute struct {
+	c  *muxClient
+	id uint32
+	op proto.Op
+}
+
+// NewMux starts sharing conn, the connection to a daemon; the Mux owns it. Audit, if set, records every
+// frame between the daemon and any client, under the daemon connection's stream IDs.
+func NewMux(conn net.Conn, audit Audit) *Mux {
+	m := &Mux{daemon: conn, audit: audit, maxQueue: MaxMuxQueue, routes: map[uint32]muxRoute{}, clients: map[*muxClient]struct{}{}, done: make(chan struct{})}
+	m.wg.Add(1)
+	go m.readDaemon() // owner: Mux; ends when the daemon connection ends
+	return m
+}
+
+// Done is closed when the daemon's connection is gone.
+func (m *Mux) Done() <-chan struct{} { return m.done }
+
+// Err reports why the daemon's connection ended, or nil while it is up.
+func (m *Mux) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// Close closes the daemon's connection and every client's, and waits for the Mux's goroutines.
+func (m *Mux) Close() error {
+	m.fail(fmt.Errorf("connection closed: %w", errdefs.ErrUnavailable))
+	m.wg.Wait()
+	return nil
+}
+
+// Pipe returns a new client's end of an in-process connection through the Mux (for the node's own
+// Client: NewClient(m.Pipe(), opts)).
+func (m *Mux) Pipe() net.Conn {
+	a, b := net.Pipe()
+	m.Serve(b)
+	return a
+}
+
+// Serve makes conn a client of the Mux, in goroutines of the Mux's own; the Mux owns conn and closes it
+// when either side ends. A Mux whose daemon connection ended closes conn at once.
+func (m *Mux) Serve(conn net.Conn) {
+	c := &muxClient{m: m, conn: conn, ids: map[uint32]uint32{}, wake: make(chan struct{}, 1), gone: make(chan struct{})}
+	m.mu.Lock()
+	if m.err != nil {
+		m.mu.Unlock()
+		conn.Close()
+		return
+	}
+	m.clients[c] = struct{}{}
+	m.wg.Add(2)
+	m.mu.Unlock()
+	go c.readLoop()  // owner: Mux; ends when the client's connection ends
+	go c.writeLoop() // owner: Mux; ends when the client is gone
+}
+
+func (m *Mux) fail(err error) {
+	m.mu.Lock()
+	if m.err != nil {
+		m.mu.Unlock()
+		return
+	}
+	m.err = err
+	clients := m.clients
+	m.clients = map[*muxClient]struct{}{}
+	m.routes = map[uint32]muxRoute{}
+	close(m.done)
+	m.mu.Unlock()
+	m.daemon.Close()
+	for c := range clients {
+		c.close()
+	}
+}
+
+// record hands an audit entry for a frame on the daemon's connection to the audit sink.
+func (m *Mux) record(dir Direction, f proto.Frame, op proto.Op, args any) {
+	if m.audit != nil {
+		recordFrame(m.audit, dir, f, op, args)
+	}
+}
+
+// writeDaemon writes one frame to the daemon; a failure ends the Mux.
+func (m *Mux) writeDaemon(f proto.Frame, op proto.Op) error {
+	if m.audit != nil {
+		var args any
+		if f.Type == proto.TypeRequest {
+			if _, a, err := proto.DecodeRequest(f.Payload); err == nil {
+				args = a
+			}
+		}
+		m.record(ToSandbox, f, op, args)
+	}
+	m.wmu.Lock()
+	err := proto.WriteFrame(m.daemon, f)
+	m.wmu.Unlock()
+	if err != nil {
+		m.fail(fmt.Errorf("write to daemon: %v: %w", err, errdefs.ErrUnavailable))
+	}
+	return err
+}
+
+// readDaemon routes the daemon's frames to the clients whose streams they belong to.
+func (m *Mux) readDaemon() {
+	defer m.wg.Done()
+	br := bufio.NewReaderSize(m.daemon, 64<<10)
+	for {
+		f, err := proto.ReadFrameBuf(br, bufs.Get)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				m.fail(fmt.Errorf("connection to daemon closed: %w", errdefs.ErrUnavailable))
+			} else {
+				m.fail(fmt.Errorf("connection to daemon: %v: %w", err, errdefs.ErrUnavailable))
+			}
+			return
+		}
+		m.mu.Lock()
+		r, ok := m.routes[f.Stream]
+		if ok && f.Type == proto.TypeResponse {
+			delete(m.routes, f.Stream)
+			if r.c != nil {
+				delete(r.c.ids, r.id)
+			}
+		}
+		m.mu.Unlock()
+		m.record(FromSandbox, f, r.op, nil)
+		if !ok || r.c == nil {
+			bufs.Put(f.Payload)
+			continue // a stream nobody waits for any more (its client went away)
+		}
+		f.Stream = r.id
+		r.c.enqueue(f)
+	}
+}
+
+// muxClient is one client of a Mux.
+type muxClient struct {
+	m    *Mux
+	conn net.Conn
+	// ids maps the client's stream IDs to the daemon's; guarded by m.mu.
+	ids map[uint32]uint32
+
+	qmu    sync.Mutex
+	queue  []proto.Frame // frames for the client, in order; guarded by qmu
+	queued int           // their payload bytes; guarded by qmu
+	wake   chan struct{}
+
+	once sync.Once
+	gone chan struct{}
+}
+
+// enqueue queues a frame for the client; one that lets more than the Mux's bound pile up is dropped.
+func (c *muxClient) enqueue(f proto.Frame) {
+	c.qmu.Lock()
+	over := c.queued+len(f.Payload)+proto.HeaderSize > c.m.maxQueue
+	if !over {
+		c.queue = append(c.queue, f)
+		c.queued += len(f.Payload) + proto.HeaderSize
+	}
+	c.qmu.Unlock()
+	if over {
+		bufs.Put(f.Payload)
+		c.close()
+		return
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *muxClient) writeLoop() {
+	defer c.m.wg.Done()
+	bw := bufio.NewWriterSize(c.conn, 64<<10)
+	for {
+		select {
+		case <-c.gone:
+			return
+		case <-c.wake:
+		}
+		c.qmu.Lock()
+		frames := c.queue
+		c.queue, c.queued = nil, 0
+		c.qmu.Unlock()
+		for i, f := range frames {
+			err := proto.WriteFrame(bw, f)
+			bufs.Put(f.Payload)
+			if err != nil {
+				for _, f := range frames[i+1:] {
+					bufs.Put(f.Payload)
+				}
+				c.close()
+				return
+			}
+		}
+		if err := bw.Flush(); err != nil {
+			c.close()
+			return
+		}
+	}
+}
+
+// readLoop forwards the client's frames to the daemon under the daemon's stream IDs.
+func (c *muxClient) readLoop() {
+	defer c.m.wg.Done()
+	defer c.close()
+	br := bufio.NewReaderSize(c.conn, 64<<10)
+	for {
+		f, err := proto.ReadFrameBuf(br, bufs.Get)
+		if err != nil {
+			return
+		}
+		switch f.Type {
+		case proto.TypeRequest, proto.TypeData, proto.TypeCancel, proto.TypeClose, proto.TypeWindow:
+		default:
+			return // a frame only the daemon sends: a broken client
+		}
+		var op proto.Op
+		c.m.mu.Lock()
+		if c.m.err != nil {
+			c.m.mu.Unlock()
+			return
+		}
+		id, ok := c.ids[f.Stream]
+		switch {
+		case f.Type == proto.TypeRequest && ok:
+			c.m.mu.Unlock()
+			return // a stream ID the client is still using: a broken client
+		case f.Type == proto.TypeRequest:
+			if o, _, err := proto.DecodeRequest(f.Payload); err == nil {
+				op = o
+			}
+			for {
+				c.m.next++
+				if c.m.next == 0 {
+					c.m.next = 1
+				}
+				if _, used := c.m.routes[c.m.next]; !used {
+					break
+				}
+			}
+			id = c.m.next
+			c.ids[f.Stream] = id
+			c.m.routes[id] = muxRoute{c: c, id: f.Stream, op: op}
+		case !ok:
+			c.m.mu.Unlock()
+			continue // a stream that ended already: the daemon would ignore it too
+		default:
+			op = c.m.routes[id].op
+		}
+		c.m.mu.Unlock()
+		f.Stream = id
+		err = c.m.writeDaemon(f, op)
+		bufs.Put(f.Payload)
+		if err != nil {
+			return
+		}
+	}
+}
+
+// close ends the client: its connection closes, and its streams still open are canceled on the daemon
+// (their answers are dropped as they come).
+func (c *muxClient) close() {
+	c.once.Do(func() {
+		close(c.gone)
+		c.conn.Close()
+		c.m.mu.Lock()
+		delete(c.m.clients, c)
+		var open []uint32
+		for _, id := range c.ids {
+			open = append(open, id)
+			r := c.m.routes[id]
+			r.c = nil
+			c.m.routes[id] = r
+		}
+		c.ids = map[uint32]uint32{}
+		alive := c.m.err == nil && len(open) > 0
+		if alive {
+			c.m.wg.Add(1)
+		}
+		c.m.mu.Unlock()
+		if alive {
+			// Not on this goroutine: it may be the one reading the daemon, which must not wait on a
+			// write to it.
+			go func() { // owner: Mux; ends when the cancels are written
+				defer c.m.wg.Done()
+				for _, id := range open {
+					if c.m.writeDaemon(proto.Frame{Type: proto.TypeCancel, Stream: id}, "") != nil {
+						return
+					}
+				}
+			}()
+		}
+	})
+}

@@ -1,0 +1,196 @@
+package link
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
+)
+
+// newMux returns a Mux over a fake daemon, and n Clients through it.
+func newMux(t *testing.T, n int) (*Mux, *fakeDaemon, []*Client) {
+	t.Helper()
+	a, b := net.Pipe()
+	var rec recorder
+	m := NewMux(a, &rec)
+	t.Cleanup(func() { m.Close(); b.Close() })
+	var cs []*Client
+	for range n {
+		c := NewClient(m.Pipe(), Options{})
+		t.Cleanup(func() { c.Close() })
+		cs = append(cs, c)
+	}
+	return m, &fakeDaemon{t: t, conn: b, r: bufio.NewReader(b)}, cs
+}
+
+type recorder struct {
+	mu sync.Mutex
+	es []Entry
+}
+
+func (r *recorder) Record(e Entry) {
+	r.mu.Lock()
+	r.es = append(r.es, e)
+	r.mu.Unlock()
+}
+
+// TestMuxRoutesByStream: two clients' calls, each on its own stream 1, reach the daemon on different
+// streams, and each answer goes back to the client that asked, whatever the order.
+func TestMuxRoutesByStream(t *testing.T) {
+	_, f, cs := newMux(t, 2)
+	type result struct {
+		info proto.FileInfo
+		err  error
+	}
+	res := make([]chan result, 2)
+	for i, c := range cs {
+		res[i] = make(chan result, 1)
+		go func() {
+			fi, err := c.Stat(context.Background(), []string{"/a", "/b"}[i])
+			res[i] <- result{fi, err}
+		}()
+	}
+	reqs := map[string]uint32{}
+	for range 2 {
+		fr := f.read()
+		op, args, err := proto.DecodeRequest(fr.Payload)
+		if err != nil || op != proto.OpStat || fr.Type != proto.TypeRequest {
+			t.Fatalf("daemon got %s %s %v", fr.Type, op, err)
+		}
+		reqs[args.(*proto.StatRequest).Path] = fr.Stream
+	}
+	if reqs["/a"] == reqs["/b"] {
+		t.Fatalf("both calls reached the daemon on stream %d", reqs["/a"])
+	}
+	f.write(proto.TypeResponse, reqs["/b"], proto.EncodeResponse(proto.FileInfo{Name: "b", Size: 2}, nil))
+	f.write(proto.TypeResponse, reqs["/a"], proto.EncodeResponse(nil, errdefs.ErrNotFound))
+	if r := <-res[1]; r.err != nil || r.info.Name != "b" {
+		t.Errorf("second client got %+v, %v; want b", r.info, r.err)
+	}
+	if r := <-res[0]; !errors.Is(r.err, errdefs.ErrNotFound) {
+		t.Errorf("first client got %v; want ErrNotFound", r.err)
+	}
+}
+
+// TestMuxDataAndWindows: a download's data frames reach only the client that asked, and its window
+// updates reach the daemon under the daemon's stream ID.
+func TestMuxDataAndWindows(t *testing.T) {
+	_, f, cs := newMux(t, 2)
+	var got bytes.Buffer
+	errc := make(chan error, 1)
+	go func() { errc <- cs[1].ReadFile(context.Background(), "/big", &got) }()
+	req := f.read()
+	chunk := bytes.Repeat([]byte("x"), proto.ChunkSize)
+	sent := 0
+	for sent < proto.InitialWindow/2 {
+		f.write(proto.TypeData, req.Stream, proto.AppendData(nil, proto.ChannelStdout, int64(sent), chunk))
+		sent += len(chunk)
+	}
+	// The client returns credit as it consumes: a window frame on the daemon's stream.
+	fr := f.read()
+	if fr.Type != proto.TypeWindow || fr.Stream != req.Stream {
+		t.Fatalf("daemon got %s on stream %d; want window on %d", fr.Type, fr.Stream, req.Stream)
+	}
+	f.write(proto.TypeResponse, req.Stream, proto.EncodeResponse(nil, nil))
+	if err := <-errc; err != nil || got.Len() != sent {
+		t.Fatalf("ReadFile = %d bytes, %v; want %d", got.Len(), err, sent)
+	}
+	// The other client is still fine.
+	go func() { errc <- cs[0].Ping(context.Background()) }()
+	ping := f.read()
+	f.write(proto.TypeResponse, ping.Stream, proto.EncodeResponse(nil, nil))
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMuxClientGoneCancels: a client that goes away with a call open has the call canceled on the
+// daemon; the answer that comes later is dropped and the others carry on.
+func TestMuxClientGoneCancels(t *testing.T) {
+	_, f, cs := newMux(t, 2)
+	go cs[0].Exec(context.Background(), proto.ExecRequest{Argv: []string{"sleep", "9"}}) //nolint:errcheck // ends with the client
+	req := f.read()
+	cs[0].Close()
+	fr := f.read()
+	if fr.Type != proto.TypeCancel || fr.Stream != req.Stream {
+		t.Fatalf("daemon got %s on %d; want cancel on %d", fr.Type, fr.Stream, req.Stream)
+	}
+	f.write(proto.TypeResponse, req.Stream, proto.EncodeResponse(proto.ExecResult{}, nil))
+	errc := make(chan error, 1)
+	go func() { errc <- cs[1].Ping(context.Background()) }()
+	ping := f.read()
+	f.write(proto.TypeResponse, ping.Stream, proto.EncodeResponse(nil, nil))
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMuxDaemonGone: when the daemon's connection ends, every client sees its connection end, and a
+// client that comes later is closed at once.
+func TestMuxDaemonGone(t *testing.T) {
+	m, f, cs := newMux(t, 2)
+	f.conn.Close()
+	for i, c := range cs {
+		select {
+		case <-c.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("client %d still up after the daemon went", i)
+		}
+	}
+	<-m.Done()
+	late := NewClient(m.Pipe(), Options{})
+	defer late.Close()
+	if err := late.Ping(context.Background()); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("a client after the daemon went: %v; want ErrUnavailable", err)
+	}
+}
+
+// TestMuxSlowClientDropped: a client that does not read its frames is dropped once the bound is passed;
+// the daemon and the other clients are not held up.
+func TestMuxSlowClientDropped(t *testing.T) {
+	a, b := net.Pipe()
+	m := NewMux(a, nil)
+	m.maxQueue = 256 << 10
+	defer m.Close()
+	f := &fakeDaemon{t: t, conn: b, r: bufio.NewReader(b)}
+	slow := m.Pipe() // nobody reads it
+	defer slow.Close()
+	if err := proto.WriteFrame(slow, proto.Frame{Type: proto.TypeRequest, Stream: 1, Payload: mustRequest(t, proto.OpReadFile, proto.ReadFileRequest{Path: "/x"})}); err != nil {
+		t.Fatal(err)
+	}
+	req := f.read()
+	chunk := bytes.Repeat([]byte("y"), proto.ChunkSize)
+	for i := range 8 { // 512 KiB: twice the bound, within the stream's window
+		f.write(proto.TypeData, req.Stream, proto.AppendData(nil, proto.ChannelStdout, int64(i*len(chunk)), chunk))
+	}
+	// The slow client's stream was canceled when it was dropped.
+	fr := f.read()
+	if fr.Type != proto.TypeCancel || fr.Stream != req.Stream {
+		t.Fatalf("daemon got %s on %d; want cancel on %d", fr.Type, fr.Stream, req.Stream)
+	}
+	fast := NewClient(m.Pipe(), Options{})
+	defer fast.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- fast.Ping(context.Background()) }()
+	ping := f.read()
+	f.write(proto.TypeResponse, ping.Stream, proto.EncodeResponse(nil, nil))
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustRequest(t *testing.T, op proto.Op, args any) []byte {
+	t.Helper()
+	p, err := proto.EncodeRequest(op, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
