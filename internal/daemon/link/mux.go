@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -15,6 +16,9 @@ import (
 // MaxMuxQueue bounds the bytes of frames a Mux holds for one client that reads too slowly; past it the
 // client is dropped, so that it cannot hold up the daemon's frames to the others.
 const MaxMuxQueue = 64 << 20
+
+// frameCost is what a queued frame costs beside its buffer.
+const frameCost = 64
 
 // Mux shares the one connection to a daemon among several clients: the node's own Client, and those of
 // control-plane replicas that reach the sandbox through the node. Each client speaks the protocol on a
@@ -112,8 +116,10 @@ func (m *Mux) fail(err error) {
 	close(m.done)
 	m.mu.Unlock()
 	m.daemon.Close()
+	// Each client gets what the daemon sent before it went (the answer to a quiesce comes just before
+	// the daemon closes its end), then its connection closes.
 	for c := range clients {
-		c.close()
+		c.finish()
 	}
 }
 
@@ -187,26 +193,65 @@ type muxClient struct {
 	qmu    sync.Mutex
 	queue  []proto.Frame // frames for the client, in order; guarded by qmu
 	queued int           // their payload bytes; guarded by qmu
-	wake   chan struct{}
+	// finishing is set once the daemon's connection ended: the client is closed when its queue is
+	// written. Guarded by qmu.
+	finishing bool
+	wake      chan struct{}
+
+	// wmu orders the client's frames to the daemon: its reader's, then the cancels of close.
+	wmu sync.Mutex
 
 	once sync.Once
 	gone chan struct{}
 }
 
+func (c *muxClient) isGone() bool {
+	select {
+	case <-c.gone:
+		return true
+	default:
+		return false
+	}
+}
+
 // enqueue queues a frame for the client; one that lets more than the Mux's bound pile up is dropped.
 func (c *muxClient) enqueue(f proto.Frame) {
+	// A frame holds its buffer's whole capacity (a pooled one is larger than its payload) and its
+	// place in the queue.
+	cost := cap(f.Payload) + frameCost
 	c.qmu.Lock()
-	over := c.queued+len(f.Payload)+proto.HeaderSize > c.m.maxQueue
+	over := c.queued+cost > c.m.maxQueue
 	if !over {
 		c.queue = append(c.queue, f)
-		c.queued += len(f.Payload) + proto.HeaderSize
+		c.queued += cost
 	}
 	c.qmu.Unlock()
 	if over {
 		bufs.Put(f.Payload)
-		c.close()
+		// Not on this goroutine, which reads the daemon for every client: closing a TLS connection
+		// may block.
+		c.m.wg.Add(1)
+		go func() { // owner: Mux; ends when the client is closed
+			defer c.m.wg.Done()
+			c.close()
+		}()
 		return
 	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// finishDeadline bounds the writing of a finishing client's last frames.
+const finishDeadline = 5 * time.Second
+
+// finish closes the client once the frames queued for it are written (within finishDeadline).
+func (c *muxClient) finish() {
+	c.qmu.Lock()
+	c.finishing = true
+	c.qmu.Unlock()
+	_ = c.conn.SetWriteDeadline(time.Now().Add(finishDeadline))
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -225,7 +270,18 @@ func (c *muxClient) writeLoop() {
 		c.qmu.Lock()
 		frames := c.queue
 		c.queue, c.queued = nil, 0
+		finishing := c.finishing
 		c.qmu.Unlock()
+		if finishing && len(frames) == 0 {
+			c.close()
+			return
+		}
+		if finishing {
+			select { // come back for the close once these are written
+			case c.wake <- struct{}{}:
+			default:
+			}
+		}
 		for i, f := range frames {
 			err := proto.WriteFrame(bw, f)
 			bufs.Put(f.Payload)
@@ -247,7 +303,13 @@ func (c *muxClient) writeLoop() {
 // readLoop forwards the client's frames to the daemon under the daemon's stream IDs.
 func (c *muxClient) readLoop() {
 	defer c.m.wg.Done()
-	defer c.close()
+	defer func() {
+		if c.m.Err() != nil {
+			c.finish() // the writer closes the client once the daemon's last frames are out
+		} else {
+			c.close()
+		}
+	}()
 	br := bufio.NewReaderSize(c.conn, 64<<10)
 	for {
 		f, err := proto.ReadFrameBuf(br, bufs.Get)
@@ -260,15 +322,20 @@ func (c *muxClient) readLoop() {
 			return // a frame only the daemon sends: a broken client
 		}
 		var op proto.Op
+		// wmu keeps this frame ahead of the cancels close writes for the client's streams; the check of
+		// gone under m.mu keeps a stream from being registered after close collected them.
+		c.wmu.Lock()
 		c.m.mu.Lock()
-		if c.m.err != nil {
+		if c.m.err != nil || c.isGone() {
 			c.m.mu.Unlock()
+			c.wmu.Unlock()
 			return
 		}
 		id, ok := c.ids[f.Stream]
 		switch {
 		case f.Type == proto.TypeRequest && ok:
 			c.m.mu.Unlock()
+			c.wmu.Unlock()
 			return // a stream ID the client is still using: a broken client
 		case f.Type == proto.TypeRequest:
 			if o, _, err := proto.DecodeRequest(f.Payload); err == nil {
@@ -288,6 +355,8 @@ func (c *muxClient) readLoop() {
 			c.m.routes[id] = muxRoute{c: c, id: f.Stream, op: op}
 		case !ok:
 			c.m.mu.Unlock()
+			c.wmu.Unlock()
+			bufs.Put(f.Payload)
 			continue // a stream that ended already: the daemon would ignore it too
 		default:
 			op = c.m.routes[id].op
@@ -295,6 +364,7 @@ func (c *muxClient) readLoop() {
 		c.m.mu.Unlock()
 		f.Stream = id
 		err = c.m.writeDaemon(f, op)
+		c.wmu.Unlock()
 		bufs.Put(f.Payload)
 		if err != nil {
 			return
@@ -328,6 +398,8 @@ func (c *muxClient) close() {
 			// write to it.
 			go func() { // owner: Mux; ends when the cancels are written
 				defer c.m.wg.Done()
+				c.wmu.Lock() // after a request the reader is writing
+				defer c.wmu.Unlock()
 				for _, id := range open {
 					if c.m.writeDaemon(proto.Frame{Type: proto.TypeCancel, Stream: id}, "") != nil {
 						return

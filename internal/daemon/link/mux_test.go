@@ -194,3 +194,26 @@ func mustRequest(t *testing.T, op proto.Op, args any) []byte {
 	}
 	return p
 }
+
+// TestMuxLastAnswerBeforeDaemonGoes: an answer the daemon sends just before it closes its end (as it
+// answers a quiesce) still reaches the client that asked, before the client's connection closes.
+func TestMuxLastAnswerBeforeDaemonGoes(t *testing.T) {
+	for range 20 {
+		_, f, cs := newMux(t, 2)
+		errc := make(chan error, 1)
+		go func() { errc <- cs[0].Quiesce(context.Background()) }()
+		req := f.read()
+		f.write(proto.TypeResponse, req.Stream, proto.EncodeResponse(nil, nil))
+		f.conn.Close()
+		if err := <-errc; err != nil {
+			t.Fatalf("the answer sent just before the daemon went was lost: %v", err)
+		}
+		for i, c := range cs {
+			select {
+			case <-c.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("client %d still up after the daemon went", i)
+			}
+		}
+	}
+}
