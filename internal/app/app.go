@@ -46,6 +46,7 @@ import (
 	"github.com/airlockrun/airlock/internal/blob"
 	bloblocal "github.com/airlockrun/airlock/internal/blob/local"
 	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
+	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/daemon/link"
@@ -55,6 +56,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/keys"
 	"github.com/airlockrun/airlock/internal/keys/local"
+	"github.com/airlockrun/airlock/internal/keys/master"
 	"github.com/airlockrun/airlock/internal/keys/pkcs11"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/retention"
@@ -166,15 +168,16 @@ const (
 )
 
 // importFiles moves what versions before the keyring, secrets and connections were kept in the Store
-// left in the data directory into the Store: DATA/keys/keyring.json, DATA/secrets and DATA/connections.
-// What the Store has already is kept, and its file left where it is, with a warning.
+// left in the data directory into the Store: DATA/keys/keyring.json (each tenant's keys merged with any
+// the Store has), DATA/secrets and DATA/connections (a tenant's records the Store has already are kept,
+// and that file left where it is, with a warning).
 func importFiles(ctx context.Context, log *slog.Logger, kr *local.Keyring, st secrets.Docs, dataDir string) error {
-	moved, skipped, err := local.ImportFile(ctx, kr, filepath.Join(dataDir, "keys"))
+	moved, merged, err := local.ImportFile(ctx, kr, filepath.Join(dataDir, "keys"))
 	if err != nil {
 		return err
 	}
-	if moved > 0 || len(skipped) > 0 {
-		log.Info("moved the keyring file into the store", "tenants", moved, "skipped", skipped)
+	if moved > 0 || merged > 0 {
+		log.Info("moved the keyring file into the store", "tenants", moved, "merged", merged)
 	}
 	for _, kind := range []struct{ dir, prefix string }{{"secrets", SecretsDocPrefix}, {"connections", ConnectionsDocPrefix}} {
 		files, err := secrets.NewFileStorage(filepath.Join(dataDir, kind.dir))
@@ -332,12 +335,21 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if masterPath == "" {
 		masterPath = filepath.Join(dataDir, "keys", "master.key")
 	}
-	master, err := local.LoadMasterKey(masterPath, true)
+	masterBytes, err := master.LoadFile(masterPath, true)
 	if err != nil {
 		return err
 	}
-	localKeys, err := local.NewInStore(ctx, st, master)
-	clear(master)
+	masterKey, err := master.New(masterBytes)
+	clear(masterBytes)
+	if err != nil {
+		return err
+	}
+	localKeys, err := local.NewInStore(ctx, st, masterKey)
+	if err != nil {
+		return err
+	}
+	// The cluster's CA, made on first start: nodes that join get their certificates from it.
+	clusterCA, err := cluster.LoadCA(ctx, st, masterKey)
 	if err != nil {
 		return err
 	}
@@ -463,7 +475,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Snapshots: snaps, ScratchDir: filepath.Join(dataDir, "scratch"),
 		ImageCacheDir: filepath.Join(dataDir, "images"), ImageCacheBytes: cfg.ImageCacheBytes,
 		Retention: cfg.Retention, PruneInterval: cfg.PruneInterval, GCInterval: cfg.GCInterval, GCGrace: cfg.GCGrace,
-		Keys: keyring, KeyCheckInterval: cfg.KeyCheckInterval})
+		Keys: keyring, KeyCheckInterval: cfg.KeyCheckInterval, Cluster: clusterCA})
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/keys/local"
+	"github.com/airlockrun/airlock/internal/keys/master"
 	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
@@ -40,11 +41,15 @@ func TestImportFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	master, err := local.LoadMasterKey(filepath.Join(dataDir, "keys", "master.key"), true)
+	mb, err := master.LoadFile(filepath.Join(dataDir, "keys", "master.key"), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kr, err := local.NewInStore(ctx, st, master)
+	mk, err := master.New(mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr, err := local.NewInStore(ctx, st, mk)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,8 @@ const (
 	EnvKeyFile = "AIRLOCK_KEY_FILE"
 	// EnvPostgres is airlock up's --postgres.
 	EnvPostgres = "AIRLOCK_POSTGRES"
+	// EnvJoinToken is airlock node join's --token.
+	EnvJoinToken = "AIRLOCK_JOIN_TOKEN"
 	// EnvMasterKeyFile is airlock up's --master-key-file.
 	EnvMasterKeyFile = "AIRLOCK_MASTER_KEY_FILE"
 )
@@ -131,6 +133,7 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 		newPsCmd(g),
 		newConnectionCmd(g),
 		newTenantCmd(g),
+		newNodeCmd(g),
 		newKeyCmd(g),
 		newTokenCmd(g),
 		newUsageCmd(g),

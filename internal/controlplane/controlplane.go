@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -135,6 +136,9 @@ type Config struct {
 	// GCGrace keeps unreferenced chunks younger than it (a snapshot being written elsewhere may use
 	// them). Zero: 1 hour.
 	GCGrace time.Duration
+	// Cluster is the cluster's certificate authority, which issues nodes their certificates when they
+	// join (cluster.go). Nil: the node routes answer failed precondition.
+	Cluster *cluster.CA
 }
 
 // Service is the control plane.
@@ -176,6 +180,9 @@ type Service struct {
 	// keysGone holds the tenants whose key the last check found unavailable; guarded by keysMu.
 	keysMu   sync.Mutex
 	keysGone map[string]bool
+
+	// ca issues the certificates of nodes that join; nil without a cluster.
+	ca *cluster.CA
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -236,7 +243,7 @@ func New(cfg Config) (*Service, error) {
 		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
 		idle: cfg.IdleInterval, stop: make(chan struct{}), pending: cfg.PendingDir, up: newUploader(), urgent: newUrgentGate(),
 		rolls: roller{m: map[string]rollState{}}, work: workTracker{n: map[string]int{}, ports: map[string]int{}}, retention: cfg.Retention.WithDefaults(), rollEvery: cfg.RollInterval,
-		pruneEvery: cfg.PruneInterval, keys: cfg.Keys, keysEvery: cfg.KeyCheckInterval, keysGone: map[string]bool{}}, nil
+		pruneEvery: cfg.PruneInterval, keys: cfg.Keys, keysEvery: cfg.KeyCheckInterval, keysGone: map[string]bool{}, ca: cfg.Cluster}, nil
 }
 
 // keyedMutex serializes work per key (sandbox ID) within this process.

@@ -251,6 +251,10 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"POST /v1/tenants":                                      {body: `{"name":"x"}`},
 		"GET /v1/tenants/{id}":                                  {},
 		"PATCH /v1/tenants/{id}":                                {body: `{"disabled":true,"quotas":{"sessions":1}}`},
+		"GET /v1/nodes":                                         {},
+		"GET /v1/nodes/join-tokens":                             {},
+		"POST /v1/nodes/join-tokens":                            {body: `{"ttl_seconds":60}`},
+		"DELETE /v1/nodes/join-tokens/{id}":                     {},
 		"GET /v1/usage":                                         {},
 		"GET /v1/audit":                                         {},
 		"GET /v1/key":                                           {},
@@ -321,7 +325,8 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"PATCH /{kind}/{id}/ports/{port}/{path...}":             {body: "from-b"},
 		"DELETE /{kind}/{id}/ports/{port}/{path...}":            {},
 	}
-	public := map[string]bool{"GET /v1/health": true, "GET /v1/openapi.yaml": true, "GET /metrics": true, "GET /v1/oauth/callback": true}
+	public := map[string]bool{"GET /v1/health": true, "GET /v1/openapi.yaml": true, "GET /metrics": true, "GET /v1/oauth/callback": true,
+		"POST /v1/nodes/join": true}
 
 	var doc struct {
 		Paths map[string]map[string]any `yaml:"paths"`

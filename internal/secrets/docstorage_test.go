@@ -10,20 +10,14 @@ import (
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/keys/local"
+	"github.com/airlockrun/airlock/internal/keys/master"
 	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/secrets/storagetest"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
+	"github.com/airlockrun/airlock/internal/store/sqlite/sqlitetest"
 )
 
-func newSQLite(t *testing.T) *sqlite.Store {
-	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "airlock.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
+func newSQLite(t *testing.T) *sqlite.Store { return sqlitetest.Open(t) }
 
 func newDocStorage(t *testing.T, docs secrets.Docs) *secrets.DocStorage {
 	t.Helper()
@@ -44,7 +38,10 @@ func TestDocStorageConformance(t *testing.T) {
 func TestDocStorageReplicas(t *testing.T) {
 	ctx := t.Context()
 	db := newSQLite(t)
-	master := bytes.Repeat([]byte{5}, local.MasterKeySize)
+	master, err := master.New(bytes.Repeat([]byte{5}, master.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var replicas []*secrets.Store
 	for range 2 {
 		kr, err := local.NewInStore(ctx, db, master)

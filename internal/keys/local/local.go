@@ -112,6 +112,9 @@ func (ts *tenantState) wipe() {
 
 // validate checks the state read for tenant.
 func (ts *tenantState) validate(tenant string) error {
+	if ts == nil {
+		return fmt.Errorf("tenant %s: no state", tenant)
+	}
 	for _, e := range ts.Keys {
 		if ts.RevokedAt == nil && len(e.Key) != kekSize {
 			return fmt.Errorf("key %s of tenant %s has %d bytes", e.ID, tenant, len(e.Key))
@@ -206,7 +209,11 @@ func (f *fileBacking) save(ctx context.Context, tenantID string, ts *tenantState
 	}
 	if err != nil {
 		f.ring.Tenants[tenantID].wipe()
-		f.ring.Tenants[tenantID] = old
+		if old == nil {
+			delete(f.ring.Tenants, tenantID)
+		} else {
+			f.ring.Tenants[tenantID] = old
+		}
 		return err
 	}
 	old.wipe()

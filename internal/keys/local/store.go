@@ -2,18 +2,15 @@ package local
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/fsutil"
+	"github.com/airlockrun/airlock/internal/keys/master"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -30,10 +27,7 @@ const (
 	// documents were encrypted under.
 	checkDocKey  = "keys/local-master-check"
 	checkText    = "airlock local keyring master key check v1"
-	docVersion   = 0x01
 	docAADPrefix = "airlock/keys/local/doc v1\x00"
-	// MasterKeySize is the size of a master key.
-	MasterKeySize = 32
 )
 
 // storeBacking keeps each tenant's state in a document of its own, encrypted under the master key. It
@@ -41,18 +35,15 @@ const (
 // rotated for all.
 type storeBacking struct {
 	docs   Docs
-	master []byte
+	master *master.Key
 }
 
 // NewInStore returns a keyring keeping its keys in docs, each tenant's state encrypted (AES-256-GCM)
 // under masterKey. Every server on one Store must be given the same master key: NewInStore checks it
 // against the one the Store's keyring was made with (recording it on first use), and refuses another
 // (ErrFailedPrecondition).
-func NewInStore(ctx context.Context, docs Docs, masterKey []byte) (*Keyring, error) {
-	if len(masterKey) != MasterKeySize {
-		return nil, fmt.Errorf("local keyring: master key has %d bytes; want %d: %w", len(masterKey), MasterKeySize, errdefs.ErrInvalidArgument)
-	}
-	b := &storeBacking{docs: docs, master: append([]byte(nil), masterKey...)}
+func NewInStore(ctx context.Context, docs Docs, masterKey *master.Key) (*Keyring, error) {
+	b := &storeBacking{docs: docs, master: masterKey}
 	d, err := docs.GetDoc(ctx, checkDocKey)
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
@@ -81,28 +72,12 @@ func (b *storeBacking) key(tenantID string) string { return DocPrefix + store.Do
 
 // seal encrypts plain for the document key.
 func (b *storeBacking) seal(key string, plain []byte) ([]byte, error) {
-	aead, err := newAEAD(b.master)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, 1+nonceSize, 1+nonceSize+len(plain)+aead.Overhead())
-	out[0] = docVersion
-	if _, err := rand.Read(out[1:]); err != nil {
-		return nil, err
-	}
-	return aead.Seal(out, out[1:1+nonceSize], plain, []byte(docAADPrefix+key)), nil
+	return b.master.Seal(docAADPrefix+key, plain)
 }
 
 // open decrypts a document sealed for key; it must authenticate.
 func (b *storeBacking) open(key string, sealed []byte) ([]byte, error) {
-	if len(sealed) < 1+nonceSize || sealed[0] != docVersion {
-		return nil, fmt.Errorf("document %s is malformed", key)
-	}
-	aead, err := newAEAD(b.master)
-	if err != nil {
-		return nil, err
-	}
-	plain, err := aead.Open(nil, sealed[1:1+nonceSize], sealed[1+nonceSize:], []byte(docAADPrefix+key))
+	plain, err := b.master.Open(docAADPrefix+key, sealed)
 	if err != nil {
 		return nil, fmt.Errorf("document %s does not authenticate under the master key", key)
 	}
@@ -155,69 +130,59 @@ func (b *storeBacking) save(ctx context.Context, tenantID string, ts *tenantStat
 func (b *storeBacking) describe() string { return "store:" + DocPrefix }
 
 // ImportFile moves the keys of the keyring file in dir (New's) into k, for a server that used to keep
-// its keyring in a file: each tenant the Store has no keys for gets the file's. Then the file is removed,
-// so that key material the Store revokes is not left behind in it. It reports how many tenants it moved
-// and which it skipped (the Store had keys for them already; theirs are kept). No file: nothing to do.
-func ImportFile(ctx context.Context, k *Keyring, dir string) (moved int, skipped []string, err error) {
+// its keyring in a file: a tenant the Store has no keys for gets the file's; a tenant it has keys for
+// (another replica made some first) gets the file's keys added to its own, under their IDs, its current
+// key staying current, unless it is revoked in either (revocation wins: no key material comes back).
+// Then the file is removed, so that key material the Store revokes is not left behind in it. It
+// reports how many tenants it moved and how many it merged. No file: nothing to do.
+func ImportFile(ctx context.Context, k *Keyring, dir string) (moved, merged int, err error) {
 	path := filepath.Join(dir, FileName)
 	ring, err := readRingFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil, nil
+		return 0, 0, nil
 	}
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, err
 	}
-	for tenant, ts := range ring.Tenants {
-		err := k.b.save(ctx, tenant, ts, 0)
-		ts.wipe()
-		switch {
-		case err == nil:
+	for tenant, file := range ring.Tenants {
+		created := false
+		err := k.update(ctx, tenant, func(old *tenantState) (*tenantState, error) {
+			created = old == nil
+			if old == nil {
+				return file.clone(), nil
+			}
+			ts := old.clone()
+			if ts.RevokedAt != nil {
+				return ts, nil
+			}
+			if file.RevokedAt != nil {
+				ts.wipe()
+				ts.Keys, ts.Current, ts.RevokedAt = nil, "", file.RevokedAt
+				for _, e := range old.Keys {
+					ts.Keys = append(ts.Keys, keyEntry{ID: e.ID, CreatedAt: e.CreatedAt})
+				}
+				return ts, nil
+			}
+			for _, e := range file.Keys {
+				if ts.find(e.ID) == nil {
+					e.Key = append([]byte(nil), e.Key...)
+					ts.Keys = append(ts.Keys, e)
+				}
+			}
+			return ts, nil
+		})
+		file.wipe()
+		if err != nil {
+			return moved, merged, fmt.Errorf("local keyring: import tenant %s from %s: %w", tenant, path, err)
+		}
+		if created {
 			moved++
-		case errors.Is(err, errdefs.ErrConflict):
-			skipped = append(skipped, tenant)
-		default:
-			return moved, skipped, fmt.Errorf("local keyring: import tenant %s from %s: %w", tenant, path, err)
+		} else {
+			merged++
 		}
 	}
 	if err := os.Remove(path); err != nil {
-		return moved, skipped, fmt.Errorf("local keyring: remove %s after importing it: %w", path, err)
+		return moved, merged, fmt.Errorf("local keyring: remove %s after importing it: %w", path, err)
 	}
-	return moved, skipped, nil
-}
-
-// LoadMasterKey reads a master key file: 64 hex digits (surrounding space ignored), mode 0600 or
-// stricter. With create, a missing file is made with a fresh random key (and its directory, 0700).
-func LoadMasterKey(path string, create bool) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) && create {
-		key := make([]byte, MasterKeySize)
-		if _, err := rand.Read(key); err != nil {
-			return nil, err
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("master key: %w", err)
-		}
-		text := []byte(hex.EncodeToString(key) + "\n")
-		defer clear(text)
-		if err := fsutil.WriteFileAtomic(path, text, 0o600); err != nil {
-			return nil, fmt.Errorf("master key: %w", err)
-		}
-		return key, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("master key: %w", err)
-	}
-	defer clear(b)
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("master key: %w", err)
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("master key: %s has mode %v; want 0600: %w", path, st.Mode().Perm(), errdefs.ErrFailedPrecondition)
-	}
-	key, err := hex.DecodeString(strings.TrimSpace(string(b)))
-	if err != nil || len(key) != MasterKeySize {
-		return nil, fmt.Errorf("master key: %s must hold %d hex digits: %w", path, 2*MasterKeySize, errdefs.ErrInvalidArgument)
-	}
-	return key, nil
+	return moved, merged, nil
 }

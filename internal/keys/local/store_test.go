@@ -13,23 +13,23 @@ import (
 	"github.com/airlockrun/airlock/internal/keys"
 	"github.com/airlockrun/airlock/internal/keys/keystest"
 	"github.com/airlockrun/airlock/internal/keys/local"
+	"github.com/airlockrun/airlock/internal/keys/master"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
+	"github.com/airlockrun/airlock/internal/store/sqlite/sqlitetest"
 )
 
-func newSQLite(t *testing.T) *sqlite.Store {
-	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "airlock.db"))
+func newSQLite(t *testing.T) *sqlite.Store { return sqlitetest.Open(t) }
+
+func masterKey(b byte) *master.Key {
+	k, err := master.New(bytes.Repeat([]byte{b}, master.KeySize))
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
-	t.Cleanup(func() { st.Close() })
-	return st
+	return k
 }
 
-func masterKey(b byte) []byte { return bytes.Repeat([]byte{b}, local.MasterKeySize) }
-
-func newInStore(t *testing.T, docs local.Docs, master []byte) *local.Keyring {
+func newInStore(t *testing.T, docs local.Docs, master *master.Key) *local.Keyring {
 	t.Helper()
 	k, err := local.NewInStore(t.Context(), docs, master)
 	if err != nil {
@@ -125,9 +125,6 @@ func TestInStoreEncrypted(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "same master key") {
 		t.Fatalf("NewInStore with another master key: %v; want ErrFailedPrecondition naming the master key", err)
 	}
-	if _, err := local.NewInStore(ctx, st, masterKey(3)[:16]); !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("NewInStore with a short master key: %v; want ErrInvalidArgument", err)
-	}
 
 	// A document swapped for another tenant's does not pass for it (each is bound to its key).
 	one, err := st.GetDoc(ctx, local.DocPrefix+"~dGVuYW50IG9uZQ")
@@ -157,21 +154,35 @@ func TestImportFile(t *testing.T) {
 	if err := file.RevokeKey(ctx, "t2"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := file.WrapKey(ctx, "t3", dek); err != nil {
+	w3, id3, err := file.WrapKey(ctx, "t3", dek)
+	if err != nil {
 		t.Fatal(err)
 	}
 
 	st := newSQLite(t)
 	k := newInStore(t, st, masterKey(9))
-	if _, _, err := k.WrapKey(ctx, "t3", dek); err != nil { // the Store's t3 wins over the file's
-		t.Fatal(err)
-	}
-	moved, skipped, err := local.ImportFile(ctx, k, dir)
+	// Another replica made keys for t3 in the Store first: the file's are added to them.
+	ws3, ids3, err := k.WrapKey(ctx, "t3", dek)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if moved != 2 || len(skipped) != 1 || skipped[0] != "t3" {
-		t.Errorf("ImportFile moved %d, skipped %v; want 2 and [t3]", moved, skipped)
+	moved, merged, err := local.ImportFile(ctx, k, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moved != 2 || merged != 1 {
+		t.Errorf("ImportFile moved %d, merged %d; want 2 and 1", moved, merged)
+	}
+	for _, c := range []struct {
+		id string
+		w  []byte
+	}{{id3, w3}, {ids3, ws3}} {
+		if got, err := k.UnwrapKey(ctx, "t3", c.id, c.w); err != nil || !bytes.Equal(got, dek) {
+			t.Errorf("t3 key %s after the merge: %q, %v", c.id, got, err)
+		}
+	}
+	if _, cur, err := k.WrapKey(ctx, "t3", dek); err != nil || cur != ids3 {
+		t.Errorf("t3's current key after the merge is %s (%v); want the Store's, %s", cur, err, ids3)
 	}
 	if _, err := os.Stat(filepath.Join(dir, local.FileName)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the keyring file is still there after the import (%v)", err)
@@ -182,40 +193,8 @@ func TestImportFile(t *testing.T) {
 	if err := k.Check(ctx, "t2"); !errors.Is(err, errdefs.ErrPermissionDenied) {
 		t.Errorf("imported revoked tenant: Check = %v; want revoked", err)
 	}
-	if moved, _, err := local.ImportFile(ctx, k, dir); err != nil || moved != 0 {
+	if moved, merged, err := local.ImportFile(ctx, k, dir); err != nil || moved != 0 || merged != 0 {
 		t.Errorf("a second ImportFile: %d, %v; want nothing to do", moved, err)
-	}
-}
-
-func TestLoadMasterKey(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "sub", "master.key")
-	if _, err := local.LoadMasterKey(path, false); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("LoadMasterKey of a missing file without create: %v", err)
-	}
-	k1, err := local.LoadMasterKey(path, true)
-	if err != nil || len(k1) != local.MasterKeySize {
-		t.Fatalf("LoadMasterKey(create) = %d bytes, %v", len(k1), err)
-	}
-	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("master key file: %v, %v; want mode 0600", st, err)
-	}
-	k2, err := local.LoadMasterKey(path, true)
-	if err != nil || !bytes.Equal(k1, k2) {
-		t.Fatalf("LoadMasterKey again = %x, %v; want the same key", k2, err)
-	}
-	if err := os.Chmod(path, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := local.LoadMasterKey(path, false); !errors.Is(err, errdefs.ErrFailedPrecondition) {
-		t.Errorf("LoadMasterKey of a 0644 file: %v; want ErrFailedPrecondition", err)
-	}
-	bad := filepath.Join(dir, "bad.key")
-	if err := os.WriteFile(bad, []byte("not hex\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := local.LoadMasterKey(bad, false); !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("LoadMasterKey of a bad file: %v; want ErrInvalidArgument", err)
 	}
 }
 

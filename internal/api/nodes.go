@@ -1,0 +1,116 @@
+package api
+
+import (
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/cluster"
+	"github.com/airlockrun/airlock/internal/controlplane"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+var joinTokenIDPattern = regexp.MustCompile(`^[a-z2-7]{16}$`)
+
+// defaultJoinTokenTTL is a join token's lifetime when the request names none.
+const defaultJoinTokenTTL = 24 * time.Hour
+
+func toJoinToken(t cluster.JoinToken) airlock.JoinToken {
+	return airlock.JoinToken{ID: t.ID, Description: t.Description, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt}
+}
+
+func toNode(n controlplane.NodeRecord) airlock.Node {
+	return airlock.Node{ID: n.ID, Hosts: n.Hosts, JoinedAt: n.JoinedAt, JoinToken: n.JoinToken, CertExpiresAt: n.CertExpiresAt,
+		CertFingerprint: n.CertFingerprint}
+}
+
+func (s *Server) createJoinToken(w http.ResponseWriter, r *http.Request) {
+	var req airlock.CreateJoinTokenRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	ttl := defaultJoinTokenTTL
+	if req.TTLSeconds != 0 {
+		if req.TTLSeconds < 0 || req.TTLSeconds > int64(cluster.MaxJoinTokenTTL/time.Second) {
+			writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "ttl_seconds %d: want 1 to %d", req.TTLSeconds, int64(cluster.MaxJoinTokenTTL/time.Second)))
+			return
+		}
+		ttl = time.Duration(req.TTLSeconds) * time.Second
+	}
+	tok, t, err := s.cp.CreateJoinToken(r.Context(), ttl, req.Description)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	fp, err := s.cp.ClusterFingerprint()
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, airlock.CreatedJoinToken{JoinToken: toJoinToken(t), Token: tok, CAFingerprint: fp})
+}
+
+func (s *Server) listJoinTokens(w http.ResponseWriter, r *http.Request) {
+	if err := onlyQuery(r); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	ts, err := s.cp.ListJoinTokens(r.Context())
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	out := airlock.JoinTokenList{JoinTokens: make([]airlock.JoinToken, 0, len(ts))}
+	for _, t := range ts {
+		out.JoinTokens = append(out.JoinTokens, toJoinToken(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) deleteJoinToken(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, joinTokenIDPattern, "join token", "16 characters of a-z and 2-7")
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if err := s.cp.DeleteJoinToken(r.Context(), id); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
+	if err := onlyQuery(r); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	ns, err := s.cp.ListNodes(r.Context())
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	out := airlock.NodeList{Nodes: make([]airlock.Node, 0, len(ns))}
+	for _, n := range ns {
+		out.Nodes = append(out.Nodes, toNode(n))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// joinNode takes no API key: the join token in the body is the credential.
+func (s *Server) joinNode(w http.ResponseWriter, r *http.Request) {
+	var req airlock.JoinRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	j, err := s.cp.JoinNode(r.Context(), controlplane.JoinRequest{Token: req.Token, NodeID: req.NodeID, CSR: []byte(req.CSR),
+		Hosts: req.Hosts, Replace: req.Replace})
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, airlock.JoinResponse{Node: toNode(j.Node), Certificate: string(j.CertPEM), CACertificate: string(j.CAPEM)})
+}

@@ -1,0 +1,263 @@
+package cli
+
+import (
+	"crypto/ecdsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockrun/airlock/internal/cluster"
+	"github.com/airlockrun/airlock/internal/fsutil"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+// Files a node keeps in <data dir>/cluster once it joined.
+const (
+	NodeClusterDir = "cluster"
+	NodeKeyFile    = "node.key"  // its private key (0600)
+	NodeCertFile   = "node.crt"  // its certificate
+	NodeCAFile     = "ca.crt"    // the cluster CA's certificate
+	NodeInfoFile   = "node.json" // its ID and the control plane it joined
+)
+
+// NodeInfo is what NodeInfoFile holds.
+type NodeInfo struct {
+	ID           string    `json:"id"`
+	ControlPlane string    `json:"control_plane"`
+	Hosts        []string  `json:"hosts"`
+	JoinedAt     time.Time `json:"joined_at"`
+}
+
+func newNodeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Nodes that run as processes of their own: join tokens, joining, the node list",
+		Long: `A cluster has control-plane replicas and nodes that run the sandboxes, each its own process, talking over
+mutual TLS with certificates the control plane issues from the cluster's CA (kept in the database, sealed
+under the master key). A node joins with a join token the operator makes:
+
+    airlock node token create --ttl 24h            (operator's admin key)
+    airlock node join --url https://cp.internal --token alj_… --id node-a --host 10.0.0.5
+
+The join writes the node's key, certificate and the cluster CA's to <data dir>/cluster.`,
+	}
+	token := &cobra.Command{Use: "token", Short: "Manage join tokens (operator tenant's admin key)"}
+	var ttl time.Duration
+	var description string
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Make a join token and print it (shown only once)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			ct, err := g.client().CreateJoinToken(cmd.Context(), airlock.CreateJoinTokenRequest{TTLSeconds: int64(ttl / time.Second), Description: description})
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, ct)
+			}
+			fmt.Fprintf(g.Err, "Join token %s, good until %s, shown only now; nodes join with\n"+
+				"    airlock node join --url %s --ca-fingerprint %s --token <token> --id <id> --host <address>\n",
+				ct.ID, ct.ExpiresAt.Local().Format(time.DateTime), g.url, ct.CAFingerprint)
+			fmt.Fprintln(g.Out, ct.Token)
+			return nil
+		},
+	}
+	create.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "how long nodes may join with it (at most 720h)")
+	create.Flags().StringVar(&description, "description", "", "what the token is for")
+	token.AddCommand(create,
+		&cobra.Command{
+			Use:     "ls",
+			Aliases: []string{"list"},
+			Short:   "List the join tokens",
+			Args:    cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				defer interruptible(cmd)()
+				l, err := g.client().ListJoinTokens(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(g.Out, l)
+				}
+				t := newTable(g.Out, "ID", "EXPIRES", "DESCRIPTION")
+				for _, jt := range l.JoinTokens {
+					exp := jt.ExpiresAt.Local().Format(time.DateTime)
+					if !time.Now().Before(jt.ExpiresAt) {
+						exp += " (expired)"
+					}
+					t.row(jt.ID, exp, jt.Description)
+				}
+				return t.flush()
+			},
+		},
+		&cobra.Command{
+			Use:     "rm ID",
+			Aliases: []string{"revoke"},
+			Short:   "Revoke a join token (nodes that joined keep their certificates)",
+			Args:    cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				defer interruptible(cmd)()
+				return g.client().DeleteJoinToken(cmd.Context(), args[0])
+			},
+		})
+
+	var joinToken, nodeID, caFingerprint string
+	var hosts []string
+	var replace bool
+	join := &cobra.Command{
+		Use:   "join",
+		Short: "Join this host to a cluster as a node: get its certificate with a join token",
+		Long: `Join makes the node's private key here (it never leaves the host), sends a certificate signing request with
+the join token to the control plane at --url, and saves the key, the node's certificate and the cluster
+CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOIN_TOKEN.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			if joinToken == "" {
+				joinToken = os.Getenv(EnvJoinToken)
+			}
+			if joinToken == "" || nodeID == "" {
+				return fmt.Errorf("--token (or %s) and --id are required", EnvJoinToken)
+			}
+			if err := cluster.CheckID(nodeID); err != nil {
+				return fmt.Errorf("--id: %w", err)
+			}
+			if err := checkJoinURL(g.url); err != nil {
+				return err
+			}
+			key, csr, err := cluster.NewKey()
+			if err != nil {
+				return err
+			}
+			res, err := airlock.New(g.url).JoinNode(cmd.Context(), airlock.JoinRequest{Token: joinToken, NodeID: nodeID, CSR: string(csr), Hosts: hosts, Replace: replace})
+			if err != nil {
+				return err
+			}
+			if err := checkJoined(res, key, caFingerprint, nodeID); err != nil {
+				return fmt.Errorf("the control plane's answer is not to be trusted: %w", err)
+			}
+			keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+			if err != nil {
+				return err
+			}
+			keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+			clear(keyDER)
+			defer clear(keyPEM)
+			info, err := json.MarshalIndent(NodeInfo{ID: nodeID, ControlPlane: strings.TrimSuffix(g.url, "/"), Hosts: hosts, JoinedAt: res.Node.JoinedAt}, "", "  ")
+			if err != nil {
+				return err
+			}
+			dir := filepath.Join(g.dataDir, NodeClusterDir)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			for _, f := range []struct {
+				name string
+				data []byte
+			}{{NodeKeyFile, keyPEM}, {NodeCertFile, []byte(res.Certificate)}, {NodeCAFile, []byte(res.CACertificate)}, {NodeInfoFile, append(info, '\n')}} {
+				if err := fsutil.WriteFileAtomic(filepath.Join(dir, f.name), f.data, 0o600); err != nil {
+					return err
+				}
+			}
+			if g.json {
+				return printJSON(g.Out, res.Node)
+			}
+			fmt.Fprintf(g.Out, "Node %s joined; its certificate (valid until %s) and key are in %s\n", nodeID, res.Node.CertExpiresAt.Local().Format(time.DateTime), dir)
+			return nil
+		},
+	}
+	join.Flags().StringVar(&joinToken, "token", "", "the join token (env "+EnvJoinToken+", which keeps it out of the process list)")
+	join.Flags().StringVar(&nodeID, "id", "", "the node's ID: 1 to 64 of a-z, 0-9 and -")
+	join.Flags().StringArrayVar(&hosts, "host", nil, "a DNS name or IP address control planes reach this node at (repeat)")
+	join.Flags().BoolVar(&replace, "replace", false, "take the ID of a node that joined before (with the token it joined with)")
+	join.Flags().StringVar(&caFingerprint, "ca-fingerprint", "", `the cluster CA's fingerprint ("sha256:<hex>", printed by "node token create"): the join is refused if the control plane presents another CA`)
+
+	cmd.AddCommand(token, join,
+		&cobra.Command{
+			Use:     "ls",
+			Aliases: []string{"list"},
+			Short:   "List the nodes that joined (operator tenant's admin key)",
+			Args:    cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				defer interruptible(cmd)()
+				l, err := g.client().ListNodes(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(g.Out, l)
+				}
+				t := newTable(g.Out, "ID", "HOSTS", "JOINED", "CERT EXPIRES")
+				for _, n := range l.Nodes {
+					t.row(n.ID, strings.Join(n.Hosts, ","), n.JoinedAt.Local().Format(time.DateTime), n.CertExpiresAt.Local().Format(time.DateTime))
+				}
+				return t.flush()
+			},
+		})
+	return cmd
+}
+
+// checkJoinURL refuses to send a join token in the clear off this host: https, or http to loopback.
+func checkJoinURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("--url: %w", err)
+	}
+	switch {
+	case u.Scheme == "https":
+		return nil
+	case u.Scheme == "http":
+		if ip := net.ParseIP(u.Hostname()); (ip != nil && ip.IsLoopback()) || u.Hostname() == "localhost" {
+			return nil
+		}
+	}
+	return fmt.Errorf("--url %s: a join token goes only over https (or http to this host's loopback)", raw)
+}
+
+// checkJoined checks what the control plane answered a join with: the CA is the pinned one (if one is),
+// and the certificate is from that CA, names the node, and is for the key made here.
+func checkJoined(res *airlock.JoinResponse, key *ecdsa.PrivateKey, pin, nodeID string) error {
+	caBlock, _ := pem.Decode([]byte(res.CACertificate))
+	if caBlock == nil {
+		return errors.New("no CA certificate")
+	}
+	ca, err := x509.ParseCertificate(caBlock.Bytes)
+	if err != nil {
+		return err
+	}
+	if fp := cluster.CertFingerprint(caBlock.Bytes); pin != "" && !strings.EqualFold(fp, pin) {
+		return fmt.Errorf("the cluster CA is %s, not the %s given", fp, pin)
+	}
+	block, _ := pem.Decode([]byte(res.Certificate))
+	if block == nil {
+		return errors.New("no certificate")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		return err
+	}
+	if id, err := cluster.IdentityOf(cert); err != nil || id != (cluster.Identity{Role: cluster.RoleNode, ID: nodeID}) {
+		return fmt.Errorf("the certificate names %v, not node %s", id, nodeID)
+	}
+	if !key.PublicKey.Equal(cert.PublicKey) {
+		return errors.New("the certificate is not for this node's key")
+	}
+	return nil
+}

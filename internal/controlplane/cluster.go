@@ -1,0 +1,163 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/cluster"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// nodeDocPrefix starts the keys of the node registry's documents: nodeDocPrefix + the node's ID.
+const nodeDocPrefix = "cluster/nodes/"
+
+// NodeRecord is a node that joined the cluster.
+type NodeRecord struct {
+	ID    string   `json:"id"`
+	Hosts []string `json:"hosts"`
+	// JoinedAt is when it last joined; JoinToken the ID of the join token it used.
+	JoinedAt  time.Time `json:"joined_at"`
+	JoinToken string    `json:"join_token"`
+	// CertExpiresAt is when the certificate it was given expires; CertFingerprint names that
+	// certificate (an earlier one of the node's is no longer its own once it joined again).
+	CertExpiresAt   time.Time `json:"cert_expires_at"`
+	CertFingerprint string    `json:"cert_fingerprint"`
+}
+
+// JoinRequest is a node asking to join the cluster.
+type JoinRequest struct {
+	Token  string
+	NodeID string
+	// CSR is a PEM certificate signing request for the node's key.
+	CSR []byte
+	// Hosts are the names and addresses control planes reach the node at, put in its certificate.
+	Hosts []string
+	// Replace lets a node take the ID of a node that joined before (the same host, set up again), with
+	// the join token that node joined with: another token's holder cannot take a node's identity.
+	Replace bool
+}
+
+// Joined is what a node gets for joining: its certificate, and the cluster CA's to trust.
+type Joined struct {
+	CertPEM, CAPEM []byte
+	Node           NodeRecord
+}
+
+func (s *Service) clusterCA() (*cluster.CA, error) {
+	if s.ca == nil {
+		return nil, fmt.Errorf("this server runs no cluster of nodes: %w", errdefs.ErrFailedPrecondition)
+	}
+	return s.ca, nil
+}
+
+// CreateJoinToken makes a join token good for ttl, with which nodes join the cluster.
+func (s *Service) CreateJoinToken(ctx context.Context, ttl time.Duration, description string) (string, cluster.JoinToken, error) {
+	if _, err := s.clusterCA(); err != nil {
+		return "", cluster.JoinToken{}, err
+	}
+	return cluster.CreateJoinToken(ctx, s.store, ttl, description)
+}
+
+// ListJoinTokens reports the join tokens, expired ones included.
+func (s *Service) ListJoinTokens(ctx context.Context) ([]cluster.JoinToken, error) {
+	if _, err := s.clusterCA(); err != nil {
+		return nil, err
+	}
+	return cluster.ListJoinTokens(ctx, s.store)
+}
+
+// DeleteJoinToken revokes a join token.
+func (s *Service) DeleteJoinToken(ctx context.Context, id string) error {
+	if _, err := s.clusterCA(); err != nil {
+		return err
+	}
+	return cluster.DeleteJoinToken(ctx, s.store, id)
+}
+
+// JoinNode checks a node's join token, records the node, and issues its certificate. An ID another
+// node joined with is ErrAlreadyExists unless the request says Replace.
+func (s *Service) JoinNode(ctx context.Context, req JoinRequest) (Joined, error) {
+	ca, err := s.clusterCA()
+	if err != nil {
+		return Joined{}, err
+	}
+	tok, err := cluster.CheckJoinToken(ctx, s.store, req.Token)
+	if err != nil {
+		return Joined{}, err
+	}
+	if err := cluster.CheckID(req.NodeID); err != nil {
+		return Joined{}, fmt.Errorf("node ID: %w", err)
+	}
+	key := nodeDocPrefix + req.NodeID
+	old, err := s.store.GetDoc(ctx, key)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		old = store.Doc{Key: key}
+	case err != nil:
+		return Joined{}, fmt.Errorf("node %s: %w", req.NodeID, err)
+	case !req.Replace:
+		return Joined{}, fmt.Errorf("a node with ID %s joined already (join with replace to take its place): %w", req.NodeID, errdefs.ErrAlreadyExists)
+	default:
+		var prev NodeRecord
+		if err := json.Unmarshal(old.Value, &prev); err != nil {
+			return Joined{}, fmt.Errorf("node record %s: %w", key, err)
+		}
+		if prev.JoinToken != tok.ID {
+			return Joined{}, fmt.Errorf("node %s joined with another join token; only that one can replace it: %w", req.NodeID, errdefs.ErrPermissionDenied)
+		}
+	}
+	id := cluster.Identity{Role: cluster.RoleNode, ID: req.NodeID}
+	certPEM, err := ca.IssueCSR(id, req.CSR, req.Hosts)
+	if err != nil {
+		return Joined{}, err
+	}
+	block, _ := pem.Decode(certPEM)
+	rec := NodeRecord{ID: req.NodeID, Hosts: append([]string{}, req.Hosts...), JoinedAt: s.now().UTC(), JoinToken: tok.ID,
+		CertExpiresAt: s.now().UTC().Add(cluster.CertLifetime), CertFingerprint: cluster.CertFingerprint(block.Bytes)}
+	if old.Value, err = json.Marshal(rec); err != nil {
+		return Joined{}, err
+	}
+	// Compare-and-swap: of nodes joining with one ID at once, one wins.
+	if _, err := s.store.PutDoc(ctx, old); err != nil {
+		if errors.Is(err, errdefs.ErrAlreadyExists) || errors.Is(err, errdefs.ErrConflict) {
+			return Joined{}, fmt.Errorf("another node joined as %s meanwhile: %w", req.NodeID, errdefs.ErrAlreadyExists)
+		}
+		return Joined{}, fmt.Errorf("record node %s: %w", req.NodeID, err)
+	}
+	s.log.Info("node joined", "node", req.NodeID, "hosts", req.Hosts, "join_token", tok.ID, "replaced", req.Replace)
+	return Joined{CertPEM: certPEM, CAPEM: ca.CertPEM(), Node: rec}, nil
+}
+
+// ClusterFingerprint is the cluster CA certificate's fingerprint, which joining nodes can pin.
+func (s *Service) ClusterFingerprint() (string, error) {
+	ca, err := s.clusterCA()
+	if err != nil {
+		return "", err
+	}
+	return ca.Fingerprint(), nil
+}
+
+// ListNodes reports the nodes that joined the cluster, by ID.
+func (s *Service) ListNodes(ctx context.Context) ([]NodeRecord, error) {
+	if _, err := s.clusterCA(); err != nil {
+		return nil, err
+	}
+	ds, err := s.store.ListDocs(ctx, nodeDocPrefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]NodeRecord, 0, len(ds))
+	for _, d := range ds {
+		var n NodeRecord
+		if err := json.Unmarshal(d.Value, &n); err != nil {
+			return nil, fmt.Errorf("node record %s: %w", d.Key, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/cli"
+	"github.com/airlockrun/airlock/internal/cluster"
+	"github.com/airlockrun/airlock/internal/testenv"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+// runCLI runs the airlock CLI in-process and returns its exit code, stdout and stderr.
+func runCLI(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := cli.Run(context.Background(), args, cli.Streams{In: strings.NewReader(""), Out: &out, Err: &errb})
+	return code, out.String(), errb.String()
+}
+
+// TestNodeJoin: the operator makes a join token; a node joins with it through the CLI, which keeps its
+// key on the node and saves a certificate from the cluster CA naming the node; the token can be
+// revoked; other tenants do not see the node routes; a bad token learns nothing.
+func TestNodeJoin(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{})
+	ctx := ctxT(t, 2*time.Minute)
+	op := []string{"--url", e.URL, "--api-key", e.APIKey}
+
+	code, tok, errOut := runCLI(append(op, "node", "token", "create", "--ttl", "1h", "--description", "rack 4")...)
+	tok = strings.TrimSpace(tok)
+	if code != 0 || !strings.HasPrefix(tok, "alj_") {
+		t.Fatalf("node token create: %d %q %s", code, tok, errOut)
+	}
+	i := strings.Index(errOut, "--ca-fingerprint ")
+	if i < 0 {
+		t.Fatalf("node token create printed no CA fingerprint: %s", errOut)
+	}
+	fingerprint := strings.Fields(errOut[i+len("--ca-fingerprint "):])[0]
+	nodeDir := t.TempDir()
+	join := func(extra ...string) (int, string, string) {
+		return runCLI(append([]string{"--url", e.URL, "--data-dir", nodeDir, "node", "join", "--token", tok, "--id", "node-a",
+			"--host", "127.0.0.1", "--host", "node-a.internal"}, extra...)...)
+	}
+	// A pinned fingerprint that is not the cluster's, and a join token sent in the clear off this host,
+	// are refused before anything is saved.
+	wrongPin := "sha256:" + strings.Repeat("0", 64)
+	if code, _, errOut := join("--ca-fingerprint", wrongPin); code == 0 || !strings.Contains(errOut, "not to be trusted") {
+		t.Errorf("join with a wrong CA fingerprint: %d %s; want refused", code, errOut)
+	}
+	if code, _, errOut := runCLI("--url", "http://192.0.2.1:7070", "--data-dir", nodeDir, "node", "join", "--token", tok, "--id", "node-x"); code == 0 || !strings.Contains(errOut, "https") {
+		t.Errorf("join over plain http off this host: %d %s; want refused", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(nodeDir, cli.NodeClusterDir)); !os.IsNotExist(err) {
+		t.Fatalf("a refused join saved files (%v)", err)
+	}
+	if code, out, errOut := join("--ca-fingerprint", fingerprint, "--replace"); code != 0 || !strings.Contains(out, "node-a joined") {
+		t.Fatalf("node join: %d %s %s", code, out, errOut)
+	}
+	dir := filepath.Join(nodeDir, cli.NodeClusterDir)
+	for _, f := range []string{cli.NodeKeyFile, cli.NodeCertFile, cli.NodeCAFile, cli.NodeInfoFile} {
+		st, err := os.Stat(filepath.Join(dir, f))
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v %v; want mode 0600", f, st, err)
+		}
+	}
+	certPEM, _ := os.ReadFile(filepath.Join(dir, cli.NodeCertFile))
+	keyPEM, _ := os.ReadFile(filepath.Join(dir, cli.NodeKeyFile))
+	caPEM, _ := os.ReadFile(filepath.Join(dir, cli.NodeCAFile))
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatalf("the saved key and certificate do not match: %v", err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatal("no CA certificate saved")
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "node-a.internal", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("the node's certificate does not verify against the cluster CA: %v", err)
+	}
+	if id, err := cluster.IdentityOf(leaf); err != nil || id != (cluster.Identity{Role: cluster.RoleNode, ID: "node-a"}) {
+		t.Errorf("the node's certificate names %+v (%v); want node node-a", id, err)
+	}
+
+	nodes, err := e.Client.ListNodes(ctx)
+	if err != nil || len(nodes.Nodes) != 1 || nodes.Nodes[0].ID != "node-a" || len(nodes.Nodes[0].Hosts) != 2 ||
+		nodes.Nodes[0].CertFingerprint != cluster.CertFingerprint(leaf.Raw) {
+		t.Fatalf("ListNodes: %+v %v; want node-a with the fingerprint of the saved certificate", nodes, err)
+	}
+	if code, out, _ := runCLI(append(op, "node", "ls")...); code != 0 || !strings.Contains(out, "node-a") {
+		t.Errorf("node ls: %d %s", code, out)
+	}
+
+	// The same ID again only with --replace.
+	if code, _, errOut := join(); code == 0 || !strings.Contains(errOut, "joined already") {
+		t.Errorf("joining with a taken ID: %d %s; want refused", code, errOut)
+	}
+	if code, _, errOut := join("--replace"); code != 0 {
+		t.Errorf("joining with --replace: %d %s", code, errOut)
+	}
+	// Another token's holder cannot take node-a's identity.
+	other, err := e.Client.CreateJoinToken(ctx, airlock.CreateJoinTokenRequest{TTLSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI("--url", e.URL, "--data-dir", t.TempDir(), "node", "join", "--token", other.Token, "--id", "node-a", "--replace"); code == 0 || !strings.Contains(errOut, "another join token") {
+		t.Errorf("replacing node-a with another token: %d %s; want refused", code, errOut)
+	}
+	if err := e.Client.DeleteJoinToken(ctx, other.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bad tokens and bad requests.
+	anon := airlock.New(e.URL)
+	_, csr, err := cluster.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "alj_x.y", tok + "0", strings.Replace(tok, ".", ".x", 1)} {
+		_, err := anon.JoinNode(ctx, airlock.JoinRequest{Token: bad, NodeID: "node-b", CSR: string(csr)})
+		wantCode(t, "join with a bad token", err, http.StatusForbidden)
+	}
+	_, err = anon.JoinNode(ctx, airlock.JoinRequest{Token: tok, NodeID: "Node_B", CSR: string(csr)})
+	wantCode(t, "join with a bad ID", err, http.StatusBadRequest)
+	_, err = anon.JoinNode(ctx, airlock.JoinRequest{Token: tok, NodeID: "node-b", CSR: "junk"})
+	wantCode(t, "join with a bad CSR", err, http.StatusBadRequest)
+	_, err = anon.JoinNode(ctx, airlock.JoinRequest{Token: tok, NodeID: "node-b", CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: []byte{1, 2, 3}}))})
+	wantCode(t, "join with a broken CSR", err, http.StatusBadRequest)
+	if l, _ := e.Client.ListNodes(ctx); len(l.Nodes) != 1 {
+		t.Errorf("refused joins left %d nodes; want 1", len(l.Nodes))
+	}
+
+	// Other tenants do not see the node routes; no API key does not either.
+	otherTenant, err := e.Client.CreateTenant(ctx, "not-operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc := airlock.New(e.URL, airlock.WithAPIKey(otherTenant.APIKey.Key))
+	_, err = oc.ListJoinTokens(ctx)
+	wantCode(t, "another tenant lists join tokens", err, http.StatusNotFound)
+	_, err = oc.CreateJoinToken(ctx, airlock.CreateJoinTokenRequest{})
+	wantCode(t, "another tenant makes a join token", err, http.StatusNotFound)
+	_, err = oc.ListNodes(ctx)
+	wantCode(t, "another tenant lists nodes", err, http.StatusNotFound)
+	_, err = anon.ListNodes(ctx)
+	wantCode(t, "no API key lists nodes", err, http.StatusUnauthorized)
+	_, err = e.Client.CreateJoinToken(ctx, airlock.CreateJoinTokenRequest{TTLSeconds: 31 * 24 * 3600})
+	wantCode(t, "a join token over 30 days", err, http.StatusBadRequest)
+
+	// Revoked: nobody joins with it any more.
+	list, err := e.Client.ListJoinTokens(ctx)
+	if err != nil || len(list.JoinTokens) != 1 || list.JoinTokens[0].Description != "rack 4" {
+		t.Fatalf("ListJoinTokens: %+v %v", list, err)
+	}
+	if code, _, errOut := runCLI(append(op, "node", "token", "rm", list.JoinTokens[0].ID)...); code != 0 {
+		t.Fatalf("node token rm: %d %s", code, errOut)
+	}
+	_, err = anon.JoinNode(ctx, airlock.JoinRequest{Token: tok, NodeID: "node-c", CSR: string(csr)})
+	wantCode(t, "join with a revoked token", err, http.StatusForbidden)
+	if strings.Contains(e.Logs(), strings.SplitN(tok, ".", 2)[1]) {
+		t.Error("the join token's secret is in the server's log")
+	}
+}

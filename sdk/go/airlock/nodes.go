@@ -1,0 +1,113 @@
+package airlock
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// JoinToken is a token with which nodes join the cluster (operator tenant only). Its secret is shown
+// once, when it is created.
+type JoinToken struct {
+	ID          string    `json:"id"`
+	Description string    `json:"description,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}
+
+// CreateJoinTokenRequest asks for a join token good for TTLSeconds (default one day, at most 30 days).
+type CreateJoinTokenRequest struct {
+	TTLSeconds  int64  `json:"ttl_seconds,omitempty"`
+	Description string `json:"description,omitempty"`
+}
+
+// CreatedJoinToken is a new join token and its secret form, given to nodes ("alj_…"), with the
+// fingerprint of the cluster CA's certificate ("sha256:<hex>") for them to pin.
+type CreatedJoinToken struct {
+	JoinToken
+	Token         string `json:"token"`
+	CAFingerprint string `json:"ca_fingerprint"`
+}
+
+// JoinTokenList is a list of join tokens.
+type JoinTokenList struct {
+	JoinTokens []JoinToken `json:"join_tokens"`
+}
+
+// Node is a node that joined the cluster.
+type Node struct {
+	ID              string    `json:"id"`
+	Hosts           []string  `json:"hosts"`
+	JoinedAt        time.Time `json:"joined_at"`
+	JoinToken       string    `json:"join_token"`
+	CertExpiresAt   time.Time `json:"cert_expires_at"`
+	CertFingerprint string    `json:"cert_fingerprint"`
+}
+
+// NodeList is a list of nodes.
+type NodeList struct {
+	Nodes []Node `json:"nodes"`
+}
+
+// JoinRequest is a node asking to join: its join token, its ID, a PEM certificate signing request for
+// its key, and the names and addresses control planes reach it at.
+type JoinRequest struct {
+	Token   string   `json:"token"`
+	NodeID  string   `json:"node_id"`
+	CSR     string   `json:"csr"`
+	Hosts   []string `json:"hosts"`
+	Replace bool     `json:"replace,omitempty"`
+}
+
+// JoinResponse is the node's certificate and the cluster CA's, both PEM.
+type JoinResponse struct {
+	Node          Node   `json:"node"`
+	Certificate   string `json:"certificate"`
+	CACertificate string `json:"ca_certificate"`
+}
+
+// CreateJoinToken makes a join token.
+func (c *Client) CreateJoinToken(ctx context.Context, req CreateJoinTokenRequest) (*CreatedJoinToken, error) {
+	var out CreatedJoinToken
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/nodes/join-tokens", nil, req, &out, nil); err != nil {
+		return nil, fmt.Errorf("create join token: %w", err)
+	}
+	return &out, nil
+}
+
+// ListJoinTokens lists the join tokens, expired ones included.
+func (c *Client) ListJoinTokens(ctx context.Context) (*JoinTokenList, error) {
+	var out JoinTokenList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/nodes/join-tokens", nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("list join tokens: %w", err)
+	}
+	return &out, nil
+}
+
+// DeleteJoinToken revokes a join token.
+func (c *Client) DeleteJoinToken(ctx context.Context, id string) error {
+	if err := c.doJSON(ctx, http.MethodDelete, "/v1/nodes/join-tokens/"+url.PathEscape(id), nil, nil, nil, nil); err != nil {
+		return fmt.Errorf("delete join token %s: %w", id, err)
+	}
+	return nil
+}
+
+// ListNodes lists the nodes that joined the cluster.
+func (c *Client) ListNodes(ctx context.Context) (*NodeList, error) {
+	var out NodeList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/nodes", nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return &out, nil
+}
+
+// JoinNode joins a node to the cluster with a join token (no API key is needed).
+func (c *Client) JoinNode(ctx context.Context, req JoinRequest) (*JoinResponse, error) {
+	var out JoinResponse
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/nodes/join", nil, req, &out, nil); err != nil {
+		return nil, fmt.Errorf("join node %s: %w", req.NodeID, err)
+	}
+	return &out, nil
+}
