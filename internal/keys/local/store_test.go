@@ -199,3 +199,9 @@ func TestImportFile(t *testing.T) {
 }
 
 func storeDoc(key string, value []byte) store.Doc { return store.Doc{Key: key, Value: value} }
+
+func newFileKeyring(dir string) (*local.Keyring, error) { return local.New(dir) }
+
+func newStoreKeyring(b *testing.B) (*local.Keyring, error) {
+	return local.NewInStore(b.Context(), sqlitetest.Open(b), masterKey(1))
+}
