@@ -171,7 +171,7 @@ const (
 // left in the data directory into the Store: DATA/keys/keyring.json (each tenant's keys merged with any
 // the Store has), DATA/secrets and DATA/connections (a tenant's records the Store has already are kept,
 // and that file left where it is, with a warning).
-func importFiles(ctx context.Context, log *slog.Logger, kr *local.Keyring, st secrets.Docs, dataDir string) error {
+func importFiles(ctx context.Context, log *slog.Logger, kr *local.Keyring, st store.Docs, dataDir string) error {
 	moved, merged, err := local.ImportFile(ctx, kr, filepath.Join(dataDir, "keys"))
 	if err != nil {
 		return err

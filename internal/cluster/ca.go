@@ -33,14 +33,6 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// Docs is what the cluster keeps in the Store.
-type Docs interface {
-	GetDoc(ctx context.Context, key string) (store.Doc, error)
-	PutDoc(ctx context.Context, d store.Doc) (store.Doc, error)
-	DeleteDoc(ctx context.Context, key string, version int64) error
-	ListDocs(ctx context.Context, prefix string) ([]store.Doc, error)
-}
-
 // Roles a certificate can give.
 const (
 	RoleNode         = "node"
@@ -114,7 +106,7 @@ type caDoc struct {
 // LoadCA returns the cluster's CA from docs, making it on first use (of replicas starting at once on
 // an empty database, one makes it and the others load it). A CA whose key does not open under mk (the
 // server was given another master key) is ErrFailedPrecondition.
-func LoadCA(ctx context.Context, docs Docs, mk *master.Key) (*CA, error) {
+func LoadCA(ctx context.Context, docs store.Docs, mk *master.Key) (*CA, error) {
 	for range 3 {
 		d, err := docs.GetDoc(ctx, caDocKey)
 		if err == nil {

@@ -37,7 +37,7 @@ var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // CreateJoinToken makes a join token good for ttl (at most MaxJoinTokenTTL) and returns it: the token
 // itself ("alj_<id>.<secret>", shown once) and its record.
-func CreateJoinToken(ctx context.Context, docs Docs, ttl time.Duration, description string) (string, JoinToken, error) {
+func CreateJoinToken(ctx context.Context, docs store.Docs, ttl time.Duration, description string) (string, JoinToken, error) {
 	if ttl <= 0 || ttl > MaxJoinTokenTTL {
 		return "", JoinToken{}, fmt.Errorf("join token lifetime %v: want more than 0 and at most %v: %w", ttl, MaxJoinTokenTTL, errdefs.ErrInvalidArgument)
 	}
@@ -67,7 +67,7 @@ func CreateJoinToken(ctx context.Context, docs Docs, ttl time.Duration, descript
 }
 
 // ListJoinTokens reports the join tokens not yet deleted, expired ones included.
-func ListJoinTokens(ctx context.Context, docs Docs) ([]JoinToken, error) {
+func ListJoinTokens(ctx context.Context, docs store.Docs) ([]JoinToken, error) {
 	ds, err := docs.ListDocs(ctx, joinDocPrefix)
 	if err != nil {
 		return nil, err
@@ -85,7 +85,7 @@ func ListJoinTokens(ctx context.Context, docs Docs) ([]JoinToken, error) {
 
 // DeleteJoinToken revokes a join token: no node joins with it any more (nodes that joined keep their
 // certificates). An unknown ID is ErrNotFound.
-func DeleteJoinToken(ctx context.Context, docs Docs, id string) error {
+func DeleteJoinToken(ctx context.Context, docs store.Docs, id string) error {
 	d, err := docs.GetDoc(ctx, joinDocPrefix+store.DocKeyPart(id))
 	if err != nil {
 		return fmt.Errorf("join token %s: %w", id, err)
@@ -98,7 +98,7 @@ var errBadJoinToken = fmt.Errorf("the join token is unknown, revoked or expired:
 
 // CheckJoinToken returns the record of a join token that is good now, or an error wrapping
 // ErrPermissionDenied that does not say what is wrong with it.
-func CheckJoinToken(ctx context.Context, docs Docs, token string) (JoinToken, error) {
+func CheckJoinToken(ctx context.Context, docs store.Docs, token string) (JoinToken, error) {
 	rest, ok := strings.CutPrefix(token, joinPrefix)
 	id, sec, ok2 := strings.Cut(rest, ".")
 	if !ok || !ok2 || id == "" || sec == "" || len(token) > 128 {

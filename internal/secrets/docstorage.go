@@ -11,44 +11,39 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// Docs is what a DocStorage needs of the Store.
-type Docs interface {
-	GetDoc(ctx context.Context, key string) (store.Doc, error)
-	PutDoc(ctx context.Context, d store.Doc) (store.Doc, error)
-}
-
 // DocStorage is a Storage in the Store's documents: one per tenant, named by a prefix and the tenant ID,
 // holding what FileStorage keeps in the tenant's file (ciphertext and the wrapped data key only). Every
 // control-plane replica on one Store sees the same secrets; concurrent changes are compare-and-swap on
 // the document's version.
 type DocStorage struct {
 	blobStorage
-	prefix string
+	docs *docBlobs
 }
 
 var _ Storage = (*DocStorage)(nil)
 
 // NewDocStorage returns a DocStorage keeping its documents in docs under prefix (e.g. "secrets/"), which
 // must be a valid document key.
-func NewDocStorage(docs Docs, prefix string) (*DocStorage, error) {
+func NewDocStorage(docs store.Docs, prefix string) (*DocStorage, error) {
 	if err := store.CheckDocKey(prefix); err != nil {
 		return nil, fmt.Errorf("secrets document storage: prefix: %w", err)
 	}
-	return &DocStorage{blobStorage: blobStorage{b: &docBlobs{docs: docs, prefix: prefix}}, prefix: prefix}, nil
+	d := &docBlobs{docs: docs, prefix: prefix}
+	return &DocStorage{blobStorage: blobStorage{b: d}, docs: d}, nil
 }
 
 // LogValue prints the prefix only.
 func (s *DocStorage) LogValue() slog.Value {
-	return slog.StringValue("secrets.DocStorage{" + s.prefix + "}")
+	return slog.StringValue("secrets.DocStorage{" + s.docs.prefix + "}")
 }
 
 // Format prints the prefix only, for every verb.
 func (s *DocStorage) Format(f fmt.State, _ rune) {
-	fmt.Fprintf(f, "secrets.DocStorage{prefix: %q}", s.prefix)
+	fmt.Fprintf(f, "secrets.DocStorage{prefix: %q}", s.docs.prefix)
 }
 
 type docBlobs struct {
-	docs   Docs
+	docs   store.Docs
 	prefix string
 }
 

@@ -13,13 +13,14 @@ import (
 	"github.com/airlockrun/airlock/internal/keys/master"
 	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/secrets/storagetest"
+	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 	"github.com/airlockrun/airlock/internal/store/sqlite/sqlitetest"
 )
 
 func newSQLite(t *testing.T) *sqlite.Store { return sqlitetest.Open(t) }
 
-func newDocStorage(t *testing.T, docs secrets.Docs) *secrets.DocStorage {
+func newDocStorage(t *testing.T, docs store.Docs) *secrets.DocStorage {
 	t.Helper()
 	s, err := secrets.NewDocStorage(docs, "secrets/")
 	if err != nil {

@@ -251,6 +251,14 @@ type Store interface {
 	// GetLease returns the lease record of resource, expired or not, or ErrNotFound.
 	GetLease(ctx context.Context, resource string) (Lease, error)
 
+	Docs
+
+	// Close releases the store's resources. It is safe to call more than once; other methods fail after it.
+	Close() error
+}
+
+// Docs keeps the documents (see Doc): the part of the Store the keyring, the secrets and the cluster use.
+type Docs interface {
 	// GetDoc returns the document named key, or ErrNotFound.
 	GetDoc(ctx context.Context, key string) (Doc, error)
 	// PutDoc stores d and returns it as stored. A d.Version of 0 creates the document (ErrAlreadyExists
@@ -264,9 +272,6 @@ type Store interface {
 	// ListDocs returns the documents whose key starts with prefix, in key order (an empty prefix is every
 	// document).
 	ListDocs(ctx context.Context, prefix string) ([]Doc, error)
-
-	// Close releases the store's resources. It is safe to call more than once; other methods fail after it.
-	Close() error
 }
 
 // Doc is a small versioned value a component keeps in the Store so that every control-plane replica sees

@@ -226,8 +226,8 @@ func (f *fileBacking) describe() string { return f.path }
 // maxUpdateTries bounds the read-modify-write attempts of one change that keep losing to others.
 const maxUpdateTries = 50
 
-// update applies fn to the tenant's state (nil if it has none) and saves what fn returns, again from a
-// fresh read each time another writer got in first.
+// update applies fn to the tenant's state (nil if it has none) and saves what fn returns (nothing if
+// it returns nil: no change), again from a fresh read each time another writer got in first.
 func (k *Keyring) update(ctx context.Context, tenantID string, fn func(old *tenantState) (*tenantState, error)) error {
 	for range maxUpdateTries {
 		old, version, err := k.b.load(ctx, tenantID)
@@ -235,7 +235,7 @@ func (k *Keyring) update(ctx context.Context, tenantID string, fn func(old *tena
 			return err
 		}
 		ts, err := fn(old)
-		if err != nil {
+		if err != nil || ts == nil {
 			old.wipe()
 			return err
 		}
@@ -269,7 +269,7 @@ func (k *Keyring) WrapKey(ctx context.Context, tenantID string, dek []byte) ([]b
 		// The tenant's first key; a racing writer's may win, and then it is the one used.
 		err := k.update(ctx, tenantID, func(old *tenantState) (*tenantState, error) {
 			if old != nil && (old.RevokedAt != nil || old.Current != "") {
-				return old.clone(), nil
+				return nil, nil // another writer's first key won, or the tenant was revoked meanwhile
 			}
 			return withNewKey(old)
 		})
@@ -349,7 +349,7 @@ func (k *Keyring) RevokeKey(ctx context.Context, tenantID string) error {
 	}
 	err := k.update(ctx, tenantID, func(old *tenantState) (*tenantState, error) {
 		if old != nil && old.RevokedAt != nil {
-			return old.clone(), nil
+			return nil, nil
 		}
 		now := time.Now().UTC()
 		ts := &tenantState{RevokedAt: &now}

@@ -14,12 +14,6 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// Docs is what a keyring in the Store needs of it.
-type Docs interface {
-	GetDoc(ctx context.Context, key string) (store.Doc, error)
-	PutDoc(ctx context.Context, d store.Doc) (store.Doc, error)
-}
-
 const (
 	// DocPrefix starts the keys of the documents of a keyring in the Store: DocPrefix + the tenant.
 	DocPrefix = "keys/local/"
@@ -34,7 +28,7 @@ const (
 // reads the Store on every call, so a key revoked or rotated through one replica is at once revoked or
 // rotated for all.
 type storeBacking struct {
-	docs   Docs
+	docs   store.Docs
 	master *master.Key
 }
 
@@ -42,7 +36,7 @@ type storeBacking struct {
 // under masterKey. Every server on one Store must be given the same master key: NewInStore checks it
 // against the one the Store's keyring was made with (recording it on first use), and refuses another
 // (ErrFailedPrecondition).
-func NewInStore(ctx context.Context, docs Docs, masterKey *master.Key) (*Keyring, error) {
+func NewInStore(ctx context.Context, docs store.Docs, masterKey *master.Key) (*Keyring, error) {
 	b := &storeBacking{docs: docs, master: masterKey}
 	d, err := docs.GetDoc(ctx, checkDocKey)
 	switch {
@@ -151,10 +145,10 @@ func ImportFile(ctx context.Context, k *Keyring, dir string) (moved, merged int,
 			if old == nil {
 				return file.clone(), nil
 			}
-			ts := old.clone()
-			if ts.RevokedAt != nil {
-				return ts, nil
+			if old.RevokedAt != nil {
+				return nil, nil // revoked in the Store: nothing comes back
 			}
+			ts := old.clone()
 			if file.RevokedAt != nil {
 				ts.wipe()
 				ts.Keys, ts.Current, ts.RevokedAt = nil, "", file.RevokedAt

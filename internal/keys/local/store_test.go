@@ -29,7 +29,7 @@ func masterKey(b byte) *master.Key {
 	return k
 }
 
-func newInStore(t *testing.T, docs local.Docs, master *master.Key) *local.Keyring {
+func newInStore(t *testing.T, docs store.Docs, master *master.Key) *local.Keyring {
 	t.Helper()
 	k, err := local.NewInStore(t.Context(), docs, master)
 	if err != nil {
