@@ -418,9 +418,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	gw, err := gateway.New(gateway.Config{
-		CAs:           cas,
-		Secret:        secretStore.Reveal,
-		Token:         conns.Token,
+		CAs: cas,
+		// In one process the node needs no check of which sandbox asks: the gateway asks only for its
+		// sandboxes' bindings.
+		Secret: func(ctx context.Context, tenantID, _, name string) ([]byte, error) {
+			return secretStore.Reveal(ctx, tenantID, name)
+		},
+		Token: func(ctx context.Context, tenantID, _, connection string) ([]byte, error) {
+			return conns.Token(ctx, tenantID, connection)
+		},
 		UpstreamRoots: roots,
 		Table:         "airlock_" + tag,
 		IfacePrefix:   "al" + tag,

@@ -52,8 +52,10 @@ func startPlainGateway(b *testing.B) *plainGW {
 	prefix := fmt.Sprintf("algw%d", os.Getpid()%1000)
 	gw, err := gateway.New(gateway.Config{
 		Table: "airlock_bench", IfacePrefix: prefix, HostsOnly: true, UpstreamRoots: roots,
-		Hosts:  map[string][]netip.Addr{upstreamName: {up.IP}},
-		Secret: func(context.Context, string, string) ([]byte, error) { return []byte("bench-token-0123456789"), nil },
+		Hosts: map[string][]netip.Addr{upstreamName: {up.IP}},
+		Secret: func(context.Context, string, string, string) ([]byte, error) {
+			return []byte("bench-token-0123456789"), nil
+		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

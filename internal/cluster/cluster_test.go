@@ -205,6 +205,15 @@ func TestMutualTLS(t *testing.T) {
 	if err := handshake(t, foreignNode, cluster.ClientTLS(cpCert, ca.Pool(), nodeA)); err == nil {
 		t.Error("a control plane took another cluster's node")
 	}
+	// A node calls whichever control plane answers, but only a control plane.
+	cpServer := cluster.ServerTLS(cpCert, ca.Pool(), cluster.RoleNode)
+	anyCP := cluster.Identity{Role: cluster.RoleControlPlane}
+	if err := handshake(t, cpServer, cluster.ClientTLS(nodeCert, ca.Pool(), anyCP)); err != nil {
+		t.Errorf("node to any control plane: %v", err)
+	}
+	if err := handshake(t, cluster.ServerTLS(otherNode, ca.Pool(), cluster.RoleNode), cluster.ClientTLS(nodeCert, ca.Pool(), anyCP)); err == nil {
+		t.Error("a node that asked for any control plane took another node")
+	}
 	// No client certificate at all.
 	if err := handshake(t, nodeServer, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}); err == nil {
 		t.Error("a client without a certificate got in")

@@ -53,7 +53,8 @@ func ServerTLS(cert tls.Certificate, roots *x509.CertPool, roles ...string) *tls
 }
 
 // ClientTLS returns the configuration of a connection to a peer that must present a certificate roots
-// verifies naming want (host names are not checked: the identity is).
+// verifies naming want (host names are not checked: the identity is). A want with an empty ID accepts
+// any peer of want's role: a node calls whichever control-plane replica a load balancer picks.
 func ClientTLS(cert tls.Certificate, roots *x509.CertPool, want Identity) *tls.Config {
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
@@ -82,7 +83,7 @@ func verifyPeer(cs tls.ConnectionState, roots *x509.CertPool, want Identity) err
 	if err != nil {
 		return err
 	}
-	if got != want {
+	if got != want && (want.ID != "" || got.Role != want.Role) {
 		return fmt.Errorf("dialed %s, but the peer is %s: %w", want, got, errdefs.ErrPermissionDenied)
 	}
 	return nil
@@ -95,4 +96,27 @@ func PeerIdentity(cs *tls.ConnectionState) (Identity, error) {
 		return Identity{}, errors.New("no verified client certificate")
 	}
 	return IdentityOf(cs.PeerCertificates[0])
+}
+
+// IssueTLS makes a key and a certificate for id, valid for hosts, and returns them ready to serve or
+// dial with: how a control-plane replica, which holds the CA, gets its own certificate at start.
+func (ca *CA) IssueTLS(id Identity, hosts []string) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	certPEM, err := ca.Issue(id, key.Public(), hosts)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	b, _ := pem.Decode(certPEM)
+	if b == nil {
+		return tls.Certificate{}, errors.New("issue certificate: no PEM block")
+	}
+	der := b.Bytes
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
 }

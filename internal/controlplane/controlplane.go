@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -18,11 +17,8 @@ import (
 
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/connections"
-	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/gateway"
-	"github.com/airlockrun/airlock/internal/gateway/flowlog"
-	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/keys"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/retention"
 	"github.com/airlockrun/airlock/internal/secrets"
@@ -30,47 +26,9 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// Node is what the control plane needs of a node. *node.Local implements it in single-binary mode.
-type Node interface {
-	// ID names the node.
-	ID() string
-	// CheckTemplate reports whether the node can boot the template: nil, or an error wrapping
-	// errdefs.ErrNotFound.
-	CheckTemplate(ctx context.Context, name string) error
-	// CreateSandbox boots a sandbox and returns once it accepts work.
-	CreateSandbox(ctx context.Context, req node.CreateRequest) error
-	// DestroySandbox removes a sandbox and everything of it from the node; unknown IDs succeed.
-	DestroySandbox(ctx context.Context, id string) error
-	// Link returns the channel to the sandbox's daemon.
-	Link(ctx context.Context, id string) (*link.Client, error)
-	// Sandboxes reports the IDs of the sandboxes the node has, running or left over.
-	Sandboxes(ctx context.Context) ([]string, error)
-	// Recover re-adopts those of the sandboxes that still run after a restart and reports their IDs.
-	Recover(ctx context.Context, sbs []node.RecoverRequest) []string
-	// SetNetwork replaces a running sandbox's egress policy.
-	SetNetwork(ctx context.Context, id string, p policy.Policy) error
-	// RestoreSandbox boots a sandbox from a checkpoint image and returns once it accepts work.
-	RestoreSandbox(ctx context.Context, req node.CreateRequest, imageDir string) error
-	// CheckpointSandbox saves a running sandbox into imageDir; without leaveRunning it stays frozen until
-	// DestroySandbox or UnpauseSandbox.
-	CheckpointSandbox(ctx context.Context, id, imageDir string, leaveRunning bool) error
-	// UnpauseSandbox lets a sandbox a checkpoint left frozen run again.
-	UnpauseSandbox(ctx context.Context, id string) error
-	// CopyCA gives toID the interception CA stored under fromID; ForgetCA removes one.
-	CopyCA(ctx context.Context, fromID, toID, tenantID string) error
-	ForgetCA(caID string)
-	// RewrapCAs wraps the keys of the tenant's CAs again under its current key-encryption key.
-	RewrapCAs(ctx context.Context, tenantID string) (int, error)
-	// TemplateRoot reports the host directory of a template's root filesystem (read-only).
-	TemplateRoot(ctx context.Context, name string) (string, error)
-	// SandboxCPU reports the CPU time a running sandbox used so far.
-	SandboxCPU(ctx context.Context, id string) (time.Duration, error)
-	// Flows returns a sandbox's network flows that f selects, newest first, also once it is gone.
-	Flows(ctx context.Context, id string, f flowlog.Filter) ([]gateway.Flow, error)
-	// DialPort opens a TCP connection from the node into a running sandbox, to port on its own address;
-	// nothing listening is errdefs.ErrPortClosed.
-	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
-}
+// Node is what the control plane needs of a node: *node.Local in single-binary mode, *nodeapi.Client for
+// a node in a process of its own.
+type Node = node.API
 
 // Defaults and bounds of sandbox requests.
 const (
@@ -139,6 +97,12 @@ type Config struct {
 	// Cluster is the cluster's certificate authority, which issues nodes their certificates when they
 	// join (cluster.go). Nil: the node routes answer failed precondition.
 	Cluster *cluster.CA
+	// KeyProvider wraps and unwraps data keys for nodes in processes of their own (their interception
+	// CAs'; nodecalls.go). Nil: those calls answer failed precondition.
+	KeyProvider keys.KeyProvider
+	// Audit appends entries to the tenants' audit logs, for the daemon and egress entries nodes in
+	// processes of their own send. Nil: those calls answer failed precondition.
+	Audit func(store.AuditEntry)
 }
 
 // Service is the control plane.
@@ -183,6 +147,9 @@ type Service struct {
 
 	// ca issues the certificates of nodes that join; nil without a cluster.
 	ca *cluster.CA
+	// keyProvider and audit serve the calls of nodes in processes of their own (nodecalls.go).
+	keyProvider keys.KeyProvider
+	audit       func(store.AuditEntry)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -243,7 +210,8 @@ func New(cfg Config) (*Service, error) {
 		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
 		idle: cfg.IdleInterval, stop: make(chan struct{}), pending: cfg.PendingDir, up: newUploader(), urgent: newUrgentGate(),
 		rolls: roller{m: map[string]rollState{}}, work: workTracker{n: map[string]int{}, ports: map[string]int{}}, retention: cfg.Retention.WithDefaults(), rollEvery: cfg.RollInterval,
-		pruneEvery: cfg.PruneInterval, keys: cfg.Keys, keysEvery: cfg.KeyCheckInterval, keysGone: map[string]bool{}, ca: cfg.Cluster}, nil
+		pruneEvery: cfg.PruneInterval, keys: cfg.Keys, keysEvery: cfg.KeyCheckInterval, keysGone: map[string]bool{}, ca: cfg.Cluster,
+		keyProvider: cfg.KeyProvider, audit: cfg.Audit}, nil
 }
 
 // keyedMutex serializes work per key (sandbox ID) within this process.

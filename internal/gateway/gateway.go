@@ -65,11 +65,13 @@ type Config struct {
 	GuardExtra []netip.Prefix
 	// CAs keeps each sandbox's interception CA across node restarts. Nil: CAs live in memory only.
 	CAs CAStore
-	// Secret returns the value of a tenant's secret for a credential binding. Nil: bindings fail (502).
-	Secret func(ctx context.Context, tenantID, name string) ([]byte, error)
-	// Token returns the current access token of a tenant's OAuth connection for a binding that names
-	// one. Nil: such bindings fail (502).
-	Token func(ctx context.Context, tenantID, connection string) ([]byte, error)
+	// Secret returns the value of a tenant's secret for a credential binding of the sandbox's. Nil:
+	// bindings fail (502). (A node in a process of its own asks its control plane, which checks that the
+	// sandbox is on that node and its policy binds the secret.)
+	Secret func(ctx context.Context, tenantID, sandboxID, name string) ([]byte, error)
+	// Token returns the current access token of a tenant's OAuth connection for a binding of the
+	// sandbox's that names one. Nil: such bindings fail (502).
+	Token func(ctx context.Context, tenantID, sandboxID, connection string) ([]byte, error)
 	// UpstreamRoots verify the upstream of an intercepted TLS connection. Nil: the host's roots.
 	UpstreamRoots *x509.CertPool
 	// DialTimeout bounds connecting upstream. Zero: 10s.
@@ -911,11 +913,11 @@ func (g *Gateway) inject(ctx context.Context, s *sandbox, m *policy.Matcher, hos
 		case c.Connection != "" && g.cfg.Token == nil:
 			err = errors.New("this gateway has no OAuth connections")
 		case c.Connection != "":
-			value, err = g.cfg.Token(ctx, s.tenant, c.Connection)
+			value, err = g.cfg.Token(ctx, s.tenant, s.id, c.Connection)
 		case g.cfg.Secret == nil:
 			err = errors.New("this gateway has no secret store")
 		default:
-			value, err = g.cfg.Secret(ctx, s.tenant, c.Secret)
+			value, err = g.cfg.Secret(ctx, s.tenant, s.id, c.Secret)
 		}
 		if err != nil {
 			what := "secret " + c.Secret

@@ -1,0 +1,161 @@
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/cluster"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/keys/local"
+	"github.com/airlockrun/airlock/internal/keys/master"
+	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/secrets"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlite"
+)
+
+// TestNodeCalls: a node gets the secrets its sandboxes' policies bind, wraps keys for tenants with a
+// sandbox on it and records their audit entries, over mutual TLS; it gets nothing of another node's
+// sandboxes, of unbound secrets, of other tenants, or of stopped sandboxes.
+func TestNodeCalls(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	keyring, err := local.New(filepath.Join(dir, "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	storage, err := secrets.NewFileStorage(filepath.Join(dir, "secrets"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, err := secrets.New(secrets.Config{Keys: keyring, Storage: storage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var audited []store.AuditEntry
+	n := newFakeNode(t) // its ID is "local": the node the sandboxes are placed on
+	s, err := New(Config{Store: st, Node: n, ReapInterval: time.Hour, Secrets: sec, KeyProvider: keyring,
+		Audit: func(e store.AuditEntry) { mu.Lock(); audited = append(audited, e); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := s.Bootstrap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Authenticate(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := p.TenantID
+	other, _, _, err := s.CreateTenant(ctx, "other", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"bound", "unbound"} {
+		if _, err := sec.Create(ctx, tn, name, []byte("value of "+name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pol := &policy.Policy{Credentials: []policy.Credential{{Name: "api", Host: "api.test", Secret: "bound", Header: "Authorization"}}}
+	sb, err := s.CreateSandbox(ctx, tn, CreateRequest{Network: pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := s.CreateSandbox(ctx, tn, CreateRequest{Network: pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox(ctx, tn, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Over the wire, as a node would call: a CA, the control plane's handler, node-a ("local") and
+	// node-b as clients.
+	mk, err := master.New(bytes.Repeat([]byte{3}, master.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := cluster.LoadCA(ctx, st, mk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpCert, err := ca.IssueTLS(cluster.Identity{Role: cluster.RoleControlPlane, ID: "cp-1"}, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(nodeapi.NewControlHandler(s, nil))
+	srv.TLS = cluster.ServerTLS(cpCert, ca.Pool(), cluster.RoleNode)
+	srv.StartTLS()
+	defer srv.Close()
+	client := func(id string) *nodeapi.ControlClient {
+		cert, err := ca.IssueTLS(cluster.Identity{Role: cluster.RoleNode, ID: id}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := nodeapi.NewControlClient(nodeapi.ControlClientConfig{URL: srv.URL, Cert: cert, Roots: ca.Pool()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	mine, theirs := client("local"), client("node-b")
+
+	if v, err := mine.Secret(ctx, tn, sb.ID, "bound"); err != nil || string(v) != "value of bound" {
+		t.Errorf("bound secret = %q, %v", v, err)
+	}
+	denied := map[string]func() error{
+		"unbound secret":       func() error { _, err := mine.Secret(ctx, tn, sb.ID, "unbound"); return err },
+		"another node's":       func() error { _, err := theirs.Secret(ctx, tn, sb.ID, "bound"); return err },
+		"another tenant named": func() error { _, err := mine.Secret(ctx, other.ID, sb.ID, "bound"); return err },
+		"stopped sandbox":      func() error { _, err := mine.Secret(ctx, tn, gone.ID, "bound"); return err },
+		"unknown sandbox":      func() error { _, err := mine.Secret(ctx, tn, "sb_nope", "bound"); return err },
+		"unbound connection":   func() error { _, err := mine.Token(ctx, tn, sb.ID, "github"); return err },
+		"wrap, other tenant":   func() error { _, _, err := theirs.WrapKey(ctx, tn, make([]byte, 32)); return err },
+		"wrap, no sandbox":     func() error { _, _, err := mine.WrapKey(ctx, other.ID, make([]byte, 32)); return err },
+	}
+	for name, f := range denied {
+		if err := f(); !errors.Is(err, errdefs.ErrPermissionDenied) && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			t.Errorf("%s: %v; want permission denied", name, err)
+		}
+	}
+
+	dek := bytes.Repeat([]byte{9}, 32)
+	wrapped, keyID, err := mine.WrapKey(ctx, tn, dek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := mine.UnwrapKey(ctx, tn, keyID, wrapped); err != nil || !bytes.Equal(got, dek) {
+		t.Errorf("unwrap = %x, %v", got, err)
+	}
+	if _, err := theirs.UnwrapKey(ctx, tn, keyID, wrapped); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("another node unwrapped: %v", err)
+	}
+
+	// Audit: the node's entries for its sandbox arrive; another node's, or one posing as an API
+	// entry, do not.
+	mine.Record(store.AuditEntry{TenantID: tn, Kind: store.AuditEgress, Actor: sb.ID, Action: "tls", Target: "api.test:443", Result: "allow"})
+	theirs.Record(store.AuditEntry{TenantID: tn, Kind: store.AuditEgress, Actor: sb.ID, Action: "tls", Target: "evil.test:443", Result: "allow"})
+	theirs.Record(store.AuditEntry{TenantID: tn, Kind: store.AuditAPI, Actor: "key", Action: "DELETE /v1/x", Result: "200"})
+	mine.Close()
+	theirs.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(audited) != 1 || audited[0].Target != "api.test:443" {
+		t.Errorf("audited %+v; want only node-a's entry for its sandbox", audited)
+	}
+}

@@ -1,0 +1,387 @@
+package nodeapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/cluster"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/keys"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// Control is what a node asks of the control plane: the calls its gateway, its CA store and its
+// watchers make in single-binary mode in-process. Each names the node that asks (from its verified
+// certificate), and the control plane answers only for the sandboxes it placed on that node: a node
+// taken over reaches no other node's tenants, secrets or keys.
+type Control interface {
+	// NodeSecret returns a secret that the policy of sandbox (of tenant, on node) binds.
+	NodeSecret(ctx context.Context, nodeID, tenantID, sandboxID, name string) ([]byte, error)
+	// NodeToken returns the access token of an OAuth connection that the sandbox's policy binds.
+	NodeToken(ctx context.Context, nodeID, tenantID, sandboxID, connection string) ([]byte, error)
+	// NodeWrapKey and NodeUnwrapKey wrap and unwrap data keys (of the node's interception CAs) under the
+	// key of a tenant with a sandbox on the node (keys.KeyProvider).
+	NodeWrapKey(ctx context.Context, nodeID, tenantID string, dek []byte) ([]byte, string, error)
+	NodeUnwrapKey(ctx context.Context, nodeID, tenantID, keyID string, wrapped []byte) ([]byte, error)
+	// NodeAudit appends daemon and egress entries of the node's sandboxes to their tenants' audit logs.
+	NodeAudit(ctx context.Context, nodeID string, entries []store.AuditEntry) error
+	// NodeSandboxExit reports a sandbox of the node that stopped by itself.
+	NodeSandboxExit(ctx context.Context, nodeID, sandboxID, reason string) error
+}
+
+// ControlHandler serves Control to nodes. Serve it over TLS with cluster.ServerTLS allowing nodes only.
+type ControlHandler struct {
+	c   Control
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// NewControlHandler returns the handler of the calls nodes make to c.
+func NewControlHandler(c Control, log *slog.Logger) *ControlHandler {
+	if log == nil {
+		log = slog.Default()
+	}
+	h := &ControlHandler{c: c, log: log, mux: http.NewServeMux()}
+	h.mux.HandleFunc("POST /cluster/v1/secret", h.secret)
+	h.mux.HandleFunc("POST /cluster/v1/token", h.token)
+	h.mux.HandleFunc("POST /cluster/v1/keys/wrap", h.wrap)
+	h.mux.HandleFunc("POST /cluster/v1/keys/unwrap", h.unwrap)
+	h.mux.HandleFunc("POST /cluster/v1/audit", h.audit)
+	h.mux.HandleFunc("POST /cluster/v1/exit", h.exit)
+	return h
+}
+
+// ServeHTTP serves a node's call; a caller that is not a node of the cluster is refused.
+func (h *ControlHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, err := cluster.PeerIdentity(r.TLS)
+	if err != nil || id.Role != cluster.RoleNode {
+		writeError(w, fmt.Errorf("only a node of the cluster may call here: %w", errdefs.ErrPermissionDenied))
+		return
+	}
+	h.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nodeKey{}, id.ID)))
+}
+
+type nodeKey struct{}
+
+func callerNode(r *http.Request) string { s, _ := r.Context().Value(nodeKey{}).(string); return s }
+
+// answer writes v as JSON, or err.
+func (h *ControlHandler) answer(w http.ResponseWriter, r *http.Request, v any, err error) {
+	if err != nil {
+		h.log.Warn("node call refused or failed", "node", callerNode(r), "path", r.URL.Path, "err", err)
+	}
+	reply(w, v, err)
+}
+
+// credentialBody asks for a secret (Name) or a connection's token (Name is the connection).
+type credentialBody struct {
+	Tenant  string `json:"tenant"`
+	Sandbox string `json:"sandbox"`
+	Name    string `json:"name"`
+}
+
+// valueBody carries a secret value, a token or a key (base64 in JSON).
+type valueBody struct {
+	Value []byte `json:"value"`
+	KeyID string `json:"key_id,omitempty"`
+}
+
+func (h *ControlHandler) secret(w http.ResponseWriter, r *http.Request) {
+	var b credentialBody
+	if err := decode(r.Body, &b); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	v, err := h.c.NodeSecret(r.Context(), callerNode(r), b.Tenant, b.Sandbox, b.Name)
+	h.answer(w, r, valueBody{Value: v}, err)
+	clear(v)
+}
+
+func (h *ControlHandler) token(w http.ResponseWriter, r *http.Request) {
+	var b credentialBody
+	if err := decode(r.Body, &b); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	v, err := h.c.NodeToken(r.Context(), callerNode(r), b.Tenant, b.Sandbox, b.Name)
+	h.answer(w, r, valueBody{Value: v}, err)
+	clear(v)
+}
+
+type keyBody struct {
+	Tenant string `json:"tenant"`
+	KeyID  string `json:"key_id,omitempty"`
+	Key    []byte `json:"key"`
+}
+
+func (h *ControlHandler) wrap(w http.ResponseWriter, r *http.Request) {
+	var b keyBody
+	if err := decode(r.Body, &b); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	wrapped, keyID, err := h.c.NodeWrapKey(r.Context(), callerNode(r), b.Tenant, b.Key)
+	clear(b.Key)
+	h.answer(w, r, valueBody{Value: wrapped, KeyID: keyID}, err)
+}
+
+func (h *ControlHandler) unwrap(w http.ResponseWriter, r *http.Request) {
+	var b keyBody
+	if err := decode(r.Body, &b); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	dek, err := h.c.NodeUnwrapKey(r.Context(), callerNode(r), b.Tenant, b.KeyID, b.Key)
+	h.answer(w, r, valueBody{Value: dek}, err)
+	clear(dek)
+}
+
+func (h *ControlHandler) audit(w http.ResponseWriter, r *http.Request) {
+	var entries []store.AuditEntry
+	if err := decode(r.Body, &entries); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	if len(entries) > maxAuditBatch {
+		h.answer(w, r, nil, fmt.Errorf("%d audit entries: at most %d a call: %w", len(entries), maxAuditBatch, errdefs.ErrInvalidArgument))
+		return
+	}
+	h.answer(w, r, nil, h.c.NodeAudit(r.Context(), callerNode(r), entries))
+}
+
+type exitBody struct {
+	Sandbox string `json:"sandbox"`
+	Reason  string `json:"reason"`
+}
+
+func (h *ControlHandler) exit(w http.ResponseWriter, r *http.Request) {
+	var b exitBody
+	if err := decode(r.Body, &b); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	h.answer(w, r, nil, h.c.NodeSandboxExit(r.Context(), callerNode(r), b.Sandbox, b.Reason))
+}
+
+// maxAuditBatch bounds the audit entries of one call.
+const maxAuditBatch = 512
+
+// ControlClientConfig configures a ControlClient.
+type ControlClientConfig struct {
+	// URL is the control planes' cluster address (https://host:port, a load balancer or one replica).
+	// Required.
+	URL string
+	// Cert is the node's certificate and Roots the cluster CA's. Required.
+	Cert  tls.Certificate
+	Roots *x509.CertPool
+	// Logger receives logs. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// ControlClient is a node's client of the control plane: it gives the node's gateway its secrets and
+// tokens (Secret, Token), its CA store a key provider (WrapKey, UnwrapKey), and carries audit entries
+// (Record, batched) and sandbox exits (SandboxExit) back.
+type ControlClient struct {
+	url  string
+	http *http.Client
+	log  *slog.Logger
+
+	queue   chan store.AuditEntry
+	dropped atomic.Int64
+	stop    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+// auditQueue bounds the audit entries waiting to be sent; past it entries are dropped and counted.
+const auditQueue = 8192
+
+// NewControlClient returns a node's client of the control plane and starts its audit sender; Close
+// stops it.
+func NewControlClient(cfg ControlClientConfig) (*ControlClient, error) {
+	if !strings.HasPrefix(cfg.URL, "https://") || cfg.Roots == nil || len(cfg.Cert.Certificate) == 0 {
+		return nil, fmt.Errorf("control plane client: an https URL, Cert and Roots are required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	tr := &http.Transport{
+		TLSClientConfig:     cluster.ClientTLS(cfg.Cert, cfg.Roots, cluster.Identity{Role: cluster.RoleControlPlane}),
+		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: dialTimeout,
+		ForceAttemptHTTP2:   true,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	c := &ControlClient{url: strings.TrimSuffix(cfg.URL, "/"), http: &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		log: cfg.Logger, queue: make(chan store.AuditEntry, auditQueue), stop: make(chan struct{})}
+	c.wg.Add(1)
+	go c.sendAudit() // owner: ControlClient; ends on Close
+	return c, nil
+}
+
+// Close sends what audit entries are queued (within a few seconds) and stops. Later calls do nothing.
+func (c *ControlClient) Close() error {
+	c.once.Do(func() { close(c.stop) })
+	c.wg.Wait()
+	c.http.CloseIdleConnections()
+	return nil
+}
+
+func (c *ControlClient) call(ctx context.Context, path string, in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("control plane: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return readError(resp)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxJSON))
+		return nil
+	}
+	return decode(resp.Body, out)
+}
+
+// Secret returns a secret the sandbox's policy binds (gateway.Config.Secret).
+func (c *ControlClient) Secret(ctx context.Context, tenantID, sandboxID, name string) ([]byte, error) {
+	var v valueBody
+	err := c.call(ctx, "/cluster/v1/secret", credentialBody{Tenant: tenantID, Sandbox: sandboxID, Name: name}, &v)
+	return v.Value, err
+}
+
+// Token returns the access token of a connection the sandbox's policy binds (gateway.Config.Token).
+func (c *ControlClient) Token(ctx context.Context, tenantID, sandboxID, connection string) ([]byte, error) {
+	var v valueBody
+	err := c.call(ctx, "/cluster/v1/token", credentialBody{Tenant: tenantID, Sandbox: sandboxID, Name: connection}, &v)
+	return v.Value, err
+}
+
+// WrapKey wraps dek under the tenant's key (keys.KeyProvider).
+func (c *ControlClient) WrapKey(ctx context.Context, tenantID string, dek []byte) ([]byte, string, error) {
+	var v valueBody
+	err := c.call(ctx, "/cluster/v1/keys/wrap", keyBody{Tenant: tenantID, Key: dek}, &v)
+	return v.Value, v.KeyID, err
+}
+
+// UnwrapKey unwraps a key WrapKey wrapped (keys.KeyProvider).
+func (c *ControlClient) UnwrapKey(ctx context.Context, tenantID, keyID string, wrapped []byte) ([]byte, error) {
+	var v valueBody
+	err := c.call(ctx, "/cluster/v1/keys/unwrap", keyBody{Tenant: tenantID, KeyID: keyID, Key: wrapped}, &v)
+	return v.Value, err
+}
+
+// SandboxExit reports a sandbox that stopped by itself, trying for a while if the control plane cannot
+// be reached (node.Config.OnExit; it blocks).
+func (c *ControlClient) SandboxExit(id, reason string) {
+	for i := 0; i < 10; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.call(ctx, "/cluster/v1/exit", exitBody{Sandbox: id, Reason: reason}, nil)
+		cancel()
+		if err == nil || errdefs.HTTPStatus(err) < 500 {
+			return
+		}
+		c.log.Warn("report a sandbox's exit to the control plane", "sandbox", id, "err", err)
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(time.Duration(i+1) * time.Second):
+		}
+	}
+}
+
+// Record queues an audit entry for the control plane (audit.Func); past auditQueue waiting it is
+// dropped and counted (Dropped).
+func (c *ControlClient) Record(e store.AuditEntry) {
+	select {
+	case c.queue <- e:
+	default:
+		c.dropped.Add(1)
+	}
+}
+
+// Dropped reports the audit entries Record dropped.
+func (c *ControlClient) Dropped() int64 { return c.dropped.Load() }
+
+// sendAudit sends the queued audit entries in batches, retrying a failed batch until it is sent or the
+// client closes.
+func (c *ControlClient) sendAudit() {
+	defer c.wg.Done()
+	var batch []store.AuditEntry
+	send := func(deadline time.Duration) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		err := c.call(ctx, "/cluster/v1/audit", batch, nil)
+		if err != nil && errdefs.HTTPStatus(err) >= 500 {
+			c.log.Warn("send audit entries to the control plane", "entries", len(batch), "err", err)
+			return false
+		}
+		if err != nil {
+			c.log.Warn("the control plane refused audit entries", "entries", len(batch), "err", err)
+		}
+		batch = batch[:0]
+		return true
+	}
+	for {
+		select {
+		case e := <-c.queue:
+			batch = append(batch, e)
+			for len(batch) < maxAuditBatch {
+				select {
+				case e := <-c.queue:
+					batch = append(batch, e)
+					continue
+				default:
+				}
+				break
+			}
+			for !send(10 * time.Second) {
+				select {
+				case <-c.stop:
+					return
+				case <-time.After(time.Second):
+				}
+			}
+		case <-c.stop:
+			for {
+				select {
+				case e := <-c.queue:
+					batch = append(batch, e)
+					if len(batch) < maxAuditBatch {
+						continue
+					}
+				default:
+				}
+				if len(batch) == 0 || !send(3*time.Second) {
+					return
+				}
+			}
+		}
+	}
+}
+
+var _ keys.KeyProvider = (*ControlClient)(nil)

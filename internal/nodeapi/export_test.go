@@ -1,0 +1,4 @@
+package nodeapi
+
+// ReadImage is readImage, for tests.
+var ReadImage = readImage

@@ -1,0 +1,480 @@
+package nodeapi_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/cluster"
+	"github.com/airlockrun/airlock/internal/daemon"
+	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway"
+	"github.com/airlockrun/airlock/internal/gateway/flowlog"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/keys/master"
+	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/store/sqlite/sqlitetest"
+)
+
+// fakeNode is a Backend that records calls; its sandboxes' daemon is a real one, in this process.
+type fakeNode struct {
+	t      *testing.T
+	socket string // the daemon's socket
+	echo   string // address of an echo server standing for a sandbox's port
+
+	mu       sync.Mutex
+	calls    []string
+	restored map[string]string // file → content of the last restored image
+	link     *link.Client
+}
+
+func (f *fakeNode) record(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+}
+
+func (f *fakeNode) ID() string { return "node-a" }
+func (f *fakeNode) CheckTemplate(_ context.Context, name string) error {
+	if name != "default" {
+		return fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
+	}
+	return nil
+}
+func (f *fakeNode) TemplateRoot(context.Context, string) (string, error) { return "/", nil }
+func (f *fakeNode) CreateSandbox(_ context.Context, req node.CreateRequest) error {
+	f.record("create %s %s %s %d %v", req.ID, req.TenantID, req.Template, req.Limits.MemoryBytes, req.Network.PublicPorts)
+	return nil
+}
+func (f *fakeNode) DestroySandbox(_ context.Context, id string) error {
+	f.record("destroy %s", id)
+	return nil
+}
+func (f *fakeNode) Link(ctx context.Context, id string) (*link.Client, error) {
+	if id != "sb_1" {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.link == nil || f.link.Err() != nil {
+		l, err := link.Dial(ctx, f.socket, link.Options{Shared: true})
+		if err != nil {
+			return nil, err
+		}
+		f.link = l
+		f.t.Cleanup(func() { l.Close() })
+	}
+	return f.link, nil
+}
+func (f *fakeNode) Sandboxes(context.Context) ([]string, error) { return []string{"sb_1", "sb_2"}, nil }
+func (f *fakeNode) Recover(_ context.Context, sbs []node.RecoverRequest) []string {
+	var ids []string
+	for _, s := range sbs {
+		if s.ID == "sb_1" {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids
+}
+func (f *fakeNode) SetNetwork(_ context.Context, id string, p policy.Policy) error {
+	f.record("network %s %s", id, p.Default)
+	return nil
+}
+func (f *fakeNode) RestoreSandbox(_ context.Context, req node.CreateRequest, dir string) error {
+	files := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		rel, _ := filepath.Rel(dir, path)
+		files[rel] = string(b)
+		return err
+	})
+	f.mu.Lock()
+	f.restored = files
+	f.mu.Unlock()
+	f.record("restore %s %d rules", req.ID, len(req.Network.Rules))
+	return err
+}
+func (f *fakeNode) CheckpointSandbox(_ context.Context, id, dir string, leave bool) error {
+	if id != "sb_1" {
+		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	f.record("checkpoint %s %v", id, leave)
+	if err := os.MkdirAll(filepath.Join(dir, "memory"), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "memory", "pages.img"), bytes.Repeat([]byte("p"), 3<<20), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "fs.tar"), []byte("layer"), 0o600)
+}
+func (f *fakeNode) UnpauseSandbox(_ context.Context, id string) error {
+	f.record("unpause %s", id)
+	return nil
+}
+func (f *fakeNode) CopyCA(_ context.Context, from, to, tenant string) error {
+	f.record("copy-ca %s %s %s", from, to, tenant)
+	return nil
+}
+func (f *fakeNode) ForgetCA(id string) { f.record("forget-ca %s", id) }
+func (f *fakeNode) RewrapCAs(_ context.Context, tenant string) (int, error) {
+	f.record("rewrap %s", tenant)
+	return 3, nil
+}
+func (f *fakeNode) SandboxCPU(context.Context, string) (time.Duration, error) {
+	return 1500 * time.Millisecond, nil
+}
+func (f *fakeNode) Flows(_ context.Context, id string, fl flowlog.Filter) ([]gateway.Flow, error) {
+	return []gateway.Flow{{SandboxID: id, Host: fl.Host, Decision: gateway.DecisionDeny}}, nil
+}
+func (f *fakeNode) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	if port != 8080 {
+		return nil, fmt.Errorf("port %d: %w", port, errdefs.ErrPortClosed)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", f.echo)
+}
+
+// testCluster is a CA with certificates for a control plane and the node.
+type testCluster struct {
+	ca       *cluster.CA
+	cp, node tls.Certificate
+}
+
+func newCluster(t *testing.T) testCluster {
+	t.Helper()
+	mk, err := master.New(bytes.Repeat([]byte{7}, master.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := cluster.LoadCA(t.Context(), sqlitetest.Open(t), mk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testCluster{ca: ca}
+	if c.cp, err = ca.IssueTLS(cluster.Identity{Role: cluster.RoleControlPlane, ID: "cp-1"}, []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.node, err = ca.IssueTLS(cluster.Identity{Role: cluster.RoleNode, ID: "node-a"}, []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// serve serves h over TLS with cfg, HTTP/2 and HTTP/1.1, until the test ends.
+func serve(t *testing.T, h http.Handler, cfg *tls.Config) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.TLS = cfg
+	srv.TLS.NextProtos = []string{"h2", "http/1.1"}
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "https://")
+}
+
+func startDaemon(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "nodeapi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "d.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "me"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Serve(ctx, ln, daemon.Config{DefaultUser: daemon.User{Name: name, UID: os.Getuid(), GID: os.Getgid(), Home: t.TempDir()}}, nil)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return socket
+}
+
+func startEcho(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// setup serves a fakeNode's API and returns a control plane's client of it.
+func setup(t *testing.T) (*fakeNode, *nodeapi.Client, testCluster, string) {
+	t.Helper()
+	tc := newCluster(t)
+	fn := &fakeNode{t: t, socket: startDaemon(t), echo: startEcho(t)}
+	h, err := nodeapi.NewHandler(fn, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, h, cluster.ServerTLS(tc.node, tc.ca.Pool(), cluster.RoleControlPlane))
+	c, err := nodeapi.NewClient(nodeapi.ClientConfig{NodeID: "node-a", Addr: addr, Cert: tc.cp, Roots: tc.ca.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return fn, c, tc, addr
+}
+
+// TestCalls: every call reaches the node with its arguments, and the answers and errors come back,
+// errors with their kind.
+func TestCalls(t *testing.T) {
+	fn, c, _, _ := setup(t)
+	ctx := t.Context()
+	if err := c.CheckTemplate(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckTemplate(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("CheckTemplate(nope) = %v; want not found naming it", err)
+	}
+	req := node.CreateRequest{ID: "sb_1", TenantID: "tn_1", Template: "default", Network: policy.Policy{PublicPorts: []int{8080}}}
+	req.Limits.MemoryBytes = 256 << 20
+	if err := c.CreateSandbox(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := c.Sandboxes(ctx)
+	if err != nil || len(ids) != 2 {
+		t.Errorf("Sandboxes = %v, %v", ids, err)
+	}
+	if got := c.Recover(ctx, []node.RecoverRequest{{ID: "sb_1"}, {ID: "sb_9"}}); len(got) != 1 || got[0] != "sb_1" {
+		t.Errorf("Recover = %v; want [sb_1]", got)
+	}
+	if got := c.Recover(ctx, nil); len(got) != 0 {
+		t.Errorf("Recover(nil) = %v", got)
+	}
+	if err := c.SetNetwork(ctx, "sb_1", policy.Policy{Default: "allow"}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.SandboxCPU(ctx, "sb_1"); err != nil || d != 1500*time.Millisecond {
+		t.Errorf("SandboxCPU = %v, %v", d, err)
+	}
+	if fl, err := c.Flows(ctx, "sb_1", flowlog.Filter{Host: "x.test"}); err != nil || len(fl) != 1 || fl[0].Host != "x.test" || fl[0].SandboxID != "sb_1" {
+		t.Errorf("Flows = %+v, %v", fl, err)
+	}
+	if err := c.CopyCA(ctx, "se_1", "se_2", "tn_1"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.RewrapCAs(ctx, "tn_1"); err != nil || n != 3 {
+		t.Errorf("RewrapCAs = %d, %v", n, err)
+	}
+	c.ForgetCA("se_2")
+	if err := c.UnpauseSandbox(ctx, "sb_1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DestroySandbox(ctx, "sb_1"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"create sb_1 tn_1 default 268435456 [8080]", "network sb_1 allow", "copy-ca se_1 se_2 tn_1", "rewrap tn_1", "forget-ca se_2", "unpause sb_1", "destroy sb_1"}
+	fn.mu.Lock()
+	got := fn.calls
+	fn.mu.Unlock()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the node saw\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := c.TemplateRoot(ctx, "default"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("TemplateRoot without templates = %v; want failed precondition", err)
+	}
+}
+
+// TestImages: a checkpoint image comes back whole, and an image sent for a restore arrives whole.
+func TestImages(t *testing.T) {
+	fn, c, _, _ := setup(t)
+	ctx := t.Context()
+	dir := filepath.Join(t.TempDir(), "image")
+	if err := c.CheckpointSandbox(ctx, "sb_1", dir, true); err != nil {
+		t.Fatal(err)
+	}
+	pages, err := os.ReadFile(filepath.Join(dir, "memory", "pages.img"))
+	if err != nil || !bytes.Equal(pages, bytes.Repeat([]byte("p"), 3<<20)) {
+		t.Fatalf("pages.img: %d bytes, %v", len(pages), err)
+	}
+	if err := c.CheckpointSandbox(ctx, "sb_2", filepath.Join(t.TempDir(), "x"), false); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("checkpoint of an unknown sandbox = %v; want failed precondition", err)
+	}
+	// A create request longer than a read buffer leads the image.
+	var big policy.Policy
+	for i := range 500 {
+		big.Rules = append(big.Rules, policy.Rule{Name: fmt.Sprintf("rule-%d", i), Action: "allow", Host: fmt.Sprintf("host-%d.example.com", i)})
+	}
+	if err := c.RestoreSandbox(ctx, node.CreateRequest{ID: "sb_3", TenantID: "tn_1", Network: big}, dir); err != nil {
+		t.Fatal(err)
+	}
+	fn.mu.Lock()
+	defer fn.mu.Unlock()
+	if last := fn.calls[len(fn.calls)-1]; last != "restore sb_3 500 rules" {
+		t.Errorf("the node saw %q", last)
+	}
+	if len(fn.restored) != 2 || fn.restored["fs.tar"] != "layer" || len(fn.restored[filepath.Join("memory", "pages.img")]) != 3<<20 {
+		t.Errorf("the node restored %d files", len(fn.restored))
+	}
+}
+
+// TestLinkAndPorts: two control planes reach one sandbox's daemon through the node at once, and a
+// port's bytes pass both ways; an unknown sandbox or closed port is a plain error.
+func TestLinkAndPorts(t *testing.T) {
+	_, c, tc, addr := setup(t)
+	cp2cert, err := tc.ca.IssueTLS(cluster.Identity{Role: cluster.RoleControlPlane, ID: "cp-2"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := nodeapi.NewClient(nodeapi.ClientConfig{NodeID: "node-a", Addr: addr, Cert: cp2cert, Roots: tc.ca.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	for i, cl := range []*nodeapi.Client{c, c2} {
+		for j := range 5 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, err := cl.Link(ctx, "sb_1")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				want := fmt.Sprintf("cp %d call %d", i, j)
+				res, err := l.Exec(ctx, proto.ExecRequest{Argv: []string{"echo", want}})
+				if err != nil || string(res.Stdout) != want+"\n" {
+					t.Errorf("exec: %q, %v", res.Stdout, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	// A channel that ended is dialed again.
+	l, _ := c.Link(ctx, "sb_1")
+	l.Close()
+	l2, err := c.Link(ctx, "sb_1")
+	if err != nil || l2 == l {
+		t.Fatalf("Link after close = %p, %v", l2, err)
+	}
+	if err := l2.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Link(ctx, "sb_9"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Link(unknown) = %v; want failed precondition", err)
+	}
+
+	conn, err := c.DialPort(ctx, "sb_1", 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	msg := bytes.Repeat([]byte("0123456789"), 100_000)
+	go func() { _, _ = conn.Write(msg) }()
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(conn, got); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("port echo: %v", err)
+	}
+	if _, err := c.DialPort(ctx, "sb_1", 9); !errors.Is(err, errdefs.ErrPortClosed) {
+		t.Errorf("DialPort(closed) = %v; want port closed", err)
+	}
+}
+
+// TestOnlyTheClusterControlPlanes: a node's certificate cannot call a node, a control plane that meant
+// another node does not take this one, and a client without a certificate is refused.
+func TestOnlyTheClusterControlPlanes(t *testing.T) {
+	_, _, tc, addr := setup(t)
+	ctx := t.Context()
+	other, err := tc.ca.IssueTLS(cluster.Identity{Role: cluster.RoleNode, ID: "node-b"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asNode, err := nodeapi.NewClient(nodeapi.ClientConfig{NodeID: "node-a", Addr: addr, Cert: other, Roots: tc.ca.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asNode.Close()
+	if err := asNode.CreateSandbox(ctx, node.CreateRequest{ID: "sb_x"}); err == nil {
+		t.Error("a node's certificate created a sandbox on another node")
+	}
+	if _, err := asNode.Link(ctx, "sb_1"); err == nil {
+		t.Error("a node's certificate reached a sandbox's daemon on another node")
+	}
+	wrong, err := nodeapi.NewClient(nodeapi.ClientConfig{NodeID: "node-b", Addr: addr, Cert: tc.cp, Roots: tc.ca.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wrong.Close()
+	if _, err := wrong.Info(ctx); err == nil || !strings.Contains(err.Error(), "node-a") {
+		t.Errorf("a client of node-b took node-a: %v", err)
+	}
+	plain := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the test wants in without a certificate
+	if resp, err := plain.Get("https://" + addr + "/node/v1/info"); err == nil {
+		resp.Body.Close()
+		t.Error("a client without a certificate got an answer")
+	}
+}
+
+// TestImageRefusesBadTars: an image from the other end with a name outside the image, a link, or a
+// file twice is refused, and nothing is written outside.
+func TestImageRefusesBadTars(t *testing.T) {
+	cases := map[string][]*tar.Header{
+		"parent":   {{Typeflag: tar.TypeReg, Name: "../escape", Size: 1}},
+		"absolute": {{Typeflag: tar.TypeReg, Name: "/tmp/escape", Size: 1}},
+		"symlink":  {{Typeflag: tar.TypeSymlink, Name: "link", Linkname: "/etc"}},
+		"twice":    {{Typeflag: tar.TypeReg, Name: "a", Size: 1}, {Typeflag: tar.TypeReg, Name: "a", Size: 1}},
+		"device":   {{Typeflag: tar.TypeChar, Name: "dev"}},
+	}
+	for name, hs := range cases {
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			tw := tar.NewWriter(&buf)
+			for _, h := range hs {
+				if err := tw.WriteHeader(h); err != nil {
+					t.Fatal(err)
+				}
+				if h.Size > 0 {
+					_, _ = tw.Write([]byte("x"))
+				}
+			}
+			tw.Close()
+			parent := t.TempDir()
+			err := nodeapi.ReadImage(&buf, filepath.Join(parent, "image"))
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("ReadImage = %v; want invalid argument", err)
+			}
+			if _, err := os.Stat(filepath.Join(parent, "escape")); err == nil {
+				t.Error("a file was written outside the image")
+			}
+		})
+	}
+}

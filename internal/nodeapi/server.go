@@ -1,0 +1,338 @@
+package nodeapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway/flowlog"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/node"
+)
+
+// Handler serves the node API for a Backend. Serve it over TLS with cluster.ServerTLS allowing control
+// planes only: it checks nothing of the caller itself.
+type Handler struct {
+	b       Backend
+	scratch string
+	log     *slog.Logger
+	mux     *http.ServeMux
+}
+
+// NewHandler returns the node API of b. Checkpoint images in transit are kept under scratch, a private
+// directory on the node (made if missing).
+func NewHandler(b Backend, scratch string, log *slog.Logger) (*Handler, error) {
+	if err := os.MkdirAll(scratch, 0o700); err != nil {
+		return nil, fmt.Errorf("node API: %w", err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	h := &Handler{b: b, scratch: scratch, log: log, mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /node/v1/info", h.info)
+	h.mux.HandleFunc("POST /node/v1/templates/check", h.checkTemplate)
+	h.mux.HandleFunc("GET /node/v1/sandboxes", h.sandboxes)
+	h.mux.HandleFunc("POST /node/v1/sandboxes", h.create)
+	h.mux.HandleFunc("POST /node/v1/sandboxes/restore", h.restore)
+	h.mux.HandleFunc("POST /node/v1/recover", h.recover)
+	h.mux.HandleFunc("DELETE /node/v1/sandboxes/{id}", h.destroy)
+	h.mux.HandleFunc("PUT /node/v1/sandboxes/{id}/network", h.setNetwork)
+	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/checkpoint", h.checkpoint)
+	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/unpause", h.unpause)
+	h.mux.HandleFunc("GET /node/v1/sandboxes/{id}/cpu", h.cpu)
+	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/flows", h.flows)
+	h.mux.HandleFunc("GET /node/v1/sandboxes/{id}/link", h.link)
+	h.mux.HandleFunc("GET /node/v1/sandboxes/{id}/ports/{port}", h.port)
+	h.mux.HandleFunc("POST /node/v1/cas/copy", h.copyCA)
+	h.mux.HandleFunc("POST /node/v1/cas/rewrap", h.rewrapCAs)
+	h.mux.HandleFunc("DELETE /node/v1/cas/{id}", h.forgetCA)
+	return h, nil
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// answer writes v as JSON, or err.
+func (h *Handler) answer(w http.ResponseWriter, r *http.Request, v any, err error) {
+	if err != nil {
+		if errdefs.HTTPStatus(err) >= 500 {
+			h.log.Warn("node API call failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+	}
+	reply(w, v, err)
+}
+
+// Info describes a node.
+type Info struct {
+	ID string `json:"id"`
+}
+
+func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
+	h.answer(w, r, Info{ID: h.b.ID()}, nil)
+}
+
+type nameBody struct {
+	Name string `json:"name"`
+}
+
+func (h *Handler) checkTemplate(w http.ResponseWriter, r *http.Request) {
+	var b nameBody
+	err := decode(r.Body, &b)
+	if err == nil {
+		err = h.b.CheckTemplate(r.Context(), b.Name)
+	}
+	h.answer(w, r, nil, err)
+}
+
+func (h *Handler) sandboxes(w http.ResponseWriter, r *http.Request) {
+	ids, err := h.b.Sandboxes(r.Context())
+	h.answer(w, r, ids, err)
+}
+
+func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	var req node.CreateRequest
+	err := decode(r.Body, &req)
+	if err == nil {
+		err = h.b.CreateSandbox(r.Context(), req)
+	}
+	h.answer(w, r, nil, err)
+}
+
+// maxRequestLine bounds the create request that leads a restore's body.
+const maxRequestLine = 1 << 20
+
+// restore reads the create request as a JSON line, then the image as a tar stream.
+func (h *Handler) restore(w http.ResponseWriter, r *http.Request) {
+	body := bufio.NewReaderSize(r.Body, maxRequestLine)
+	line, err := body.ReadSlice('\n')
+	if err != nil {
+		h.answer(w, r, nil, fmt.Errorf("restore: the request line: %v: %w", err, errdefs.ErrInvalidArgument))
+		return
+	}
+	var req node.CreateRequest
+	if err := json.Unmarshal(line, &req); err != nil {
+		h.answer(w, r, nil, fmt.Errorf("restore: the request line: %v: %w", err, errdefs.ErrInvalidArgument))
+		return
+	}
+	dir, err := os.MkdirTemp(h.scratch, "restore-")
+	if err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	if err := readImage(body, dir); err != nil {
+		h.answer(w, r, nil, fmt.Errorf("restore %s: %w", req.ID, err))
+		return
+	}
+	h.answer(w, r, nil, h.b.RestoreSandbox(r.Context(), req, dir))
+}
+
+func (h *Handler) recover(w http.ResponseWriter, r *http.Request) {
+	var reqs []node.RecoverRequest
+	if err := decode(r.Body, &reqs); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	ids := h.b.Recover(r.Context(), reqs)
+	if ids == nil {
+		ids = []string{}
+	}
+	h.answer(w, r, ids, nil)
+}
+
+func (h *Handler) destroy(w http.ResponseWriter, r *http.Request) {
+	h.answer(w, r, nil, h.b.DestroySandbox(r.Context(), r.PathValue("id")))
+}
+
+func (h *Handler) setNetwork(w http.ResponseWriter, r *http.Request) {
+	var p policy.Policy
+	err := decode(r.Body, &p)
+	if err == nil {
+		err = h.b.SetNetwork(r.Context(), r.PathValue("id"), p)
+	}
+	h.answer(w, r, nil, err)
+}
+
+// checkpoint saves the sandbox into a scratch directory and answers with it as a tar stream. An error
+// once the stream began cuts it short: the client sees a broken tar and fails.
+func (h *Handler) checkpoint(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	dir, err := os.MkdirTemp(h.scratch, "checkpoint-")
+	if err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	image := filepath.Join(dir, "image")
+	if err := h.b.CheckpointSandbox(r.Context(), id, image, r.URL.Query().Get("leave_running") == "true"); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.WriteHeader(http.StatusOK)
+	if err := writeImage(w, image); err != nil {
+		h.log.Warn("send checkpoint image", "sandbox", id, "err", err)
+		panic(http.ErrAbortHandler) // the client must not take a cut stream for a whole image
+	}
+}
+
+func (h *Handler) unpause(w http.ResponseWriter, r *http.Request) {
+	h.answer(w, r, nil, h.b.UnpauseSandbox(r.Context(), r.PathValue("id")))
+}
+
+type cpuBody struct {
+	Nanos int64 `json:"nanos"`
+}
+
+func (h *Handler) cpu(w http.ResponseWriter, r *http.Request) {
+	d, err := h.b.SandboxCPU(r.Context(), r.PathValue("id"))
+	h.answer(w, r, cpuBody{Nanos: int64(d)}, err)
+}
+
+func (h *Handler) flows(w http.ResponseWriter, r *http.Request) {
+	var f flowlog.Filter
+	if err := decode(r.Body, &f); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	flows, err := h.b.Flows(r.Context(), r.PathValue("id"), f)
+	h.answer(w, r, flows, err)
+}
+
+type caCopyBody struct {
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Tenant string `json:"tenant"`
+}
+
+func (h *Handler) copyCA(w http.ResponseWriter, r *http.Request) {
+	var b caCopyBody
+	err := decode(r.Body, &b)
+	if err == nil {
+		err = h.b.CopyCA(r.Context(), b.From, b.To, b.Tenant)
+	}
+	h.answer(w, r, nil, err)
+}
+
+type rewrapBody struct {
+	Tenant string `json:"tenant"`
+	Count  int    `json:"count"`
+}
+
+func (h *Handler) rewrapCAs(w http.ResponseWriter, r *http.Request) {
+	var b rewrapBody
+	if err := decode(r.Body, &b); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	n, err := h.b.RewrapCAs(r.Context(), b.Tenant)
+	h.answer(w, r, rewrapBody{Tenant: b.Tenant, Count: n}, err)
+}
+
+func (h *Handler) forgetCA(w http.ResponseWriter, r *http.Request) {
+	h.b.ForgetCA(r.PathValue("id"))
+	h.answer(w, r, nil, nil)
+}
+
+// link hands the connection to the sandbox's daemon channel.
+func (h *Handler) link(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	h.upgrade(w, r, protoLink, func(ctx context.Context) (func(net.Conn), error) {
+		cl, err := h.b.Link(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		m := cl.Mux()
+		if m == nil {
+			return nil, fmt.Errorf("sandbox %s: its daemon channel is not shared: %w", id, errdefs.ErrFailedPrecondition)
+		}
+		return m.Serve, nil
+	})
+}
+
+// port connects the caller to a port of the sandbox.
+func (h *Handler) port(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		h.answer(w, r, nil, fmt.Errorf("port %q: %w", r.PathValue("port"), errdefs.ErrInvalidArgument))
+		return
+	}
+	id := r.PathValue("id")
+	h.upgrade(w, r, protoPort, func(ctx context.Context) (func(net.Conn), error) {
+		in, err := h.b.DialPort(ctx, id, port)
+		if err != nil {
+			return nil, err
+		}
+		return func(c net.Conn) { splice(c, in) }, nil
+	})
+}
+
+// upgrade switches the request's connection to proto once open succeeds, and hands it to the function
+// open returned, which owns it.
+func (h *Handler) upgrade(w http.ResponseWriter, r *http.Request, proto string, open func(ctx context.Context) (func(net.Conn), error)) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), proto) || r.ProtoMajor != 1 {
+		h.answer(w, r, nil, fmt.Errorf("want an HTTP/1.1 upgrade to %s: %w", proto, errdefs.ErrInvalidArgument))
+		return
+	}
+	serve, err := open(r.Context())
+	if err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	conn, brw, err := rc.Hijack()
+	if err != nil {
+		h.log.Warn("node API: hijack", "err", err)
+		return
+	}
+	if _, err := io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+proto+"\r\n\r\n"); err != nil {
+		conn.Close()
+		return
+	}
+	serve(bufferedConn(conn, brw.Reader))
+}
+
+// bufferedConn returns conn reading first what r holds of it.
+func bufferedConn(conn net.Conn, r *bufio.Reader) net.Conn {
+	if r == nil || r.Buffered() == 0 {
+		return conn
+	}
+	return &readerConn{Conn: conn, r: io.MultiReader(r, conn)}
+}
+
+type readerConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// splice copies between a and b both ways until either side ends, then closes both.
+func splice(a, b net.Conn) {
+	done := make(chan struct{}, 2)
+	cp := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		// Half-close where the connection can, so the other direction may finish.
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			_ = dst.Close()
+		}
+		done <- struct{}{}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	<-done
+	<-done
+	a.Close()
+	b.Close()
+}
