@@ -22,7 +22,9 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
@@ -59,6 +61,7 @@ import (
 	"github.com/airlockrun/airlock/internal/keys/master"
 	"github.com/airlockrun/airlock/internal/keys/pkcs11"
 	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/internal/retention"
 	"github.com/airlockrun/airlock/internal/runtime/gvisor"
 	"github.com/airlockrun/airlock/internal/secrets"
@@ -159,6 +162,12 @@ type Config struct {
 	// digits, mode 0600; made with a fresh key if missing). Every server on one database must be given
 	// the same one. Empty: DATA/keys/master.key.
 	MasterKeyFile string
+	// ClusterListen, if set, is the address of the cluster port: nodes that joined call it (mutual TLS
+	// with certificates from the cluster CA) for their sandboxes' secrets, tokens and key wraps, and
+	// to send audit entries and sandbox exits. Empty: no cluster port.
+	ClusterListen string
+	// ClusterReady, if set, is called with the cluster port's address once it accepts connections.
+	ClusterReady func(addr string)
 }
 
 // The prefixes of the Store's documents holding the tenants' secrets and OAuth connections.
@@ -481,7 +490,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Snapshots: snaps, ScratchDir: filepath.Join(dataDir, "scratch"),
 		ImageCacheDir: filepath.Join(dataDir, "images"), ImageCacheBytes: cfg.ImageCacheBytes,
 		Retention: cfg.Retention, PruneInterval: cfg.PruneInterval, GCInterval: cfg.GCInterval, GCGrace: cfg.GCGrace,
-		Keys: keyring, KeyCheckInterval: cfg.KeyCheckInterval, Cluster: clusterCA})
+		Keys: keyring, KeyCheckInterval: cfg.KeyCheckInterval, Cluster: clusterCA, KeyProvider: keyring, Audit: auditLog.Record})
 	if err != nil {
 		return err
 	}
@@ -508,6 +517,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if err := cp.Start(ctx); err != nil {
 		return err
+	}
+
+	var clusterSrv *http.Server
+	if cfg.ClusterListen != "" {
+		if clusterSrv, err = serveCluster(cfg, clusterCA, cp, log); err != nil {
+			return err
+		}
+		defer clusterSrv.Close()
 	}
 
 	apiServer := api.New(cp, log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
@@ -554,6 +571,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		errs = append(errs, serveErr)
 	}
+	if clusterSrv != nil {
+		_ = clusterSrv.Shutdown(sctx)
+	}
 	if err := cp.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("stop sandboxes: %w", err))
 	}
@@ -563,4 +583,38 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	_ = srv.Close()
 	log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// serveCluster starts the cluster port (Config.ClusterListen): the calls of nodes, over mutual TLS with a
+// certificate this replica issues itself from the cluster CA (renewed while it runs).
+func serveCluster(cfg Config, ca *cluster.CA, cp *controlplane.Service, log *slog.Logger) (*http.Server, error) {
+	var rnd [4]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, err
+	}
+	id := cluster.Identity{Role: cluster.RoleControlPlane, ID: "cp-" + hex.EncodeToString(rnd[:])}
+	self, err := ca.NewSelfCert(id, nil)
+	if err != nil {
+		return nil, fmt.Errorf("cluster port: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.ClusterListen)
+	if err != nil {
+		return nil, fmt.Errorf("cluster port: listen on %s: %w", cfg.ClusterListen, err)
+	}
+	tlsCfg := self.ServerTLS(ca.Pool(), cluster.RoleNode)
+	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+	srv := &http.Server{
+		Handler:           nodeapi.NewControlHandler(cp, log),
+		TLSConfig:         tlsCfg,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() { _ = srv.Serve(tls.NewListener(ln, tlsCfg)) }() // owner: Run; ends on its Shutdown or Close
+	log.Info("cluster port is up", "addr", ln.Addr().String(), "replica", id.String())
+	fmt.Fprintf(cfg.Out, "Nodes reach this control plane at https://%s\n", ln.Addr())
+	if cfg.ClusterReady != nil {
+		cfg.ClusterReady(ln.Addr().String())
+	}
+	return srv, nil
 }

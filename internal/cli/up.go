@@ -24,7 +24,7 @@ func newUpCmd(g *globals) *cobra.Command {
 	var pinFile string
 	var keyCheck time.Duration
 	var s3cfg blobs3.Config
-	var postgresDSN, masterKeyFile string
+	var postgresDSN, masterKeyFile, clusterListen string
 	var ingressMax int
 	var keepAll, keepHourly, keepDaily, pruneEvery, gcEvery, gcGrace time.Duration
 	cmd := &cobra.Command{
@@ -88,6 +88,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				IngressMaxConns:  ingressMax,
 				PostgresDSN:      postgresDSN,
 				MasterKeyFile:    masterKeyFile,
+				ClusterListen:    clusterListen,
 				S3:               s3,
 				Retention:        retention.Policy{KeepAll: keepAll, KeepHourly: keepHourly, KeepDaily: keepDaily},
 				PruneInterval:    pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace,
@@ -101,6 +102,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 	f.IntVar(&ingressMax, "ingress-max-conns", 0, "requests and tunnels in progress to one sandbox's ports; more are refused with 429 (default 1024)")
 	f.StringVar(&postgresDSN, "postgres", "", "keep the state in this PostgreSQL database (a libpq connection string or postgres:// URL; env "+EnvPostgres+", which keeps a password out of the process list) instead of SQLite in the data directory")
 	f.StringVar(&masterKeyFile, "master-key-file", "", "the master key, which encrypts the keyring in the database: 64 hex digits, mode 0600, made if missing; every server on one database needs the same (env "+EnvMasterKeyFile+"; default <data dir>/keys/master.key)")
+	f.StringVar(&clusterListen, "cluster-listen", "", "serve nodes that joined on this address (mutual TLS with the cluster's certificates), e.g. :7443; default: no cluster port")
 	f.StringVar(&s3cfg.Endpoint, "s3-endpoint", "", "keep snapshots in S3 or an S3-compatible service at this host[:port] instead of the data directory (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
 	f.StringVar(&s3cfg.Bucket, "s3-bucket", "", "the bucket (it must exist)")
 	f.StringVar(&s3cfg.Prefix, "s3-prefix", "", "a key prefix in the bucket, ending in /")

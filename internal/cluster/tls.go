@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 )
@@ -119,4 +121,60 @@ func (ca *CA) IssueTLS(id Identity, hosts []string) (tls.Certificate, error) {
 		return tls.Certificate{}, err
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
+}
+
+// SelfCert is the certificate of a process that holds the CA (a control-plane replica), issued anew
+// when a third of its lifetime is left, so that a replica that runs for months keeps a valid one.
+type SelfCert struct {
+	ca    *CA
+	id    Identity
+	hosts []string
+
+	mu   sync.Mutex
+	cert tls.Certificate // guarded by mu
+}
+
+// NewSelfCert issues id's first certificate.
+func (ca *CA) NewSelfCert(id Identity, hosts []string) (*SelfCert, error) {
+	c, err := ca.IssueTLS(id, hosts)
+	if err != nil {
+		return nil, err
+	}
+	return &SelfCert{ca: ca, id: id, hosts: hosts, cert: c}, nil
+}
+
+// Current returns the certificate, renewed first if a third of its lifetime or less is left (if the
+// renewal fails, the old one while it lasts).
+func (s *SelfCert) Current() (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Until(s.cert.Leaf.NotAfter) < CertLifetime/3 {
+		c, err := s.ca.IssueTLS(s.id, s.hosts)
+		if err != nil && time.Now().After(s.cert.Leaf.NotAfter) {
+			return nil, err
+		}
+		if err == nil {
+			s.cert = c
+		}
+	}
+	c := s.cert
+	return &c, nil
+}
+
+// ServerTLS is ServerTLS with the renewing certificate.
+func (s *SelfCert) ServerTLS(roots *x509.CertPool, roles ...string) *tls.Config {
+	cert, _ := s.Current()
+	cfg := ServerTLS(*cert, roots, roles...)
+	cfg.Certificates = nil
+	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.Current() }
+	return cfg
+}
+
+// ClientTLS is ClientTLS with the renewing certificate.
+func (s *SelfCert) ClientTLS(roots *x509.CertPool, want Identity) *tls.Config {
+	cert, _ := s.Current()
+	cfg := ClientTLS(*cert, roots, want)
+	cfg.Certificates = nil
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return s.Current() }
+	return cfg
 }

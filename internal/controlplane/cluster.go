@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -92,6 +93,11 @@ func (s *Service) JoinNode(ctx context.Context, req JoinRequest) (Joined, error)
 	}
 	if err := cluster.CheckID(req.NodeID); err != nil {
 		return Joined{}, fmt.Errorf("node ID: %w", err)
+	}
+	if req.NodeID == node.LocalID {
+		// The node in a control plane's process has it: a joined node by that name would be answered
+		// for its sandboxes (nodecalls.go).
+		return Joined{}, fmt.Errorf("node ID %s is the control plane's own node's: %w", req.NodeID, errdefs.ErrInvalidArgument)
 	}
 	key := nodeDocPrefix + req.NodeID
 	old, err := s.store.GetDoc(ctx, key)

@@ -28,6 +28,9 @@ import (
 
 // fakeNode is a hand-written node that keeps a set of "running" sandbox IDs, and a real flow log.
 type fakeNode struct {
+	// id names the node; "" is "local".
+	id string
+
 	mu sync.Mutex
 	// running, failCreate, destroyed and tenants are guarded by mu.
 	running    map[string]bool
@@ -60,7 +63,12 @@ func newFakeNode(t *testing.T) *fakeNode {
 		restored: map[string]string{}, cpu: map[string]time.Duration{}, root: t.TempDir(), flows: l}
 }
 
-func (n *fakeNode) ID() string { return "local" }
+func (n *fakeNode) ID() string {
+	if n.id != "" {
+		return n.id
+	}
+	return "local"
+}
 
 func (n *fakeNode) CheckTemplate(ctx context.Context, name string) error {
 	if name != "default" {
@@ -103,7 +111,7 @@ func (n *fakeNode) Sandboxes(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-func (n *fakeNode) Recover(ctx context.Context, reqs []node.RecoverRequest) []string {
+func (n *fakeNode) Recover(ctx context.Context, reqs []node.RecoverRequest) ([]string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out []string
@@ -113,7 +121,7 @@ func (n *fakeNode) Recover(ctx context.Context, reqs []node.RecoverRequest) []st
 			out = append(out, r.ID)
 		}
 	}
-	return out
+	return out, nil
 }
 
 func (n *fakeNode) SetNetwork(ctx context.Context, id string, p policy.Policy) error {

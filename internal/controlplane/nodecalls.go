@@ -1,10 +1,15 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -15,14 +20,52 @@ import (
 
 var errNotYours = fmt.Errorf("no such sandbox on this node: %w", errdefs.ErrPermissionDenied)
 
-// nodeSandbox returns the sandbox of tenantID that nodeID runs (creating, running or stopping).
-func (s *Service) nodeSandbox(ctx context.Context, nodeID, tenantID, sandboxID string) (store.Sandbox, error) {
+// CheckNode checks that the caller is a node of the cluster by its latest certificate: nodeID joined
+// and was last given the certificate of that fingerprint (a certificate from before the node joined
+// again is no longer its own), and is not named as a control plane's in-process node.
+func (s *Service) CheckNode(ctx context.Context, nodeID, fingerprint string) error {
+	refused := fmt.Errorf("not a node of this cluster, or not its current certificate: %w", errdefs.ErrPermissionDenied)
+	if nodeID == "" || nodeID == node.LocalID {
+		return refused
+	}
+	d, err := s.store.GetDoc(ctx, nodeDocPrefix+nodeID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return refused
+	}
+	if err != nil {
+		return fmt.Errorf("node %s: %v: %w", nodeID, err, errdefs.ErrUnavailable)
+	}
+	var rec NodeRecord
+	if err := json.Unmarshal(d.Value, &rec); err != nil || rec.CertFingerprint == "" ||
+		subtle.ConstantTimeCompare([]byte(rec.CertFingerprint), []byte(fingerprint)) != 1 {
+		return refused
+	}
+	return nil
+}
+
+// lookupNodeSandbox returns the sandbox of tenantID that nodeID ran or runs; a store failure is
+// unavailable (the node tries again), anything else not the node's.
+func (s *Service) lookupNodeSandbox(ctx context.Context, nodeID, tenantID, sandboxID string) (store.Sandbox, error) {
 	if nodeID == "" || tenantID == "" || sandboxID == "" {
 		return store.Sandbox{}, errNotYours
 	}
 	sb, err := s.store.GetSandbox(ctx, tenantID, sandboxID)
-	if err != nil || sb.NodeID != nodeID {
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument):
 		return store.Sandbox{}, errNotYours
+	case err != nil:
+		return store.Sandbox{}, fmt.Errorf("sandbox %s: %v: %w", sandboxID, err, errdefs.ErrUnavailable)
+	case sb.NodeID != nodeID:
+		return store.Sandbox{}, errNotYours
+	}
+	return sb, nil
+}
+
+// nodeSandbox returns the sandbox of tenantID that nodeID runs (creating, running or stopping).
+func (s *Service) nodeSandbox(ctx context.Context, nodeID, tenantID, sandboxID string) (store.Sandbox, error) {
+	sb, err := s.lookupNodeSandbox(ctx, nodeID, tenantID, sandboxID)
+	if err != nil {
+		return sb, err
 	}
 	switch sb.State {
 	case store.StateCreating, store.StateRunning, store.StateStopping:
@@ -72,75 +115,94 @@ func (s *Service) NodeToken(ctx context.Context, nodeID, tenantID, sandboxID, co
 	return s.connections.Token(ctx, tenantID, connection)
 }
 
-// nodeTenant checks that the tenant has a sandbox on the node.
-func (s *Service) nodeTenant(ctx context.Context, nodeID, tenantID string) error {
-	if nodeID == "" || tenantID == "" {
-		return errNotYours
-	}
-	cursor := ""
-	for {
-		page, next, err := s.store.ListSandboxes(ctx, tenantID, store.SandboxFilter{Cursor: cursor, Limit: store.MaxListLimit,
-			States: []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}})
-		if err != nil {
-			return err
-		}
-		for _, sb := range page {
-			if sb.NodeID == nodeID {
-				return nil
-			}
-		}
-		if next == "" {
-			return errNotYours
-		}
-		cursor = next
-	}
-}
+// nodeKeyPurpose prefixes every data key a node has wrapped: what a node unwraps must be a key it
+// wrapped itself for this purpose, never one of the tenant's other keys (snapshots', secrets') that
+// the same key-encryption key wraps.
+func nodeKeyPurpose(nodeID string) []byte { return []byte("airlock/node-ca\x00" + nodeID + "\x00") }
 
-// NodeWrapKey wraps a data key of the node's (an interception CA's) under the key of a tenant with a
-// sandbox on the node.
+// NodeWrapKey wraps a data key of the node's (an interception CA's) under the tenant's key, bound to
+// the node: only NodeUnwrapKey for the same node gives it back.
 func (s *Service) NodeWrapKey(ctx context.Context, nodeID, tenantID string, dek []byte) ([]byte, string, error) {
 	if s.keyProvider == nil {
 		return nil, "", fmt.Errorf("no key provider: %w", errdefs.ErrFailedPrecondition)
 	}
-	if err := s.nodeTenant(ctx, nodeID, tenantID); err != nil {
-		return nil, "", err
+	if len(dek) == 0 || len(dek) > 64 {
+		return nil, "", fmt.Errorf("a data key of %d bytes: %w", len(dek), errdefs.ErrInvalidArgument)
 	}
-	return s.keyProvider.WrapKey(ctx, tenantID, dek)
+	// The key provider makes a tenant's key on first use: only for tenants that exist.
+	if _, err := s.store.GetTenant(ctx, tenantID); errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
+		return nil, "", errNotYours
+	} else if err != nil {
+		return nil, "", fmt.Errorf("tenant: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	bound := append(nodeKeyPurpose(nodeID), dek...)
+	defer clear(bound)
+	return s.keyProvider.WrapKey(ctx, tenantID, bound)
 }
 
-// NodeUnwrapKey unwraps a data key NodeWrapKey wrapped, for a tenant with a sandbox on the node.
+// NodeUnwrapKey unwraps a data key NodeWrapKey wrapped for the same node; any other wrapped key of
+// the tenant's is refused.
 func (s *Service) NodeUnwrapKey(ctx context.Context, nodeID, tenantID, keyID string, wrapped []byte) ([]byte, error) {
 	if s.keyProvider == nil {
 		return nil, fmt.Errorf("no key provider: %w", errdefs.ErrFailedPrecondition)
 	}
-	if err := s.nodeTenant(ctx, nodeID, tenantID); err != nil {
+	bound, err := s.keyProvider.UnwrapKey(ctx, tenantID, keyID, wrapped)
+	if err != nil {
 		return nil, err
 	}
-	return s.keyProvider.UnwrapKey(ctx, tenantID, keyID, wrapped)
+	defer clear(bound)
+	prefix := nodeKeyPurpose(nodeID)
+	if !bytes.HasPrefix(bound, prefix) {
+		return nil, fmt.Errorf("not a key this node wrapped: %w", errdefs.ErrPermissionDenied)
+	}
+	return bytes.Clone(bound[len(prefix):]), nil
 }
 
-// NodeAudit appends the node's daemon and egress entries to their tenants' audit logs. Each entry must
-// name, as its actor, a sandbox of its tenant on the node; the batch is refused whole otherwise.
+// Bounds of what a node's audit entry may carry.
+const (
+	maxNodeAuditField  = 1 << 10
+	maxNodeAuditDetail = 16 << 10
+)
+
+// NodeAudit appends the node's daemon and egress entries to their tenants' audit logs. An entry must
+// be of one of those kinds and name, as its actor, a sandbox of its tenant that ran on the node (in any
+// state: the last flows end as a sandbox goes); others are dropped and logged, the rest kept. Fields
+// are cut to bounds.
 func (s *Service) NodeAudit(ctx context.Context, nodeID string, entries []store.AuditEntry) error {
 	if s.audit == nil {
 		return fmt.Errorf("no audit log: %w", errdefs.ErrFailedPrecondition)
 	}
-	checked := map[[2]string]bool{}
+	ok := map[[2]string]bool{}
+	keep := make([]store.AuditEntry, 0, len(entries))
+	refused := 0
 	for _, e := range entries {
 		if e.Kind != store.AuditDaemon && e.Kind != store.AuditEgress {
-			return fmt.Errorf("audit entry of kind %q: nodes record daemon and egress entries only: %w", e.Kind, errdefs.ErrPermissionDenied)
-		}
-		k := [2]string{e.TenantID, e.Actor}
-		if checked[k] {
+			refused++
 			continue
 		}
-		if _, err := s.nodeSandbox(ctx, nodeID, e.TenantID, e.Actor); err != nil {
-			return err
+		k := [2]string{e.TenantID, e.Actor}
+		mine, seen := ok[k]
+		if !seen {
+			_, err := s.lookupNodeSandbox(ctx, nodeID, e.TenantID, e.Actor)
+			if err != nil && !errors.Is(err, errdefs.ErrPermissionDenied) {
+				return err // the store failed: the node sends the batch again
+			}
+			mine = err == nil
+			ok[k] = mine
 		}
-		checked[k] = true
-	}
-	for _, e := range entries {
+		if !mine {
+			refused++
+			continue
+		}
 		e.Seq, e.Prev, e.Hash = 0, "", ""
+		e.Action, e.Target, e.Result = truncate(e.Action, maxNodeAuditField), truncate(e.Target, maxNodeAuditField), truncate(e.Result, maxNodeAuditField)
+		e.Detail = truncate(e.Detail, maxNodeAuditDetail)
+		keep = append(keep, e)
+	}
+	if refused > 0 {
+		s.log.Warn("audit entries from a node refused: of another kind, or of no sandbox of the node's", "node", nodeID, "refused", refused, "kept", len(keep))
+	}
+	for _, e := range keep {
 		s.audit(e)
 	}
 	return nil
@@ -149,10 +211,15 @@ func (s *Service) NodeAudit(ctx context.Context, nodeID string, entries []store.
 // NodeSandboxExit handles a node's report that one of its sandboxes stopped by itself.
 func (s *Service) NodeSandboxExit(ctx context.Context, nodeID, sandboxID, reason string) error {
 	sb, err := s.store.GetSandboxAnyTenant(ctx, sandboxID)
-	if err != nil || sb.NodeID != nodeID {
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument):
+		return errNotYours
+	case err != nil:
+		return fmt.Errorf("sandbox %s: %v: %w", sandboxID, err, errdefs.ErrUnavailable)
+	case sb.NodeID != nodeID:
 		return errNotYours
 	}
-	go s.HandleSandboxExit(sandboxID, reason)
+	go s.HandleSandboxExit(sandboxID, truncateReason(reason))
 	return nil
 }
 

@@ -3,9 +3,13 @@ package controlplane
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,9 +25,10 @@ import (
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
 
-// TestNodeCalls: a node gets the secrets its sandboxes' policies bind, wraps keys for tenants with a
-// sandbox on it and records their audit entries, over mutual TLS; it gets nothing of another node's
-// sandboxes, of unbound secrets, of other tenants, or of stopped sandboxes.
+// TestNodeCalls: a node gets the secrets its sandboxes' policies bind, has its own keys wrapped and
+// unwrapped and records its sandboxes' audit entries, over mutual TLS with the certificate it joined
+// with; it gets nothing of another node's sandboxes, unbound secrets, other tenants, stopped sandboxes,
+// or the tenant's other wrapped keys, and an older certificate of its own is refused.
 func TestNodeCalls(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -44,10 +49,19 @@ func TestNodeCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mk, err := master.New(bytes.Repeat([]byte{3}, master.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := cluster.LoadCA(ctx, st, mk)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var mu sync.Mutex
 	var audited []store.AuditEntry
-	n := newFakeNode(t) // its ID is "local": the node the sandboxes are placed on
-	s, err := New(Config{Store: st, Node: n, ReapInterval: time.Hour, Secrets: sec, KeyProvider: keyring,
+	n := newFakeNode(t)
+	n.id = "node-a" // the sandboxes are placed on node-a
+	s, err := New(Config{Store: st, Node: n, ReapInterval: time.Hour, Secrets: sec, KeyProvider: keyring, Cluster: ca,
 		Audit: func(e store.AuditEntry) { mu.Lock(); audited = append(audited, e); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
@@ -83,16 +97,7 @@ func TestNodeCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Over the wire, as a node would call: a CA, the control plane's handler, node-a ("local") and
-	// node-b as clients.
-	mk, err := master.New(bytes.Repeat([]byte{3}, master.KeySize))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := cluster.LoadCA(ctx, st, mk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Over the wire, as nodes call: the control plane's handler; node-a and node-b join and call.
 	cpCert, err := ca.IssueTLS(cluster.Identity{Role: cluster.RoleControlPlane, ID: "cp-1"}, []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
@@ -101,11 +106,11 @@ func TestNodeCalls(t *testing.T) {
 	srv.TLS = cluster.ServerTLS(cpCert, ca.Pool(), cluster.RoleNode)
 	srv.StartTLS()
 	defer srv.Close()
-	client := func(id string) *nodeapi.ControlClient {
-		cert, err := ca.IssueTLS(cluster.Identity{Role: cluster.RoleNode, ID: id}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+	tok, _, err := s.CreateJoinToken(ctx, time.Hour, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := func(cert tls.Certificate) *nodeapi.ControlClient {
 		c, err := nodeapi.NewControlClient(nodeapi.ControlClientConfig{URL: srv.URL, Cert: cert, Roots: ca.Pool()})
 		if err != nil {
 			t.Fatal(err)
@@ -113,20 +118,50 @@ func TestNodeCalls(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	mine, theirs := client("local"), client("node-b")
+	join := func(id string) *nodeapi.ControlClient {
+		k, csr, err := cluster.NewKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := s.JoinNode(ctx, JoinRequest{Token: tok, NodeID: id, CSR: csr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := tls.X509KeyPair(j.CertPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return client(cert)
+	}
+	mine, theirs := join("node-a"), join("node-b")
+	// A certificate of node-a's that is not the one it joined with (as after it joined again).
+	stale, err := ca.IssueTLS(cluster.Identity{Role: cluster.RoleNode, ID: "node-a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := client(stale)
 
 	if v, err := mine.Secret(ctx, tn, sb.ID, "bound"); err != nil || string(v) != "value of bound" {
 		t.Errorf("bound secret = %q, %v", v, err)
 	}
+	tenantKey, tenantKeyID, err := keyring.WrapKey(ctx, tn, bytes.Repeat([]byte{1}, 32)) // as a snapshot's
+	if err != nil {
+		t.Fatal(err)
+	}
 	denied := map[string]func() error{
-		"unbound secret":       func() error { _, err := mine.Secret(ctx, tn, sb.ID, "unbound"); return err },
-		"another node's":       func() error { _, err := theirs.Secret(ctx, tn, sb.ID, "bound"); return err },
-		"another tenant named": func() error { _, err := mine.Secret(ctx, other.ID, sb.ID, "bound"); return err },
-		"stopped sandbox":      func() error { _, err := mine.Secret(ctx, tn, gone.ID, "bound"); return err },
-		"unknown sandbox":      func() error { _, err := mine.Secret(ctx, tn, "sb_nope", "bound"); return err },
-		"unbound connection":   func() error { _, err := mine.Token(ctx, tn, sb.ID, "github"); return err },
-		"wrap, other tenant":   func() error { _, _, err := theirs.WrapKey(ctx, tn, make([]byte, 32)); return err },
-		"wrap, no sandbox":     func() error { _, _, err := mine.WrapKey(ctx, other.ID, make([]byte, 32)); return err },
+		"unbound secret":          func() error { _, err := mine.Secret(ctx, tn, sb.ID, "unbound"); return err },
+		"another node's":          func() error { _, err := theirs.Secret(ctx, tn, sb.ID, "bound"); return err },
+		"an older certificate":    func() error { _, err := old.Secret(ctx, tn, sb.ID, "bound"); return err },
+		"another tenant named":    func() error { _, err := mine.Secret(ctx, other.ID, sb.ID, "bound"); return err },
+		"stopped sandbox":         func() error { _, err := mine.Secret(ctx, tn, gone.ID, "bound"); return err },
+		"unknown sandbox":         func() error { _, err := mine.Secret(ctx, tn, "sb_nope", "bound"); return err },
+		"unbound connection":      func() error { _, err := mine.Token(ctx, tn, sb.ID, "github"); return err },
+		"wrap for no tenant":      func() error { _, _, err := mine.WrapKey(ctx, "tn_nope", make([]byte, 32)); return err },
+		"the tenant's other keys": func() error { _, err := mine.UnwrapKey(ctx, tn, tenantKeyID, tenantKey); return err },
 	}
 	for name, f := range denied {
 		if err := f(); !errors.Is(err, errdefs.ErrPermissionDenied) && !errors.Is(err, errdefs.ErrFailedPrecondition) {
@@ -146,16 +181,21 @@ func TestNodeCalls(t *testing.T) {
 		t.Errorf("another node unwrapped: %v", err)
 	}
 
-	// Audit: the node's entries for its sandbox arrive; another node's, or one posing as an API
-	// entry, do not.
+	// Audit: the node's entries for its sandbox arrive, also for one that stopped; those of another
+	// kind, or from another node, do not, and do not take the good ones down with them.
 	mine.Record(store.AuditEntry{TenantID: tn, Kind: store.AuditEgress, Actor: sb.ID, Action: "tls", Target: "api.test:443", Result: "allow"})
+	mine.Record(store.AuditEntry{TenantID: tn, Kind: store.AuditAPI, Actor: "key", Action: "DELETE /v1/x", Result: "200"})
+	mine.Record(store.AuditEntry{TenantID: tn, Kind: store.AuditEgress, Actor: gone.ID, Action: "tls", Target: "last.test:443", Result: "allow"})
 	theirs.Record(store.AuditEntry{TenantID: tn, Kind: store.AuditEgress, Actor: sb.ID, Action: "tls", Target: "evil.test:443", Result: "allow"})
-	theirs.Record(store.AuditEntry{TenantID: tn, Kind: store.AuditAPI, Actor: "key", Action: "DELETE /v1/x", Result: "200"})
 	mine.Close()
 	theirs.Close()
 	mu.Lock()
 	defer mu.Unlock()
-	if len(audited) != 1 || audited[0].Target != "api.test:443" {
-		t.Errorf("audited %+v; want only node-a's entry for its sandbox", audited)
+	var targets []string
+	for _, e := range audited {
+		targets = append(targets, e.Target)
+	}
+	if strings.Join(targets, ",") != "api.test:443,last.test:443" {
+		t.Errorf("audited %q; want node-a's two entries of its sandboxes", targets)
 	}
 }

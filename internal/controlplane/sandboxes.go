@@ -573,8 +573,13 @@ func (s *Service) reconcile(ctx context.Context) error {
 			running = append(running, node.RecoverRequest{ID: sb.ID, TenantID: sb.TenantID, Network: p, CAID: sb.Metadata[SessionMetadataKey]})
 		}
 	}
+	ids, err := s.node.Recover(ctx, running)
+	if err != nil {
+		// A node that cannot answer has not lost its sandboxes: fail none of them.
+		return fmt.Errorf("reconcile: %w", err)
+	}
 	adopted := map[string]bool{}
-	for _, id := range s.node.Recover(ctx, running) {
+	for _, id := range ids {
 		adopted[id] = true
 	}
 	for _, sb := range sbs {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/airlockrun/airlock/internal/cli"
 	"github.com/airlockrun/airlock/internal/cluster"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/internal/testenv"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
@@ -31,7 +34,7 @@ func runCLI(args ...string) (int, string, string) {
 // revoked; other tenants do not see the node routes; a bad token learns nothing.
 func TestNodeJoin(t *testing.T) {
 	testenv.RequireSandboxes(t)
-	e := testenv.Start(t, testenv.Options{})
+	e := testenv.Start(t, testenv.Options{Cluster: true})
 	ctx := ctxT(t, 2*time.Minute)
 	op := []string{"--url", e.URL, "--api-key", e.APIKey}
 
@@ -92,6 +95,47 @@ func TestNodeJoin(t *testing.T) {
 	}
 	if id, err := cluster.IdentityOf(leaf); err != nil || id != (cluster.Identity{Role: cluster.RoleNode, ID: "node-a"}) {
 		t.Errorf("the node's certificate names %+v (%v); want node node-a", id, err)
+	}
+
+	// The joined node reaches the control plane's cluster port with its certificate, and is answered
+	// for its own sandboxes only: it has none yet.
+	cc, err := nodeapi.NewControlClient(nodeapi.ControlClientConfig{URL: e.ClusterURL, Cert: pair, Roots: roots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	sb, err := e.Client.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenants, err := e.Client.ListTenants(ctx)
+	if err != nil || len(tenants.Tenants) != 1 {
+		t.Fatalf("ListTenants: %+v %v", tenants, err)
+	}
+	tenant := tenants.Tenants[0].ID
+	if _, err := cc.Secret(ctx, tenant, sb.ID, "anything"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a node got a secret of another node's sandbox: %v; want permission denied", err)
+	}
+	if _, _, err := cc.WrapKey(ctx, "tn_nope", make([]byte, 32)); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a node had a key wrapped for a tenant that does not exist: %v; want permission denied", err)
+	}
+	// Its own keys go there and back.
+	wrapped, keyID, err := cc.WrapKey(ctx, tenant, bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cc.UnwrapKey(ctx, tenant, keyID, wrapped); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{7}, 32)) {
+		t.Errorf("unwrap of the node's own key: %x %v", got, err)
+	}
+	// Without a node's certificate, the cluster port does not answer.
+	plain := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the test wants in without a certificate
+	if resp, err := plain.Post(e.ClusterURL+"/cluster/v1/secret", "application/json", strings.NewReader("{}")); err == nil {
+		resp.Body.Close()
+		t.Error("the cluster port answered a client without a certificate")
+	}
+	// The ID of the control plane's own node cannot be joined.
+	if code, _, errOut := runCLI("--url", e.URL, "--data-dir", t.TempDir(), "node", "join", "--token", tok, "--id", "local"); code == 0 || !strings.Contains(errOut, "own node") {
+		t.Errorf("joining as the control plane's own node: %d %s; want refused", code, errOut)
 	}
 
 	nodes, err := e.Client.ListNodes(ctx)

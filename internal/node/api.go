@@ -27,8 +27,9 @@ type API interface {
 	Link(ctx context.Context, id string) (*link.Client, error)
 	// Sandboxes reports the IDs of the sandboxes the node has, running or left over.
 	Sandboxes(ctx context.Context) ([]string, error)
-	// Recover re-adopts those of the sandboxes that still run after a restart and reports their IDs.
-	Recover(ctx context.Context, sbs []RecoverRequest) []string
+	// Recover re-adopts those of the sandboxes that still run after a restart and reports their IDs;
+	// an error means the node could not tell (it was not reached), not that they are gone.
+	Recover(ctx context.Context, sbs []RecoverRequest) ([]string, error)
 	// SetNetwork replaces a running sandbox's egress policy.
 	SetNetwork(ctx context.Context, id string, p policy.Policy) error
 	// RestoreSandbox boots a sandbox from a checkpoint image and returns once it accepts work.

@@ -30,6 +30,10 @@ import (
 	"github.com/airlockrun/airlock/internal/template"
 )
 
+// LocalID names the node in the control plane's own process (single-binary mode). No node of a
+// cluster may join under it: the control plane would answer it for the sandboxes of its own node.
+const LocalID = "local"
+
 // InitPath is where the daemon binary is mounted inside every sandbox.
 const InitPath = "/.airlock/init"
 
@@ -67,7 +71,7 @@ type RecoverRequest struct {
 
 // Config configures a Local node.
 type Config struct {
-	// ID names the node. Empty: "local".
+	// ID names the node. Empty: LocalID.
 	ID string
 	// TenantAudit, if set, gives the audit that also records the frames of a sandbox's daemon channel
 	// (the tenant's audit log).
@@ -140,7 +144,7 @@ func New(cfg Config) (*Local, error) {
 		return nil, fmt.Errorf("node: IfacePrefix must be 1-6 characters with a Gateway: %w", errdefs.ErrInvalidArgument)
 	}
 	if cfg.ID == "" {
-		cfg.ID = "local"
+		cfg.ID = LocalID
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -552,7 +556,7 @@ func (n *Local) Sandboxes(ctx context.Context) ([]string, error) {
 // Recover re-adopts the sandboxes a previous run of the node left running: for each ID in ids whose
 // sandbox still runs, it re-opens the channel to the daemon and watches it again. It reports the IDs
 // it adopted; the caller destroys the rest.
-func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) []string {
+func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) ([]string, error) {
 	var adopted []string
 	for _, r := range reqs {
 		id := r.ID
@@ -598,7 +602,7 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) []string {
 		}
 		adopted = append(adopted, id)
 	}
-	return adopted
+	return adopted, nil
 }
 
 // Shutdown stops watching and closes every daemon channel. It does not destroy sandboxes: the control

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -200,18 +201,14 @@ func (c *Client) Sandboxes(ctx context.Context) ([]string, error) {
 	return ids, err
 }
 
-// Recover has the node re-adopt the sandboxes that still run; a node that cannot be reached re-adopts
-// none.
-func (c *Client) Recover(ctx context.Context, sbs []node.RecoverRequest) []string {
+// Recover has the node re-adopt the sandboxes that still run.
+func (c *Client) Recover(ctx context.Context, sbs []node.RecoverRequest) ([]string, error) {
 	if sbs == nil {
 		sbs = []node.RecoverRequest{}
 	}
 	var ids []string
-	if err := c.call(ctx, http.MethodPost, "/node/v1/recover", sbs, &ids); err != nil {
-		c.log.Warn("recover sandboxes on the node", "err", err)
-		return nil
-	}
-	return ids
+	err := c.call(ctx, http.MethodPost, "/node/v1/recover", sbs, &ids)
+	return ids, err
 }
 
 // SetNetwork replaces a sandbox's egress policy.
@@ -252,7 +249,17 @@ func (c *Client) CheckpointSandbox(ctx context.Context, id, imageDir string, lea
 	}
 	defer resp.Body.Close()
 	if err := readImage(resp.Body, imageDir); err != nil {
-		return fmt.Errorf("sandbox %s: receive its checkpoint image from node %s: %w", id, c.cfg.NodeID, err)
+		err = fmt.Errorf("sandbox %s: receive its checkpoint image from node %s: %w", id, c.cfg.NodeID, err)
+		// A failed checkpoint leaves the sandbox running (the control plane counts on it). The node
+		// thaws it when it could not send; this covers an image this end could not take.
+		if !leaveRunning {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dialTimeout)
+			defer cancel()
+			if uerr := c.call(uctx, http.MethodPost, sandboxPath(id, "/unpause"), nil, nil); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("thaw it again: %w", uerr))
+			}
+		}
+		return err
 	}
 	return nil
 }
@@ -334,6 +341,14 @@ func (c *Client) Link(ctx context.Context, id string) (*link.Client, error) {
 		go l.Close()
 	}
 	c.links[id] = nl
+	go func() { // owner: nl; ends when its connection does, which forgets it (a sandbox gone elsewhere)
+		<-nl.Done()
+		c.mu.Lock()
+		if c.links[id] == nl {
+			delete(c.links, id)
+		}
+		c.mu.Unlock()
+	}()
 	return nl, nil
 }
 

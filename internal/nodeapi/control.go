@@ -27,6 +27,9 @@ import (
 // certificate), and the control plane answers only for the sandboxes it placed on that node: a node
 // taken over reaches no other node's tenants, secrets or keys.
 type Control interface {
+	// CheckNode checks that nodeID is a node of the cluster and the certificate of that fingerprint
+	// its current one; every call is refused otherwise.
+	CheckNode(ctx context.Context, nodeID, fingerprint string) error
 	// NodeSecret returns a secret that the policy of sandbox (of tenant, on node) binds.
 	NodeSecret(ctx context.Context, nodeID, tenantID, sandboxID, name string) ([]byte, error)
 	// NodeToken returns the access token of an OAuth connection that the sandbox's policy binds.
@@ -65,9 +68,13 @@ func NewControlHandler(c Control, log *slog.Logger) *ControlHandler {
 
 // ServeHTTP serves a node's call; a caller that is not a node of the cluster is refused.
 func (h *ControlHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id, err := cluster.PeerIdentity(r.TLS)
-	if err != nil || id.Role != cluster.RoleNode {
-		writeError(w, fmt.Errorf("only a node of the cluster may call here: %w", errdefs.ErrPermissionDenied))
+	id, err := verifiedPeer(r, cluster.RoleNode)
+	if err == nil {
+		err = h.c.CheckNode(r.Context(), id.ID, cluster.CertFingerprint(r.TLS.PeerCertificates[0].Raw))
+	}
+	if err != nil {
+		h.log.Warn("a caller of the cluster port refused", "peer", id.String(), "err", err)
+		writeError(w, err)
 		return
 	}
 	h.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nodeKey{}, id.ID)))

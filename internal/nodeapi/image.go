@@ -2,6 +2,7 @@ package nodeapi
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,9 +22,21 @@ const (
 	maxImageEntries = 100_000
 )
 
-// writeImage writes the directory dir (regular files and directories only) to w as a tar stream.
+// imageEnd names the last entry of an image's tar stream: what came before it, so that a stream cut
+// between two entries is not taken for a whole image.
+const imageEnd = ".airlock-image-end"
+
+// imageSummary is imageEnd's content.
+type imageSummary struct {
+	Entries int   `json:"entries"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// writeImage writes the directory dir (regular files and directories only) to w as a tar stream,
+// ending with imageEnd.
 func writeImage(w io.Writer, dir string) error {
 	tw := tar.NewWriter(w)
+	var sum imageSummary
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -36,6 +49,10 @@ func writeImage(w io.Writer, dir string) error {
 		if err != nil {
 			return err
 		}
+		if rel == imageEnd {
+			return fmt.Errorf("image %s: a file is named %s", dir, imageEnd)
+		}
+		sum.Entries++
 		switch {
 		case d.IsDir():
 			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: filepath.ToSlash(rel) + "/", Mode: 0o700})
@@ -43,6 +60,7 @@ func writeImage(w io.Writer, dir string) error {
 			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: filepath.ToSlash(rel), Mode: 0o600, Size: info.Size()}); err != nil {
 				return err
 			}
+			sum.Bytes += info.Size()
 			f, err := os.Open(path)
 			if err != nil {
 				return err
@@ -57,12 +75,24 @@ func writeImage(w io.Writer, dir string) error {
 	if err != nil {
 		return err
 	}
+	end, err := json.Marshal(sum)
+	if err != nil {
+		return err
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: imageEnd, Mode: 0o600, Size: int64(len(end))}); err != nil {
+		return err
+	}
+	if _, err := tw.Write(end); err != nil {
+		return err
+	}
 	return tw.Close()
 }
 
 // readImage unpacks the tar stream r, which writeImage made, into dir (made if missing; it should be
-// empty). It refuses anything but regular files and directories, names outside dir, and more than
-// MaxImageBytes or maxImageEntries, with errors wrapping errdefs.ErrInvalidArgument. Files are synced.
+// empty). It refuses anything but regular files and directories, names outside dir, more than
+// MaxImageBytes or maxImageEntries, and a stream whose imageEnd does not tally, with errors wrapping
+// errdefs.ErrInvalidArgument; a stream that ends early, or fails to read, is errdefs.ErrUnavailable.
+// Files are synced.
 func readImage(r io.Reader, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -72,10 +102,13 @@ func readImage(r io.Reader, dir string) error {
 	for n := 0; ; n++ {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return fmt.Errorf("image: the stream ended before its last entry: %w", errdefs.ErrUnavailable)
 		}
 		if err != nil {
-			return fmt.Errorf("image: %v: %w", err, errdefs.ErrInvalidArgument)
+			return readErr(err)
+		}
+		if h.Name == imageEnd {
+			return checkImageEnd(tr, h, imageSummary{Entries: n, Bytes: total})
 		}
 		if n >= maxImageEntries {
 			return fmt.Errorf("image: more than %d entries: %w", maxImageEntries, errdefs.ErrInvalidArgument)
@@ -104,6 +137,34 @@ func readImage(r io.Reader, dir string) error {
 	}
 }
 
+// readErr classifies an error reading an image: a malformed tar is the sender's fault, anything
+// else (the connection) is unavailable.
+func readErr(err error) error {
+	if errors.Is(err, tar.ErrHeader) || errors.Is(err, tar.ErrFieldTooLong) || errors.Is(err, tar.ErrInsecurePath) {
+		return fmt.Errorf("image: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return fmt.Errorf("image: %v: %w", err, errdefs.ErrUnavailable)
+}
+
+// checkImageEnd checks that the imageEnd entry h tallies with what was read, and that nothing follows.
+func checkImageEnd(tr *tar.Reader, h *tar.Header, got imageSummary) error {
+	if h.Typeflag != tar.TypeReg || h.Size > 1<<10 {
+		return fmt.Errorf("image: a malformed %s: %w", imageEnd, errdefs.ErrInvalidArgument)
+	}
+	b, err := io.ReadAll(tr)
+	if err != nil {
+		return readErr(err)
+	}
+	var want imageSummary
+	if err := json.Unmarshal(b, &want); err != nil || want != got {
+		return fmt.Errorf("image: %d entries of %d bytes arrived, of %s: %w", got.Entries, got.Bytes, b, errdefs.ErrInvalidArgument)
+	}
+	if _, err := tr.Next(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("image: entries after %s: %w", imageEnd, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // writeImageFile creates path (a new file: an entry named twice is refused) with r's bytes.
 func writeImageFile(path string, r io.Reader) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -116,9 +177,13 @@ func writeImageFile(path string, r io.Reader) error {
 		}
 		return err
 	}
-	_, err = io.Copy(f, r)
-	if err == nil {
-		err = f.Sync()
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return err // this end's disk
+		}
+		return readErr(err)
 	}
-	return errors.Join(err, f.Close())
+	return errors.Join(f.Sync(), f.Close())
 }

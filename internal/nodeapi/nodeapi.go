@@ -16,6 +16,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/node"
 )
@@ -57,6 +58,19 @@ func reply(w http.ResponseWriter, v any, err error) {
 		return
 	}
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// verifiedPeer returns the identity of the request's verified client certificate, which must have
+// role.
+func verifiedPeer(r *http.Request, role string) (cluster.Identity, error) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+		return cluster.Identity{}, fmt.Errorf("no verified client certificate: %w", errdefs.ErrPermissionDenied)
+	}
+	id, err := cluster.PeerIdentity(r.TLS)
+	if err != nil || id.Role != role {
+		return cluster.Identity{}, fmt.Errorf("only a %s of the cluster may call here: %w", role, errdefs.ErrPermissionDenied)
+	}
+	return id, nil
 }
 
 // remoteError is a node's (or control plane's) error, carrying the sentinel its code names.

@@ -84,14 +84,17 @@ func (f *fakeNode) Link(ctx context.Context, id string) (*link.Client, error) {
 	return f.link, nil
 }
 func (f *fakeNode) Sandboxes(context.Context) ([]string, error) { return []string{"sb_1", "sb_2"}, nil }
-func (f *fakeNode) Recover(_ context.Context, sbs []node.RecoverRequest) []string {
+func (f *fakeNode) Recover(_ context.Context, sbs []node.RecoverRequest) ([]string, error) {
 	var ids []string
 	for _, s := range sbs {
 		if s.ID == "sb_1" {
 			ids = append(ids, s.ID)
 		}
+		if s.ID == "sb_err" {
+			return nil, fmt.Errorf("the runtime did not answer: %w", errdefs.ErrUnavailable)
+		}
 	}
-	return ids
+	return ids, nil
 }
 func (f *fakeNode) SetNetwork(_ context.Context, id string, p policy.Policy) error {
 	f.record("network %s %s", id, p.Default)
@@ -115,6 +118,13 @@ func (f *fakeNode) RestoreSandbox(_ context.Context, req node.CreateRequest, dir
 	return err
 }
 func (f *fakeNode) CheckpointSandbox(_ context.Context, id, dir string, leave bool) error {
+	if id == "sb_bad" { // an image that cannot be sent: a file with the name of its end marker
+		f.record("checkpoint %s %v", id, leave)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, ".airlock-image-end"), nil, 0o600)
+	}
 	if id != "sb_1" {
 		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrFailedPrecondition)
 	}
@@ -272,11 +282,14 @@ func TestCalls(t *testing.T) {
 	if err != nil || len(ids) != 2 {
 		t.Errorf("Sandboxes = %v, %v", ids, err)
 	}
-	if got := c.Recover(ctx, []node.RecoverRequest{{ID: "sb_1"}, {ID: "sb_9"}}); len(got) != 1 || got[0] != "sb_1" {
-		t.Errorf("Recover = %v; want [sb_1]", got)
+	if got, err := c.Recover(ctx, []node.RecoverRequest{{ID: "sb_1"}, {ID: "sb_9"}}); err != nil || len(got) != 1 || got[0] != "sb_1" {
+		t.Errorf("Recover = %v, %v; want [sb_1]", got, err)
 	}
-	if got := c.Recover(ctx, nil); len(got) != 0 {
-		t.Errorf("Recover(nil) = %v", got)
+	if got, err := c.Recover(ctx, nil); err != nil || len(got) != 0 {
+		t.Errorf("Recover(nil) = %v, %v", got, err)
+	}
+	if _, err := c.Recover(ctx, []node.RecoverRequest{{ID: "sb_err"}}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("Recover on a node that cannot tell = %v; want unavailable", err)
 	}
 	if err := c.SetNetwork(ctx, "sb_1", policy.Policy{Default: "allow"}); err != nil {
 		t.Fatal(err)
@@ -326,6 +339,16 @@ func TestImages(t *testing.T) {
 	}
 	if err := c.CheckpointSandbox(ctx, "sb_2", filepath.Join(t.TempDir(), "x"), false); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("checkpoint of an unknown sandbox = %v; want failed precondition", err)
+	}
+	// An image that fails on its way leaves the sandbox thawed, as a failed checkpoint does.
+	if err := c.CheckpointSandbox(ctx, "sb_bad", filepath.Join(t.TempDir(), "bad"), false); err == nil {
+		t.Error("a checkpoint whose image could not be sent succeeded")
+	}
+	fn.mu.Lock()
+	calls := strings.Join(fn.calls, ";")
+	fn.mu.Unlock()
+	if !strings.Contains(calls, "checkpoint sb_bad false;unpause sb_bad") {
+		t.Errorf("after a failed image transfer the node saw %q; want the sandbox unpaused", calls)
 	}
 	// A create request longer than a read buffer leads the image.
 	var big policy.Policy
@@ -445,32 +468,45 @@ func TestOnlyTheClusterControlPlanes(t *testing.T) {
 }
 
 // TestImageRefusesBadTars: an image from the other end with a name outside the image, a link, or a
-// file twice is refused, and nothing is written outside.
+// file twice is refused, and nothing is written outside; one cut short between entries, or whose last
+// entry does not tally, is not taken for whole.
 func TestImageRefusesBadTars(t *testing.T) {
-	cases := map[string][]*tar.Header{
-		"parent":   {{Typeflag: tar.TypeReg, Name: "../escape", Size: 1}},
-		"absolute": {{Typeflag: tar.TypeReg, Name: "/tmp/escape", Size: 1}},
-		"symlink":  {{Typeflag: tar.TypeSymlink, Name: "link", Linkname: "/etc"}},
-		"twice":    {{Typeflag: tar.TypeReg, Name: "a", Size: 1}, {Typeflag: tar.TypeReg, Name: "a", Size: 1}},
-		"device":   {{Typeflag: tar.TypeChar, Name: "dev"}},
+	end := func(body string) *tar.Header {
+		return &tar.Header{Typeflag: tar.TypeReg, Name: ".airlock-image-end", Size: int64(len(body)), Uname: body}
 	}
-	for name, hs := range cases {
+	file := &tar.Header{Typeflag: tar.TypeReg, Name: "a", Size: 1}
+	cases := map[string]struct {
+		hs   []*tar.Header
+		want error
+	}{
+		"parent":        {[]*tar.Header{{Typeflag: tar.TypeReg, Name: "../escape", Size: 1}}, errdefs.ErrInvalidArgument},
+		"absolute":      {[]*tar.Header{{Typeflag: tar.TypeReg, Name: "/tmp/escape", Size: 1}}, errdefs.ErrInvalidArgument},
+		"symlink":       {[]*tar.Header{{Typeflag: tar.TypeSymlink, Name: "link", Linkname: "/etc"}}, errdefs.ErrInvalidArgument},
+		"twice":         {[]*tar.Header{file, file}, errdefs.ErrInvalidArgument},
+		"device":        {[]*tar.Header{{Typeflag: tar.TypeChar, Name: "dev"}}, errdefs.ErrInvalidArgument},
+		"cut short":     {[]*tar.Header{file}, errdefs.ErrUnavailable},
+		"miscounted":    {[]*tar.Header{file, end(`{"entries":2,"bytes":1}`)}, errdefs.ErrInvalidArgument},
+		"after the end": {[]*tar.Header{file, end(`{"entries":1,"bytes":1}`), {Typeflag: tar.TypeReg, Name: "b", Size: 1}}, errdefs.ErrInvalidArgument},
+	}
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var buf bytes.Buffer
 			tw := tar.NewWriter(&buf)
-			for _, h := range hs {
+			for _, h := range tc.hs {
+				body := strings.Repeat("x", int(h.Size))
+				if h.Uname != "" { // an end entry: its body is in Uname
+					body, h.Uname = h.Uname, ""
+				}
 				if err := tw.WriteHeader(h); err != nil {
 					t.Fatal(err)
 				}
-				if h.Size > 0 {
-					_, _ = tw.Write([]byte("x"))
-				}
+				_, _ = tw.Write([]byte(body))
 			}
 			tw.Close()
 			parent := t.TempDir()
 			err := nodeapi.ReadImage(&buf, filepath.Join(parent, "image"))
-			if !errors.Is(err, errdefs.ErrInvalidArgument) {
-				t.Errorf("ReadImage = %v; want invalid argument", err)
+			if !errors.Is(err, tc.want) {
+				t.Errorf("ReadImage = %v; want %v", err, tc.want)
 			}
 			if _, err := os.Stat(filepath.Join(parent, "escape")); err == nil {
 				t.Error("a file was written outside the image")

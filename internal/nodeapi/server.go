@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
@@ -30,10 +31,19 @@ type Handler struct {
 }
 
 // NewHandler returns the node API of b. Checkpoint images in transit are kept under scratch, a private
-// directory on the node (made if missing).
+// directory on the node (made if missing; what a previous run left there is removed).
 func NewHandler(b Backend, scratch string, log *slog.Logger) (*Handler, error) {
 	if err := os.MkdirAll(scratch, 0o700); err != nil {
 		return nil, fmt.Errorf("node API: %w", err)
+	}
+	// Images a previous run of the node was sending or receiving when it stopped.
+	for _, pattern := range []string{"restore-*", "checkpoint-*"} {
+		left, _ := filepath.Glob(filepath.Join(scratch, pattern))
+		for _, d := range left {
+			if err := os.RemoveAll(d); err != nil {
+				return nil, fmt.Errorf("node API: %w", err)
+			}
+		}
 	}
 	if log == nil {
 		log = slog.Default()
@@ -59,7 +69,15 @@ func NewHandler(b Backend, scratch string, log *slog.Logger) (*Handler, error) {
 	return h, nil
 }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+// ServeHTTP serves a control plane's call. The listener admits control planes only; the role is
+// checked again here, so that a listener set up wrong does not open every sandbox to other nodes.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, err := verifiedPeer(r, cluster.RoleControlPlane); err != nil {
+		writeError(w, err)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
 
 // answer writes v as JSON, or err.
 func (h *Handler) answer(w http.ResponseWriter, r *http.Request, v any, err error) {
@@ -142,11 +160,11 @@ func (h *Handler) recover(w http.ResponseWriter, r *http.Request) {
 		h.answer(w, r, nil, err)
 		return
 	}
-	ids := h.b.Recover(r.Context(), reqs)
+	ids, err := h.b.Recover(r.Context(), reqs)
 	if ids == nil {
 		ids = []string{}
 	}
-	h.answer(w, r, ids, nil)
+	h.answer(w, r, ids, err)
 }
 
 func (h *Handler) destroy(w http.ResponseWriter, r *http.Request) {
@@ -173,7 +191,8 @@ func (h *Handler) checkpoint(w http.ResponseWriter, r *http.Request) {
 	}
 	defer os.RemoveAll(dir)
 	image := filepath.Join(dir, "image")
-	if err := h.b.CheckpointSandbox(r.Context(), id, image, r.URL.Query().Get("leave_running") == "true"); err != nil {
+	leaveRunning := r.URL.Query().Get("leave_running") == "true"
+	if err := h.b.CheckpointSandbox(r.Context(), id, image, leaveRunning); err != nil {
 		h.answer(w, r, nil, err)
 		return
 	}
@@ -181,6 +200,12 @@ func (h *Handler) checkpoint(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	if err := writeImage(w, image); err != nil {
 		h.log.Warn("send checkpoint image", "sandbox", id, "err", err)
+		// A failed checkpoint leaves the sandbox running (the control plane counts on it): thaw it.
+		if !leaveRunning {
+			if uerr := h.b.UnpauseSandbox(context.WithoutCancel(r.Context()), id); uerr != nil {
+				h.log.Warn("thaw a sandbox after its image failed to go out", "sandbox", id, "err", uerr)
+			}
+		}
 		panic(http.ErrAbortHandler) // the client must not take a cut stream for a whole image
 	}
 }
@@ -246,16 +271,16 @@ func (h *Handler) forgetCA(w http.ResponseWriter, r *http.Request) {
 // link hands the connection to the sandbox's daemon channel.
 func (h *Handler) link(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	h.upgrade(w, r, protoLink, func(ctx context.Context) (func(net.Conn), error) {
+	h.upgrade(w, r, protoLink, func(ctx context.Context) (func(net.Conn), func(), error) {
 		cl, err := h.b.Link(ctx, id)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		m := cl.Mux()
 		if m == nil {
-			return nil, fmt.Errorf("sandbox %s: its daemon channel is not shared: %w", id, errdefs.ErrFailedPrecondition)
+			return nil, nil, fmt.Errorf("sandbox %s: its daemon channel is not shared: %w", id, errdefs.ErrFailedPrecondition)
 		}
-		return m.Serve, nil
+		return m.Serve, func() {}, nil
 	})
 }
 
@@ -267,23 +292,23 @@ func (h *Handler) port(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	h.upgrade(w, r, protoPort, func(ctx context.Context) (func(net.Conn), error) {
+	h.upgrade(w, r, protoPort, func(ctx context.Context) (func(net.Conn), func(), error) {
 		in, err := h.b.DialPort(ctx, id, port)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return func(c net.Conn) { splice(c, in) }, nil
+		return func(c net.Conn) { splice(c, in) }, func() { in.Close() }, nil
 	})
 }
 
-// upgrade switches the request's connection to proto once open succeeds, and hands it to the function
-// open returned, which owns it.
-func (h *Handler) upgrade(w http.ResponseWriter, r *http.Request, proto string, open func(ctx context.Context) (func(net.Conn), error)) {
+// upgrade switches the request's connection to proto once open succeeds, and hands it to the serve
+// function open returned, which owns it; if the switch fails, open's abandon function undoes it.
+func (h *Handler) upgrade(w http.ResponseWriter, r *http.Request, proto string, open func(ctx context.Context) (serve func(net.Conn), abandon func(), err error)) {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), proto) || r.ProtoMajor != 1 {
 		h.answer(w, r, nil, fmt.Errorf("want an HTTP/1.1 upgrade to %s: %w", proto, errdefs.ErrInvalidArgument))
 		return
 	}
-	serve, err := open(r.Context())
+	serve, abandon, err := open(r.Context())
 	if err != nil {
 		h.answer(w, r, nil, err)
 		return
@@ -291,10 +316,12 @@ func (h *Handler) upgrade(w http.ResponseWriter, r *http.Request, proto string, 
 	rc := http.NewResponseController(w)
 	conn, brw, err := rc.Hijack()
 	if err != nil {
+		abandon()
 		h.log.Warn("node API: hijack", "err", err)
 		return
 	}
 	if _, err := io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+proto+"\r\n\r\n"); err != nil {
+		abandon()
 		conn.Close()
 		return
 	}

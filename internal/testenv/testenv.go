@@ -105,6 +105,8 @@ type Env struct {
 	KeyFile string
 	// Client is an SDK client with the key.
 	Client *airlock.Client
+	// ClusterURL is the cluster port's URL (Options.Cluster), or "".
+	ClusterURL string
 
 	cancel context.CancelFunc
 	done   chan error
@@ -136,6 +138,8 @@ type Options struct {
 	// APIKey is the operator tenant's key, for a server joining a database another one made (it writes
 	// no key file then); empty: the one the first start saved.
 	APIKey string
+	// Cluster opens the cluster port on loopback (Env.ClusterURL).
+	Cluster bool
 }
 
 // Start runs Airlock for the test and stops it (cleanly, as SIGTERM would) when the test ends.
@@ -167,6 +171,10 @@ func Start(t testing.TB, opts Options) *Env {
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Env{DataDir: dir, KeyFile: keyFile, cancel: cancel, done: make(chan error, 1), log: logs}
 	ready := make(chan string, 1)
+	clusterListen := ""
+	if opts.Cluster {
+		clusterListen = "127.0.0.1:0"
+	}
 	go func() {
 		e.done <- app.Run(ctx, app.Config{
 			DataDir:       dir,
@@ -187,6 +195,8 @@ func Start(t testing.TB, opts Options) *Env {
 			PostgresDSN:      opts.PostgresDSN,
 			S3:               opts.S3,
 			MasterKeyFile:    opts.MasterKeyFile,
+			ClusterListen:    clusterListen,
+			ClusterReady:     func(addr string) { e.ClusterURL = "https://" + addr },
 		})
 	}()
 	select {
