@@ -35,7 +35,7 @@ import (
 
 // fakeNode is a Backend that records calls; its sandboxes' daemon is a real one, in this process.
 type fakeNode struct {
-	t      *testing.T
+	t      testing.TB
 	socket string // the daemon's socket
 	echo   string // address of an echo server standing for a sandbox's port
 
@@ -170,7 +170,7 @@ type testCluster struct {
 	cp, node tls.Certificate
 }
 
-func newCluster(t *testing.T) testCluster {
+func newCluster(t testing.TB) testCluster {
 	t.Helper()
 	mk, err := master.New(bytes.Repeat([]byte{7}, master.KeySize))
 	if err != nil {
@@ -191,7 +191,7 @@ func newCluster(t *testing.T) testCluster {
 }
 
 // serve serves h over TLS with cfg, HTTP/2 and HTTP/1.1, until the test ends.
-func serve(t *testing.T, h http.Handler, cfg *tls.Config) string {
+func serve(t testing.TB, h http.Handler, cfg *tls.Config) string {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	srv.TLS = cfg
@@ -202,7 +202,7 @@ func serve(t *testing.T, h http.Handler, cfg *tls.Config) string {
 	return strings.TrimPrefix(srv.URL, "https://")
 }
 
-func startDaemon(t *testing.T) string {
+func startDaemon(t testing.TB) string {
 	dir, err := os.MkdirTemp("", "nodeapi")
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +226,7 @@ func startDaemon(t *testing.T) string {
 	return socket
 }
 
-func startEcho(t *testing.T) string {
+func startEcho(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +245,7 @@ func startEcho(t *testing.T) string {
 }
 
 // setup serves a fakeNode's API and returns a control plane's client of it.
-func setup(t *testing.T) (*fakeNode, *nodeapi.Client, testCluster, string) {
+func setup(t testing.TB) (*fakeNode, *nodeapi.Client, testCluster, string) {
 	t.Helper()
 	tc := newCluster(t)
 	fn := &fakeNode{t: t, socket: startDaemon(t), echo: startEcho(t)}
