@@ -2,7 +2,6 @@ package nodeapi
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -109,51 +108,15 @@ func (c *Client) Close() error {
 
 // call sends a JSON request (in, if not nil) and decodes the JSON answer into out (if not nil).
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	resp, err := c.do(ctx, method, path, body)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if out == nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxJSON))
-		return nil
-	}
-	if err := decode(resp.Body, out); err != nil {
-		return fmt.Errorf("node %s: %s %s: %v: %w", c.cfg.NodeID, method, path, err, errdefs.ErrUnavailable)
-	}
-	return nil
+	return callJSON(ctx, c.http, c.peer(), method, c.base+path, in, out)
 }
 
 // do sends a request and returns a successful answer; a failed one becomes an error.
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("node %s: %v: %w", c.cfg.NodeID, err, errdefs.ErrUnavailable)
-	}
-	if resp.StatusCode >= 300 {
-		defer resp.Body.Close()
-		return nil, readError(resp)
-	}
-	return resp, nil
+	return send(ctx, c.http, c.peer(), method, c.base+path, body)
 }
+
+func (c *Client) peer() string { return "node " + c.cfg.NodeID }
 
 func sandboxPath(id string, rest string) string {
 	return "/node/v1/sandboxes/" + url.PathEscape(id) + rest

@@ -1,13 +1,10 @@
 package nodeapi
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -57,8 +54,8 @@ func NewControlHandler(c Control, log *slog.Logger) *ControlHandler {
 		log = slog.Default()
 	}
 	h := &ControlHandler{c: c, log: log, mux: http.NewServeMux()}
-	h.mux.HandleFunc("POST /cluster/v1/secret", h.secret)
-	h.mux.HandleFunc("POST /cluster/v1/token", h.token)
+	h.mux.HandleFunc("POST /cluster/v1/secret", h.credential(c.NodeSecret))
+	h.mux.HandleFunc("POST /cluster/v1/token", h.credential(c.NodeToken))
 	h.mux.HandleFunc("POST /cluster/v1/keys/wrap", h.wrap)
 	h.mux.HandleFunc("POST /cluster/v1/keys/unwrap", h.unwrap)
 	h.mux.HandleFunc("POST /cluster/v1/audit", h.audit)
@@ -105,26 +102,18 @@ type valueBody struct {
 	KeyID string `json:"key_id,omitempty"`
 }
 
-func (h *ControlHandler) secret(w http.ResponseWriter, r *http.Request) {
-	var b credentialBody
-	if err := decode(r.Body, &b); err != nil {
-		h.answer(w, r, nil, err)
-		return
+// credential serves a secret's or a connection token's value, from fetch.
+func (h *ControlHandler) credential(fetch func(ctx context.Context, nodeID, tenantID, sandboxID, name string) ([]byte, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var b credentialBody
+		if err := decode(r.Body, &b); err != nil {
+			h.answer(w, r, nil, err)
+			return
+		}
+		v, err := fetch(r.Context(), callerNode(r), b.Tenant, b.Sandbox, b.Name)
+		h.answer(w, r, valueBody{Value: v}, err)
+		clear(v)
 	}
-	v, err := h.c.NodeSecret(r.Context(), callerNode(r), b.Tenant, b.Sandbox, b.Name)
-	h.answer(w, r, valueBody{Value: v}, err)
-	clear(v)
-}
-
-func (h *ControlHandler) token(w http.ResponseWriter, r *http.Request) {
-	var b credentialBody
-	if err := decode(r.Body, &b); err != nil {
-		h.answer(w, r, nil, err)
-		return
-	}
-	v, err := h.c.NodeToken(r.Context(), callerNode(r), b.Tenant, b.Sandbox, b.Name)
-	h.answer(w, r, valueBody{Value: v}, err)
-	clear(v)
 }
 
 type keyBody struct {
@@ -247,31 +236,7 @@ func (c *ControlClient) Close() error {
 }
 
 func (c *ControlClient) call(ctx context.Context, path string, in, out any) error {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+path, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("control plane: %v: %w", err, errdefs.ErrUnavailable)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		return readError(resp)
-	}
-	if out == nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxJSON))
-		return nil
-	}
-	return decode(resp.Body, out)
+	return callJSON(ctx, c.http, "control plane", http.MethodPost, c.url+path, in, out)
 }
 
 // Secret returns a secret the sandbox's policy binds (gateway.Config.Secret).

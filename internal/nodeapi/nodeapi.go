@@ -11,6 +11,8 @@
 package nodeapi
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -90,6 +92,55 @@ func readError(resp *http.Response) error {
 		return &remoteError{msg: fmt.Sprintf("node API: %s: %.200q", resp.Status, body), err: errdefs.ErrUnavailable}
 	}
 	return &remoteError{msg: b.Message, err: errdefs.FromCode(b.Code)}
+}
+
+// send sends a request to peer (named in errors) and returns a successful answer; a failed one
+// becomes an error wrapping the sentinel its code names, one that was not answered ErrUnavailable.
+func send(ctx context.Context, hc *http.Client, peer, method, url string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%s: %v: %w", peer, err, errdefs.ErrUnavailable)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, readError(resp)
+	}
+	return resp, nil
+}
+
+// callJSON sends in (if not nil) as JSON and decodes the JSON answer into out (if not nil).
+func callJSON(ctx context.Context, hc *http.Client, peer, method, url string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	resp, err := send(ctx, hc, peer, method, url, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxJSON))
+		return nil
+	}
+	if err := decode(resp.Body, out); err != nil {
+		return fmt.Errorf("%s: %s %s: %v: %w", peer, method, url, err, errdefs.ErrUnavailable)
+	}
+	return nil
 }
 
 // decode reads a JSON body of at most maxJSON bytes into v.
