@@ -21,8 +21,18 @@ func toJoinToken(t cluster.JoinToken) airlock.JoinToken {
 }
 
 func toNode(n controlplane.NodeRecord) airlock.Node {
-	return airlock.Node{ID: n.ID, Hosts: n.Hosts, JoinedAt: n.JoinedAt, JoinToken: n.JoinToken, CertExpiresAt: n.CertExpiresAt,
-		CertFingerprint: n.CertFingerprint}
+	out := airlock.Node{ID: n.ID, Hosts: n.Hosts, JoinedAt: n.JoinedAt, JoinToken: n.JoinToken, CertExpiresAt: n.CertExpiresAt,
+		CertFingerprint: n.CertFingerprint, State: "new"}
+	if l := n.Live; l != nil {
+		out.State = "down"
+		if n.Up {
+			out.State = "up"
+		}
+		seen := l.SeenAt
+		out.Addr, out.LastSeenAt, out.Sandboxes, out.Version = l.Addr, &seen, l.Sandboxes, l.Version
+		out.Capacity = &airlock.NodeCapacity{CPUMillicores: l.Capacity.CPUMillicores, MemoryMB: l.Capacity.MemoryMB, MaxSandboxes: l.Capacity.MaxSandboxes}
+	}
+	return out
 }
 
 func (s *Server) createJoinToken(w http.ResponseWriter, r *http.Request) {

@@ -168,6 +168,10 @@ type Config struct {
 	ClusterListen string
 	// ClusterReady, if set, is called with the cluster port's address once it accepts connections.
 	ClusterReady func(addr string)
+	// NoLocalNode runs a control plane only (airlock server): no sandbox runs in this process; they
+	// run on the nodes that joined and report to the cluster port (ClusterListen is required). Many
+	// such replicas can serve one database and bucket.
+	NoLocalNode bool
 }
 
 // The prefixes of the Store's documents holding the tenants' secrets and OAuth connections.
@@ -286,8 +290,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// node.pinDaemon): the daemon and the server must speak the same protocol.
 		cfg.DaemonBinary = "/proc/self/exe"
 	}
-	if os.Geteuid() != 0 {
+	if os.Geteuid() != 0 && !cfg.NoLocalNode {
 		return errors.New("airlock up must run as root: sandboxes need mounts, cgroups and network namespaces")
+	}
+	if cfg.NoLocalNode && cfg.ClusterListen == "" {
+		return errors.New("a control plane with no node of its own needs a cluster port for the nodes (ClusterListen)")
 	}
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
@@ -319,27 +326,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer auditLog.Close()
 
 	tag := InstanceTag(dataDir)
-	driver, err := gvisor.New(gvisor.Config{Runsc: cfg.Runsc, StateDir: filepath.Join(dataDir, "runtime"), Debug: cfg.Debug, Logger: log,
-		CgroupParent: "/airlock/" + tag})
-	if err != nil {
-		return err
-	}
-	// Runs after the sandboxes are gone (deferred calls run last-in first-out, and shutdown is below).
-	defer func() { err = errors.Join(err, driver.Close()) }()
 	// The registry of this instance's metrics, served at /metrics. Not the global default: two
 	// instances in one process (tests) keep theirs apart.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	egressMetrics, err := flowlog.NewMetrics(reg)
-	if err != nil {
-		return err
-	}
-	flows, err := flowlog.Open(filepath.Join(dataDir, "node", "flows"), log)
-	if err != nil {
-		return err
-	}
-	// Closed after the gateway, which records into it (deferred calls run last-in first-out).
-	defer func() { err = errors.Join(err, flows.Close()) }()
 	masterPath := cfg.MasterKeyFile
 	if masterPath == "" {
 		masterPath = filepath.Join(dataDir, "keys", "master.key")
@@ -413,66 +403,49 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	// Closed after the control plane and the gateway stopped (deferred calls run last-in first-out).
 	defer func() { err = errors.Join(err, conns.Close()) }()
-	var roots *x509.CertPool
-	if len(cfg.ExtraRootsPEM) > 0 {
-		if roots, err = x509.SystemCertPool(); err != nil {
-			roots = x509.NewCertPool()
-		}
-		if !roots.AppendCertsFromPEM(cfg.ExtraRootsPEM) {
-			return errors.New("extra roots: no certificate in the PEM given")
-		}
-	}
-	cas, err := castore.New(filepath.Join(dataDir, "node", "ca"), keyring)
+	roots, err := extraRoots(cfg.ExtraRootsPEM)
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Config{
-		CAs: cas,
-		// In one process the node needs no check of which sandbox asks: the gateway asks only for its
-		// sandboxes' bindings.
-		Secret: func(ctx context.Context, tenantID, _, name string) ([]byte, error) {
-			return secretStore.Reveal(ctx, tenantID, name)
-		},
-		Token: func(ctx context.Context, tenantID, _, connection string) ([]byte, error) {
-			return conns.Token(ctx, tenantID, connection)
-		},
-		UpstreamRoots: roots,
-		Table:         "airlock_" + tag,
-		IfacePrefix:   "al" + tag,
-		Hosts:         cfg.Hosts,
-		HostsOnly:     cfg.HostsOnly,
-		GuardExtra:    hostAddresses(),
-		Flows:         gateway.FlowSinks{flows, egressMetrics, audit.FlowSink{Sink: auditLog.Record}},
-		Logger:        log,
-	})
-	if err != nil {
-		return err
-	}
-	// Closed after the sandboxes are gone (deferred, so last in first out with the shutdown below).
-	defer func() { err = errors.Join(err, gw.Close()) }()
 	var cp *controlplane.Service
-	nd, err := node.New(node.Config{
-		Gateway:      gw,
-		FlowLog:      flows,
-		IfacePrefix:  "al" + tag,
-		DataDir:      filepath.Join(dataDir, "node"),
-		Driver:       driver,
-		Templates:    template.NewHostRegistry(filepath.Join(dataDir, "templates")),
-		DaemonBinary: cfg.DaemonBinary,
-		DaemonArgs:   []string{DaemonCommand},
-		TenantAudit: func(tenantID, sandboxID string) link.Audit {
-			return audit.DaemonAudit{Tenant: tenantID, Sandbox: sandboxID, Sink: auditLog.Record}
-		},
-		OnExit: func(id, reason string) {
-			if cp != nil {
-				go cp.HandleSandboxExit(id, reason)
-			}
-		},
-		Logger: log,
-	})
-	if err != nil {
-		return err
+	var nd *node.Local
+	if !cfg.NoLocalNode {
+		var closeNode func() error
+		nd, closeNode, err = startHostNode(hostNode{id: node.LocalID, dataDir: dataDir, tag: tag, runsc: cfg.Runsc, daemon: cfg.DaemonBinary,
+			debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, log: log, keys: keyring, reg: reg,
+			// In one process the node needs no check of which sandbox asks: the gateway asks only for
+			// its sandboxes' bindings.
+			secret: func(ctx context.Context, tenantID, _, name string) ([]byte, error) {
+				return secretStore.Reveal(ctx, tenantID, name)
+			},
+			token: func(ctx context.Context, tenantID, _, connection string) ([]byte, error) {
+				return conns.Token(ctx, tenantID, connection)
+			},
+			audit: auditLog.Record,
+			onExit: func(id, reason string) {
+				if cp != nil {
+					go cp.HandleSandboxExit(id, reason)
+				}
+			}})
+		if err != nil {
+			return err
+		}
+		// Closed after the sandboxes are gone (deferred, so last in first out with the shutdown below).
+		defer func() { err = errors.Join(err, closeNode()) }()
 	}
+	// With a cluster port, the control plane gives itself a certificate from the cluster CA, with
+	// which it calls the nodes that joined and serves their calls.
+	var self *cluster.SelfCert
+	if cfg.ClusterListen != "" {
+		var rnd [4]byte
+		if _, err := rand.Read(rnd[:]); err != nil {
+			return err
+		}
+		if self, err = clusterCA.NewSelfCert(cluster.Identity{Role: cluster.RoleControlPlane, ID: "cp-" + hex.EncodeToString(rnd[:])}, nil); err != nil {
+			return fmt.Errorf("cluster port: %w", err)
+		}
+	}
+	templates := template.NewHostRegistry(filepath.Join(dataDir, "templates"))
 	var blobs blob.Store
 	if cfg.S3 != nil {
 		blobs, err = blobs3.New(ctx, *cfg.S3)
@@ -486,11 +459,35 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	cp, err = controlplane.New(controlplane.Config{Store: st, Node: nd, Logger: log, Secrets: secretStore, Connections: conns,
+	cpCfg := controlplane.Config{Store: st, Logger: log, Secrets: secretStore, Connections: conns,
 		Snapshots: snaps, ScratchDir: filepath.Join(dataDir, "scratch"),
 		ImageCacheDir: filepath.Join(dataDir, "images"), ImageCacheBytes: cfg.ImageCacheBytes,
 		Retention: cfg.Retention, PruneInterval: cfg.PruneInterval, GCInterval: cfg.GCInterval, GCGrace: cfg.GCGrace,
-		Keys: keyring, KeyCheckInterval: cfg.KeyCheckInterval, Cluster: clusterCA, KeyProvider: keyring, Audit: auditLog.Record})
+		Keys: keyring, KeyCheckInterval: cfg.KeyCheckInterval, Cluster: clusterCA, KeyProvider: keyring, Audit: auditLog.Record}
+	if nd != nil {
+		cpCfg.Node = nd
+	} else {
+		cpCfg.TemplateRoot = func(ctx context.Context, name string) (string, error) {
+			t, err := templates.Get(ctx, name)
+			if err != nil {
+				return "", err
+			}
+			return t.RootFS, nil
+		}
+	}
+	if self != nil {
+		cpCfg.DialNode = func(id, addr string) (controlplane.Node, error) {
+			return nodeapi.NewClient(nodeapi.ClientConfig{NodeID: id, Addr: addr, Self: self, Roots: clusterCA.Pool(), Templates: templates, Logger: log,
+				LinkAudit: func(ctx context.Context, sandboxID string) link.Audit {
+					sb, err := st.GetSandboxAnyTenant(ctx, sandboxID)
+					if err != nil {
+						return nil
+					}
+					return audit.DaemonAudit{Tenant: sb.TenantID, Sandbox: sandboxID, Sink: auditLog.Record}
+				}})
+		}
+	}
+	cp, err = controlplane.New(cpCfg)
 	if err != nil {
 		return err
 	}
@@ -521,7 +518,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	var clusterSrv *http.Server
 	if cfg.ClusterListen != "" {
-		if clusterSrv, err = serveCluster(cfg, clusterCA, cp, log); err != nil {
+		if clusterSrv, err = serveCluster(cfg, clusterCA, self, cp, log); err != nil {
 			return err
 		}
 		defer clusterSrv.Close()
@@ -577,8 +574,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := cp.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("stop sandboxes: %w", err))
 	}
-	if err := nd.Shutdown(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("stop node: %w", err))
+	if nd != nil {
+		if err := nd.Shutdown(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop node: %w", err))
+		}
 	}
 	_ = srv.Close()
 	log.Info("stopped")
@@ -587,16 +586,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 // serveCluster starts the cluster port (Config.ClusterListen): the calls of nodes, over mutual TLS with a
 // certificate this replica issues itself from the cluster CA (renewed while it runs).
-func serveCluster(cfg Config, ca *cluster.CA, cp *controlplane.Service, log *slog.Logger) (*http.Server, error) {
-	var rnd [4]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return nil, err
-	}
-	id := cluster.Identity{Role: cluster.RoleControlPlane, ID: "cp-" + hex.EncodeToString(rnd[:])}
-	self, err := ca.NewSelfCert(id, nil)
-	if err != nil {
-		return nil, fmt.Errorf("cluster port: %w", err)
-	}
+func serveCluster(cfg Config, ca *cluster.CA, self *cluster.SelfCert, cp *controlplane.Service, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", cfg.ClusterListen)
 	if err != nil {
 		return nil, fmt.Errorf("cluster port: listen on %s: %w", cfg.ClusterListen, err)
@@ -611,10 +601,123 @@ func serveCluster(cfg Config, ca *cluster.CA, cp *controlplane.Service, log *slo
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	go func() { _ = srv.Serve(tls.NewListener(ln, tlsCfg)) }() // owner: Run; ends on its Shutdown or Close
-	log.Info("cluster port is up", "addr", ln.Addr().String(), "replica", id.String())
+	log.Info("cluster port is up", "addr", ln.Addr().String(), "replica", self.Identity().String())
 	fmt.Fprintf(cfg.Out, "Nodes reach this control plane at https://%s\n", ln.Addr())
 	if cfg.ClusterReady != nil {
 		cfg.ClusterReady(ln.Addr().String())
 	}
 	return srv, nil
+}
+
+// hostNode configures the node of this host: the one in the control plane's process, or a node in a
+// process of its own (RunNode).
+type hostNode struct {
+	id, dataDir, tag string
+	runsc, daemon    string
+	debug, hostsOnly bool
+	hosts            map[string][]netip.Addr
+	roots            *x509.CertPool
+	log              *slog.Logger
+	// keys wraps the interception CAs' keys; secret and token give the gateway credentials.
+	keys          keys.KeyProvider
+	secret, token func(ctx context.Context, tenantID, sandboxID, name string) ([]byte, error)
+	// audit receives the daemon and egress entries for the tenants' audit logs.
+	audit audit.Func
+	// reg, if set, gets the egress metrics.
+	reg    *prometheus.Registry
+	onExit func(id, reason string)
+}
+
+// startHostNode starts the node of this host: its runtime, flow log, gateway and node. closeNode stops
+// what it started, once the sandboxes are gone.
+func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err error) {
+	var closers []func() error
+	closeNode = func() error {
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			errs = append(errs, closers[i]())
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, closeNode())
+		}
+	}()
+	driver, err := gvisor.New(gvisor.Config{Runsc: h.runsc, StateDir: filepath.Join(h.dataDir, "runtime"), Debug: h.debug, Logger: h.log,
+		CgroupParent: "/airlock/" + h.tag})
+	if err != nil {
+		return nil, nil, err
+	}
+	closers = append(closers, driver.Close)
+	flows, err := flowlog.Open(filepath.Join(h.dataDir, "node", "flows"), h.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Closed after the gateway, which records into it.
+	closers = append(closers, flows.Close)
+	sinks := gateway.FlowSinks{flows, audit.FlowSink{Sink: h.audit}}
+	if h.reg != nil {
+		egressMetrics, err := flowlog.NewMetrics(h.reg)
+		if err != nil {
+			return nil, nil, err
+		}
+		sinks = append(sinks, egressMetrics)
+	}
+	cas, err := castore.New(filepath.Join(h.dataDir, "node", "ca"), h.keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	gw, err := gateway.New(gateway.Config{
+		CAs:           cas,
+		Secret:        h.secret,
+		Token:         h.token,
+		UpstreamRoots: h.roots,
+		Table:         "airlock_" + h.tag,
+		IfacePrefix:   "al" + h.tag,
+		Hosts:         h.hosts,
+		HostsOnly:     h.hostsOnly,
+		GuardExtra:    hostAddresses(),
+		Flows:         sinks,
+		Logger:        h.log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	closers = append(closers, gw.Close)
+	nd, err = node.New(node.Config{
+		ID:           h.id,
+		Gateway:      gw,
+		FlowLog:      flows,
+		IfacePrefix:  "al" + h.tag,
+		DataDir:      filepath.Join(h.dataDir, "node"),
+		Driver:       driver,
+		Templates:    template.NewHostRegistry(filepath.Join(h.dataDir, "templates")),
+		DaemonBinary: h.daemon,
+		DaemonArgs:   []string{DaemonCommand},
+		TenantAudit: func(tenantID, sandboxID string) link.Audit {
+			return audit.DaemonAudit{Tenant: tenantID, Sandbox: sandboxID, Sink: h.audit}
+		},
+		OnExit: h.onExit,
+		Logger: h.log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return nd, closeNode, nil
+}
+
+// extraRoots is the host's roots with pemCerts added (nil for none: the host's roots).
+func extraRoots(pemCerts []byte) (*x509.CertPool, error) {
+	if len(pemCerts) == 0 {
+		return nil, nil
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if !roots.AppendCertsFromPEM(pemCerts) {
+		return nil, errors.New("extra roots: no certificate in the PEM given")
+	}
+	return roots, nil
 }

@@ -123,6 +123,7 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 
 	root.AddCommand(
 		newUpCmd(g),
+		newServerCmd(g),
 		newSandboxCmd(g),
 		newSessionCmd(g),
 		newRetentionCmd(g),

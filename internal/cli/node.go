@@ -7,15 +7,19 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockrun/airlock/internal/app"
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
@@ -23,20 +27,15 @@ import (
 
 // Files a node keeps in <data dir>/cluster once it joined.
 const (
-	NodeClusterDir = "cluster"
-	NodeKeyFile    = "node.key"  // its private key (0600)
-	NodeCertFile   = "node.crt"  // its certificate
-	NodeCAFile     = "ca.crt"    // the cluster CA's certificate
-	NodeInfoFile   = "node.json" // its ID and the control plane it joined
+	NodeClusterDir = app.NodeClusterDir
+	NodeKeyFile    = app.NodeKeyFile
+	NodeCertFile   = app.NodeCertFile
+	NodeCAFile     = app.NodeCAFile
+	NodeInfoFile   = app.NodeInfoFile
 )
 
 // NodeInfo is what NodeInfoFile holds.
-type NodeInfo struct {
-	ID           string    `json:"id"`
-	ControlPlane string    `json:"control_plane"`
-	Hosts        []string  `json:"hosts"`
-	JoinedAt     time.Time `json:"joined_at"`
-}
+type NodeInfo = app.NodeInfo
 
 func newNodeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
@@ -67,8 +66,9 @@ The join writes the node's key, certificate and the cluster CA's to <data dir>/c
 			if g.json {
 				return printJSON(g.Out, ct)
 			}
-			fmt.Fprintf(g.Err, "Join token %s, good until %s, shown only now; nodes join with\n"+
-				"    airlock node join --url %s --ca-fingerprint %s --token <token> --id <id> --host <address>\n",
+			fmt.Fprintf(g.Err, "Join token %s, good until %s, shown only now; nodes join, then run, with\n"+
+				"    airlock node join --url %s --ca-fingerprint %s --token <token> --id <id> --host <address>\n"+
+				"    airlock node run --control-plane https://<control plane>:<cluster port>\n",
 				ct.ID, ct.ExpiresAt.Local().Format(time.DateTime), g.url, ct.CAFingerprint)
 			fmt.Fprintln(g.Out, ct.Token)
 			return nil
@@ -184,7 +184,46 @@ CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOI
 	join.Flags().BoolVar(&replace, "replace", false, "take the ID of a node that joined before (with the token it joined with)")
 	join.Flags().StringVar(&caFingerprint, "ca-fingerprint", "", `the cluster CA's fingerprint ("sha256:<hex>", printed by "node token create"): the join is refused if the control plane presents another CA`)
 
-	cmd.AddCommand(token, join,
+	var controlPlane, listen, advertise, runsc string
+	var maxSandboxes int
+	var debug bool
+	run := &cobra.Command{
+		Use:   "run",
+		Short: "Run this host as a node of the cluster it joined (as root)",
+		Long: `Run the node in the foreground: it serves the node API to the control planes at --listen (mutual TLS;
+only control planes of the cluster are let in), reports in heartbeats to the cluster port at
+--control-plane (a load balancer or one replica), and runs the sandboxes the control planes place on it.
+Secrets, OAuth tokens and key wraps come from the control plane at the moment a sandbox's request needs
+them; nothing of a tenant is stored on the node but its sandboxes.
+
+SIGINT or SIGTERM stops the node: its sandboxes are destroyed, and their sessions resume elsewhere from
+their latest snapshots.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if controlPlane == "" {
+				return errors.New("--control-plane (the cluster port's https URL) is required")
+			}
+			opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+			if debug {
+				opts.Level = slog.LevelDebug
+			}
+			var h slog.Handler = slog.NewTextHandler(g.Err, opts)
+			if g.json {
+				h = slog.NewJSONHandler(g.Err, opts)
+			}
+			return app.RunNode(ctx, app.NodeConfig{DataDir: g.dataDir, ControlPlane: controlPlane, Listen: listen, Advertise: advertise,
+				MaxSandboxes: maxSandboxes, Runsc: runsc, Debug: debug, Logger: slog.New(h), Out: g.Out})
+		},
+	}
+	run.Flags().StringVar(&controlPlane, "control-plane", "", "the control planes' cluster port, https://host:port")
+	run.Flags().StringVar(&listen, "listen", app.DefaultNodeListen, "the node API's address")
+	run.Flags().StringVar(&advertise, "advertise", "", "the host:port control planes reach the node API at; its host must be one the node joined with (default: the first --host of the join and the --listen port)")
+	run.Flags().IntVar(&maxSandboxes, "max-sandboxes", 0, "the sandboxes this node runs at once (default 32 per CPU core)")
+	run.Flags().StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
+	run.Flags().BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
+	cmd.AddCommand(token, join, run,
 		&cobra.Command{
 			Use:     "ls",
 			Aliases: []string{"list"},
@@ -199,9 +238,13 @@ CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOI
 				if g.json {
 					return printJSON(g.Out, l)
 				}
-				t := newTable(g.Out, "ID", "HOSTS", "JOINED", "CERT EXPIRES")
+				t := newTable(g.Out, "ID", "STATE", "ADDRESS", "SANDBOXES", "HOSTS", "JOINED", "CERT EXPIRES")
 				for _, n := range l.Nodes {
-					t.row(n.ID, strings.Join(n.Hosts, ","), n.JoinedAt.Local().Format(time.DateTime), n.CertExpiresAt.Local().Format(time.DateTime))
+					sbs := "-"
+					if n.Capacity != nil {
+						sbs = fmt.Sprintf("%d/%d", n.Sandboxes, n.Capacity.MaxSandboxes)
+					}
+					t.row(n.ID, n.State, n.Addr, sbs, strings.Join(n.Hosts, ","), n.JoinedAt.Local().Format(time.DateTime), n.CertExpiresAt.Local().Format(time.DateTime))
 				}
 				return t.flush()
 			},

@@ -17,7 +17,17 @@ import (
 	"github.com/airlockrun/airlock/internal/retention"
 )
 
-func newUpCmd(g *globals) *cobra.Command {
+// DefaultClusterListen is airlock server's default cluster port.
+const DefaultClusterListen = ":7443"
+
+func newUpCmd(g *globals) *cobra.Command { return newServeCmd(g, false) }
+
+// newServerCmd is airlock server: a control-plane replica without a node of its own.
+func newServerCmd(g *globals) *cobra.Command { return newServeCmd(g, true) }
+
+// newServeCmd is airlock up (the API, the control plane and a local node) or, with server, airlock
+// server (the API and the control plane, for nodes in processes of their own).
+func newServeCmd(g *globals, server bool) *cobra.Command {
 	var listen, runsc, publicURL, ingressDomain string
 	var debug bool
 	var p11 app.PKCS11Config
@@ -38,6 +48,9 @@ at a terminal it also prints the key. The data directory holds no credential in 
 SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed from the host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if server && clusterListen == "" {
+				return errors.New("--cluster-listen: the nodes need a cluster port")
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			opts := &slog.HandlerOptions{Level: slog.LevelInfo}
@@ -89,6 +102,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				PostgresDSN:      postgresDSN,
 				MasterKeyFile:    masterKeyFile,
 				ClusterListen:    clusterListen,
+				NoLocalNode:      server,
 				S3:               s3,
 				Retention:        retention.Policy{KeepAll: keepAll, KeepHourly: keepHourly, KeepDaily: keepDaily},
 				PruneInterval:    pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace,
@@ -102,7 +116,20 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 	f.IntVar(&ingressMax, "ingress-max-conns", 0, "requests and tunnels in progress to one sandbox's ports; more are refused with 429 (default 1024)")
 	f.StringVar(&postgresDSN, "postgres", "", "keep the state in this PostgreSQL database (a libpq connection string or postgres:// URL; env "+EnvPostgres+", which keeps a password out of the process list) instead of SQLite in the data directory")
 	f.StringVar(&masterKeyFile, "master-key-file", "", "the master key, which encrypts the keyring in the database: 64 hex digits, mode 0600, made if missing; every server on one database needs the same (env "+EnvMasterKeyFile+"; default <data dir>/keys/master.key)")
-	f.StringVar(&clusterListen, "cluster-listen", "", "serve nodes that joined on this address (mutual TLS with the cluster's certificates), e.g. :7443; default: no cluster port")
+	if server {
+		cmd.Use = "server"
+		cmd.Short = "Run a control-plane replica: the API and the cluster port, for nodes in processes of their own"
+		cmd.Long = `Run a control-plane replica in the foreground: the API, and the cluster port that nodes which joined
+(airlock node join, then airlock node run) report to and are called from. No sandbox runs in this
+process: each runs on a node, placed by capacity and by where its session's snapshot is. Replicas keep
+no state of their own: give each the same --postgres, --s3-* and --master-key-file, and put any load
+balancer in front of their APIs and of their cluster ports.
+
+SIGINT or SIGTERM stops the replica; the nodes and their sandboxes run on.`
+		f.StringVar(&clusterListen, "cluster-listen", DefaultClusterListen, "the cluster port: nodes that joined call it and are called from here (mutual TLS with the cluster's certificates)")
+	} else {
+		f.StringVar(&clusterListen, "cluster-listen", "", "serve nodes that joined on this address (mutual TLS with the cluster's certificates), e.g. :7443; default: no cluster port")
+	}
 	f.StringVar(&s3cfg.Endpoint, "s3-endpoint", "", "keep snapshots in S3 or an S3-compatible service at this host[:port] instead of the data directory (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
 	f.StringVar(&s3cfg.Bucket, "s3-bucket", "", "the bucket (it must exist)")
 	f.StringVar(&s3cfg.Prefix, "s3-prefix", "", "a key prefix in the bucket, ending in /")

@@ -178,3 +178,6 @@ func (s *SelfCert) ClientTLS(roots *x509.CertPool, want Identity) *tls.Config {
 	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return s.Current() }
 	return cfg
 }
+
+// Identity reports whom the certificate names.
+func (s *SelfCert) Identity() Identity { return s.id }

@@ -28,6 +28,10 @@ type NodeRecord struct {
 	// certificate (an earlier one of the node's is no longer its own once it joined again).
 	CertExpiresAt   time.Time `json:"cert_expires_at"`
 	CertFingerprint string    `json:"cert_fingerprint"`
+	// Live is its latest heartbeat (nil: none yet), filled in by ListNodes; not stored here.
+	Live *NodeLive `json:"-"`
+	// Up reports whether it was heard from within NodeDownAfter (ListNodes).
+	Up bool `json:"-"`
 }
 
 // JoinRequest is a node asking to join the cluster.
@@ -157,11 +161,18 @@ func (s *Service) ListNodes(ctx context.Context) ([]NodeRecord, error) {
 	if err != nil {
 		return nil, err
 	}
+	live, err := s.liveNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]NodeRecord, 0, len(ds))
 	for _, d := range ds {
 		var n NodeRecord
 		if err := json.Unmarshal(d.Value, &n); err != nil {
 			return nil, fmt.Errorf("node record %s: %w", d.Key, err)
+		}
+		if l, ok := live[n.ID]; ok {
+			n.Live, n.Up = &l, l.Up(s.now())
 		}
 		out = append(out, n)
 	}

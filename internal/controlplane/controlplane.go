@@ -48,8 +48,16 @@ const (
 type Config struct {
 	// Store keeps all state. Required.
 	Store store.Store
-	// Node runs the sandboxes. Required.
+	// Node is the node in this process (single-binary mode). Nil: none; sandboxes run on the nodes
+	// DialNode reaches. One of Node and DialNode is required.
 	Node Node
+	// DialNode, if set, returns a client of a node in a process of its own that joined the cluster,
+	// at the address of its API it reported (nodes.go). Nil: only Node runs sandboxes.
+	DialNode func(id, addr string) (Node, error)
+	// TemplateRoot reports the directory, on this host, of a template's root filesystem (reading a
+	// snapshot's files needs the template it was taken on). Nil: the in-process node's; with none,
+	// reading snapshots' files answers failed precondition.
+	TemplateRoot func(ctx context.Context, name string) (string, error)
 	// Logger receives logs. Nil: slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Nil: time.Now.
@@ -108,10 +116,13 @@ type Config struct {
 // Service is the control plane.
 type Service struct {
 	store store.Store
-	node  Node
-	log   *slog.Logger
-	now   func() time.Time
-	reap  time.Duration
+	// nodes reaches the nodes (nodes.go); localCapacity is what the in-process node offers.
+	nodes         *nodeSet
+	localCapacity node.Capacity
+	templateRoot  func(ctx context.Context, name string) (string, error)
+	log           *slog.Logger
+	now           func() time.Time
+	reap          time.Duration
 
 	secrets     *secrets.Store
 	connections *connections.Manager
@@ -159,8 +170,23 @@ type Service struct {
 
 // New returns a control plane. Call Start to run its loops and Shutdown to stop them.
 func New(cfg Config) (*Service, error) {
-	if cfg.Store == nil || cfg.Node == nil {
-		return nil, fmt.Errorf("controlplane: Store and Node are required: %w", errdefs.ErrInvalidArgument)
+	if cfg.Store == nil || (cfg.Node == nil && cfg.DialNode == nil) {
+		return nil, fmt.Errorf("controlplane: Store, and Node or DialNode, are required: %w", errdefs.ErrInvalidArgument)
+	}
+	var localCap node.Capacity
+	if cfg.Node != nil {
+		var err error
+		if localCap, err = node.HostCapacity(0); err != nil {
+			return nil, fmt.Errorf("controlplane: the host's capacity: %w", err)
+		}
+		if cfg.TemplateRoot == nil {
+			cfg.TemplateRoot = cfg.Node.TemplateRoot
+		}
+	}
+	if cfg.TemplateRoot == nil {
+		cfg.TemplateRoot = func(context.Context, string) (string, error) {
+			return "", fmt.Errorf("this control plane has no templates to read snapshots' files with: %w", errdefs.ErrFailedPrecondition)
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -205,7 +231,7 @@ func New(cfg Config) (*Service, error) {
 			}
 		}
 	}
-	return &Service{store: cfg.Store, node: cfg.Node, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
+	return &Service{store: cfg.Store, nodes: newNodeSet(cfg.Node, cfg.DialNode), localCapacity: localCap, templateRoot: cfg.TemplateRoot, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
 		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots, scratch: cfg.ScratchDir,
 		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
 		idle: cfg.IdleInterval, stop: make(chan struct{}), pending: cfg.PendingDir, up: newUploader(), urgent: newUrgentGate(),

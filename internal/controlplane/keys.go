@@ -106,11 +106,21 @@ func (s *Service) RotateTenantKey(ctx context.Context, tenantID string) (string,
 			errs = append(errs, fmt.Errorf("%s: %w", what, err))
 		}
 	}
-	if n, err := s.node.RewrapCAs(ctx, tenantID); err != nil {
-		errs = append(errs, fmt.Errorf("interception CAs: %w", err))
-	} else {
-		s.log.Info("tenant key rotated", "tenant", tenantID, "key_id", id, "cas_rewrapped", n)
+	// Each node keeps the CAs of its sandboxes; one that is down now re-wraps nothing (a rotation
+	// after it is back finishes the job).
+	nodes, nerr := s.reachableNodes(ctx)
+	if nerr != nil {
+		errs = append(errs, fmt.Errorf("interception CAs: %w", nerr))
 	}
+	cas := 0
+	for _, nd := range nodes {
+		n, err := nd.RewrapCAs(ctx, tenantID)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("interception CAs on node %s: %w", nd.ID(), err))
+		}
+		cas += n
+	}
+	s.log.Info("tenant key rotated", "tenant", tenantID, "key_id", id, "cas_rewrapped", cas)
 	if err := errors.Join(errs...); err != nil {
 		return id, fmt.Errorf("rotated to key %s, but re-wrapping failed (rotate again to finish): %w", id, err)
 	}
@@ -197,7 +207,7 @@ func (s *Service) stopTenant(ctx context.Context, tenantID string, why error) {
 // stopTenantSandboxes stops every sandbox of the tenant that is up, for reason; a session's sandbox
 // fails, and the session with it (it resumes from its latest snapshot).
 func (s *Service) stopTenantSandboxes(ctx context.Context, tenantID, reason string) {
-	var up []string
+	var up []store.Sandbox
 	cursor := ""
 	for {
 		sbs, next, err := s.store.ListSandboxes(ctx, tenantID, store.SandboxFilter{States: []store.SandboxState{store.StateCreating, store.StateRunning},
@@ -206,16 +216,16 @@ func (s *Service) stopTenantSandboxes(ctx context.Context, tenantID, reason stri
 			s.log.Error("stop tenant: list sandboxes", "tenant", tenantID, "err", err)
 			return
 		}
-		for _, sb := range sbs {
-			up = append(up, sb.ID)
-		}
+		up = append(up, sbs...)
 		if next == "" {
 			break
 		}
 		cursor = next
 	}
-	for _, id := range up {
-		s.HandleSandboxExit(id, reason)
+	for _, sb := range up {
+		if s.nodes.serves(sb.NodeID) {
+			s.sandboxExited(sb.NodeID, sb.ID, reason)
+		}
 	}
 }
 

@@ -18,6 +18,9 @@ import (
 // whose sandboxes run on it, and with those sandboxes' credential bindings: nothing more. Every refusal
 // is the same permission denied, so that a node learns nothing of other tenants' sandboxes.
 
+// maxNodeDataKey bounds the keys a node has wrapped.
+const maxNodeDataKey = 512
+
 var errNotYours = fmt.Errorf("no such sandbox on this node: %w", errdefs.ErrPermissionDenied)
 
 // CheckNode checks that the caller is a node of the cluster by its latest certificate: nodeID joined
@@ -126,8 +129,9 @@ func (s *Service) NodeWrapKey(ctx context.Context, nodeID, tenantID string, dek 
 	if s.keyProvider == nil {
 		return nil, "", fmt.Errorf("no key provider: %w", errdefs.ErrFailedPrecondition)
 	}
-	if len(dek) == 0 || len(dek) > 64 {
-		return nil, "", fmt.Errorf("a data key of %d bytes: %w", len(dek), errdefs.ErrInvalidArgument)
+	// What nodes wrap is their interception CAs' private keys (an ECDSA P-256 key in DER: 138 bytes).
+	if len(dek) == 0 || len(dek) > maxNodeDataKey {
+		return nil, "", fmt.Errorf("a data key of %d bytes (1 to %d): %w", len(dek), maxNodeDataKey, errdefs.ErrInvalidArgument)
 	}
 	// The key provider makes a tenant's key on first use: only for tenants that exist.
 	if _, err := s.store.GetTenant(ctx, tenantID); errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
@@ -219,7 +223,7 @@ func (s *Service) NodeSandboxExit(ctx context.Context, nodeID, sandboxID, reason
 	case sb.NodeID != nodeID:
 		return errNotYours
 	}
-	go s.HandleSandboxExit(sandboxID, truncateReason(reason))
+	go s.sandboxExited(nodeID, sandboxID, truncateReason(reason))
 	return nil
 }
 

@@ -169,13 +169,17 @@ func TestNodeCalls(t *testing.T) {
 		}
 	}
 
-	dek := bytes.Repeat([]byte{9}, 32)
+	// As large as what nodes wrap: an interception CA's ECDSA P-256 key in DER.
+	dek := bytes.Repeat([]byte{9}, 138)
 	wrapped, keyID, err := mine.WrapKey(ctx, tn, dek)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, err := mine.UnwrapKey(ctx, tn, keyID, wrapped); err != nil || !bytes.Equal(got, dek) {
 		t.Errorf("unwrap = %x, %v", got, err)
+	}
+	if _, _, err := mine.WrapKey(ctx, tn, make([]byte, maxNodeDataKey+1)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("wrap of a key past the bound: %v; want invalid argument", err)
 	}
 	if _, err := theirs.UnwrapKey(ctx, tn, keyID, wrapped); !errors.Is(err, errdefs.ErrPermissionDenied) {
 		t.Errorf("another node unwrapped: %v", err)

@@ -93,9 +93,13 @@ const resumeSettle = 2 * time.Second
 
 // DialPort opens a TCP connection to port of t's sandbox (see ResolvePort), from its node.
 func (s *Service) DialPort(ctx context.Context, t PortTarget, port int) (net.Conn, error) {
+	n, err := s.sandboxNode(ctx, t.Sandbox)
+	if err != nil {
+		return nil, err
+	}
 	deadline := time.Now().Add(resumeSettle)
 	for {
-		c, err := s.node.DialPort(ctx, t.SandboxID, port)
+		c, err := n.DialPort(ctx, t.SandboxID, port)
 		if err == nil || !t.Resumed || !errors.Is(err, errdefs.ErrPortClosed) || time.Now().After(deadline) {
 			return c, err
 		}
@@ -119,7 +123,11 @@ type ListeningPort struct {
 // ListeningPorts reports the TCP ports processes in t's sandbox listen on, read from the sandbox's
 // /proc/net/tcp and /proc/net/tcp6.
 func (s *Service) ListeningPorts(ctx context.Context, t PortTarget) ([]ListeningPort, error) {
-	cl, err := s.node.Link(ctx, t.SandboxID)
+	n, err := s.sandboxNode(ctx, t.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := n.Link(ctx, t.SandboxID)
 	if err != nil {
 		return nil, err
 	}

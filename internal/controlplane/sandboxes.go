@@ -147,7 +147,14 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 	if err := s.checkKey(ctx, tenantID); err != nil {
 		return store.Sandbox{}, err
 	}
-	if err := s.node.CheckTemplate(ctx, req.Template); err != nil {
+	spec := store.SandboxSpec{CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
+		TimeoutSeconds: req.TimeoutSeconds}
+	pl, err := s.place(ctx, spec, "")
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	defer pl.done()
+	if err := pl.n.CheckTemplate(ctx, req.Template); err != nil {
 		return store.Sandbox{}, err
 	}
 	var netPolicy policy.Policy
@@ -165,14 +172,13 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 		NetworkPolicy: netJSON,
 		ID:            store.NewID("sb"),
 		TenantID:      tenantID,
-		NodeID:        s.node.ID(),
+		NodeID:        pl.n.ID(),
 		Template:      req.Template,
 		State:         store.StateCreating,
-		Spec: store.SandboxSpec{CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
-			TimeoutSeconds: req.TimeoutSeconds},
-		Metadata:  req.Metadata,
-		CreatedAt: now,
-		EndsAt:    &ends,
+		Spec:          spec,
+		Metadata:      req.Metadata,
+		CreatedAt:     now,
+		EndsAt:        &ends,
 	})
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("create sandbox: %w", err)
@@ -187,7 +193,9 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
-	berr := s.node.CreateSandbox(bootCtx, node.CreateRequest{
+	// The record counts on the node now (place).
+	pl.done()
+	berr := pl.n.CreateSandbox(bootCtx, node.CreateRequest{
 		ID:       sb.ID,
 		TenantID: sb.TenantID,
 		Template: req.Template,
@@ -306,7 +314,17 @@ func (s *Service) destroyLocked(ctx context.Context, sb store.Sandbox, reason st
 			return sb, err
 		}
 	}
-	if derr := s.node.DestroySandbox(ctx, sb.ID); derr != nil {
+	n, derr := s.sandboxNode(ctx, sb)
+	if derr == nil {
+		derr = n.DestroySandbox(ctx, sb.ID)
+	}
+	if derr != nil && s.nodeGone(ctx, sb.NodeID) {
+		// Its node is down or left: what is left of the sandbox there goes when the node starts again
+		// (reconcileRemote destroys what the Store does not want).
+		s.log.Warn("the sandbox's node is down: recorded stopped, to be removed when the node is back", "sandbox", sb.ID, "node", sb.NodeID, "err", derr)
+		derr = nil
+	}
+	if derr != nil {
 		s.log.Error("destroy sandbox", "sandbox", sb.ID, "err", derr)
 		sb, err = s.transition(ctx, sb, store.StateFailed, "destroy failed: "+derr.Error())
 		return sb, errors.Join(fmt.Errorf("destroy sandbox %s: %w", sb.ID, derr), err)
@@ -393,7 +411,11 @@ func (s *Service) setNetwork(ctx context.Context, tenantID, id string, p policy.
 	if err != nil {
 		return sb, err
 	}
-	if err := s.node.SetNetwork(ctx, id, p); err != nil {
+	n, err := s.sandboxNode(ctx, sb)
+	if err == nil {
+		err = n.SetNetwork(ctx, id, p)
+	}
+	if err != nil {
 		return sb, fmt.Errorf("sandbox %s: apply network policy: %w", id, err)
 	}
 	return sb, nil
@@ -410,7 +432,11 @@ func (s *Service) Egress(ctx context.Context, tenantID, id string, f flowlog.Fil
 	if err != nil {
 		return nil, err
 	}
-	flows, err := s.node.Flows(ctx, sb.ID, f)
+	n, err := s.sandboxNode(ctx, sb)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: egress flows: %w", id, err)
+	}
+	flows, err := n.Flows(ctx, sb.ID, f)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: egress flows: %w", id, err)
 	}
@@ -437,31 +463,48 @@ func (s *Service) Link(ctx context.Context, tenantID, id string) (*link.Client, 
 		}
 		return nil, fmt.Errorf("%s: %w", msg, errdefs.ErrFailedPrecondition)
 	}
-	l, err := s.node.Link(ctx, id)
+	n, err := s.sandboxNode(ctx, sb)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	l, err := n.Link(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	return l, nil
 }
 
-// HandleSandboxExit is how the node reports a sandbox that stopped by itself (its daemon or runtime died,
-// or it ran out of memory): the sandbox is marked failed with the reason and cleaned up on the node.
+// HandleSandboxExit is how the in-process node reports a sandbox that stopped by itself (its daemon or
+// runtime died, or it ran out of memory): the sandbox is marked failed with the reason and cleaned up on
+// the node.
 func (s *Service) HandleSandboxExit(id, reason string) {
-	if tenantID, sessionID := s.handleSandboxExit(id, reason); sessionID != "" {
+	if s.nodes.local != nil {
+		s.sandboxExited(s.nodes.local.ID(), id, reason)
+	}
+}
+
+// sandboxExited handles the exit of sandbox id that nodeID reported.
+func (s *Service) sandboxExited(nodeID, id, reason string) {
+	if tenantID, sessionID := s.handleSandboxExit(nodeID, id, reason); sessionID != "" {
 		s.sessionSandboxExited(tenantID, sessionID, id, reason)
 	}
 }
 
 // handleSandboxExit records the exit and reports the sandbox's session, if it runs one.
-func (s *Service) handleSandboxExit(id, reason string) (tenantID, sessionID string) {
+func (s *Service) handleSandboxExit(nodeID, id, reason string) (tenantID, sessionID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	unlock := s.locks.Lock(id)
 	defer unlock()
-	sb, err := s.store.GetSandboxAnyTenant(ctx, id)
+	n, err := s.node(ctx, nodeID)
 	if err != nil {
-		s.log.Warn("sandbox exit for unknown sandbox", "sandbox", id, "err", err)
-		_ = s.node.DestroySandbox(ctx, id)
+		s.log.Warn("sandbox exit from a node out of reach", "node", nodeID, "sandbox", id, "err", err)
+		return "", ""
+	}
+	sb, err := s.store.GetSandboxAnyTenant(ctx, id)
+	if err != nil || sb.NodeID != nodeID {
+		s.log.Warn("sandbox exit for a sandbox not of the node", "node", nodeID, "sandbox", id, "err", err)
+		_ = n.DestroySandbox(ctx, id)
 		return "", ""
 	}
 	if sb.State != store.StateRunning && sb.State != store.StateCreating {
@@ -472,7 +515,7 @@ func (s *Service) handleSandboxExit(id, reason string) (tenantID, sessionID stri
 		s.log.Error("mark sandbox failed", "sandbox", id, "err", err)
 		return "", ""
 	}
-	if err := s.node.DestroySandbox(ctx, id); err != nil {
+	if err := n.DestroySandbox(ctx, id); err != nil {
 		s.log.Error("clean up failed sandbox", "sandbox", id, "err", err)
 	}
 	return sb.TenantID, sb.Metadata[SessionMetadataKey]
@@ -539,7 +582,7 @@ func (s *Service) reapExpired() {
 		return
 	}
 	for _, sb := range sbs {
-		if sb.NodeID != s.node.ID() {
+		if !s.nodes.serves(sb.NodeID) {
 			continue
 		}
 		unlock := s.locks.Lock(sb.ID)
@@ -554,44 +597,76 @@ func (s *Service) reapExpired() {
 	}
 }
 
-// reconcile settles what a previous run left: running sandboxes the node can re-adopt stay running;
-// those it lost are failed; half-done creates and deletes are finished; sandboxes the node has but the
-// Store does not want are destroyed.
+// reconcile settles what a previous run left on the in-process node: running sandboxes the node can
+// re-adopt stay running; those it lost are failed; half-done creates and deletes are finished;
+// sandboxes the node has but the Store does not want are destroyed. (A node of its own is settled when
+// it restarts: reconcileRemote.)
 func (s *Service) reconcile(ctx context.Context) error {
+	if s.nodes.local == nil {
+		return nil
+	}
+	return s.reconcileNode(ctx, s.nodes.local, time.Time{})
+}
+
+// reconcileRemote settles the sandboxes of node nodeID, whose process started again (its first
+// heartbeat arrived at since): as reconcile, except that creates recorded since are left alone (they
+// were sent to the new process).
+func (s *Service) reconcileRemote(ctx context.Context, nodeID string, since time.Time) error {
+	n, err := s.node(ctx, nodeID)
+	if err != nil {
+		return err
+	}
+	return s.reconcileNode(ctx, n, since)
+}
+
+// reconcileNode settles n's sandboxes after n (or this control plane with it) started again. Sandboxes
+// being created since createdSince (if not zero) are left alone.
+func (s *Service) reconcileNode(ctx context.Context, n Node, createdSince time.Time) error {
 	sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}, store.MaxListLimit)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	var running []node.RecoverRequest
+	mine := sbs[:0]
 	for _, sb := range sbs {
-		if sb.NodeID == s.node.ID() && sb.State == store.StateRunning {
+		if sb.NodeID == n.ID() {
+			mine = append(mine, sb)
+		}
+	}
+	sbs = mine
+	var running []node.RecoverRequest
+	// keep are the sandboxes the node may have that are not to be destroyed as orphans.
+	keep := map[string]bool{}
+	for _, sb := range sbs {
+		switch {
+		case sb.State == store.StateRunning:
 			p, err := NetworkPolicy(sb)
 			if err != nil {
 				s.log.Error("reconcile", "sandbox", sb.ID, "err", err)
 				continue // not adopted: failed below, and destroyed
 			}
 			running = append(running, node.RecoverRequest{ID: sb.ID, TenantID: sb.TenantID, Network: p, CAID: sb.Metadata[SessionMetadataKey]})
+		case sb.State == store.StateCreating && !createdSince.IsZero() && !sb.CreatedAt.Before(createdSince):
+			keep[sb.ID] = true
 		}
 	}
-	ids, err := s.node.Recover(ctx, running)
+	ids, err := n.Recover(ctx, running)
 	if err != nil {
 		// A node that cannot answer has not lost its sandboxes: fail none of them.
-		return fmt.Errorf("reconcile: %w", err)
+		return fmt.Errorf("reconcile node %s: %w", n.ID(), err)
 	}
-	adopted := map[string]bool{}
 	for _, id := range ids {
-		adopted[id] = true
+		keep[id] = true
 	}
 	for _, sb := range sbs {
-		if sb.NodeID != s.node.ID() || adopted[sb.ID] {
+		if keep[sb.ID] {
 			continue
 		}
 		switch sb.State {
 		case store.StateRunning:
-			_ = s.node.DestroySandbox(ctx, sb.ID)
+			_ = n.DestroySandbox(ctx, sb.ID)
 			_, err = s.transition(ctx, sb, store.StateFailed, "lost: the sandbox was gone after airlock restarted")
 		case store.StateCreating:
-			_ = s.node.DestroySandbox(ctx, sb.ID)
+			_ = n.DestroySandbox(ctx, sb.ID)
 			_, err = s.transition(ctx, sb, store.StateFailed, "interrupted: airlock restarted during create")
 		default: // stopping
 			_, err = s.destroyLocked(ctx, sb, "")
@@ -600,14 +675,14 @@ func (s *Service) reconcile(ctx context.Context) error {
 			return fmt.Errorf("reconcile %s: %w", sb.ID, err)
 		}
 	}
-	onNode, err := s.node.Sandboxes(ctx)
+	onNode, err := n.Sandboxes(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	for _, id := range onNode {
-		if !adopted[id] {
-			s.log.Info("destroying orphan sandbox", "sandbox", id)
-			if err := s.node.DestroySandbox(ctx, id); err != nil {
+		if !keep[id] {
+			s.log.Info("destroying orphan sandbox", "node", n.ID(), "sandbox", id)
+			if err := n.DestroySandbox(ctx, id); err != nil {
 				s.log.Error("destroy orphan", "sandbox", id, "err", err)
 			}
 		}
@@ -634,6 +709,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	// Sessions are paused, not lost: a restart resumes them where they were.
 	s.pauseAllForShutdown(ctx)
 	s.bg.Wait()
+	// The clients of the other nodes close last.
+	defer s.nodes.close()
 	// Uploads finish if they can in time; a restart takes up the others from their saved images.
 	defer s.waitUploads(ctx)
 	var errs []error
@@ -644,7 +721,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 		}
 		n := 0
 		for _, sb := range sbs {
-			if sb.NodeID != s.node.ID() {
+			// Only the in-process node's: the other nodes run on without this replica.
+			if !s.nodes.isLocal(sb.NodeID) {
 				continue
 			}
 			n++

@@ -121,7 +121,7 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 	if err := req.normalize(); err != nil {
 		return store.Session{}, err
 	}
-	if err := s.node.CheckTemplate(ctx, req.Template); err != nil {
+	if err := s.checkTemplate(ctx, req.Template, req.MemoryMB); err != nil {
 		return store.Session{}, err
 	}
 	if err := s.checkNewSessions(ctx, tenantID, 1); err != nil {
@@ -162,7 +162,7 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
-	sb, berr := s.startSessionSandbox(bctx, se, env, "")
+	sb, berr := s.startSessionSandbox(bctx, se, env, "", "", "")
 	if berr != nil {
 		failed, err := s.updateSession(bctx, se, func(se *store.Session) error {
 			return setSessionState(se, store.SessionFailed, "boot failed")
@@ -180,20 +180,34 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 }
 
 // startSessionSandbox records a sandbox for se and boots it: anew with env (imageDir ""), or restored
-// from the checkpoint image in imageDir. It returns the sandbox running; on failure the sandbox is
+// from the checkpoint image in imageDir, on node prefer if it has room (where the snapshot was taken:
+// its interception CA is there). With caFrom, the sandbox gets the interception CA of session caFrom
+// (a fork's parent), if its node has it. It returns the sandbox running; on failure the sandbox is
 // recorded failed and nothing of it is left on the node.
-func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env []string, imageDir string) (store.Sandbox, error) {
+func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env []string, imageDir, prefer, caFrom string) (store.Sandbox, error) {
 	p, err := SessionNetworkPolicy(se)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	spec := store.SandboxSpec{CPUMillicores: se.Spec.CPUMillicores, MemoryMB: se.Spec.MemoryMB, DiskMB: se.Spec.DiskMB}
+	pl, err := s.place(ctx, spec, prefer)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	defer pl.done()
+	n := pl.n
+	if caFrom != "" {
+		if err := n.CopyCA(ctx, caFrom, se.ID, se.TenantID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return store.Sandbox{}, fmt.Errorf("session %s: interception CA: %w", se.ID, err)
+		}
+	}
 	sb, err := s.store.CreateSandbox(ctx, store.Sandbox{
 		ID:            store.NewID("sb"),
 		TenantID:      se.TenantID,
-		NodeID:        s.node.ID(),
+		NodeID:        n.ID(),
 		Template:      se.Spec.Template,
 		State:         store.StateCreating,
-		Spec:          store.SandboxSpec{CPUMillicores: se.Spec.CPUMillicores, MemoryMB: se.Spec.MemoryMB, DiskMB: se.Spec.DiskMB},
+		Spec:          spec,
 		Metadata:      map[string]string{SessionMetadataKey: se.ID},
 		NetworkPolicy: se.Spec.NetworkPolicy,
 		CreatedAt:     s.now(),
@@ -213,10 +227,11 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 		Network: p,
 		CAID:    se.ID,
 	}
+	pl.done() // the record counts on the node now
 	if imageDir == "" {
-		err = s.node.CreateSandbox(ctx, req)
+		err = n.CreateSandbox(ctx, req)
 	} else {
-		err = s.node.RestoreSandbox(ctx, req, imageDir)
+		err = n.RestoreSandbox(ctx, req, imageDir)
 	}
 	if err != nil {
 		s.log.Error("boot session sandbox", "session", se.ID, "sandbox", sb.ID, "err", err)
@@ -378,7 +393,6 @@ func (s *Service) destroySessionSandbox(ctx context.Context, tenantID, sbID, rea
 	sb, err := s.store.GetSandbox(ctx, tenantID, sbID)
 	if err != nil {
 		s.log.Warn("session sandbox record", "sandbox", sbID, "err", err)
-		_ = s.node.DestroySandbox(ctx, sbID)
 		return
 	}
 	if _, err := s.destroyLocked(ctx, sb, reason); err != nil {
@@ -398,10 +412,18 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 	if se.SandboxID == "" {
 		return store.Snapshot{}, fmt.Errorf("session %s has no sandbox: %w", se.ID, errdefs.ErrFailedPrecondition)
 	}
+	sb, err := s.store.GetSandbox(ctx, se.TenantID, se.SandboxID)
+	if err != nil {
+		return store.Snapshot{}, fmt.Errorf("session %s: %w", se.ID, err)
+	}
+	n, err := s.sandboxNode(ctx, sb)
+	if err != nil {
+		return store.Snapshot{}, fmt.Errorf("session %s: %w", se.ID, err)
+	}
 	snap, err := s.store.CreateSnapshot(ctx, store.Snapshot{
 		ID: store.NewID("sn"), TenantID: se.TenantID, SessionID: se.ID, ParentID: se.HeadSnapshotID,
 		Name: name, Pinned: name != "", Trigger: trigger, State: store.SnapshotWriting, CreatedAt: s.now(),
-		Meta: map[string]string{"template": se.Spec.Template},
+		Meta: map[string]string{"template": se.Spec.Template, snapshotNodeMeta: n.ID()},
 	})
 	if err != nil {
 		return store.Snapshot{}, fmt.Errorf("record snapshot: %w", err)
@@ -415,7 +437,7 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 	}()
 	fail := func(cause error, thaw bool) (store.Snapshot, error) {
 		if thaw && !leaveRunning {
-			if err := s.node.UnpauseSandbox(ctx, se.SandboxID); err != nil {
+			if err := n.UnpauseSandbox(ctx, se.SandboxID); err != nil {
 				cause = errors.Join(cause, fmt.Errorf("let the sandbox run on: %w", err))
 			}
 		}
@@ -429,7 +451,7 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 	}
 	t0 := s.now()
 	leave := s.urgent.enter()
-	err = s.node.CheckpointSandbox(ctx, se.SandboxID, dir, leaveRunning)
+	err = n.CheckpointSandbox(ctx, se.SandboxID, dir, leaveRunning)
 	leave()
 	if err != nil {
 		if strings.Contains(err.Error(), "bound host socket") && !errors.Is(err, errdefs.ErrFailedPrecondition) {
@@ -586,7 +608,7 @@ func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Ses
 	fetched := s.now()
 	faultinject.Crash("resume-fetched")
 	if err == nil {
-		sb, err = s.startSessionSandbox(ctx, se, nil, dir)
+		sb, err = s.startSessionSandbox(ctx, se, nil, dir, s.snapshotNode(ctx, se.TenantID, se.HeadSnapshotID), "")
 		faultinject.Crash("resume-booted")
 	}
 	if err != nil {
@@ -778,9 +800,6 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 		if err != nil {
 			return forks, fmt.Errorf("fork session %s: %w", id, err)
 		}
-		if err := s.node.CopyCA(ctx, caFrom, child.ID, tenantID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			return forks, fmt.Errorf("fork session %s: interception CA: %w", id, err)
-		}
 		forks = append(forks, child)
 	}
 	var wg sync.WaitGroup
@@ -794,7 +813,7 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 			unlock := s.locks.Lock(forks[i].ID)
 			defer unlock()
 			child := forks[i]
-			sb, err := s.startSessionSandbox(ctx, child, nil, dir)
+			sb, err := s.startSessionSandbox(ctx, child, nil, dir, snap.Meta[snapshotNodeMeta], caFrom)
 			if err != nil {
 				child, _ = s.updateSession(ctx, child, func(se *store.Session) error {
 					return setSessionState(se, store.SessionPaused, truncateReason("fork could not start: "+err.Error()))
@@ -867,7 +886,7 @@ func (s *Service) deleteLocked(ctx context.Context, se store.Session) error {
 	if err != nil {
 		return err
 	}
-	s.node.ForgetCA(se.ID)
+	s.forgetCA(ctx, se.ID)
 	// Drop the record (and its remaining snapshots' records) unless a fork still resumes from one.
 	if err := s.store.DeleteSession(ctx, se.TenantID, se.ID); err == nil && head != "" && s.snapshots != nil {
 		s.dropImages(head)
@@ -999,6 +1018,11 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 		return fmt.Errorf("reconcile sessions: %w", err)
 	}
 	for _, se := range ses {
+		if s.nodes.local == nil && se.State != store.SessionRunning {
+			// A control plane with no node of its own is one of many replicas: a session in the middle
+			// of an operation may be another replica's doing.
+			continue
+		}
 		if err := s.reconcileSession(ctx, se); err != nil {
 			s.log.Error("reconcile session", "session", se.ID, "err", err)
 		}
@@ -1010,7 +1034,7 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 	}
 	for _, sb := range sbs {
 		id := sb.Metadata[SessionMetadataKey]
-		if id == "" || sb.NodeID != s.node.ID() {
+		if id == "" || !s.nodes.serves(sb.NodeID) {
 			continue
 		}
 		if se, err := s.store.GetSession(ctx, sb.TenantID, id); err != nil || se.SandboxID != sb.ID {
@@ -1096,6 +1120,10 @@ func (s *Service) pauseAllForShutdown(ctx context.Context) {
 	for _, se := range ses {
 		if ctx.Err() != nil {
 			return
+		}
+		// Only the sessions on the in-process node: the other nodes run on without this replica.
+		if sb, err := s.store.GetSandbox(ctx, se.TenantID, se.SandboxID); err != nil || !s.nodes.isLocal(sb.NodeID) {
+			continue
 		}
 		unlock := s.locks.Lock(se.ID)
 		if fresh, err := s.store.GetSession(ctx, se.TenantID, se.ID); err == nil && fresh.State == store.SessionRunning {
@@ -1204,3 +1232,38 @@ func SessionNetworkPolicy(se store.Session) (policy.Policy, error) {
 
 // reservedMetadata reports a metadata key users may not set.
 func reservedMetadata(k string) bool { return strings.HasPrefix(k, "airlock.") }
+
+// snapshotNodeMeta is the key, in a snapshot's Meta, of the node it was taken on: its image may be
+// cached there, and the session's interception CA is.
+const snapshotNodeMeta = "node"
+
+// snapshotNode reports the node tenantID's snapshot snapID was taken on ("" if unknown).
+func (s *Service) snapshotNode(ctx context.Context, tenantID, snapID string) string {
+	sn, err := s.store.GetSnapshot(ctx, tenantID, snapID)
+	if err != nil {
+		return ""
+	}
+	return sn.Meta[snapshotNodeMeta]
+}
+
+// checkTemplate reports whether a node that has room for a sandbox of memMB can boot template name.
+func (s *Service) checkTemplate(ctx context.Context, name string, memMB int) error {
+	pl, err := s.place(ctx, store.SandboxSpec{MemoryMB: memMB}, "")
+	if err != nil {
+		return err
+	}
+	defer pl.done()
+	return pl.n.CheckTemplate(ctx, name)
+}
+
+// forgetCA removes a deleted session's interception CA from the nodes (those out of reach keep it,
+// its key wrapped under the tenant's key).
+func (s *Service) forgetCA(ctx context.Context, caID string) {
+	nodes, err := s.reachableNodes(ctx)
+	if err != nil {
+		s.log.Warn("forget a session's interception CA", "session", caID, "err", err)
+	}
+	for _, n := range nodes {
+		n.ForgetCA(caID)
+	}
+}

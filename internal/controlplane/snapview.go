@@ -49,7 +49,7 @@ func (s *Service) SnapshotView(ctx context.Context, tenantID, sessionID, snapID 
 	if tmpl == "" {
 		tmpl = se.Spec.Template
 	}
-	root, err := s.node.TemplateRoot(ctx, tmpl)
+	root, err := s.templateRoot(ctx, tmpl)
 	if err != nil {
 		return nil, fmt.Errorf("template %q of snapshot %s: %w", tmpl, sn.ID, err)
 	}

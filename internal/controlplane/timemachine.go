@@ -84,7 +84,7 @@ func (s *Service) rollSession(ctx context.Context, se store.Session) error {
 	s.rolls.mu.Unlock()
 	if !ok || st.sandboxID != se.SandboxID {
 		// A sandbox the loop has not seen: count from now.
-		cpu, _ := s.node.SandboxCPU(ctx, se.SandboxID)
+		cpu, _ := s.sandboxCPU(ctx, se.TenantID, se.SandboxID)
 		s.rolls.mu.Lock()
 		s.rolls.m[se.ID] = rollState{sandboxID: se.SandboxID, since: now, cpu: cpu}
 		s.rolls.mu.Unlock()
@@ -94,7 +94,7 @@ func (s *Service) rollSession(ctx context.Context, se store.Session) error {
 	if now.Sub(st.since) < interval || s.busy(se.SandboxID) {
 		return nil // not due, or work in progress would be cut: a later round
 	}
-	cpu, cerr := s.node.SandboxCPU(ctx, se.SandboxID)
+	cpu, cerr := s.sandboxCPU(ctx, se.TenantID, se.SandboxID)
 	idleCPU := time.Duration(float64(idleCPUPerMinute) * now.Sub(st.since).Minutes())
 	changed := se.LastActivityAt.After(st.since) || cerr != nil || cpu-st.cpu > idleCPU
 	if !changed {
@@ -122,7 +122,7 @@ func (s *Service) rollSession(ctx context.Context, se store.Session) error {
 		}
 		return err
 	}
-	if cpu2, err := s.node.SandboxCPU(ctx, se.SandboxID); err == nil {
+	if cpu2, err := s.sandboxCPU(ctx, se.TenantID, se.SandboxID); err == nil {
 		cpu = cpu2 // the checkpoint's own CPU is not the agent's
 	}
 	// The interval counts from the snapshot's start, so that they keep to it.
@@ -510,4 +510,13 @@ func (s *Service) busy(sbID string) bool {
 	s.work.mu.Lock()
 	defer s.work.mu.Unlock()
 	return s.work.n[sbID] > 0
+}
+
+// sandboxCPU reports the CPU time tenantID's sandbox id used so far, from its node.
+func (s *Service) sandboxCPU(ctx context.Context, tenantID, id string) (time.Duration, error) {
+	n, err := s.nodeOfSandbox(ctx, tenantID, id)
+	if err != nil {
+		return 0, err
+	}
+	return n.SandboxCPU(ctx, id)
 }

@@ -36,8 +36,10 @@ type ClientConfig struct {
 	NodeID string
 	// Addr is the node API's host:port. Required.
 	Addr string
-	// Cert is this control plane's certificate, and Roots the cluster CA's. Required.
+	// Cert is this control plane's certificate (or Self, one it renews), and Roots the cluster CA's.
+	// Required.
 	Cert  tls.Certificate
+	Self  *cluster.SelfCert
 	Roots *x509.CertPool
 	// LinkAudit, if set, gives the audit that records the frames this control plane exchanges with a
 	// sandbox's daemon (the tenant's audit log). Nil: not recorded here (the node records every frame in
@@ -66,8 +68,8 @@ type Client struct {
 
 // NewClient returns a client of the node cfg names. It connects on first use.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	if cfg.NodeID == "" || cfg.Addr == "" || cfg.Roots == nil || len(cfg.Cert.Certificate) == 0 {
-		return nil, fmt.Errorf("node API client: NodeID, Addr, Cert and Roots are required: %w", errdefs.ErrInvalidArgument)
+	if cfg.NodeID == "" || cfg.Addr == "" || cfg.Roots == nil || (len(cfg.Cert.Certificate) == 0 && cfg.Self == nil) {
+		return nil, fmt.Errorf("node API client: NodeID, Addr, Cert (or Self) and Roots are required: %w", errdefs.ErrInvalidArgument)
 	}
 	if err := cluster.CheckID(cfg.NodeID); err != nil {
 		return nil, err
@@ -76,15 +78,21 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		cfg.Logger = slog.Default()
 	}
 	want := cluster.Identity{Role: cluster.RoleNode, ID: cfg.NodeID}
+	clientTLS := func() *tls.Config {
+		if cfg.Self != nil {
+			return cfg.Self.ClientTLS(cfg.Roots, want)
+		}
+		return cluster.ClientTLS(cfg.Cert, cfg.Roots, want)
+	}
 	tr := &http.Transport{
-		TLSClientConfig:     cluster.ClientTLS(cfg.Cert, cfg.Roots, want),
+		TLSClientConfig:     clientTLS(),
 		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 		TLSHandshakeTimeout: dialTimeout,
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	up := cluster.ClientTLS(cfg.Cert, cfg.Roots, want)
+	up := clientTLS()
 	up.NextProtos = []string{"http/1.1"}
 	return &Client{cfg: cfg, tls: up, http: &http.Client{Transport: tr}, base: "https://" + cfg.Addr,
 		log: cfg.Logger.With("node", cfg.NodeID), links: map[string]*link.Client{}}, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/keys"
+	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -39,7 +40,31 @@ type Control interface {
 	NodeAudit(ctx context.Context, nodeID string, entries []store.AuditEntry) error
 	// NodeSandboxExit reports a sandbox of the node that stopped by itself.
 	NodeSandboxExit(ctx context.Context, nodeID, sandboxID, reason string) error
+	// NodeHeartbeat records that the node is up, where its API is and what it offers.
+	NodeHeartbeat(ctx context.Context, nodeID string, hb Heartbeat) error
 }
+
+// Heartbeat is what a node reports every HeartbeatInterval: the control planes place sandboxes only on
+// nodes heard from lately.
+type Heartbeat struct {
+	// Addr is the host:port of the node's API; its host must be one the node joined with.
+	Addr string `json:"addr"`
+	// Boot names this run of the node process (random at start): a new one tells the control plane the
+	// node restarted, and that it must be given its running sandboxes back (node.API.Recover).
+	Boot string `json:"boot"`
+	// Capacity is what the node offers sandboxes.
+	Capacity node.Capacity `json:"capacity"`
+	// Sandboxes counts the sandboxes the node has.
+	Sandboxes int `json:"sandboxes"`
+	// Version is the node's Airlock version.
+	Version string `json:"version,omitempty"`
+	// Leaving says the node is shutting down: no sandbox is to be placed on it any more.
+	Leaving bool `json:"leaving,omitempty"`
+}
+
+// HeartbeatInterval is how often a node reports; a node not heard from for three of them is taken for
+// down (placement skips it).
+const HeartbeatInterval = 5 * time.Second
 
 // ControlHandler serves Control to nodes. Serve it over TLS with cluster.ServerTLS allowing nodes only.
 type ControlHandler struct {
@@ -60,6 +85,7 @@ func NewControlHandler(c Control, log *slog.Logger) *ControlHandler {
 	h.mux.HandleFunc("POST /cluster/v1/keys/unwrap", h.unwrap)
 	h.mux.HandleFunc("POST /cluster/v1/audit", h.audit)
 	h.mux.HandleFunc("POST /cluster/v1/exit", h.exit)
+	h.mux.HandleFunc("POST /cluster/v1/heartbeat", h.heartbeat)
 	return h
 }
 
@@ -169,6 +195,15 @@ func (h *ControlHandler) exit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.answer(w, r, nil, h.c.NodeSandboxExit(r.Context(), callerNode(r), b.Sandbox, b.Reason))
+}
+
+func (h *ControlHandler) heartbeat(w http.ResponseWriter, r *http.Request) {
+	var b Heartbeat
+	if err := decode(r.Body, &b); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	h.answer(w, r, nil, h.c.NodeHeartbeat(r.Context(), callerNode(r), b))
 }
 
 // maxAuditBatch bounds the audit entries of one call.
@@ -284,6 +319,11 @@ func (c *ControlClient) SandboxExit(id, reason string) {
 		case <-time.After(time.Duration(i+1) * time.Second):
 		}
 	}
+}
+
+// Heartbeat reports the node up (Heartbeat).
+func (c *ControlClient) Heartbeat(ctx context.Context, hb Heartbeat) error {
+	return c.call(ctx, "/cluster/v1/heartbeat", hb, nil)
 }
 
 // Record queues an audit entry for the control plane (audit.Func); past auditQueue waiting it is

@@ -140,6 +140,9 @@ type Options struct {
 	APIKey string
 	// Cluster opens the cluster port on loopback (Env.ClusterURL).
 	Cluster bool
+	// NoLocalNode runs a control plane only (airlock server; implies Cluster): sandboxes run on nodes
+	// StartNode starts.
+	NoLocalNode bool
 }
 
 // Start runs Airlock for the test and stops it (cleanly, as SIGTERM would) when the test ends.
@@ -172,7 +175,7 @@ func Start(t testing.TB, opts Options) *Env {
 	e := &Env{DataDir: dir, KeyFile: keyFile, cancel: cancel, done: make(chan error, 1), log: logs}
 	ready := make(chan string, 1)
 	clusterListen := ""
-	if opts.Cluster {
+	if opts.Cluster || opts.NoLocalNode {
 		clusterListen = "127.0.0.1:0"
 	}
 	go func() {
@@ -197,6 +200,7 @@ func Start(t testing.TB, opts Options) *Env {
 			MasterKeyFile:    opts.MasterKeyFile,
 			ClusterListen:    clusterListen,
 			ClusterReady:     func(addr string) { e.ClusterURL = "https://" + addr },
+			NoLocalNode:      opts.NoLocalNode,
 		})
 	}()
 	select {

@@ -36,14 +36,30 @@ type JoinTokenList struct {
 	JoinTokens []JoinToken `json:"join_tokens"`
 }
 
-// Node is a node that joined the cluster.
+// Node is a node that joined the cluster. State is "up" (heard from lately: sandboxes are placed on
+// it), "down" (not heard from for 15 seconds), or "new" (never reported); the fields after it come from
+// its latest heartbeat.
 type Node struct {
-	ID              string    `json:"id"`
-	Hosts           []string  `json:"hosts"`
-	JoinedAt        time.Time `json:"joined_at"`
-	JoinToken       string    `json:"join_token"`
-	CertExpiresAt   time.Time `json:"cert_expires_at"`
-	CertFingerprint string    `json:"cert_fingerprint"`
+	ID              string        `json:"id"`
+	Hosts           []string      `json:"hosts"`
+	JoinedAt        time.Time     `json:"joined_at"`
+	JoinToken       string        `json:"join_token"`
+	CertExpiresAt   time.Time     `json:"cert_expires_at"`
+	CertFingerprint string        `json:"cert_fingerprint"`
+	State           string        `json:"state"`
+	Addr            string        `json:"addr,omitempty"`
+	LastSeenAt      *time.Time    `json:"last_seen_at,omitempty"`
+	Sandboxes       int           `json:"sandboxes,omitempty"`
+	Version         string        `json:"version,omitempty"`
+	Capacity        *NodeCapacity `json:"capacity,omitempty"`
+}
+
+// NodeCapacity is what a node offers sandboxes: CPUs (1000 a core) and memory, over-committed, and a
+// bound of sandboxes.
+type NodeCapacity struct {
+	CPUMillicores int64 `json:"cpu_millicores"`
+	MemoryMB      int64 `json:"memory_mb"`
+	MaxSandboxes  int   `json:"max_sandboxes"`
 }
 
 // NodeList is a list of nodes.

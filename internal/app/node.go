@@ -1,0 +1,295 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/cluster"
+	"github.com/airlockrun/airlock/internal/daemon"
+	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodeapi"
+)
+
+// Files a node keeps in <data dir>/cluster once it joined (airlock node join).
+const (
+	NodeClusterDir = "cluster"
+	NodeKeyFile    = "node.key"  // its private key (0600)
+	NodeCertFile   = "node.crt"  // its certificate
+	NodeCAFile     = "ca.crt"    // the cluster CA's certificate
+	NodeInfoFile   = "node.json" // its ID and the control plane it joined
+)
+
+// NodeInfo is what NodeInfoFile holds.
+type NodeInfo struct {
+	ID           string    `json:"id"`
+	ControlPlane string    `json:"control_plane"`
+	Hosts        []string  `json:"hosts"`
+	JoinedAt     time.Time `json:"joined_at"`
+}
+
+// DefaultNodeListen is the node API's default address.
+const DefaultNodeListen = ":7444"
+
+// NodeConfig configures RunNode. Zero values take the defaults.
+type NodeConfig struct {
+	// DataDir holds the node's state, and in DataDir/cluster what airlock node join saved. Required.
+	DataDir string
+	// ControlPlane is the control planes' cluster port (https://host:port; a load balancer or one
+	// replica). Required.
+	ControlPlane string
+	// Listen is the node API's address. Empty: DefaultNodeListen.
+	Listen string
+	// Advertise is the host:port control planes reach the node API at; its host must be one the node
+	// joined with. Empty: the first host it joined with, and Listen's port.
+	Advertise string
+	// MaxSandboxes bounds the sandboxes the node runs at once. Zero: 32 per CPU core.
+	MaxSandboxes int
+	// Runsc, DaemonBinary, Debug, Hosts, HostsOnly and ExtraRootsPEM are as in Config.
+	Runsc         string
+	DaemonBinary  string
+	Debug         bool
+	Hosts         map[string][]netip.Addr
+	HostsOnly     bool
+	ExtraRootsPEM []byte
+	// Logger receives logs. Nil: slog.Default().
+	Logger *slog.Logger
+	// Out receives what is meant for the person who started the node. Nil: os.Stdout.
+	Out io.Writer
+	// Ready, if set, is called with the node API's address once it accepts connections.
+	Ready func(addr string)
+}
+
+// joined is what a node's join left in its data directory.
+type joined struct {
+	info  NodeInfo
+	cert  tls.Certificate
+	roots *x509.CertPool
+}
+
+func loadJoined(dataDir string) (joined, error) {
+	dir := filepath.Join(dataDir, NodeClusterDir)
+	var j joined
+	b, err := os.ReadFile(filepath.Join(dir, NodeInfoFile))
+	if err != nil {
+		return j, fmt.Errorf("this node has not joined a cluster (airlock node join): %w", err)
+	}
+	if err := json.Unmarshal(b, &j.info); err != nil {
+		return j, fmt.Errorf("%s: %w", NodeInfoFile, err)
+	}
+	if err := cluster.CheckID(j.info.ID); err != nil {
+		return j, fmt.Errorf("%s: %w", NodeInfoFile, err)
+	}
+	certPEM, err := os.ReadFile(filepath.Join(dir, NodeCertFile))
+	if err != nil {
+		return j, err
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, NodeKeyFile))
+	if err != nil {
+		return j, err
+	}
+	defer clear(keyPEM)
+	if j.cert, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return j, fmt.Errorf("the node's key and certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, NodeCAFile))
+	if err != nil {
+		return j, err
+	}
+	j.roots = x509.NewCertPool()
+	if !j.roots.AppendCertsFromPEM(caPEM) {
+		return j, fmt.Errorf("%s: no certificate", NodeCAFile)
+	}
+	id, err := cluster.IdentityOf(j.cert.Leaf)
+	if err != nil || id != (cluster.Identity{Role: cluster.RoleNode, ID: j.info.ID}) {
+		return j, fmt.Errorf("the node's certificate names %v, not node %s", id, j.info.ID)
+	}
+	if time.Now().After(j.cert.Leaf.NotAfter) {
+		return j, fmt.Errorf("the node's certificate expired at %s: join again (airlock node join --replace)", j.cert.Leaf.NotAfter.Format(time.RFC3339))
+	}
+	return j, nil
+}
+
+// RunNode runs a node in a process of its own, which joined a cluster (airlock node join): it serves the
+// node API to the control planes over mutual TLS, reports to them in heartbeats, and asks them for its
+// sandboxes' credentials and key wraps at the moment it needs them; nothing of a tenant is stored here
+// but its sandboxes. It serves until ctx ends; then it destroys its sandboxes (reporting them to the
+// control plane) and stops.
+func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultNodeListen
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Out == nil {
+		cfg.Out = os.Stdout
+	}
+	if cfg.DaemonBinary == "" {
+		cfg.DaemonBinary = "/proc/self/exe" // see Run
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("airlock node run must run as root: sandboxes need mounts, cgroups and network namespaces")
+	}
+	if cfg.DataDir == "" || cfg.ControlPlane == "" {
+		return errors.New("a node needs its data directory and the control plane's cluster URL")
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	j, err := loadJoined(dataDir)
+	if err != nil {
+		return err
+	}
+	log := cfg.Logger.With("node", j.info.ID)
+	capacity, err := node.HostCapacity(cfg.MaxSandboxes)
+	if err != nil {
+		return err
+	}
+	cc, err := nodeapi.NewControlClient(nodeapi.ControlClientConfig{URL: cfg.ControlPlane, Cert: j.cert, Roots: j.roots, Logger: log})
+	if err != nil {
+		return err
+	}
+	// Closed last (deferred calls run last-in first-out): the exits and audit entries of the shutdown
+	// go out first.
+	defer cc.Close()
+
+	roots, err := extraRoots(cfg.ExtraRootsPEM)
+	if err != nil {
+		return err
+	}
+	// The interception CAs' keys are wrapped by the control plane, under their tenants' keys, bound to
+	// this node: a revoked tenant key means no CA, and the files here are of no use elsewhere.
+	nd, closeNode, err := startHostNode(hostNode{id: j.info.ID, dataDir: dataDir, tag: InstanceTag(dataDir), runsc: cfg.Runsc,
+		daemon: cfg.DaemonBinary, debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, log: log,
+		keys: cc, secret: cc.Secret, token: cc.Token, audit: cc.Record, onExit: cc.SandboxExit})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, closeNode()) }()
+	h, err := nodeapi.NewHandler(nd, filepath.Join(dataDir, "node", "transfer"), log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("node API: listen on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	advertise := cfg.Advertise
+	if advertise == "" {
+		if len(j.info.Hosts) == 0 {
+			return errors.New("the node joined with no host: give --advertise host:port")
+		}
+		advertise = net.JoinHostPort(j.info.Hosts[0], strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return err
+	}
+	boot := hex.EncodeToString(rnd[:])
+	beat := func(ctx context.Context, leaving bool) error {
+		ids, err := nd.Sandboxes(ctx)
+		if err != nil {
+			return err
+		}
+		return cc.Heartbeat(ctx, nodeapi.Heartbeat{Addr: advertise, Boot: boot, Capacity: capacity, Sandboxes: len(ids),
+			Version: daemon.Version, Leaving: leaving})
+	}
+	// The first heartbeat says the node started anew (the control plane settles what a previous run
+	// left) before it serves: a control plane cannot reach it at that address before.
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = beat(hctx, false)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("report to the control plane at %s: %w", cfg.ControlPlane, err)
+	}
+
+	tlsCfg := cluster.ServerTLS(j.cert, j.roots, cluster.RoleControlPlane)
+	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+	srv := &http.Server{
+		Handler:           h,
+		TLSConfig:         tlsCfg,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(tls.NewListener(ln, tlsCfg)) }() // owner: RunNode; ends on Shutdown
+	log.Info("node is up", "addr", ln.Addr().String(), "advertise", advertise, "control_plane", cfg.ControlPlane, "capacity", capacity)
+	fmt.Fprintf(cfg.Out, "Node %s serves control planes at %s (data in %s)\n", j.info.ID, advertise, dataDir)
+	if cfg.Ready != nil {
+		cfg.Ready(ln.Addr().String())
+	}
+
+	t := time.NewTicker(nodeapi.HeartbeatInterval)
+	defer t.Stop()
+	var serveErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case serveErr = <-errc:
+			break loop
+		case <-t.C:
+			hctx, cancel := context.WithTimeout(ctx, nodeapi.HeartbeatInterval)
+			if err := beat(hctx, false); err != nil && ctx.Err() == nil {
+				log.Warn("heartbeat to the control plane failed", "err", err)
+			}
+			cancel()
+		}
+	}
+	log.Info("shutting down")
+	sctx, scancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer scancel()
+	// No more sandboxes for this node.
+	hctx, hcancel := context.WithTimeout(sctx, nodeapi.HeartbeatInterval)
+	if err := beat(hctx, true); err != nil {
+		log.Warn("tell the control plane the node leaves", "err", err)
+	}
+	hcancel()
+	// The sandboxes go with the node (its gateway, their only way out, stops with it); each is reported
+	// to the control plane, which fails it (a session's resumes from its latest snapshot).
+	ids, lerr := nd.Sandboxes(sctx)
+	var reports sync.WaitGroup
+	for _, id := range ids {
+		if err := nd.DestroySandbox(sctx, id); err != nil {
+			log.Error("destroy sandbox at shutdown", "sandbox", id, "err", err)
+		}
+		reports.Add(1)
+		go func() { defer reports.Done(); cc.SandboxExit(id, "its node shut down") }()
+	}
+	reported := make(chan struct{})
+	go func() { reports.Wait(); close(reported) }()
+	select {
+	case <-reported:
+	case <-sctx.Done():
+	}
+	_ = srv.Shutdown(sctx)
+	errs := []error{lerr}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		errs = append(errs, serveErr)
+	}
+	if err := nd.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("stop node: %w", err))
+	}
+	log.Info("stopped")
+	return errors.Join(errs...)
+}

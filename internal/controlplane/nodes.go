@@ -1,0 +1,450 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// The nodes a control plane runs sandboxes on: its own (in-process, Config.Node), and the nodes in
+// processes of their own that joined the cluster and report in heartbeats (Config.DialNode). Each
+// sandbox is on the node its record names; every call about it goes there.
+
+// liveDocPrefix starts the keys of the nodes' latest heartbeats: liveDocPrefix + the node's ID.
+const liveDocPrefix = "cluster/live/"
+
+// NodeDownAfter is how long after its last heartbeat a node is taken for down: no sandbox is placed on
+// it.
+const NodeDownAfter = 3 * nodeapi.HeartbeatInterval
+
+// NodeLive is a node's latest heartbeat, as the control plane recorded it.
+type NodeLive struct {
+	nodeapi.Heartbeat
+	// SeenAt is when the heartbeat arrived; BootSeenAt when the first heartbeat of this Boot did.
+	SeenAt     time.Time `json:"seen_at"`
+	BootSeenAt time.Time `json:"boot_seen_at"`
+}
+
+// Up reports whether the node was heard from within NodeDownAfter of now, and is not leaving.
+func (l NodeLive) Up(now time.Time) bool { return !l.Leaving && now.Sub(l.SeenAt) < NodeDownAfter }
+
+// maxBootLen bounds a heartbeat's Boot.
+const maxBootLen = 64
+
+// NodeHeartbeat records a node's heartbeat. Its address must be on one of the hosts it joined with (a
+// node cannot point control planes at another service). A heartbeat with a new Boot means the node
+// process started again: the sandboxes it had are settled (reconcileNode).
+func (s *Service) NodeHeartbeat(ctx context.Context, nodeID string, hb nodeapi.Heartbeat) error {
+	if hb.Boot == "" || len(hb.Boot) > maxBootLen || len(hb.Version) > maxBootLen {
+		return fmt.Errorf("heartbeat: boot must be 1-%d characters, version at most %d: %w", maxBootLen, maxBootLen, errdefs.ErrInvalidArgument)
+	}
+	if err := hb.Capacity.Check(); err != nil {
+		return fmt.Errorf("heartbeat: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	if hb.Sandboxes < 0 || hb.Sandboxes > node.MaxCapacitySandboxes {
+		return fmt.Errorf("heartbeat: %d sandboxes: %w", hb.Sandboxes, errdefs.ErrInvalidArgument)
+	}
+	rec, err := s.nodeRecord(ctx, nodeID)
+	if err != nil {
+		return err
+	}
+	host, port, err := net.SplitHostPort(hb.Addr)
+	if p, perr := strconv.Atoi(port); err != nil || perr != nil || p <= 0 || p > 65535 {
+		return fmt.Errorf("heartbeat: address %q is not host:port: %w", hb.Addr, errdefs.ErrInvalidArgument)
+	}
+	known := false
+	for _, h := range rec.Hosts {
+		known = known || strings.EqualFold(h, host)
+	}
+	if !known {
+		return fmt.Errorf("heartbeat: %s is not a host node %s joined with (%s): %w", host, nodeID, strings.Join(rec.Hosts, ", "), errdefs.ErrInvalidArgument)
+	}
+	now := s.now().UTC()
+	live := NodeLive{Heartbeat: hb, SeenAt: now, BootSeenAt: now}
+	key := liveDocPrefix + nodeID
+	var restarted bool
+	for range 8 {
+		d, err := s.store.GetDoc(ctx, key)
+		switch {
+		case errors.Is(err, errdefs.ErrNotFound):
+			d = store.Doc{Key: key}
+		case err != nil:
+			return fmt.Errorf("heartbeat: %v: %w", err, errdefs.ErrUnavailable)
+		}
+		var prev NodeLive
+		if d.Value != nil && json.Unmarshal(d.Value, &prev) == nil && prev.Boot == hb.Boot {
+			live.BootSeenAt = prev.BootSeenAt
+		}
+		restarted = d.Value != nil && prev.Boot != hb.Boot
+		if d.Value, err = json.Marshal(live); err != nil {
+			return err
+		}
+		if _, err = s.store.PutDoc(ctx, d); err == nil {
+			break
+		}
+		if !errors.Is(err, errdefs.ErrConflict) && !errors.Is(err, errdefs.ErrAlreadyExists) {
+			return fmt.Errorf("heartbeat: %v: %w", err, errdefs.ErrUnavailable)
+		}
+	}
+	s.nodes.seen(nodeID, live)
+	if restarted {
+		// Of the replicas, the one whose write changed the Boot settles the node.
+		s.log.Info("node restarted: settling its sandboxes", "node", nodeID, "addr", hb.Addr)
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := s.reconcileRemote(ctx, nodeID, live.BootSeenAt); err != nil {
+				s.log.Error("settle a restarted node's sandboxes", "node", nodeID, "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// nodeRecord returns the record of a node that joined.
+func (s *Service) nodeRecord(ctx context.Context, nodeID string) (NodeRecord, error) {
+	d, err := s.store.GetDoc(ctx, nodeDocPrefix+nodeID)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return NodeRecord{}, fmt.Errorf("node %s: %w", nodeID, errdefs.ErrNotFound)
+		}
+		return NodeRecord{}, fmt.Errorf("node %s: %v: %w", nodeID, err, errdefs.ErrUnavailable)
+	}
+	var rec NodeRecord
+	if err := json.Unmarshal(d.Value, &rec); err != nil {
+		return NodeRecord{}, fmt.Errorf("node record %s: %w", nodeID, err)
+	}
+	return rec, nil
+}
+
+// nodeLive returns a node's latest heartbeat (ErrNotFound: none yet).
+func (s *Service) nodeLive(ctx context.Context, nodeID string) (NodeLive, error) {
+	d, err := s.store.GetDoc(ctx, liveDocPrefix+nodeID)
+	if err != nil {
+		return NodeLive{}, err
+	}
+	var l NodeLive
+	if err := json.Unmarshal(d.Value, &l); err != nil {
+		return NodeLive{}, fmt.Errorf("node heartbeat %s: %w", nodeID, err)
+	}
+	return l, nil
+}
+
+// liveNodes returns the latest heartbeat of every node that sent one, by ID.
+func (s *Service) liveNodes(ctx context.Context) (map[string]NodeLive, error) {
+	ds, err := s.store.ListDocs(ctx, liveDocPrefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]NodeLive, len(ds))
+	for _, d := range ds {
+		var l NodeLive
+		if err := json.Unmarshal(d.Value, &l); err != nil {
+			s.log.Error("a node heartbeat record that does not decode", "key", d.Key, "err", err)
+			continue
+		}
+		out[strings.TrimPrefix(d.Key, liveDocPrefix)] = l
+	}
+	return out, nil
+}
+
+// nodeSet reaches the nodes: the in-process one, and clients of the others, made on first use from their
+// latest heartbeat and made again when a node's address changes.
+type nodeSet struct {
+	local Node
+	dial  func(id, addr string) (Node, error)
+
+	mu      sync.Mutex
+	remote  map[string]remoteNode // guarded by mu
+	placing map[string]placing    // placements in progress in this process, by node; guarded by mu
+}
+
+type remoteNode struct {
+	addr string
+	n    Node
+	// checked is when addr was last compared with the node's heartbeat.
+	checked time.Time
+}
+
+// placing counts what this process is placing on a node and has not recorded yet.
+type placing struct {
+	count int
+	memMB int64
+}
+
+func newNodeSet(local Node, dial func(id, addr string) (Node, error)) *nodeSet {
+	return &nodeSet{local: local, dial: dial, remote: map[string]remoteNode{}, placing: map[string]placing{}}
+}
+
+// isLocal reports whether id is the in-process node's.
+func (ns *nodeSet) isLocal(id string) bool { return ns.local != nil && id == ns.local.ID() }
+
+// serves reports whether this control plane can reach node id: its own, or (with DialNode) any joined
+// node.
+func (ns *nodeSet) serves(id string) bool {
+	return ns.isLocal(id) || (ns.dial != nil && id != "" && id != node.LocalID)
+}
+
+// seen updates the client of a node whose heartbeat arrived here, if its address changed.
+func (ns *nodeSet) seen(id string, l NodeLive) {
+	ns.mu.Lock()
+	r, ok := ns.remote[id]
+	if ok && r.addr != l.Addr {
+		delete(ns.remote, id)
+	}
+	ns.mu.Unlock()
+	if ok && r.addr != l.Addr {
+		closeNode(r.n)
+	}
+}
+
+func closeNode(n Node) {
+	if c, ok := n.(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
+}
+
+// close closes the clients of the remote nodes.
+func (ns *nodeSet) close() {
+	ns.mu.Lock()
+	rs := ns.remote
+	ns.remote = map[string]remoteNode{}
+	ns.mu.Unlock()
+	for _, r := range rs {
+		closeNode(r.n)
+	}
+}
+
+// node returns the node with ID id. A node this control plane cannot reach, or that never reported, is
+// ErrUnavailable.
+func (s *Service) node(ctx context.Context, id string) (Node, error) {
+	ns := s.nodes
+	if ns.isLocal(id) {
+		return ns.local, nil
+	}
+	if !ns.serves(id) {
+		return nil, fmt.Errorf("node %q is not reachable from this control plane: %w", id, errdefs.ErrUnavailable)
+	}
+	now := s.now()
+	ns.mu.Lock()
+	r, ok := ns.remote[id]
+	ns.mu.Unlock()
+	if ok && now.Sub(r.checked) < nodeapi.HeartbeatInterval {
+		return r.n, nil
+	}
+	// Its address may have changed (a heartbeat to another replica).
+	l, err := s.nodeLive(ctx, id)
+	if err != nil {
+		if ok {
+			return r.n, nil
+		}
+		return nil, fmt.Errorf("node %s has not reported: %v: %w", id, err, errdefs.ErrUnavailable)
+	}
+	if ok && r.addr == l.Addr {
+		ns.mu.Lock()
+		if cur, still := ns.remote[id]; still && cur.n == r.n {
+			cur.checked = now
+			ns.remote[id] = cur
+		}
+		ns.mu.Unlock()
+		return r.n, nil
+	}
+	n, err := ns.dial(id, l.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", id, err)
+	}
+	ns.mu.Lock()
+	cur, exists := ns.remote[id]
+	if exists && cur.addr == l.Addr { // another call dialed it first
+		ns.mu.Unlock()
+		closeNode(n)
+		return cur.n, nil
+	}
+	ns.remote[id] = remoteNode{addr: l.Addr, n: n, checked: now}
+	ns.mu.Unlock()
+	if exists {
+		closeNode(cur.n)
+	}
+	return n, nil
+}
+
+// nodeGone reports whether node id is known to be down: not this process's, and not heard from within
+// NodeDownAfter, or leaving, or never heard from at all.
+func (s *Service) nodeGone(ctx context.Context, id string) bool {
+	if s.nodes.isLocal(id) {
+		return false
+	}
+	l, err := s.nodeLive(ctx, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return true
+	}
+	return err == nil && !l.Up(s.now())
+}
+
+// sandboxNode returns the node sb is on.
+func (s *Service) sandboxNode(ctx context.Context, sb store.Sandbox) (Node, error) {
+	return s.node(ctx, sb.NodeID)
+}
+
+// nodeOfSandbox returns the node of tenantID's sandbox id.
+func (s *Service) nodeOfSandbox(ctx context.Context, tenantID, id string) (Node, error) {
+	sb, err := s.store.GetSandbox(ctx, tenantID, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.node(ctx, sb.NodeID)
+}
+
+// nodesUp returns the nodes this control plane can place on: its own and those heard from lately, with
+// their capacities (the local node's: the host's).
+func (s *Service) nodesUp(ctx context.Context) (map[string]node.Capacity, error) {
+	out := map[string]node.Capacity{}
+	if s.nodes.local != nil {
+		out[s.nodes.local.ID()] = s.localCapacity
+	}
+	if s.nodes.dial == nil {
+		return out, nil
+	}
+	live, err := s.liveNodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	now := s.now()
+	for id, l := range live {
+		if l.Up(now) && s.nodes.serves(id) {
+			out[id] = l.Capacity
+		}
+	}
+	return out, nil
+}
+
+// placement is a node chosen for a sandbox; done must be called once the sandbox is recorded (or not).
+type placement struct {
+	n    Node
+	done func()
+}
+
+// place chooses the node for a new sandbox of spec: of the nodes up with room for it (a bound of
+// sandboxes, and memory, counting those placed there and not stopped; CPU is shared, not reserved), prefer if it is one of them (the node
+// where the session's snapshot is), else the one with the most memory left, ties at random.
+func (s *Service) place(ctx context.Context, spec store.SandboxSpec, prefer string) (placement, error) {
+	caps, err := s.nodesUp(ctx)
+	if err != nil {
+		return placement{}, err
+	}
+	if len(caps) == 0 {
+		return placement{}, fmt.Errorf("no node is up to run the sandbox: %w", errdefs.ErrUnavailable)
+	}
+	type use struct {
+		count int
+		memMB int64
+	}
+	used := map[string]use{}
+	sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}, store.MaxListLimit)
+	if err != nil {
+		return placement{}, fmt.Errorf("place: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	for _, sb := range sbs {
+		u := used[sb.NodeID]
+		u.count++
+		u.memMB += int64(sb.Spec.MemoryMB)
+		used[sb.NodeID] = u
+	}
+	best, err := s.nodes.reserve(caps, func(id string) (int, int64) {
+		u := used[id]
+		return u.count, u.memMB
+	}, spec, prefer)
+	if err != nil {
+		return placement{}, err
+	}
+	release := sync.OnceFunc(func() { s.nodes.unreserve(best, spec) })
+	n, err := s.node(ctx, best)
+	if err != nil {
+		release()
+		return placement{}, err
+	}
+	return placement{n: n, done: release}, nil
+}
+
+// reserve chooses a node for spec among caps (see place), given what each has placed already, and counts
+// the sandbox as being placed there until unreserve.
+func (ns *nodeSet) reserve(caps map[string]node.Capacity, used func(id string) (count int, memMB int64), spec store.SandboxSpec, prefer string) (string, error) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	best, bestFree, ties := "", int64(-1), 0
+	for id, c := range caps {
+		count, memMB := used(id)
+		p := ns.placing[id]
+		count, memMB = count+p.count, memMB+p.memMB
+		if count >= c.MaxSandboxes || memMB+int64(spec.MemoryMB) > c.MemoryMB {
+			continue
+		}
+		free := c.MemoryMB - memMB
+		switch {
+		case id == prefer:
+			best, bestFree, ties = id, 1<<62, 1
+		case free > bestFree:
+			best, bestFree, ties = id, free, 1
+		case free == bestFree:
+			ties++
+			if rand.IntN(ties) == 0 {
+				best = id
+			}
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("no node has room for the sandbox (%d MB of memory): %w", spec.MemoryMB, errdefs.ErrResourceExhausted)
+	}
+	p := ns.placing[best]
+	p.count++
+	p.memMB += int64(spec.MemoryMB)
+	ns.placing[best] = p
+	return best, nil
+}
+
+func (ns *nodeSet) unreserve(id string, spec store.SandboxSpec) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	p := ns.placing[id]
+	p.count--
+	p.memMB -= int64(spec.MemoryMB)
+	if p.count <= 0 {
+		delete(ns.placing, id)
+	} else {
+		ns.placing[id] = p
+	}
+}
+
+// reachableNodes returns every node this control plane can reach now: its own, and those heard from
+// lately (for calls that concern all of a tenant's things on every node, such as re-wrapping its CAs).
+func (s *Service) reachableNodes(ctx context.Context) ([]Node, error) {
+	caps, err := s.nodesUp(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Node, 0, len(caps))
+	var errs []error
+	for id := range caps {
+		n, err := s.node(ctx, id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, n)
+	}
+	return out, errors.Join(errs...)
+}

@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/testenv"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+// waitNodes waits until ListNodes reports every one of ids in state.
+func waitNodes(t *testing.T, e *testenv.Env, state string, ids ...string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l, err := e.Client.ListNodes(ctxT(t, 10*time.Second))
+		got := map[string]string{}
+		if err == nil {
+			for _, n := range l.Nodes {
+				got[n.ID] = n.State
+			}
+		}
+		all := err == nil
+		for _, id := range ids {
+			all = all && got[id] == state
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes %v not %s within 30s: %v %v", ids, state, got, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// nodeOf reports which of nodes runs sandbox id (its runsc processes run from that node's data
+// directory), or "".
+func nodeOf(t *testing.T, id string, nodes ...*testenv.Node) string {
+	t.Helper()
+	for _, n := range nodes {
+		fp, err := testenv.TakeFootprint(n.DataDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range fp.Processes {
+			if strings.Contains(p, id) {
+				return n.ID
+			}
+		}
+	}
+	return ""
+}
+
+// TestSeparateNodes: a control plane with no node of its own (airlock server) and two nodes in
+// processes of their own (airlock node join, airlock node run). Sandboxes are spread over both by
+// capacity and run commands through them; a session paused on one node resumes there (its snapshot's
+// node), and after that node stops, on the other, from the snapshot; a node that stops has its
+// sandboxes failed, gets no more, and leaves nothing behind.
+func TestSeparateNodes(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{NoLocalNode: true})
+	ctx := ctxT(t, 10*time.Minute)
+	// Before any node reports, nothing can be placed.
+	_, err := e.Client.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	wantCode(t, "a create with no node up", err, 503)
+
+	a := testenv.StartNode(t, e, "node-a", testenv.NodeOptions{})
+	b := testenv.StartNode(t, e, "node-b", testenv.NodeOptions{})
+	byID := map[string]*testenv.Node{a.ID: a, b.ID: b}
+	waitNodes(t, e, "up", a.ID, b.ID)
+	if code, out, errOut := runCLI("--url", e.URL, "--api-key", e.APIKey, "node", "ls"); code != 0 || strings.Count(out, " up ") != 2 {
+		t.Errorf("node ls: %d %s %s; want both nodes up", code, out, errOut)
+	}
+
+	// Spread by capacity: the two nodes offer the same, so four sandboxes go two and two.
+	var sbs []string
+	where := map[string]int{}
+	for i := range 4 {
+		sb, err := e.Client.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatalf("create sandbox %d: %v", i, err)
+		}
+		sbs = append(sbs, sb.ID)
+		where[nodeOf(t, sb.ID, a, b)]++
+	}
+	if where[a.ID] != 2 || where[b.ID] != 2 {
+		t.Errorf("sandboxes per node: %v; want 2 and 2", where)
+	}
+	for _, id := range sbs {
+		if res := sh(t, e, id, "echo hello from $(hostname)"); res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "hello from") {
+			t.Errorf("exec on %s: %+v", id, res)
+		}
+		data := bytes.Repeat([]byte(id), 10000)
+		if _, err := e.Client.WriteFile(ctx, id, "/home/user/f", bytes.NewReader(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := e.Client.ReadFile(ctx, id, "/home/user/f"); err != nil || !bytes.Equal(got, data) {
+			t.Errorf("read back on %s: %d bytes, %v", id, len(got), err)
+		}
+	}
+
+	// A session pauses and resumes on the node of its snapshot.
+	se := newSession(t, e, airlock.CreateSessionRequest{})
+	sh(t, e, se.ID, "echo kept > /home/user/state")
+	first := nodeOf(t, se.SandboxID, a, b)
+	if first == "" {
+		t.Fatalf("session sandbox %s is on no node", se.SandboxID)
+	}
+	if _, err := e.Client.PauseSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	se2, err := e.Client.ResumeSession(ctx, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nodeOf(t, se2.SandboxID, a, b); got != first {
+		t.Errorf("the session resumed on %q; want %s, where its snapshot was taken", got, first)
+	}
+	if _, err := e.Client.PauseSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// The session's node stops: its sandboxes fail; the others run on.
+	gone, stays := byID[first], a
+	if gone == a {
+		stays = b
+	}
+	onGone := []string{}
+	for _, id := range sbs {
+		if nodeOf(t, id, gone) != "" {
+			onGone = append(onGone, id)
+		}
+	}
+	if err := gone.Stop(); err != nil {
+		t.Fatalf("stop %s: %v", gone.ID, err)
+	}
+	for _, id := range sbs {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			sb, err := e.Client.GetSandbox(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lost := strings.Contains(strings.Join(onGone, " "), id)
+			if !lost && sb.State == "running" {
+				if res := sh(t, e, id, "cat /home/user/f | wc -c"); strings.TrimSpace(res.Stdout) != fmt.Sprint(len(id)*10000) {
+					t.Errorf("sandbox %s on the node that stays: %+v", id, res)
+				}
+				break
+			}
+			if lost && sb.State == "failed" && strings.Contains(sb.Reason, "node shut down") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sandbox %s (lost with its node: %v) is %s (%s)", id, lost, sb.State, sb.Reason)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitNodes(t, e, "up", stays.ID)
+	if l, err := e.Client.ListNodes(ctx); err == nil {
+		for _, n := range l.Nodes {
+			if n.ID == gone.ID && n.State == "up" {
+				t.Errorf("node %s is still up after it stopped", n.ID)
+			}
+		}
+	}
+	// New sandboxes go to the node that stays; the session resumes there from its snapshot.
+	sb, err := e.Client.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nodeOf(t, sb.ID, stays); got != stays.ID {
+		t.Errorf("a sandbox created after %s stopped went to %q", gone.ID, got)
+	}
+	se3, err := e.Client.ResumeSession(ctx, se.ID)
+	if err != nil {
+		t.Fatalf("resume on the other node: %v", err)
+	}
+	if got := nodeOf(t, se3.SandboxID, stays); got != stays.ID {
+		t.Errorf("the session resumed on %q; want %s", got, stays.ID)
+	}
+	if res := sh(t, e, se.ID, "cat /home/user/state"); strings.TrimSpace(res.Stdout) != "kept" {
+		t.Errorf("the session's file after it moved: %+v", res)
+	}
+
+	// The stopped node left nothing on the host.
+	leftNothing(t, gone)
+	for _, id := range append(sbs, sb.ID) {
+		if err := e.Client.DeleteSandbox(ctx, id); err != nil {
+			t.Errorf("delete %s: %v", id, err)
+		}
+	}
+	if err := e.Client.DeleteSession(ctx, se.ID); err != nil {
+		t.Errorf("delete session: %v", err)
+	}
+	if err := stays.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	leftNothing(t, stays)
+}
+
+// leftNothing fails the test if node n left processes, mounts, cgroups, network namespaces, veths or
+// runtime files on the host.
+func leftNothing(t *testing.T, n *testenv.Node) {
+	t.Helper()
+	fp, err := testenv.TakeFootprint(n.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fp.Processes)+len(fp.Mounts)+len(fp.Cgroups)+len(fp.NetNS)+len(fp.Links)+len(fp.Files) > 0 {
+		t.Errorf("node %s left on the host: %+v", n.ID, fp)
+	}
+}

@@ -1,0 +1,127 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/app"
+	"github.com/airlockrun/airlock/internal/cli"
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+// Node is a node in a process of its own (here: in the test's process, as airlock node run would run
+// it) that joined the cluster of an Env.
+type Node struct {
+	ID      string
+	DataDir string
+	// Addr is its node API's address.
+	Addr string
+
+	cancel context.CancelFunc
+	done   chan error
+	log    *syncBuffer
+}
+
+// NodeOptions tune StartNode.
+type NodeOptions struct {
+	// DataDir reuses a node's data directory (to test restarts); empty: a new one, and the node joins.
+	DataDir string
+	// Listen is the node API's address; empty: a free port on loopback.
+	Listen string
+	// MaxSandboxes bounds the node's sandboxes; zero: the default.
+	MaxSandboxes int
+}
+
+// StartNode joins a node of ID id to e's cluster through the CLI (airlock node join, with a join token
+// of its own) and runs it until the test ends (or Stop).
+func StartNode(t testing.TB, e *Env, id string, opts NodeOptions) *Node {
+	t.Helper()
+	if e.ClusterURL == "" {
+		t.Fatal("StartNode: the control plane has no cluster port (Options.Cluster)")
+	}
+	dir := opts.DataDir
+	if dir == "" {
+		var err error
+		dir, err = os.MkdirTemp("", "airlock-test-node-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		tok, err := e.Client.CreateJoinToken(ctx, airlock.CreateJoinTokenRequest{TTLSeconds: 3600, Description: "test node " + id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, errb bytes.Buffer
+		if code := cli.Run(ctx, []string{"--url", e.URL, "--data-dir", dir, "node", "join", "--token", tok.Token, "--id", id,
+			"--host", "127.0.0.1", "--ca-fingerprint", tok.CAFingerprint}, cli.Streams{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+			t.Fatalf("node join %s: %d %s %s", id, code, out.String(), errb.String())
+		}
+	}
+	listen := opts.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{ID: id, DataDir: dir, cancel: cancel, done: make(chan error, 1), log: logs}
+	ready := make(chan string, 1)
+	go func() {
+		n.done <- app.RunNode(ctx, app.NodeConfig{
+			DataDir:      dir,
+			ControlPlane: e.ClusterURL,
+			Listen:       listen,
+			MaxSandboxes: opts.MaxSandboxes,
+			DaemonBinary: Binary(t),
+			HostsOnly:    true, // tests never send a DNS query off this machine
+			Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			Out:          io.Discard,
+			Ready:        func(addr string) { ready <- addr },
+		})
+	}()
+	select {
+	case n.Addr = <-ready:
+	case err := <-n.done:
+		cancel()
+		t.Fatalf("node %s did not start: %v\n%s", id, err, logs.String())
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatalf("node %s did not start within 60s\n%s", id, logs.String())
+	}
+	t.Cleanup(func() {
+		if err := n.Stop(); err != nil {
+			t.Errorf("stop node %s: %v", id, err)
+		}
+		if t.Failed() {
+			t.Logf("node %s log:\n%s", id, logs.String())
+		}
+	})
+	return n
+}
+
+// Stop shuts the node down as SIGTERM would and reports what RunNode returned. Calling it again is
+// harmless.
+func (n *Node) Stop() error {
+	if n.cancel == nil {
+		return nil
+	}
+	n.cancel()
+	n.cancel = nil
+	select {
+	case err := <-n.done:
+		return err
+	case <-time.After(2 * time.Minute):
+		return fmt.Errorf("node %s did not stop within 2 minutes", n.ID)
+	}
+}
+
+// Logs returns what the node logged so far.
+func (n *Node) Logs() string { return n.log.String() }
