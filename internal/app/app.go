@@ -476,6 +476,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}
 	if self != nil {
+		cpCfg.ReplicaID = self.Identity().ID
 		cpCfg.DialNode = func(id, addr string) (controlplane.Node, error) {
 			return nodeapi.NewClient(nodeapi.ClientConfig{NodeID: id, Addr: addr, Self: self, Roots: clusterCA.Pool(), Templates: templates, Logger: log,
 				LinkAudit: func(ctx context.Context, sandboxID string) link.Audit {

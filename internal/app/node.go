@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/cluster"
@@ -238,8 +239,37 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 		cfg.Ready(ln.Addr().String())
 	}
 
-	t := time.NewTicker(nodeapi.HeartbeatInterval)
-	defer t.Stop()
+	// Heartbeats go out on their own, so that a slow one does not hold up the fence below. reached is
+	// when the last heartbeat that got through was sent (a control plane saw it after that).
+	var reached atomic.Int64
+	reached.Store(time.Now().UnixNano())
+	beats := make(chan struct{})
+	bctx, stopBeats := context.WithCancel(ctx)
+	defer stopBeats()
+	go func() { // owner: RunNode; ends with bctx
+		defer close(beats)
+		t := time.NewTicker(nodeapi.HeartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-bctx.Done():
+				return
+			case <-t.C:
+			}
+			sent := time.Now()
+			hctx, cancel := context.WithTimeout(bctx, nodeapi.HeartbeatInterval)
+			err := beat(hctx, false)
+			cancel()
+			if err == nil {
+				reached.Store(sent.UnixNano())
+			} else if bctx.Err() == nil {
+				log.Warn("heartbeat to the control plane failed", "err", err)
+			}
+		}
+	}()
+	fenceTick := time.NewTicker(time.Second)
+	defer fenceTick.Stop()
+	fenced := false
 	var serveErr error
 loop:
 	for {
@@ -248,14 +278,29 @@ loop:
 			break loop
 		case serveErr = <-errc:
 			break loop
-		case <-t.C:
-			hctx, cancel := context.WithTimeout(ctx, nodeapi.HeartbeatInterval)
-			if err := beat(hctx, false); err != nil && ctx.Err() == nil {
-				log.Warn("heartbeat to the control plane failed", "err", err)
+		case <-fenceTick.C:
+			// Cut off from the control planes for FenceAfter: they are about to give this node up and
+			// resume its sessions elsewhere, so its sandboxes stop here first (a session never runs
+			// in two places). They are reported when a control plane is reached again.
+			cut := time.Since(time.Unix(0, reached.Load()))
+			switch {
+			case cut < nodeapi.FenceAfter:
+				fenced = false
+			case !fenced:
+				fenced = true
+				ids, err := nd.Sandboxes(ctx)
+				log.Error("no control plane reached: stopping every sandbox of this node", "for", cut.Round(time.Second), "sandboxes", len(ids), "err", err)
+				for _, id := range ids {
+					if err := nd.DestroySandbox(ctx, id); err != nil {
+						log.Error("fence: destroy sandbox", "sandbox", id, "err", err)
+					}
+					go cc.SandboxExit(id, "its node lost the control plane")
+				}
 			}
-			cancel()
 		}
 	}
+	stopBeats()
+	<-beats
 	log.Info("shutting down")
 	sctx, scancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer scancel()

@@ -12,7 +12,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/cluster"
@@ -58,6 +60,9 @@ type Config struct {
 	// snapshot's files needs the template it was taken on). Nil: the in-process node's; with none,
 	// reading snapshots' files answers failed precondition.
 	TemplateRoot func(ctx context.Context, name string) (string, error)
+	// ReplicaID names this control plane among the replicas (the leader's lease names it; failover.go).
+	// Empty: "cp-" and a random suffix.
+	ReplicaID string
 	// Logger receives logs. Nil: slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Nil: time.Now.
@@ -120,9 +125,12 @@ type Service struct {
 	nodes         *nodeSet
 	localCapacity node.Capacity
 	templateRoot  func(ctx context.Context, name string) (string, error)
-	log           *slog.Logger
-	now           func() time.Time
-	reap          time.Duration
+	// replica names this control plane; leading is set while it holds the leader's lease (failover.go).
+	replica string
+	leading atomic.Bool
+	log     *slog.Logger
+	now     func() time.Time
+	reap    time.Duration
 
 	secrets     *secrets.Store
 	connections *connections.Manager
@@ -183,6 +191,9 @@ func New(cfg Config) (*Service, error) {
 			cfg.TemplateRoot = cfg.Node.TemplateRoot
 		}
 	}
+	if cfg.ReplicaID == "" {
+		cfg.ReplicaID = "cp-" + strings.ToLower(store.NewID("r")[2:12])
+	}
 	if cfg.TemplateRoot == nil {
 		cfg.TemplateRoot = func(context.Context, string) (string, error) {
 			return "", fmt.Errorf("this control plane has no templates to read snapshots' files with: %w", errdefs.ErrFailedPrecondition)
@@ -231,7 +242,7 @@ func New(cfg Config) (*Service, error) {
 			}
 		}
 	}
-	return &Service{store: cfg.Store, nodes: newNodeSet(cfg.Node, cfg.DialNode), localCapacity: localCap, templateRoot: cfg.TemplateRoot, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
+	return &Service{store: cfg.Store, nodes: newNodeSet(cfg.Node, cfg.DialNode), localCapacity: localCap, templateRoot: cfg.TemplateRoot, replica: cfg.ReplicaID, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
 		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots, scratch: cfg.ScratchDir,
 		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
 		idle: cfg.IdleInterval, stop: make(chan struct{}), pending: cfg.PendingDir, up: newUploader(), urgent: newUrgentGate(),

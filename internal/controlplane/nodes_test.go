@@ -183,3 +183,43 @@ func TestNodeRouting(t *testing.T) {
 		t.Errorf("a call after node-a moved: %v, dialed %s; want its new address", err, dialed["node-a"])
 	}
 }
+
+// TestSessionLease: each sandbox of a session starts under the session's lease with a larger fencing
+// token; the lease is not taken from a sandbox that still runs, and an earlier holder no longer holds it.
+func TestSessionLease(t *testing.T) {
+	ctx := context.Background()
+	e := setupSessions(t)
+	se := e.create(t, SessionRequest{})
+	first, err := e.st.GetSandbox(ctx, e.tenant, se.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f1 := sandboxFence(first)
+	if f1 <= 0 {
+		t.Fatalf("the session's sandbox has fencing token %d; want one", f1)
+	}
+	if err := e.s.holdsSessionLease(ctx, se.ID, first.ID, f1); err != nil {
+		t.Errorf("the running sandbox does not hold its session's lease: %v", err)
+	}
+	if _, err := e.s.takeSessionLease(ctx, se, "sb_intruder"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("lease taken from a running sandbox: %v; want conflict", err)
+	}
+	if _, err := e.s.PauseSession(ctx, e.tenant, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, e.s)
+	se, err = e.s.ResumeSession(ctx, e.tenant, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.st.GetSandbox(ctx, e.tenant, se.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f2 := sandboxFence(second); f2 <= f1 {
+		t.Errorf("the resumed sandbox has fencing token %d; want more than %d", f2, f1)
+	}
+	if err := e.s.holdsSessionLease(ctx, se.ID, first.ID, f1); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("the paused sandbox still holds the lease: %v; want conflict", err)
+	}
+}

@@ -515,8 +515,11 @@ func (s *Service) handleSandboxExit(nodeID, id, reason string) (tenantID, sessio
 		s.log.Error("mark sandbox failed", "sandbox", id, "err", err)
 		return "", ""
 	}
-	if err := n.DestroySandbox(ctx, id); err != nil {
-		s.log.Error("clean up failed sandbox", "sandbox", id, "err", err)
+	// A node gone stopped it already, or removes it when it starts again (reconcileRemote).
+	if !s.nodeGone(ctx, nodeID) {
+		if err := n.DestroySandbox(ctx, id); err != nil {
+			s.log.Error("clean up failed sandbox", "sandbox", id, "err", err)
+		}
 	}
 	return sb.TenantID, sb.Metadata[SessionMetadataKey]
 }
@@ -542,14 +545,20 @@ func (s *Service) Start(ctx context.Context) error {
 			return fmt.Errorf("start: %w", err)
 		}
 	}
-	s.every(s.reap, s.reapExpired)
-	s.every(s.idle, s.pauseIdleSessions)
-	s.every(s.gcEvery, s.expireRecords)
-	s.every(s.keysEvery, s.checkTenantKeys)
+	// Of several replicas, one runs the loops at a time: the leader (failover.go).
+	s.lead()
+	s.every(leaderEvery, s.lead)
+	s.every(s.reap, s.ifLeader(s.reapExpired))
+	s.every(s.idle, s.ifLeader(s.pauseIdleSessions))
+	s.every(s.gcEvery, s.ifLeader(s.expireRecords))
+	s.every(s.keysEvery, s.ifLeader(s.checkTenantKeys))
+	if s.clustered() {
+		s.every(failOverEvery, s.ifLeader(s.failOver))
+	}
 	if s.snapshots != nil {
-		s.every(s.gcEvery, func() { s.collectSnapshots(s.gcGrace) })
-		s.every(s.rollEvery, s.rollSnapshots)
-		s.every(s.pruneEvery, s.pruneSnapshots)
+		s.every(s.gcEvery, s.ifLeader(func() { s.collectSnapshots(s.gcGrace) }))
+		s.every(s.rollEvery, s.ifLeader(s.rollSnapshots))
+		s.every(s.pruneEvery, s.ifLeader(s.pruneSnapshots))
 	}
 	return nil
 }
@@ -706,6 +715,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 		close(s.stop)
 	}
 	s.wg.Wait()
+	s.resign(ctx)
 	// Sessions are paused, not lost: a restart resumes them where they were.
 	s.pauseAllForShutdown(ctx)
 	s.bg.Wait()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -201,14 +202,21 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 			return store.Sandbox{}, fmt.Errorf("session %s: interception CA: %w", se.ID, err)
 		}
 	}
+	// The session's lease goes to the new sandbox (failover.go); its token fences off orders of an
+	// earlier holder.
+	sbID := store.NewID("sb")
+	fence, err := s.takeSessionLease(ctx, se, sbID)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
 	sb, err := s.store.CreateSandbox(ctx, store.Sandbox{
-		ID:            store.NewID("sb"),
+		ID:            sbID,
 		TenantID:      se.TenantID,
 		NodeID:        n.ID(),
 		Template:      se.Spec.Template,
 		State:         store.StateCreating,
 		Spec:          spec,
-		Metadata:      map[string]string{SessionMetadataKey: se.ID},
+		Metadata:      map[string]string{SessionMetadataKey: se.ID, fenceMetadataKey: strconv.FormatInt(fence, 10)},
 		NetworkPolicy: se.Spec.NetworkPolicy,
 		CreatedAt:     s.now(),
 	})
@@ -226,12 +234,19 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 			DiskBytes: int64(se.Spec.DiskMB) << 20},
 		Network: p,
 		CAID:    se.ID,
+		Fence:   fence,
 	}
 	pl.done() // the record counts on the node now
 	if imageDir == "" {
 		err = n.CreateSandbox(ctx, req)
 	} else {
 		err = n.RestoreSandbox(ctx, req, imageDir)
+	}
+	if err == nil {
+		// Taken over while it booted (its node was given up for gone): this sandbox must not run.
+		if err = s.holdsSessionLease(ctx, se.ID, sb.ID, fence); err != nil {
+			_ = n.DestroySandbox(ctx, sb.ID)
+		}
 	}
 	if err != nil {
 		s.log.Error("boot session sandbox", "session", se.ID, "sandbox", sb.ID, "err", err)
@@ -985,6 +1000,15 @@ func (s *Service) sessionSandboxExited(tenantID, sessionID, sbID, reason string)
 		return setSessionState(se, store.SessionFailed, "sandbox failed: "+reason)
 	}); err != nil {
 		s.log.Error("mark session failed", "session", sessionID, "err", err)
+		return
+	}
+	if lostWithNode(reason) && se.HeadSnapshotID != "" {
+		// Not the session's doing: it goes on elsewhere from its latest snapshot.
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			s.resumeElsewhere(tenantID, sessionID)
+		}()
 	}
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -215,4 +216,167 @@ func leftNothing(t *testing.T, n *testenv.Node) {
 	if len(fp.Processes)+len(fp.Mounts)+len(fp.Cgroups)+len(fp.NetNS)+len(fp.Links)+len(fp.Files) > 0 {
 		t.Errorf("node %s left on the host: %+v", n.ID, fp)
 	}
+}
+
+// TestNodeFailover: a node killed with SIGKILL has its sessions resumed on the other node from their
+// latest snapshots (what came after is lost), its plain sandboxes failed; the Store never shows a
+// session in two running sandboxes; when the killed node starts again, what its sandboxes left there is
+// destroyed.
+func TestNodeFailover(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{NoLocalNode: true})
+	ctx := ctxT(t, 10*time.Minute)
+	a := testenv.StartNode(t, e, "node-a", testenv.NodeOptions{Process: true})
+	b := testenv.StartNode(t, e, "node-b", testenv.NodeOptions{Process: true})
+	byID := map[string]*testenv.Node{a.ID: a, b.ID: b}
+	waitNodes(t, e, "up", a.ID, b.ID)
+
+	// Two sessions and two sandboxes, spread over both nodes.
+	var sessions []*airlock.Session
+	for i := range 2 {
+		se := newSession(t, e, airlock.CreateSessionRequest{RollingIntervalSeconds: never()})
+		sh(t, e, se.ID, fmt.Sprintf("echo saved-%d > /home/user/state", i))
+		if _, err := e.Client.SnapshotSession(ctx, se.ID, airlock.CreateSnapshotRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		sh(t, e, se.ID, "echo after-the-snapshot > /home/user/state")
+		sessions = append(sessions, se)
+	}
+	var plain []string
+	for range 2 {
+		sb, err := e.Client.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain = append(plain, sb.ID)
+	}
+	victim := byID[nodeOf(t, sessions[0].SandboxID, a, b)]
+	if victim == nil {
+		t.Fatalf("session %s runs on no node", sessions[0].ID)
+	}
+	other := a
+	if victim == a {
+		other = b
+	}
+
+	// Watch the Store: no session ever has two sandboxes running.
+	stop := make(chan struct{})
+	twice := make(chan string, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				close(twice)
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			l, err := e.Client.ListSandboxes(context.Background(), airlock.ListOptions{States: []string{"running"}, Limit: 1000})
+			if err != nil {
+				continue
+			}
+			seen := map[string]string{}
+			for _, sb := range l.Sandboxes {
+				se := sb.Metadata["airlock.session"]
+				if se == "" {
+					continue
+				}
+				if prev, ok := seen[se]; ok {
+					select {
+					case twice <- fmt.Sprintf("session %s runs in %s and %s", se, prev, sb.ID):
+					default:
+					}
+				}
+				seen[se] = sb.ID
+			}
+		}
+	}()
+
+	killed := time.Now()
+	victim.Kill()
+	moved := map[string]time.Duration{}
+	for _, se := range sessions {
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			got, err := e.Client.GetSession(ctx, se.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State == airlock.SessionRunning && got.SandboxID != se.SandboxID {
+				moved[se.ID] = time.Since(killed)
+				if n := nodeOf(t, got.SandboxID, other); n != other.ID {
+					t.Errorf("session %s resumed on %q; want %s", se.ID, n, other.ID)
+				}
+				break
+			}
+			if got.State == airlock.SessionRunning && nodeOf(t, got.SandboxID, other) == other.ID {
+				break // it was on the node that stays
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("session %s did not resume elsewhere: %s (%s)", se.ID, got.State, got.Reason)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("sessions resumed elsewhere after the kill: %v", moved)
+	for i, se := range sessions {
+		want := fmt.Sprintf("saved-%d", i)
+		if _, ok := moved[se.ID]; !ok {
+			want = "after-the-snapshot"
+		}
+		if res := sh(t, e, se.ID, "cat /home/user/state"); strings.TrimSpace(res.Stdout) != want {
+			t.Errorf("session %s after the kill: %q; want %q", se.ID, res.Stdout, want)
+		}
+	}
+	for _, id := range plain {
+		sb, err := e.Client.GetSandbox(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		onVictim := sb.State != "running"
+		if onVictim && (sb.State != "failed" || !strings.Contains(sb.Reason, "stopped answering")) {
+			t.Errorf("sandbox %s of the killed node: %s (%s); want failed", id, sb.State, sb.Reason)
+		}
+		if !onVictim {
+			sh(t, e, id, "true")
+		}
+	}
+
+	// The killed node starts again: what its sandboxes left is destroyed; the sessions run on where
+	// they are.
+	again := testenv.StartNode(t, e, victim.ID, testenv.NodeOptions{DataDir: victim.DataDir, Process: true})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		fp, err := testenv.TakeFootprint(again.DataDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fp.Processes) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted node keeps what its killed run left: %v", fp.Processes)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, se := range sessions {
+		sh(t, e, se.ID, "true")
+	}
+	close(stop)
+	if msg, ok := <-twice; ok {
+		t.Error(msg)
+	}
+	for _, id := range plain {
+		_ = e.Client.DeleteSandbox(ctx, id)
+	}
+	for _, se := range sessions {
+		_ = e.Client.DeleteSession(ctx, se.ID)
+	}
+	if err := again.Stop(); err != nil {
+		t.Error(err)
+	}
+	if err := other.Stop(); err != nil {
+		t.Error(err)
+	}
+	leftNothing(t, again)
+	leftNothing(t, other)
 }

@@ -57,6 +57,10 @@ type CreateRequest struct {
 	// CAID names the gateway's interception CA for the sandbox: empty for the sandbox's own (forgotten
 	// with it); a session's ID for a CA the session's sandboxes share (see gateway.RegisterWithCA).
 	CAID string
+	// Fence is the fencing token of the session's lease the sandbox runs under (with CAID the session's
+	// ID; 0: none). The node refuses a sandbox of a session with a smaller token than one it has seen:
+	// an order from a control plane whose lease on the session was taken over since.
+	Fence int64
 }
 
 // RecoverRequest names a sandbox a previous run of the node left running, with its owner and its egress
@@ -113,6 +117,8 @@ type Local struct {
 	sandboxes map[string]*sandbox
 	// closed is set by Shutdown; guarded by mu.
 	closed bool
+	// fences holds the largest fencing token seen per session (CreateRequest.Fence); guarded by mu.
+	fences map[string]int64
 
 	wg sync.WaitGroup // watchers
 }
@@ -162,7 +168,7 @@ func New(cfg Config) (*Local, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	cfg.DaemonBinary = bin
-	return &Local{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), sandboxes: map[string]*sandbox{}}, nil
+	return &Local{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), sandboxes: map[string]*sandbox{}, fences: map[string]int64{}}, nil
 }
 
 // ID names the node.
@@ -221,6 +227,13 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 	if _, ok := n.sandboxes[req.ID]; ok {
 		n.mu.Unlock()
 		return fmt.Errorf("sandbox %s: %w", req.ID, errdefs.ErrAlreadyExists)
+	}
+	if req.Fence != 0 && req.CAID != "" {
+		if seen := n.fences[req.CAID]; req.Fence < seen {
+			n.mu.Unlock()
+			return fmt.Errorf("sandbox %s of session %s: fencing token %d, but %d was seen: the lease was taken over: %w", req.ID, req.CAID, req.Fence, seen, errdefs.ErrConflict)
+		}
+		n.fences[req.CAID] = req.Fence
 	}
 	n.mu.Unlock()
 

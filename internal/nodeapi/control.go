@@ -62,9 +62,13 @@ type Heartbeat struct {
 	Leaving bool `json:"leaving,omitempty"`
 }
 
-// HeartbeatInterval is how often a node reports; a node not heard from for three of them is taken for
-// down (placement skips it).
-const HeartbeatInterval = 5 * time.Second
+// HeartbeatInterval is how often a node reports. A node that could not report for FenceAfter destroys
+// its sandboxes itself: a control plane gives a node up for gone later (controlplane.NodeDownAfter) and
+// resumes its sessions elsewhere, and by then they must have stopped here.
+const (
+	HeartbeatInterval = 3 * time.Second
+	FenceAfter        = 9 * time.Second
+)
 
 // ControlHandler serves Control to nodes. Serve it over TLS with cluster.ServerTLS allowing nodes only.
 type ControlHandler struct {

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +30,7 @@ type Node struct {
 	cancel context.CancelFunc
 	done   chan error
 	log    *syncBuffer
+	cmd    *exec.Cmd // with NodeOptions.Process
 }
 
 // NodeOptions tune StartNode.
@@ -37,6 +41,9 @@ type NodeOptions struct {
 	Listen string
 	// MaxSandboxes bounds the node's sandboxes; zero: the default.
 	MaxSandboxes int
+	// Process runs the node as a process of its own (airlock node run from the test binary), which
+	// Kill can kill with SIGKILL; otherwise it runs in the test's process.
+	Process bool
 }
 
 // StartNode joins a node of ID id to e's cluster through the CLI (airlock node join, with a join token
@@ -69,24 +76,43 @@ func StartNode(t testing.TB, e *Env, id string, opts NodeOptions) *Node {
 	listen := opts.Listen
 	if listen == "" {
 		listen = "127.0.0.1:0"
+		if opts.Process {
+			listen = freePort(t)
+		}
 	}
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{ID: id, DataDir: dir, cancel: cancel, done: make(chan error, 1), log: logs}
 	ready := make(chan string, 1)
-	go func() {
-		n.done <- app.RunNode(ctx, app.NodeConfig{
-			DataDir:      dir,
-			ControlPlane: e.ClusterURL,
-			Listen:       listen,
-			MaxSandboxes: opts.MaxSandboxes,
-			DaemonBinary: Binary(t),
-			HostsOnly:    true, // tests never send a DNS query off this machine
-			Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			Out:          io.Discard,
-			Ready:        func(addr string) { ready <- addr },
-		})
-	}()
+	if opts.Process {
+		n.cmd = exec.Command(Binary(t), "--data-dir", dir, "node", "run", "--control-plane", e.ClusterURL, "--listen", listen)
+		n.cmd.Stdout, n.cmd.Stderr = logs, logs
+		if opts.MaxSandboxes > 0 {
+			n.cmd.Args = append(n.cmd.Args, "--max-sandboxes", fmt.Sprint(opts.MaxSandboxes))
+		}
+		if err := n.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			err := n.cmd.Wait()
+			n.done <- err
+		}()
+		go func() {
+			<-ctx.Done()
+			_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		}()
+		go func() {
+			for ctx.Err() == nil {
+				if strings.Contains(logs.String(), "serves control planes at") {
+					ready <- listen
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	} else {
+		go n.runInProcess(ctx, Binary(t), e.ClusterURL, listen, opts, ready)
+	}
 	select {
 	case n.Addr = <-ready:
 	case err := <-n.done:
@@ -107,6 +133,28 @@ func StartNode(t testing.TB, e *Env, id string, opts NodeOptions) *Node {
 	return n
 }
 
+// Kill kills a node started with NodeOptions.Process with SIGKILL, as a crash would: its sandboxes'
+// processes stay behind (a later StartNode on its DataDir settles them).
+func (n *Node) Kill() {
+	if n.cmd == nil || n.cancel == nil {
+		return
+	}
+	_ = n.cmd.Process.Kill()
+	<-n.done
+	n.cancel()
+	n.cancel = nil
+}
+
+// freePort returns a loopback address with a port free now.
+func freePort(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // Stop shuts the node down as SIGTERM would and reports what RunNode returned. Calling it again is
 // harmless.
 func (n *Node) Stop() error {
@@ -125,3 +173,18 @@ func (n *Node) Stop() error {
 
 // Logs returns what the node logged so far.
 func (n *Node) Logs() string { return n.log.String() }
+
+// runInProcess runs the node in the test's process until ctx ends.
+func (n *Node) runInProcess(ctx context.Context, bin, controlPlane, listen string, opts NodeOptions, ready chan<- string) {
+	n.done <- app.RunNode(ctx, app.NodeConfig{
+		DataDir:      n.DataDir,
+		ControlPlane: controlPlane,
+		Listen:       listen,
+		MaxSandboxes: opts.MaxSandboxes,
+		DaemonBinary: bin,
+		HostsOnly:    true, // tests never send a DNS query off this machine
+		Logger:       slog.New(slog.NewTextHandler(n.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Out:          io.Discard,
+		Ready:        func(addr string) { ready <- addr },
+	})
+}

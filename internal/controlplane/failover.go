@@ -1,0 +1,220 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// Failover: what keeps sessions going when a node or a control-plane replica goes away, and a session
+// from ever running in two places.
+//
+//   - A node that has not reached a control plane for nodeapi.FenceAfter destroys its sandboxes itself
+//     (it cannot tell whether it was given up on). A control plane gives a node up only later, once it
+//     has not heard from it for NodeDownAfter: by then the node has stopped them, or is dead.
+//   - The leader (one replica at a time, by a lease on leaderLease) then fails the node's sandboxes and
+//     resumes their sessions on other nodes from their latest snapshots; it also runs the periodic loops
+//     (timeouts, idle pauses, rolling snapshots, retention, key checks), so that two replicas do not
+//     both act on one session.
+//   - Each sandbox of a session starts under the session's lease (sessionLease), held by that sandbox:
+//     its fencing token goes to the node, which refuses a smaller one than it has seen, and the session
+//     is recorded running in the sandbox only while the lease is still the sandbox's.
+
+// leaderLease is the resource whose holder is the leader replica.
+const leaderLease = "cluster/leader"
+
+// leaderTTL is how long the leader's lease lasts unless renewed (every leaderEvery).
+const (
+	leaderTTL   = 10 * time.Second
+	leaderEvery = 2 * time.Second
+	// failOverEvery is how often the leader looks for nodes gone down.
+	failOverEvery = time.Second
+)
+
+// sessionLeaseTTL is the lease a session's sandbox holds: it ends when the sandbox does (a later sandbox
+// of the session takes it over), not by time.
+const sessionLeaseTTL = 10 * 365 * 24 * time.Hour
+
+// fenceMetadataKey is the key, in a session sandbox's metadata, of its fencing token.
+const fenceMetadataKey = "airlock.fence"
+
+func sessionLease(sessionID string) string { return "session/" + sessionID }
+
+// clustered reports whether this control plane reaches nodes of their own (other replicas may run
+// beside it).
+func (s *Service) clustered() bool { return s.nodes.dial != nil }
+
+// lead takes or renews the leader's lease; a replica not in a cluster always leads.
+func (s *Service) lead() {
+	if !s.clustered() {
+		s.leading.Store(true)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaderEvery)
+	defer cancel()
+	l, err := s.store.AcquireLease(ctx, leaderLease, s.replica, leaderTTL)
+	was := s.leading.Load()
+	switch {
+	case err == nil:
+		s.leading.Store(true)
+		if !was {
+			s.log.Info("this replica leads", "replica", s.replica, "token", l.Token)
+		}
+	case errors.Is(err, errdefs.ErrConflict):
+		s.leading.Store(false)
+		if was {
+			s.log.Warn("this replica no longer leads", "replica", s.replica)
+		}
+	default:
+		// Without the Store the lease cannot be known kept: stop acting as the leader.
+		s.leading.Store(false)
+		s.log.Error("leader lease", "err", err)
+	}
+}
+
+// resign gives the leader's lease up (at shutdown), so that another replica leads at once.
+func (s *Service) resign(ctx context.Context) {
+	if !s.clustered() || !s.leading.Load() {
+		return
+	}
+	s.leading.Store(false)
+	if l, err := s.store.GetLease(ctx, leaderLease); err == nil && l.Holder == s.replica {
+		_ = s.store.ReleaseLease(ctx, leaderLease, s.replica, l.Token)
+	}
+}
+
+// ifLeader returns f run only while this replica leads.
+func (s *Service) ifLeader(f func()) func() {
+	return func() {
+		if s.leading.Load() {
+			f()
+		}
+	}
+}
+
+// takeSessionLease gives session se's lease to its new sandbox sbID and returns the fencing token. A
+// lease held by an earlier sandbox of the session that is over (or whose node is gone) is taken over;
+// one held by a sandbox still up is ErrConflict: the session runs there.
+func (s *Service) takeSessionLease(ctx context.Context, se store.Session, sbID string) (int64, error) {
+	res := sessionLease(se.ID)
+	for range 4 {
+		l, err := s.store.AcquireLease(ctx, res, sbID, sessionLeaseTTL)
+		if err == nil {
+			return l.Token, nil
+		}
+		if !errors.Is(err, errdefs.ErrConflict) {
+			return 0, fmt.Errorf("session %s: lease: %w", se.ID, err)
+		}
+		cur, err := s.store.GetLease(ctx, res)
+		if err != nil {
+			return 0, fmt.Errorf("session %s: lease: %w", se.ID, err)
+		}
+		fresh, err := s.store.GetSession(ctx, se.TenantID, se.ID)
+		if err != nil {
+			return 0, fmt.Errorf("session %s: %w", se.ID, err)
+		}
+		// The holder keeps the lease while the session runs in it: up, on a node not gone. A sandbox
+		// the session moved on from (paused, failed) is being torn down or is gone.
+		if fresh.SandboxID == cur.Holder {
+			holder, err := s.store.GetSandbox(ctx, se.TenantID, cur.Holder)
+			if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return 0, fmt.Errorf("session %s: lease holder: %w", se.ID, err)
+			}
+			if err == nil && (holder.State == store.StateCreating || holder.State == store.StateRunning || holder.State == store.StateStopping) &&
+				!s.nodeGone(ctx, holder.NodeID) {
+				return 0, fmt.Errorf("session %s runs in sandbox %s: %w", se.ID, holder.ID, errdefs.ErrConflict)
+			}
+		}
+		// The holder is over: its lease ends now (another taker may have been first: try again).
+		if err := s.store.ReleaseLease(ctx, res, cur.Holder, cur.Token); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+			return 0, fmt.Errorf("session %s: lease: %w", se.ID, err)
+		}
+	}
+	return 0, fmt.Errorf("session %s: its lease is contended: %w", se.ID, errdefs.ErrConflict)
+}
+
+// holdsSessionLease reports whether sandbox sbID still holds its session's lease with token.
+func (s *Service) holdsSessionLease(ctx context.Context, sessionID, sbID string, token int64) error {
+	l, err := s.store.GetLease(ctx, sessionLease(sessionID))
+	if err != nil {
+		return fmt.Errorf("session %s: lease: %w", sessionID, err)
+	}
+	if l.Holder != sbID || l.Token != token {
+		return fmt.Errorf("session %s: its lease went to %s (token %d) meanwhile: %w", sessionID, l.Holder, l.Token, errdefs.ErrConflict)
+	}
+	return nil
+}
+
+// sandboxFence returns the fencing token a session sandbox was started with (0: none).
+func sandboxFence(sb store.Sandbox) int64 {
+	n, _ := strconv.ParseInt(sb.Metadata[fenceMetadataKey], 10, 64)
+	return n
+}
+
+// nodeLostReason starts the reason of a sandbox failed because its node went away; its session is
+// resumed elsewhere.
+const nodeLostReason = "its node "
+
+// failOver gives up the nodes not heard from for NodeDownAfter: their sandboxes fail, and their
+// sessions resume on other nodes from their latest snapshots. (The leader runs it.)
+func (s *Service) failOver() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	live, err := s.liveNodes(ctx)
+	if err != nil {
+		s.log.Error("fail over: list nodes", "err", err)
+		return
+	}
+	now := s.now()
+	down := map[string]bool{}
+	for id, l := range live {
+		if now.Sub(l.SeenAt) >= NodeDownAfter && !s.nodes.isLocal(id) {
+			down[id] = true
+		}
+	}
+	if len(down) == 0 {
+		return
+	}
+	sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}, store.MaxListLimit)
+	if err != nil {
+		s.log.Error("fail over: list sandboxes", "err", err)
+		return
+	}
+	for _, sb := range sbs {
+		if !down[sb.NodeID] {
+			continue
+		}
+		s.log.Warn("node down: failing its sandbox", "node", sb.NodeID, "sandbox", sb.ID)
+		s.sandboxExited(sb.NodeID, sb.ID, nodeLostReason+sb.NodeID+" stopped answering")
+	}
+}
+
+// resumeElsewhere resumes a session whose sandbox failed with its node, on another node, from its
+// latest snapshot.
+func (s *Service) resumeElsewhere(tenantID, sessionID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	unlock := s.locks.Lock(sessionID)
+	defer unlock()
+	se, err := s.store.GetSession(ctx, tenantID, sessionID)
+	if err != nil || se.State != store.SessionFailed || se.HeadSnapshotID == "" {
+		return
+	}
+	start := s.now()
+	if se, err = s.resumeLocked(ctx, se); err != nil {
+		s.log.Error("resume a session whose node went away", "session", sessionID, "err", err)
+		return
+	}
+	s.log.Info("session resumed after its node went away", "session", sessionID, "sandbox", se.SandboxID, "snapshot", se.HeadSnapshotID, "took", s.now().Sub(start))
+}
+
+// lostWithNode reports whether reason says a sandbox failed because its node went away.
+func lostWithNode(reason string) bool {
+	return strings.HasPrefix(reason, nodeLostReason)
+}
