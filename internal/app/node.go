@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,9 +52,9 @@ const DefaultNodeListen = ":7444"
 type NodeConfig struct {
 	// DataDir holds the node's state, and in DataDir/cluster what airlock node join saved. Required.
 	DataDir string
-	// ControlPlane is the control planes' cluster port (https://host:port; a load balancer or one
-	// replica). Required.
-	ControlPlane string
+	// ControlPlanes are the control planes' cluster ports (https://host:port; a load balancer, or the
+	// replicas, tried in turn). At least one is required.
+	ControlPlanes []string
 	// Listen is the node API's address. Empty: DefaultNodeListen.
 	Listen string
 	// Advertise is the host:port control planes reach the node API at; its host must be one the node
@@ -147,7 +148,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("airlock node run must run as root: sandboxes need mounts, cgroups and network namespaces")
 	}
-	if cfg.DataDir == "" || cfg.ControlPlane == "" {
+	if cfg.DataDir == "" || len(cfg.ControlPlanes) == 0 {
 		return errors.New("a node needs its data directory and the control plane's cluster URL")
 	}
 	dataDir, err := filepath.Abs(cfg.DataDir)
@@ -163,7 +164,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	cc, err := nodeapi.NewControlClient(nodeapi.ControlClientConfig{URL: cfg.ControlPlane, Cert: j.cert, Roots: j.roots, Logger: log})
+	cc, err := nodeapi.NewControlClient(nodeapi.ControlClientConfig{URL: cfg.ControlPlanes[0], More: cfg.ControlPlanes[1:], Cert: j.cert, Roots: j.roots, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -219,7 +220,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 	err = beat(hctx, false)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("report to the control plane at %s: %w", cfg.ControlPlane, err)
+		return fmt.Errorf("report to the control plane at %s: %w", strings.Join(cfg.ControlPlanes, ", "), err)
 	}
 
 	tlsCfg := cluster.ServerTLS(j.cert, j.roots, cluster.RoleControlPlane)
@@ -233,7 +234,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(tls.NewListener(ln, tlsCfg)) }() // owner: RunNode; ends on Shutdown
-	log.Info("node is up", "addr", ln.Addr().String(), "advertise", advertise, "control_plane", cfg.ControlPlane, "capacity", capacity)
+	log.Info("node is up", "addr", ln.Addr().String(), "advertise", advertise, "control_planes", cfg.ControlPlanes, "capacity", capacity)
 	fmt.Fprintf(cfg.Out, "Node %s serves control planes at %s (data in %s)\n", j.info.ID, advertise, dataDir)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())

@@ -184,7 +184,8 @@ CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOI
 	join.Flags().BoolVar(&replace, "replace", false, "take the ID of a node that joined before (with the token it joined with)")
 	join.Flags().StringVar(&caFingerprint, "ca-fingerprint", "", `the cluster CA's fingerprint ("sha256:<hex>", printed by "node token create"): the join is refused if the control plane presents another CA`)
 
-	var controlPlane, listen, advertise, runsc string
+	var controlPlanes []string
+	var listen, advertise, runsc string
 	var maxSandboxes int
 	var debug bool
 	run := &cobra.Command{
@@ -202,7 +203,7 @@ their latest snapshots.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if controlPlane == "" {
+			if len(controlPlanes) == 0 {
 				return errors.New("--control-plane (the cluster port's https URL) is required")
 			}
 			opts := &slog.HandlerOptions{Level: slog.LevelInfo}
@@ -213,11 +214,11 @@ their latest snapshots.`,
 			if g.json {
 				h = slog.NewJSONHandler(g.Err, opts)
 			}
-			return app.RunNode(ctx, app.NodeConfig{DataDir: g.dataDir, ControlPlane: controlPlane, Listen: listen, Advertise: advertise,
+			return app.RunNode(ctx, app.NodeConfig{DataDir: g.dataDir, ControlPlanes: controlPlanes, Listen: listen, Advertise: advertise,
 				MaxSandboxes: maxSandboxes, Runsc: runsc, Debug: debug, Logger: slog.New(h), Out: g.Out})
 		},
 	}
-	run.Flags().StringVar(&controlPlane, "control-plane", "", "the control planes' cluster port, https://host:port")
+	run.Flags().StringArrayVar(&controlPlanes, "control-plane", nil, "the control planes' cluster port, https://host:port: a load balancer's, or each replica's (repeat; tried in turn)")
 	run.Flags().StringVar(&listen, "listen", app.DefaultNodeListen, "the node API's address")
 	run.Flags().StringVar(&advertise, "advertise", "", "the host:port control planes reach the node API at; its host must be one the node joined with (default: the first --host of the join and the --listen port)")
 	run.Flags().IntVar(&maxSandboxes, "max-sandboxes", 0, "the sandboxes this node runs at once (default 32 per CPU core)")

@@ -128,9 +128,11 @@ type Service struct {
 	// replica names this control plane; leading is set while it holds the leader's lease (failover.go).
 	replica string
 	leading atomic.Bool
-	log     *slog.Logger
-	now     func() time.Time
-	reap    time.Duration
+	// ops holds this replica's leases on session operations in progress (failover.go).
+	ops  sessionOps
+	log  *slog.Logger
+	now  func() time.Time
+	reap time.Duration
 
 	secrets     *secrets.Store
 	connections *connections.Manager
@@ -242,7 +244,7 @@ func New(cfg Config) (*Service, error) {
 			}
 		}
 	}
-	return &Service{store: cfg.Store, nodes: newNodeSet(cfg.Node, cfg.DialNode), localCapacity: localCap, templateRoot: cfg.TemplateRoot, replica: cfg.ReplicaID, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
+	return &Service{store: cfg.Store, nodes: newNodeSet(cfg.Node, cfg.DialNode), localCapacity: localCap, templateRoot: cfg.TemplateRoot, replica: cfg.ReplicaID, ops: sessionOps{m: map[string]context.CancelFunc{}}, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
 		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots, scratch: cfg.ScratchDir,
 		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
 		idle: cfg.IdleInterval, stop: make(chan struct{}), pending: cfg.PendingDir, up: newUploader(), urgent: newUrgentGate(),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -217,4 +218,177 @@ func (s *Service) resumeElsewhere(tenantID, sessionID string) {
 // lostWithNode reports whether reason says a sandbox failed because its node went away.
 func lostWithNode(reason string) bool {
 	return strings.HasPrefix(reason, nodeLostReason)
+}
+
+// A session in the middle of an operation (creating, pausing, resuming, deleting) is held by the
+// replica doing it with a short lease (opLease), renewed while the operation runs. Should the replica die,
+// the lease lapses and the leader settles the session as a restart would (adoptOrphanOps).
+
+// opLeaseTTL is how long a replica's lease on a session's operation lasts unless renewed (every
+// opLeaseEvery).
+const (
+	opLeaseTTL   = 10 * time.Second
+	opLeaseEvery = 3 * time.Second
+)
+
+func opLease(sessionID string) string { return "sessionop/" + sessionID }
+
+// transitional reports whether a session in state st is in the middle of an operation.
+func transitional(st store.SessionState) bool {
+	switch st {
+	case store.SessionCreating, store.SessionPausing, store.SessionResuming, store.SessionDeleting:
+		return true
+	}
+	return false
+}
+
+// sessionOps holds this replica's leases on session operations in progress.
+type sessionOps struct {
+	mu sync.Mutex
+	m  map[string]context.CancelFunc // stops the renewal, by session ID; guarded by mu
+	wg sync.WaitGroup                // the renewals
+}
+
+// stopAll gives up every lease on an operation (at shutdown: what is left mid-way, the leader settles).
+func (o *sessionOps) stopAll() {
+	o.mu.Lock()
+	for id, stop := range o.m {
+		stop()
+		delete(o.m, id)
+	}
+	o.mu.Unlock()
+	o.wg.Wait()
+}
+
+// sessionChanged keeps this replica's lease on se's operation while se is in the middle of one, and gives
+// it up once se settled. (Clustered replicas only.)
+func (s *Service) sessionChanged(se store.Session) {
+	if !s.clustered() {
+		return
+	}
+	s.ops.mu.Lock()
+	defer s.ops.mu.Unlock()
+	stop, held := s.ops.m[se.ID]
+	switch {
+	case transitional(se.State) && !held:
+		ctx, cancel := context.WithCancel(context.Background())
+		s.ops.m[se.ID] = cancel
+		s.ops.wg.Add(1)
+		go func() { // owner: s.ops; ends when the session settles, or at shutdown
+			defer s.ops.wg.Done()
+			s.holdOp(ctx, se.ID)
+		}()
+	case !transitional(se.State) && held:
+		stop()
+		delete(s.ops.m, se.ID)
+	}
+}
+
+// holdOp takes and renews the lease on session id's operation until ctx ends, then releases it.
+func (s *Service) holdOp(ctx context.Context, id string) {
+	res := opLease(id)
+	var token int64
+	t := time.NewTicker(opLeaseEvery)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(context.Background(), opLeaseEvery)
+		var l store.Lease
+		var err error
+		if token == 0 {
+			l, err = s.store.AcquireLease(cctx, res, s.replica, opLeaseTTL)
+		} else {
+			l, err = s.store.RenewLease(cctx, res, s.replica, token, opLeaseTTL)
+		}
+		cancel()
+		if err == nil {
+			token = l.Token
+		} else {
+			s.log.Warn("lease on a session's operation", "session", id, "err", err)
+			token = 0 // lost or never had: take it again if it is free
+		}
+		select {
+		case <-ctx.Done():
+			if token != 0 {
+				rctx, cancel := context.WithTimeout(context.Background(), opLeaseEvery)
+				_ = s.store.ReleaseLease(rctx, res, s.replica, token)
+				cancel()
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// adoptOrphanOps settles the sessions left in the middle of an operation by a replica that went away:
+// whose operation lease lapsed, or was never taken and the session has not changed for opLeaseTTL.
+// (The leader runs it.)
+func (s *Service) adoptOrphanOps() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ses, err := s.store.ListSessionsByState(ctx, []store.SessionState{store.SessionCreating, store.SessionPausing,
+		store.SessionResuming, store.SessionDeleting}, store.MaxListLimit)
+	if err != nil {
+		s.log.Error("adopt sessions: list", "err", err)
+		return
+	}
+	now := s.now()
+	for _, se := range ses {
+		s.ops.mu.Lock()
+		_, mine := s.ops.m[se.ID]
+		s.ops.mu.Unlock()
+		if mine {
+			continue
+		}
+		l, err := s.store.GetLease(ctx, opLease(se.ID))
+		switch {
+		case err == nil && !l.Expired(now):
+			continue
+		case errors.Is(err, errdefs.ErrNotFound) && now.Sub(se.UpdatedAt) < opLeaseTTL:
+			continue // its replica may be about to take the lease
+		case err != nil && !errors.Is(err, errdefs.ErrNotFound):
+			s.log.Error("adopt sessions: lease", "session", se.ID, "err", err)
+			continue
+		}
+		unlock, ok := s.locks.TryLock(se.ID)
+		if !ok {
+			continue
+		}
+		fresh, err := s.store.GetSession(ctx, se.TenantID, se.ID)
+		if err == nil && fresh.Version == se.Version {
+			s.log.Warn("a session's operation was left by a replica that went away: settling it", "session", se.ID, "state", se.State)
+			s.adoptOp(ctx, fresh)
+		}
+		unlock()
+	}
+}
+
+// adoptOp settles session se, left mid-operation by a replica that went away, as a restart would: a
+// pause that froze the sandbox lets it run on; a sandbox a create, resume or fork booted that the
+// session does not run in is destroyed. The caller holds se's lock.
+func (s *Service) adoptOp(ctx context.Context, se store.Session) {
+	if se.State == store.SessionPausing && se.SandboxID != "" {
+		// The checkpoint may have left it frozen; a sandbox that is not is left as it is.
+		if n, err := s.nodeOfSandbox(ctx, se.TenantID, se.SandboxID); err == nil {
+			_ = n.UnpauseSandbox(ctx, se.SandboxID)
+		}
+	}
+	if err := s.reconcileSessionLocked(ctx, se); err != nil {
+		s.log.Error("settle a session left mid-operation", "session", se.ID, "err", err)
+	}
+	fresh, err := s.store.GetSession(ctx, se.TenantID, se.ID)
+	if err != nil {
+		return
+	}
+	sbs, _, err := s.store.ListSandboxes(ctx, se.TenantID, store.SandboxFilter{States: []store.SandboxState{store.StateCreating, store.StateRunning},
+		Metadata: map[string]string{SessionMetadataKey: se.ID}, Limit: store.MaxListLimit})
+	if err != nil {
+		s.log.Error("settle a session left mid-operation: its sandboxes", "session", se.ID, "err", err)
+		return
+	}
+	for _, sb := range sbs {
+		if sb.ID != fresh.SandboxID {
+			s.log.Info("destroying a sandbox a replica that went away left", "session", se.ID, "sandbox", sb.ID)
+			s.destroySessionSandbox(ctx, se.TenantID, sb.ID, "its session's operation was interrupted")
+		}
+	}
 }

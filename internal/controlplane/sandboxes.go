@@ -554,6 +554,7 @@ func (s *Service) Start(ctx context.Context) error {
 	s.every(s.keysEvery, s.ifLeader(s.checkTenantKeys))
 	if s.clustered() {
 		s.every(failOverEvery, s.ifLeader(s.failOver))
+		s.every(opLeaseEvery, s.ifLeader(s.adoptOrphanOps))
 	}
 	if s.snapshots != nil {
 		s.every(s.gcEvery, s.ifLeader(func() { s.collectSnapshots(s.gcGrace) }))
@@ -719,8 +720,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	// Sessions are paused, not lost: a restart resumes them where they were.
 	s.pauseAllForShutdown(ctx)
 	s.bg.Wait()
-	// The clients of the other nodes close last.
+	// The clients of the other nodes close last, after the leases on operations are given up.
 	defer s.nodes.close()
+	defer s.ops.stopAll()
 	// Uploads finish if they can in time; a restart takes up the others from their saved images.
 	defer s.waitUploads(ctx)
 	var errs []error

@@ -154,6 +154,7 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 	if err != nil {
 		return store.Session{}, fmt.Errorf("create session: %w", err)
 	}
+	s.sessionChanged(se)
 	unlock := s.locks.Lock(se.ID)
 	defer unlock()
 	// The boot goes on if the caller goes away: the record exists and must end in a settled state.
@@ -288,6 +289,7 @@ func (s *Service) updateSession(ctx context.Context, se store.Session, f func(*s
 		}
 		saved, err := s.store.UpdateSession(ctx, next)
 		if err == nil {
+			s.sessionChanged(saved)
 			return saved, nil
 		}
 		if !errors.Is(err, errdefs.ErrConflict) || attempt >= 5 {
@@ -815,6 +817,7 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 		if err != nil {
 			return forks, fmt.Errorf("fork session %s: %w", id, err)
 		}
+		s.sessionChanged(child)
 		forks = append(forks, child)
 	}
 	var wg sync.WaitGroup
@@ -1080,6 +1083,11 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 func (s *Service) reconcileSession(ctx context.Context, se store.Session) error {
 	unlock := s.locks.Lock(se.ID)
 	defer unlock()
+	return s.reconcileSessionLocked(ctx, se)
+}
+
+// reconcileSessionLocked is reconcileSession for a caller that holds se's lock.
+func (s *Service) reconcileSessionLocked(ctx context.Context, se store.Session) error {
 	running := false
 	if se.SandboxID != "" {
 		if sb, err := s.store.GetSandbox(ctx, se.TenantID, se.SandboxID); err == nil && sb.State == store.StateRunning {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -218,6 +219,8 @@ type ControlClientConfig struct {
 	// URL is the control planes' cluster address (https://host:port, a load balancer or one replica).
 	// Required.
 	URL string
+	// More are the cluster addresses of other replicas: a call that cannot reach one goes to the next.
+	More []string
 	// Cert is the node's certificate and Roots the cluster CA's. Required.
 	Cert  tls.Certificate
 	Roots *x509.CertPool
@@ -229,7 +232,9 @@ type ControlClientConfig struct {
 // tokens (Secret, Token), its CA store a key provider (WrapKey, UnwrapKey), and carries audit entries
 // (Record, batched) and sandbox exits (SandboxExit) back.
 type ControlClient struct {
-	url  string
+	urls []string
+	// cur indexes the URL that answered last: calls go there first.
+	cur  atomic.Int32
 	http *http.Client
 	log  *slog.Logger
 
@@ -246,8 +251,15 @@ const auditQueue = 8192
 // NewControlClient returns a node's client of the control plane and starts its audit sender; Close
 // stops it.
 func NewControlClient(cfg ControlClientConfig) (*ControlClient, error) {
-	if !strings.HasPrefix(cfg.URL, "https://") || cfg.Roots == nil || len(cfg.Cert.Certificate) == 0 {
-		return nil, fmt.Errorf("control plane client: an https URL, Cert and Roots are required: %w", errdefs.ErrInvalidArgument)
+	urls := append([]string{cfg.URL}, cfg.More...)
+	for i, u := range urls {
+		if !strings.HasPrefix(u, "https://") {
+			return nil, fmt.Errorf("control plane client: %q: an https URL is required: %w", u, errdefs.ErrInvalidArgument)
+		}
+		urls[i] = strings.TrimSuffix(u, "/")
+	}
+	if cfg.Roots == nil || len(cfg.Cert.Certificate) == 0 {
+		return nil, fmt.Errorf("control plane client: Cert and Roots are required: %w", errdefs.ErrInvalidArgument)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -259,7 +271,7 @@ func NewControlClient(cfg ControlClientConfig) (*ControlClient, error) {
 		ForceAttemptHTTP2:   true,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	c := &ControlClient{url: strings.TrimSuffix(cfg.URL, "/"), http: &http.Client{Transport: tr, Timeout: 30 * time.Second},
+	c := &ControlClient{urls: urls, http: &http.Client{Transport: tr, Timeout: 30 * time.Second},
 		log: cfg.Logger, queue: make(chan store.AuditEntry, auditQueue), stop: make(chan struct{})}
 	c.wg.Add(1)
 	go c.sendAudit() // owner: ControlClient; ends on Close
@@ -275,7 +287,20 @@ func (c *ControlClient) Close() error {
 }
 
 func (c *ControlClient) call(ctx context.Context, path string, in, out any) error {
-	return callJSON(ctx, c.http, "control plane", http.MethodPost, c.url+path, in, out)
+	// The replica that answered last first, then the others in turn while they cannot be reached.
+	start := int(c.cur.Load())
+	var err error
+	for i := range c.urls {
+		k := (start + i) % len(c.urls)
+		err = callJSON(ctx, c.http, "control plane", http.MethodPost, c.urls[k]+path, in, out)
+		if err == nil || !errors.Is(err, errdefs.ErrUnavailable) || ctx.Err() != nil {
+			if err == nil && k != start {
+				c.cur.Store(int32(k))
+			}
+			return err
+		}
+	}
+	return err
 }
 
 // Secret returns a secret the sandbox's policy binds (gateway.Config.Secret).

@@ -41,6 +41,8 @@ type NodeOptions struct {
 	Listen string
 	// MaxSandboxes bounds the node's sandboxes; zero: the default.
 	MaxSandboxes int
+	// ControlPlanes are the cluster ports the node reports to, in turn; empty: the Env's.
+	ControlPlanes []string
 	// Process runs the node as a process of its own (airlock node run from the test binary), which
 	// Kill can kill with SIGKILL; otherwise it runs in the test's process.
 	Process bool
@@ -50,7 +52,7 @@ type NodeOptions struct {
 // of its own) and runs it until the test ends (or Stop).
 func StartNode(t testing.TB, e *Env, id string, opts NodeOptions) *Node {
 	t.Helper()
-	if e.ClusterURL == "" {
+	if e.ClusterURL == "" && len(opts.ControlPlanes) == 0 {
 		t.Fatal("StartNode: the control plane has no cluster port (Options.Cluster)")
 	}
 	dir := opts.DataDir
@@ -84,8 +86,15 @@ func StartNode(t testing.TB, e *Env, id string, opts NodeOptions) *Node {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{ID: id, DataDir: dir, cancel: cancel, done: make(chan error, 1), log: logs}
 	ready := make(chan string, 1)
+	cps := opts.ControlPlanes
+	if len(cps) == 0 {
+		cps = []string{e.ClusterURL}
+	}
 	if opts.Process {
-		n.cmd = exec.Command(Binary(t), "--data-dir", dir, "node", "run", "--control-plane", e.ClusterURL, "--listen", listen)
+		n.cmd = exec.Command(Binary(t), "--data-dir", dir, "node", "run", "--listen", listen)
+		for _, cp := range cps {
+			n.cmd.Args = append(n.cmd.Args, "--control-plane", cp)
+		}
 		n.cmd.Stdout, n.cmd.Stderr = logs, logs
 		if opts.MaxSandboxes > 0 {
 			n.cmd.Args = append(n.cmd.Args, "--max-sandboxes", fmt.Sprint(opts.MaxSandboxes))
@@ -111,7 +120,7 @@ func StartNode(t testing.TB, e *Env, id string, opts NodeOptions) *Node {
 			}
 		}()
 	} else {
-		go n.runInProcess(ctx, Binary(t), e.ClusterURL, listen, opts, ready)
+		go n.runInProcess(ctx, Binary(t), cps, listen, opts, ready)
 	}
 	select {
 	case n.Addr = <-ready:
@@ -175,16 +184,16 @@ func (n *Node) Stop() error {
 func (n *Node) Logs() string { return n.log.String() }
 
 // runInProcess runs the node in the test's process until ctx ends.
-func (n *Node) runInProcess(ctx context.Context, bin, controlPlane, listen string, opts NodeOptions, ready chan<- string) {
+func (n *Node) runInProcess(ctx context.Context, bin string, controlPlanes []string, listen string, opts NodeOptions, ready chan<- string) {
 	n.done <- app.RunNode(ctx, app.NodeConfig{
-		DataDir:      n.DataDir,
-		ControlPlane: controlPlane,
-		Listen:       listen,
-		MaxSandboxes: opts.MaxSandboxes,
-		DaemonBinary: bin,
-		HostsOnly:    true, // tests never send a DNS query off this machine
-		Logger:       slog.New(slog.NewTextHandler(n.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Out:          io.Discard,
-		Ready:        func(addr string) { ready <- addr },
+		DataDir:       n.DataDir,
+		ControlPlanes: controlPlanes,
+		Listen:        listen,
+		MaxSandboxes:  opts.MaxSandboxes,
+		DaemonBinary:  bin,
+		HostsOnly:     true, // tests never send a DNS query off this machine
+		Logger:        slog.New(slog.NewTextHandler(n.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Out:           io.Discard,
+		Ready:         func(addr string) { ready <- addr },
 	})
 }

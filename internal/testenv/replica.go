@@ -1,0 +1,133 @@
+package testenv
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/testenv/s3test"
+)
+
+// lockedBuffer is a bytes.Buffer a process writes into while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// Replica is a control-plane replica (airlock server) run as a process of its own.
+type Replica struct {
+	// URL is its API's base URL, ClusterURL its cluster port's.
+	URL, ClusterURL string
+
+	cmd  *exec.Cmd
+	log  *lockedBuffer
+	done chan struct{}
+}
+
+// ReplicaOptions are what the replicas of one cluster share.
+type ReplicaOptions struct {
+	// PostgresDSN is the database (pgtest.Start), S3 the bucket (s3test.Start) and MasterKeyFile the
+	// master key (made by the first replica if missing).
+	PostgresDSN   string
+	S3            s3test.Server
+	MasterKeyFile string
+	// KeyFile is where the first replica on the database saves the operator's first API key.
+	KeyFile string
+}
+
+// StartReplica runs a replica until the test ends (or Stop, Kill) and waits until both its ports answer.
+// env is added to its environment (faultinject.EnvVar, to crash it at a point).
+func StartReplica(t testing.TB, name string, opts ReplicaOptions, env ...string) *Replica {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	addr, cluster := freePort(t), freePort(t)
+	r := &Replica{URL: "http://" + addr, ClusterURL: "https://" + cluster, log: &lockedBuffer{}, done: make(chan struct{})}
+	r.cmd = exec.Command(Binary(t), "server", "--data-dir", dir, "--key-file", opts.KeyFile, "--listen", addr, "--cluster-listen", cluster,
+		"--master-key-file", opts.MasterKeyFile, "--s3-endpoint", opts.S3.Endpoint, "--s3-bucket", opts.S3.Bucket, "--s3-prefix", "airlock/", "--s3-insecure")
+	r.cmd.Env = append(os.Environ(), "AIRLOCK_POSTGRES="+opts.PostgresDSN, "AWS_ACCESS_KEY_ID="+opts.S3.AccessKey, "AWS_SECRET_ACCESS_KEY="+opts.S3.SecretKey)
+	r.cmd.Env = append(r.cmd.Env, env...)
+	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.cmd.Wait(); close(r.done) }()
+	t.Cleanup(func() {
+		r.Stop()
+		if t.Failed() {
+			t.Logf("replica %s log:\n%s", name, r.log.String())
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(r.URL + "/v1/health")
+		if err == nil {
+			resp.Body.Close()
+			if c, err := net.Dial("tcp", cluster); err == nil {
+				c.Close()
+				return r
+			}
+		}
+		select {
+		case <-r.done:
+			t.Fatalf("airlock server %s exited:\n%s", name, r.log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("airlock server %s did not answer within 60s:\n%s", name, r.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop stops the replica as SIGTERM would. Calling it again is harmless.
+func (r *Replica) Stop() {
+	select {
+	case <-r.done:
+		return
+	default:
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.done:
+	case <-time.After(time.Minute):
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	}
+}
+
+// Done is closed once the replica's process exited.
+func (r *Replica) Done() <-chan struct{} { return r.done }
+
+// Kill kills the replica with SIGKILL, as a crash would.
+func (r *Replica) Kill() {
+	_ = r.cmd.Process.Kill()
+	<-r.done
+}
+
+// Logs returns what the replica logged so far.
+func (r *Replica) Logs() string { return r.log.String() }
+
+// APIKey reads the operator's first API key the first replica saved.
+func (o ReplicaOptions) APIKey(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(o.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
