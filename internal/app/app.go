@@ -437,11 +437,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// which it calls the nodes that joined and serves their calls.
 	var self *cluster.SelfCert
 	if cfg.ClusterListen != "" {
-		var rnd [4]byte
-		if _, err := rand.Read(rnd[:]); err != nil {
+		replica, err := replicaID(dataDir)
+		if err != nil {
 			return err
 		}
-		if self, err = clusterCA.NewSelfCert(cluster.Identity{Role: cluster.RoleControlPlane, ID: "cp-" + hex.EncodeToString(rnd[:])}, nil); err != nil {
+		if self, err = clusterCA.NewSelfCert(cluster.Identity{Role: cluster.RoleControlPlane, ID: replica}, nil); err != nil {
 			return fmt.Errorf("cluster port: %w", err)
 		}
 	}
@@ -706,6 +706,30 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 		return nil, nil, err
 	}
 	return nd, closeNode, nil
+}
+
+// replicaID names this control-plane replica: "cp-" and 8 hex digits, made once and kept in the data
+// directory, so that a replica that restarts finds the snapshots it was writing (and no other's).
+func replicaID(dataDir string) (string, error) {
+	p := filepath.Join(dataDir, "replica-id")
+	if b, err := os.ReadFile(p); err == nil {
+		id := strings.TrimSpace(string(b))
+		if err := cluster.CheckID(id); err != nil {
+			return "", fmt.Errorf("%s: %w", p, err)
+		}
+		return id, nil
+	} else if !os.IsNotExist(err) {
+		return "", err
+	}
+	var rnd [4]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return "", err
+	}
+	id := "cp-" + hex.EncodeToString(rnd[:])
+	if err := fsutil.WriteFileAtomic(p, []byte(id+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // extraRoots is the host's roots with pemCerts added (nil for none: the host's roots).

@@ -2,11 +2,13 @@ package app
 
 import (
 	"context"
+	"crypto"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -19,11 +21,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/daemon"
+	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
 )
@@ -164,7 +166,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	cc, err := nodeapi.NewControlClient(nodeapi.ControlClientConfig{URL: cfg.ControlPlanes[0], More: cfg.ControlPlanes[1:], Cert: j.cert, Roots: j.roots, Logger: log})
+	// The node's certificate is renewed while it runs (renewCert); every handshake presents the current one.
+	held := cluster.NewHeldCert(j.cert)
+	cc, err := nodeapi.NewControlClient(nodeapi.ControlClientConfig{URL: cfg.ControlPlanes[0], More: cfg.ControlPlanes[1:], Held: held, Roots: j.roots, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -223,7 +227,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 		return fmt.Errorf("report to the control plane at %s: %w", strings.Join(cfg.ControlPlanes, ", "), err)
 	}
 
-	tlsCfg := cluster.ServerTLS(j.cert, j.roots, cluster.RoleControlPlane)
+	tlsCfg := held.ServerTLS(j.roots, cluster.RoleControlPlane)
 	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
 	srv := &http.Server{
 		Handler:           h,
@@ -242,13 +246,13 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 
 	// Heartbeats go out on their own, so that a slow one does not hold up the fence below. reached is
 	// when the last heartbeat that got through was sent (a control plane saw it after that).
-	var reached atomic.Int64
-	reached.Store(time.Now().UnixNano())
-	beats := make(chan struct{})
+	var reached lastReached
+	reached.set(time.Now())
+	beats := make(chan struct{}, 2)
 	bctx, stopBeats := context.WithCancel(ctx)
 	defer stopBeats()
 	go func() { // owner: RunNode; ends with bctx
-		defer close(beats)
+		defer func() { beats <- struct{}{} }()
 		t := time.NewTicker(nodeapi.HeartbeatInterval)
 		defer t.Stop()
 		for {
@@ -258,19 +262,34 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 			case <-t.C:
 			}
 			sent := time.Now()
-			hctx, cancel := context.WithTimeout(bctx, nodeapi.HeartbeatInterval)
+			// Room to try a second replica if the first went silent.
+			hctx, cancel := context.WithTimeout(bctx, 2*nodeapi.HeartbeatInterval)
 			err := beat(hctx, false)
 			cancel()
 			if err == nil {
-				reached.Store(sent.UnixNano())
+				reached.set(sent)
 			} else if bctx.Err() == nil {
 				log.Warn("heartbeat to the control plane failed", "err", err)
 			}
 		}
 	}()
+	go func() { // owner: RunNode; ends with bctx. Apart from the fence below, which it must not hold up.
+		defer func() { beats <- struct{}{} }()
+		t := time.NewTicker(renewEvery)
+		defer t.Stop()
+		for {
+			if err := renewCert(bctx, cc, held, j, dataDir); err != nil && bctx.Err() == nil {
+				log.Error("renew the node's certificate", "err", err)
+			}
+			select {
+			case <-bctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
 	fenceTick := time.NewTicker(time.Second)
 	defer fenceTick.Stop()
-	fenced := false
 	var serveErr error
 loop:
 	for {
@@ -282,25 +301,15 @@ loop:
 		case <-fenceTick.C:
 			// Cut off from the control planes for FenceAfter: they are about to give this node up and
 			// resume its sessions elsewhere, so its sandboxes stop here first (a session never runs
-			// in two places). They are reported when a control plane is reached again.
-			cut := time.Since(time.Unix(0, reached.Load()))
-			switch {
-			case cut < nodeapi.FenceAfter:
-				fenced = false
-			case !fenced:
-				fenced = true
-				ids, err := nd.Sandboxes(ctx)
-				log.Error("no control plane reached: stopping every sandbox of this node", "for", cut.Round(time.Second), "sandboxes", len(ids), "err", err)
-				for _, id := range ids {
-					if err := nd.DestroySandbox(ctx, id); err != nil {
-						log.Error("fence: destroy sandbox", "sandbox", id, "err", err)
-					}
-					go cc.SandboxExit(id, "its node lost the control plane")
-				}
+			// in two places), and so does any placed on it meanwhile. They are reported when a
+			// control plane is reached again.
+			if cut := reached.since(); cut >= nodeapi.FenceAfter {
+				fence(ctx, nd, cc, log, cut)
 			}
 		}
 	}
 	stopBeats()
+	<-beats
 	<-beats
 	log.Info("shutting down")
 	sctx, scancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -338,4 +347,91 @@ loop:
 	}
 	log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// renewEvery is how often a node checks whether its certificate is due for renewal.
+const renewEvery = time.Hour
+
+// renewCert renews the node's certificate through the cluster port once a third of its lifetime or less
+// is left: for the same key, checked to be from the cluster's CA and to name the node, saved in place
+// of the old one, and presented from then on.
+func renewCert(ctx context.Context, cc *nodeapi.ControlClient, held *cluster.HeldCert, j joined, dataDir string) error {
+	cur, _ := held.Current()
+	if !cluster.RenewDue(cur.Leaf.NotAfter, time.Now()) {
+		return nil
+	}
+	signer, ok := cur.PrivateKey.(crypto.Signer)
+	if !ok {
+		return errors.New("the node's key cannot sign")
+	}
+	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, signer)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	certPEM, err := cc.Renew(rctx, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}))
+	if err != nil {
+		return err
+	}
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return errors.New("the control plane answered no certificate")
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return err
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: j.roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		return fmt.Errorf("the renewed certificate: %w", err)
+	}
+	if id, err := cluster.IdentityOf(leaf); err != nil || id != (cluster.Identity{Role: cluster.RoleNode, ID: j.info.ID}) {
+		return fmt.Errorf("the renewed certificate names %v, not node %s", id, j.info.ID)
+	}
+	if !signer.Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(leaf.PublicKey) {
+		return errors.New("the renewed certificate is not for the node's key")
+	}
+	if err := fsutil.WriteFileAtomic(filepath.Join(dataDir, NodeClusterDir, NodeCertFile), certPEM, 0o600); err != nil {
+		return err
+	}
+	held.Set(tls.Certificate{Certificate: [][]byte{block.Bytes}, PrivateKey: cur.PrivateKey, Leaf: leaf})
+	cc.Reconnect()
+	return nil
+}
+
+// lastReached is when the last heartbeat that got through was sent (a time with its monotonic reading:
+// a step of the wall clock does not move the fence).
+type lastReached struct {
+	mu sync.Mutex
+	t  time.Time // guarded by mu
+}
+
+func (l *lastReached) set(t time.Time) { l.mu.Lock(); l.t = t; l.mu.Unlock() }
+
+func (l *lastReached) since() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Since(l.t)
+}
+
+// fence destroys every sandbox of the node, all at once (the control planes give the node up
+// NodeDownAfter after its last heartbeat; the fence must be done well before), and reports each.
+func fence(ctx context.Context, nd *node.Local, cc *nodeapi.ControlClient, log *slog.Logger, cut time.Duration) {
+	ids, err := nd.Sandboxes(ctx)
+	if len(ids) == 0 && err == nil {
+		return
+	}
+	log.Error("no control plane reached: stopping every sandbox of this node", "for", cut.Round(time.Second), "sandboxes", len(ids), "err", err)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := nd.DestroySandbox(ctx, id); err != nil {
+				log.Error("fence: destroy sandbox", "sandbox", id, "err", err)
+			}
+		}()
+		go cc.SandboxExit(id, "its node lost the control plane") // retries until reached, or Close
+	}
+	wg.Wait()
 }

@@ -148,7 +148,7 @@ func (ca *CA) NewSelfCert(id Identity, hosts []string) (*SelfCert, error) {
 func (s *SelfCert) Current() (*tls.Certificate, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if time.Until(s.cert.Leaf.NotAfter) < CertLifetime/3 {
+	if RenewDue(s.cert.Leaf.NotAfter, time.Now()) {
 		c, err := s.ca.IssueTLS(s.id, s.hosts)
 		if err != nil && time.Now().After(s.cert.Leaf.NotAfter) {
 			return nil, err
@@ -181,3 +181,50 @@ func (s *SelfCert) ClientTLS(roots *x509.CertPool, want Identity) *tls.Config {
 
 // Identity reports whom the certificate names.
 func (s *SelfCert) Identity() Identity { return s.id }
+
+// HeldCert is a certificate that can be replaced while connections use it: a node's, renewed through
+// the cluster port (its key stays the same).
+type HeldCert struct {
+	mu   sync.Mutex
+	cert tls.Certificate // guarded by mu
+}
+
+// NewHeldCert holds cert.
+func NewHeldCert(cert tls.Certificate) *HeldCert { return &HeldCert{cert: cert} }
+
+// Current returns the certificate held now.
+func (h *HeldCert) Current() (*tls.Certificate, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.cert
+	return &c, nil
+}
+
+// Set replaces the certificate: new handshakes present it.
+func (h *HeldCert) Set(cert tls.Certificate) {
+	h.mu.Lock()
+	h.cert = cert
+	h.mu.Unlock()
+}
+
+// ServerTLS is ServerTLS with the held certificate.
+func (h *HeldCert) ServerTLS(roots *x509.CertPool, roles ...string) *tls.Config {
+	cert, _ := h.Current()
+	cfg := ServerTLS(*cert, roots, roles...)
+	cfg.Certificates = nil
+	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return h.Current() }
+	return cfg
+}
+
+// ClientTLS is ClientTLS with the held certificate.
+func (h *HeldCert) ClientTLS(roots *x509.CertPool, want Identity) *tls.Config {
+	cert, _ := h.Current()
+	cfg := ClientTLS(*cert, roots, want)
+	cfg.Certificates = nil
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return h.Current() }
+	return cfg
+}
+
+// RenewDue reports whether a certificate valid until notAfter should be renewed at now: when a third of
+// CertLifetime or less is left.
+func RenewDue(notAfter, now time.Time) bool { return notAfter.Sub(now) < CertLifetime/3 }

@@ -28,6 +28,9 @@ type NodeRecord struct {
 	// certificate (an earlier one of the node's is no longer its own once it joined again).
 	CertExpiresAt   time.Time `json:"cert_expires_at"`
 	CertFingerprint string    `json:"cert_fingerprint"`
+	// PrevCertFingerprint is the certificate the node renewed from, still its own until it first
+	// calls with the new one (a renewal whose answer was lost must not lock the node out).
+	PrevCertFingerprint string `json:"prev_cert_fingerprint,omitempty"`
 	// Live is its latest heartbeat (nil: none yet), filled in by ListNodes; not stored here.
 	Live *NodeLive `json:"-"`
 	// Up reports whether it was heard from within NodeDownAfter (ListNodes).

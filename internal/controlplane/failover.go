@@ -339,12 +339,13 @@ func (s *Service) adoptOrphanOps() {
 		if mine {
 			continue
 		}
+		if now.Sub(se.UpdatedAt) < opLeaseTTL {
+			continue // just begun: its replica may be about to take the lease
+		}
 		l, err := s.store.GetLease(ctx, opLease(se.ID))
 		switch {
 		case err == nil && !l.Expired(now):
 			continue
-		case errors.Is(err, errdefs.ErrNotFound) && now.Sub(se.UpdatedAt) < opLeaseTTL:
-			continue // its replica may be about to take the lease
 		case err != nil && !errors.Is(err, errdefs.ErrNotFound):
 			s.log.Error("adopt sessions: lease", "session", se.ID, "err", err)
 			continue

@@ -39,9 +39,21 @@ func (s *Service) CheckNode(ctx context.Context, nodeID, fingerprint string) err
 		return fmt.Errorf("node %s: %v: %w", nodeID, err, errdefs.ErrUnavailable)
 	}
 	var rec NodeRecord
-	if err := json.Unmarshal(d.Value, &rec); err != nil || rec.CertFingerprint == "" ||
-		subtle.ConstantTimeCompare([]byte(rec.CertFingerprint), []byte(fingerprint)) != 1 {
+	if err := json.Unmarshal(d.Value, &rec); err != nil || rec.CertFingerprint == "" {
 		return refused
+	}
+	current := subtle.ConstantTimeCompare([]byte(rec.CertFingerprint), []byte(fingerprint)) == 1
+	prev := rec.PrevCertFingerprint != "" && subtle.ConstantTimeCompare([]byte(rec.PrevCertFingerprint), []byte(fingerprint)) == 1
+	if !current && !prev {
+		return refused
+	}
+	if current && rec.PrevCertFingerprint != "" {
+		// The renewed certificate is in use: the one before it is no longer the node's. (A lost race
+		// with another write leaves it for the next call.)
+		rec.PrevCertFingerprint = ""
+		if d.Value, err = json.Marshal(rec); err == nil {
+			_, _ = s.store.PutDoc(ctx, d)
+		}
 	}
 	return nil
 }

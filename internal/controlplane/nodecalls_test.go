@@ -3,6 +3,8 @@ package controlplane
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -118,6 +120,8 @@ func TestNodeCalls(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
+	keys := map[string]*ecdsa.PrivateKey{}
+	certs := map[string]tls.Certificate{}
 	join := func(id string) *nodeapi.ControlClient {
 		k, csr, err := cluster.NewKey()
 		if err != nil {
@@ -135,6 +139,7 @@ func TestNodeCalls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		keys[id], certs[id] = k, cert
 		return client(cert)
 	}
 	mine, theirs := join("node-a"), join("node-b")
@@ -183,6 +188,49 @@ func TestNodeCalls(t *testing.T) {
 	}
 	if _, err := theirs.UnwrapKey(ctx, tn, keyID, wrapped); !errors.Is(err, errdefs.ErrPermissionDenied) {
 		t.Errorf("another node unwrapped: %v", err)
+	}
+
+	// Renewal: node-b gets a new certificate for its key through the cluster port; from then on the
+	// one it had is refused and the new one answered.
+	held := cluster.NewHeldCert(certs["node-b"])
+	renewer, err := nodeapi.NewControlClient(nodeapi.ControlClientConfig{URL: srv.URL, Held: held, Roots: ca.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer renewer.Close()
+	if _, err := renewer.Renew(ctx, []byte("junk")); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("renew with a junk request: %v; want invalid argument", err)
+	}
+	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, keys["node-b"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := renewer.Renew(ctx, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(renewed)
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := cluster.IdentityOf(leaf); err != nil || id.ID != "node-b" || !keys["node-b"].PublicKey.Equal(leaf.PublicKey) {
+		t.Errorf("renewed certificate names %v (%v); want node-b, for its key", id, err)
+	}
+	// Until the node uses the new certificate, the old one is still its own (the answer may be lost).
+	if _, _, err := client(certs["node-b"]).WrapKey(ctx, tn, dek); err != nil {
+		t.Errorf("a call with the certificate renewed from, before the new one is used: %v", err)
+	}
+	held.Set(tls.Certificate{Certificate: [][]byte{block.Bytes}, PrivateKey: keys["node-b"], Leaf: leaf})
+	renewer.Reconnect()
+	if _, _, err := renewer.WrapKey(ctx, tn, dek); err != nil {
+		t.Errorf("a call with the renewed certificate: %v", err)
+	}
+	if _, _, err := client(certs["node-b"]).WrapKey(ctx, tn, dek); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a call with the certificate before the renewal: %v; want permission denied", err)
+	}
+	if recs, err := s.ListNodes(ctx); err != nil || len(recs) != 2 || recs[1].CertFingerprint != cluster.CertFingerprint(block.Bytes) {
+		t.Errorf("node records after the renewal: %+v %v; want node-b's new fingerprint", recs, err)
 	}
 
 	// Audit: the node's entries for its sandbox arrive, also for one that stopped; those of another

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
@@ -76,7 +78,7 @@ func (s *Service) NodeHeartbeat(ctx context.Context, nodeID string, hb nodeapi.H
 	now := s.now().UTC()
 	live := NodeLive{Heartbeat: hb, SeenAt: now, BootSeenAt: now}
 	key := liveDocPrefix + nodeID
-	var restarted bool
+	var restarted, saved bool
 	for range 8 {
 		d, err := s.store.GetDoc(ctx, key)
 		switch {
@@ -89,16 +91,22 @@ func (s *Service) NodeHeartbeat(ctx context.Context, nodeID string, hb nodeapi.H
 		if d.Value != nil && json.Unmarshal(d.Value, &prev) == nil && prev.Boot == hb.Boot {
 			live.BootSeenAt = prev.BootSeenAt
 		}
-		restarted = d.Value != nil && prev.Boot != hb.Boot
+		// Started again, or back after it was given up (its sandboxes failed meanwhile; what is left of
+		// them there goes).
+		restarted = d.Value != nil && (prev.Boot != hb.Boot || now.Sub(prev.SeenAt) >= NodeDownAfter)
 		if d.Value, err = json.Marshal(live); err != nil {
 			return err
 		}
 		if _, err = s.store.PutDoc(ctx, d); err == nil {
+			saved = true
 			break
 		}
 		if !errors.Is(err, errdefs.ErrConflict) && !errors.Is(err, errdefs.ErrAlreadyExists) {
 			return fmt.Errorf("heartbeat: %v: %w", err, errdefs.ErrUnavailable)
 		}
+	}
+	if !saved {
+		return fmt.Errorf("heartbeat: the record of node %s changes too often: %w", nodeID, errdefs.ErrUnavailable)
 	}
 	s.nodes.seen(nodeID, live)
 	if restarted {
@@ -449,4 +457,41 @@ func (s *Service) reachableNodes(ctx context.Context) ([]Node, error) {
 		out = append(out, n)
 	}
 	return out, errors.Join(errs...)
+}
+
+// NodeRenew issues a node that calls with its current certificate a new one for the key of csrPEM,
+// with the hosts it joined with, and records it as the node's: the older one is refused from then on.
+func (s *Service) NodeRenew(ctx context.Context, nodeID, fingerprint string, csrPEM []byte) ([]byte, error) {
+	ca, err := s.clusterCA()
+	if err != nil {
+		return nil, err
+	}
+	key := nodeDocPrefix + nodeID
+	d, err := s.store.GetDoc(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %v: %w", nodeID, err, errdefs.ErrUnavailable)
+	}
+	var rec NodeRecord
+	if err := json.Unmarshal(d.Value, &rec); err != nil {
+		return nil, fmt.Errorf("node record %s: %w", nodeID, err)
+	}
+	certPEM, err := ca.IssueCSR(cluster.Identity{Role: cluster.RoleNode, ID: nodeID}, csrPEM, rec.Hosts)
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(certPEM)
+	// The certificate the node called with (CheckNode let it in: its current or previous one) stays
+	// its own until it uses the new one.
+	rec.PrevCertFingerprint = fingerprint
+	rec.CertFingerprint = cluster.CertFingerprint(block.Bytes)
+	rec.CertExpiresAt = s.now().UTC().Add(cluster.CertLifetime)
+	if d.Value, err = json.Marshal(rec); err != nil {
+		return nil, err
+	}
+	// Compare-and-swap: a join (or another renewal) in between wins; this one is refused.
+	if _, err := s.store.PutDoc(ctx, d); err != nil {
+		return nil, fmt.Errorf("record node %s's certificate: %w", nodeID, err)
+	}
+	s.log.Info("node certificate renewed", "node", nodeID, "expires", rec.CertExpiresAt)
+	return certPEM, nil
 }

@@ -675,6 +675,14 @@ func (s *Service) reconcileNode(ctx context.Context, n Node, createdSince time.T
 		case store.StateRunning:
 			_ = n.DestroySandbox(ctx, sb.ID)
 			_, err = s.transition(ctx, sb, store.StateFailed, "lost: the sandbox was gone after airlock restarted")
+			if se := sb.Metadata[SessionMetadataKey]; err == nil && se != "" && !createdSince.IsZero() {
+				// A node of its own lost it: the session goes on from its latest snapshot.
+				s.bg.Add(1)
+				go func() {
+					defer s.bg.Done()
+					s.sessionSandboxExited(sb.TenantID, se, sb.ID, nodeLostReason+n.ID()+" restarted without it")
+				}()
+			}
 		case store.StateCreating:
 			_ = n.DestroySandbox(ctx, sb.ID)
 			_, err = s.transition(ctx, sb, store.StateFailed, "interrupted: airlock restarted during create")

@@ -268,6 +268,11 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 
 // setSessionState moves se to state to, with reason (kept when empty), checking the transition.
 func setSessionState(se *store.Session, to store.SessionState, reason string) error {
+	if se.State == to && transitional(to) {
+		// Another operation (of another replica: updateSession applies f again to what it wrote)
+		// began it first.
+		return fmt.Errorf("session %s is %s already: %w", se.ID, to, errdefs.ErrConflict)
+	}
 	if err := store.CheckSessionTransition(se.State, to); err != nil {
 		return err
 	}
@@ -440,7 +445,7 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 	snap, err := s.store.CreateSnapshot(ctx, store.Snapshot{
 		ID: store.NewID("sn"), TenantID: se.TenantID, SessionID: se.ID, ParentID: se.HeadSnapshotID,
 		Name: name, Pinned: name != "", Trigger: trigger, State: store.SnapshotWriting, CreatedAt: s.now(),
-		Meta: map[string]string{"template": se.Spec.Template, snapshotNodeMeta: n.ID()},
+		Meta: map[string]string{"template": se.Spec.Template, snapshotNodeMeta: n.ID(), snapshotReplicaMeta: s.replica},
 	})
 	if err != nil {
 		return store.Snapshot{}, fmt.Errorf("record snapshot: %w", err)
@@ -645,10 +650,17 @@ func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Ses
 		return se, fmt.Errorf("resume session %s: %w", se.ID, err)
 	}
 	se, err = s.updateSession(ctx, se, func(se *store.Session) error {
+		if se.State != store.SessionResuming {
+			return fmt.Errorf("session %s is %s, no longer resuming: %w", se.ID, se.State, errdefs.ErrConflict)
+		}
 		se.SandboxID = sb.ID
 		se.LastActivityAt = s.now()
 		return setSessionState(se, store.SessionRunning, "")
 	})
+	if err != nil {
+		// Settled meanwhile by another (a replica that took the operation over): this sandbox must not run.
+		s.destroySessionSandbox(ctx, se.TenantID, sb.ID, "its session's resume was taken over")
+	}
 	if err == nil {
 		s.log.Info("session resumed", "session", se.ID, "snapshot", se.HeadSnapshotID, "sandbox", sb.ID, "took", s.now().Sub(start),
 			"fetch", fetched.Sub(start), "boot", s.now().Sub(fetched))
@@ -1024,7 +1036,12 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("reconcile snapshots: %w", err)
 		}
+		mine := 0
 		for _, sn := range sns {
+			if !s.mySnapshot(sn) {
+				continue // another replica may be writing it now
+			}
+			mine++
 			if _, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
 				sn.State, sn.Reason = store.SnapshotFailed, "interrupted: airlock restarted while it was written"
 				return nil
@@ -1035,7 +1052,7 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 				_ = s.snapshots.Delete(ctx, sn.TenantID, sn.ID) // a manifest, if Commit got that far
 			}
 		}
-		if len(sns) < store.MaxListLimit {
+		if len(sns) < store.MaxListLimit || mine == 0 {
 			break
 		}
 	}
@@ -1061,7 +1078,9 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 	}
 	for _, sb := range sbs {
 		id := sb.Metadata[SessionMetadataKey]
-		if id == "" || !s.nodes.serves(sb.NodeID) {
+		// Only the in-process node's: on the other nodes, a sandbox may be one an operation of another
+		// replica is booting (adoptOrphanOps settles those of a replica gone).
+		if id == "" || !s.nodes.isLocal(sb.NodeID) {
 			continue
 		}
 		if se, err := s.store.GetSession(ctx, sb.TenantID, id); err != nil || se.SandboxID != sb.ID {
@@ -1266,8 +1285,19 @@ func SessionNetworkPolicy(se store.Session) (policy.Policy, error) {
 func reservedMetadata(k string) bool { return strings.HasPrefix(k, "airlock.") }
 
 // snapshotNodeMeta is the key, in a snapshot's Meta, of the node it was taken on: its image may be
-// cached there, and the session's interception CA is.
-const snapshotNodeMeta = "node"
+// cached there, and the session's interception CA is. snapshotReplicaMeta names the replica that took
+// it, whose pending directory holds its image until it is stored.
+const (
+	snapshotNodeMeta    = "node"
+	snapshotReplicaMeta = "replica"
+)
+
+// mySnapshot reports whether this replica took sn (and keeps its image until it is stored). Outside a
+// cluster every snapshot is this server's.
+func (s *Service) mySnapshot(sn store.Snapshot) bool {
+	r := sn.Meta[snapshotReplicaMeta]
+	return !s.clustered() || r == "" || r == s.replica
+}
 
 // snapshotNode reports the node tenantID's snapshot snapID was taken on ("" if unknown).
 func (s *Service) snapshotNode(ctx context.Context, tenantID, snapID string) string {

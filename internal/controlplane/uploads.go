@@ -244,6 +244,9 @@ func (s *Service) reconcileTenantUploads(ctx context.Context, tenantID string, k
 			return fmt.Errorf("reconcile uploads: %w", err)
 		}
 		for _, sn := range sns {
+			if !s.mySnapshot(sn) {
+				continue // another replica's image, in its own pending directory
+			}
 			keep[sn.ID] = true
 			s.startUpload(sn) // which fails the snapshot if its image is gone and not stored
 		}

@@ -380,3 +380,75 @@ func TestNodeFailover(t *testing.T) {
 	leftNothing(t, again)
 	leftNothing(t, other)
 }
+
+// TestNodeCrashRestart: a node killed with SIGKILL and started again before the control plane gives it
+// up takes its sandboxes back: the same sandbox runs on with its processes and files.
+func TestNodeCrashRestart(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{NoLocalNode: true})
+	ctx := ctxT(t, 5*time.Minute)
+	n := testenv.StartNode(t, e, "node-a", testenv.NodeOptions{Process: true})
+	waitNodes(t, e, "up", n.ID)
+	sb, err := e.Client.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh(t, e, sb.ID, "echo kept > /home/user/f; (setsid nohup sleep 3600 >/dev/null 2>&1 &)")
+	pids := sh(t, e, sb.ID, "pgrep -x sleep").Stdout
+	n.Kill()
+	again := testenv.StartNode(t, e, n.ID, testenv.NodeOptions{DataDir: n.DataDir, Process: true})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := e.Client.Exec(ctx, sb.ID, airlock.ExecRequest{Cmd: []string{"sh", "-c", "cat /home/user/f; pgrep -x sleep"}})
+		if err == nil && res.Stdout == "kept\n"+pids {
+			break
+		}
+		if time.Now().After(deadline) {
+			got, _ := e.Client.GetSandbox(ctx, sb.ID)
+			t.Fatalf("the sandbox after its node restarted: %+v %v (sandbox %+v)", res, err, got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := e.Client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	leftNothing(t, again)
+}
+
+// TestNodeFence: a node cut off from every control plane stops its sandboxes itself (nodeapi.FenceAfter)
+// before a control plane could give it up and resume its sessions elsewhere.
+func TestNodeFence(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{NoLocalNode: true})
+	ctx := ctxT(t, 5*time.Minute)
+	n := testenv.StartNode(t, e, "node-a", testenv.NodeOptions{})
+	waitNodes(t, e, "up", n.ID)
+	sb, err := e.Client.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nodeOf(t, sb.ID, n) != n.ID {
+		t.Fatalf("sandbox %s is not on %s", sb.ID, n.ID)
+	}
+	// The only control plane goes away; the node runs on, cut off.
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for nodeOf(t, sb.ID, n) != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the node cut off still runs sandbox %s after 30s", sb.ID)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(n.Logs(), "no control plane reached") {
+		t.Errorf("the node did not say why its sandbox stopped:\n%s", n.Logs())
+	}
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	leftNothing(t, n)
+}

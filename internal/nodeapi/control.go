@@ -43,6 +43,10 @@ type Control interface {
 	NodeSandboxExit(ctx context.Context, nodeID, sandboxID, reason string) error
 	// NodeHeartbeat records that the node is up, where its API is and what it offers.
 	NodeHeartbeat(ctx context.Context, nodeID string, hb Heartbeat) error
+	// NodeRenew issues the node a new certificate for the key of csrPEM (a PEM certificate request),
+	// which is its own from then on; the one it called with (of fingerprint) stays its own until the
+	// new one is first used, in case the answer is lost.
+	NodeRenew(ctx context.Context, nodeID, fingerprint string, csrPEM []byte) ([]byte, error)
 }
 
 // Heartbeat is what a node reports every HeartbeatInterval: the control planes place sandboxes only on
@@ -91,6 +95,7 @@ func NewControlHandler(c Control, log *slog.Logger) *ControlHandler {
 	h.mux.HandleFunc("POST /cluster/v1/audit", h.audit)
 	h.mux.HandleFunc("POST /cluster/v1/exit", h.exit)
 	h.mux.HandleFunc("POST /cluster/v1/heartbeat", h.heartbeat)
+	h.mux.HandleFunc("POST /cluster/v1/renew", h.renew)
 	return h
 }
 
@@ -211,6 +216,22 @@ func (h *ControlHandler) heartbeat(w http.ResponseWriter, r *http.Request) {
 	h.answer(w, r, nil, h.c.NodeHeartbeat(r.Context(), callerNode(r), b))
 }
 
+// renewBody carries a certificate request, or the certificate issued for it (PEM).
+type renewBody struct {
+	CSR         string `json:"csr,omitempty"`
+	Certificate string `json:"certificate,omitempty"`
+}
+
+func (h *ControlHandler) renew(w http.ResponseWriter, r *http.Request) {
+	var b renewBody
+	if err := decode(r.Body, &b); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	cert, err := h.c.NodeRenew(r.Context(), callerNode(r), cluster.CertFingerprint(r.TLS.PeerCertificates[0].Raw), []byte(b.CSR))
+	h.answer(w, r, renewBody{Certificate: string(cert)}, err)
+}
+
 // maxAuditBatch bounds the audit entries of one call.
 const maxAuditBatch = 512
 
@@ -221,8 +242,9 @@ type ControlClientConfig struct {
 	URL string
 	// More are the cluster addresses of other replicas: a call that cannot reach one goes to the next.
 	More []string
-	// Cert is the node's certificate and Roots the cluster CA's. Required.
+	// Cert is the node's certificate (or Held, one it renews) and Roots the cluster CA's. Required.
 	Cert  tls.Certificate
+	Held  *cluster.HeldCert
 	Roots *x509.CertPool
 	// Logger receives logs. Nil: slog.Default().
 	Logger *slog.Logger
@@ -234,9 +256,11 @@ type ControlClientConfig struct {
 type ControlClient struct {
 	urls []string
 	// cur indexes the URL that answered last: calls go there first.
-	cur  atomic.Int32
-	http *http.Client
-	log  *slog.Logger
+	cur atomic.Int32
+	// hc is the HTTP client, made anew (with fresh connections) once the node's certificate was renewed.
+	hc        atomic.Pointer[http.Client]
+	clientTLS *tls.Config
+	log       *slog.Logger
 
 	queue   chan store.AuditEntry
 	dropped atomic.Int64
@@ -258,21 +282,19 @@ func NewControlClient(cfg ControlClientConfig) (*ControlClient, error) {
 		}
 		urls[i] = strings.TrimSuffix(u, "/")
 	}
-	if cfg.Roots == nil || len(cfg.Cert.Certificate) == 0 {
-		return nil, fmt.Errorf("control plane client: Cert and Roots are required: %w", errdefs.ErrInvalidArgument)
+	if cfg.Roots == nil || (len(cfg.Cert.Certificate) == 0 && cfg.Held == nil) {
+		return nil, fmt.Errorf("control plane client: Cert (or Held) and Roots are required: %w", errdefs.ErrInvalidArgument)
+	}
+	want := cluster.Identity{Role: cluster.RoleControlPlane}
+	clientTLS := cluster.ClientTLS(cfg.Cert, cfg.Roots, want)
+	if cfg.Held != nil {
+		clientTLS = cfg.Held.ClientTLS(cfg.Roots, want)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	tr := &http.Transport{
-		TLSClientConfig:     cluster.ClientTLS(cfg.Cert, cfg.Roots, cluster.Identity{Role: cluster.RoleControlPlane}),
-		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout: dialTimeout,
-		ForceAttemptHTTP2:   true,
-		IdleConnTimeout:     90 * time.Second,
-	}
-	c := &ControlClient{urls: urls, http: &http.Client{Transport: tr, Timeout: 30 * time.Second},
-		log: cfg.Logger, queue: make(chan store.AuditEntry, auditQueue), stop: make(chan struct{})}
+	c := &ControlClient{urls: urls, clientTLS: clientTLS, log: cfg.Logger, queue: make(chan store.AuditEntry, auditQueue), stop: make(chan struct{})}
+	c.hc.Store(c.newHTTP())
 	c.wg.Add(1)
 	go c.sendAudit() // owner: ControlClient; ends on Close
 	return c, nil
@@ -282,23 +304,52 @@ func NewControlClient(cfg ControlClientConfig) (*ControlClient, error) {
 func (c *ControlClient) Close() error {
 	c.once.Do(func() { close(c.stop) })
 	c.wg.Wait()
-	c.http.CloseIdleConnections()
+	c.client().CloseIdleConnections()
 	return nil
 }
 
+// newHTTP makes an HTTP client with connections of its own. HTTP/2 pings find a replica gone silent.
+func (c *ControlClient) newHTTP() *http.Client {
+	tr := &http.Transport{
+		TLSClientConfig:     c.clientTLS,
+		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: dialTimeout,
+		ForceAttemptHTTP2:   true,
+		IdleConnTimeout:     90 * time.Second,
+		HTTP2:               &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
+	}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+func (c *ControlClient) client() *http.Client { return c.hc.Load() }
+
+// replicaTryTimeout bounds a call's try of one replica when others are left to try.
+const replicaTryTimeout = 2 * time.Second
+
 func (c *ControlClient) call(ctx context.Context, path string, in, out any) error {
-	// The replica that answered last first, then the others in turn while they cannot be reached.
+	// The replica that answered last first, then the others in turn while they cannot be reached. Each
+	// but the last try has a deadline of its own: a replica that went silent (its host down) must not
+	// use up the whole call.
 	start := int(c.cur.Load())
 	var err error
 	for i := range c.urls {
 		k := (start + i) % len(c.urls)
-		err = callJSON(ctx, c.http, "control plane", http.MethodPost, c.urls[k]+path, in, out)
-		if err == nil || !errors.Is(err, errdefs.ErrUnavailable) || ctx.Err() != nil {
-			if err == nil && k != start {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if i < len(c.urls)-1 {
+			actx, cancel = context.WithTimeout(ctx, replicaTryTimeout)
+		}
+		err = callJSON(actx, c.client(), "control plane", http.MethodPost, c.urls[k]+path, in, out)
+		cancel()
+		if err == nil {
+			if k != start {
 				c.cur.Store(int32(k))
 			}
+			return nil
+		}
+		if ctx.Err() != nil || !(errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
 			return err
 		}
+		c.cur.Store(int32((k + 1) % len(c.urls)))
 	}
 	return err
 }
@@ -353,6 +404,21 @@ func (c *ControlClient) SandboxExit(id, reason string) {
 // Heartbeat reports the node up (Heartbeat).
 func (c *ControlClient) Heartbeat(ctx context.Context, hb Heartbeat) error {
 	return c.call(ctx, "/cluster/v1/heartbeat", hb, nil)
+}
+
+// Renew asks for a new certificate for the key of csrPEM and returns it (PEM). Connections made with
+// the old one are refused once the new one is in use: call Reconnect once it is held.
+func (c *ControlClient) Renew(ctx context.Context, csrPEM []byte) ([]byte, error) {
+	var b renewBody
+	err := c.call(ctx, "/cluster/v1/renew", renewBody{CSR: string(csrPEM)}, &b)
+	return []byte(b.Certificate), err
+}
+
+// Reconnect makes the next calls use new connections (handshakes with the certificate held now); the
+// old connections close once idle.
+func (c *ControlClient) Reconnect() {
+	old := c.hc.Swap(c.newHTTP())
+	old.CloseIdleConnections()
 }
 
 // Record queues an audit entry for the control plane (audit.Func); past auditQueue waiting it is
