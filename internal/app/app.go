@@ -624,6 +624,10 @@ type hostNode struct {
 	secret, token func(ctx context.Context, tenantID, sandboxID, name string) ([]byte, error)
 	// audit receives the daemon and egress entries for the tenants' audit logs.
 	audit audit.Func
+	// sessionCA and keepSessionCA, if set, reach the CAs of sessions the control plane keeps (a node of
+	// its own: a session's CA moves with it; castore.Remote).
+	sessionCA     func(ctx context.Context, tenantID, sessionID string) ([]byte, error)
+	keepSessionCA func(ctx context.Context, tenantID, sessionID string, ca []byte) error
 	// reg, if set, gets the egress metrics.
 	reg    *prometheus.Registry
 	onExit func(id, reason string)
@@ -665,9 +669,13 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 		}
 		sinks = append(sinks, egressMetrics)
 	}
-	cas, err := castore.New(filepath.Join(h.dataDir, "node", "ca"), h.keys)
+	local, err := castore.New(filepath.Join(h.dataDir, "node", "ca"), h.keys)
 	if err != nil {
 		return nil, nil, err
+	}
+	var cas gateway.CAStore = local
+	if h.sessionCA != nil {
+		cas = &castore.Remote{Local: local, Get: h.sessionCA, Put: h.keepSessionCA}
 	}
 	gw, err := gateway.New(gateway.Config{
 		CAs:           cas,

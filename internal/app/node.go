@@ -184,7 +184,8 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 	// this node: a revoked tenant key means no CA, and the files here are of no use elsewhere.
 	nd, closeNode, err := startHostNode(hostNode{id: j.info.ID, dataDir: dataDir, tag: InstanceTag(dataDir), runsc: cfg.Runsc,
 		daemon: cfg.DaemonBinary, debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, log: log,
-		keys: cc, secret: cc.Secret, token: cc.Token, audit: cc.Record, onExit: cc.SandboxExit})
+		keys: cc, secret: cc.Secret, token: cc.Token, audit: cc.Record, onExit: cc.SandboxExit,
+		sessionCA: cc.SessionCA, keepSessionCA: cc.KeepSessionCA})
 	if err != nil {
 		return err
 	}

@@ -101,6 +101,7 @@ func (s *Service) RotateTenantKey(ctx context.Context, tenantID string) (string,
 	var errs []error
 	for what, rewrap := range map[string]func(context.Context, string) (bool, error){
 		"snapshots": s.rewrapSnapshots, "secrets": s.rewrapSecrets, "connections": s.rewrapConnections,
+		"session CAs": s.rewrapSessionCAs,
 	} {
 		if _, err := rewrap(ctx, tenantID); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", what, err))

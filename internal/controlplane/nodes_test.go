@@ -1,7 +1,9 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"path/filepath"
@@ -9,7 +11,9 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway/mitm"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
+	keyslocal "github.com/airlockrun/airlock/internal/keys/local"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/internal/store"
@@ -221,5 +225,124 @@ func TestSessionLease(t *testing.T) {
 	}
 	if err := e.s.holdsSessionLease(ctx, se.ID, first.ID, f1); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("the paused sandbox still holds the lease: %v; want conflict", err)
+	}
+}
+
+// TestSessionCA: a session's interception CA, handed over by the node that made it, is kept sealed under
+// the tenant's key and given only to a node that runs a sandbox of that session; the first CA stays; a
+// fork gets its parent's; a rotation re-wraps it; deleting it forgets it.
+func TestSessionCA(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	keyring, err := keyslocal.New(filepath.Join(dir, "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Store: st, ReapInterval: time.Hour, KeyProvider: keyring,
+		DialNode: func(id, addr string) (Node, error) { return newFakeNode(t), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := s.Bootstrap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Authenticate(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := p.TenantID
+	other, _, _, err := s.CreateTenant(ctx, "other", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	place := func(sessionID, nodeID string) {
+		if _, err := st.CreateSandbox(ctx, store.Sandbox{ID: store.NewID("sb"), TenantID: tn, NodeID: nodeID, Template: "default",
+			State: store.StateCreating, Metadata: map[string]string{SessionMetadataKey: sessionID}, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	place("se_one", "node-a")
+	ca, err := mitm.NewCA("se_one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := ca.Marshal(plainKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.NodeCAPut(ctx, "node-b", tn, "se_one", data); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a node without a sandbox of the session handed its CA: %v; want permission denied", err)
+	}
+	if _, err := s.NodeCAGet(ctx, "node-a", tn, "se_one"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the CA of a session that has none yet: %v; want not found", err)
+	}
+	if err := s.NodeCAPut(ctx, "node-a", tn, "se_one", data); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := mitm.NewCA("se_one")
+	againData, _ := again.Marshal(plainKey)
+	if err := s.NodeCAPut(ctx, "node-a", tn, "se_one", againData); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("a second CA for the session: %v; want already exists", err)
+	}
+	d, err := st.GetDoc(ctx, sessionCADoc(tn, "se_one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		WrappedKey []byte `json:"wrapped_key"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(d.Value, m.WrappedKey) || bytes.Contains(d.Value, []byte(base64.StdEncoding.EncodeToString(m.WrappedKey))) {
+		t.Error("the Store holds the CA's key in the clear")
+	}
+	get := func(nodeID, tenantID, sessionID string) (*mitm.CA, error) {
+		b, err := s.NodeCAGet(ctx, nodeID, tenantID, sessionID)
+		if err != nil {
+			return nil, err
+		}
+		return mitm.Load(sessionID, b, plainKey)
+	}
+	// The session moves to node-b: node-b gets the same CA; node-c and another tenant get nothing.
+	place("se_one", "node-b")
+	if got, err := get("node-b", tn, "se_one"); err != nil || !got.Certificate().Equal(ca.Certificate()) {
+		t.Errorf("node-b's CA of the session: %v; want the one node-a made", err)
+	}
+	for name, err := range map[string]error{
+		"a node without the session": func() error { _, err := get("node-c", tn, "se_one"); return err }(),
+		"another tenant":             func() error { _, err := get("node-a", other.ID, "se_one"); return err }(),
+		"a sandbox's own CA":         func() error { _, err := get("node-a", tn, "sb_one"); return err }(),
+	} {
+		if !errors.Is(err, errdefs.ErrPermissionDenied) {
+			t.Errorf("%s: %v; want permission denied", name, err)
+		}
+	}
+	// A fork gets its parent's; a rotation re-wraps; deletion forgets.
+	if err := s.copySessionCA(ctx, tn, "se_one", "se_two"); err != nil {
+		t.Fatal(err)
+	}
+	place("se_two", "node-c")
+	if got, err := get("node-c", tn, "se_two"); err != nil || !got.Certificate().Equal(ca.Certificate()) {
+		t.Errorf("the fork's CA: %v; want its parent's", err)
+	}
+	if _, err := keyring.RotateKey(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	if did, err := s.rewrapSessionCAs(ctx, tn); err != nil || !did {
+		t.Errorf("rewrap session CAs: %v %v", did, err)
+	}
+	if got, err := get("node-b", tn, "se_one"); err != nil || !got.Certificate().Equal(ca.Certificate()) {
+		t.Errorf("the CA after a rotation: %v", err)
+	}
+	s.forgetCA(ctx, tn, "se_one")
+	if _, err := get("node-b", tn, "se_one"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the CA of a deleted session: %v; want not found", err)
 	}
 }

@@ -199,8 +199,15 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 	defer pl.done()
 	n := pl.n
 	if caFrom != "" {
-		if err := n.CopyCA(ctx, caFrom, se.ID, se.TenantID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		// Kept by the control plane, where a node of its own gets it when the sandbox boots; the
+		// in-process node keeps its own copy.
+		if err := s.copySessionCA(ctx, se.TenantID, caFrom, se.ID); err != nil {
 			return store.Sandbox{}, fmt.Errorf("session %s: interception CA: %w", se.ID, err)
+		}
+		if s.nodes.isLocal(n.ID()) {
+			if err := n.CopyCA(ctx, caFrom, se.ID, se.TenantID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return store.Sandbox{}, fmt.Errorf("session %s: interception CA: %w", se.ID, err)
+			}
 		}
 	}
 	// The session's lease goes to the new sandbox (failover.go); its token fences off orders of an
@@ -916,7 +923,7 @@ func (s *Service) deleteLocked(ctx context.Context, se store.Session) error {
 	if err != nil {
 		return err
 	}
-	s.forgetCA(ctx, se.ID)
+	s.forgetCA(ctx, se.TenantID, se.ID)
 	// Drop the record (and its remaining snapshots' records) unless a fork still resumes from one.
 	if err := s.store.DeleteSession(ctx, se.TenantID, se.ID); err == nil && head != "" && s.snapshots != nil {
 		s.dropImages(head)
@@ -1319,8 +1326,9 @@ func (s *Service) checkTemplate(ctx context.Context, name string, memMB int) err
 }
 
 // forgetCA removes a deleted session's interception CA from the nodes (those out of reach keep it,
-// its key wrapped under the tenant's key).
-func (s *Service) forgetCA(ctx context.Context, caID string) {
+// its key wrapped under the tenant's key) and from the Store.
+func (s *Service) forgetCA(ctx context.Context, tenantID, caID string) {
+	s.dropSessionCA(ctx, tenantID, caID)
 	nodes, err := s.reachableNodes(ctx)
 	if err != nil {
 		s.log.Warn("forget a session's interception CA", "session", caID, "err", err)

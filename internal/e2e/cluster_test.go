@@ -3,7 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -291,6 +294,9 @@ func TestNodeFailover(t *testing.T) {
 		}
 	}()
 
+	// The session's interception CA, which its sandbox's trust store holds, as the victim keeps it.
+	caBefore := sessionCACert(t, victim, sessions[0].ID)
+
 	killed := time.Now()
 	victim.Kill()
 	moved := map[string]time.Duration{}
@@ -318,6 +324,9 @@ func TestNodeFailover(t *testing.T) {
 		}
 	}
 	t.Logf("sessions resumed elsewhere after the kill: %v", moved)
+	if got := sessionCACert(t, other, sessions[0].ID); !bytes.Equal(got, caBefore) {
+		t.Errorf("session %s has another interception CA on %s than it had on %s: its restored trust store does not hold it", sessions[0].ID, other.ID, victim.ID)
+	}
 	for i, se := range sessions {
 		want := fmt.Sprintf("saved-%d", i)
 		if _, ok := moved[se.ID]; !ok {
@@ -451,4 +460,20 @@ func TestNodeFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	leftNothing(t, n)
+}
+
+// sessionCACert returns the certificate (DER) of the interception CA node n keeps for a session.
+func sessionCACert(t *testing.T, n *testenv.Node, sessionID string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(n.DataDir, "node", "ca", sessionID+".json"))
+	if err != nil {
+		t.Fatalf("node %s keeps no CA for session %s: %v", n.ID, sessionID, err)
+	}
+	var ca struct {
+		Cert []byte `json:"cert"`
+	}
+	if err := json.Unmarshal(b, &ca); err != nil || len(ca.Cert) == 0 {
+		t.Fatalf("node %s's CA of session %s: %v", n.ID, sessionID, err)
+	}
+	return ca.Cert
 }

@@ -47,6 +47,10 @@ type Control interface {
 	// which is its own from then on; the one it called with (of fingerprint) stays its own until the
 	// new one is first used, in case the answer is lost.
 	NodeRenew(ctx context.Context, nodeID, fingerprint string, csrPEM []byte) ([]byte, error)
+	// NodeCAGet returns the interception CA of a session the node runs a sandbox of (mitm.CA.Marshal with
+	// the key in the clear), or ErrNotFound; NodeCAPut keeps the one the node made for it.
+	NodeCAGet(ctx context.Context, nodeID, tenantID, sessionID string) ([]byte, error)
+	NodeCAPut(ctx context.Context, nodeID, tenantID, sessionID string, ca []byte) error
 }
 
 // Heartbeat is what a node reports every HeartbeatInterval: the control planes place sandboxes only on
@@ -96,6 +100,8 @@ func NewControlHandler(c Control, log *slog.Logger) *ControlHandler {
 	h.mux.HandleFunc("POST /cluster/v1/exit", h.exit)
 	h.mux.HandleFunc("POST /cluster/v1/heartbeat", h.heartbeat)
 	h.mux.HandleFunc("POST /cluster/v1/renew", h.renew)
+	h.mux.HandleFunc("POST /cluster/v1/ca/get", h.caGet)
+	h.mux.HandleFunc("POST /cluster/v1/ca/put", h.caPut)
 	return h
 }
 
@@ -230,6 +236,35 @@ func (h *ControlHandler) renew(w http.ResponseWriter, r *http.Request) {
 	}
 	cert, err := h.c.NodeRenew(r.Context(), callerNode(r), cluster.CertFingerprint(r.TLS.PeerCertificates[0].Raw), []byte(b.CSR))
 	h.answer(w, r, renewBody{Certificate: string(cert)}, err)
+}
+
+// caBody names a session's interception CA, and carries it.
+type caBody struct {
+	Tenant  string `json:"tenant"`
+	Session string `json:"session"`
+	CA      []byte `json:"ca,omitempty"`
+}
+
+func (h *ControlHandler) caGet(w http.ResponseWriter, r *http.Request) {
+	var b caBody
+	if err := decode(r.Body, &b); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	ca, err := h.c.NodeCAGet(r.Context(), callerNode(r), b.Tenant, b.Session)
+	h.answer(w, r, caBody{Tenant: b.Tenant, Session: b.Session, CA: ca}, err)
+	clear(ca)
+}
+
+func (h *ControlHandler) caPut(w http.ResponseWriter, r *http.Request) {
+	var b caBody
+	if err := decode(r.Body, &b); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	err := h.c.NodeCAPut(r.Context(), callerNode(r), b.Tenant, b.Session, b.CA)
+	clear(b.CA)
+	h.answer(w, r, nil, err)
 }
 
 // maxAuditBatch bounds the audit entries of one call.
@@ -412,6 +447,20 @@ func (c *ControlClient) Renew(ctx context.Context, csrPEM []byte) ([]byte, error
 	var b renewBody
 	err := c.call(ctx, "/cluster/v1/renew", renewBody{CSR: string(csrPEM)}, &b)
 	return []byte(b.Certificate), err
+}
+
+// SessionCA returns the interception CA the control plane keeps for a session this node runs
+// (castore.Remote's Get).
+func (c *ControlClient) SessionCA(ctx context.Context, tenantID, sessionID string) ([]byte, error) {
+	var b caBody
+	err := c.call(ctx, "/cluster/v1/ca/get", caBody{Tenant: tenantID, Session: sessionID}, &b)
+	return b.CA, err
+}
+
+// KeepSessionCA hands the control plane the interception CA this node made for a session
+// (castore.Remote's Put).
+func (c *ControlClient) KeepSessionCA(ctx context.Context, tenantID, sessionID string, ca []byte) error {
+	return c.call(ctx, "/cluster/v1/ca/put", caBody{Tenant: tenantID, Session: sessionID, CA: ca}, nil)
 }
 
 // Reconnect makes the next calls use new connections (handshakes with the certificate held now); the
