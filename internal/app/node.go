@@ -26,6 +26,7 @@ import (
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/daemon"
 	"github.com/airlockrun/airlock/internal/fsutil"
+	"github.com/airlockrun/airlock/internal/gateway/hostnet"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
 )
@@ -64,6 +65,9 @@ type NodeConfig struct {
 	Advertise string
 	// MaxSandboxes bounds the sandboxes the node runs at once. Zero: 32 per CPU core.
 	MaxSandboxes int
+	// SandboxAddresses is the range the node's sandboxes get their /30s from (nodes sharing a host can
+	// each have one of their own). Invalid prefix (the zero value): hostnet.Pool.
+	SandboxAddresses netip.Prefix
 	// Runsc, DaemonBinary, Debug, Hosts, HostsOnly and ExtraRootsPEM are as in Config.
 	Runsc         string
 	DaemonBinary  string
@@ -160,6 +164,11 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 	j, err := loadJoined(dataDir)
 	if err != nil {
 		return err
+	}
+	if cfg.SandboxAddresses.IsValid() {
+		if err := hostnet.SetPool(cfg.SandboxAddresses); err != nil {
+			return err
+		}
 	}
 	log := cfg.Logger.With("node", j.info.ID)
 	capacity, err := node.HostCapacity(cfg.MaxSandboxes)

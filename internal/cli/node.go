@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -185,7 +186,7 @@ CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOI
 	join.Flags().StringVar(&caFingerprint, "ca-fingerprint", "", `the cluster CA's fingerprint ("sha256:<hex>", printed by "node token create"): the join is refused if the control plane presents another CA`)
 
 	var controlPlanes []string
-	var listen, advertise, runsc string
+	var listen, advertise, runsc, pool string
 	var maxSandboxes int
 	var debug bool
 	run := &cobra.Command{
@@ -214,7 +215,14 @@ their latest snapshots.`,
 			if g.json {
 				h = slog.NewJSONHandler(g.Err, opts)
 			}
-			return app.RunNode(ctx, app.NodeConfig{DataDir: g.dataDir, ControlPlanes: controlPlanes, Listen: listen, Advertise: advertise,
+			var addrs netip.Prefix
+			if pool != "" {
+				var err error
+				if addrs, err = netip.ParsePrefix(pool); err != nil {
+					return fmt.Errorf("--sandbox-addresses: %w", err)
+				}
+			}
+			return app.RunNode(ctx, app.NodeConfig{DataDir: g.dataDir, ControlPlanes: controlPlanes, Listen: listen, Advertise: advertise, SandboxAddresses: addrs,
 				MaxSandboxes: maxSandboxes, Runsc: runsc, Debug: debug, Logger: slog.New(h), Out: g.Out})
 		},
 	}
@@ -222,6 +230,7 @@ their latest snapshots.`,
 	run.Flags().StringVar(&listen, "listen", app.DefaultNodeListen, "the node API's address")
 	run.Flags().StringVar(&advertise, "advertise", "", "the host:port control planes reach the node API at; its host must be one the node joined with (default: the first --host of the join and the --listen port)")
 	run.Flags().IntVar(&maxSandboxes, "max-sandboxes", 0, "the sandboxes this node runs at once (default 32 per CPU core)")
+	run.Flags().StringVar(&pool, "sandbox-addresses", "", "the range inside 100.64.0.0/10 the sandboxes' addresses come from, for nodes sharing a host (default 100.96.0.0/12)")
 	run.Flags().StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
 	run.Flags().BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
 	cmd.AddCommand(token, join, run,

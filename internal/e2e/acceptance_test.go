@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -40,7 +41,9 @@ func TestClusterAcceptance(t *testing.T) {
 	nodes := map[string]*testenv.Node{}
 	var all []*testenv.Node
 	for i := range 3 {
-		n := testenv.StartNode(t, env, fmt.Sprintf("node-%d", i+1), testenv.NodeOptions{Process: true, ControlPlanes: []string{cp1.ClusterURL, cp2.ClusterURL}})
+		// Each node with its own state directory and sandbox address range.
+		n := testenv.StartNode(t, env, fmt.Sprintf("node-%d", i+1), testenv.NodeOptions{Process: true, ControlPlanes: []string{cp1.ClusterURL, cp2.ClusterURL},
+			SandboxAddresses: fmt.Sprintf("100.%d.0.0/14", 96+4*i)})
 		nodes[n.ID] = n
 		all = append(all, n)
 	}
@@ -91,7 +94,22 @@ func TestClusterAcceptance(t *testing.T) {
 	}
 	perNode := map[string][]int{}
 	for i, se := range sessions {
-		perNode[nodeOf(t, se.SandboxID, all...)] = append(perNode[nodeOf(t, se.SandboxID, all...)], i)
+		n := nodeOf(t, se.SandboxID, all...)
+		perNode[n] = append(perNode[n], i)
+	}
+	// Each node's sandboxes have addresses from its range only.
+	for i, n := range all {
+		pool := netip.MustParsePrefix(fmt.Sprintf("100.%d.0.0/14", 96+4*i))
+		for _, k := range perNode[n.ID] {
+			res, err := c1.Exec(ctx, sessions[k].ID, airlock.ExecRequest{Cmd: []string{"python3", "-c",
+				"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('100.64.0.1', 9)); print(s.getsockname()[0])"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, err := netip.ParseAddr(strings.TrimSpace(res.Stdout)); err != nil || !pool.Contains(a) {
+				t.Errorf("a sandbox on %s has address %q (%s); want one in %s", n.ID, res.Stdout, res.Stderr, pool)
+			}
+		}
 	}
 	t.Logf("sessions per node: %d, %d, %d", len(perNode["node-1"]), len(perNode["node-2"]), len(perNode["node-3"]))
 	for _, n := range all {

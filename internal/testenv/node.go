@@ -41,6 +41,9 @@ type NodeOptions struct {
 	Listen string
 	// MaxSandboxes bounds the node's sandboxes; zero: the default.
 	MaxSandboxes int
+	// SandboxAddresses is the range of the node's sandboxes' addresses (Process only); empty: the
+	// default.
+	SandboxAddresses string
 	// ControlPlanes are the cluster ports the node reports to, in turn; empty: the Env's.
 	ControlPlanes []string
 	// Process runs the node as a process of its own (airlock node run from the test binary), which
@@ -98,6 +101,9 @@ func StartNode(t testing.TB, e *Env, id string, opts NodeOptions) *Node {
 		n.cmd.Stdout, n.cmd.Stderr = logs, logs
 		if opts.MaxSandboxes > 0 {
 			n.cmd.Args = append(n.cmd.Args, "--max-sandboxes", fmt.Sprint(opts.MaxSandboxes))
+		}
+		if opts.SandboxAddresses != "" {
+			n.cmd.Args = append(n.cmd.Args, "--sandbox-addresses", opts.SandboxAddresses)
 		}
 		if err := n.cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -23,6 +23,21 @@ import (
 // host's own networks. The gateway's guard refuses connections into it.
 var Pool = netip.MustParsePrefix("100.96.0.0/12")
 
+// Shared is the address space Pool must be in (RFC 6598), all of which the gateway's guard refuses
+// connections into.
+var Shared = netip.MustParsePrefix("100.64.0.0/10")
+
+// SetPool makes p the pool of this process's sandboxes (several nodes on one host, each with a range of
+// its own). It must be inside Shared and hold at least one /30.
+func SetPool(p netip.Prefix) error {
+	p = p.Masked()
+	if !p.Addr().Is4() || p.Bits() > 30 || !Shared.Contains(p.Addr()) || p.Bits() < Shared.Bits() {
+		return fmt.Errorf("hostnet: sandbox addresses %s: want an IPv4 prefix of /10 to /30 inside %s", p, Shared)
+	}
+	Pool = p
+	return nil
+}
+
 // Addr is one sandbox's addressing: Host is the host end (the sandbox's gateway), Sandbox its own address,
 // both in one /30.
 type Addr struct {
