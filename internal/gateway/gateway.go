@@ -228,8 +228,10 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: cfg.Logger.With("component", "gateway"), bySrc: map[netip.Addr]*sandbox{}, byID: map[string]*sandbox{}}
 	var err error
 	// The listeners take any address: nftables redirects to the address of the veth a packet came in
-	// on, and drops connections to these ports from anywhere but a sandbox veth.
-	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	// on, and drops what comes to these sockets (marked netfilter.GatewayMark) from anywhere but a
+	// sandbox veth.
+	lc := net.ListenConfig{Control: netfilter.MarkSocket(netfilter.GatewayMark)}
+	ln, err := lc.Listen(context.Background(), "tcp4", "0.0.0.0:0")
 	if err != nil {
 		return nil, fmt.Errorf("gateway: proxy listener: %w", err)
 	}
@@ -238,13 +240,13 @@ func New(cfg Config) (*Gateway, error) {
 	// DNS takes the same port number for UDP and TCP: find one free for both.
 	var dnsPort uint16
 	for attempt := 0; attempt < 20 && g.dnsTCP == nil; attempt++ {
-		pc, err := net.ListenPacket("udp4", "0.0.0.0:0")
+		pc, err := lc.ListenPacket(context.Background(), "udp4", "0.0.0.0:0")
 		if err != nil {
 			g.proxy.Close()
 			return nil, fmt.Errorf("gateway: dns listener: %w", err)
 		}
 		p := pc.LocalAddr().(*net.UDPAddr).Port
-		tl, err := net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", p))
+		tl, err := lc.Listen(context.Background(), "tcp4", fmt.Sprintf("0.0.0.0:%d", p))
 		if err != nil {
 			pc.Close()
 			continue

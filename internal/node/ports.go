@@ -112,15 +112,4 @@ func (c *ingressConn) Close() error {
 }
 
 // markIngress sets the ingress mark on a socket before it connects.
-func markIngress(_, _ string, rc syscall.RawConn) error {
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, int(netfilter.IngressMark))
-	}); err != nil {
-		return err
-	}
-	if serr != nil {
-		return fmt.Errorf("set SO_MARK: %w", serr)
-	}
-	return nil
-}
+var markIngress = netfilter.MarkSocket(netfilter.IngressMark)

@@ -6,7 +6,7 @@
 //   - all other TCP is redirected to the gateway's transparent proxy, which reads the original
 //     destination with SO_ORIGINAL_DST and decides;
 //   - on input, sandboxes reach only those two ports; everything else on the host (its services, the API)
-//     is dropped; nothing else reaches those ports;
+//     is dropped; nothing else reaches the gateway's sockets (those marked GatewayMark);
 //   - nothing is forwarded to or from a sandbox veth: the host never routes sandbox traffic;
 //   - the host opens connections into a sandbox only from sockets marked IngressMark (the node's
 //     ingress, which authenticates every request first): other local processes cannot reach a
@@ -19,6 +19,7 @@ package netfilter
 import (
 	"encoding/binary"
 	"fmt"
+	"syscall"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -30,6 +31,12 @@ import (
 // a sandbox. The rules test this one bit only.
 const IngressMark uint32 = 1 << 28
 
+// GatewayMark is the socket mark of the gateway's listening sockets. Input from anywhere but a sandbox
+// veth to a socket with this bit is dropped. The rule names the sockets, not their ports: a table left
+// behind by a gateway that died (killed, never restarted) keeps refusing its dead ports to sandboxes,
+// but an unrelated service that later draws one of those ports is not blocked.
+const GatewayMark uint32 = 1 << 27
+
 // Config says what the rules enforce.
 type Config struct {
 	// Table is the name of the nftables table (family inet) the rules live in. Required.
@@ -40,6 +47,23 @@ type Config struct {
 	ProxyPort uint16
 	// DNSPort is the port of the gateway's DNS server (UDP and TCP) on the host.
 	DNSPort uint16
+}
+
+// MarkSocket returns a net.Dialer or net.ListenConfig Control function that gives the socket mark
+// (SO_MARK, which needs CAP_NET_ADMIN) before it connects or binds.
+func MarkSocket(mark uint32) func(network, address string, c syscall.RawConn) error {
+	return func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, int(mark))
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("set SO_MARK: %w", serr)
+		}
+		return nil
+	}
 }
 
 // Install replaces the table with the rules for cfg, atomically (one netlink batch).
@@ -101,9 +125,7 @@ func Install(cfg Config) error {
 	// The sandbox's replies on connections the host opened (only the ingress can, see output).
 	add(input, in, l4proto(unix.IPPROTO_TCP), ctReplyEstablished(), verdict(expr.VerdictAccept))
 	add(input, in, verdict(expr.VerdictDrop))
-	add(input, l4proto(unix.IPPROTO_TCP), dport(cfg.ProxyPort), verdict(expr.VerdictDrop))
-	add(input, l4proto(unix.IPPROTO_TCP), dport(cfg.DNSPort), verdict(expr.VerdictDrop))
-	add(input, l4proto(unix.IPPROTO_UDP), dport(cfg.DNSPort), verdict(expr.VerdictDrop))
+	add(input, socketMarked(GatewayMark), verdict(expr.VerdictDrop))
 	// forward: the host routes nothing for sandboxes.
 	add(forward, in, verdict(expr.VerdictDrop))
 	add(forward, oifPrefix(cfg.IfacePrefix), verdict(expr.VerdictDrop))
@@ -222,6 +244,17 @@ func markNot(m uint32) []expr.Any {
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(m), Xor: make([]byte, 4)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(m)},
+	}
+}
+
+// socketMarked matches packets for a local socket whose mark has the bits of m (nft: socket mark & m ==
+// m). A packet for no socket does not match.
+func socketMarked(m uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Socket{Key: expr.SocketKeyMark, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(m), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(m)},
 	}
 }
 
