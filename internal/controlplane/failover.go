@@ -182,17 +182,16 @@ func (s *Service) failOver() {
 	if len(down) == 0 {
 		return
 	}
-	sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}, store.MaxListLimit)
-	if err != nil {
-		s.log.Error("fail over: list sandboxes", "err", err)
-		return
-	}
-	for _, sb := range sbs {
-		if !down[sb.NodeID] {
+	for id := range down {
+		sbs, err := s.sandboxesOnNode(ctx, id, activeSandbox)
+		if err != nil {
+			s.log.Error("fail over: list sandboxes", "node", id, "err", err)
 			continue
 		}
-		s.log.Warn("node down: failing its sandbox", "node", sb.NodeID, "sandbox", sb.ID)
-		s.sandboxExited(sb.NodeID, sb.ID, nodeLostReason+sb.NodeID+" stopped answering")
+		for _, sb := range sbs {
+			s.log.Warn("node down: failing its sandbox", "node", id, "sandbox", sb.ID)
+			s.sandboxExited(id, sb.ID, nodeLostReason+id+" stopped answering")
+		}
 	}
 }
 

@@ -348,6 +348,27 @@ type placement struct {
 	done func()
 }
 
+// activeSandbox are the states of a sandbox that holds (or may hold) resources on its node.
+var activeSandbox = []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}
+
+// sandboxesOnNode returns every sandbox recorded on node nodeID in one of states, reading the Store
+// page by page.
+func (s *Service) sandboxesOnNode(ctx context.Context, nodeID string, states []store.SandboxState) ([]store.Sandbox, error) {
+	var all []store.Sandbox
+	after := ""
+	for {
+		page, err := s.store.ListSandboxesOnNode(ctx, nodeID, states, after, store.MaxListLimit)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if len(page) < store.MaxListLimit {
+			return all, nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
 // place chooses the node for a new sandbox of spec: of the nodes up with room for it (a bound of
 // sandboxes, and memory, counting those placed there and not stopped; CPU is shared, not reserved), prefer if it is one of them (the node
 // where the session's snapshot is), else the one with the most memory left, ties at random.
@@ -359,24 +380,13 @@ func (s *Service) place(ctx context.Context, spec store.SandboxSpec, prefer stri
 	if len(caps) == 0 {
 		return placement{}, fmt.Errorf("no node is up to run the sandbox: %w", errdefs.ErrUnavailable)
 	}
-	type use struct {
-		count int
-		memMB int64
-	}
-	used := map[string]use{}
-	sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}, store.MaxListLimit)
+	used, err := s.store.NodeUsage(ctx, activeSandbox)
 	if err != nil {
 		return placement{}, fmt.Errorf("place: %v: %w", err, errdefs.ErrUnavailable)
 	}
-	for _, sb := range sbs {
-		u := used[sb.NodeID]
-		u.count++
-		u.memMB += int64(sb.Spec.MemoryMB)
-		used[sb.NodeID] = u
-	}
 	best, err := s.nodes.reserve(caps, func(id string) (int, int64) {
 		u := used[id]
-		return u.count, u.memMB
+		return u.Sandboxes, u.MemoryMB
 	}, spec, prefer)
 	if err != nil {
 		return placement{}, err

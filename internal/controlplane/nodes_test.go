@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -26,38 +27,8 @@ import (
 // down or leaving, and settles a node that restarted: what it lost fails, what it kept runs on.
 func TestNodeRouting(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
-	fakes := map[string]*fakeNode{}
-	dialed := map[string]string{}
-	for _, id := range []string{"node-a", "node-b"} {
-		fakes[id] = newFakeNode(t)
-		fakes[id].id = id
-		rec, _ := json.Marshal(NodeRecord{ID: id, Hosts: []string{"10.0.0.1", id + ".internal"}})
-		if _, err := st.PutDoc(ctx, store.Doc{Key: nodeDocPrefix + id, Value: rec}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s, err := New(Config{Store: st, Now: clk.Now, ReapInterval: time.Hour, DialNode: func(id, addr string) (Node, error) {
-		dialed[id] = addr
-		return fakes[id], nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := s.Bootstrap(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := s.Authenticate(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn := p.TenantID
+	c := newRemoteNodes(t, "node-a", "node-b")
+	s, st, clk, fakes, dialed, tn := c.s, c.st, c.clk, c.fakes, c.dialed, c.tenant
 
 	if _, err := s.CreateSandbox(ctx, tn, CreateRequest{}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("create with no node up: %v; want unavailable", err)
@@ -185,6 +156,113 @@ func TestNodeRouting(t *testing.T) {
 	}
 	if _, err := s.SetNetwork(ctx, tn, onA[1], policy.Policy{}); err != nil || dialed["node-a"] != "node-a.internal:7555" {
 		t.Errorf("a call after node-a moved: %v, dialed %s; want its new address", err, dialed["node-a"])
+	}
+}
+
+// remoteNodes is a control plane with no node of its own, and fake nodes that joined it (but have not
+// reported yet), each on host 10.0.0.1 or <id>.internal.
+type remoteNodes struct {
+	s      *Service
+	st     store.Store
+	clk    *clock
+	fakes  map[string]*fakeNode
+	dialed map[string]string // the address each node was last dialed at
+	tenant string
+}
+
+func newRemoteNodes(t *testing.T, ids ...string) *remoteNodes {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	c := &remoteNodes{st: st, clk: &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)},
+		fakes: map[string]*fakeNode{}, dialed: map[string]string{}}
+	for _, id := range ids {
+		c.fakes[id] = newFakeNode(t)
+		c.fakes[id].id = id
+		rec, _ := json.Marshal(NodeRecord{ID: id, Hosts: []string{"10.0.0.1", id + ".internal"}})
+		if _, err := st.PutDoc(ctx, store.Doc{Key: nodeDocPrefix + id, Value: rec}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.s, err = New(Config{Store: st, Now: c.clk.Now, ReapInterval: time.Hour, Logger: slog.New(slog.DiscardHandler), DialNode: func(id, addr string) (Node, error) {
+		c.dialed[id] = addr
+		return c.fakes[id], nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := c.s.Bootstrap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.s.Authenticate(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.tenant = p.TenantID
+	return c
+}
+
+// TestNodesPastAPage: placement, failover and reconcile see every sandbox of a node, not only the
+// first page of the Store's lists (1000).
+func TestNodesPastAPage(t *testing.T) {
+	ctx := context.Background()
+	c := newRemoteNodes(t, "node-a")
+	const n = store.MaxListLimit + 50
+	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 1 << 20, MaxSandboxes: n}
+	if err := c.s.NodeHeartbeat(ctx, "node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a1", Capacity: capacity}); err != nil {
+		t.Fatal(err)
+	}
+	// Records of n running sandboxes on node-a, the node's bound.
+	for range n {
+		sb, err := c.st.CreateSandbox(ctx, store.Sandbox{TenantID: c.tenant, NodeID: "node-a", Template: "default",
+			Spec: store.SandboxSpec{MemoryMB: 64}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.State = store.StateRunning
+		if _, err := c.st.UpdateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		c.fakes["node-a"].running[sb.ID] = true
+	}
+	if _, err := c.s.CreateSandbox(ctx, c.tenant, CreateRequest{MemoryMB: 64}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("a sandbox past the bound of %d on the only node: %v; want resource exhausted", n, err)
+	}
+	// The node restarts having lost them all: every one fails.
+	clear(c.fakes["node-a"].running)
+	if err := c.s.NodeHeartbeat(ctx, "node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a2", Capacity: capacity}); err != nil {
+		t.Fatal(err)
+	}
+	c.s.bg.Wait()
+	use, err := c.st.NodeUsage(ctx, activeSandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := use["node-a"]; u.Sandboxes != 0 {
+		t.Errorf("after node-a restarted with none of its %d sandboxes, %d are still recorded there", n, u.Sandboxes)
+	}
+	if _, err := c.s.CreateSandbox(ctx, c.tenant, CreateRequest{MemoryMB: 64}); err != nil {
+		t.Fatalf("create on the emptied node: %v", err)
+	}
+	// n more are recorded on node-a; it goes quiet and is given up: all of its sandboxes fail.
+	for range n {
+		if _, err := c.st.CreateSandbox(ctx, store.Sandbox{TenantID: c.tenant, NodeID: "node-a", Template: "default"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.clk.Add(NodeDownAfter + time.Second)
+	c.s.failOver()
+	c.s.bg.Wait()
+	if use, err = c.st.NodeUsage(ctx, activeSandbox); err != nil {
+		t.Fatal(err)
+	}
+	if u := use["node-a"]; u.Sandboxes != 0 {
+		t.Errorf("after node-a was given up, %d of its %d sandboxes are still recorded there", u.Sandboxes, n+1)
 	}
 }
 

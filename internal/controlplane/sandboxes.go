@@ -632,17 +632,10 @@ func (s *Service) reconcileRemote(ctx context.Context, nodeID string, since time
 // reconcileNode settles n's sandboxes after n (or this control plane with it) started again. Sandboxes
 // being created since createdSince (if not zero) are left alone.
 func (s *Service) reconcileNode(ctx context.Context, n Node, createdSince time.Time) error {
-	sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}, store.MaxListLimit)
+	sbs, err := s.sandboxesOnNode(ctx, n.ID(), activeSandbox)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	mine := sbs[:0]
-	for _, sb := range sbs {
-		if sb.NodeID == n.ID() {
-			mine = append(mine, sb)
-		}
-	}
-	sbs = mine
 	var running []node.RecoverRequest
 	// keep are the sandboxes the node may have that are not to be destroyed as orphans.
 	keep := map[string]bool{}
@@ -733,18 +726,18 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	defer s.ops.stopAll()
 	// Uploads finish if they can in time; a restart takes up the others from their saved images.
 	defer s.waitUploads(ctx)
+	// Only the in-process node's sandboxes: the other nodes run on without this replica.
+	if s.nodes.local == nil {
+		return nil
+	}
 	var errs []error
 	for {
-		sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}, 1000)
+		sbs, err := s.sandboxesOnNode(ctx, s.nodes.local.ID(), activeSandbox)
 		if err != nil {
 			return err
 		}
 		n := 0
 		for _, sb := range sbs {
-			// Only the in-process node's: the other nodes run on without this replica.
-			if !s.nodes.isLocal(sb.NodeID) {
-				continue
-			}
 			n++
 			unlock := s.locks.Lock(sb.ID)
 			if fresh, err := s.store.GetSandbox(ctx, sb.TenantID, sb.ID); err == nil {

@@ -1079,15 +1079,17 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 		}
 	}
 	// A sandbox of a session that moved on (paused just before a restart could destroy it).
-	sbs, err := s.store.ListSandboxesByState(ctx, []store.SandboxState{store.StateRunning}, store.MaxListLimit)
-	if err != nil {
-		return fmt.Errorf("reconcile sessions: %w", err)
+	// Only the in-process node's: on the other nodes, a sandbox may be one an operation of another
+	// replica is booting (adoptOrphanOps settles those of a replica gone).
+	var sbs []store.Sandbox
+	if s.nodes.local != nil {
+		if sbs, err = s.sandboxesOnNode(ctx, s.nodes.local.ID(), []store.SandboxState{store.StateRunning}); err != nil {
+			return fmt.Errorf("reconcile sessions: %w", err)
+		}
 	}
 	for _, sb := range sbs {
 		id := sb.Metadata[SessionMetadataKey]
-		// Only the in-process node's: on the other nodes, a sandbox may be one an operation of another
-		// replica is booting (adoptOrphanOps settles those of a replica gone).
-		if id == "" || !s.nodes.isLocal(sb.NodeID) {
+		if id == "" {
 			continue
 		}
 		if se, err := s.store.GetSession(ctx, sb.TenantID, id); err != nil || se.SandboxID != sb.ID {

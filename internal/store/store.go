@@ -117,6 +117,13 @@ type Store interface {
 	// (any state when states is empty), least recently updated first (UpdatedAt, then ID), so a loop that
 	// updates what it handles works through all of them. limit follows NormalizeLimit.
 	ListSandboxesByState(ctx context.Context, states []SandboxState, limit int) ([]Sandbox, error)
+	// ListSandboxesOnNode returns up to limit sandboxes of every tenant placed on node nodeID whose State
+	// is one of states (any state when states is empty), in ID order, starting after afterID ("" for the
+	// first page): the next page starts after the last ID of this one. limit follows NormalizeLimit.
+	ListSandboxesOnNode(ctx context.Context, nodeID string, states []SandboxState, afterID string, limit int) ([]Sandbox, error)
+	// NodeUsage returns, for each node that has sandboxes whose State is one of states (at least one
+	// state), how many it has and the memory they were given.
+	NodeUsage(ctx context.Context, states []SandboxState) (map[string]NodeUse, error)
 	// ListExpiredSandboxes returns up to limit sandboxes of every tenant that are creating or running and
 	// whose EndsAt is set and not after now, earliest EndsAt first (then ID). limit follows NormalizeLimit.
 	ListExpiredSandboxes(ctx context.Context, now time.Time, limit int) ([]Sandbox, error)
@@ -405,6 +412,12 @@ type APIKey struct {
 	CreatedAt  time.Time
 	LastUsedAt *time.Time // nil until first used
 	RevokedAt  *time.Time // nil while the key is valid
+}
+
+// NodeUse is what a node holds of the sandboxes counted by NodeUsage.
+type NodeUse struct {
+	Sandboxes int
+	MemoryMB  int64 // the sum of their Spec.MemoryMB
 }
 
 // SandboxSpec is the resources and timeout a sandbox was asked for. Zero fields mean "the default".

@@ -215,4 +215,6 @@ CREATE TABLE docs (
 	updated_at BIGINT           NOT NULL
 );
 `,
+	// 5 (SQLite's 14): the sandboxes of one node.
+	`CREATE INDEX sandboxes_by_node ON sandboxes (node_id, id);`,
 }

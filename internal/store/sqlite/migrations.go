@@ -263,6 +263,8 @@ CREATE TABLE docs (
 	updated_at INTEGER NOT NULL
 );
 `,
+	// 14: the sandboxes of one node, for placement, failover and reconcile at any number of sandboxes.
+	`CREATE INDEX sandboxes_by_node ON sandboxes (node_id, id);`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in

@@ -43,10 +43,8 @@ func listByState[S interface {
 	if err != nil {
 		return nil, fmt.Errorf("list %s by state: %w", table, err)
 	}
-	for _, st := range states {
-		if !st.Valid() {
-			return nil, fmt.Errorf("list %s by state: state %q: %w", table, st, errdefs.ErrInvalidArgument)
-		}
+	if err := validStates(states); err != nil {
+		return nil, fmt.Errorf("list %s by state: %w", table, err)
 	}
 	query := "SELECT " + cols + " FROM " + table
 	var args []any
@@ -61,6 +59,19 @@ func listByState[S interface {
 		return nil, fmt.Errorf("list %s by state: %w", table, err)
 	}
 	return out, nil
+}
+
+// validStates checks every state of states; a bad one is ErrInvalidArgument.
+func validStates[S interface {
+	~string
+	Valid() bool
+}](states []S) error {
+	for _, st := range states {
+		if !st.Valid() {
+			return fmt.Errorf("state %q: %w", st, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
 }
 
 // queryAll runs a SELECT on the readers and scans every row with scan.

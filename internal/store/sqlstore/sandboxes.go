@@ -172,6 +172,58 @@ func (s *DB) ListSandboxesByState(ctx context.Context, states []store.SandboxSta
 	return listByState(ctx, s, "sandboxes", sandboxCols, "updated_at", states, limit, scanSandbox)
 }
 
+// ListSandboxesOnNode implements store.Store.
+func (s *DB) ListSandboxesOnNode(ctx context.Context, nodeID string, states []store.SandboxState, afterID string, limit int) ([]store.Sandbox, error) {
+	limit, err := store.NormalizeLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes on node %s: %w", nodeID, err)
+	}
+	if err := validStates(states); err != nil {
+		return nil, fmt.Errorf("list sandboxes on node %s: %w", nodeID, err)
+	}
+	query := "SELECT " + sandboxCols + " FROM sandboxes WHERE node_id = ? AND id > ?"
+	args := []any{nodeID, afterID}
+	if len(states) > 0 {
+		w, a := in("state", states)
+		query += " AND " + w
+		args = append(args, a...)
+	}
+	out, err := s.querySandboxes(ctx, query+" ORDER BY id LIMIT ?", append(args, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes on node %s: %w", nodeID, err)
+	}
+	return out, nil
+}
+
+// NodeUsage implements store.Store.
+func (s *DB) NodeUsage(ctx context.Context, states []store.SandboxState) (map[string]store.NodeUse, error) {
+	if len(states) == 0 {
+		return nil, fmt.Errorf("node usage: no state given: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := validStates(states); err != nil {
+		return nil, fmt.Errorf("node usage: %w", err)
+	}
+	w, args := in("state", states)
+	type row struct {
+		node string
+		use  store.NodeUse
+	}
+	rows, err := queryAll(ctx, s, "SELECT node_id, COUNT(*), COALESCE(SUM(memory_mb), 0) FROM sandboxes WHERE "+w+" GROUP BY node_id",
+		func(sc scanner) (row, error) {
+			var r row
+			err := sc.Scan(&r.node, &r.use.Sandboxes, &r.use.MemoryMB)
+			return r, err
+		}, args...)
+	if err != nil {
+		return nil, fmt.Errorf("node usage: %w", err)
+	}
+	out := make(map[string]store.NodeUse, len(rows))
+	for _, r := range rows {
+		out[r.node] = r.use
+	}
+	return out, nil
+}
+
 // ListExpiredSandboxes implements store.Store.
 func (s *DB) ListExpiredSandboxes(ctx context.Context, now time.Time, limit int) ([]store.Sandbox, error) {
 	limit, err := store.NormalizeLimit(limit)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
@@ -305,6 +306,76 @@ func testListByState(t *testing.T, s store.Store) {
 	wantErr(t, "ListSandboxesByState(unknown state)", err, errdefs.ErrInvalidArgument)
 	_, err = s.ListSandboxesByState(ctx, nil, -1)
 	wantErr(t, "ListSandboxesByState(negative limit)", err, errdefs.ErrInvalidArgument)
+}
+
+// testListOnNode checks the per-node queries of placement, failover and reconcile: the sandboxes of
+// one node page by page, and what each node holds.
+func testListOnNode(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
+	plan := []struct {
+		tenant, node string
+		state        store.SandboxState
+		memMB        int
+	}{
+		{a.ID, "n1", store.StateRunning, 256}, {b.ID, "n1", store.StateRunning, 512}, {a.ID, "n1", store.StateCreating, 128},
+		{a.ID, "n1", store.StateStopped, 1024}, {b.ID, "n1", store.StateStopping, 64}, {a.ID, "n1", store.StateFailed, 2048},
+		{a.ID, "n2", store.StateRunning, 300}, {b.ID, "n2", store.StateStopped, 700}, {a.ID, "n3", store.StateFailed, 900},
+	}
+	var all []store.Sandbox
+	for _, p := range plan {
+		sb := mustSandbox(t, s, store.Sandbox{TenantID: p.tenant, NodeID: p.node, Spec: store.SandboxSpec{MemoryMB: p.memMB}})
+		all = append(all, drive(t, s, sb, p.state))
+	}
+	active := []store.SandboxState{store.StateCreating, store.StateRunning, store.StateStopping}
+	for _, tc := range []struct {
+		node   string
+		states []store.SandboxState
+	}{{"n1", nil}, {"n1", active}, {"n1", []store.SandboxState{store.StateStopped}}, {"n2", active}, {"n3", active}, {"none", nil}} {
+		var want []string
+		for _, sb := range all {
+			if sb.NodeID == tc.node && (len(tc.states) == 0 || slices.Contains(tc.states, sb.State)) {
+				want = append(want, sb.ID)
+			}
+		}
+		slices.Sort(want)
+		// Pages of two, each after the last ID of the one before.
+		var got []string
+		after := ""
+		for range 10 {
+			page, err := s.ListSandboxesOnNode(ctx, tc.node, tc.states, after, 2)
+			wantErr(t, fmt.Sprintf("ListSandboxesOnNode(%s, %v, %q)", tc.node, tc.states, after), err, nil)
+			got = append(got, ids(page)...)
+			if len(page) < 2 {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("ListSandboxesOnNode(%s, %v) IDs (-want +got):\n%s", tc.node, tc.states, diff)
+		}
+	}
+	_, err := s.ListSandboxesOnNode(ctx, "n1", []store.SandboxState{"paused"}, "", 0)
+	wantErr(t, "ListSandboxesOnNode(unknown state)", err, errdefs.ErrInvalidArgument)
+	_, err = s.ListSandboxesOnNode(ctx, "n1", nil, "", -1)
+	wantErr(t, "ListSandboxesOnNode(negative limit)", err, errdefs.ErrInvalidArgument)
+
+	use, err := s.NodeUsage(ctx, active)
+	wantErr(t, "NodeUsage", err, nil)
+	want := map[string]store.NodeUse{"n1": {Sandboxes: 4, MemoryMB: 256 + 512 + 128 + 64}, "n2": {Sandboxes: 1, MemoryMB: 300}}
+	if diff := cmp.Diff(want, use); diff != "" {
+		t.Errorf("NodeUsage(active) (-want +got):\n%s", diff)
+	}
+	use, err = s.NodeUsage(ctx, []store.SandboxState{store.StateFailed})
+	wantErr(t, "NodeUsage(failed)", err, nil)
+	want = map[string]store.NodeUse{"n1": {Sandboxes: 1, MemoryMB: 2048}, "n3": {Sandboxes: 1, MemoryMB: 900}}
+	if diff := cmp.Diff(want, use); diff != "" {
+		t.Errorf("NodeUsage(failed) (-want +got):\n%s", diff)
+	}
+	_, err = s.NodeUsage(ctx, nil)
+	wantErr(t, "NodeUsage(no state)", err, errdefs.ErrInvalidArgument)
+	_, err = s.NodeUsage(ctx, []store.SandboxState{"paused"})
+	wantErr(t, "NodeUsage(unknown state)", err, errdefs.ErrInvalidArgument)
 }
 
 // testListExpired checks the timeout query: creating or running, EndsAt set and not after now.

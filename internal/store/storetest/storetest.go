@@ -70,6 +70,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) 
 		{"ListLimitsAndBadInput", testListLimitsAndBadInput},
 		{"ListByState", testListByState},
 		{"ListExpired", testListExpired},
+		{"ListOnNode", testListOnNode},
 		{"SessionCreateGet", testSessionCreateGet},
 		{"SessionTimes", testSessionTimes},
 		{"SessionUpdate", testSessionUpdate},
