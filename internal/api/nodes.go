@@ -8,6 +8,7 @@ import (
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -30,9 +31,35 @@ func toNode(n controlplane.NodeRecord) airlock.Node {
 		}
 		seen := l.SeenAt
 		out.Addr, out.LastSeenAt, out.Sandboxes, out.Version = l.Addr, &seen, l.Sandboxes, l.Version
-		out.Capacity = &airlock.NodeCapacity{CPUMillicores: l.Capacity.CPUMillicores, MemoryMB: l.Capacity.MemoryMB, MaxSandboxes: l.Capacity.MaxSandboxes}
+		out.Capacity = toNodeCapacity(l.Capacity)
+	}
+	if n.Bound != nil {
+		out.Bound = toNodeCapacity(*n.Bound)
 	}
 	return out
+}
+
+func toNodeCapacity(c node.Capacity) *airlock.NodeCapacity {
+	return &airlock.NodeCapacity{CPUMillicores: c.CPUMillicores, MemoryMB: c.MemoryMB, MaxSandboxes: c.MaxSandboxes}
+}
+
+func (s *Server) setNodeBound(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := cluster.CheckID(id); err != nil {
+		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "node %v", err))
+		return
+	}
+	var req airlock.NodeCapacity
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	rec, err := s.cp.SetNodeBound(r.Context(), id, node.Capacity{CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB, MaxSandboxes: req.MaxSandboxes})
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toNode(rec))
 }
 
 func (s *Server) createJoinToken(w http.ResponseWriter, r *http.Request) {

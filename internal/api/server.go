@@ -111,6 +111,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/tenants/{id}", s.operator(s.getTenant)},
 		{"PATCH", "/v1/tenants/{id}", s.operator(s.updateTenant)},
 		{"GET", "/v1/nodes", s.operator(s.listNodes)},
+		{"PUT", "/v1/nodes/{id}/bound", s.operator(s.setNodeBound)},
 		{"POST", "/v1/nodes/join", s.joinNode},
 		{"GET", "/v1/nodes/join-tokens", s.operator(s.listJoinTokens)},
 		{"POST", "/v1/nodes/join-tokens", s.operator(s.createJoinToken)},

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -233,7 +234,33 @@ their latest snapshots.`,
 	run.Flags().StringVar(&pool, "sandbox-addresses", "", "the range inside 100.64.0.0/10 the sandboxes' addresses come from, for nodes sharing a host (default 100.96.0.0/12)")
 	run.Flags().StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
 	run.Flags().BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
-	cmd.AddCommand(token, join, run,
+	var bound airlock.NodeCapacity
+	boundCmd := &cobra.Command{
+		Use:   "bound ID",
+		Short: "Set the most a node is trusted to offer sandboxes (operator tenant's admin key)",
+		Long: `Set the most a node is trusted to offer sandboxes. Placement uses the capacity a node reports only up
+to its bound, so a node taken over cannot draw in more sandboxes, and their tenants' secrets, than it
+was given. Until set, the bound is what the node reported in its first heartbeat after it joined.
+A flag left out keeps the current bound's. It applies from the node's next heartbeat.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			n, err := g.client().SetNodeBound(cmd.Context(), args[0], bound)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, n)
+			}
+			fmt.Fprintf(g.Out, "node %s: at most %d sandboxes, %d MB of memory, %d millicores\n", n.ID,
+				n.Bound.MaxSandboxes, n.Bound.MemoryMB, n.Bound.CPUMillicores)
+			return nil
+		},
+	}
+	boundCmd.Flags().IntVar(&bound.MaxSandboxes, "max-sandboxes", 0, "the sandboxes it may run at once")
+	boundCmd.Flags().Int64Var(&bound.MemoryMB, "memory-mb", 0, "the memory, in MB, of the sandboxes it may run at once")
+	boundCmd.Flags().Int64Var(&bound.CPUMillicores, "cpu-millicores", 0, "the CPU (1000 a core) it may offer")
+	cmd.AddCommand(token, join, run, boundCmd,
 		&cobra.Command{
 			Use:     "ls",
 			Aliases: []string{"list"},
@@ -248,13 +275,13 @@ their latest snapshots.`,
 				if g.json {
 					return printJSON(g.Out, l)
 				}
-				t := newTable(g.Out, "ID", "STATE", "ADDRESS", "SANDBOXES", "HOSTS", "JOINED", "CERT EXPIRES")
+				t := newTable(g.Out, "ID", "STATE", "ADDRESS", "SANDBOXES", "MEMORY MB", "HOSTS", "JOINED", "CERT EXPIRES")
 				for _, n := range l.Nodes {
-					sbs := "-"
+					sbs, mem := "-", "-"
 					if n.Capacity != nil {
-						sbs = fmt.Sprintf("%d/%d", n.Sandboxes, n.Capacity.MaxSandboxes)
+						sbs, mem = fmt.Sprintf("%d/%d", n.Sandboxes, n.Capacity.MaxSandboxes), strconv.FormatInt(n.Capacity.MemoryMB, 10)
 					}
-					t.row(n.ID, n.State, n.Addr, sbs, strings.Join(n.Hosts, ","), n.JoinedAt.Local().Format(time.DateTime), n.CertExpiresAt.Local().Format(time.DateTime))
+					t.row(n.ID, n.State, n.Addr, sbs, mem, strings.Join(n.Hosts, ","), n.JoinedAt.Local().Format(time.DateTime), n.CertExpiresAt.Local().Format(time.DateTime))
 				}
 				return t.flush()
 			},

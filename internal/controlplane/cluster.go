@@ -31,6 +31,11 @@ type NodeRecord struct {
 	// PrevCertFingerprint is the certificate the node renewed from, still its own until it first
 	// calls with the new one (a renewal whose answer was lost must not lock the node out).
 	PrevCertFingerprint string `json:"prev_cert_fingerprint,omitempty"`
+	// Bound is the most the node is trusted to offer: placement uses what it reports in its heartbeats
+	// only up to this, so a node taken over cannot draw in more sandboxes (and their tenants' secrets)
+	// than it was given. The operator sets it (SetNodeBound); until then, its first heartbeat after it
+	// joined sets it to what it reported then.
+	Bound *node.Capacity `json:"bound,omitempty"`
 	// Live is its latest heartbeat (nil: none yet), filled in by ListNodes; not stored here.
 	Live *NodeLive `json:"-"`
 	// Up reports whether it was heard from within NodeDownAfter (ListNodes).

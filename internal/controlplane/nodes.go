@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"encoding/pem"
@@ -64,6 +65,19 @@ func (s *Service) NodeHeartbeat(ctx context.Context, nodeID string, hb nodeapi.H
 	if err != nil {
 		return err
 	}
+	if rec.Bound == nil {
+		// The first heartbeat since the node joined: what it offers now is the most it is trusted with.
+		if rec, err = s.updateNodeRecord(ctx, nodeID, func(r *NodeRecord) error {
+			if r.Bound == nil {
+				b := hb.Capacity
+				r.Bound = &b
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+	}
+	hb.Capacity = hb.Capacity.Min(*rec.Bound)
 	host, port, err := net.SplitHostPort(hb.Addr)
 	if p, perr := strconv.Atoi(port); err != nil || perr != nil || p <= 0 || p > 65535 {
 		return fmt.Errorf("heartbeat: address %q is not host:port: %w", hb.Addr, errdefs.ErrInvalidArgument)
@@ -123,6 +137,68 @@ func (s *Service) NodeHeartbeat(ctx context.Context, nodeID string, hb nodeapi.H
 		}()
 	}
 	return nil
+}
+
+// updateNodeRecord changes the record of a node that joined with fn (compare-and-swap, retried) and
+// returns it as saved.
+func (s *Service) updateNodeRecord(ctx context.Context, nodeID string, fn func(*NodeRecord) error) (NodeRecord, error) {
+	for range 8 {
+		d, err := s.store.GetDoc(ctx, nodeDocPrefix+nodeID)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return NodeRecord{}, fmt.Errorf("node %s: %w", nodeID, errdefs.ErrNotFound)
+		}
+		if err != nil {
+			return NodeRecord{}, fmt.Errorf("node %s: %v: %w", nodeID, err, errdefs.ErrUnavailable)
+		}
+		var rec NodeRecord
+		if err := json.Unmarshal(d.Value, &rec); err != nil {
+			return NodeRecord{}, fmt.Errorf("node record %s: %w", d.Key, err)
+		}
+		if err := fn(&rec); err != nil {
+			return NodeRecord{}, err
+		}
+		if d.Value, err = json.Marshal(rec); err != nil {
+			return NodeRecord{}, err
+		}
+		if _, err = s.store.PutDoc(ctx, d); err == nil {
+			return rec, nil
+		}
+		if !errors.Is(err, errdefs.ErrConflict) {
+			return NodeRecord{}, fmt.Errorf("node %s: %v: %w", nodeID, err, errdefs.ErrUnavailable)
+		}
+	}
+	return NodeRecord{}, fmt.Errorf("the record of node %s changes too often: %w", nodeID, errdefs.ErrUnavailable)
+}
+
+// SetNodeBound sets the most node nodeID is trusted to offer (see NodeRecord.Bound); a zero field keeps
+// the current bound's. It applies from the node's next heartbeat.
+func (s *Service) SetNodeBound(ctx context.Context, nodeID string, b node.Capacity) (NodeRecord, error) {
+	if _, err := s.clusterCA(); err != nil {
+		return NodeRecord{}, err
+	}
+	if b.CPUMillicores < 0 || b.MemoryMB < 0 || b.MaxSandboxes < 0 {
+		return NodeRecord{}, fmt.Errorf("node bound %+v: no field may be negative: %w", b, errdefs.ErrInvalidArgument)
+	}
+	rec, err := s.updateNodeRecord(ctx, nodeID, func(r *NodeRecord) error {
+		if r.Bound != nil {
+			b.CPUMillicores = cmp.Or(b.CPUMillicores, r.Bound.CPUMillicores)
+			b.MemoryMB = cmp.Or(b.MemoryMB, r.Bound.MemoryMB)
+			b.MaxSandboxes = cmp.Or(b.MaxSandboxes, r.Bound.MaxSandboxes)
+		}
+		if err := b.Check(); err != nil {
+			if r.Bound == nil {
+				return fmt.Errorf("node %s has not reported yet: give all of cpu_millicores, memory_mb and max_sandboxes (%v): %w", nodeID, err, errdefs.ErrInvalidArgument)
+			}
+			return fmt.Errorf("node bound: %v: %w", err, errdefs.ErrInvalidArgument)
+		}
+		r.Bound = &b
+		return nil
+	})
+	if err != nil {
+		return NodeRecord{}, err
+	}
+	s.log.Info("node bound set", "node", nodeID, "cpu_millicores", b.CPUMillicores, "memory_mb", b.MemoryMB, "max_sandboxes", b.MaxSandboxes)
+	return rec, nil
 }
 
 // nodeRecord returns the record of a node that joined.

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/mitm"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	keyslocal "github.com/airlockrun/airlock/internal/keys/local"
+	"github.com/airlockrun/airlock/internal/keys/master"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/internal/store"
@@ -188,7 +190,15 @@ func newRemoteNodes(t *testing.T, ids ...string) *remoteNodes {
 			t.Fatal(err)
 		}
 	}
-	c.s, err = New(Config{Store: st, Now: c.clk.Now, ReapInterval: time.Hour, Logger: slog.New(slog.DiscardHandler), DialNode: func(id, addr string) (Node, error) {
+	mk, err := master.New(bytes.Repeat([]byte{3}, master.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := cluster.LoadCA(ctx, st, mk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.s, err = New(Config{Store: st, Now: c.clk.Now, ReapInterval: time.Hour, Logger: slog.New(slog.DiscardHandler), Cluster: ca, DialNode: func(id, addr string) (Node, error) {
 		c.dialed[id] = addr
 		return c.fakes[id], nil
 	}})
@@ -263,6 +273,82 @@ func TestNodesPastAPage(t *testing.T) {
 	}
 	if u := use["node-a"]; u.Sandboxes != 0 {
 		t.Errorf("after node-a was given up, %d of its %d sandboxes are still recorded there", u.Sandboxes, n+1)
+	}
+}
+
+// TestNodeBound: a node's first heartbeat sets its bound; a later one that claims more is cut to it;
+// the operator sets it (a zero field keeps the current), applied from the next heartbeat; bad bounds are
+// refused.
+func TestNodeBound(t *testing.T) {
+	ctx := context.Background()
+	c := newRemoteNodes(t, "node-a", "node-b")
+	if _, err := c.s.SetNodeBound(ctx, "node-a", node.Capacity{MaxSandboxes: 2}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a partial bound before the node reported: %v; want invalid argument", err)
+	}
+	beat := func(id string, capacity node.Capacity) {
+		t.Helper()
+		if err := c.s.NodeHeartbeat(ctx, id, nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b1", Capacity: capacity}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	small := node.Capacity{CPUMillicores: 2000, MemoryMB: 1024, MaxSandboxes: 2}
+	beat("node-a", small)
+	beat("node-b", small)
+	rec, err := c.s.nodeRecord(ctx, "node-a")
+	if err != nil || rec.Bound == nil || *rec.Bound != small {
+		t.Fatalf("node-a's bound after its first heartbeat: %+v, %v; want %+v", rec.Bound, err, small)
+	}
+	// node-a now claims a hundred times more: it still gets two sandboxes at most.
+	huge := node.Capacity{CPUMillicores: 200000, MemoryMB: 102400, MaxSandboxes: 200}
+	beat("node-a", huge)
+	per := map[string]int{}
+	for range 4 {
+		sb, err := c.s.CreateSandbox(ctx, c.tenant, CreateRequest{MemoryMB: 256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		per[sb.NodeID]++
+	}
+	if _, err := c.s.CreateSandbox(ctx, c.tenant, CreateRequest{MemoryMB: 256}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("a fifth sandbox with node-a claiming %+v: %v; want resource exhausted", huge, err)
+	}
+	if per["node-a"] != 2 || per["node-b"] != 2 {
+		t.Errorf("sandboxes per node: %v; want 2 and 2", per)
+	}
+	ns, err := c.s.ListNodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ns {
+		if n.Live == nil || n.Live.Capacity != small {
+			t.Errorf("node %s listed with capacity %+v; want %+v, its bound", n.ID, n.Live, small)
+		}
+	}
+	// The operator raises node-a's bound of sandboxes and memory; the CPU bound stays.
+	rec, err = c.s.SetNodeBound(ctx, "node-a", node.Capacity{MemoryMB: 4096, MaxSandboxes: 4})
+	want := node.Capacity{CPUMillicores: 2000, MemoryMB: 4096, MaxSandboxes: 4}
+	if err != nil || rec.Bound == nil || *rec.Bound != want {
+		t.Fatalf("SetNodeBound: %+v, %v; want %+v", rec.Bound, err, want)
+	}
+	beat("node-a", huge)
+	for range 2 {
+		if sb, err := c.s.CreateSandbox(ctx, c.tenant, CreateRequest{MemoryMB: 256}); err != nil || sb.NodeID != "node-a" {
+			t.Errorf("a sandbox after node-a's bound was raised: %s, %v; want on node-a", sb.NodeID, err)
+		}
+	}
+	if _, err := c.s.CreateSandbox(ctx, c.tenant, CreateRequest{MemoryMB: 256}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("a sandbox past node-a's raised bound: %v; want resource exhausted", err)
+	}
+	for name, b := range map[string]node.Capacity{
+		"negative":     {MaxSandboxes: -1},
+		"out of range": {MaxSandboxes: node.MaxCapacitySandboxes + 1},
+	} {
+		if _, err := c.s.SetNodeBound(ctx, "node-a", b); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("a %s bound: %v; want invalid argument", name, err)
+		}
+	}
+	if _, err := c.s.SetNodeBound(ctx, "node-x", small); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the bound of a node that never joined: %v; want not found", err)
 	}
 }
 

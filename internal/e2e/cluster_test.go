@@ -41,6 +41,18 @@ func waitNodes(t *testing.T, e *testenv.Env, state string, ids ...string) {
 	}
 }
 
+// waitFor waits up to limit for cond to hold, checking every 200 ms.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, limit)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // nodeOf reports which of nodes runs sandbox id (its runsc processes run from that node's data
 // directory), or "".
 func nodeOf(t *testing.T, id string, nodes ...*testenv.Node) string {
@@ -94,6 +106,37 @@ func TestSeparateNodes(t *testing.T) {
 	if where[a.ID] != 2 || where[b.ID] != 2 {
 		t.Errorf("sandboxes per node: %v; want 2 and 2", where)
 	}
+
+	// The operator bounds node-a to the two it runs: the next sandbox goes to node-b, whatever node-a
+	// reports. The bound it had is what it reported first.
+	nA := nodeInfo(t, e, a.ID)
+	if nA.Bound == nil || nA.Capacity == nil || *nA.Bound != *nA.Capacity {
+		t.Fatalf("node-a's bound %+v, capacity %+v; want the bound set by its first heartbeat", nA.Bound, nA.Capacity)
+	}
+	if code, out, errOut := runCLI("--url", e.URL, "--api-key", e.APIKey, "node", "bound", a.ID, "--max-sandboxes", "2"); code != 0 || !strings.Contains(out, "at most 2 sandboxes") {
+		t.Fatalf("node bound: %d %s %s", code, out, errOut)
+	}
+	waitFor(t, 10*time.Second, "node-a's next heartbeat, cut to its bound", func() bool {
+		n := nodeInfo(t, e, a.ID)
+		return n.Capacity != nil && n.Capacity.MaxSandboxes == 2 && n.Capacity.MemoryMB == nA.Capacity.MemoryMB
+	})
+	extra, err := e.Client.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nodeOf(t, extra.ID, a, b); got != b.ID {
+		t.Errorf("a sandbox with node-a at its bound went to %q; want %s", got, b.ID)
+	}
+	if err := e.Client.DeleteSandbox(ctx, extra.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Client.SetNodeBound(ctx, a.ID, airlock.NodeCapacity{MaxSandboxes: nA.Bound.MaxSandboxes}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "node-a's bound lifted", func() bool {
+		n := nodeInfo(t, e, a.ID)
+		return n.Capacity != nil && n.Capacity.MaxSandboxes == nA.Capacity.MaxSandboxes
+	})
 	for _, id := range sbs {
 		if res := sh(t, e, id, "echo hello from $(hostname)"); res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "hello from") {
 			t.Errorf("exec on %s: %+v", id, res)
@@ -206,6 +249,22 @@ func TestSeparateNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	leftNothing(t, stays)
+}
+
+// nodeInfo returns what ListNodes says of node id.
+func nodeInfo(t *testing.T, e *testenv.Env, id string) airlock.Node {
+	t.Helper()
+	l, err := e.Client.ListNodes(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range l.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	t.Fatalf("node %s is not listed", id)
+	return airlock.Node{}
 }
 
 // leftNothing fails the test if node n left processes, mounts, cgroups, network namespaces, veths or

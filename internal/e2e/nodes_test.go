@@ -200,6 +200,25 @@ func TestNodeJoin(t *testing.T) {
 	wantCode(t, "another tenant lists nodes", err, http.StatusNotFound)
 	_, err = anon.ListNodes(ctx)
 	wantCode(t, "no API key lists nodes", err, http.StatusUnauthorized)
+	_, err = oc.SetNodeBound(ctx, "node-a", airlock.NodeCapacity{MaxSandboxes: 1})
+	wantCode(t, "another tenant bounds a node", err, http.StatusNotFound)
+	// Bounds: node-a has not reported (so all three are needed), none negative, of a node that joined.
+	for name, tc := range map[string]struct {
+		id   string
+		b    airlock.NodeCapacity
+		code int
+	}{
+		"partial, before the node reported": {"node-a", airlock.NodeCapacity{MaxSandboxes: 1}, http.StatusBadRequest},
+		"negative":                          {"node-a", airlock.NodeCapacity{CPUMillicores: 1000, MemoryMB: -1, MaxSandboxes: 1}, http.StatusBadRequest},
+		"of a bad node ID":                  {"Node_A", airlock.NodeCapacity{CPUMillicores: 1000, MemoryMB: 1024, MaxSandboxes: 1}, http.StatusBadRequest},
+		"of a node that never joined":       {"node-z", airlock.NodeCapacity{CPUMillicores: 1000, MemoryMB: 1024, MaxSandboxes: 1}, http.StatusNotFound},
+	} {
+		_, err = e.Client.SetNodeBound(ctx, tc.id, tc.b)
+		wantCode(t, "a bound "+name, err, tc.code)
+	}
+	if n, err := e.Client.SetNodeBound(ctx, "node-a", airlock.NodeCapacity{CPUMillicores: 1000, MemoryMB: 1024, MaxSandboxes: 1}); err != nil || n.Bound == nil || n.Bound.MaxSandboxes != 1 {
+		t.Errorf("a full bound: %+v, %v", n, err)
+	}
 	_, err = e.Client.CreateJoinToken(ctx, airlock.CreateJoinTokenRequest{TTLSeconds: 31 * 24 * 3600})
 	wantCode(t, "a join token over 30 days", err, http.StatusBadRequest)
 

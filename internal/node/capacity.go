@@ -35,6 +35,12 @@ func (c Capacity) Check() error {
 	return nil
 }
 
+// Min returns the smaller of c and o in each field.
+func (c Capacity) Min(o Capacity) Capacity {
+	return Capacity{CPUMillicores: min(c.CPUMillicores, o.CPUMillicores), MemoryMB: min(c.MemoryMB, o.MemoryMB),
+		MaxSandboxes: min(c.MaxSandboxes, o.MaxSandboxes)}
+}
+
 // Over-commit ratios of HostCapacity: sandboxes seldom use all of the CPU and memory they may, so a node
 // offers more than it has (memory less so: a sandbox past its limit is killed, a host past its memory
 // kills anything).

@@ -52,6 +52,8 @@ type Node struct {
 	Sandboxes       int           `json:"sandboxes,omitempty"`
 	Version         string        `json:"version,omitempty"`
 	Capacity        *NodeCapacity `json:"capacity,omitempty"`
+	// Bound is the most the node is trusted to offer; Capacity (what it reported) is used up to this.
+	Bound *NodeCapacity `json:"bound,omitempty"`
 }
 
 // NodeCapacity is what a node offers sandboxes: CPUs (1000 a core) and memory, over-committed, and a
@@ -115,6 +117,16 @@ func (c *Client) ListNodes(ctx context.Context) (*NodeList, error) {
 	var out NodeList
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/nodes", nil, nil, &out, nil); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return &out, nil
+}
+
+// SetNodeBound sets the most node id is trusted to offer sandboxes; a zero field keeps the current
+// bound's. Operator only.
+func (c *Client) SetNodeBound(ctx context.Context, id string, b NodeCapacity) (*Node, error) {
+	var out Node
+	if err := c.doJSON(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(id)+"/bound", nil, b, &out, nil); err != nil {
+		return nil, fmt.Errorf("set bound of node %s: %w", id, err)
 	}
 	return &out, nil
 }
