@@ -51,7 +51,12 @@ func sessionLease(sessionID string) string { return "session/" + sessionID }
 // beside it).
 func (s *Service) clustered() bool { return s.nodes.dial != nil }
 
-// lead takes or renews the leader's lease; a replica not in a cluster always leads.
+// replicaLease is the resource whose lease a replica holds while it runs (renewed with the leader's
+// lease, every leaderEvery), so the others can tell one that went away.
+func replicaLease(replica string) string { return "replica/" + replica }
+
+// lead takes or renews the leader's lease, and renews this replica's own; a replica not in a cluster
+// always leads.
 func (s *Service) lead() {
 	if !s.clustered() {
 		s.leading.Store(true)
@@ -59,6 +64,9 @@ func (s *Service) lead() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaderEvery)
 	defer cancel()
+	if _, err := s.store.AcquireLease(ctx, replicaLease(s.replica), s.replica, leaderTTL); err != nil {
+		s.log.Error("replica lease", "err", err)
+	}
 	l, err := s.store.AcquireLease(ctx, leaderLease, s.replica, leaderTTL)
 	was := s.leading.Load()
 	switch {
@@ -359,6 +367,67 @@ func (s *Service) adoptOrphanOps() {
 			s.adoptOp(ctx, fresh)
 		}
 		unlock()
+	}
+}
+
+// replicaGoneFor is how long a replica's lease must have lapsed before the leader fails the snapshots
+// it left "writing"; replicaUnknownAfter is how old such a snapshot of a replica that never held a lease
+// (one from before replicas held them, or one whose first renewal never got through) must be.
+const (
+	replicaGoneFor      = time.Minute
+	replicaUnknownAfter = 10 * time.Minute
+)
+
+// settleOrphanSnapshots fails the snapshots left "writing" by replicas that went away (killed, never
+// started again): a replica that starts again does this for its own (reconcileSessions). Their chunks
+// are orphans for GC. (The leader runs it.)
+func (s *Service) settleOrphanSnapshots() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	now := s.now()
+	gone := map[string]bool{}
+	isGone := func(replica string, created time.Time) bool {
+		if g, ok := gone[replica]; ok {
+			return g
+		}
+		l, err := s.store.GetLease(ctx, replicaLease(replica))
+		switch {
+		case err == nil:
+			gone[replica] = now.Sub(l.ExpiresAt) >= replicaGoneFor
+		case errors.Is(err, errdefs.ErrNotFound):
+			return now.Sub(created) >= replicaUnknownAfter // judged per snapshot
+		default:
+			s.log.Error("settle snapshots: replica lease", "replica", replica, "err", err)
+			gone[replica] = false
+		}
+		return gone[replica]
+	}
+	sns, err := s.store.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotWriting}, store.MaxListLimit)
+	if err != nil {
+		s.log.Error("settle snapshots: list", "err", err)
+		return
+	}
+	for _, sn := range sns {
+		r := sn.Meta[snapshotReplicaMeta]
+		if r == "" || r == s.replica || now.Sub(sn.CreatedAt) < opLeaseTTL || !isGone(r, sn.CreatedAt) {
+			continue
+		}
+		s.log.Warn("a snapshot was left writing by a replica that went away: failing it", "snapshot", sn.ID, "replica", r)
+		if _, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
+			if sn.State != store.SnapshotWriting {
+				return errdefs.ErrConflict
+			}
+			sn.State, sn.Reason = store.SnapshotFailed, "interrupted: replica "+r+" went away while it was written"
+			return nil
+		}); err != nil {
+			if !errors.Is(err, errdefs.ErrConflict) {
+				s.log.Error("settle snapshots", "snapshot", sn.ID, "err", err)
+			}
+			continue
+		}
+		if s.snapshots != nil {
+			_ = s.snapshots.Delete(ctx, sn.TenantID, sn.ID) // a manifest, if it got that far
+		}
 	}
 }
 

@@ -198,7 +198,7 @@ func newRemoteNodes(t *testing.T, ids ...string) *remoteNodes {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.s, err = New(Config{Store: st, Now: c.clk.Now, ReapInterval: time.Hour, Logger: slog.New(slog.DiscardHandler), Cluster: ca, DialNode: func(id, addr string) (Node, error) {
+	c.s, err = New(Config{Store: st, Now: c.clk.Now, ReapInterval: time.Hour, Logger: slog.New(slog.DiscardHandler), Cluster: ca, ReplicaID: "r-self", DialNode: func(id, addr string) (Node, error) {
 		c.dialed[id] = addr
 		return c.fakes[id], nil
 	}})
@@ -349,6 +349,57 @@ func TestNodeBound(t *testing.T) {
 	}
 	if _, err := c.s.SetNodeBound(ctx, "node-x", small); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("the bound of a node that never joined: %v; want not found", err)
+	}
+}
+
+// TestSettleOrphanSnapshots: the leader fails the snapshots left "writing" by a replica whose lease
+// lapsed a while ago, or, for a replica that never held one, that are old; not those of a replica that
+// runs, its own, or ones just begun.
+func TestSettleOrphanSnapshots(t *testing.T) {
+	ctx := context.Background()
+	c := newRemoteNodes(t)
+	c.clk.t = time.Now() // leases expire by the Store's clock
+	c.s.lead()
+	if l, err := c.st.GetLease(ctx, replicaLease("r-self")); err != nil || l.Holder != "r-self" {
+		t.Fatalf("this replica's lease after lead: %+v, %v; want held", l, err)
+	}
+	se, err := c.st.CreateSession(ctx, store.Session{ID: store.NewID("se"), TenantID: c.tenant, State: store.SessionPaused, CreatedAt: c.clk.t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.st.AcquireLease(ctx, replicaLease("r-dead"), "r-dead", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.st.AcquireLease(ctx, replicaLease("r-live"), "r-live", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	snap := func(replica string, age time.Duration) string {
+		t.Helper()
+		sn, err := c.st.CreateSnapshot(ctx, store.Snapshot{TenantID: c.tenant, SessionID: se.ID, Trigger: store.TriggerManual,
+			Meta: map[string]string{snapshotReplicaMeta: replica}, CreatedAt: c.clk.t.Add(-age)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sn.ID
+	}
+	c.clk.Add(2 * time.Minute) // r-dead's lease lapsed a while ago
+	want := map[string]store.SnapshotState{
+		snap("r-dead", time.Minute):     store.SnapshotFailed,
+		snap("r-dead", 0):               store.SnapshotWriting, // just begun (younger than an operation's lease)
+		snap("r-live", time.Hour):       store.SnapshotWriting,
+		snap("r-self", time.Hour):       store.SnapshotWriting, // its own: a restart settles those
+		snap("r-never", 20*time.Minute): store.SnapshotFailed,
+		snap("r-never", 5*time.Minute):  store.SnapshotWriting,
+	}
+	c.s.settleOrphanSnapshots()
+	for id, st := range want {
+		sn, err := c.st.GetSnapshot(ctx, c.tenant, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sn.State != st {
+			t.Errorf("snapshot of replica %s made %v before: %s (%s); want %s", sn.Meta[snapshotReplicaMeta], c.clk.Now().Sub(sn.CreatedAt), sn.State, sn.Reason, st)
+		}
 	}
 }
 

@@ -555,6 +555,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.clustered() {
 		s.every(failOverEvery, s.ifLeader(s.failOver))
 		s.every(opLeaseEvery, s.ifLeader(s.adoptOrphanOps))
+		s.every(time.Minute, s.ifLeader(s.settleOrphanSnapshots))
 	}
 	if s.snapshots != nil {
 		s.every(s.gcEvery, s.ifLeader(func() { s.collectSnapshots(s.gcGrace) }))
