@@ -684,6 +684,7 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 		UpstreamRoots: h.roots,
 		Table:         "airlock_" + h.tag,
 		IfacePrefix:   "al" + h.tag,
+		SharedPrefix:  "al",
 		Hosts:         h.hosts,
 		HostsOnly:     h.hostsOnly,
 		GuardExtra:    hostAddresses(),

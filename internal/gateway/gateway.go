@@ -54,6 +54,8 @@ type Config struct {
 	Table string
 	// IfacePrefix is the name prefix of the sandboxes' host-side veths. Required.
 	IfacePrefix string
+	// SharedPrefix is the prefix of every node's sandbox veths on this host (see netfilter.Config).
+	SharedPrefix string
 	// Resolver resolves names. Nil: net.DefaultResolver.
 	Resolver Resolver
 	// Hosts are static names the gateway resolves before asking Resolver (on-prem services, tests).
@@ -257,7 +259,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.proxy.Close()
 		return nil, errors.New("gateway: no port free for DNS on both UDP and TCP")
 	}
-	if err := netfilter.Install(netfilter.Config{Table: cfg.Table, IfacePrefix: cfg.IfacePrefix, ProxyPort: port, DNSPort: dnsPort}); err != nil {
+	if err := netfilter.Install(netfilter.Config{Table: cfg.Table, IfacePrefix: cfg.IfacePrefix, SharedPrefix: cfg.SharedPrefix, ProxyPort: port, DNSPort: dnsPort}); err != nil {
 		g.closeListeners()
 		return nil, err
 	}

@@ -6,7 +6,8 @@
 //   - all other TCP is redirected to the gateway's transparent proxy, which reads the original
 //     destination with SO_ORIGINAL_DST and decides;
 //   - on input, sandboxes reach only those two ports; everything else on the host (its services, the API)
-//     is dropped; nothing else reaches the gateway's sockets (those marked GatewayMark);
+//     is dropped; nothing but a sandbox veth reaches the gateway's sockets on those ports (sockets marked
+//     GatewayMark);
 //   - nothing is forwarded to or from a sandbox veth: the host never routes sandbox traffic;
 //   - the host opens connections into a sandbox only from sockets marked IngressMark (the node's
 //     ingress, which authenticates every request first): other local processes cannot reach a
@@ -19,6 +20,7 @@ package netfilter
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"syscall"
 
 	"github.com/google/nftables"
@@ -31,10 +33,11 @@ import (
 // a sandbox. The rules test this one bit only.
 const IngressMark uint32 = 1 << 28
 
-// GatewayMark is the socket mark of the gateway's listening sockets. Input from anywhere but a sandbox
-// veth to a socket with this bit is dropped. The rule names the sockets, not their ports: a table left
-// behind by a gateway that died (killed, never restarted) keeps refusing its dead ports to sandboxes,
-// but an unrelated service that later draws one of those ports is not blocked.
+// GatewayMark is the socket mark of the gateway's listening sockets (and so of the packets they send
+// back to sandboxes; Airlock routes nothing by it). Input from anywhere but a sandbox veth to a socket
+// with this bit on the gateway's ports is dropped. The rule names the sockets as well as the ports: a
+// table left behind by a gateway that died (killed, never restarted) keeps refusing its dead ports to
+// its sandboxes, but an unrelated service that later draws one of those ports is not blocked.
 const GatewayMark uint32 = 1 << 27
 
 // Config says what the rules enforce.
@@ -43,6 +46,10 @@ type Config struct {
 	Table string
 	// IfacePrefix is the name prefix of every sandbox's host-side veth. Required, 1-8 characters.
 	IfacePrefix string
+	// SharedPrefix is the name prefix the sandbox veths of every node on this host share (IfacePrefix
+	// starts with it; default IfacePrefix). Input from such a veth is left to its own node's table, so
+	// one node's table never drops what another node's sandboxes send their own gateway.
+	SharedPrefix string
 	// ProxyPort is the port of the gateway's transparent TCP proxy on the host.
 	ProxyPort uint16
 	// DNSPort is the port of the gateway's DNS server (UDP and TCP) on the host.
@@ -70,6 +77,12 @@ func MarkSocket(mark uint32) func(network, address string, c syscall.RawConn) er
 func Install(cfg Config) error {
 	if cfg.Table == "" || cfg.IfacePrefix == "" || len(cfg.IfacePrefix) > 8 || cfg.ProxyPort == 0 || cfg.DNSPort == 0 {
 		return fmt.Errorf("netfilter: incomplete config %+v", cfg)
+	}
+	if cfg.SharedPrefix == "" {
+		cfg.SharedPrefix = cfg.IfacePrefix
+	}
+	if !strings.HasPrefix(cfg.IfacePrefix, cfg.SharedPrefix) {
+		return fmt.Errorf("netfilter: interface prefix %q does not start with the shared prefix %q", cfg.IfacePrefix, cfg.SharedPrefix)
 	}
 	c, err := nftables.New()
 	if err != nil {
@@ -125,7 +138,10 @@ func Install(cfg Config) error {
 	// The sandbox's replies on connections the host opened (only the ingress can, see output).
 	add(input, in, l4proto(unix.IPPROTO_TCP), ctReplyEstablished(), verdict(expr.VerdictAccept))
 	add(input, in, verdict(expr.VerdictDrop))
-	add(input, socketMarked(GatewayMark), verdict(expr.VerdictDrop))
+	notSandbox := iifNotPrefix(cfg.SharedPrefix)
+	add(input, notSandbox, l4proto(unix.IPPROTO_TCP), dport(cfg.ProxyPort), socketMarked(GatewayMark), verdict(expr.VerdictDrop))
+	add(input, notSandbox, l4proto(unix.IPPROTO_TCP), dport(cfg.DNSPort), socketMarked(GatewayMark), verdict(expr.VerdictDrop))
+	add(input, notSandbox, l4proto(unix.IPPROTO_UDP), dport(cfg.DNSPort), socketMarked(GatewayMark), verdict(expr.VerdictDrop))
 	// forward: the host routes nothing for sandboxes.
 	add(forward, in, verdict(expr.VerdictDrop))
 	add(forward, oifPrefix(cfg.IfacePrefix), verdict(expr.VerdictDrop))
@@ -165,6 +181,14 @@ func iifPrefix(prefix string) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(prefix)},
+	}
+}
+
+// iifNotPrefix matches packets that came in on an interface whose name does not start with prefix.
+func iifNotPrefix(prefix string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte(prefix)},
 	}
 }
 
