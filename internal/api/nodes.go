@@ -32,6 +32,9 @@ func toNode(n controlplane.NodeRecord) airlock.Node {
 		seen := l.SeenAt
 		out.Addr, out.LastSeenAt, out.Sandboxes, out.Version = l.Addr, &seen, l.Sandboxes, l.Version
 		out.Capacity = toNodeCapacity(l.Capacity)
+		if l.Reported != (node.Capacity{}) {
+			out.Reported = toNodeCapacity(l.Reported)
+		}
 	}
 	if n.Bound != nil {
 		out.Bound = toNodeCapacity(*n.Bound)

@@ -127,7 +127,12 @@ type Service struct {
 	templateRoot  func(ctx context.Context, name string) (string, error)
 	// replica names this control plane; leading is set while it holds the leader's lease (failover.go).
 	replica string
-	leading atomic.Bool
+	// replicaLeaseStop stops renewing this replica's lease (failover.go); replicaSeen is how the leader
+	// saw the other replicas' leases, guarded by replicaMu.
+	replicaLeaseStop func()
+	replicaMu        sync.Mutex
+	replicaSeen      map[string]leaseSeen
+	leading          atomic.Bool
 	// ops holds this replica's leases on session operations in progress (failover.go).
 	ops  sessionOps
 	log  *slog.Logger

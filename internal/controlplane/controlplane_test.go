@@ -43,7 +43,9 @@ type fakeNode struct {
 	frozen         map[string]bool
 	restored       map[string]string
 	failCheckpoint error
-	cas            []string
+	// afterCheckpoint runs after each checkpoint that saved an image (without n.mu).
+	afterCheckpoint func()
+	cas             []string
 	// cpu is the CPU time SandboxCPU reports per sandbox.
 	cpu map[string]time.Duration
 	// root is the template root TemplateRoot reports; checkpoints counts checkpoints.
@@ -157,6 +159,19 @@ func (n *fakeNode) SandboxCPU(ctx context.Context, id string) (time.Duration, er
 
 // CheckpointSandbox writes an image that names the sandbox.
 func (n *fakeNode) CheckpointSandbox(ctx context.Context, id, imageDir string, leaveRunning bool) error {
+	if err := n.checkpoint(id, imageDir, leaveRunning); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	after := n.afterCheckpoint
+	n.mu.Unlock()
+	if after != nil {
+		after()
+	}
+	return nil
+}
+
+func (n *fakeNode) checkpoint(id, imageDir string, leaveRunning bool) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.running[id] {

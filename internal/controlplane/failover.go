@@ -51,12 +51,57 @@ func sessionLease(sessionID string) string { return "session/" + sessionID }
 // beside it).
 func (s *Service) clustered() bool { return s.nodes.dial != nil }
 
-// replicaLease is the resource whose lease a replica holds while it runs (renewed with the leader's
-// lease, every leaderEvery), so the others can tell one that went away.
+// replicaLease is the resource whose lease a replica holds from Start until the end of Shutdown
+// (renewed every leaderEvery), so the others can tell one that went away.
 func replicaLease(replica string) string { return "replica/" + replica }
 
-// lead takes or renews the leader's lease, and renews this replica's own; a replica not in a cluster
-// always leads.
+// holdReplicaLease takes this replica's lease and renews it until releaseReplicaLease.
+func (s *Service) holdReplicaLease() {
+	if !s.clustered() || s.replicaLeaseStop != nil {
+		return
+	}
+	renew := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), leaderEvery)
+		defer cancel()
+		if _, err := s.store.AcquireLease(ctx, replicaLease(s.replica), s.replica, leaderTTL); err != nil {
+			s.log.Error("replica lease", "err", err)
+		}
+	}
+	renew()
+	stop, done := make(chan struct{}), make(chan struct{})
+	s.replicaLeaseStop = func() {
+		close(stop)
+		<-done
+	}
+	go func() {
+		defer close(done)
+		t := time.NewTicker(leaderEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				ctx, cancel := context.WithTimeout(context.Background(), leaderEvery)
+				defer cancel()
+				if l, err := s.store.GetLease(ctx, replicaLease(s.replica)); err == nil && l.Holder == s.replica {
+					_ = s.store.ReleaseLease(ctx, replicaLease(s.replica), s.replica, l.Token)
+				}
+				return
+			case <-t.C:
+				renew()
+			}
+		}
+	}()
+}
+
+// releaseReplicaLease stops renewing this replica's lease and gives it up (the end of Shutdown).
+func (s *Service) releaseReplicaLease() {
+	if s.replicaLeaseStop != nil {
+		s.replicaLeaseStop()
+		s.replicaLeaseStop = nil
+	}
+}
+
+// lead takes or renews the leader's lease; a replica not in a cluster always leads.
 func (s *Service) lead() {
 	if !s.clustered() {
 		s.leading.Store(true)
@@ -64,9 +109,6 @@ func (s *Service) lead() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaderEvery)
 	defer cancel()
-	if _, err := s.store.AcquireLease(ctx, replicaLease(s.replica), s.replica, leaderTTL); err != nil {
-		s.log.Error("replica lease", "err", err)
-	}
 	l, err := s.store.AcquireLease(ctx, leaderLease, s.replica, leaderTTL)
 	was := s.leading.Load()
 	switch {
@@ -370,13 +412,21 @@ func (s *Service) adoptOrphanOps() {
 	}
 }
 
-// replicaGoneFor is how long a replica's lease must have lapsed before the leader fails the snapshots
-// it left "writing"; replicaUnknownAfter is how old such a snapshot of a replica that never held a lease
-// (one from before replicas held them, or one whose first renewal never got through) must be.
+// replicaGoneFor is how long the leader must have seen a replica's lease unchanged (not renewed, or
+// absent) before it takes the replica for gone and fails the snapshots it left "writing". It judges by
+// what it sees change over its own clock, not by comparing the lease's expiry with it, so clocks that
+// disagree cannot fail a live replica's snapshots. A replica with no lease (one from before replicas held
+// them, or one that shut down) must also have made the snapshot replicaUnknownAfter ago.
 const (
 	replicaGoneFor      = time.Minute
 	replicaUnknownAfter = 10 * time.Minute
 )
+
+// leaseSeen is how a replica's lease looked to the leader, and since when it has looked so.
+type leaseSeen struct {
+	state string
+	since time.Time
+}
 
 // settleOrphanSnapshots fails the snapshots left "writing" by replicas that went away (killed, never
 // started again): a replica that starts again does this for its own (reconcileSessions). Their chunks
@@ -385,22 +435,34 @@ func (s *Service) settleOrphanSnapshots() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	now := s.now()
-	gone := map[string]bool{}
+	s.replicaMu.Lock()
+	defer s.replicaMu.Unlock()
+	if s.replicaSeen == nil {
+		s.replicaSeen = map[string]leaseSeen{}
+	}
+	looked := map[string]string{} // this round's look at each replica's lease ("" if it failed)
 	isGone := func(replica string, created time.Time) bool {
-		if g, ok := gone[replica]; ok {
-			return g
+		state, ok := looked[replica]
+		if !ok {
+			l, err := s.store.GetLease(ctx, replicaLease(replica))
+			switch {
+			case err == nil:
+				state = fmt.Sprintf("held by %s, token %d, until %d", l.Holder, l.Token, l.ExpiresAt.UnixNano())
+			case errors.Is(err, errdefs.ErrNotFound):
+				state = "absent"
+			default:
+				s.log.Error("settle snapshots: replica lease", "replica", replica, "err", err)
+			}
+			looked[replica] = state
+			if seen, ok := s.replicaSeen[replica]; state != "" && (!ok || seen.state != state) {
+				s.replicaSeen[replica] = leaseSeen{state: state, since: now}
+			}
 		}
-		l, err := s.store.GetLease(ctx, replicaLease(replica))
-		switch {
-		case err == nil:
-			gone[replica] = now.Sub(l.ExpiresAt) >= replicaGoneFor
-		case errors.Is(err, errdefs.ErrNotFound):
-			return now.Sub(created) >= replicaUnknownAfter // judged per snapshot
-		default:
-			s.log.Error("settle snapshots: replica lease", "replica", replica, "err", err)
-			gone[replica] = false
+		seen := s.replicaSeen[replica]
+		if state == "" || now.Sub(seen.since) < replicaGoneFor {
+			return false
 		}
-		return gone[replica]
+		return state != "absent" || now.Sub(created) >= replicaUnknownAfter
 	}
 	sns, err := s.store.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotWriting}, store.MaxListLimit)
 	if err != nil {

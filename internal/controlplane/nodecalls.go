@@ -42,8 +42,7 @@ func (s *Service) CheckNode(ctx context.Context, nodeID, fingerprint string) err
 	if err := json.Unmarshal(d.Value, &rec); err != nil || rec.CertFingerprint == "" {
 		return refused
 	}
-	current := subtle.ConstantTimeCompare([]byte(rec.CertFingerprint), []byte(fingerprint)) == 1
-	prev := rec.PrevCertFingerprint != "" && subtle.ConstantTimeCompare([]byte(rec.PrevCertFingerprint), []byte(fingerprint)) == 1
+	current, prev := rec.certIs(fingerprint)
 	if !current && !prev {
 		return refused
 	}
@@ -56,6 +55,14 @@ func (s *Service) CheckNode(ctx context.Context, nodeID, fingerprint string) err
 		}
 	}
 	return nil
+}
+
+// certIs reports whether the certificate of fingerprint is r's current one, or the one it renewed from
+// (its own until the current one is first used).
+func (r NodeRecord) certIs(fingerprint string) (current, prev bool) {
+	current = r.CertFingerprint != "" && subtle.ConstantTimeCompare([]byte(r.CertFingerprint), []byte(fingerprint)) == 1
+	prev = r.PrevCertFingerprint != "" && subtle.ConstantTimeCompare([]byte(r.PrevCertFingerprint), []byte(fingerprint)) == 1
+	return current, prev
 }
 
 // lookupNodeSandbox returns the sandbox of tenantID that nodeID ran or runs; a store failure is

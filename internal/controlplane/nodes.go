@@ -40,6 +40,8 @@ type NodeLive struct {
 	// SeenAt is when the heartbeat arrived; BootSeenAt when the first heartbeat of this Boot did.
 	SeenAt     time.Time `json:"seen_at"`
 	BootSeenAt time.Time `json:"boot_seen_at"`
+	// Reported is the capacity the node reported; Capacity is that cut to the node's bound.
+	Reported node.Capacity `json:"reported"`
 }
 
 // Up reports whether the node was heard from within NodeDownAfter of now, and is not leaving.
@@ -50,8 +52,10 @@ const maxBootLen = 64
 
 // NodeHeartbeat records a node's heartbeat. Its address must be on one of the hosts it joined with (a
 // node cannot point control planes at another service). A heartbeat with a new Boot means the node
-// process started again: the sandboxes it had are settled (reconcileNode).
-func (s *Service) NodeHeartbeat(ctx context.Context, nodeID string, hb nodeapi.Heartbeat) error {
+// process started again: the sandboxes it had are settled (reconcileNode). fingerprint names the
+// certificate the node called with: one the node's record still names (it may have joined again since
+// CheckNode).
+func (s *Service) NodeHeartbeat(ctx context.Context, nodeID, fingerprint string, hb nodeapi.Heartbeat) error {
 	if hb.Boot == "" || len(hb.Boot) > maxBootLen || len(hb.Version) > maxBootLen {
 		return fmt.Errorf("heartbeat: boot must be 1-%d characters, version at most %d: %w", maxBootLen, maxBootLen, errdefs.ErrInvalidArgument)
 	}
@@ -61,23 +65,14 @@ func (s *Service) NodeHeartbeat(ctx context.Context, nodeID string, hb nodeapi.H
 	if hb.Sandboxes < 0 || hb.Sandboxes > node.MaxCapacitySandboxes {
 		return fmt.Errorf("heartbeat: %d sandboxes: %w", hb.Sandboxes, errdefs.ErrInvalidArgument)
 	}
+	notCurrent := fmt.Errorf("heartbeat: not the current certificate of node %s: %w", nodeID, errdefs.ErrPermissionDenied)
 	rec, err := s.nodeRecord(ctx, nodeID)
 	if err != nil {
 		return err
 	}
-	if rec.Bound == nil {
-		// The first heartbeat since the node joined: what it offers now is the most it is trusted with.
-		if rec, err = s.updateNodeRecord(ctx, nodeID, func(r *NodeRecord) error {
-			if r.Bound == nil {
-				b := hb.Capacity
-				r.Bound = &b
-			}
-			return nil
-		}); err != nil {
-			return fmt.Errorf("heartbeat: %w", err)
-		}
+	if cur, prev := rec.certIs(fingerprint); !cur && !prev {
+		return notCurrent
 	}
-	hb.Capacity = hb.Capacity.Min(*rec.Bound)
 	host, port, err := net.SplitHostPort(hb.Addr)
 	if p, perr := strconv.Atoi(port); err != nil || perr != nil || p <= 0 || p > 65535 {
 		return fmt.Errorf("heartbeat: address %q is not host:port: %w", hb.Addr, errdefs.ErrInvalidArgument)
@@ -89,8 +84,25 @@ func (s *Service) NodeHeartbeat(ctx context.Context, nodeID string, hb nodeapi.H
 	if !known {
 		return fmt.Errorf("heartbeat: %s is not a host node %s joined with (%s): %w", host, nodeID, strings.Join(rec.Hosts, ", "), errdefs.ErrInvalidArgument)
 	}
+	if rec.Bound == nil {
+		// The first heartbeat since the node joined: what it offers now is the most it is trusted with.
+		if rec, err = s.updateNodeRecord(ctx, nodeID, func(r *NodeRecord) error {
+			if cur, prev := r.certIs(fingerprint); !cur && !prev {
+				return notCurrent // joined again meanwhile
+			}
+			if r.Bound == nil {
+				b := hb.Capacity
+				r.Bound = &b
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	reported := hb.Capacity
+	hb.Capacity = hb.Capacity.Min(*rec.Bound)
 	now := s.now().UTC()
-	live := NodeLive{Heartbeat: hb, SeenAt: now, BootSeenAt: now}
+	live := NodeLive{Heartbeat: hb, SeenAt: now, BootSeenAt: now, Reported: reported}
 	key := liveDocPrefix + nodeID
 	var restarted, saved bool
 	for range 8 {
@@ -180,24 +192,25 @@ func (s *Service) SetNodeBound(ctx context.Context, nodeID string, b node.Capaci
 		return NodeRecord{}, fmt.Errorf("node bound %+v: no field may be negative: %w", b, errdefs.ErrInvalidArgument)
 	}
 	rec, err := s.updateNodeRecord(ctx, nodeID, func(r *NodeRecord) error {
+		nb := b // each try starts from the request, not the last try's merge
 		if r.Bound != nil {
-			b.CPUMillicores = cmp.Or(b.CPUMillicores, r.Bound.CPUMillicores)
-			b.MemoryMB = cmp.Or(b.MemoryMB, r.Bound.MemoryMB)
-			b.MaxSandboxes = cmp.Or(b.MaxSandboxes, r.Bound.MaxSandboxes)
+			nb.CPUMillicores = cmp.Or(nb.CPUMillicores, r.Bound.CPUMillicores)
+			nb.MemoryMB = cmp.Or(nb.MemoryMB, r.Bound.MemoryMB)
+			nb.MaxSandboxes = cmp.Or(nb.MaxSandboxes, r.Bound.MaxSandboxes)
 		}
-		if err := b.Check(); err != nil {
+		if err := nb.Check(); err != nil {
 			if r.Bound == nil {
-				return fmt.Errorf("node %s has not reported yet: give all of cpu_millicores, memory_mb and max_sandboxes (%v): %w", nodeID, err, errdefs.ErrInvalidArgument)
+				return fmt.Errorf("node %s has not reported yet, so give all of cpu_millicores, memory_mb and max_sandboxes: %v: %w", nodeID, err, errdefs.ErrInvalidArgument)
 			}
 			return fmt.Errorf("node bound: %v: %w", err, errdefs.ErrInvalidArgument)
 		}
-		r.Bound = &b
+		r.Bound = &nb
 		return nil
 	})
 	if err != nil {
 		return NodeRecord{}, err
 	}
-	s.log.Info("node bound set", "node", nodeID, "cpu_millicores", b.CPUMillicores, "memory_mb", b.MemoryMB, "max_sandboxes", b.MaxSandboxes)
+	s.log.Info("node bound set", "node", nodeID, "cpu_millicores", rec.Bound.CPUMillicores, "memory_mb", rec.Bound.MemoryMB, "max_sandboxes", rec.Bound.MaxSandboxes)
 	return rec, nil
 }
 

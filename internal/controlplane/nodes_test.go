@@ -37,15 +37,15 @@ func TestNodeRouting(t *testing.T) {
 	}
 	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 2048, MaxSandboxes: 3}
 	beat := func(id, addr, boot string) error {
-		return s.NodeHeartbeat(ctx, id, nodeapi.Heartbeat{Addr: addr, Boot: boot, Capacity: capacity})
+		return s.NodeHeartbeat(ctx, id, "fp-"+id, nodeapi.Heartbeat{Addr: addr, Boot: boot, Capacity: capacity})
 	}
 	bad := map[string]error{
 		"another host":       beat("node-a", "10.9.9.9:7444", "boot1"),
 		"no port":            beat("node-a", "10.0.0.1", "boot1"),
 		"port 0":             beat("node-a", "10.0.0.1:0", "boot1"),
 		"no boot":            beat("node-a", "10.0.0.1:7444", ""),
-		"no capacity":        s.NodeHeartbeat(ctx, "node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b"}),
-		"negative sandboxes": s.NodeHeartbeat(ctx, "node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b", Capacity: capacity, Sandboxes: -1}),
+		"no capacity":        s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b"}),
+		"negative sandboxes": s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b", Capacity: capacity, Sandboxes: -1}),
 	}
 	for name, err := range bad {
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
@@ -128,7 +128,7 @@ func TestNodeRouting(t *testing.T) {
 	if err != nil || sb.NodeID != "node-b" {
 		t.Errorf("create with node-a down: %s, %v; want on node-b", sb.NodeID, err)
 	}
-	if err := s.NodeHeartbeat(ctx, "node-b", nodeapi.Heartbeat{Addr: "node-b.internal:7444", Boot: "b1", Capacity: capacity, Leaving: true}); err != nil {
+	if err := s.NodeHeartbeat(ctx, "node-b", "fp-node-b", nodeapi.Heartbeat{Addr: "node-b.internal:7444", Boot: "b1", Capacity: capacity, Leaving: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.CreateSandbox(ctx, tn, CreateRequest{MemoryMB: 64}); !errors.Is(err, errdefs.ErrUnavailable) {
@@ -185,7 +185,7 @@ func newRemoteNodes(t *testing.T, ids ...string) *remoteNodes {
 	for _, id := range ids {
 		c.fakes[id] = newFakeNode(t)
 		c.fakes[id].id = id
-		rec, _ := json.Marshal(NodeRecord{ID: id, Hosts: []string{"10.0.0.1", id + ".internal"}})
+		rec, _ := json.Marshal(NodeRecord{ID: id, Hosts: []string{"10.0.0.1", id + ".internal"}, CertFingerprint: "fp-" + id})
 		if _, err := st.PutDoc(ctx, store.Doc{Key: nodeDocPrefix + id, Value: rec}); err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +224,7 @@ func TestNodesPastAPage(t *testing.T) {
 	c := newRemoteNodes(t, "node-a")
 	const n = store.MaxListLimit + 50
 	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 1 << 20, MaxSandboxes: n}
-	if err := c.s.NodeHeartbeat(ctx, "node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a1", Capacity: capacity}); err != nil {
+	if err := c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a1", Capacity: capacity}); err != nil {
 		t.Fatal(err)
 	}
 	// Records of n running sandboxes on node-a, the node's bound.
@@ -245,7 +245,7 @@ func TestNodesPastAPage(t *testing.T) {
 	}
 	// The node restarts having lost them all: every one fails.
 	clear(c.fakes["node-a"].running)
-	if err := c.s.NodeHeartbeat(ctx, "node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a2", Capacity: capacity}); err != nil {
+	if err := c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a2", Capacity: capacity}); err != nil {
 		t.Fatal(err)
 	}
 	c.s.bg.Wait()
@@ -287,11 +287,23 @@ func TestNodeBound(t *testing.T) {
 	}
 	beat := func(id string, capacity node.Capacity) {
 		t.Helper()
-		if err := c.s.NodeHeartbeat(ctx, id, nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b1", Capacity: capacity}); err != nil {
+		if err := c.s.NodeHeartbeat(ctx, id, "fp-"+id, nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b1", Capacity: capacity}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	small := node.Capacity{CPUMillicores: 2000, MemoryMB: 1024, MaxSandboxes: 2}
+	// Heartbeats refused set no bound: from another host, or with a certificate that is not the node's
+	// (one it had before it joined again).
+	huge := node.Capacity{CPUMillicores: 200000, MemoryMB: 102400, MaxSandboxes: 200}
+	if err := c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.9.9.9:7444", Boot: "b1", Capacity: huge}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a heartbeat from another host: %v; want invalid argument", err)
+	}
+	if err := c.s.NodeHeartbeat(ctx, "node-a", "fp-old", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b1", Capacity: huge}); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a heartbeat with a certificate no longer the node's: %v; want permission denied", err)
+	}
+	if rec, err := c.s.nodeRecord(ctx, "node-a"); err != nil || rec.Bound != nil {
+		t.Fatalf("node-a's bound after refused heartbeats: %+v, %v; want none", rec.Bound, err)
+	}
 	beat("node-a", small)
 	beat("node-b", small)
 	rec, err := c.s.nodeRecord(ctx, "node-a")
@@ -299,7 +311,6 @@ func TestNodeBound(t *testing.T) {
 		t.Fatalf("node-a's bound after its first heartbeat: %+v, %v; want %+v", rec.Bound, err, small)
 	}
 	// node-a now claims a hundred times more: it still gets two sandboxes at most.
-	huge := node.Capacity{CPUMillicores: 200000, MemoryMB: 102400, MaxSandboxes: 200}
 	beat("node-a", huge)
 	per := map[string]int{}
 	for range 4 {
@@ -322,6 +333,8 @@ func TestNodeBound(t *testing.T) {
 	for _, n := range ns {
 		if n.Live == nil || n.Live.Capacity != small {
 			t.Errorf("node %s listed with capacity %+v; want %+v, its bound", n.ID, n.Live, small)
+		} else if n.ID == "node-a" && n.Live.Reported != huge {
+			t.Errorf("node-a listed as reporting %+v; want %+v", n.Live.Reported, huge)
 		}
 	}
 	// The operator raises node-a's bound of sandboxes and memory; the CPU bound stays.
@@ -352,18 +365,18 @@ func TestNodeBound(t *testing.T) {
 	}
 }
 
-// TestSettleOrphanSnapshots: the leader fails the snapshots left "writing" by a replica whose lease
-// lapsed a while ago, or, for a replica that never held one, that are old; not those of a replica that
-// runs, its own, or ones just begun.
+// TestSettleOrphanSnapshots: the leader fails the snapshots left "writing" by a replica whose lease it
+// saw unchanged for a while (not renewed, or, for a replica that never held one, absent and the snapshot
+// old); not on its first look, and not those of a replica that renews its lease, its own, or ones just
+// begun. A replica holds its lease until it shuts down.
 func TestSettleOrphanSnapshots(t *testing.T) {
 	ctx := context.Background()
 	c := newRemoteNodes(t)
-	c.clk.t = time.Now() // leases expire by the Store's clock
-	c.s.lead()
+	c.s.holdReplicaLease()
 	if l, err := c.st.GetLease(ctx, replicaLease("r-self")); err != nil || l.Holder != "r-self" {
-		t.Fatalf("this replica's lease after lead: %+v, %v; want held", l, err)
+		t.Fatalf("this replica's lease: %+v, %v; want held", l, err)
 	}
-	se, err := c.st.CreateSession(ctx, store.Session{ID: store.NewID("se"), TenantID: c.tenant, State: store.SessionPaused, CreatedAt: c.clk.t})
+	se, err := c.st.CreateSession(ctx, store.Session{ID: store.NewID("se"), TenantID: c.tenant, State: store.SessionPaused, CreatedAt: c.clk.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,30 +389,51 @@ func TestSettleOrphanSnapshots(t *testing.T) {
 	snap := func(replica string, age time.Duration) string {
 		t.Helper()
 		sn, err := c.st.CreateSnapshot(ctx, store.Snapshot{TenantID: c.tenant, SessionID: se.ID, Trigger: store.TriggerManual,
-			Meta: map[string]string{snapshotReplicaMeta: replica}, CreatedAt: c.clk.t.Add(-age)})
+			Meta: map[string]string{snapshotReplicaMeta: replica}, CreatedAt: c.clk.Now().Add(-age)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return sn.ID
 	}
-	c.clk.Add(2 * time.Minute) // r-dead's lease lapsed a while ago
 	want := map[string]store.SnapshotState{
 		snap("r-dead", time.Minute):     store.SnapshotFailed,
-		snap("r-dead", 0):               store.SnapshotWriting, // just begun (younger than an operation's lease)
 		snap("r-live", time.Hour):       store.SnapshotWriting,
 		snap("r-self", time.Hour):       store.SnapshotWriting, // its own: a restart settles those
 		snap("r-never", 20*time.Minute): store.SnapshotFailed,
-		snap("r-never", 5*time.Minute):  store.SnapshotWriting,
+		snap("r-never", 4*time.Minute):  store.SnapshotWriting,
 	}
+	check := func(when string, want map[string]store.SnapshotState) {
+		t.Helper()
+		for id, st := range want {
+			sn, err := c.st.GetSnapshot(ctx, c.tenant, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sn.State != st {
+				t.Errorf("%s: snapshot of replica %s made %v before: %s (%s); want %s", when, sn.Meta[snapshotReplicaMeta], c.clk.Now().Sub(sn.CreatedAt), sn.State, sn.Reason, st)
+			}
+		}
+	}
+	// The first look fails nothing, though r-dead's lease has expired.
+	time.Sleep(time.Second)
 	c.s.settleOrphanSnapshots()
-	for id, st := range want {
-		sn, err := c.st.GetSnapshot(ctx, c.tenant, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sn.State != st {
-			t.Errorf("snapshot of replica %s made %v before: %s (%s); want %s", sn.Meta[snapshotReplicaMeta], c.clk.Now().Sub(sn.CreatedAt), sn.State, sn.Reason, st)
-		}
+	all := map[string]store.SnapshotState{}
+	for id := range want {
+		all[id] = store.SnapshotWriting
+	}
+	check("first look", all)
+	// A minute later r-live has renewed its lease, r-dead has not; r-dead starts one more.
+	c.clk.Add(replicaGoneFor)
+	if _, err := c.st.AcquireLease(ctx, replicaLease("r-live"), "r-live", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	want[snap("r-dead", 0)] = store.SnapshotWriting // just begun (younger than an operation's lease)
+	c.s.settleOrphanSnapshots()
+	check("a minute later", want)
+
+	c.s.releaseReplicaLease()
+	if l, err := c.st.GetLease(ctx, replicaLease("r-self")); err != nil || !l.Expired(time.Now()) {
+		t.Errorf("this replica's lease after it was released: %+v, %v; want expired", l, err)
 	}
 }
 

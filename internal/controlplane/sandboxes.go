@@ -546,6 +546,7 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 	}
 	// Of several replicas, one runs the loops at a time: the leader (failover.go).
+	s.holdReplicaLease()
 	s.lead()
 	s.every(leaderEvery, s.lead)
 	s.every(s.reap, s.ifLeader(s.reapExpired))
@@ -712,6 +713,8 @@ func (s *Service) settledMeanwhile(ctx context.Context, sb store.Sandbox) bool {
 // Shutdown stops the loops, then stops every sandbox of this node and records them stopped, so that a
 // later start finds them settled and nothing of them remains on the host.
 func (s *Service) Shutdown(ctx context.Context) error {
+	// This replica's lease lasts until everything below is done (its pauses write snapshots).
+	defer s.releaseReplicaLease()
 	select {
 	case <-s.stop:
 	default:

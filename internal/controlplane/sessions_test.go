@@ -190,6 +190,43 @@ func TestSessionPauseFailureKeepsItRunning(t *testing.T) {
 	}
 }
 
+// TestSessionPauseSnapshotFailedMeanwhile: a pause whose snapshot another replica (the leader, taking
+// this one for gone) failed while it was written fails too, and the session runs on in its sandbox; the
+// snapshot stays failed.
+func TestSessionPauseSnapshotFailedMeanwhile(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	se := e.create(t, SessionRequest{})
+	e.n.mu.Lock()
+	e.n.afterCheckpoint = func() {
+		sns, _, err := e.st.ListSnapshots(ctx, e.tenant, store.SnapshotFilter{SessionID: se.ID})
+		if err != nil || len(sns) != 1 || sns[0].State != store.SnapshotWriting {
+			t.Errorf("snapshots while the checkpoint ran: %+v, %v; want one writing", sns, err)
+			return
+		}
+		sns[0].State, sns[0].Reason = store.SnapshotFailed, "interrupted: replica went away"
+		if _, err := e.st.UpdateSnapshot(ctx, sns[0]); err != nil {
+			t.Error(err)
+		}
+	}
+	e.n.mu.Unlock()
+	got, err := e.s.PauseSession(ctx, e.tenant, se.ID)
+	e.n.mu.Lock()
+	e.n.afterCheckpoint = nil
+	e.n.mu.Unlock()
+	if err == nil {
+		t.Fatalf("pause whose snapshot was failed meanwhile: %+v; want an error", got)
+	}
+	got, err = e.s.GetSession(ctx, e.tenant, se.ID)
+	if err != nil || got.State != store.SessionRunning || got.SandboxID != se.SandboxID || !e.n.isRunning(se.SandboxID) {
+		t.Errorf("after the pause failed: %+v, %v; want it running in the same sandbox", got, err)
+	}
+	sns, _, _ := e.st.ListSnapshots(ctx, e.tenant, store.SnapshotFilter{SessionID: se.ID})
+	if len(sns) != 1 || sns[0].State != store.SnapshotFailed || got.HeadSnapshotID == sns[0].ID {
+		t.Errorf("snapshots %+v, head %q; want one failed, not the head", sns, got.HeadSnapshotID)
+	}
+}
+
 func TestSessionAutoResumeAndIdlePause(t *testing.T) {
 	e := setupSessions(t)
 	ctx := context.Background()

@@ -26,11 +26,20 @@ const (
 	MaxCapacitySandboxes = 100000
 )
 
-// Check reports whether c is within the bounds above, and offers something.
+// Check reports whether c is within the bounds above, and offers something; its error names the first
+// field that is not.
 func (c Capacity) Check() error {
-	if c.CPUMillicores <= 0 || c.CPUMillicores > MaxCapacityCPU || c.MemoryMB <= 0 || c.MemoryMB > MaxCapacityMemoryMB ||
-		c.MaxSandboxes <= 0 || c.MaxSandboxes > MaxCapacitySandboxes {
-		return fmt.Errorf("capacity %+v out of bounds", c)
+	for _, f := range []struct {
+		name     string
+		v, limit int64
+	}{
+		{"cpu_millicores", c.CPUMillicores, MaxCapacityCPU},
+		{"memory_mb", c.MemoryMB, MaxCapacityMemoryMB},
+		{"max_sandboxes", int64(c.MaxSandboxes), MaxCapacitySandboxes},
+	} {
+		if f.v <= 0 || f.v > f.limit {
+			return fmt.Errorf("capacity %s %d: want 1 to %d", f.name, f.v, f.limit)
+		}
 	}
 	return nil
 }

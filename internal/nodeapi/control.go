@@ -42,7 +42,8 @@ type Control interface {
 	// NodeSandboxExit reports a sandbox of the node that stopped by itself.
 	NodeSandboxExit(ctx context.Context, nodeID, sandboxID, reason string) error
 	// NodeHeartbeat records that the node is up, where its API is and what it offers.
-	NodeHeartbeat(ctx context.Context, nodeID string, hb Heartbeat) error
+	// fingerprint names the certificate the node called with (one CheckNode accepted).
+	NodeHeartbeat(ctx context.Context, nodeID, fingerprint string, hb Heartbeat) error
 	// NodeRenew issues the node a new certificate for the key of csrPEM (a PEM certificate request),
 	// which is its own from then on; the one it called with (of fingerprint) stays its own until the
 	// new one is first used, in case the answer is lost.
@@ -219,7 +220,7 @@ func (h *ControlHandler) heartbeat(w http.ResponseWriter, r *http.Request) {
 		h.answer(w, r, nil, err)
 		return
 	}
-	h.answer(w, r, nil, h.c.NodeHeartbeat(r.Context(), callerNode(r), b))
+	h.answer(w, r, nil, h.c.NodeHeartbeat(r.Context(), callerNode(r), cluster.CertFingerprint(r.TLS.PeerCertificates[0].Raw), b))
 }
 
 // renewBody carries a certificate request, or the certificate issued for it (PEM).

@@ -52,8 +52,10 @@ type Node struct {
 	Sandboxes       int           `json:"sandboxes,omitempty"`
 	Version         string        `json:"version,omitempty"`
 	Capacity        *NodeCapacity `json:"capacity,omitempty"`
-	// Bound is the most the node is trusted to offer; Capacity (what it reported) is used up to this.
-	Bound *NodeCapacity `json:"bound,omitempty"`
+	// Reported is the capacity the node reported; Capacity is that cut to Bound, the most the node is
+	// trusted to offer.
+	Reported *NodeCapacity `json:"reported,omitempty"`
+	Bound    *NodeCapacity `json:"bound,omitempty"`
 }
 
 // NodeCapacity is what a node offers sandboxes: CPUs (1000 a core) and memory, over-committed, and a
