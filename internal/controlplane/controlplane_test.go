@@ -43,8 +43,10 @@ type fakeNode struct {
 	frozen         map[string]bool
 	restored       map[string]string
 	failCheckpoint error
-	// afterCheckpoint runs after each checkpoint that saved an image (without n.mu).
+	// afterCheckpoint runs after each checkpoint that saved an image (without n.mu); onRecover runs at
+	// the start of each Recover (without n.mu).
 	afterCheckpoint func()
+	onRecover       func()
 	cas             []string
 	// cpu is the CPU time SandboxCPU reports per sandbox.
 	cpu map[string]time.Duration
@@ -114,6 +116,12 @@ func (n *fakeNode) Sandboxes(ctx context.Context) ([]string, error) {
 }
 
 func (n *fakeNode) Recover(ctx context.Context, reqs []node.RecoverRequest) ([]string, error) {
+	n.mu.Lock()
+	hook := n.onRecover
+	n.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out []string

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/node"
@@ -64,6 +66,11 @@ func (s *Service) NodeHeartbeat(ctx context.Context, nodeID, fingerprint string,
 	}
 	if hb.Sandboxes < 0 || hb.Sandboxes > node.MaxCapacitySandboxes {
 		return fmt.Errorf("heartbeat: %d sandboxes: %w", hb.Sandboxes, errdefs.ErrInvalidArgument)
+	}
+	// Each heartbeat writes the Store: a node that sends them faster than it should (every
+	// nodeapi.HeartbeatInterval) is refused the excess.
+	if !s.nodes.allowHeartbeat(nodeID, s.now()) {
+		return fmt.Errorf("heartbeat: node %s sends heartbeats faster than one a second: %w", nodeID, errdefs.ErrResourceExhausted)
 	}
 	notCurrent := fmt.Errorf("heartbeat: not the current certificate of node %s: %w", nodeID, errdefs.ErrPermissionDenied)
 	rec, err := s.nodeRecord(ctx, nodeID)
@@ -138,17 +145,44 @@ func (s *Service) NodeHeartbeat(ctx context.Context, nodeID, fingerprint string,
 	if restarted {
 		// Of the replicas, the one whose write changed the Boot settles the node.
 		s.log.Info("node restarted: settling its sandboxes", "node", nodeID, "addr", hb.Addr)
-		s.bg.Add(1)
-		go func() {
-			defer s.bg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			if err := s.reconcileRemote(ctx, nodeID, live.BootSeenAt); err != nil {
-				s.log.Error("settle a restarted node's sandboxes", "node", nodeID, "err", err)
-			}
-		}()
+		s.settleRestarted(nodeID, live.BootSeenAt)
 	}
 	return nil
+}
+
+// settleRestarted settles the sandboxes of node nodeID, which started again at since (reconcileRemote),
+// in the background. One settling of a node runs at a time: a node that keeps starting again (or says it
+// did) while one runs has one more run after it, for its latest start, however many times it did.
+func (s *Service) settleRestarted(nodeID string, since time.Time) {
+	ns := s.nodes
+	ns.mu.Lock()
+	if _, busy := ns.settling[nodeID]; busy {
+		ns.settling[nodeID] = since
+		ns.mu.Unlock()
+		return
+	}
+	ns.settling[nodeID] = time.Time{}
+	ns.mu.Unlock()
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			if err := s.reconcileRemote(ctx, nodeID, since); err != nil {
+				s.log.Error("settle a restarted node's sandboxes", "node", nodeID, "err", err)
+			}
+			cancel()
+			ns.mu.Lock()
+			next := ns.settling[nodeID]
+			if next.IsZero() {
+				delete(ns.settling, nodeID)
+				ns.mu.Unlock()
+				return
+			}
+			ns.settling[nodeID], since = time.Time{}, next
+			ns.mu.Unlock()
+		}
+	}()
 }
 
 // updateNodeRecord changes the record of a node that joined with fn (compare-and-swap, retried) and
@@ -270,6 +304,30 @@ type nodeSet struct {
 	mu      sync.Mutex
 	remote  map[string]remoteNode // guarded by mu
 	placing map[string]placing    // placements in progress in this process, by node; guarded by mu
+	// beats limits each node's heartbeats; settling holds the nodes being settled after a restart, each
+	// with the start of one more to settle after (zero: none). Both guarded by mu.
+	beats    map[string]*rate.Limiter
+	settling map[string]time.Time
+}
+
+// Heartbeats a node may send: heartbeatBurst at once, then one every heartbeatEvery (a node sends one
+// every nodeapi.HeartbeatInterval).
+const (
+	heartbeatEvery = time.Second
+	heartbeatBurst = 10
+)
+
+// allowHeartbeat reports whether node id may send a heartbeat at now.
+func (ns *nodeSet) allowHeartbeat(id string, now time.Time) bool {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	l := ns.beats[id]
+	if l == nil {
+		// Only nodes that joined and called with their certificate get here: the map stays small.
+		l = rate.NewLimiter(rate.Every(heartbeatEvery), heartbeatBurst)
+		ns.beats[id] = l
+	}
+	return l.AllowN(now, 1)
 }
 
 type remoteNode struct {
@@ -286,7 +344,8 @@ type placing struct {
 }
 
 func newNodeSet(local Node, dial func(id, addr string) (Node, error)) *nodeSet {
-	return &nodeSet{local: local, dial: dial, remote: map[string]remoteNode{}, placing: map[string]placing{}}
+	return &nodeSet{local: local, dial: dial, remote: map[string]remoteNode{}, placing: map[string]placing{},
+		beats: map[string]*rate.Limiter{}, settling: map[string]time.Time{}}
 }
 
 // isLocal reports whether id is the in-process node's.

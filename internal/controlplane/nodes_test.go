@@ -6,8 +6,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -362,6 +364,57 @@ func TestNodeBound(t *testing.T) {
 	}
 	if _, err := c.s.SetNodeBound(ctx, "node-x", small); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("the bound of a node that never joined: %v; want not found", err)
+	}
+}
+
+// TestNodeHeartbeatLimits: a node's heartbeats past a burst of ten come at most one a second; a node
+// that keeps saying it started again while it is being settled is settled once more after, not once
+// per heartbeat.
+func TestNodeHeartbeatLimits(t *testing.T) {
+	ctx := context.Background()
+	c := newRemoteNodes(t, "node-a")
+	capacity := node.Capacity{CPUMillicores: 2000, MemoryMB: 1024, MaxSandboxes: 2}
+	beat := func(boot string) error {
+		return c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: boot, Capacity: capacity})
+	}
+	for i := range heartbeatBurst {
+		if err := beat("b1"); err != nil {
+			t.Fatalf("heartbeat %d of a burst: %v", i+1, err)
+		}
+	}
+	if err := beat("b1"); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("a heartbeat past the burst: %v; want resource exhausted", err)
+	}
+	c.clk.Add(heartbeatEvery)
+	if err := beat("b1"); err != nil {
+		t.Errorf("a heartbeat a second later: %v", err)
+	}
+
+	// Restarts while the node is settled: the first settling blocks in Recover.
+	var mu sync.Mutex
+	recovers := 0
+	release := make(chan struct{})
+	c.fakes["node-a"].mu.Lock()
+	c.fakes["node-a"].onRecover = func() {
+		mu.Lock()
+		recovers++
+		first := recovers == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+	}
+	c.fakes["node-a"].mu.Unlock()
+	for i := range 5 {
+		c.clk.Add(heartbeatEvery)
+		if err := beat(fmt.Sprintf("b%d", i+2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	c.s.bg.Wait()
+	if recovers != 2 {
+		t.Errorf("five restarts while the first was settled were settled %d times in all; want 2", recovers)
 	}
 }
 
