@@ -3,14 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/testenv"
-	"github.com/airlockrun/airlock/internal/testenv/pgtest"
-	"github.com/airlockrun/airlock/internal/testenv/s3test"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -21,40 +18,8 @@ import (
 // through both replicas). It reports each phase's throughput and its p50 and p99. Run with
 // -benchtime 1x.
 func BenchmarkClusterLoad(b *testing.B) {
-	testenv.RequireSandboxes(b)
-	if !pgtest.Available() {
-		b.Skip("needs PostgreSQL (scripts/install.sh installs it)")
-	}
-	ro := testenv.ReplicaOptions{PostgresDSN: pgtest.Start(b), S3: s3test.Start(b), MasterKeyFile: filepath.Join(b.TempDir(), "master.key"),
-		KeyFile: filepath.Join(b.TempDir(), "api-key")}
-	cp1 := testenv.StartReplica(b, "cp1", ro)
-	cp2 := testenv.StartReplica(b, "cp2", ro)
-	key := ro.APIKey(b)
-	clients := []*airlock.Client{airlock.New(cp1.URL, airlock.WithAPIKey(key)), airlock.New(cp2.URL, airlock.WithAPIKey(key))}
-	env := &testenv.Env{URL: cp1.URL, Client: clients[0], ClusterURL: cp1.ClusterURL}
-	for i := range 3 {
-		testenv.StartNode(b, env, fmt.Sprintf("node-%d", i+1), testenv.NodeOptions{Process: true, ControlPlanes: []string{cp1.ClusterURL, cp2.ClusterURL}})
-	}
+	clients := testenv.StartCluster(b, 2, 3).Clients
 	ctx := context.Background()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		l, err := clients[0].ListNodes(ctx)
-		up := 0
-		if err == nil {
-			for _, n := range l.Nodes {
-				if n.State == "up" {
-					up++
-				}
-			}
-		}
-		if up == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("nodes not up: %+v %v", l, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	// A first sandbox on each node builds its template and warms it up.
 	var warm []string
 	for range 3 {

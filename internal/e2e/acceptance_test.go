@@ -22,32 +22,18 @@ import (
 // SIGKILL has its sessions resumed on the others; a replica killed leaves the other serving, and the
 // nodes reporting to it; no session ever runs in two sandboxes at once.
 func TestClusterAcceptance(t *testing.T) {
-	testenv.RequireSandboxes(t)
-	if !pgtest.Available() {
-		t.Skip("needs PostgreSQL (scripts/install.sh installs it)")
-	}
-	ro := testenv.ReplicaOptions{PostgresDSN: pgtest.Start(t), S3: s3test.Start(t), MasterKeyFile: filepath.Join(t.TempDir(), "master.key"),
-		KeyFile: filepath.Join(t.TempDir(), "api-key")}
-	cp1 := testenv.StartReplica(t, "cp1", ro)
-	cp2 := testenv.StartReplica(t, "cp2", ro)
-	key := ro.APIKey(t)
-	c1 := airlock.New(cp1.URL, airlock.WithAPIKey(key))
-	c2 := airlock.New(cp2.URL, airlock.WithAPIKey(key))
-	clients := []*airlock.Client{c1, c2}
-	ctx := ctxT(t, 15*time.Minute)
-
-	// The nodes join through the first replica and report to both, in turn.
-	env := &testenv.Env{URL: cp1.URL, Client: c1, ClusterURL: cp1.ClusterURL}
+	// The nodes join through the first replica and report to both, in turn, each with its own state
+	// directory and sandbox address range.
+	cl := testenv.StartCluster(t, 2, 3)
+	cp1, cp2 := cl.Replicas[0], cl.Replicas[1]
+	c1, c2 := cl.Clients[0], cl.Clients[1]
+	clients := cl.Clients
+	all := cl.Nodes
 	nodes := map[string]*testenv.Node{}
-	var all []*testenv.Node
-	for i := range 3 {
-		// Each node with its own state directory and sandbox address range.
-		n := testenv.StartNode(t, env, fmt.Sprintf("node-%d", i+1), testenv.NodeOptions{Process: true, ControlPlanes: []string{cp1.ClusterURL, cp2.ClusterURL},
-			SandboxAddresses: fmt.Sprintf("100.%d.0.0/14", 96+4*i)})
+	for _, n := range all {
 		nodes[n.ID] = n
-		all = append(all, n)
 	}
-	waitNodes(t, env, "up", "node-1", "node-2", "node-3")
+	ctx := ctxT(t, 15*time.Minute)
 
 	// 30 sessions, through either replica, each with a snapshot in the bucket.
 	const count = 30
@@ -99,7 +85,7 @@ func TestClusterAcceptance(t *testing.T) {
 	}
 	// Each node's sandboxes have addresses from its range only.
 	for i, n := range all {
-		pool := netip.MustParsePrefix(fmt.Sprintf("100.%d.0.0/14", 96+4*i))
+		pool := netip.MustParsePrefix(testenv.ClusterAddresses(i))
 		for _, k := range perNode[n.ID] {
 			res, err := c1.Exec(ctx, sessions[k].ID, airlock.ExecRequest{Cmd: []string{"python3", "-c",
 				"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('100.64.0.1', 9)); print(s.getsockname()[0])"}})
@@ -285,7 +271,7 @@ func TestReplicaCrashMidOperation(t *testing.T) {
 	ctx := ctxT(t, 10*time.Minute)
 	env := &testenv.Env{URL: stays.URL, Client: c, ClusterURL: stays.ClusterURL}
 	n := testenv.StartNode(t, env, "node-1", testenv.NodeOptions{})
-	waitNodes(t, env, "up", n.ID)
+	testenv.WaitNodes(t, env, "up", n.ID)
 
 	for _, point := range []string{"resume-booted", "snapshot-checkpointed"} {
 		t.Run(point, func(t *testing.T) {

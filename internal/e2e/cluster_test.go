@@ -15,32 +15,6 @@ import (
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
-// waitNodes waits until ListNodes reports every one of ids in state.
-func waitNodes(t *testing.T, e *testenv.Env, state string, ids ...string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		l, err := e.Client.ListNodes(ctxT(t, 10*time.Second))
-		got := map[string]string{}
-		if err == nil {
-			for _, n := range l.Nodes {
-				got[n.ID] = n.State
-			}
-		}
-		all := err == nil
-		for _, id := range ids {
-			all = all && got[id] == state
-		}
-		if all {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes %v not %s within 30s: %v %v", ids, state, got, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // waitFor waits up to limit for cond to hold, checking every 200 ms.
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -87,7 +61,7 @@ func TestSeparateNodes(t *testing.T) {
 	a := testenv.StartNode(t, e, "node-a", testenv.NodeOptions{})
 	b := testenv.StartNode(t, e, "node-b", testenv.NodeOptions{})
 	byID := map[string]*testenv.Node{a.ID: a, b.ID: b}
-	waitNodes(t, e, "up", a.ID, b.ID)
+	testenv.WaitNodes(t, e, "up", a.ID, b.ID)
 	if code, out, errOut := runCLI("--url", e.URL, "--api-key", e.APIKey, "node", "ls"); code != 0 || strings.Count(out, " up ") != 2 {
 		t.Errorf("node ls: %d %s %s; want both nodes up", code, out, errOut)
 	}
@@ -208,7 +182,7 @@ func TestSeparateNodes(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	waitNodes(t, e, "up", stays.ID)
+	testenv.WaitNodes(t, e, "up", stays.ID)
 	if l, err := e.Client.ListNodes(ctx); err == nil {
 		for _, n := range l.Nodes {
 			if n.ID == gone.ID && n.State == "up" {
@@ -291,7 +265,7 @@ func TestNodeFailover(t *testing.T) {
 	a := testenv.StartNode(t, e, "node-a", testenv.NodeOptions{Process: true})
 	b := testenv.StartNode(t, e, "node-b", testenv.NodeOptions{Process: true})
 	byID := map[string]*testenv.Node{a.ID: a, b.ID: b}
-	waitNodes(t, e, "up", a.ID, b.ID)
+	testenv.WaitNodes(t, e, "up", a.ID, b.ID)
 
 	// Two sessions and two sandboxes, spread over both nodes.
 	var sessions []*airlock.Session
@@ -456,7 +430,7 @@ func TestNodeCrashRestart(t *testing.T) {
 	e := testenv.Start(t, testenv.Options{NoLocalNode: true})
 	ctx := ctxT(t, 5*time.Minute)
 	n := testenv.StartNode(t, e, "node-a", testenv.NodeOptions{Process: true})
-	waitNodes(t, e, "up", n.ID)
+	testenv.WaitNodes(t, e, "up", n.ID)
 	sb, err := e.Client.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -493,7 +467,7 @@ func TestNodeFence(t *testing.T) {
 	e := testenv.Start(t, testenv.Options{NoLocalNode: true})
 	ctx := ctxT(t, 5*time.Minute)
 	n := testenv.StartNode(t, e, "node-a", testenv.NodeOptions{})
-	waitNodes(t, e, "up", n.ID)
+	testenv.WaitNodes(t, e, "up", n.ID)
 	sb, err := e.Client.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)

@@ -78,21 +78,47 @@ func StartNode(t testing.TB, e *Env, id string, opts NodeOptions) *Node {
 			t.Fatalf("node join %s: %d %s %s", id, code, out.String(), errb.String())
 		}
 	}
-	listen := opts.Listen
-	if listen == "" {
-		listen = "127.0.0.1:0"
-		if opts.Process {
-			listen = freePort(t)
-		}
-	}
-	logs := &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	n := &Node{ID: id, DataDir: dir, cancel: cancel, done: make(chan error, 1), log: logs}
-	ready := make(chan string, 1)
 	cps := opts.ControlPlanes
 	if len(cps) == 0 {
 		cps = []string{e.ClusterURL}
 	}
+	var n *Node
+	for attempt := 1; ; attempt++ {
+		listen := opts.Listen
+		if listen == "" {
+			listen = "127.0.0.1:0"
+			if opts.Process {
+				listen = freePort(t)
+			}
+		}
+		var err error
+		if n, err = launchNode(t, id, dir, cps, listen, opts); err == nil {
+			break
+		}
+		// The free port was taken before the node bound it: try another.
+		if opts.Process && opts.Listen == "" && attempt < 3 && strings.Contains(n.Logs(), "address already in use") {
+			continue
+		}
+		t.Fatalf("node %s did not start: %v\n%s", id, err, n.Logs())
+	}
+	t.Cleanup(func() {
+		if err := n.Stop(); err != nil {
+			t.Errorf("stop node %s: %v", id, err)
+		}
+		if t.Failed() {
+			t.Logf("node %s log:\n%s", id, n.Logs())
+		}
+	})
+	return n
+}
+
+// launchNode runs node id (joined, with its state in dir) and waits until it serves; an error if it
+// exited or did not serve within 60 s (then it is stopped).
+func launchNode(t testing.TB, id, dir string, cps []string, listen string, opts NodeOptions) (*Node, error) {
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{ID: id, DataDir: dir, cancel: cancel, done: make(chan error, 1), log: logs}
+	ready := make(chan string, 1)
 	if opts.Process {
 		n.cmd = exec.Command(Binary(t), "--data-dir", dir, "node", "run", "--listen", listen)
 		for _, cp := range cps {
@@ -106,7 +132,8 @@ func StartNode(t testing.TB, e *Env, id string, opts NodeOptions) *Node {
 			n.cmd.Args = append(n.cmd.Args, "--sandbox-addresses", opts.SandboxAddresses)
 		}
 		if err := n.cmd.Start(); err != nil {
-			t.Fatal(err)
+			cancel()
+			return n, err
 		}
 		go func() {
 			err := n.cmd.Wait()
@@ -130,22 +157,15 @@ func StartNode(t testing.TB, e *Env, id string, opts NodeOptions) *Node {
 	}
 	select {
 	case n.Addr = <-ready:
+		return n, nil
 	case err := <-n.done:
 		cancel()
-		t.Fatalf("node %s did not start: %v\n%s", id, err, logs.String())
+		return n, fmt.Errorf("exited: %v", err)
 	case <-time.After(60 * time.Second):
 		cancel()
-		t.Fatalf("node %s did not start within 60s\n%s", id, logs.String())
+		<-n.done
+		return n, fmt.Errorf("did not serve within 60s")
 	}
-	t.Cleanup(func() {
-		if err := n.Stop(); err != nil {
-			t.Errorf("stop node %s: %v", id, err)
-		}
-		if t.Failed() {
-			t.Logf("node %s log:\n%s", id, logs.String())
-		}
-	})
-	return n
 }
 
 // Kill kills a node started with NodeOptions.Process with SIGKILL, as a crash would: its sandboxes'

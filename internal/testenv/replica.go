@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -55,6 +56,28 @@ type ReplicaOptions struct {
 func StartReplica(t testing.TB, name string, opts ReplicaOptions, env ...string) *Replica {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
+	for attempt := 1; ; attempt++ {
+		r, err := launchReplica(t, dir, opts, env)
+		if err == nil {
+			t.Cleanup(func() {
+				r.Stop()
+				if t.Failed() {
+					t.Logf("replica %s log:\n%s", name, r.log.String())
+				}
+			})
+			return r
+		}
+		// A free port was taken before the replica bound it: try others.
+		if attempt < 3 && strings.Contains(r.log.String(), "address already in use") {
+			continue
+		}
+		t.Fatalf("airlock server %s: %v:\n%s", name, err, r.log.String())
+	}
+}
+
+// launchReplica runs airlock server with its state in dir on free ports and waits until both its ports
+// answer; an error if it exited or did not answer within 60 s (then it is killed).
+func launchReplica(t testing.TB, dir string, opts ReplicaOptions, env []string) (*Replica, error) {
 	addr, cluster := freePort(t), freePort(t)
 	r := &Replica{URL: "http://" + addr, ClusterURL: "https://" + cluster, log: &lockedBuffer{}, done: make(chan struct{})}
 	r.cmd = exec.Command(Binary(t), "server", "--data-dir", dir, "--key-file", opts.KeyFile, "--listen", addr, "--cluster-listen", cluster,
@@ -63,15 +86,9 @@ func StartReplica(t testing.TB, name string, opts ReplicaOptions, env ...string)
 	r.cmd.Env = append(r.cmd.Env, env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return r, err
 	}
 	go func() { _ = r.cmd.Wait(); close(r.done) }()
-	t.Cleanup(func() {
-		r.Stop()
-		if t.Failed() {
-			t.Logf("replica %s log:\n%s", name, r.log.String())
-		}
-	})
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(r.URL + "/v1/health")
@@ -79,16 +96,17 @@ func StartReplica(t testing.TB, name string, opts ReplicaOptions, env ...string)
 			resp.Body.Close()
 			if c, err := net.Dial("tcp", cluster); err == nil {
 				c.Close()
-				return r
+				return r, nil
 			}
 		}
 		select {
 		case <-r.done:
-			t.Fatalf("airlock server %s exited:\n%s", name, r.log.String())
+			return r, errors.New("exited")
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("airlock server %s did not answer within 60s:\n%s", name, r.log.String())
+			r.Kill()
+			return r, errors.New("did not answer within 60s")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
