@@ -20,7 +20,6 @@ import (
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/keys/local"
-	"github.com/airlockrun/airlock/internal/keys/master"
 	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/store"
@@ -51,14 +50,7 @@ func TestNodeCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mk, err := master.New(bytes.Repeat([]byte{3}, master.KeySize))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := cluster.LoadCA(ctx, st, mk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testClusterCA(t, st)
 	var mu sync.Mutex
 	var audited []store.AuditEntry
 	n := newFakeNode(t)

@@ -192,14 +192,7 @@ func newRemoteNodes(t *testing.T, ids ...string) *remoteNodes {
 			t.Fatal(err)
 		}
 	}
-	mk, err := master.New(bytes.Repeat([]byte{3}, master.KeySize))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := cluster.LoadCA(ctx, st, mk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testClusterCA(t, st)
 	c.s, err = New(Config{Store: st, Now: c.clk.Now, ReapInterval: time.Hour, Logger: slog.New(slog.DiscardHandler), Cluster: ca, ReplicaID: "r-self", DialNode: func(id, addr string) (Node, error) {
 		c.dialed[id] = addr
 		return c.fakes[id], nil
@@ -217,6 +210,20 @@ func newRemoteNodes(t *testing.T, ids ...string) *remoteNodes {
 	}
 	c.tenant = p.TenantID
 	return c
+}
+
+// testClusterCA is a cluster CA kept in st under a fixed test master key.
+func testClusterCA(t *testing.T, st store.Store) *cluster.CA {
+	t.Helper()
+	mk, err := master.New(bytes.Repeat([]byte{3}, master.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := cluster.LoadCA(context.Background(), st, mk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
 }
 
 // TestNodesPastAPage: placement, failover and reconcile see every sandbox of a node, not only the
