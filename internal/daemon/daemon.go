@@ -9,12 +9,15 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -89,8 +92,10 @@ type Config struct {
 	// SIGUSR2). Without Listen, quiesce is refused.
 	Listen func() (net.Listener, error)
 	Wake   <-chan struct{}
-	// WakeFile, if set, is a path whose appearance wakes the quiesced daemon too (it removes the file).
-	WakeFile string
+	// Control is the control directory (see proto.ControlKey): the daemon proves itself with the key
+	// in it (OpHello; without Control, hello is refused) and a change of its wake file wakes the
+	// quiesced daemon as Wake does. Empty: neither.
+	Control string
 }
 
 func (c Config) withDefaults() Config {
@@ -142,6 +147,8 @@ type server struct {
 	// ln is the listening socket; quiesced is set while it is closed for a checkpoint. Guarded by mu.
 	ln       net.Listener
 	quiesced bool
+	// wakeSeen is what the control directory's wake file held when the daemon quiesced. Guarded by mu.
+	wakeSeen []byte
 }
 
 // Serve serves connections from ln until ctx is done or ln fails. A new connection replaces the current
@@ -280,9 +287,7 @@ func (s *server) quiesce() error {
 	case <-s.cfg.Wake:
 	default:
 	}
-	if s.cfg.WakeFile != "" {
-		os.Remove(s.cfg.WakeFile)
-	}
+	s.wakeSeen = s.readWake()
 	s.quiesced = true
 	if ul, ok := s.ln.(*net.UnixListener); ok {
 		ul.SetUnlinkOnClose(true)
@@ -290,6 +295,47 @@ func (s *server) quiesce() error {
 	s.ln.Close()
 	s.log.Info("quiesced for a checkpoint")
 	return nil
+}
+
+// readWake reads the control directory's wake file (nil if there is none, or no control directory).
+func (s *server) readWake() []byte {
+	if s.cfg.Control == "" {
+		return nil
+	}
+	b, _ := readSmall(filepath.Join(s.cfg.Control, proto.ControlWake), 64)
+	return b
+}
+
+// hello proves to the node that this daemon is the sandbox's own (see proto.OpHello).
+func (s *server) hello(r *proto.HelloRequest) (proto.HelloResult, error) {
+	if s.cfg.Control == "" {
+		return proto.HelloResult{}, fmt.Errorf("this daemon has no control directory, so no key: %w", errdefs.ErrFailedPrecondition)
+	}
+	key, err := readSmall(filepath.Join(s.cfg.Control, proto.ControlKey), proto.LinkKeySize)
+	if err != nil {
+		return proto.HelloResult{}, fmt.Errorf("read the link key: %w", err)
+	}
+	if len(key) != proto.LinkKeySize {
+		return proto.HelloResult{}, fmt.Errorf("the link key has %d bytes, want %d: %w", len(key), proto.LinkKeySize, errdefs.ErrFailedPrecondition)
+	}
+	return proto.HelloResult{Proof: proto.Proof(key, r.Nonce)}, nil
+}
+
+// readSmall reads at most n bytes of the file at path, and fails if it has more.
+func readSmall(path string, n int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, int64(n)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > n {
+		return nil, fmt.Errorf("%s: more than %d bytes: %w", path, n, errdefs.ErrFailedPrecondition)
+	}
+	return b, nil
 }
 
 // awaitWake is called when Accept failed. If the daemon is quiesced, it waits for the wake signal and
@@ -302,7 +348,7 @@ func (s *server) awaitWake(ctx context.Context) (net.Listener, bool) {
 		return nil, false
 	}
 	var poll <-chan time.Time
-	if s.cfg.WakeFile != "" {
+	if s.cfg.Control != "" {
 		t := time.NewTicker(5 * time.Millisecond)
 		defer t.Stop()
 		poll = t.C
@@ -313,10 +359,12 @@ func (s *server) awaitWake(ctx context.Context) (net.Listener, bool) {
 			return nil, true
 		case <-s.cfg.Wake:
 		case <-poll:
-			if _, err := os.Lstat(s.cfg.WakeFile); err != nil {
+			s.mu.Lock()
+			seen := s.wakeSeen
+			s.mu.Unlock()
+			if bytes.Equal(s.readWake(), seen) {
 				continue
 			}
-			os.Remove(s.cfg.WakeFile)
 		}
 		ln, err := s.cfg.Listen()
 		if err != nil {

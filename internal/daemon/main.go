@@ -13,14 +13,14 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/airlockrun/airlock/internal/daemon/proto"
 )
 
 // Main is the entry point of the daemon binary, run as the sandbox's init process. args are the
 // command-line arguments without the program name:
 //
 //	-socket PATH     unix socket to listen on (required); a stale socket file is replaced
+//	-control DIR     the control directory the host writes (see proto.ControlKey): the link key
+//	                 the daemon proves itself with, and the wake file
 //	-user NAME       default non-root user (default "user"), with -uid, -gid (default 1000) and
 //	                 -home (default /home/user)
 //	-log-level LEVEL debug, info, warn or error (default info); logs go to stderr
@@ -33,6 +33,7 @@ func Main(args []string) int {
 	fs := flag.NewFlagSet("airlock-daemon", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	socket := fs.String("socket", "", "unix socket path to listen on")
+	control := fs.String("control", "", "control directory (link key and wake file), written by the host")
 	userName := fs.String("user", DefaultUserName, "default non-root user name")
 	uid := fs.Int("uid", DefaultUID, "uid of the default user")
 	gid := fs.Int("gid", DefaultGID, "gid of the default user")
@@ -61,6 +62,7 @@ func Main(args []string) int {
 		DefaultUser: User{Name: *userName, UID: *uid, GID: *gid, Home: *home},
 		Env:         os.Environ(),
 		ReapAll:     true,
+		Control:     *control,
 	}, log)
 }
 
@@ -94,7 +96,7 @@ func run(socket string, cfg Config, log *slog.Logger) int {
 	}()
 	cfg.Listen = func() (net.Listener, error) { return listen(socket) }
 	cfg.Wake = wake
-	cfg.WakeFile = filepath.Join(filepath.Dir(socket), proto.WakeFile)
+
 	log.Info("airlock daemon serving", "version", Version, "socket", socket, "pid", os.Getpid())
 	err = Serve(ctx, ln, cfg, log)
 	os.Remove(socket)
@@ -120,15 +122,20 @@ func listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create socket directory: %w", err)
 	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("%s exists and is not a socket", path)
-		}
+	// Whatever is at path goes: a stale socket, or anything a process in the sandbox put there (the
+	// node connects only to a socket there, never through a link). A process that keeps putting
+	// something back can make this fail; it only cuts its own sandbox off.
+	var ln net.Listener
+	var err error
+	for range 10 {
 		os.Remove(path)
+		old := unix.Umask(0o077)
+		ln, err = net.Listen("unix", path)
+		unix.Umask(old)
+		if err == nil || !errors.Is(err, unix.EADDRINUSE) {
+			break
+		}
 	}
-	old := unix.Umask(0o077)
-	ln, err := net.Listen("unix", path)
-	unix.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}

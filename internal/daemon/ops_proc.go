@@ -26,6 +26,8 @@ func (s *server) handle(st *stream, op proto.Op, args any) (any, error) {
 		return s.info(), nil
 	case *proto.QuiesceRequest:
 		return proto.Empty{}, s.quiesce()
+	case *proto.HelloRequest:
+		return s.hello(a)
 	case *proto.ExecRequest:
 		return s.exec(st, a)
 	case *proto.StartRequest:

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -79,20 +80,21 @@ func TestQuiesceRefusedWithoutListen(t *testing.T) {
 	}
 }
 
-// TestQuiesceWakeFile: the wake file wakes a quiesced daemon as the signal does, and the daemon removes
-// it; a wake file left before the quiesce does not wake it early.
-func TestQuiesceWakeFile(t *testing.T) {
+// TestQuiesceWakeControl: a change of the control directory's wake file wakes a quiesced daemon as the
+// signal does; a wake file that stays as it was when the daemon quiesced does not wake it.
+func TestQuiesceWakeControl(t *testing.T) {
 	cfg := testConfig(t)
 	sock := make(chan string, 1)
 	cfg.Listen = func() (net.Listener, error) { s := <-sock; sock <- s; return net.Listen("unix", s) }
 	cfg.Wake = make(chan struct{})
-	cfg.WakeFile = filepath.Join(t.TempDir(), proto.WakeFile)
+	cfg.Control = t.TempDir()
+	wakeFile := filepath.Join(cfg.Control, proto.ControlWake)
 	d := startDaemon(t, cfg)
 	sock <- d.socket
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c := d.dial(t, link.Options{})
-	if err := os.WriteFile(cfg.WakeFile, nil, 0o600); err != nil { // stale
+	if err := os.WriteFile(wakeFile, []byte("1"), 0o600); err != nil { // before the quiesce
 		t.Fatal(err)
 	}
 	if err := c.Quiesce(ctx); err != nil {
@@ -100,9 +102,9 @@ func TestQuiesceWakeFile(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	if _, err := os.Stat(d.socket); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("socket 50ms after a quiesce with a stale wake file: %v; want the daemon still quiesced", err)
+		t.Fatalf("socket 50ms after a quiesce with an unchanged wake file: %v; want the daemon still quiesced", err)
 	}
-	if err := os.WriteFile(cfg.WakeFile, nil, 0o600); err != nil {
+	if err := os.WriteFile(wakeFile, []byte("2"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var c2 *link.Client
@@ -119,7 +121,52 @@ func TestQuiesceWakeFile(t *testing.T) {
 	if err := c2.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(cfg.WakeFile); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("wake file after the wake: %v; want it removed", err)
+}
+
+// TestHello: a daemon proves it holds the link key of its control directory; a client with another
+// key, or a daemon without a key, gets ErrNotProven, and a client without a key is not asked for one.
+func TestHello(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, proto.LinkKeySize)
+	cfg := testConfig(t)
+	cfg.Control = t.TempDir()
+	if err := os.WriteFile(filepath.Join(cfg.Control, proto.ControlKey), key, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	c, err := link.Dial(ctx, d.socket, link.Options{Key: key, Shared: true})
+	if err != nil {
+		t.Fatalf("dial with the right key: %v", err)
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("ping after the proof: %v", err)
+	}
+	c.Close()
+	other := bytes.Repeat([]byte{8}, proto.LinkKeySize)
+	if c, err := link.Dial(ctx, d.socket, link.Options{Key: other}); !errors.Is(err, link.ErrNotProven) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("dial with another key: %v; want ErrNotProven", err)
+	}
+}
+
+// TestHelloWithoutKey: a daemon without a control directory cannot prove anything; a client without
+// a key does not ask it to.
+func TestHelloWithoutKey(t *testing.T) {
+	d := startDaemon(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if c, err := link.Dial(ctx, d.socket, link.Options{Key: bytes.Repeat([]byte{7}, proto.LinkKeySize)}); !errors.Is(err, link.ErrNotProven) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("dial a daemon without a key: %v; want ErrNotProven", err)
+	}
+	c := d.dial(t, link.Options{})
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("ping without a proof asked: %v", err)
 	}
 }

@@ -40,6 +40,15 @@ const InitPath = "/.airlock/init"
 // LinkSocket is the daemon's socket inside every sandbox.
 const LinkSocket = "/run/airlock/daemon.sock"
 
+// ControlDir is where the control directory (the link key and wake file, which only the host writes)
+// is mounted read-only inside every sandbox.
+const ControlDir = "/.airlock/ctl"
+
+// InitArgs is the daemon's argv inside every sandbox, after extra flags.
+func InitArgs(extra ...string) []string {
+	return append(append([]string{InitPath}, extra...), "-socket", LinkSocket, "-control", ControlDir)
+}
+
 // CreateRequest asks the node for a sandbox.
 type CreateRequest struct {
 	// ID names the sandbox.
@@ -277,25 +286,25 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 		ID:         req.ID,
 		RootFS:     tpl.RootFS,
 		Mounts:     tpl.Mounts,
-		Init:       append([]string{InitPath}, append(append([]string{}, n.cfg.DaemonArgs...), "-socket", LinkSocket)...),
+		Init:       InitArgs(n.cfg.DaemonArgs...),
+		ControlDir: ControlDir,
 		InitBinary: n.cfg.DaemonBinary,
 		Env:        env,
 		NetNS:      ns,
 		Limits:     req.Limits,
 	}
 	tNetns := time.Since(start)
-	var sb runtime.Sandbox
 	if imageDir == "" {
-		sb, err = n.cfg.Driver.Create(ctx, spec)
+		_, err = n.cfg.Driver.Create(ctx, spec)
 	} else {
-		sb, err = n.cfg.Driver.(runtime.Restorer).Restore(ctx, spec, imageDir)
+		_, err = n.cfg.Driver.(runtime.Restorer).Restore(ctx, spec, imageDir)
 	}
 	if err != nil {
 		return err
 	}
 	tDriver := time.Since(start)
 	c.Add(func() { _ = n.cfg.Driver.Destroy(context.WithoutCancel(ctx), req.ID) })
-	if err := n.attach(ctx, req.ID, req.TenantID, sb.LinkSocket); err != nil {
+	if err := n.attach(ctx, req.ID, req.TenantID); err != nil {
 		return err
 	}
 	// A restored trust store already holds the CA's certificate.
@@ -365,7 +374,7 @@ func (n *Local) installTrust(ctx context.Context, id string, tpl template.Templa
 }
 
 // attach dials the sandbox's daemon, registers the sandbox and starts its watcher.
-func (n *Local) attach(ctx context.Context, id, tenantID, socket string) error {
+func (n *Local) attach(ctx context.Context, id, tenantID string) error {
 	audit, err := link.NewFileAudit(n.AuditPath(id))
 	if err != nil {
 		return fmt.Errorf("sandbox %s audit log: %w", id, err)
@@ -376,7 +385,7 @@ func (n *Local) attach(ctx context.Context, id, tenantID, socket string) error {
 	if n.cfg.TenantAudit != nil {
 		channel = n.cfg.TenantAudit(tenantID, id)
 	}
-	cl, err := dialWithRetry(ctx, socket, link.Options{Audit: channel, Logger: n.log.With("sandbox", id), Shared: true, MuxAudit: audit})
+	cl, err := n.dialWithRetry(ctx, id, link.Options{Audit: channel, Logger: n.log.With("sandbox", id), Shared: true, MuxAudit: audit})
 	if err != nil {
 		audit.Close()
 		return fmt.Errorf("sandbox %s: connect to daemon: %w", id, err)
@@ -398,16 +407,17 @@ func (n *Local) attach(ctx context.Context, id, tenantID, socket string) error {
 	return nil
 }
 
-// dialWithRetry dials the daemon socket, retrying briefly while the daemon starts listening.
-func dialWithRetry(ctx context.Context, socket string, opts link.Options) (*link.Client, error) {
+// dialWithRetry dials the daemon of sandbox id, retrying briefly while the daemon starts listening. A
+// daemon that fails to prove it is the sandbox's is not tried again.
+func (n *Local) dialWithRetry(ctx context.Context, id string, opts link.Options) (*link.Client, error) {
 	deadline := time.Now().Add(10 * time.Second)
 	delay := time.Millisecond
 	for {
-		cl, err := dialOnce(ctx, socket, opts, 5*time.Second)
+		cl, err := n.dialOnce(ctx, id, opts, 5*time.Second)
 		if err == nil {
 			return cl, nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if time.Now().After(deadline) || ctx.Err() != nil || errors.Is(err, link.ErrNotProven) {
 			return nil, err
 		}
 		select {
@@ -421,13 +431,20 @@ func dialWithRetry(ctx context.Context, socket string, opts link.Options) (*link
 	}
 }
 
-// dialOnce dials the daemon socket and checks that the daemon answers, within timeout.
-func dialOnce(ctx context.Context, socket string, opts link.Options, timeout time.Duration) (*link.Client, error) {
+// dialOnce dials the daemon of sandbox id through the driver, has it prove that it is the sandbox's
+// own (a legacy sandbox's daemon cannot: see runtime.Driver.DialLink), and checks that it answers,
+// within timeout.
+func (n *Local) dialOnce(ctx context.Context, id string, opts link.Options, timeout time.Duration) (*link.Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cl, err := link.Dial(dctx, socket, opts)
+	conn, key, err := n.cfg.Driver.DialLink(dctx, id)
 	if err != nil {
 		return nil, err
+	}
+	opts.Key = key
+	cl, err := link.Connect(dctx, conn, opts)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	if err := cl.Ping(dctx); err != nil {
 		cl.Close()
@@ -584,10 +601,6 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) ([]string, e
 				continue
 			}
 		}
-		sock := n.linkSocket(id)
-		if sock == "" {
-			continue
-		}
 		if gw := n.cfg.Gateway; gw != nil {
 			addr, err := hostnet.Lookup(n.ifName(id))
 			if err != nil {
@@ -603,7 +616,7 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) ([]string, e
 				continue
 			}
 		}
-		if err := n.attach(ctx, id, r.TenantID, sock); err != nil {
+		if err := n.attach(ctx, id, r.TenantID); err != nil {
 			n.log.Warn("re-adopt sandbox", "sandbox", id, "err", err)
 			continue
 		}
@@ -720,9 +733,12 @@ func (n *Local) relink(ctx context.Context, s *sandbox) error {
 // just before the checkpoint) ends it at once, with the reason the runtime gives. On error, reason says
 // why the sandbox is to be counted as exited.
 func (n *Local) dialAlive(ctx context.Context, id string, opts link.Options) (*link.Client, string, error) {
-	socket := n.linkSocket(id)
-	if cl, err := dialOnce(ctx, socket, opts, 2*time.Second); err == nil {
+	cl, err := n.dialOnce(ctx, id, opts, 2*time.Second)
+	if err == nil {
 		return cl, "", nil
+	}
+	if errors.Is(err, link.ErrNotProven) {
+		return nil, notProvenReason, err
 	}
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -738,11 +754,14 @@ func (n *Local) dialAlive(ctx context.Context, id string, opts link.Options) (*l
 	}
 	done := make(chan dialed, 1)
 	go func() {
-		cl, err := dialWithRetry(wctx, socket, opts)
+		cl, err := n.dialWithRetry(wctx, id, opts)
 		done <- dialed{cl, err}
 	}()
 	select {
 	case d := <-done:
+		if errors.Is(d.err, link.ErrNotProven) {
+			return nil, notProvenReason, d.err
+		}
 		if d.err != nil {
 			return nil, "sandbox daemon unreachable after a checkpoint", d.err
 		}
@@ -774,13 +793,8 @@ func (n *Local) current(s *sandbox) (*link.Client, context.CancelFunc) {
 	return s.link, s.cancel
 }
 
-// linkSocket is the host path of a sandbox's daemon socket, if the driver tells it ("" otherwise).
-func (n *Local) linkSocket(id string) string {
-	if ls, ok := n.cfg.Driver.(interface{ LinkSocketPath(string) string }); ok {
-		return ls.LinkSocketPath(id)
-	}
-	return ""
-}
+// notProvenReason is why a sandbox whose daemon did not prove it is the sandbox's own is failed.
+const notProvenReason = "sandbox daemon failed to prove it is this sandbox's (link key)"
 
 // UnpauseSandbox lets a sandbox that CheckpointSandbox left stopped run again (the snapshot could not be
 // stored), and connects to it anew.

@@ -7,10 +7,9 @@ package runtime
 
 import (
 	"context"
+	"net"
 	"syscall"
 	"time"
-
-	"github.com/airlockrun/airlock/internal/daemon/proto"
 )
 
 // Mount is a host path made visible inside the sandbox.
@@ -72,6 +71,9 @@ type Spec struct {
 	Env []string
 	// Hostname of the sandbox. Empty: the ID.
 	Hostname string
+	// ControlDir is where, inside the sandbox, the driver mounts read-only the control directory
+	// through which the host signals the daemon (proto.ControlKey, proto.ControlWake). Required.
+	ControlDir string
 	// NetNS is the path of the network namespace to join (a bind-mounted nsfs file).
 	NetNS string
 	// Limits are the resource limits.
@@ -81,8 +83,6 @@ type Spec struct {
 // Sandbox is what Create reports about a booted sandbox.
 type Sandbox struct {
 	ID string
-	// LinkSocket is the host path of the unix socket on which the in-sandbox daemon listens.
-	LinkSocket string
 	// PID is the host PID of the sandbox's main process (the gVisor sentry for gvisor).
 	PID int
 	// CreatedAt is when the sandbox started.
@@ -105,7 +105,7 @@ type Status struct {
 type Driver interface {
 	// Name is the name the driver is registered under ("gvisor").
 	Name() string
-	// Create boots a sandbox and returns once its init process runs and its link socket exists.
+	// Create boots a sandbox and returns once its init process runs and its daemon listens.
 	// A failed Create leaves nothing behind on the host.
 	Create(ctx context.Context, spec Spec) (Sandbox, error)
 	// Wait blocks until the sandbox stops or ctx ends, and reports why it stopped.
@@ -118,18 +118,16 @@ type Driver interface {
 	// List reports the IDs of the sandboxes the driver has on this host, e.g. to re-adopt them after a
 	// node restart or to destroy orphans.
 	List(ctx context.Context) ([]string, error)
+	// DialLink connects to the sandbox's daemon and reports the link key the daemon must prove that it
+	// holds (link.Options.Key): nil only for a sandbox restored from an image made before daemons had
+	// keys. It never follows a path that a process in the sandbox could have changed.
+	DialLink(ctx context.Context, id string) (net.Conn, []byte, error)
 }
 
 // WakeSignal is sent to a sandbox's init process when it runs again after a checkpoint that left it
 // running, and when it was restored: an init that closed its host connections for the checkpoint (they
 // cannot be saved) opens them again. Airlock's daemon does (see link.Client.Quiesce).
 const WakeSignal = syscall.SIGUSR2
-
-// WakeFile, created by the host next to the daemon's socket, wakes a quiesced daemon as WakeSignal does,
-// without a runsc process to deliver a signal: the daemon looks for it every few milliseconds while it
-// is quiesced, removes it and listens again. The daemon, which imports nothing outside itself, names it
-// proto.WakeFile.
-const WakeFile = proto.WakeFile
 
 // CheckpointOptions control a checkpoint.
 type CheckpointOptions struct {

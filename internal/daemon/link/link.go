@@ -13,12 +13,16 @@ package link
 import (
 	"bufio"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -36,7 +40,14 @@ type Options struct {
 	// audit: it records the frames of every client.
 	Shared   bool
 	MuxAudit Audit
+	// Key, if set, is the sandbox's link key: before anything else the daemon must prove that it holds
+	// it (proto.OpHello), or the connection is closed with an error wrapping ErrNotProven.
+	Key []byte
 }
+
+// ErrNotProven is wrapped by the error of a Dial or Connect whose daemon did not prove that it holds
+// the sandbox's link key: what answers is not the sandbox's own daemon (or not one that can say so).
+var ErrNotProven = fmt.Errorf("the daemon did not prove it is the sandbox's: %w", errdefs.ErrPermissionDenied)
 
 // errAbandoned is reported by a call's next after the call was abandoned (canceled or detached).
 var errAbandoned = fmt.Errorf("call canceled: %w", errdefs.ErrFailedPrecondition)
@@ -62,12 +73,26 @@ type Client struct {
 	readerEnd chan struct{} // closed when the reader goroutine returned
 }
 
-// Dial connects to the daemon listening on the unix socket at socketPath. ctx bounds the dial only.
+// Dial connects to the daemon listening on the unix socket at socketPath (see Connect). ctx bounds the
+// dial and the proof only.
 func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", socketPath)
 	if err != nil {
 		return nil, fmt.Errorf("dial daemon at %s: %w (%w)", socketPath, err, errdefs.ErrUnavailable)
+	}
+	return Connect(ctx, conn, opts)
+}
+
+// Connect runs the protocol over conn, an established connection to a daemon, which it owns (and
+// closes on error). With opts.Key, the daemon must first prove that it holds the key; ctx bounds that
+// exchange.
+func Connect(ctx context.Context, conn net.Conn, opts Options) (*Client, error) {
+	if opts.Key != nil {
+		if err := prove(ctx, conn, opts.Key); err != nil {
+			conn.Close()
+			return nil, err
+		}
 	}
 	if opts.Shared {
 		m := NewMux(conn, opts.MuxAudit)
@@ -76,6 +101,49 @@ func Dial(ctx context.Context, socketPath string, opts Options) (*Client, error)
 		return c, nil
 	}
 	return NewClient(conn, opts), nil
+}
+
+// helloStream is the stream of the hello exchange: one that clients reach only after 2^32-2 calls.
+const helloStream = math.MaxUint32
+
+// prove asks the daemon on conn to prove that it holds key (proto.OpHello) with a fresh nonce, before
+// any other frame, and checks its answer in constant time.
+func prove(ctx context.Context, conn net.Conn, key []byte) error {
+	nonce := make([]byte, proto.NonceSize)
+	rand.Read(nonce)
+	payload, err := proto.EncodeRequest(proto.OpHello, proto.HelloRequest{Nonce: nonce})
+	if err != nil {
+		return err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(10 * time.Second)
+	}
+	conn.SetDeadline(deadline)
+	defer conn.SetDeadline(time.Time{})
+	if err := proto.WriteFrame(conn, proto.Frame{Type: proto.TypeRequest, Stream: helloStream, Payload: payload}); err != nil {
+		return fmt.Errorf("hello: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	// Frames are read straight from conn, header then payload, so that nothing past the answer is
+	// taken from the connection. A daemon sends nothing unasked: a few stray frames are skipped.
+	for range 16 {
+		f, err := proto.ReadFrame(conn)
+		if err != nil {
+			return fmt.Errorf("hello: %v: %w", err, errdefs.ErrUnavailable)
+		}
+		if f.Stream != helloStream || f.Type != proto.TypeResponse {
+			continue
+		}
+		var res proto.HelloResult
+		if err := proto.DecodeResponse(f.Payload, &res); err != nil {
+			return fmt.Errorf("%w: %v", ErrNotProven, err)
+		}
+		if !hmac.Equal(res.Proof, proto.Proof(key, nonce)) {
+			return fmt.Errorf("%w: wrong proof", ErrNotProven)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: no answer to hello among the first frames", ErrNotProven)
 }
 
 // Mux returns the Mux through which the client shares the daemon's connection (Options.Shared), or

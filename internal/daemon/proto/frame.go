@@ -46,9 +46,20 @@ import (
 // Version is the protocol version this package speaks; Info reports it.
 const Version = 1
 
-// WakeFile is the name of the file that, created next to a quiesced daemon's socket, wakes it (see
-// runtime.WakeFile).
-const WakeFile = "wake"
+// The control directory is a directory the host writes and the sandbox can only read (mounted
+// read-only): the node signals the daemon through it without creating anything where a process in the
+// sandbox could have planted a link. It holds:
+const (
+	// ControlKey is the file of the sandbox's link key (LinkKeySize bytes, readable by root only), with
+	// which the daemon proves on every connection that it is this sandbox's (see OpHello and Proof).
+	ControlKey = "key"
+	// ControlWake is the file whose contents the host changes to wake a quiesced daemon (the daemon
+	// compares them with what they were when it quiesced, every few milliseconds).
+	ControlWake = "wake"
+)
+
+// LinkKeySize is the size of a sandbox's link key in bytes.
+const LinkKeySize = 32
 
 // Frame size limits.
 const (

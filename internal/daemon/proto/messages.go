@@ -2,6 +2,8 @@ package proto
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +42,11 @@ const (
 	// connection and its listening socket (host sockets cannot be saved) until it receives the wake
 	// signal (SIGUSR2), then listens again.
 	OpQuiesce Op = "quiesce"
+	// OpHello asks the daemon to prove that it is the sandbox's own: HelloRequest → HelloResult, whose
+	// proof is Proof of the sandbox's link key (read from the control directory) and the request's
+	// nonce. The node sends it on every (re)connect, before anything else, and talks on only if the
+	// proof holds.
+	OpHello Op = "hello"
 )
 
 // Limits on request arguments.
@@ -116,6 +123,8 @@ func NewArgs(op Op) (any, bool) {
 		return &TarUploadRequest{}, true
 	case OpQuiesce:
 		return &QuiesceRequest{}, true
+	case OpHello:
+		return &HelloRequest{}, true
 	}
 	return nil, false
 }
@@ -713,4 +722,36 @@ func RedactEnv(env []string) []string {
 		out[i] = k + "=<redacted>"
 	}
 	return out
+}
+
+// HelloRequest carries the node's challenge (see OpHello).
+type HelloRequest struct {
+	// Nonce is fresh random bytes, NonceSize of them.
+	Nonce []byte `json:"nonce"`
+}
+
+// NonceSize is the size of HelloRequest.Nonce.
+const NonceSize = 32
+
+// Validate checks the nonce's size.
+func (r *HelloRequest) Validate() error {
+	if len(r.Nonce) != NonceSize {
+		return fmt.Errorf("nonce of %d bytes, want %d: %w", len(r.Nonce), NonceSize, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// HelloResult is the daemon's answer to OpHello.
+type HelloResult struct {
+	// Proof is Proof(key, nonce).
+	Proof []byte `json:"proof"`
+}
+
+// Proof is what a daemon holding key answers to nonce: HMAC-SHA256 over a label and the nonce, so the
+// key proves nothing but this. The node compares it with hmac.Equal.
+func Proof(key, nonce []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("airlock daemon link proof v1\x00"))
+	m.Write(nonce)
+	return m.Sum(nil)
 }

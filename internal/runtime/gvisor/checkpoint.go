@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -47,20 +46,19 @@ func (d *Driver) Unpause(ctx context.Context, id string) error {
 	if err := d.settleCPUQuota(id); err != nil {
 		return fmt.Errorf("gvisor: unpause %s: %w", id, err)
 	}
-	_, serr := os.Stat(d.LinkSocketPath(id))
 	switch {
 	case st.Status == "paused":
 		if err := d.runscQuiet(ctx, "resume", id); err != nil {
 			return fmt.Errorf("gvisor: unpause %s: %w", id, err)
 		}
-	case serr == nil:
+	case d.socketPresent(id):
 		return nil // running and listening
 	}
 	// Paused, or running with its daemon quiesced (a checkpoint interrupted before it froze the sandbox).
 	if err := d.wake(ctx, id); err != nil {
 		return fmt.Errorf("gvisor: unpause %s: %w", id, err)
 	}
-	if err := waitForFile(ctx, d.LinkSocketPath(id), 15*time.Second); err != nil {
+	if err := d.waitForSocket(ctx, id, 15*time.Second); err != nil {
 		return fmt.Errorf("gvisor: unpause %s: daemon did not listen again: %w", id, err)
 	}
 	return nil
@@ -105,14 +103,10 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 			}
 		}
 	}()
-	// The link directory must be empty once the daemon let go of its socket: whatever else is there (a
-	// file or socket a process in the sandbox made under /run/airlock) would be missing in the sandbox
-	// restored elsewhere, and the restore would fail.
-	if names, err := dirNames(filepath.Join(d.dir(id), "link")); err != nil {
+	// Whatever a process in the sandbox left in the link directory goes into the image, for the
+	// sandbox restored from it to find again.
+	if err := d.saveLinkDir(id, imageDir); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
-	} else if len(names) > 0 {
-		return fmt.Errorf("gvisor: checkpoint %s: %s in %s: a sandbox with files there cannot be restored; remove them: %w",
-			id, strings.Join(names, ", "), LinkDir, errdefs.ErrFailedPrecondition)
 	}
 	// The checkpoint works unthrottled (see cgroups.go); without, it is slower but the same.
 	if err := d.liftCPUQuota(id); err != nil {
@@ -152,7 +146,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 			return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 		}
 		// A daemon that quiesced removed its socket; it is back once the file is.
-		if err := waitForFile(ctx, d.LinkSocketPath(id), 15*time.Second); err != nil {
+		if err := d.waitForSocket(ctx, id, 15*time.Second); err != nil {
 			return fmt.Errorf("gvisor: checkpoint %s: daemon did not listen again: %w", id, err)
 		}
 	}
@@ -200,6 +194,10 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
 	}
 	spec.InitBinary = daemon
+	lnk, err := readImageLink(imageDir)
+	if err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
+	}
 	// runsc loads the memory in the background after the sandbox runs again (--background), reading
 	// the image for a while: it gets its own hard-linked copy in the sandbox's directory, removed with
 	// the sandbox, so the caller may drop imageDir (and restore it into other sandboxes) at once.
@@ -209,7 +207,7 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string
 			return fmt.Errorf("checkpoint image: %w", err)
 		}
 		return readLayerTar(filepath.Join(imageDir, ImageFSFile), filepath.Join(dir, "disk", "upper"))
-	}, []string{"restore", "--detach", "--background", "--image-path", mem})
+	}, []string{"restore", "--detach", "--background", "--image-path", mem}, lnk)
 }
 
 // daemonName is what a daemon binary's file name may be.
@@ -300,42 +298,6 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return out.Close()
-}
-
-// dirNames lists up to five entries of dir.
-func dirNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	names, err := f.Readdirnames(5)
-	if err == io.EOF {
-		err = nil
-	}
-	return names, err
-}
-
-// wakeFileWait is how long wake waits for a daemon to answer the wake file before it signals.
-const wakeFileWait = 300 * time.Millisecond
-
-// wake wakes the sandbox's quiesced daemon: with runtime.WakeFile in its link directory, which spares
-// starting a runsc process; a daemon that does not listen again within wakeFileWait (one from a build
-// before the wake file, restored from an old snapshot) gets runtime.WakeSignal.
-func (d *Driver) wake(ctx context.Context, id string) error {
-	p := filepath.Join(d.dir(id), "link", runtime.WakeFile)
-	if err := os.WriteFile(p, nil, 0o600); err != nil {
-		return fmt.Errorf("wake: %w", err)
-	}
-	if waitForFile(ctx, d.LinkSocketPath(id), wakeFileWait) == nil {
-		return nil
-	}
-	os.Remove(p)
-	d.log.Debug("daemon did not answer the wake file; signalling", "sandbox", id)
-	if err := d.runscQuiet(ctx, "kill", id, strconv.Itoa(int(runtime.WakeSignal))); err != nil {
-		return fmt.Errorf("wake: %w", err)
-	}
-	return nil
 }
 
 // runscQuiet runs a runsc command and reports its stderr on failure.

@@ -65,7 +65,7 @@ func (r *rig) spec(t *testing.T, id string) (runtime.Spec, string) {
 	}
 	t.Cleanup(func() { _ = hostnet.Detach(ifName) })
 	return runtime.Spec{ID: id, RootFS: r.tpl.RootFS, Mounts: r.tpl.Mounts,
-		Init:       []string{node.InitPath, app.DaemonCommand, "-socket", node.LinkSocket},
+		Init: node.InitArgs(app.DaemonCommand), ControlDir: node.ControlDir,
 		InitBinary: r.bin, NetNS: ns, Limits: runtime.Limits{MemoryBytes: 512 << 20}}, addr.Sandbox.String()
 }
 
@@ -76,7 +76,7 @@ func (r *rig) dial(t *testing.T, sb runtime.Sandbox) *link.Client {
 	var c *link.Client
 	var err error
 	for c == nil {
-		if c, err = link.Dial(ctx, sb.LinkSocket, link.Options{}); err != nil {
+		if c, err = dialLink(ctx, r.d, sb.ID); err != nil {
 			if ctx.Err() != nil {
 				t.Fatal(err)
 			}
@@ -194,4 +194,13 @@ func lastCount(t *testing.T, s string) int {
 		t.Fatalf("count %q: %v", s, err)
 	}
 	return n
+}
+
+// dialLink connects to sandbox id's daemon as the node does: through the driver, with the key.
+func dialLink(ctx context.Context, d *gvisor.Driver, id string) (*link.Client, error) {
+	conn, key, err := d.DialLink(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return link.Connect(ctx, conn, link.Options{Key: key})
 }

@@ -8,7 +8,8 @@
 //	disk.img      sparse ext4 image, mounted at disk/ through a loop device (the disk limit)
 //	disk/upper    the writable layer; disk/work is overlayfs's work dir
 //	rootfs/       overlayfs: template (lower, never written) + disk/upper
-//	link/         mounted at /run/airlock inside; the daemon creates daemon.sock here
+//	link/         a small tmpfs mounted at /run/airlock inside; the daemon creates daemon.sock here
+//	ctl/          the control directory, mounted read-only at runtime.Spec.ControlDir (linkdir.go)
 //	console.log   the daemon's own stdout and stderr
 package gvisor
 
@@ -105,27 +106,29 @@ var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$`)
 
 func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.StateDir, "sandboxes", id) }
 
-// LinkSocketPath reports the host path of the daemon socket of sandbox id.
-func (d *Driver) LinkSocketPath(id string) string {
-	return filepath.Join(d.dir(id), "link", LinkSocketName)
-}
-
 func (d *Driver) cgroupPath(id string) string { return filepath.Join(d.cfg.CgroupParent, id) }
 
 // Create boots spec as a runsc container. See runtime.Driver.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
-	return d.boot(ctx, spec, nil, []string{"run", "--detach"})
+	return d.boot(ctx, spec, nil, []string{"run", "--detach"}, imageLink{Control: true})
 }
 
 // boot prepares the sandbox's directory, disk and root, fills the writable layer with fill (if not
-// nil), and starts the container with the runsc command start ("run …" or "restore …"; the bundle and
-// ID are appended). On error nothing is left.
-func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir string) error, start []string) (runtime.Sandbox, error) {
+// nil), makes the link directory with what lnk says it holds and a control directory if lnk says so,
+// and starts the container with the runsc command start ("run …" or "restore …"; the bundle and ID
+// are appended). On error nothing is left.
+func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir string) error, start []string, lnk imageLink) (runtime.Sandbox, error) {
 	if !idPattern.MatchString(spec.ID) {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: bad sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
 	if len(spec.Init) == 0 || !filepath.IsAbs(spec.Init[0]) {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: init must be an absolute path inside the sandbox: %w", errdefs.ErrInvalidArgument)
+	}
+	if lnk.Control && !filepath.IsAbs(spec.ControlDir) {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: the control directory must be an absolute path inside the sandbox: %w", errdefs.ErrInvalidArgument)
+	}
+	if !lnk.Control {
+		spec.ControlDir = ""
 	}
 	spec.Limits = spec.Limits.WithDefaults()
 	dir := d.dir(spec.ID)
@@ -166,8 +169,16 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: mount writable layer: %w", err)
 	}
-	if err := os.Mkdir(filepath.Join(dir, "link"), 0o700); err != nil {
+	if err := makeLinkDir(dir); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: %w", err)
+	}
+	if err := restoreLinkDir(filepath.Join(dir, "link"), lnk.Entries); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
+	}
+	if spec.ControlDir != "" {
+		if err := makeControlDir(dir); err != nil {
+			return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s control directory: %w", spec.ID, err)
+		}
 	}
 
 	tDisk := time.Since(t0)
@@ -211,8 +222,7 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
 	}
 	tState := time.Since(t0)
-	sock := d.LinkSocketPath(spec.ID)
-	if err := waitForFile(ctx, sock, 15*time.Second); err != nil {
+	if err := d.waitForSocket(ctx, spec.ID, 15*time.Second); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s daemon did not start: %w: %s", spec.ID, err, tail(filepath.Join(dir, "console.log")))
 	}
 	if err := d.settleCPUQuota(spec.ID); err != nil {
@@ -220,7 +230,7 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 	}
 	c.Release()
 	d.log.Debug("runsc sandbox up", "sandbox", spec.ID, "how", start[0], "disk", tDisk, "run", tRun-tDisk, "wake", tState-tRun, "socket", time.Since(t0)-tState)
-	return runtime.Sandbox{ID: spec.ID, LinkSocket: sock, PID: pid, CreatedAt: time.Now()}, nil
+	return runtime.Sandbox{ID: spec.ID, PID: pid, CreatedAt: time.Now()}, nil
 }
 
 // readSpec reads the OCI spec sandbox id was booted with.
@@ -356,8 +366,9 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 		errs = append(errs, fmt.Errorf("runsc delete %s: %v: %s", id, err, strings.TrimSpace(errb.String())))
 	}
 	dir := d.dir(id)
-	// Overlay first (it holds the disk's upper dir), then the disk (autoclear frees its loop device).
-	for _, m := range []string{filepath.Join(dir, "rootfs"), filepath.Join(dir, "disk")} {
+	// Overlay first (it holds the disk's upper dir), then the disk (autoclear frees its loop device),
+	// and the link directory's tmpfs.
+	for _, m := range []string{filepath.Join(dir, "rootfs"), filepath.Join(dir, "disk"), filepath.Join(dir, "link")} {
 		if err := unmount(m); err != nil {
 			errs = append(errs, err)
 		}
@@ -448,6 +459,9 @@ func (d *Driver) ociSpec(spec runtime.Spec, dir string) (*specs.Spec, error) {
 		{Destination: LinkDir, Type: "bind", Source: filepath.Join(dir, "link"), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 		{Destination: spec.Init[0], Type: "bind", Source: spec.InitBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 	}
+	if spec.ControlDir != "" {
+		mounts = append(mounts, specs.Mount{Destination: spec.ControlDir, Type: "bind", Source: filepath.Join(dir, "ctl"), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+	}
 	for _, m := range spec.Mounts {
 		opts := []string{"rbind", "nosuid", "nodev"}
 		if m.ReadOnly {
@@ -497,28 +511,6 @@ func (d *Driver) ociSpec(spec runtime.Spec, dir string) (*specs.Spec, error) {
 			},
 		},
 	}, nil
-}
-
-// waitForFile polls for path to exist.
-func waitForFile(ctx context.Context, path string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	delay := 500 * time.Microsecond
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not appear within %s", path, limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
-		if delay < 10*time.Millisecond {
-			delay *= 2
-		}
-	}
 }
 
 // waitPID blocks until process pid (not necessarily our child) exits, or ctx ends.

@@ -1,0 +1,454 @@
+package gvisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/fsutil"
+	"github.com/airlockrun/airlock/internal/runtime"
+)
+
+// The daemon's channel crosses two directories of the sandbox's (see the package comment):
+//
+//   - link/ holds the daemon's socket. The daemon creates it (runsc --host-uds=create), so the sandbox
+//     can write there, root included: whatever it plants (symlinks, FIFOs, sockets, files) the host
+//     never follows. The node looks at and connects to the socket only beneath a descriptor of the
+//     directory with RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, checks it is a socket, and never creates,
+//     writes or removes anything there. It is a small tmpfs of its own (linkDirSize, linkDirInodes),
+//     so filling it fills nothing of the host's.
+//   - ctl/ is the host's, mounted read-only in the sandbox at runtime.Spec.ControlDir: the link key the
+//     daemon proves itself with (proto.ControlKey, readable by root only), and the wake file.
+//
+// A sandbox restored from an image made before the control directory existed has none ("legacy"): its
+// daemon is woken with runtime.WakeSignal and proves nothing, but its socket is still opened as above.
+
+// Limits of the link directory's tmpfs: room for the daemon's socket and a few files the sandbox may
+// leave there, nothing more.
+const (
+	linkDirSize   = 64 << 10
+	linkDirInodes = 64
+)
+
+// ImageLinkFile in a checkpoint image records the link directory: that the sandbox had a control
+// directory, and what a process in it left in the link directory, which its restored copy must find
+// again (gVisor walks every name it had looked up there when it restores).
+const ImageLinkFile = "link.json"
+
+// imageLink is the contents of ImageLinkFile.
+type imageLink struct {
+	// Control reports that the sandbox had a control directory (and so a daemon that proves itself).
+	Control bool `json:"control"`
+	// Entries are what the link directory held, parents before children.
+	Entries []linkEntry `json:"entries,omitempty"`
+}
+
+// linkEntry is one file of the link directory.
+type linkEntry struct {
+	Path   string `json:"path"` // relative, "/"-separated
+	Type   string `json:"type"` // dir, file, symlink, fifo or socket
+	Mode   uint32 `json:"mode"` // permission bits
+	UID    int    `json:"uid"`
+	GID    int    `json:"gid"`
+	Target string `json:"target,omitempty"` // of a symlink
+	Data   []byte `json:"data,omitempty"`   // of a file
+}
+
+// Bounds on what saveLinkDir takes, whatever the file system (the tmpfs bounds it already).
+const (
+	maxLinkEntries = 256
+	maxLinkData    = 1 << 20
+)
+
+func (d *Driver) linkDir(id string) string    { return filepath.Join(d.dir(id), "link") }
+func (d *Driver) controlDir(id string) string { return filepath.Join(d.dir(id), "ctl") }
+
+// hasControl reports whether sandbox id has a control directory (it is not legacy).
+func (d *Driver) hasControl(id string) bool {
+	_, err := os.Lstat(d.controlDir(id))
+	return err == nil
+}
+
+// makeLinkDir makes the link directory of the sandbox in dir: a tmpfs of its own.
+func makeLinkDir(dir string) error {
+	p := filepath.Join(dir, "link")
+	if err := os.Mkdir(p, 0o700); err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", linkDirSize, linkDirInodes)
+	if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("mount the link directory: %w", err)
+	}
+	return nil
+}
+
+// makeControlDir makes the control directory of the sandbox in dir with a fresh link key.
+func makeControlDir(dir string) error {
+	p := filepath.Join(dir, "ctl")
+	if err := os.Mkdir(p, 0o755); err != nil {
+		return err
+	}
+	key := make([]byte, proto.LinkKeySize)
+	rand.Read(key)
+	if err := os.WriteFile(filepath.Join(p, proto.ControlKey), key, 0o400); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(p, proto.ControlWake), []byte("0"), 0o644)
+}
+
+// openLinkDir opens the link directory of sandbox id for lookups beneath it. The path up to it is the
+// host's own; the directory itself is a mount point the sandbox cannot replace.
+func (d *Driver) openLinkDir(id string) (int, error) {
+	fd, err := unix.Open(d.linkDir(id), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open the link directory of %s: %w", id, err)
+	}
+	return fd, nil
+}
+
+// openSocket opens the daemon's socket of sandbox id (O_PATH), refusing any link on the way and
+// anything but a socket.
+func (d *Driver) openSocket(id string) (*os.File, error) {
+	dfd, err := d.openLinkDir(id)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat2(dfd, LinkSocketName, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open the daemon socket of %s: %w", id, err)
+	}
+	f := os.NewFile(uintptr(fd), LinkSocketName)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat the daemon socket of %s: %w", id, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		f.Close()
+		return nil, fmt.Errorf("the daemon socket of %s is not a socket (mode %#o): %w", id, st.Mode, errdefs.ErrFailedPrecondition)
+	}
+	return f, nil
+}
+
+// socketPresent reports whether the daemon's socket of sandbox id is there (and a socket).
+func (d *Driver) socketPresent(id string) bool {
+	f, err := d.openSocket(id)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// waitForSocket polls for the daemon's socket of sandbox id.
+func (d *Driver) waitForSocket(ctx context.Context, id string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	delay := 500 * time.Microsecond
+	for !d.socketPresent(id) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the daemon socket of %s did not appear within %s", id, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		if delay < 10*time.Millisecond {
+			delay *= 2
+		}
+	}
+	return nil
+}
+
+// DialLink connects to the daemon of sandbox id through the socket opened by openSocket (the connect
+// goes through the opened file, never through a path the sandbox could change), and reports the link
+// key the daemon must prove itself with: nil for a legacy sandbox. See runtime.Driver.
+func (d *Driver) DialLink(ctx context.Context, id string) (net.Conn, []byte, error) {
+	if !idPattern.MatchString(id) {
+		return nil, nil, fmt.Errorf("gvisor: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	key, err := d.linkKey(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := d.openSocket(id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gvisor: %w (%w)", err, errdefs.ErrUnavailable)
+	}
+	defer f.Close()
+	var dl net.Dialer
+	conn, err := dl.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(int(f.Fd())))
+	if err != nil {
+		return nil, nil, fmt.Errorf("gvisor: dial the daemon of %s: %w (%w)", id, err, errdefs.ErrUnavailable)
+	}
+	return conn, key, nil
+}
+
+// linkKey reads sandbox id's link key from its control directory (nil for a legacy sandbox).
+func (d *Driver) linkKey(id string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(d.controlDir(id), proto.ControlKey))
+	if errors.Is(err, os.ErrNotExist) && !d.hasControl(id) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: link key of %s: %w", id, err)
+	}
+	if len(b) != proto.LinkKeySize {
+		return nil, fmt.Errorf("gvisor: link key of %s has %d bytes: %w", id, len(b), errdefs.ErrFailedPrecondition)
+	}
+	return b, nil
+}
+
+// wakeWait is how long wake waits for a daemon to answer the wake file before it signals.
+const wakeWait = 300 * time.Millisecond
+
+// wake wakes the sandbox's quiesced daemon: by changing the wake file of its control directory, which
+// spares starting a runsc process; a daemon that does not listen again within wakeWait, or a legacy
+// sandbox's, gets runtime.WakeSignal.
+func (d *Driver) wake(ctx context.Context, id string) error {
+	if d.hasControl(id) {
+		gen := []byte(strconv.FormatInt(time.Now().UnixNano(), 10))
+		if err := fsutil.WriteFileAtomic(filepath.Join(d.controlDir(id), proto.ControlWake), gen, 0o644); err != nil {
+			return fmt.Errorf("wake: %w", err)
+		}
+		if d.waitForSocket(ctx, id, wakeWait) == nil {
+			return nil
+		}
+		d.log.Debug("daemon did not answer the wake file; signalling", "sandbox", id)
+	}
+	if err := d.runscQuiet(ctx, "kill", id, strconv.Itoa(int(runtime.WakeSignal))); err != nil {
+		return fmt.Errorf("wake: %w", err)
+	}
+	return nil
+}
+
+// saveLinkDir records into imageDir whether sandbox id has a control directory and what its link
+// directory holds (the sandbox is paused, and its daemon has let go of its socket). It reads beneath
+// the directory's descriptor, follows no link, and opens only regular files, without blocking.
+func (d *Driver) saveLinkDir(id, imageDir string) error {
+	rec := imageLink{Control: d.hasControl(id)}
+	dfd, err := d.openLinkDir(id)
+	if err != nil {
+		return err
+	}
+	// O_PATH descriptors cannot be read: open the directory for reading beneath it.
+	root, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	unix.Close(dfd)
+	if err != nil {
+		return fmt.Errorf("open the link directory of %s: %w", id, err)
+	}
+	data := 0
+	if err := walkLinkDir(root, "", &rec.Entries, &data); err != nil {
+		return fmt.Errorf("link directory of %s: %w", id, err)
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(imageDir, ImageLinkFile), b, 0o600)
+}
+
+// walkLinkDir appends the entries of the directory open at fd (which it closes) under prefix.
+func walkLinkDir(fd int, prefix string, out *[]linkEntry, data *int) error {
+	dir := os.NewFile(uintptr(fd), prefix)
+	defer dir.Close()
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if len(*out) >= maxLinkEntries {
+			return fmt.Errorf("more than %d entries: %w", maxLinkEntries, errdefs.ErrResourceExhausted)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		e := linkEntry{Path: prefix + name, Mode: st.Mode & 0o7777, UID: int(st.Uid), GID: int(st.Gid)}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			e.Type = "dir"
+			*out = append(*out, e)
+			sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			if err := walkLinkDir(sub, e.Path+"/", out, data); err != nil {
+				return err
+			}
+			continue
+		case unix.S_IFREG:
+			e.Type = "file"
+			b, err := readRegularAt(fd, name, maxLinkData-*data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", e.Path, err)
+			}
+			*data += len(b)
+			e.Data = b
+		case unix.S_IFLNK:
+			e.Type = "symlink"
+			buf := make([]byte, unix.PathMax)
+			n, err := unix.Readlinkat(fd, name, buf)
+			if err != nil {
+				return err
+			}
+			e.Target = string(buf[:n])
+		case unix.S_IFIFO:
+			e.Type = "fifo"
+		case unix.S_IFSOCK:
+			e.Type = "socket"
+		default:
+			continue // devices cannot be made there (nodev); nothing else exists
+		}
+		*out = append(*out, e)
+	}
+	return nil
+}
+
+// readRegularAt reads the regular file name beneath dirfd, at most limit bytes, without following a
+// link or blocking on anything that is not a regular file.
+func readRegularAt(dirfd int, name string, limit int) ([]byte, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("not a regular file: %w", errdefs.ErrFailedPrecondition)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("more than %d bytes of files: %w", maxLinkData, errdefs.ErrResourceExhausted)
+	}
+	return b, nil
+}
+
+// readImageLink reads an image's ImageLinkFile; an image without one is legacy (no control
+// directory, and an empty link directory: checkpoints refused anything else then).
+func readImageLink(imageDir string) (imageLink, error) {
+	var rec imageLink
+	f, err := os.Open(filepath.Join(imageDir, ImageLinkFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return rec, nil
+	}
+	if err != nil {
+		return rec, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 4*maxLinkData))
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("%s: %v: %w", ImageLinkFile, err, errdefs.ErrInvalidArgument)
+	}
+	return rec, nil
+}
+
+// restoreLinkDir re-creates entries in the (new, empty) link directory at dir, beneath its descriptor:
+// nothing runs in the sandbox yet, and every name is checked to stay beneath it.
+func restoreLinkDir(dir string, entries []linkEntry) error {
+	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(root)
+	if len(entries) > maxLinkEntries {
+		return fmt.Errorf("%d entries: %w", len(entries), errdefs.ErrInvalidArgument)
+	}
+	for _, e := range entries {
+		if err := restoreLinkEntry(root, e); err != nil {
+			return fmt.Errorf("link directory entry %q: %w", e.Path, err)
+		}
+	}
+	return nil
+}
+
+func restoreLinkEntry(root int, e linkEntry) error {
+	clean := filepath.Clean(e.Path)
+	if e.Path == "" || clean != e.Path || filepath.IsAbs(clean) || clean == "." || clean == ".." || len(clean) > 1024 ||
+		(len(clean) > 2 && clean[:3] == "../") {
+		return fmt.Errorf("bad path: %w", errdefs.ErrInvalidArgument)
+	}
+	parent, name := filepath.Split(clean)
+	pfd := root
+	if parent != "" {
+		fd, err := unix.Openat2(root, parent, &unix.OpenHow{
+			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+		})
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		pfd = fd
+	}
+	mode := e.Mode & 0o7777
+	switch e.Type {
+	case "dir":
+		if err := unix.Mkdirat(pfd, name, 0o700); err != nil {
+			return err
+		}
+	case "file":
+		fd, err := unix.Openat(pfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return err
+		}
+		f := os.NewFile(uintptr(fd), name)
+		_, err = f.Write(e.Data)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	case "symlink":
+		return errors.Join(unix.Symlinkat(e.Target, pfd, name), unix.Fchownat(pfd, name, e.UID, e.GID, unix.AT_SYMLINK_NOFOLLOW))
+	case "fifo":
+		if err := unix.Mknodat(pfd, name, unix.S_IFIFO|0o600, 0); err != nil {
+			return err
+		}
+	case "socket":
+		// A socket file is what bind leaves behind; nothing listens on it afterwards.
+		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		err = unix.Bind(s, &unix.SockaddrUnix{Name: "/proc/self/fd/" + strconv.Itoa(pfd) + "/" + name})
+		unix.Close(s)
+		if err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("unknown type %q: %w", e.Type, errdefs.ErrInvalidArgument)
+	}
+	// What was just made here is no link (nothing runs in the sandbox to swap it).
+	if err := unix.Fchownat(pfd, name, e.UID, e.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	return unix.Fchmodat(pfd, name, mode, 0)
+}
