@@ -56,6 +56,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/gateway/castore"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/keys"
 	"github.com/airlockrun/airlock/internal/keys/local"
 	"github.com/airlockrun/airlock/internal/keys/master"
@@ -125,6 +126,10 @@ type Config struct {
 	// ExtraRootsPEM are CA certificates the gateway trusts, besides the host's roots, when it verifies
 	// an upstream it re-encrypts to (on-prem services; tests).
 	ExtraRootsPEM []byte
+	// EgressAllowPrivate are the guarded ranges (private, link-local, loopback, CGNAT, metadata, the
+	// host's own addresses, …) that tenants' network rules may open (airlock up --egress-allow-private;
+	// see policy.Guards). Empty: none; a tenant's rule into a guarded range is refused with a 400.
+	EgressAllowPrivate []netip.Prefix
 	// ImageCacheBytes bounds the node's cache of recent checkpoint images (fast resumes and forks).
 	// Zero: DefaultImageCacheBytes; negative: no cache.
 	ImageCacheBytes int64
@@ -248,7 +253,39 @@ func InstanceTag(dataDir string) string {
 	return hex.EncodeToString(sum[:2])
 }
 
-// hostAddresses reports the host's own addresses, which no sandbox may reach unless a rule names them.
+// egressGuards returns the operator's egress guards: the guarded ranges open lets tenants open, and
+// the host's own addresses, which it reads again every hostAddressesEvery until stop is called (an
+// address the host takes later, by DHCP or a new interface, is guarded from then on).
+func egressGuards(open []netip.Prefix, log *slog.Logger) (g *policy.Guards, stop func(), err error) {
+	g, err = policy.NewGuards(open, hostAddresses())
+	if err != nil {
+		return nil, nil, err
+	}
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() { // owner: the caller, through stop
+		defer close(ended)
+		t := time.NewTicker(hostAddressesEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := g.SetHost(hostAddresses()); err != nil {
+					log.Warn("refresh the host's addresses for the egress guard", "err", err)
+				}
+			}
+		}
+	}()
+	return g, func() { close(done); <-ended }, nil
+}
+
+// hostAddressesEvery is how often the egress guard reads the host's addresses again.
+const hostAddressesEvery = 5 * time.Second
+
+// hostAddresses reports the host's own addresses, which no sandbox may reach unless the operator
+// opened them and a rule names them.
 func hostAddresses() []netip.Prefix {
 	var out []netip.Prefix
 	addrs, err := net.InterfaceAddrs()
@@ -393,11 +430,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if publicURL == "" {
 		publicURL = "http://" + ln.Addr().String()
 	}
+	guards, stopGuards, err := egressGuards(cfg.EgressAllowPrivate, log)
+	if err != nil {
+		return err
+	}
+	defer stopGuards()
 	connDocs, err := secrets.NewDocStorage(st, ConnectionsDocPrefix)
 	if err != nil {
 		return err
 	}
-	conns, err := connections.New(connections.Config{Keys: keyring, Storage: connDocs, RedirectURL: publicURL + "/v1/oauth/callback", Logger: log})
+	conns, err := connections.New(connections.Config{Keys: keyring, Storage: connDocs, RedirectURL: publicURL + "/v1/oauth/callback", Guards: guards, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -412,7 +454,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if !cfg.NoLocalNode {
 		var closeNode func() error
 		nd, closeNode, err = startHostNode(hostNode{id: node.LocalID, dataDir: dataDir, tag: tag, runsc: cfg.Runsc, daemon: cfg.DaemonBinary,
-			debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, log: log, keys: keyring, reg: reg,
+			debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, guards: guards, log: log, keys: keyring, reg: reg,
 			// In one process the node needs no check of which sandbox asks: the gateway asks only for
 			// its sandboxes' bindings.
 			secret: func(ctx context.Context, tenantID, _, name string) ([]byte, error) {
@@ -488,6 +530,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 				}})
 		}
 	}
+	cpCfg.Guards = guards
 	cp, err = controlplane.New(cpCfg)
 	if err != nil {
 		return err
@@ -618,6 +661,7 @@ type hostNode struct {
 	debug, hostsOnly bool
 	hosts            map[string][]netip.Addr
 	roots            *x509.CertPool
+	guards           *policy.Guards
 	log              *slog.Logger
 	// keys wraps the interception CAs' keys; secret and token give the gateway credentials.
 	keys          keys.KeyProvider
@@ -687,7 +731,7 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 		SharedPrefix:  "al",
 		Hosts:         h.hosts,
 		HostsOnly:     h.hostsOnly,
-		GuardExtra:    hostAddresses(),
+		Guards:        h.guards,
 		Flows:         sinks,
 		Logger:        h.log,
 	})

@@ -68,13 +68,16 @@ type NodeConfig struct {
 	// SandboxAddresses is the range the node's sandboxes get their /30s from (nodes sharing a host can
 	// each have one of their own). Invalid prefix (the zero value): hostnet.Pool.
 	SandboxAddresses netip.Prefix
-	// Runsc, DaemonBinary, Debug, Hosts, HostsOnly and ExtraRootsPEM are as in Config.
-	Runsc         string
-	DaemonBinary  string
-	Debug         bool
-	Hosts         map[string][]netip.Addr
-	HostsOnly     bool
-	ExtraRootsPEM []byte
+	// Runsc, DaemonBinary, Debug, Hosts, HostsOnly, ExtraRootsPEM and EgressAllowPrivate are as in
+	// Config. (The control planes refuse tenants' rules into ranges they have not opened; the node's
+	// gateway refuses connections into ranges it has not.)
+	Runsc              string
+	DaemonBinary       string
+	Debug              bool
+	Hosts              map[string][]netip.Addr
+	HostsOnly          bool
+	ExtraRootsPEM      []byte
+	EgressAllowPrivate []netip.Prefix
 	// Logger receives logs. Nil: slog.Default().
 	Logger *slog.Logger
 	// Out receives what is meant for the person who started the node. Nil: os.Stdout.
@@ -189,10 +192,15 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 	if err != nil {
 		return err
 	}
+	guards, stopGuards, err := egressGuards(cfg.EgressAllowPrivate, log)
+	if err != nil {
+		return err
+	}
+	defer stopGuards()
 	// The interception CAs' keys are wrapped by the control plane, under their tenants' keys, bound to
 	// this node: a revoked tenant key means no CA, and the files here are of no use elsewhere.
 	nd, closeNode, err := startHostNode(hostNode{id: j.info.ID, dataDir: dataDir, tag: InstanceTag(dataDir), runsc: cfg.Runsc,
-		daemon: cfg.DaemonBinary, debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, log: log,
+		daemon: cfg.DaemonBinary, debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, guards: guards, log: log,
 		keys: cc, secret: cc.Secret, token: cc.Token, audit: cc.Record, onExit: cc.SandboxExit,
 		sessionCA: cc.SessionCA, keepSessionCA: cc.KeepSessionCA})
 	if err != nil {

@@ -186,7 +186,7 @@ CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOI
 	join.Flags().BoolVar(&replace, "replace", false, "take the ID of a node that joined before (with the token it joined with)")
 	join.Flags().StringVar(&caFingerprint, "ca-fingerprint", "", `the cluster CA's fingerprint ("sha256:<hex>", printed by "node token create"): the join is refused if the control plane presents another CA`)
 
-	var controlPlanes []string
+	var controlPlanes, allowPrivate []string
 	var listen, advertise, runsc, pool string
 	var maxSandboxes int
 	var debug bool
@@ -216,6 +216,10 @@ their latest snapshots.`,
 			if g.json {
 				h = slog.NewJSONHandler(g.Err, opts)
 			}
+			open, err := egressAllowPrivate(allowPrivate)
+			if err != nil {
+				return err
+			}
 			var addrs netip.Prefix
 			if pool != "" {
 				var err error
@@ -224,7 +228,7 @@ their latest snapshots.`,
 				}
 			}
 			return app.RunNode(ctx, app.NodeConfig{DataDir: g.dataDir, ControlPlanes: controlPlanes, Listen: listen, Advertise: advertise, SandboxAddresses: addrs,
-				MaxSandboxes: maxSandboxes, Runsc: runsc, Debug: debug, Logger: slog.New(h), Out: g.Out})
+				MaxSandboxes: maxSandboxes, Runsc: runsc, Debug: debug, Logger: slog.New(h), Out: g.Out, EgressAllowPrivate: open})
 		},
 	}
 	run.Flags().StringArrayVar(&controlPlanes, "control-plane", nil, "the control planes' cluster port, https://host:port: a load balancer's, or each replica's (repeat; tried in turn)")
@@ -232,6 +236,7 @@ their latest snapshots.`,
 	run.Flags().StringVar(&advertise, "advertise", "", "the host:port control planes reach the node API at; its host must be one the node joined with (default: the first --host of the join and the --listen port)")
 	run.Flags().IntVar(&maxSandboxes, "max-sandboxes", 0, "the sandboxes this node runs at once (default 32 per CPU core)")
 	run.Flags().StringVar(&pool, "sandbox-addresses", "", "the range inside 100.64.0.0/10 the sandboxes' addresses come from, for nodes sharing a host (default 100.96.0.0/12)")
+	run.Flags().StringArrayVar(&allowPrivate, "egress-allow-private", nil, egressAllowPrivateHelp+" (give each node the control planes' ranges)")
 	run.Flags().StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
 	run.Flags().BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
 	var bound airlock.NodeCapacity

@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,5 +161,22 @@ func TestCleanCell(t *testing.T) {
 	}
 	if got := cleanCell(""); got != "-" {
 		t.Errorf("cleanCell(\"\"): got %q; want -", got)
+	}
+}
+
+// TestEgressAllowPrivate: the operator's guarded ranges come from the flags and the environment; a
+// value that is not a CIDR is refused with a message naming the flag.
+func TestEgressAllowPrivate(t *testing.T) {
+	t.Setenv(EnvEgressAllowPrivate, " 10.20.0.0/16, 169.254.169.254/32 ,")
+	got, err := egressAllowPrivate([]string{"192.168.1.7/24"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24"), netip.MustParsePrefix("10.20.0.0/16"), netip.MustParsePrefix("169.254.169.254/32")}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v; want %v", got, want)
+	}
+	if _, err := egressAllowPrivate([]string{"10.0.0.1"}); err == nil || !strings.Contains(err.Error(), "--egress-allow-private") {
+		t.Errorf("a bare address: %v; want an error naming the flag", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -36,6 +37,7 @@ func newServeCmd(g *globals, server bool) *cobra.Command {
 	var s3cfg blobs3.Config
 	var postgresDSN, masterKeyFile, clusterListen string
 	var ingressMax int
+	var allowPrivate []string
 	var keepAll, keepHourly, keepDaily, pruneEvery, gcEvery, gcGrace time.Duration
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -78,6 +80,10 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 			if masterKeyFile == "" {
 				masterKeyFile = os.Getenv(EnvMasterKeyFile)
 			}
+			open, err := egressAllowPrivate(allowPrivate)
+			if err != nil {
+				return err
+			}
 			var s3 *blobs3.Config
 			if s3cfg.Endpoint != "" || s3cfg.Bucket != "" {
 				// The credentials come from the environment only, as AWS tools take them.
@@ -106,6 +112,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				S3:               s3,
 				Retention:        retention.Policy{KeepAll: keepAll, KeepHourly: keepHourly, KeepDaily: keepDaily},
 				PruneInterval:    pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace,
+				EgressAllowPrivate: open,
 			})
 		},
 	}
@@ -130,6 +137,7 @@ SIGINT or SIGTERM stops the replica; the nodes and their sandboxes run on.`
 	} else {
 		f.StringVar(&clusterListen, "cluster-listen", "", "serve nodes that joined on this address (mutual TLS with the cluster's certificates), e.g. :7443; default: no cluster port")
 	}
+	f.StringArrayVar(&allowPrivate, "egress-allow-private", nil, egressAllowPrivateHelp)
 	f.StringVar(&s3cfg.Endpoint, "s3-endpoint", "", "keep snapshots in S3 or an S3-compatible service at this host[:port] instead of the data directory (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
 	f.StringVar(&s3cfg.Bucket, "s3-bucket", "", "the bucket (it must exist)")
 	f.StringVar(&s3cfg.Prefix, "s3-prefix", "", "a key prefix in the bucket, ending in /")
@@ -150,4 +158,30 @@ SIGINT or SIGTERM stops the replica; the nodes and their sandboxes run on.`
 	f.DurationVar(&gcEvery, "gc-interval", 0, "how often unreferenced snapshot data is collected (default 10m)")
 	f.DurationVar(&gcGrace, "gc-grace", 0, "how old unreferenced snapshot data must be to be collected (default 1h)")
 	return cmd
+}
+
+// EnvEgressAllowPrivate holds more guarded ranges for --egress-allow-private, comma-separated.
+const EnvEgressAllowPrivate = "AIRLOCK_EGRESS_ALLOW_PRIVATE"
+
+const egressAllowPrivateHelp = "a guarded range (private, link-local, loopback, CGNAT, cloud metadata, this host's addresses) that tenants' network rules may then open, as a CIDR, e.g. 10.20.0.0/16 (repeat; env " + EnvEgressAllowPrivate + ", comma-separated). Without it no tenant rule reaches a guarded range"
+
+// egressAllowPrivate parses the --egress-allow-private flags and the environment's ranges.
+func egressAllowPrivate(flags []string) ([]netip.Prefix, error) {
+	all := append([]string{}, flags...)
+	if env := os.Getenv(EnvEgressAllowPrivate); env != "" {
+		all = append(all, strings.Split(env, ",")...)
+	}
+	var out []netip.Prefix
+	for _, s := range all {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("--egress-allow-private %q: want a CIDR such as 10.20.0.0/16", s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/keys/local"
 	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/testenv/oauthtest"
@@ -47,7 +49,7 @@ func newEnv(t *testing.T, lifetime time.Duration) *env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := connections.New(connections.Config{Keys: keyring, Storage: st, RedirectURL: e.callback})
+		m, err := connections.New(connections.Config{Keys: keyring, Storage: st, RedirectURL: e.callback, Guards: loopbackOpen(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,6 +69,16 @@ func newEnv(t *testing.T, lifetime time.Duration) *env {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return e
+}
+
+// loopbackOpen returns guards whose operator opened 127.0.0.1, where the test provider listens.
+func loopbackOpen(t *testing.T) *policy.Guards {
+	t.Helper()
+	g, err := policy.NewGuards([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 func (e *env) provider(clientID string) connections.Provider {
@@ -307,4 +319,42 @@ func assertNotOnDisk(t *testing.T, dir string, needles ...[]byte) {
 		}
 		return nil
 	})
+}
+
+// TestProviderGuards: a provider's endpoints in a guarded range the operator has not opened are
+// refused by address at create, with a 400 naming the range (TestGuardedClient checks the addresses
+// dialed). Positive control: the same provider with the operator's loopback opened works (the other
+// tests).
+func TestProviderGuards(t *testing.T) {
+	dir := t.TempDir()
+	keyring, err := local.New(filepath.Join(dir, "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := secrets.NewFileStorage(filepath.Join(dir, "connections"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := connections.New(connections.Config{Keys: keyring, Storage: st, RedirectURL: "http://127.0.0.1:1/v1/oauth/callback"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	ctx := context.Background()
+	p := oauthtest.Start(t, oauthtest.Options{RedirectURI: "http://127.0.0.1:1/v1/oauth/callback"})
+	for _, tc := range []struct{ issuer, want string }{
+		{p.Issuer, "guard:loopback"},
+		{"https://169.254.169.254/", "guard:metadata"},
+		{"https://10.1.2.3/", "guard:private"},
+		{"https://[::ffff:127.0.0.1]/", "guard:loopback"},
+	} {
+		_, _, err := m.Create(ctx, tenant, "x", connections.FlowAuthorizationCode,
+			connections.Provider{Issuer: tc.issuer, ClientID: "c", ClientSecret: "s"})
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("issuer %s: %v; want invalid argument naming %s", tc.issuer, err, tc.want)
+		}
+	}
+	if cs, err := m.List(ctx, tenant); err != nil || len(cs) != 0 {
+		t.Errorf("after refused creates: %v %v; want nothing stored", cs, err)
+	}
 }

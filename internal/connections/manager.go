@@ -7,9 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/oauth2"
@@ -46,8 +50,13 @@ type Config struct {
 	// RedirectURL is the absolute URL of Airlock's OAuth callback (GET, query state and code), which
 	// the authorization code flow registers with the provider. Required for that flow.
 	RedirectURL string
-	// HTTPClient calls the providers. Nil: a client with a 15 s timeout.
+	// HTTPClient calls the providers. Nil: a client with a 15 s timeout that connects only to
+	// addresses Guards let through (checked on the address dialed, after name resolution).
 	HTTPClient *http.Client
+	// Guards are the operator's egress guards: a provider's endpoints in a guarded range the operator
+	// has not opened (loopback, private, link-local, metadata, this host's addresses, …) are refused,
+	// at create when the URL names the address and at every call. Nil: every guarded range is refused.
+	Guards *policy.Guards
 	// Now is the clock. Nil: time.Now.
 	Now func() time.Time
 	// Logger receives warnings about refreshes; nil discards them.
@@ -100,7 +109,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, store: store, http: cfg.HTTPClient, log: cfg.Logger, now: cfg.Now,
 		entries: map[string]*entry{}, pending: map[string]pendingCode{}}
 	if m.http == nil {
-		m.http = &http.Client{Timeout: providerTimeout}
+		m.http = guardedClient(cfg.Guards)
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -723,4 +732,24 @@ func truncate(s string, n int) string {
 // rotation) and reports whether there was one.
 func (m *Manager) RewrapDataKey(ctx context.Context, tenantID string) (bool, error) {
 	return m.store.RewrapDataKey(ctx, tenantID)
+}
+
+// guardedClient returns an HTTP client for providers that connects only to addresses g lets through:
+// the check runs on each address dialed, after resolution, so a name that resolves (or is re-bound)
+// to a guarded address is refused too.
+func guardedClient(g *policy.Guards) *http.Client {
+	d := &net.Dialer{Timeout: providerTimeout, Control: func(network, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("provider address %q: %w", address, errdefs.ErrInvalidArgument)
+		}
+		if err := g.Refuse(ap.Addr()); err != nil {
+			return fmt.Errorf("provider endpoint: %w", err)
+		}
+		return nil
+	}}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // a proxy would be dialed instead of the provider, and its address checked instead
+	t.DialContext = d.DialContext
+	return &http.Client{Timeout: providerTimeout, Transport: t}
 }

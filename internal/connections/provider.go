@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"io"
 	"net"
 	"net/http"
@@ -53,7 +54,12 @@ func (m *Manager) resolve(ctx context.Context, p Provider, flow Flow) (Provider,
 		if f.v == "" {
 			continue
 		}
-		if err := checkURL(f.v); err != nil {
+		// The browser, not Airlock, visits the authorization URL: only its form is checked.
+		check := func(s string) error { return checkURL(s, m.cfg.Guards) }
+		if f.name == "authorization_url" {
+			check = checkURLForm
+		}
+		if err := check(f.v); err != nil {
 			return bad("%s: %v", f.name, err)
 		}
 	}
@@ -79,7 +85,11 @@ func (m *Manager) resolve(ctx context.Context, p Provider, flow Flow) (Provider,
 			if *f.dst != "" || f.v == "" {
 				continue
 			}
-			if err := checkURL(f.v); err != nil {
+			check := func(s string) error { return checkURL(s, m.cfg.Guards) }
+			if f.dst == &p.AuthorizationURL {
+				check = checkURLForm
+			}
+			if err := check(f.v); err != nil {
 				return bad("discovery document of %s: endpoint %q: %v", p.Issuer, truncate(f.v, 128), err)
 			}
 			*f.dst = f.v
@@ -140,8 +150,26 @@ func (m *Manager) discover(ctx context.Context, issuer string) (discovery, error
 }
 
 // checkURL accepts absolute https URLs, and http URLs to a loopback address (a provider on the same
-// machine, for on-prem set-ups and tests).
-func checkURL(s string) error {
+// machine, for on-prem set-ups and tests), whose host, if an address, g does not refuse.
+func checkURL(s string, g *policy.Guards) error {
+	if err := checkURLForm(s); err != nil {
+		return err
+	}
+	u, _ := url.Parse(s)
+	h := u.Hostname()
+	if h == "localhost" {
+		h = "127.0.0.1"
+	}
+	if a, err := netip.ParseAddr(h); err == nil {
+		if err := g.Refuse(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkURLForm is checkURL without the guard.
+func checkURLForm(s string) error {
 	if len(s) > maxURLLen {
 		return fmt.Errorf("URL over %d bytes", maxURLLen)
 	}

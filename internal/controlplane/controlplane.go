@@ -20,6 +20,7 @@ import (
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/keys"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/retention"
@@ -50,6 +51,9 @@ const (
 type Config struct {
 	// Store keeps all state. Required.
 	Store store.Store
+	// Guards are the operator's egress guards: tenants' network rules into guarded ranges it has not
+	// opened are refused (policy.Guards.Check). Nil: no guarded range may be opened.
+	Guards *policy.Guards
 	// Node is the node in this process (single-binary mode). Nil: none; sandboxes run on the nodes
 	// DialNode reaches. One of Node and DialNode is required.
 	Node Node
@@ -121,6 +125,8 @@ type Config struct {
 // Service is the control plane.
 type Service struct {
 	store store.Store
+	// guards are the operator's egress guards (Config.Guards).
+	guards *policy.Guards
 	// nodes reaches the nodes (nodes.go); localCapacity is what the in-process node offers.
 	nodes         *nodeSet
 	localCapacity node.Capacity
@@ -255,7 +261,7 @@ func New(cfg Config) (*Service, error) {
 		idle: cfg.IdleInterval, stop: make(chan struct{}), pending: cfg.PendingDir, up: newUploader(), urgent: newUrgentGate(),
 		rolls: roller{m: map[string]rollState{}}, work: workTracker{n: map[string]int{}, ports: map[string]int{}}, retention: cfg.Retention.WithDefaults(), rollEvery: cfg.RollInterval,
 		pruneEvery: cfg.PruneInterval, keys: cfg.Keys, keysEvery: cfg.KeyCheckInterval, keysGone: map[string]bool{}, ca: cfg.Cluster,
-		keyProvider: cfg.KeyProvider, audit: cfg.Audit}, nil
+		keyProvider: cfg.KeyProvider, audit: cfg.Audit, guards: cfg.Guards}, nil
 }
 
 // keyedMutex serializes work per key (sandbox ID) within this process.

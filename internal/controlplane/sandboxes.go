@@ -144,6 +144,9 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 	if err := req.normalize(); err != nil {
 		return store.Sandbox{}, err
 	}
+	if err := s.checkNetwork(req.Network); err != nil {
+		return store.Sandbox{}, err
+	}
 	if err := s.checkKey(ctx, tenantID); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -372,6 +375,19 @@ func NetworkPolicy(sb store.Sandbox) (policy.Policy, error) {
 	return p, nil
 }
 
+// checkNetwork refuses a tenant's policy (nil: none) whose rules would open a guarded range the
+// operator has not opened (policy.Guards.Check). The gateway refuses such connections anyway; this
+// says so at once, with a 400 that names the range.
+func (s *Service) checkNetwork(p *policy.Policy) error {
+	if p == nil {
+		return nil
+	}
+	if err := s.guards.Check(*p); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	return nil
+}
+
 // SetNetwork replaces the egress policy of the tenant's running sandbox. New connections follow it at once.
 func (s *Service) SetNetwork(ctx context.Context, tenantID, id string, p policy.Policy) (store.Sandbox, error) {
 	sb, err := s.setNetwork(ctx, tenantID, id, p)
@@ -390,6 +406,9 @@ func (s *Service) SetNetwork(ctx context.Context, tenantID, id string, p policy.
 func (s *Service) setNetwork(ctx context.Context, tenantID, id string, p policy.Policy) (store.Sandbox, error) {
 	if err := p.Validate(); err != nil {
 		return store.Sandbox{}, fmt.Errorf("network: %w", err)
+	}
+	if err := s.checkNetwork(&p); err != nil {
+		return store.Sandbox{}, err
 	}
 	raw, err := json.Marshal(p)
 	if err != nil {

@@ -122,6 +122,9 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 	if err := req.normalize(); err != nil {
 		return store.Session{}, err
 	}
+	if err := s.checkNetwork(req.Network); err != nil {
+		return store.Session{}, err
+	}
 	if err := s.checkTemplate(ctx, req.Template, req.MemoryMB); err != nil {
 		return store.Session{}, err
 	}

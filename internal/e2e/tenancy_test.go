@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -190,7 +191,8 @@ func assertNotInDirExcept(t *testing.T, dir, except string, needles ...string) {
 // and the first tenant's objects: every route that names one of them answers 404, every other route
 // answers without a trace of them, and the first tenant loses nothing.
 func TestCrossTenantEveryRoute(t *testing.T) {
-	e := testenv.Start(t, testenv.Options{})
+	// The OAuth provider listens on loopback, which the operator opens.
+	e := testenv.Start(t, testenv.Options{EgressAllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
 	ctx := ctxT(t, 5*time.Minute)
 	a := e.Client
 

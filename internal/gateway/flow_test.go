@@ -181,9 +181,14 @@ func TestProxyHTTPFlows(t *testing.T) {
 	}()
 	upAddr := netip.MustParseAddrPort(ln.Addr().String())
 
-	m, err := policy.Compile(policy.Policy{Rules: []policy.Rule{
+	// The upstream is on loopback, which the operator opens here.
+	guards, err := policy.NewGuards([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := policy.CompileWithOptions(policy.Policy{Rules: []policy.Rule{
 		{Name: "read", Action: policy.ActionAllow, Host: "up.test", CIDRs: []string{"127.0.0.1/32"}, Methods: []string{"GET"}},
-	}})
+	}}, policy.CompileOptions{Guards: guards})
 	if err != nil {
 		t.Fatal(err)
 	}

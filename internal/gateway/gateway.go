@@ -62,9 +62,12 @@ type Config struct {
 	Hosts map[string][]netip.Addr
 	// HostsOnly resolves nothing but Hosts: for machines without DNS (fully offline) and tests.
 	HostsOnly bool
-	// GuardExtra are more addresses no sandbox may reach unless a CIDR rule names them; the node passes
-	// the host's own addresses.
+	// GuardExtra are more addresses no sandbox may reach unless the operator opened them and a CIDR
+	// rule names them (tests; the node passes its own addresses in Guards).
 	GuardExtra []netip.Prefix
+	// Guards are the operator's: the node's own addresses, kept current, and the guarded ranges
+	// tenants' rules may open (policy.Guards). Nil: no guarded address is ever allowed.
+	Guards *policy.Guards
 	// CAs keeps each sandbox's interception CA across node restarts. Nil: CAs live in memory only.
 	CAs CAStore
 	// Secret returns the value of a tenant's secret for a credential binding of the sandbox's. Nil:
@@ -293,7 +296,7 @@ func (g *Gateway) Close() error {
 }
 
 func (g *Gateway) compile(p policy.Policy) (*policy.Matcher, error) {
-	m, err := policy.CompileWithOptions(p, policy.CompileOptions{GuardExtra: g.cfg.GuardExtra})
+	m, err := policy.CompileWithOptions(p, policy.CompileOptions{GuardExtra: g.cfg.GuardExtra, Guards: g.cfg.Guards})
 	if err != nil {
 		return nil, fmt.Errorf("network policy: %w", err)
 	}

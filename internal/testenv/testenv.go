@@ -121,6 +121,8 @@ type Options struct {
 	Hosts map[string][]netip.Addr
 	// ExtraRootsPEM are CAs the gateway trusts for upstreams it re-encrypts to (test upstreams).
 	ExtraRootsPEM []byte
+	// EgressAllowPrivate are the guarded ranges tenants' rules may open (the operator's setting).
+	EgressAllowPrivate []netip.Prefix
 	// DaemonBinary is the sandboxes' daemon (to test upgrades); empty: the binary built for the tests.
 	DaemonBinary string
 	// PKCS11 configures the pkcs11 key provider (with Helper empty: the helper built for the tests).
@@ -180,16 +182,17 @@ func Start(t testing.TB, opts Options) *Env {
 	}
 	go func() {
 		e.done <- app.Run(ctx, app.Config{
-			DataDir:       dir,
-			KeyFile:       keyFile,
-			Listen:        "127.0.0.1:0",
-			DaemonBinary:  bin,
-			Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			Out:           io.Discard,
-			Ready:         func(addr string) { ready <- addr },
-			Hosts:         opts.Hosts,
-			HostsOnly:     true, // tests never send a DNS query off this machine
-			ExtraRootsPEM: opts.ExtraRootsPEM,
+			DataDir:            dir,
+			KeyFile:            keyFile,
+			Listen:             "127.0.0.1:0",
+			DaemonBinary:       bin,
+			Logger:             slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			Out:                io.Discard,
+			Ready:              func(addr string) { ready <- addr },
+			Hosts:              opts.Hosts,
+			HostsOnly:          true, // tests never send a DNS query off this machine
+			ExtraRootsPEM:      opts.ExtraRootsPEM,
+			EgressAllowPrivate: opts.EgressAllowPrivate,
 
 			PKCS11:           opts.PKCS11,
 			KeyCheckInterval: opts.KeyCheckInterval,

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -50,6 +51,9 @@ type CompileOptions struct {
 	// passes its own addresses so that a sandbox cannot reach services listening on the host. Each
 	// must be a valid prefix; they are masked.
 	GuardExtra []netip.Prefix
+	// Guards are the operator's: the node's own addresses, guarded like GuardExtra, and the guarded
+	// ranges tenants may open. Nil: none, and no guarded address is ever allowed.
+	Guards *Guards
 }
 
 // Matcher is a compiled Policy. It is immutable and safe for concurrent use.
@@ -58,9 +62,10 @@ type CompileOptions struct {
 //  1. An invalid IP is refused (GuardInvalid).
 //  2. The IP is checked against the guard ranges (see the Guard… constants and
 //     CompileOptions.GuardExtra, IPv4-mapped forms and IPv4 embedded in NAT64, SIIT, 6to4 and
-//     IPv4-compatible IPv6 addresses included). A guarded IP can be allowed only by an allow rule
-//     with a CIDR that holds the IP and lies wholly inside the most specific guard range holding it:
-//     "10.1.0.0/16" lifts guard:private for 10.1.2.3, while "0.0.0.0/0" lifts nothing and
+//     IPv4-compatible IPv6 addresses included). A guarded IP can be allowed only if the operator
+//     opened it (CompileOptions.Guards: one of its Open ranges lifts the guard) and then only by an
+//     allow rule with a CIDR that holds the IP and lies wholly inside the most specific guard range
+//     holding it: "10.1.0.0/16" lifts guard:private for 10.1.2.3, while "0.0.0.0/0" lifts nothing and
 //     "169.254.0.0/16" does not lift guard:metadata for 169.254.169.254. Host-only allow rules are
 //     skipped; deny rules apply as usual.
 //  3. Rules are tried in order; the first that matches decides. A rule matches when every field it
@@ -72,6 +77,7 @@ type Matcher struct {
 	credentials  []compiledCredential
 	defaultAllow bool
 	guardExtra   []netip.Prefix
+	guards       *Guards
 }
 
 type compiledRule struct {
@@ -102,7 +108,7 @@ func CompileWithOptions(p Policy, opts CompileOptions) (*Matcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Matcher{rules: rules, credentials: creds, defaultAllow: p.Default == ActionAllow}
+	m := &Matcher{rules: rules, credentials: creds, defaultAllow: p.Default == ActionAllow, guards: opts.Guards}
 	for _, g := range opts.GuardExtra {
 		if !g.IsValid() || g.Addr().Zone() != "" {
 			return nil, fmt.Errorf("policy: guard extra %v: invalid prefix: %w", g, errdefs.ErrInvalidArgument)
@@ -118,6 +124,8 @@ type conn struct {
 	ip    netip.Addr
 	port  uint16
 	guard guardHit
+	// opened reports that the operator lets tenants' rules lift the guard.
+	opened bool
 }
 
 func (m *Matcher) prepare(c Conn) (conn, bool) {
@@ -129,7 +137,12 @@ func (m *Matcher) prepare(c Conn) (conn, bool) {
 		host = ""
 	}
 	ip := c.IP.Unmap().WithZone("")
-	return conn{host: host, ip: ip, port: c.Port, guard: guardFor(ip, m.guardExtra)}, true
+	extra := m.guardExtra
+	if host := m.guards.Host(); len(host) > 0 {
+		extra = append(slices.Clip(extra), host...)
+	}
+	g := guardFor(ip, extra)
+	return conn{host: host, ip: ip, port: c.Port, guard: g, opened: g.ok && m.guards.opens(ip, g)}, true
 }
 
 var invalidDecision = Decision{Rule: GuardInvalid, Reason: "no valid destination address"}
@@ -153,6 +166,9 @@ func (r *compiledRule) matchConn(c conn) bool {
 		}
 	}
 	if c.guard.ok && r.allow {
+		if !c.opened {
+			return false
+		}
 		for _, p := range r.cidrs {
 			if lifts(p, c.ip, c.guard) {
 				return true
@@ -185,6 +201,9 @@ func (r *compiledRule) decision(c conn, why string) Decision {
 
 // fallback is the decision when no rule matched.
 func (m *Matcher) fallback(c conn) Decision {
+	if c.guard.ok && !c.opened {
+		return Decision{Rule: c.guard.name, Reason: fmt.Sprintf("%s is in guarded range %s, which the operator has not opened to sandboxes", c.ip, c.guard.prefix)}
+	}
 	if c.guard.ok {
 		return Decision{Rule: c.guard.name, Reason: fmt.Sprintf("%s is in guarded range %s and no allow rule names it in its cidrs", c.ip, c.guard.prefix)}
 	}

@@ -1,9 +1,13 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
 )
 
 func mustCompile(t testing.TB, p Policy, opts CompileOptions) *Matcher {
@@ -208,6 +212,7 @@ func TestConnect(t *testing.T) {
 				{Name: "ula", Action: "allow", Host: "svc.corp", CIDRs: []string{"fd00::/8"}},
 				{Name: "loop", Action: "allow", CIDRs: []string{"::ffff:127.0.0.1/128"}},
 			}},
+			opts: CompileOptions{Guards: mustGuards(t, []string{"10.1.0.0/16", "169.254.0.0/16", "fd00::/8", "127.0.0.1/32", "169.254.169.254/32"}, nil)},
 			checks: []check{
 				{"", "10.1.9.9", 5432, allow("internal")},
 				{"", "::ffff:10.1.9.9", 5432, allow("internal")},
@@ -224,8 +229,29 @@ func TestConnect(t *testing.T) {
 			},
 		},
 		{
+			name: "only what the operator opened",
+			p: Policy{Default: "allow", Rules: []Rule{
+				{Name: "internal", Action: "allow", CIDRs: []string{"10.1.0.0/16"}},
+				{Name: "meta", Action: "allow", CIDRs: []string{"169.254.169.254/32"}},
+				{Name: "node", Action: "allow", CIDRs: []string{"10.1.0.5/32", "198.51.100.10/32"}},
+				{Name: "loop", Action: "allow", CIDRs: []string{"127.0.0.1/32"}},
+			}},
+			opts: CompileOptions{Guards: mustGuards(t, []string{"10.1.0.0/16", "169.254.0.0/16"}, []string{"10.1.0.5/32", "198.51.100.10/32"})},
+			checks: []check{
+				{"", "10.1.9.9", 5432, allow("internal")},
+				{"", "10.2.0.1", 5432, deny("guard:private")},          // not opened
+				{"", "169.254.169.254", 80, deny("guard:metadata")},    // the operator's /16 does not open the /32
+				{"", "10.1.0.5", 80, deny("guard:extra")},              // the node's own address, inside an opened range
+				{"", "198.51.100.10", 80, deny("guard:extra")},         // the node's own public address
+				{"", "127.0.0.1", 80, deny("guard:loopback")},          // never opened
+				{"", "::ffff:127.0.0.1", 80, deny("guard:loopback")},   // nor in another form
+				{"", "64:ff9b::a9fe:a9fe", 80, deny("guard:metadata")}, // NAT64
+			},
+		},
+		{
 			name: "metadata needs its own /32",
 			p:    Policy{Rules: []Rule{{Name: "meta", Action: "allow", CIDRs: []string{"169.254.169.254/32"}}}},
+			opts: CompileOptions{Guards: mustGuards(t, []string{"169.254.169.254/32"}, nil)},
 			checks: []check{
 				{"", "169.254.169.254", 80, allow("meta")},
 				{"", "::ffff:169.254.169.254", 80, allow("meta")},
@@ -234,7 +260,7 @@ func TestConnect(t *testing.T) {
 		{
 			name: "guard extra",
 			p:    Policy{Default: "allow", Rules: []Rule{{Name: "host", Action: "allow", CIDRs: []string{"198.51.100.10/32"}}}},
-			opts: CompileOptions{GuardExtra: []netip.Prefix{
+			opts: CompileOptions{Guards: mustGuards(t, []string{"198.51.100.10/32"}, nil), GuardExtra: []netip.Prefix{
 				netip.MustParsePrefix("198.51.100.10/32"),
 				netip.MustParsePrefix("198.51.100.11/32"),
 				netip.MustParsePrefix("2001:db8::/64"),
@@ -481,5 +507,78 @@ func TestCompileOptionsInvalid(t *testing.T) {
 	_, err := CompileWithOptions(Policy{}, CompileOptions{GuardExtra: []netip.Prefix{{}}})
 	if err == nil {
 		t.Fatal("CompileWithOptions with an invalid guard prefix: nil error")
+	}
+}
+
+func mustGuards(t *testing.T, open, host []string) *Guards {
+	t.Helper()
+	var o, h []netip.Prefix
+	for _, s := range open {
+		o = append(o, netip.MustParsePrefix(s))
+	}
+	for _, s := range host {
+		h = append(h, netip.MustParsePrefix(s))
+	}
+	g, err := NewGuards(o, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestGuardsCheck: a tenant's allow rule into a guarded range is refused unless the operator opened
+// all of it; broad CIDRs and deny rules pass; the error names the rule, the CIDR and the range.
+func TestGuardsCheck(t *testing.T) {
+	g := mustGuards(t, []string{"10.20.0.0/16", "169.254.169.254/32"}, []string{"203.0.113.9/32"})
+	for _, tc := range []struct {
+		cidr, action string
+		want         string // a substring of the error; "" for none
+	}{
+		{"10.20.1.0/24", "allow", ""},
+		{"10.20.0.0/16", "allow", ""},
+		{"169.254.169.254/32", "allow", ""},
+		{"0.0.0.0/0", "allow", ""},
+		{"::/0", "allow", ""},
+		{"198.51.100.0/24", "allow", ""},
+		{"10.0.0.0/8", "deny", ""},
+		{"10.0.0.0/8", "allow", `cidr 10.0.0.0/8 is in the guarded range 10.0.0.0/8 (guard:private)`},
+		{"10.21.0.0/16", "allow", "10.0.0.0/8 (guard:private)"},
+		{"127.0.0.1/32", "allow", "127.0.0.0/8 (guard:loopback)"},
+		{"::ffff:127.0.0.1/128", "allow", "127.0.0.0/8 (guard:loopback)"},
+		{"169.254.0.0/16", "allow", "169.254.0.0/16 (guard:link-local)"},
+		{"203.0.113.9/32", "allow", "203.0.113.9/32 (guard:extra)"},
+		{"100.96.0.0/12", "allow", "guard:cgnat"},
+		{"fd00::/8", "allow", "guard:private"},
+	} {
+		p := Policy{Rules: []Rule{{Name: "r", Action: tc.action, CIDRs: []string{tc.cidr}}}}
+		err := g.Check(p)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s %s: %v; want it accepted", tc.action, tc.cidr, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `rule "r"`) || !errors.Is(err, errdefs.ErrInvalidArgument)):
+			t.Errorf("%s %s: %v; want an invalid-argument error naming rule \"r\" and %q", tc.action, tc.cidr, err, tc.want)
+		}
+	}
+	if err := (*Guards)(nil).Check(Policy{Rules: []Rule{{Action: "allow", CIDRs: []string{"10.0.0.1/32"}}}}); err == nil {
+		t.Error("nil Guards accepted a rule into a private range")
+	}
+}
+
+// TestGuardsSetHost: a node address that appears after the policy was compiled is guarded at once.
+func TestGuardsSetHost(t *testing.T) {
+	g := mustGuards(t, nil, nil)
+	m, err := CompileWithOptions(Policy{Default: "allow"}, CompileOptions{Guards: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Conn{IP: netip.MustParseAddr("198.51.100.7"), Port: 80}
+	if d := m.Connect(c); !d.Allow {
+		t.Fatalf("before: %+v; want allowed", d)
+	}
+	if err := g.SetHost([]netip.Prefix{netip.MustParsePrefix("198.51.100.7/32")}); err != nil {
+		t.Fatal(err)
+	}
+	if d := m.Connect(c); d.Allow || d.Rule != GuardExtra {
+		t.Fatalf("after the node took the address: %+v; want guard:extra", d)
 	}
 }
