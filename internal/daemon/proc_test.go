@@ -581,13 +581,24 @@ func TestReattachDropped(t *testing.T) {
 	d := startDaemon(t, cfg)
 	ctx := testCtx(t)
 	c1 := d.dial(t, link.Options{})
-	p, err := c1.Start(ctx, proto.StartRequest{Argv: []string{"sh", "-c", "sleep 0.5; head -c 5000 /dev/zero | tr '\\0' a"}}, link.ProcessOptions{})
+	// The output comes once the test says so: after the daemon has let go of c1's attachment (a fixed
+	// sleep lost that race on a loaded machine).
+	trigger := filepath.Join(t.TempDir(), "go")
+	p, err := c1.Start(ctx, proto.StartRequest{Argv: []string{"sh", "-c", "while [ ! -e " + trigger + " ]; do sleep 0.02; done; head -c 5000 /dev/zero | tr '\\0' a"}}, link.ProcessOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := p.ID()
 	c1.Close() // nobody is attached while the output is produced
 	c2 := d.dial(t, link.Options{})
+	// c2 replaced c1 once the daemon answers on it; its attachment's end is then under way.
+	if err := c2.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := os.WriteFile(trigger, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c2.WaitProcess(ctx, id); err != nil {
 		t.Fatal(err)
 	}

@@ -101,6 +101,14 @@ func TestEgressBypassAttempts(t *testing.T) {
 	allowed := n.sandbox(t, &airlock.NetworkPolicy{Rules: []airlock.NetworkRule{
 		{Name: "api", Action: "allow", Host: "api.example.test", Ports: []airlock.PortRange{"443"}},
 	}})
+	// A host rule on a port where the upstream speaks neither TLS nor HTTP: the name the sandbox resolved
+	// allows no raw TCP to its address.
+	rawByName := n.sandbox(t, &airlock.NetworkPolicy{Rules: []airlock.NetworkRule{
+		{Name: "api-7000", Action: "allow", Host: "api.example.test", Ports: []airlock.PortRange{"7000"}},
+	}})
+	if got := n.probe(t, rawByName.ID, false, "resolve", "api.example.test"); !strings.Contains(got, "203.0.113.2") {
+		t.Fatalf("resolve in the raw-by-name sandbox: %s", got)
+	}
 	// Another sandbox serving on 8080, to try reaching from the first.
 	neighbour := n.sandbox(t, nil)
 	st, err := n.Client.ExecStream(ctxT(t, time.Minute), neighbour.ID, airlock.ExecRequest{Cmd: []string{"python3", "-m", "http.server", "8080"}}, airlock.StreamOptions{})
@@ -142,6 +150,7 @@ func TestEgressBypassAttempts(t *testing.T) {
 		{"another sandbox", closed, false, []string{"http", neighbourIP, "8080", neighbourIP}, "Directory listing", true},
 		{"metadata address", allowed, false, []string{"http", "169.254.169.254", "80", "169.254.169.254"}, upstreamMarker, true},
 		{"allowed name on another port", allowed, false, []string{"tcp", up, "7000"}, upstreamMarker, false},
+		{"raw TCP to a name only a host rule allows", rawByName, false, []string{"tcp", up, "7000"}, upstreamMarker, false},
 		{"allowed SNI toward the host's address", allowed, false, []string{"https", hostIP, hostPort, "api.example.test", "/home/user/ca.pem"}, upstreamMarker, false},
 		{"other name on the allowed address", allowed, false, []string{"https", up, "443", "other.example.test", "/home/user/ca.pem"}, upstreamMarker, false},
 		{"plain HTTP to the allowed host", allowed, false, []string{"http", up, "80", "api.example.test"}, upstreamMarker, true},
@@ -338,6 +347,39 @@ req = urllib.request.Request("https://other.example.test/x", headers={"Authoriza
 print(urllib.request.urlopen(req, timeout=5).read().decode())`}})
 	if !strings.Contains(res.Stdout, `auth="Bearer `+secret+`"`) {
 		t.Errorf("upstream saw %q (stderr %q); want the placeholder replaced", res.Stdout, res.Stderr)
+	}
+	// Only where the binding says: a placeholder in other headers or the URL stays a placeholder, so an
+	// upstream that echoes them sends back nothing of the secret.
+	res = run(t, n.Env, sb.ID, airlock.ExecRequest{Cmd: []string{"python3", "-c", `
+import os, urllib.request
+k = os.environ["API_KEY"]
+req = urllib.request.Request("https://other.example.test/echo?key=" + k, headers={"Authorization": "Bearer " + k,
+    "X-Other": k, "Cookie": "s=" + k, "Origin": "https://" + k + ".test", "Referer": "https://x.test/" + k})
+print(urllib.request.urlopen(req, timeout=5).read().decode())`}})
+	if strings.Contains(res.Stdout, secret) || strings.Count(res.Stdout, placeholder) != 5 {
+		t.Errorf("echo of the other headers and the URL: %q (stderr %q); want the placeholder five times and no secret", res.Stdout, res.Stderr)
+	}
+	// TRACE would echo the injected header back: refused on an intercepted connection.
+	res = run(t, n.Env, sb.ID, airlock.ExecRequest{Cmd: []string{"python3", "-c", `
+import urllib.request, urllib.error
+try:
+    print(urllib.request.urlopen(urllib.request.Request("https://api.example.test/v1/models", method="TRACE"), timeout=5).read().decode())
+except urllib.error.HTTPError as e:
+    print("HTTP", e.code)`}})
+	if strings.Contains(res.Stdout, secret) || strings.Contains(res.Stdout, upstreamMarker) || !strings.Contains(res.Stdout, "HTTP 403") {
+		t.Errorf("TRACE: %q; want a 403 from the gateway", res.Stdout)
+	}
+	// An upstream that switches protocols for a request that did not ask: refused, nothing relayed.
+	res = run(t, n.Env, sb.ID, airlock.ExecRequest{Cmd: []string{"python3", "-c", `
+import urllib.request, urllib.error
+try:
+    print(urllib.request.urlopen("https://api.example.test/switch", timeout=5).read().decode())
+except urllib.error.HTTPError as e:
+    print("HTTP", e.code)
+except Exception as e:
+    print("ERR", e)`}})
+	if strings.Contains(res.Stdout, secret) || strings.Contains(res.Stdout, "RAW-AFTER-101") || !strings.Contains(res.Stdout, "HTTP 502") {
+		t.Errorf("unasked 101: %q; want a 502 from the gateway", res.Stdout)
 	}
 	// Plain HTTP never carries a credential.
 	res = run(t, n.Env, sb.ID, airlock.ExecRequest{Cmd: []string{"python3", "-c", `

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -98,6 +99,30 @@ func startUpstream(t *testing.T) *upstream {
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	testenv.InNetns(t, u.ns, func() {
 		hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/echo": // every header but Authorization, and the URL, back to the sender
+				fmt.Fprintf(w, "%s url=%s\n", upstreamMarker, r.URL.String())
+				for k, vs := range r.Header {
+					if k != "Authorization" {
+						fmt.Fprintf(w, "%s: %s\n", k, strings.Join(vs, ","))
+					}
+				}
+				return
+			case "/switch": // 101 whether asked or not, then raw bytes
+				hj, ok := w.(http.Hijacker)
+				if !ok {
+					http.Error(w, "no hijack", 500)
+					return
+				}
+				c, bw, err := hj.Hijack()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\nRAW-AFTER-101 auth=" + r.Header.Get("Authorization") + "\n")
+				bw.Flush()
+				return
+			}
 			fmt.Fprintf(w, "%s %s %s %s auth=%q\n", upstreamMarker, r.Method, r.Host, r.URL.Path, r.Header.Get("Authorization"))
 		})
 		for _, addr := range []string{"203.0.113.2:443", "203.0.113.2:80", "169.254.169.254:80", "203.0.113.2:7000", "203.0.113.2:53"} {

@@ -784,7 +784,17 @@ func (g *Gateway) decide(ctx context.Context, m *policy.Matcher, k kind, name st
 	if name == "" {
 		return dst.Addr(), m.Connect(policy.Conn{IP: dst.Addr(), Port: dst.Port()})
 	}
-	if k != kindTCP && !m.AllowsName(name) {
+	if k == kindTCP {
+		// Raw TCP names nothing itself: the name is only the DNS answer the sandbox got for the address.
+		// A host rule allows TLS to that name (whose handshake names it) or HTTP (whose Host does), never
+		// whatever else the sandbox sends to its address: only address rules and the default decide.
+		d := m.Connect(policy.Conn{IP: dst.Addr(), Port: dst.Port()})
+		if !d.Allow && m.Connect(policy.Conn{Host: name, IP: dst.Addr(), Port: dst.Port()}).Allow {
+			d = policy.Decision{Rule: "not-tls-or-http", Reason: fmt.Sprintf("only a host rule allows %s, and this connection's first bytes are neither TLS nor HTTP: raw TCP needs a rule on its address (cidrs)", name)}
+		}
+		return dst.Addr(), d
+	}
+	if !m.AllowsName(name) {
 		return dst.Addr(), m.Connect(policy.Conn{Host: name, IP: dst.Addr(), Port: dst.Port()})
 	}
 	addrs, err := g.resolve(ctx, name)
@@ -826,8 +836,15 @@ func (g *Gateway) proxyHTTP(ctx context.Context, s *sandbox, c halfConn, br *buf
 		host = strings.TrimSuffix(strings.ToLower(host), ".")
 		m := s.matcher.Load()
 		d := m.Request(policy.Conn{Host: name, IP: ip, Port: port}, req.Method, req.URL.EscapedPath())
-		if host != name {
+		switch {
+		case host != name:
 			d = policy.Decision{Rule: "host-changed", Reason: fmt.Sprintf("request for %s on a connection to %s", clip(host, maxFlowHost), name)}
+		case req.ProtoMajor != 1:
+			// An HTTP/2 preface ("PRI * HTTP/2.0") or another version: its frames would pass unchecked.
+			d = policy.Decision{Rule: "malformed-http", Reason: fmt.Sprintf("HTTP/%d.%d: only HTTP/1.x is relayed", req.ProtoMajor, req.ProtoMinor)}
+		case strings.EqualFold(req.Method, "TRACE") || strings.EqualFold(req.Method, "TRACK"):
+			// The upstream would echo the request back, headers (and any credential put in them) included.
+			d = policy.Decision{Rule: "method-refused", Reason: req.Method + " echoes the request back; the gateway refuses it"}
 		}
 		setDecision(&f, d)
 		if !d.Allow {
@@ -879,6 +896,15 @@ func (g *Gateway) proxyHTTP(ctx context.Context, s *sandbox, c halfConn, br *buf
 			return
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
+			if !asksUpgrade(req) {
+				// The stream after it would pass unchecked (and uninjected) for a request that never
+				// asked to leave HTTP: refuse it.
+				resp.Body.Close()
+				f.Decision, f.Rule, f.Reason = DecisionDeny, "unasked-upgrade", "the upstream switched protocols for a request that did not ask to upgrade"
+				finish("upstream answered 101 to a request without Upgrade", 0, 0)
+				writeStatus(c, http.StatusBadGateway, "airlock gateway: the upstream switched protocols unasked")
+				return
+			}
 			if err := resp.Write(toClient); err != nil {
 				finish("", 0, 0)
 				return
@@ -936,7 +962,7 @@ func (g *Gateway) inject(ctx context.Context, s *sandbox, m *policy.Matcher, hos
 		v := string(value)
 		clear(value)
 		switch {
-		case c.Header != "":
+		case c.Header != "" && c.Placeholder == "":
 			format := c.Format
 			if format == "" {
 				format = "{secret}"
@@ -945,16 +971,35 @@ func (g *Gateway) inject(ctx context.Context, s *sandbox, m *policy.Matcher, hos
 		case c.BasicAuthUser != "":
 			req.SetBasicAuth(c.BasicAuthUser, v)
 		case c.Placeholder != "":
-			for k, vals := range req.Header {
-				for i, hv := range vals {
-					if strings.Contains(hv, c.Placeholder) {
-						req.Header[k][i] = strings.ReplaceAll(hv, c.Placeholder, v)
-					}
-				}
+			// Only in the header the binding names (Authorization unless it names another): never in
+			// Origin, Cookie, Referer, other headers, the URL or the body, which the upstream may echo.
+			h := c.Header
+			if h == "" {
+				h = "Authorization"
+			}
+			vals := req.Header.Values(h)
+			for i, hv := range vals {
+				vals[i] = strings.ReplaceAll(hv, c.Placeholder, v)
 			}
 		}
 	}
 	return joined, nil
+}
+
+// asksUpgrade reports whether req asks to switch protocols (an Upgrade header, and "upgrade" among
+// the Connection header's tokens).
+func asksUpgrade(req *http.Request) bool {
+	if req.Header.Get("Upgrade") == "" {
+		return false
+	}
+	for _, v := range req.Header.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // halfConn is a connection whose sending half can be closed alone: *net.TCPConn and *tls.Conn.

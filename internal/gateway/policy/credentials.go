@@ -20,8 +20,10 @@ const MaxCredentials = 64
 //   - Header: set that header to Format with "{secret}" replaced by the value (Format defaults to
 //     "{secret}"; "Bearer {secret}" is the usual one);
 //   - BasicAuthUser: set Authorization to HTTP basic auth of that user and the value;
-//   - Placeholder: replace that string, wherever it appears in a header value, by the value (so code
-//     in the sandbox can hold OPENAI_API_KEY=<placeholder> and send it as it would the real key).
+//   - Placeholder: replace that string by the value in the header named by Header, Authorization if
+//     Header is empty (so code in the sandbox can hold OPENAI_API_KEY=<placeholder> and send it as it
+//     would the real key), and nowhere else: not in other headers (Origin, Cookie, Referer, …), the
+//     URL or the body, where an upstream might echo the value back into the sandbox.
 //
 // Credentials are only injected into TLS connections the gateway intercepts: never into plain HTTP,
 // where the value would cross the wire in the clear.
@@ -85,13 +87,17 @@ func compileCredentials(cs []Credential) ([]compiledCredential, error) {
 			return nil, bad("secret must name a secret (1-128 letters, digits or _.-)")
 		}
 		modes := 0
-		for _, set := range []bool{c.Header != "", c.BasicAuthUser != "", c.Placeholder != ""} {
+		// With a placeholder, header names where it is swapped: it is not a mode of its own.
+		for _, set := range []bool{c.Header != "" && c.Placeholder == "", c.BasicAuthUser != "", c.Placeholder != ""} {
 			if set {
 				modes++
 			}
 		}
 		if modes != 1 {
-			return nil, bad("set exactly one of header, basic_auth_user and placeholder")
+			return nil, bad("set exactly one of header, basic_auth_user and placeholder (header may go with placeholder, to say where it is swapped)")
+		}
+		if c.Placeholder != "" && c.Format != "" {
+			return nil, bad("format does not go with placeholder")
 		}
 		if c.Header != "" && !isToken(c.Header) {
 			return nil, bad("header %q is not a header name", c.Header)

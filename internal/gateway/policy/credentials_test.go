@@ -11,6 +11,7 @@ func TestCredentials(t *testing.T) {
 	p := Policy{Credentials: []Credential{
 		{Name: "openai", Host: "api.openai.com", Secret: "openai-key", Header: "Authorization", Format: "Bearer {secret}"},
 		{Name: "files-only", Host: "*.example.com", Methods: []string{"post"}, PathPrefix: "/v1/files", Secret: "s2", Placeholder: "PLACEHOLDER-123"},
+		{Name: "key-header", Host: "keys.example.com", Secret: "s3", Header: "X-Api-Key", Placeholder: "PLACEHOLDER-456"},
 		{Name: "basic", Host: "git.example.org", Secret: "s3", BasicAuthUser: "bot"},
 	}}
 	m, err := Compile(p)
@@ -45,7 +46,8 @@ func TestCredentials(t *testing.T) {
 	for name, c := range map[string]Credential{
 		"no name":               {Host: "a.test", Secret: "s", Header: "X"},
 		"no mode":               {Name: "n", Host: "a.test", Secret: "s"},
-		"two modes":             {Name: "n", Host: "a.test", Secret: "s", Header: "X", Placeholder: "PLACEHOLDER-1"},
+		"two modes":             {Name: "n", Host: "a.test", Secret: "s", BasicAuthUser: "u", Placeholder: "PLACEHOLDER-1"},
+		"placeholder format":    {Name: "n", Host: "a.test", Secret: "s", Header: "X-Key", Format: "Bearer {secret}", Placeholder: "PLACEHOLDER-1"},
 		"bad secret":            {Name: "n", Host: "a.test", Secret: "a b", Header: "X"},
 		"bad host":              {Name: "n", Host: "a b", Secret: "s", Header: "X"},
 		"bad header":            {Name: "n", Host: "a.test", Secret: "s", Header: "X:Y"},
