@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/time/rate"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/dnsserver"
@@ -144,6 +145,42 @@ type sandbox struct {
 	gone bool
 	// active counts the connections in flight; Add only under mu while not gone.
 	active sync.WaitGroup
+	// admitted paces the sandbox's new connections (Limits.ConnectionsPerSecond); guarded by mu.
+	admitted *rate.Limiter
+	// refused counts the connections refused by the limits since the last flow that said so, and
+	// refusedLogged is when that was; guarded by mu.
+	refused       int
+	refusedLogged time.Time
+}
+
+// admit reports why the sandbox may not open one more connection under lim (its connections in flight
+// and its pace), or "" if it may; when it may not, report is set once a second (with how many were
+// refused meanwhile), for a flow record: a flood does not flood the flow log.
+func (s *sandbox) admit(lim policy.Limits, now time.Time) (why string, report bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := rate.Limit(lim.ConnectionsPerSecond)
+	if s.admitted == nil {
+		s.admitted = rate.NewLimiter(r, 2*lim.ConnectionsPerSecond)
+	} else if s.admitted.Limit() != r {
+		s.admitted.SetLimitAt(now, r)
+		s.admitted.SetBurstAt(now, 2*lim.ConnectionsPerSecond)
+	}
+	switch {
+	case len(s.conns) >= lim.MaxConnections:
+		why = fmt.Sprintf("%d connections in flight: at most %d (limits.max_connections)", len(s.conns), lim.MaxConnections)
+	case !s.admitted.AllowN(now, 1):
+		why = fmt.Sprintf("more than %d new connections a second (limits.connections_per_second)", lim.ConnectionsPerSecond)
+	default:
+		return "", false
+	}
+	s.refused++
+	if now.Sub(s.refusedLogged) < time.Second {
+		return why, false
+	}
+	why = fmt.Sprintf("%s; %d refused since the last such record", why, s.refused)
+	s.refused, s.refusedLogged = 0, now
+	return why, true
 }
 
 // track registers cancel, which ends one of the sandbox's connections, to be called when the sandbox is
@@ -612,6 +649,17 @@ func (g *Gateway) handle(ctx context.Context, c *net.TCPConn) {
 	src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
 	s := g.bySource(src.Addr())
 	if s == nil {
+		reset(c)
+		return
+	}
+	// Past its limits the sandbox's new connection is refused before any work for it (no sniff, no
+	// resolve, no goroutine beyond this one), so a flood stays its own.
+	if why, report := s.admit(s.matcher.Load().Limits(), start); why != "" {
+		if report {
+			g.log.Info("egress connection limit", "sandbox", s.id, "reason", why)
+			g.record(Flow{Start: start, SandboxID: s.id, TenantID: s.tenant, SrcPort: src.Port(), Protocol: ProtoTCP,
+				Decision: DecisionDeny, Rule: "limit", Reason: why})
+		}
 		reset(c)
 		return
 	}

@@ -78,7 +78,11 @@ type Matcher struct {
 	defaultAllow bool
 	guardExtra   []netip.Prefix
 	guards       *Guards
+	limits       Limits
 }
+
+// Limits reports the policy's connection limits, defaults filled in.
+func (m *Matcher) Limits() Limits { return m.limits }
 
 type compiledRule struct {
 	name       string
@@ -108,7 +112,10 @@ func CompileWithOptions(p Policy, opts CompileOptions) (*Matcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Matcher{rules: rules, credentials: creds, defaultAllow: p.Default == ActionAllow, guards: opts.Guards}
+	if err := p.Limits.validate(); err != nil {
+		return nil, err
+	}
+	m := &Matcher{rules: rules, credentials: creds, defaultAllow: p.Default == ActionAllow, guards: opts.Guards, limits: p.Limits.WithDefaults()}
 	for _, g := range opts.GuardExtra {
 		if !g.IsValid() || g.Addr().Zone() != "" {
 			return nil, fmt.Errorf("policy: guard extra %v: invalid prefix: %w", g, errdefs.ErrInvalidArgument)

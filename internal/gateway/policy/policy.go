@@ -53,10 +53,60 @@ type Policy struct {
 	// PublicPorts are the sandbox's ports anyone may reach through the ingress without a credential.
 	// They concern traffic into the sandbox only, never its egress. At most MaxPublicPorts.
 	PublicPorts []int `json:"public_ports,omitempty"`
+	// Limits cap the sandbox's connections through the gateway. Nil or zero fields: the defaults.
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // MaxPublicPorts bounds Policy.PublicPorts.
 const MaxPublicPorts = 64
+
+// Limits cap what one sandbox may ask of the gateway, so that a flood from one sandbox stays its own:
+// past them its new connections are refused (reset) and the flow log says so.
+type Limits struct {
+	// MaxConnections bounds the sandbox's connections in flight through the gateway. Zero:
+	// DefaultMaxConnections; at most MaxMaxConnections.
+	MaxConnections int `json:"max_connections,omitempty"`
+	// ConnectionsPerSecond bounds the new connections the sandbox opens each second (in bursts of up to
+	// twice as many). Zero: DefaultConnectionsPerSecond; at most MaxConnectionsPerSecond.
+	ConnectionsPerSecond int `json:"connections_per_second,omitempty"`
+}
+
+// Connection limits: defaults and the largest values a policy may set.
+const (
+	DefaultMaxConnections       = 256
+	MaxMaxConnections           = 4096
+	DefaultConnectionsPerSecond = 100
+	MaxConnectionsPerSecond     = 2000
+)
+
+// WithDefaults returns the limits of l (nil: none set) with zero fields replaced by the defaults.
+func (l *Limits) WithDefaults() Limits {
+	var out Limits
+	if l != nil {
+		out = *l
+	}
+	if out.MaxConnections == 0 {
+		out.MaxConnections = DefaultMaxConnections
+	}
+	if out.ConnectionsPerSecond == 0 {
+		out.ConnectionsPerSecond = DefaultConnectionsPerSecond
+	}
+	return out
+}
+
+// validate checks l's ranges; errors name the field.
+func (l *Limits) validate() error {
+	if l == nil {
+		return nil
+	}
+	if l.MaxConnections < 0 || l.MaxConnections > MaxMaxConnections {
+		return fmt.Errorf("policy: limits.max_connections %d: want 0 (the default, %d) to %d: %w", l.MaxConnections, DefaultMaxConnections, MaxMaxConnections, errdefs.ErrInvalidArgument)
+	}
+	if l.ConnectionsPerSecond < 0 || l.ConnectionsPerSecond > MaxConnectionsPerSecond {
+		return fmt.Errorf("policy: limits.connections_per_second %d: want 0 (the default, %d) to %d: %w", l.ConnectionsPerSecond, DefaultConnectionsPerSecond, MaxConnectionsPerSecond, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
 
 // IsPublic reports whether port is one of p's public ports.
 func (p Policy) IsPublic(port int) bool { return slices.Contains(p.PublicPorts, port) }
@@ -169,6 +219,9 @@ func parsePortRange(s string) (PortRange, error) {
 // Validate reports the first problem in p as an error wrapping errdefs.ErrInvalidArgument, naming the
 // rule (by index and name) and the field. It reports nil for a policy Compile accepts.
 func (p Policy) Validate() error {
+	if err := p.Limits.validate(); err != nil {
+		return err
+	}
 	if len(p.PublicPorts) > MaxPublicPorts {
 		return fmt.Errorf("policy: %d public ports: at most %d allowed: %w", len(p.PublicPorts), MaxPublicPorts, errdefs.ErrInvalidArgument)
 	}

@@ -207,6 +207,18 @@ type NetworkPolicy struct {
 	// PublicPorts are the sandbox's ports anyone may reach through the ingress without a credential
 	// (all others need an API key or an access token with scope ports); at most 64.
 	PublicPorts []int `json:"public_ports,omitempty"`
+	// Limits cap the sandbox's connections through the gateway; nil: the defaults.
+	Limits *NetworkLimits `json:"limits,omitempty"`
+}
+
+// NetworkLimits cap one sandbox's connections through the gateway: past them its new connections are
+// refused and the flow log says so, and other sandboxes are unaffected. Zero fields: the defaults.
+type NetworkLimits struct {
+	// MaxConnections bounds its connections in flight (default 256, at most 4096).
+	MaxConnections int `json:"max_connections,omitempty"`
+	// ConnectionsPerSecond bounds its new connections a second, in bursts of up to twice as many
+	// (default 100, at most 2000).
+	ConnectionsPerSecond int `json:"connections_per_second,omitempty"`
 }
 
 // CredentialBinding puts a secret's value (or an OAuth connection's access token) into the HTTPS
