@@ -26,6 +26,12 @@ const (
 	batchDelay = 100 * time.Millisecond
 	// blockFor is how long Record waits for room in a full queue before it drops the entry.
 	blockFor = 100 * time.Millisecond
+	// tenantQueue bounds the entries of one tenant in the queue, so that a noisy tenant (one sandbox
+	// flooding its daemon channel or the gateway) fills at most a sixteenth of it: past it that
+	// tenant's Record waits (back-pressure on the noisy source), up to tenantWait, and only then drops
+	// its own entry. Other tenants' entries still find room.
+	tenantQueue = queueSize / 16
+	tenantWait  = 5 * time.Second
 )
 
 // Recorder queues entries and writes them to the Store. Safe for concurrent use.
@@ -37,6 +43,17 @@ type Recorder struct {
 	done    chan struct{}
 	once    sync.Once
 	stop    chan struct{}
+
+	mu sync.Mutex
+	// queued counts each tenant's entries in ch; guarded by mu.
+	queued map[string]*tenantQueued
+}
+
+// tenantQueued is one tenant's share of the queue.
+type tenantQueued struct {
+	n int
+	// room, if not nil, is closed when an entry of the tenant leaves the queue (a Record waits on it).
+	room chan struct{}
 }
 
 // item is an entry, or (with flushed set) a request to report once everything before it is written.
@@ -50,13 +67,15 @@ func New(st store.Store, log *slog.Logger) *Recorder {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Recorder{store: st, log: log, ch: make(chan item, queueSize), done: make(chan struct{}), stop: make(chan struct{})}
+	r := &Recorder{store: st, log: log, ch: make(chan item, queueSize), done: make(chan struct{}), stop: make(chan struct{}), queued: map[string]*tenantQueued{}}
 	go r.loop()
 	return r
 }
 
-// Record queues e (its Time set to now if zero). It never blocks for long: with the queue full for
-// 100 ms the entry is dropped, counted, and the drop itself is logged.
+// Record queues e (its Time set to now if zero). A tenant with tenantQueue entries queued waits for
+// room (up to 5 s, then its entry is dropped): one noisy tenant slows itself, not the others. Otherwise
+// it never blocks for long: with the whole queue full for 100 ms the entry is dropped. Drops are
+// counted and logged.
 func (r *Recorder) Record(e store.AuditEntry) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
@@ -66,10 +85,15 @@ func (r *Recorder) Record(e store.AuditEntry) {
 	for _, f := range []*string{&e.Actor, &e.Action, &e.Target, &e.Result, &e.Detail} {
 		*f = cleanText(*f)
 	}
+	if !r.reserve(e.TenantID) {
+		r.drop("audit: a tenant's share of the queue stayed full, its entries dropped", e.TenantID)
+		return
+	}
 	select {
 	case r.ch <- item{e: e}:
 		return
 	case <-r.stop:
+		r.release(e.TenantID)
 		return
 	default:
 	}
@@ -78,10 +102,70 @@ func (r *Recorder) Record(e store.AuditEntry) {
 	select {
 	case r.ch <- item{e: e}:
 	case <-r.stop:
+		r.release(e.TenantID)
 	case <-t.C:
-		if n := r.dropped.Add(1); n == 1 || n%1000 == 0 {
-			r.log.Error("audit: queue full, entries dropped", "dropped", n)
+		r.release(e.TenantID)
+		r.drop("audit: queue full, entries dropped", e.TenantID)
+	}
+}
+
+func (r *Recorder) drop(msg, tenant string) {
+	if n := r.dropped.Add(1); n == 1 || n%1000 == 0 {
+		r.log.Error(msg, "dropped", n, "tenant", tenant)
+	}
+}
+
+// reserve takes a place in tenant's share of the queue, waiting (up to tenantWait) while it is full.
+// It reports false if none came free, or the recorder stopped.
+func (r *Recorder) reserve(tenant string) bool {
+	var deadline <-chan time.Time
+	for {
+		r.mu.Lock()
+		q := r.queued[tenant]
+		if q == nil {
+			q = &tenantQueued{}
+			r.queued[tenant] = q
 		}
+		if q.n < tenantQueue {
+			q.n++
+			r.mu.Unlock()
+			return true
+		}
+		if q.room == nil {
+			q.room = make(chan struct{})
+		}
+		room := q.room
+		r.mu.Unlock()
+		if deadline == nil {
+			t := time.NewTimer(tenantWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-room:
+		case <-r.stop:
+			return false
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// release gives back a place in tenant's share, once its entry left the queue (or never entered it).
+func (r *Recorder) release(tenant string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queued[tenant]
+	if q == nil {
+		return
+	}
+	q.n--
+	if q.room != nil {
+		close(q.room)
+		q.room = nil
+	}
+	if q.n <= 0 {
+		delete(r.queued, tenant)
 	}
 }
 
@@ -136,6 +220,7 @@ func (r *Recorder) loop() {
 				flush()
 				continue
 			}
+			r.release(it.e.TenantID)
 			if len(batch) == 0 {
 				timer.Reset(batchDelay)
 			}
@@ -153,6 +238,7 @@ func (r *Recorder) loop() {
 					if it.flushed != nil {
 						waiters = append(waiters, it.flushed)
 					} else {
+						r.release(it.e.TenantID)
 						batch = append(batch, it.e)
 					}
 				default:

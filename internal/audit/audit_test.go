@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -112,5 +113,73 @@ func list(t *testing.T, st store.Store, tenant string) []store.AuditEntry {
 			return out
 		}
 		after = page[len(page)-1].Seq
+	}
+}
+
+// gatedStore holds every AppendAudit until open is closed.
+type gatedStore struct {
+	store.Store
+	open chan struct{}
+}
+
+func (g *gatedStore) AppendAudit(ctx context.Context, es []store.AuditEntry) error {
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return g.Store.AppendAudit(ctx, es)
+}
+
+// TestNoisyTenant: a tenant recording far more than the store takes waits (back-pressure on the noisy
+// source); another tenant's entries still queue at once and none is dropped.
+func TestNoisyTenant(t *testing.T) {
+	st, noisy := newStore(t)
+	quiet, err := st.CreateTenant(t.Context(), store.Tenant{Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedStore{Store: st, open: make(chan struct{})}
+	r := audit.New(g, nil)
+	defer r.Close()
+	const flood = 6500 // more than a tenant's share of the queue (4096) and a batch
+	noisyDone := make(chan struct{})
+	go func() {
+		defer close(noisyDone)
+		for i := range flood {
+			r.Record(store.AuditEntry{TenantID: noisy, Kind: store.AuditDaemon, Action: "exec", Target: fmt.Sprint(i)})
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // the noisy tenant fills its share
+	quietDone := make(chan struct{})
+	go func() {
+		defer close(quietDone)
+		for i := range 20 {
+			r.Record(store.AuditEntry{TenantID: quiet.ID, Kind: store.AuditAPI, Action: "GET /v1/x", Target: fmt.Sprint(i)})
+		}
+	}()
+	select {
+	case <-quietDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the quiet tenant's Record waited behind the noisy one")
+	}
+	select {
+	case <-noisyDone:
+		t.Fatal("the noisy tenant recorded all its entries while the store took none; want it held back")
+	default:
+	}
+	close(g.open)
+	<-noisyDone
+	if err := r.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(list(t, st, quiet.ID)); got != 20 {
+		t.Errorf("the quiet tenant has %d entries; want 20", got)
+	}
+	if got := len(list(t, st, noisy)); got != flood {
+		t.Errorf("the noisy tenant has %d entries; want all %d (held back, not dropped)", got, flood)
+	}
+	if d := r.Dropped(); d != 0 {
+		t.Errorf("%d entries dropped; want none", d)
 	}
 }

@@ -106,11 +106,19 @@ func summarizeArgs(args any) any {
 }
 
 // FileAudit is an Audit that appends one JSON object per line to a file. It is safe for concurrent use.
+// Past MaxFileBytes the file becomes PATH.1 (replacing the one before) and a new one starts, so that a
+// sandbox flooding its channel fills bounded room.
 type FileAudit struct {
-	mu  sync.Mutex
-	f   *os.File // guarded by mu; nil after Close
-	err error    // guarded by mu; the first write error
+	path string
+	mu   sync.Mutex
+	f    *os.File // guarded by mu; nil after Close
+	size int64    // guarded by mu; the file's size
+	err  error    // guarded by mu; the first write error
+	max  int64
 }
+
+// MaxFileBytes is the size past which a FileAudit rotates its file.
+const MaxFileBytes = 64 << 20
 
 // NewFileAudit opens (creating with mode 0600 if needed) the file at path for appending.
 func NewFileAudit(path string) (*FileAudit, error) {
@@ -118,7 +126,18 @@ func NewFileAudit(path string) (*FileAudit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}
-	return &FileAudit{f: f}, nil
+	a := &FileAudit{path: path, f: f, max: MaxFileBytes}
+	if fi, err := f.Stat(); err == nil {
+		a.size = fi.Size()
+	}
+	return a, nil
+}
+
+// SetMaxFileBytes sets the rotation size (tests).
+func (a *FileAudit) SetMaxFileBytes(n int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.max = n
 }
 
 // Record appends e as one line. Write errors are kept and reported by Close.
@@ -133,9 +152,31 @@ func (a *FileAudit) Record(e Entry) {
 	if a.f == nil {
 		return
 	}
-	if _, err := a.f.Write(b); err != nil && a.err == nil {
+	n, err := a.f.Write(b)
+	a.size += int64(n)
+	if err != nil && a.err == nil {
 		a.err = fmt.Errorf("write audit log: %w", err)
 	}
+	if a.size >= a.max {
+		a.rotateLocked()
+	}
+}
+
+// rotateLocked moves the file to PATH.1 and opens a new one. a.mu is held.
+func (a *FileAudit) rotateLocked() {
+	a.f.Close()
+	a.f = nil
+	if err := os.Rename(a.path, a.path+".1"); err != nil && a.err == nil {
+		a.err = fmt.Errorf("rotate audit log: %w", err)
+	}
+	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		if a.err == nil {
+			a.err = fmt.Errorf("open audit log: %w", err)
+		}
+		return
+	}
+	a.f, a.size = f, 0
 }
 
 // Close closes the file and reports the first write error, if any.

@@ -200,3 +200,36 @@ func TestFileAuditConcurrent(t *testing.T) {
 		t.Errorf("mode mismatch (-want +got):\n%s", diff)
 	}
 }
+
+// TestFileAuditRotates: a sandbox flooding its channel fills bounded room: past the size the file
+// becomes PATH.1 and a new one starts, holding the newest entries.
+func TestFileAuditRotates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	a, err := NewFileAudit(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetMaxFileBytes(4 << 10)
+	for j := range 1000 {
+		a.Record(Entry{Time: time.Now(), Direction: ToSandbox, Stream: uint32(j), Type: "data", Size: j})
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var last Entry
+	for _, p := range []string{path, path + ".1"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > 5<<10 {
+			t.Errorf("%s: %d bytes; want about 4 KiB at most", p, fi.Size())
+		}
+	}
+	older, _ := os.ReadFile(path + ".1")
+	newer, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(older)+string(newer)), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Stream != 999 {
+		t.Errorf("newest entry: %+v, %v; want stream 999", last, err)
+	}
+}

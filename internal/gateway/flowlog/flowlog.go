@@ -100,9 +100,12 @@ type Log struct {
 	dir string
 	log *slog.Logger
 
+	// maxBytes is the size past which a sandbox's file is rotated (see Record).
+	maxBytes int64
+
 	mu sync.Mutex
 	// open holds the files appended to lately, by sandbox ID, at most maxOpen; guarded by mu.
-	open map[string]*os.File
+	open map[string]*openFile
 	// closed is set by Close; guarded by mu.
 	closed bool
 	// lastErr is when a write error was last logged, to log at most one a minute; guarded by mu.
@@ -118,7 +121,20 @@ func Open(dir string, log *slog.Logger) (*Log, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("flow log: %w", err)
 	}
-	return &Log{dir: dir, log: log.With("component", "flowlog"), open: map[string]*os.File{}}, nil
+	return &Log{dir: dir, log: log.With("component", "flowlog"), open: map[string]*openFile{}, maxBytes: DefaultMaxFileBytes}, nil
+}
+
+// DefaultMaxFileBytes is the size past which a sandbox's flow file is rotated: a sandbox's flows take
+// at most about twice this on disk, however much it connects.
+const DefaultMaxFileBytes = 32 << 20
+
+// SetMaxFileBytes sets the rotation size (tests); call it before the first Record.
+func (l *Log) SetMaxFileBytes(n int64) { l.maxBytes = n }
+
+// openFile is a sandbox's flow file open for appending, with its size.
+type openFile struct {
+	f    *os.File
+	size int64
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
@@ -133,7 +149,9 @@ func (l *Log) Path(id string) (string, error) {
 }
 
 // Record appends f to its sandbox's file as one line. Errors are logged (at most once a minute) and the
-// flow is dropped: Record never blocks the connection that ended.
+// flow is dropped: Record never blocks the connection that ended. A file past the rotation size
+// (DefaultMaxFileBytes) becomes ID.jsonl.1, replacing the one before, and a new file starts: Read reads
+// both, so the newest flows are always there, and a noisy sandbox's take bounded room.
 func (l *Log) Record(f gateway.Flow) {
 	line, err := json.Marshal(f)
 	if err != nil {
@@ -148,17 +166,34 @@ func (l *Log) Record(f gateway.Flow) {
 	}
 	file, err := l.fileLocked(f.SandboxID)
 	if err == nil {
-		_, err = file.Write(line)
+		var n int
+		n, err = file.f.Write(line)
+		file.size += int64(n)
 	}
 	if err != nil {
 		l.failLocked(f.SandboxID, err)
+		return
+	}
+	if file.size >= l.maxBytes {
+		l.rotateLocked(f.SandboxID, file)
+	}
+}
+
+// rotateLocked makes sandbox id's file its older one (ID.jsonl.1, replacing the one before); the next
+// Record starts a new file. l.mu is held.
+func (l *Log) rotateLocked(id string, file *openFile) {
+	file.f.Close()
+	delete(l.open, id)
+	path, _ := l.Path(id)
+	if err := os.Rename(path, path+".1"); err != nil {
+		l.failLocked(id, fmt.Errorf("rotate flow log: %w", err))
 	}
 }
 
 // fileLocked returns the open file of sandbox id, opening it (and closing another when maxOpen are open).
 // A file whose last line was cut short (a crash while writing) gets the newline it lacks, so that the
 // next line stays whole. l.mu is held.
-func (l *Log) fileLocked(id string) (*os.File, error) {
+func (l *Log) fileLocked(id string) (*openFile, error) {
 	if f := l.open[id]; f != nil {
 		return f, nil
 	}
@@ -168,7 +203,7 @@ func (l *Log) fileLocked(id string) (*os.File, error) {
 	}
 	if len(l.open) >= maxOpen {
 		for k, f := range l.open {
-			f.Close()
+			f.f.Close()
 			delete(l.open, k)
 			break
 		}
@@ -177,14 +212,18 @@ func (l *Log) fileLocked(id string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open flow log: %w", err)
 	}
+	of := &openFile{f: f}
 	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
+		of.size = fi.Size()
 		last := make([]byte, 1)
 		if _, err := f.ReadAt(last, fi.Size()-1); err == nil && last[0] != '\n' {
-			_, _ = f.Write([]byte{'\n'})
+			if n, err := f.Write([]byte{'\n'}); err == nil {
+				of.size += int64(n)
+			}
 		}
 	}
-	l.open[id] = f
-	return f, nil
+	l.open[id] = of
+	return of, nil
 }
 
 func (l *Log) fail(id string, err error) {
@@ -206,7 +245,7 @@ func (l *Log) Forget(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if f := l.open[id]; f != nil {
-		f.Close()
+		f.f.Close()
 		delete(l.open, id)
 	}
 }
@@ -218,7 +257,7 @@ func (l *Log) Close() error {
 	l.closed = true
 	var errs []error
 	for id, f := range l.open {
-		if err := f.Close(); err != nil {
+		if err := f.f.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close flow log of %s: %w", id, err))
 		}
 		delete(l.open, id)
@@ -242,38 +281,45 @@ func (l *Log) Read(ctx context.Context, id string, f Filter) ([]gateway.Flow, er
 	if limit == 0 {
 		limit = DefaultLimit
 	}
-	file, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return []gateway.Flow{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read flow log of %s: %w", id, err)
-	}
-	defer file.Close()
-	fi, err := file.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read flow log of %s: %w", id, err)
-	}
 	host := strings.ToLower(strings.TrimSuffix(f.Host, "."))
 	ip, _ := netip.ParseAddr(f.Host)
 	contains := strings.ToLower(f.HostContains)
 	out := []gateway.Flow{}
 	lines := 0
-	err = scanBackward(file, fi.Size(), chunk, maxLine, func(line []byte) bool {
-		if lines++; lines%4096 == 0 && ctx.Err() != nil {
-			return false
+	// The current file, then the rotated one: newest first throughout.
+	for _, p := range []string{path, path + ".1"} {
+		if len(out) >= limit {
+			break
 		}
-		var fl gateway.Flow
-		if json.Unmarshal(line, &fl) != nil || fl.SandboxID != id {
-			return true
+		file, err := os.Open(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
 		}
-		if f.match(&fl, host, ip, contains) {
-			out = append(out, fl)
+		if err != nil {
+			return nil, fmt.Errorf("read flow log of %s: %w", id, err)
 		}
-		return len(out) < limit
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read flow log of %s: %w", id, err)
+		fi, err := file.Stat()
+		if err != nil {
+			file.Close()
+			return nil, fmt.Errorf("read flow log of %s: %w", id, err)
+		}
+		err = scanBackward(file, fi.Size(), chunk, maxLine, func(line []byte) bool {
+			if lines++; lines%4096 == 0 && ctx.Err() != nil {
+				return false
+			}
+			var fl gateway.Flow
+			if json.Unmarshal(line, &fl) != nil || fl.SandboxID != id {
+				return true
+			}
+			if f.match(&fl, host, ip, contains) {
+				out = append(out, fl)
+			}
+			return len(out) < limit
+		})
+		file.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read flow log of %s: %w", id, err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("read flow log of %s: %w", id, err)

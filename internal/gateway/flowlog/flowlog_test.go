@@ -369,3 +369,45 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
 }
+
+// TestRotation: a sandbox's flows take bounded room however many it records (the file rotates into
+// ID.jsonl.1 past the size), the newest flows are always read first, across both files, and another
+// sandbox's file is untouched.
+func TestRotation(t *testing.T) {
+	l, dir := openLog(t)
+	l.SetMaxFileBytes(4 << 10)
+	ctx := context.Background()
+	l.Record(flow(sb2, 1, gateway.DecisionAllow, "b.test", "203.0.113.9"))
+	for i := 1; i <= 2000; i++ {
+		l.Record(flow(sb1, i, gateway.DecisionDeny, "a.test", "203.0.113.7"))
+	}
+	var total int64
+	for _, name := range []string{sb1 + ".jsonl", sb1 + ".jsonl.1"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > 5<<10 {
+			t.Errorf("%s is %d bytes; want about 4 KiB at most", name, fi.Size())
+		}
+		total += fi.Size()
+	}
+	got, err := l.Read(ctx, sb1, Filter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || got[0].SrcPort != 2000 {
+		t.Fatalf("newest flow read first: %v; want 2000 first", seqs(got)[:min(3, len(got))])
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].SrcPort != got[i-1].SrcPort-1 {
+			t.Fatalf("flows not newest first without gaps across the rotation: %d then %d", got[i-1].SrcPort, got[i].SrcPort)
+		}
+	}
+	if int64(len(got)) > total/100 {
+		t.Errorf("read %d flows from %d bytes", len(got), total)
+	}
+	if other, err := l.Read(ctx, sb2, Filter{}); err != nil || len(other) != 1 {
+		t.Errorf("the other sandbox's flows: %v, %v; want its one flow", seqs(other), err)
+	}
+}
