@@ -732,8 +732,10 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 		Hosts:         h.hosts,
 		HostsOnly:     h.hostsOnly,
 		Guards:        h.guards,
-		Flows:         sinks,
-		Logger:        h.log,
+		// What no rule could allow is reset by the kernel at the SYN: nothing looks open.
+		KernelRefusals: true,
+		Flows:          sinks,
+		Logger:         h.log,
 	})
 	if err != nil {
 		return nil, nil, err

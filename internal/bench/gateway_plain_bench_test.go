@@ -51,7 +51,7 @@ func startPlainGateway(b *testing.B) *plainGW {
 	roots.AppendCertsFromPEM(up.CAPEM)
 	prefix := fmt.Sprintf("algw%d", os.Getpid()%1000)
 	gw, err := gateway.New(gateway.Config{
-		Table: "airlock_bench", IfacePrefix: prefix, HostsOnly: true, UpstreamRoots: roots,
+		Table: "airlock_bench", IfacePrefix: prefix, HostsOnly: true, UpstreamRoots: roots, KernelRefusals: true,
 		Hosts: map[string][]netip.Addr{upstreamName: {up.IP}},
 		Secret: func(context.Context, string, string, string) ([]byte, error) {
 			return []byte("bench-token-0123456789"), nil

@@ -26,9 +26,12 @@ func TestAuditLog(t *testing.T) {
 	e := testenv.Start(t, testenv.Options{})
 	ctx := ctxT(t, 3*time.Minute)
 	c := e.Client
-	sb := create(t, e, airlock.CreateSandboxRequest{})
+	// A host rule on port 80 sends that port's connections to the gateway (any other port a default-deny
+	// policy leaves closed is refused by the kernel at the SYN, before the gateway could record it).
+	sb := create(t, e, airlock.CreateSandboxRequest{Network: &airlock.NetworkPolicy{Rules: []airlock.NetworkRule{
+		{Action: "allow", Host: "api.example.test", Ports: []airlock.PortRange{"80"}}}}})
 	run(t, e, sb.ID, airlock.ExecRequest{Cmd: []string{"echo", "audited"}})
-	// An egress attempt the default-deny policy refuses (a server this test runs on loopback).
+	// An egress attempt the gateway refuses (a private address, which no rule names).
 	sh(t, e, sb.ID, "python3 -c 'import socket; s=socket.socket(); s.settimeout(3); s.connect((\"10.255.255.1\", 80))' || true")
 	if _, err := c.GetSandbox(ctx, "sb_aaaaaaaaaaaaaaaaaaaaaaaaaa"); err == nil {
 		t.Fatal("a missing sandbox was found")

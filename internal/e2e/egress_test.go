@@ -105,7 +105,8 @@ func TestEgressFlowLog(t *testing.T) {
 	sb := n.sandbox(t, &airlock.NetworkPolicy{Rules: []airlock.NetworkRule{
 		{Name: "api-tls", Action: "allow", Host: "api.example.test", Ports: []airlock.PortRange{"443"}},
 		{Name: "api-read", Action: "allow", Host: "api.example.test", Ports: []airlock.PortRange{"80"}, Methods: []string{"GET"}},
-		{Name: "echo", Action: "allow", Host: "api.example.test", Ports: []airlock.PortRange{"7000"}},
+		// Raw TCP is decided on its address (a host rule lets only TLS and HTTP through).
+		{Name: "echo", Action: "allow", CIDRs: []string{"203.0.113.2/32"}, Ports: []airlock.PortRange{"7000"}},
 	}})
 	before := scrapeEgress(t, n.URL)
 
@@ -120,6 +121,9 @@ func TestEgressFlowLog(t *testing.T) {
 		// Two requests on one connection; the second switches host and is refused.
 		{[]string{"http", "api.example.test", "80", "api.example.test", "GET", "/v1/keep", "other.example.test"}, true},
 		{[]string{"tcp", "api.example.test", "7000", "hello"}, true},
+		// Raw bytes to a port a host rule opens for TLS: the gateway refuses them (and logs it). A port no
+		// rule opens (7002) is refused by the kernel at the SYN, before the gateway: no flow.
+		{[]string{"tcp", "api.example.test", "443", "hello"}, false},
 		{[]string{"tcp", "api.example.test", "7002"}, false},
 	}
 	for _, p := range probes {
@@ -145,11 +149,14 @@ print(s.recv(200).decode())`}})
 	httpGet := flowSpec{"http", "allow", "api.example.test", 80, "GET"}
 	httpPost := flowSpec{"http", "deny", "api.example.test", 80, "POST"}
 	tcpOK := flowSpec{"tcp", "allow", "api.example.test", 7000, ""}
-	tcpDenied := flowSpec{"tcp", "deny", "api.example.test", 7002, ""}
+	tcpDenied := flowSpec{"tcp", "deny", "api.example.test", 443, ""}
 	hostSwitch := flowSpec{"http", "deny", "api.example.test", 80, "GET"}
 	malformed := flowSpec{"http", "deny", "api.example.test", 80, ""}
 	flows := waitFlows(t, n, sb.ID, tlsOK, tlsDenied, httpGet, httpPost, tcpOK, tcpDenied, hostSwitch, malformed)
 
+	if kernel := (flowSpec{"tcp", "deny", "api.example.test", 7002, ""}).find(flows); len(kernel) != 0 {
+		t.Errorf("a flow for port 7002, which no rule opens: %+v; want the kernel to have refused it before the gateway", kernel)
+	}
 	one := func(s flowSpec, rule string) airlock.Flow {
 		t.Helper()
 		fs := s.find(flows)
@@ -177,7 +184,7 @@ print(s.recv(200).decode())`}})
 	one(tlsOK, "api-tls")
 	one(tlsDenied, "default")
 	one(httpPost, "default")
-	one(tcpDenied, "default")
+	one(tcpDenied, "not-tls-or-http")
 	one(malformed, "malformed-http")
 	if f := one(tcpOK, "echo"); f.BytesSent != int64(len("hello")) || f.BytesReceived < int64(len(upstreamMarker)+1) {
 		t.Errorf("raw TCP: %d bytes sent, %d received; want exactly 5 sent and at least the marker line back", f.BytesSent, f.BytesReceived)

@@ -63,6 +63,10 @@ type Config struct {
 	Hosts map[string][]netip.Addr
 	// HostsOnly resolves nothing but Hosts: for machines without DNS (fully offline) and tests.
 	HostsOnly bool
+	// KernelRefusals has nftables reset a sandbox's new TCP connections that no rule of its policy
+	// could allow, before any handshake (netfilter.SetReach), instead of the proxy accepting and then
+	// resetting them. The node sets it; tests of the proxy alone leave it off.
+	KernelRefusals bool
 	// GuardExtra are more addresses no sandbox may reach unless the operator opened them and a CIDR
 	// rule names them (tests; the node passes its own addresses in Guards).
 	GuardExtra []netip.Prefix
@@ -359,6 +363,9 @@ func (g *Gateway) RegisterWithCA(id, caID, tenantID string, ip netip.Addr, p pol
 	if err != nil {
 		return fmt.Errorf("sandbox %s: interception CA: %w", id, err)
 	}
+	if err := g.setReach(ip, m); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
 	s := &sandbox{id: id, caID: caID, tenant: tenantID, ip: ip, ca: ca, names: map[netip.Addr]string{}, conns: map[uint64]context.CancelFunc{}}
 	s.matcher.Store(m)
 	g.mu.Lock()
@@ -371,6 +378,9 @@ func (g *Gateway) RegisterWithCA(id, caID, tenantID string, ip netip.Addr, p pol
 	g.mu.Unlock()
 	if old != nil {
 		old.shutdown()
+		if old.ip != ip && g.cfg.KernelRefusals && old.ip.Is4() {
+			_ = netfilter.ClearReach(g.cfg.Table, old.ip)
+		}
 	}
 	return nil
 }
@@ -422,8 +432,34 @@ func (g *Gateway) SetPolicy(id string, p policy.Policy) error {
 	if s == nil {
 		return fmt.Errorf("sandbox %s has no network on this node: %w", id, errdefs.ErrNotFound)
 	}
+	// The proxy follows m at once, the kernel's refusals a moment later (a connection in between is
+	// decided as under one policy or the other).
 	s.matcher.Store(m)
+	if err := g.setReach(s.ip, m); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
 	return nil
+}
+
+// setReach has the kernel reset the sandbox's new connections that m could never allow (see
+// netfilter.SetReach); under a policy that could allow anything, every connection goes to the proxy.
+func (g *Gateway) setReach(ip netip.Addr, m *policy.Matcher) error {
+	if !g.cfg.KernelRefusals || !ip.Is4() {
+		return nil
+	}
+	all, reach := m.Reachable()
+	if all {
+		return netfilter.ClearReach(g.cfg.Table, ip)
+	}
+	out := make([]netfilter.Reach, 0, len(reach))
+	for _, r := range reach {
+		nr := netfilter.Reach{Prefix: r.Prefix}
+		for _, p := range r.Ports {
+			nr.Ports = append(nr.Ports, [2]uint16{uint16(p.First), uint16(p.Last)})
+		}
+		out = append(out, nr)
+	}
+	return netfilter.SetReach(g.cfg.Table, ip, out)
 }
 
 // Unregister stops serving the sandbox and forgets its CA: new connections are refused, and those in
@@ -439,6 +475,11 @@ func (g *Gateway) Unregister(id string) {
 	g.mu.Unlock()
 	if s != nil {
 		s.shutdown()
+		if g.cfg.KernelRefusals && s.ip.Is4() {
+			if err := netfilter.ClearReach(g.cfg.Table, s.ip); err != nil {
+				g.log.Warn("forget the sandbox's refusals", "sandbox", id, "err", err)
+			}
+		}
 	}
 	if s == nil || s.caID == id {
 		g.ForgetCA(id)

@@ -93,3 +93,76 @@ func TestNodesShareAHost(t *testing.T) {
 	dnsA.Close()
 	reach("A's gateway dead, its table left")
 }
+
+// TestForeignSharedPrefixInterface: a host interface whose name merely starts with the shared prefix
+// (no node's sandbox veth: nothing redirects its traffic) does not reach a gateway's sockets directly.
+// Positive control: an unmarked listener on the same address and path is reached.
+func TestForeignSharedPrefixInterface(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to change nftables, make network namespaces and mark sockets")
+	}
+	ctx := context.Background()
+	const table = "airlock_test_nff"
+	serve := func(lc net.ListenConfig, what string) int {
+		ln, err := lc.Listen(ctx, "tcp4", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte(what))
+				c.Close()
+			}
+		}()
+		return ln.Addr().(*net.TCPAddr).Port
+	}
+	proxyPort := serve(net.ListenConfig{Control: netfilter.MarkSocket(netfilter.GatewayMark)}, "gateway")
+	plainPort := serve(net.ListenConfig{}, "plain")
+	dns, err := (&net.ListenConfig{Control: netfilter.MarkSocket(netfilter.GatewayMark)}).ListenPacket(ctx, "udp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dns.Close() })
+	t.Cleanup(func() { netfilter.Remove(table) })
+	if err := netfilter.Install(netfilter.Config{Table: table, IfacePrefix: "altfa", SharedPrefix: "altf",
+		ProxyPort: uint16(proxyPort), DNSPort: uint16(dns.LocalAddr().(*net.UDPAddr).Port)}); err != nil {
+		t.Fatal(err)
+	}
+	ns := filepath.Join(t.TempDir(), "ns")
+	if err := netns.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netns.Remove(ns) })
+	addr, err := hostnet.Attach(ns, "altfz0") // shared prefix, not the node's
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hostnet.Detach("altfz0") })
+	dial := func(port int) string {
+		var got string
+		testenv.InNetns(t, ns, func() {
+			c, err := net.DialTimeout("tcp4", fmt.Sprintf("%s:%d", addr.Host, port), time.Second)
+			if err != nil {
+				got = "error: " + err.Error()
+				return
+			}
+			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			b := make([]byte, 64)
+			n, _ := c.Read(b)
+			got = string(b[:n])
+		})
+		return got
+	}
+	if got := dial(plainPort); got != "plain" {
+		t.Fatalf("positive control: the unmarked listener from the foreign interface: %q", got)
+	}
+	if got := dial(proxyPort); got == "gateway" {
+		t.Errorf("a foreign interface with the shared prefix reached the gateway's socket directly")
+	}
+}

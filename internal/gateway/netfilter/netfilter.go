@@ -111,6 +111,12 @@ func Install(cfg Config) error {
 	output := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 
+	// The per-sandbox chains of what a sandbox could reach (refuse.go): source address → jump.
+	reach := &nftables.Set{Table: t, Name: sandboxSet, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
+	if err := c.AddSet(reach, nil); err != nil {
+		return fmt.Errorf("netfilter: %w", err)
+	}
+
 	in := iifPrefix(cfg.IfacePrefix)
 	add := func(ch *nftables.Chain, exprs ...[]expr.Any) {
 		var all []expr.Any
@@ -132,6 +138,8 @@ func Install(cfg Config) error {
 	add(redirect, in, l4proto(unix.IPPROTO_UDP), dport(53), redir(cfg.DNSPort))
 	add(redirect, in, l4proto(unix.IPPROTO_TCP), redir(cfg.ProxyPort))
 	// input: sandboxes reach the gateway's ports and nothing else of the host; nobody else reaches them.
+	// A new connection that no rule of its sandbox's policy could allow is reset here (refuse.go).
+	add(input, in, nfproto(unix.NFPROTO_IPV4), l4proto(unix.IPPROTO_TCP), dport(cfg.ProxyPort), ctNew(), checkReach(reach))
 	add(input, in, l4proto(unix.IPPROTO_TCP), dport(cfg.ProxyPort), verdict(expr.VerdictAccept))
 	add(input, in, l4proto(unix.IPPROTO_TCP), dport(cfg.DNSPort), verdict(expr.VerdictAccept))
 	add(input, in, l4proto(unix.IPPROTO_UDP), dport(cfg.DNSPort), verdict(expr.VerdictAccept))
@@ -142,6 +150,11 @@ func Install(cfg Config) error {
 	add(input, notSandbox, l4proto(unix.IPPROTO_TCP), dport(cfg.ProxyPort), socketMarked(GatewayMark), verdict(expr.VerdictDrop))
 	add(input, notSandbox, l4proto(unix.IPPROTO_TCP), dport(cfg.DNSPort), socketMarked(GatewayMark), verdict(expr.VerdictDrop))
 	add(input, notSandbox, l4proto(unix.IPPROTO_UDP), dport(cfg.DNSPort), socketMarked(GatewayMark), verdict(expr.VerdictDrop))
+	// Whatever the interface's name (another host interface may start with the shared prefix too), what
+	// reaches the gateway's sockets without having been redirected there is not a sandbox's: dropped.
+	add(input, l4proto(unix.IPPROTO_TCP), dport(cfg.ProxyPort), socketMarked(GatewayMark), ctNotDNAT(), verdict(expr.VerdictDrop))
+	add(input, l4proto(unix.IPPROTO_TCP), dport(cfg.DNSPort), socketMarked(GatewayMark), ctNotDNAT(), verdict(expr.VerdictDrop))
+	add(input, l4proto(unix.IPPROTO_UDP), dport(cfg.DNSPort), socketMarked(GatewayMark), ctNotDNAT(), verdict(expr.VerdictDrop))
 	// forward: the host routes nothing for sandboxes.
 	add(forward, in, verdict(expr.VerdictDrop))
 	add(forward, oifPrefix(cfg.IfacePrefix), verdict(expr.VerdictDrop))
@@ -248,6 +261,20 @@ func rpfMissing() []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
 	}
 }
+
+// ctNotDNAT matches packets of a connection whose destination was not rewritten (no redirect).
+func ctNotDNAT() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// ipsDstNAT is the conntrack status bit of a connection whose destination was rewritten
+// (IPS_DST_NAT).
+const ipsDstNAT = 1 << 5
 
 // ctNew matches packets that open a connection.
 func ctNew() []expr.Any { return ctStateAny(expr.CtStateBitNEW) }

@@ -43,7 +43,7 @@ func TestInstallReplaceRemove(t *testing.T) {
 		}
 		got[ch.Name] = len(rules)
 	}
-	want := map[string]int{"guard": 5, "redirect": 3, "input": 8, "forward": 2, "output": 1}
+	want := map[string]int{"guard": 5, "redirect": 3, "input": 12, "forward": 2, "output": 1}
 	for name, n := range want {
 		if got[name] != n {
 			t.Errorf("chain %s has %d rules; want %d (all chains: %v)", name, got[name], n, got)

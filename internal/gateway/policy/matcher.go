@@ -371,3 +371,38 @@ func (m *Matcher) AllowsName(name string) bool {
 	}
 	return m.defaultAllow
 }
+
+// Reach is a destination a policy could allow a TCP connection to: an address in Prefix (the zero
+// Prefix: any address) on one of Ports (none: any port).
+type Reach struct {
+	Prefix netip.Prefix
+	Ports  []PortRange
+}
+
+// Reachable over-approximates what the policy could allow at the connection level, for refusing the
+// rest before any handshake: everything (all) under Default "allow"; else, for each allow rule, its
+// ports at any address if it sets a Host (the name resolves to addresses unknown here) and at its CIDRs
+// otherwise. Deny rules, methods, paths and the guard only narrow what passes, so they are left to
+// Connect and Request: whatever Reachable leaves out, Connect refuses. A rule with both Host and CIDRs
+// reaches its CIDRs.
+func (m *Matcher) Reachable() (all bool, reach []Reach) {
+	if m.defaultAllow {
+		return true, nil
+	}
+	for _, r := range m.rules {
+		if !r.allow {
+			continue
+		}
+		if len(r.cidrs) == 0 { // a Host alone
+			if len(r.ports) == 0 {
+				return true, nil
+			}
+			reach = append(reach, Reach{Ports: r.ports})
+			continue
+		}
+		for _, p := range r.cidrs {
+			reach = append(reach, Reach{Prefix: p, Ports: r.ports})
+		}
+	}
+	return false, reach
+}
