@@ -126,6 +126,11 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 		args = append(args, "--direct")
 	}
 	if err := d.runscQuiet(ctx, append(args, id)...); err != nil {
+		if names := d.linkSockets(id); len(names) > 0 && strings.Contains(err.Error(), "socket") {
+			// gVisor cannot save a host socket a process in the sandbox holds: the sandbox's doing.
+			return fmt.Errorf("gvisor: checkpoint %s: %s in %s: a process in the sandbox holds a host socket there, which cannot be saved; close it and retry (%v): %w",
+				id, strings.Join(names, ", "), LinkDir, err, errdefs.ErrFailedPrecondition)
+		}
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
 	tMem := time.Since(start)

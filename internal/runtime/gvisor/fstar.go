@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,9 +20,14 @@ import (
 // The writable layer of a sandbox (its overlayfs upper directory) is archived as a PAX tar that keeps
 // what overlayfs needs: file types including whiteouts (character devices 0/0), owners, modes, times
 // to the nanosecond, hard links, and extended attributes (trusted.overlay.opaque and the like) as
-// SCHILY.xattr records. Sockets are skipped: they cannot be archived (runsc re-creates the daemon's).
+// SCHILY.xattr records. A socket file (what a bind left behind) is an empty regular entry marked with the
+// PAX record socketRecord, made again by binding a socket there: gVisor looks up again every name it had
+// seen when it restores, so a missing one fails the restore.
 
 const xattrPrefix = "SCHILY.xattr."
+
+// socketRecord marks a socket file's entry (value "socket").
+const socketRecord = "AIRLOCK.type"
 
 // writeLayerTar archives the directory tree at root into the file at path.
 func writeLayerTar(root, path string) (err error) {
@@ -77,8 +83,11 @@ func writeLayerTar(root, path string) (err error) {
 			hdr.Devmajor, hdr.Devminor = int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
 		case unix.S_IFIFO:
 			hdr.Typeflag = tar.TypeFifo
+		case unix.S_IFSOCK:
+			hdr.Typeflag = tar.TypeReg
+			hdr.PAXRecords = map[string]string{socketRecord: "socket"}
 		default:
-			return nil // sockets
+			return nil
 		}
 		if err := addXattrs(p, hdr); err != nil {
 			return err
@@ -186,6 +195,12 @@ func readLayerTar(path, root string) error {
 				return err
 			}
 		case tar.TypeReg:
+			if hdr.PAXRecords[socketRecord] == "socket" {
+				if err := makeSocketFile(p); err != nil {
+					return fmt.Errorf("socket %s: %w", name, err)
+				}
+				break
+			}
 			out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 			if err != nil {
 				return err
@@ -256,6 +271,23 @@ func readLayerTar(path, root string) error {
 		}
 	}
 	return nil
+}
+
+// makeSocketFile leaves a socket file at p (whose parent the caller checked): it binds a socket there,
+// through the parent's descriptor (a socket address holds at most 107 bytes), and closes it.
+func makeSocketFile(p string) error {
+	dir, base := filepath.Split(p)
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(s)
+	return unix.Bind(s, &unix.SockaddrUnix{Name: "/proc/self/fd/" + strconv.Itoa(dfd) + "/" + base})
 }
 
 // checkNoSymlinks fails if any component of rel (a clean relative path) under root is a symbolic link.

@@ -27,6 +27,12 @@ func TestLayerTarRoundTrip(t *testing.T) {
 	must(os.Symlink("../a.txt", filepath.Join(src, "home/user/deep/sym")))
 	must(os.WriteFile(filepath.Join(src, "home/user/empty"), nil, 0o600))
 	must(unix.Mknod(filepath.Join(src, "home/user/whiteout"), unix.S_IFCHR|0o000, 0))
+	// A socket file a process left behind (bound, then gone).
+	sock, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	must(err)
+	must(unix.Bind(sock, &unix.SockaddrUnix{Name: filepath.Join(src, "home/user/app.sock")}))
+	unix.Close(sock)
+	must(os.Chown(filepath.Join(src, "home/user/app.sock"), 1000, 1000))
 	must(unix.Setxattr(filepath.Join(src, "home/user/deep"), "trusted.overlay.opaque", []byte("y"), 0))
 	must(os.Chown(filepath.Join(src, "home/user/a.txt"), 1000, 1000))
 	when := time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
@@ -40,6 +46,10 @@ func TestLayerTarRoundTrip(t *testing.T) {
 	must(unix.Lstat(filepath.Join(dst, "home/user/whiteout"), &st))
 	if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
 		t.Errorf("whiteout came back as mode %o rdev %d", st.Mode, st.Rdev)
+	}
+	must(unix.Lstat(filepath.Join(dst, "home/user/app.sock"), &st))
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || st.Uid != 1000 {
+		t.Errorf("socket file came back as mode %o uid %d; want a socket of uid 1000", st.Mode, st.Uid)
 	}
 	b, err := os.ReadFile(filepath.Join(dst, "home/user/deep/hard"))
 	if err != nil || string(b) != "hello" {

@@ -452,3 +452,31 @@ func restoreLinkEntry(root int, e linkEntry) error {
 	}
 	return unix.Fchmodat(pfd, name, mode, 0)
 }
+
+// linkSockets lists (up to five of) the sockets a process in sandbox id made at the top of its link
+// directory, looked at beneath the directory's descriptor.
+func (d *Driver) linkSockets(id string) []string {
+	dfd, err := d.openLinkDir(id)
+	if err != nil {
+		return nil
+	}
+	root, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	unix.Close(dfd)
+	if err != nil {
+		return nil
+	}
+	dir := os.NewFile(uintptr(root), "link")
+	defer dir.Close()
+	names, _ := dir.Readdirnames(maxLinkEntries)
+	var out []string
+	for _, n := range names {
+		var st unix.Stat_t
+		if n != LinkSocketName && unix.Fstatat(root, n, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+			out = append(out, n)
+			if len(out) == 5 {
+				break
+			}
+		}
+	}
+	return out
+}
