@@ -68,6 +68,9 @@ fi
 
 log "building airlock"
 (cd "$here" && CGO_ENABLED=0 go build -trimpath -o "$PREFIX/bin/airlock" ./cmd/airlock)
+# The in-sandbox daemon: a static binary of its own, next to airlock (which finds it there), that links
+# only the daemon's packages; every sandbox mounts it read-only as its init.
+(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$PREFIX/bin/airlock-daemon" ./cmd/airlock-daemon)
 # The PKCS#11 helper for customer keys in an HSM or KMS (airlock up --pkcs11-module …).
 (cd "$here" && CGO_ENABLED=1 go build -trimpath -o "$PREFIX/bin/airlock-pkcs11" ./cmd/airlock-pkcs11)
-log "installed: $PREFIX/bin/airlock, $PREFIX/bin/airlock-pkcs11, $PREFIX/bin/runsc"
+log "installed: $PREFIX/bin/airlock, $PREFIX/bin/airlock-daemon, $PREFIX/bin/airlock-pkcs11, $PREFIX/bin/runsc"

@@ -35,6 +35,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -88,8 +89,9 @@ const (
 	// APIKeyFile is the name, in the data directory, of the file where versions before tenancy kept the
 	// first API key. The CLI still reads it when the key file is missing.
 	APIKeyFile = "api-key"
-	// DaemonCommand is the airlock subcommand that runs the in-sandbox daemon.
-	DaemonCommand = "sandbox-init"
+	// DaemonName is the file name of the in-sandbox daemon's binary (cmd/airlock-daemon), which the
+	// server finds next to its own executable, or on PATH.
+	DaemonName = "airlock-daemon"
 )
 
 // Config configures Run. Zero values take the defaults above.
@@ -107,8 +109,8 @@ type Config struct {
 	Listen string
 	// Runsc is the runsc binary; empty: from PATH.
 	Runsc string
-	// DaemonBinary is the static binary run as each sandbox's daemon (with DaemonCommand). Empty: this
-	// executable.
+	// DaemonBinary is the static binary run as each sandbox's daemon (cmd/airlock-daemon). Empty:
+	// DaemonName next to this executable, else on PATH (see FindDaemon).
 	DaemonBinary string
 	// Debug keeps runsc debug logs in each sandbox's directory.
 	Debug bool
@@ -253,6 +255,22 @@ func InstanceTag(dataDir string) string {
 	return hex.EncodeToString(sum[:2])
 }
 
+// FindDaemon returns the in-sandbox daemon's binary: DaemonName next to this executable (where
+// scripts/install.sh puts it, built with the server from one source), else on PATH. The node checks,
+// on every connection, that the daemon speaks its protocol (it must prove itself with OpHello).
+func FindDaemon() (string, error) {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), DaemonName)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(DaemonName); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("the in-sandbox daemon %s is neither next to this executable nor on PATH (scripts/install.sh installs it)", DaemonName)
+}
+
 // egressGuards returns the operator's egress guards: the guarded ranges open lets tenants open, and
 // the host's own addresses, which it reads again every hostAddressesEvery until stop is called (an
 // address the host takes later, by DHCP or a new interface, is guarded from then on).
@@ -322,10 +340,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		cfg.Out = os.Stdout
 	}
 	log := cfg.Logger
-	if cfg.DaemonBinary == "" {
-		// This very build, even if its file was replaced since it started (the node copies it; see
-		// node.pinDaemon): the daemon and the server must speak the same protocol.
-		cfg.DaemonBinary = "/proc/self/exe"
+	if cfg.DaemonBinary == "" && !cfg.NoLocalNode {
+		var err error
+		if cfg.DaemonBinary, err = FindDaemon(); err != nil {
+			return err
+		}
 	}
 	if os.Geteuid() != 0 && !cfg.NoLocalNode {
 		return errors.New("airlock up must run as root: sandboxes need mounts, cgroups and network namespaces")
@@ -750,7 +769,6 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 		Driver:       driver,
 		Templates:    template.NewHostRegistry(filepath.Join(h.dataDir, "templates")),
 		DaemonBinary: h.daemon,
-		DaemonArgs:   []string{DaemonCommand},
 		TenantAudit: func(tenantID, sandboxID string) link.Audit {
 			return audit.DaemonAudit{Tenant: tenantID, Sandbox: sandboxID, Sink: h.audit}
 		},

@@ -152,7 +152,10 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 		cfg.Out = os.Stdout
 	}
 	if cfg.DaemonBinary == "" {
-		cfg.DaemonBinary = "/proc/self/exe" // see Run
+		var err error
+		if cfg.DaemonBinary, err = FindDaemon(); err != nil {
+			return err
+		}
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("airlock node run must run as root: sandboxes need mounts, cgroups and network namespaces")

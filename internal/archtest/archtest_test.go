@@ -2,7 +2,9 @@
 package archtest
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -27,5 +29,34 @@ func TestDaemonImportsNothingFromTheControlPlane(t *testing.T) {
 			}
 			t.Errorf("%s imports %s; the daemon may import only internal/daemon/... and internal/errdefs", pkg, dep)
 		}
+	}
+}
+
+// TestDaemonBinary builds the daemon's own binary as scripts/install.sh does and reports its size: it
+// links only the daemon's packages (the rule above), so it stays far below the server's.
+func TestDaemonBinary(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", module+"/cmd/airlock-daemon").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v: %s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasPrefix(dep, module+"/") && dep != module+"/cmd/airlock-daemon" &&
+			!strings.HasPrefix(dep, module+"/internal/daemon") && dep != module+"/internal/errdefs" {
+			t.Errorf("cmd/airlock-daemon links %s; the daemon's binary links only the daemon's packages", dep)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "airlock-daemon")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, module+"/cmd/airlock-daemon")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v: %s", err, out)
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("airlock-daemon: %.1f MB", float64(fi.Size())/1e6)
+	if fi.Size() > 15e6 {
+		t.Errorf("airlock-daemon is %.1f MB; want it under 15 MB", float64(fi.Size())/1e6)
 	}
 }

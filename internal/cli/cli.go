@@ -1,6 +1,6 @@
-// Package cli is the airlock command: `airlock up` runs the server, `airlock sandbox-init` is the daemon
-// inside each sandbox, and every other command is a client of the API, for people (tables, terminals) and
-// for scripts (--json, exit codes).
+// Package cli is the airlock command: `airlock up` runs the server (the daemon inside each sandbox is a
+// binary of its own, cmd/airlock-daemon), and every other command is a client of the API, for people
+// (tables, terminals) and for scripts (--json, exit codes).
 //
 // Errors are printed as "airlock: <message>" on stderr with exit code 1; `airlock exec` and
 // `airlock shell` exit with the code of the process they ran (128+n when signal n killed it).
@@ -20,7 +20,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockrun/airlock/internal/app"
-	"github.com/airlockrun/airlock/internal/daemon"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -53,10 +52,6 @@ func Execute() int {
 
 // Run runs the airlock command with args (without the program name) and reports its exit code.
 func Run(ctx context.Context, args []string, s Streams) int {
-	// The daemon runs as a sandbox's init: hand it its arguments untouched, before anything else.
-	if len(args) > 0 && args[0] == app.DaemonCommand {
-		return daemon.Main(args[1:])
-	}
 	g := &globals{Streams: s}
 	root := newRoot(g)
 	root.SetArgs(args)
@@ -140,7 +135,6 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 		newUsageCmd(g),
 		newEncryptionCmd(g),
 		newAuditCmd(g),
-		newDaemonCmd(),
 	)
 	return root
 }
@@ -196,19 +190,4 @@ func (g *globals) explain(err error) string {
 		msg += fmt.Sprintf(" (is `airlock up` running at %s?)", g.url)
 	}
 	return msg
-}
-
-func newDaemonCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:                app.DaemonCommand + " [flags]",
-		Short:              "Run the in-sandbox daemon (started by Airlock as a sandbox's init)",
-		Hidden:             true,
-		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if code := daemon.Main(args); code != 0 {
-				return &exitError{code: code}
-			}
-			return nil
-		},
-	}
 }

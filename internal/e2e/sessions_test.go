@@ -388,11 +388,11 @@ until [ "$(cat /tmp/count 2>/dev/null || echo 0)" -ge 5 ]; do sleep 0.05; done`)
 	}
 
 	// Another build, as far as a checksum can tell.
-	bin, err := os.ReadFile(testenv.Binary(t))
+	bin, err := os.ReadFile(testenv.DaemonBinary(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := filepath.Join(t.TempDir(), "airlock")
+	next := filepath.Join(t.TempDir(), "airlock-daemon")
 	if err := os.WriteFile(next, append(bin, "another build"...), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,8 @@ import (
 // kept under DataDir/daemons, each named by its content, and keeps them: an image names its binary
 // (gvisor.ImageDaemonFile) and is restored with it.
 //
-// The copies are not removed yet (each is the size of the airlock binary, one per version run); a
+// The copies are not removed yet (a few MB each, one per version run; those of versions before
+// airlock-daemon are the size of the airlock binary); a
 // collection of those no snapshot names belongs with the retention of snapshots.
 
 // pinDaemon returns the path of the copy of the daemon binary bin under dir, named by its content,

@@ -107,7 +107,7 @@ type Config struct {
 	IfacePrefix string
 	// DaemonBinary is the host path of the static daemon binary mounted into every sandbox. Required.
 	DaemonBinary string
-	// DaemonArgs are the arguments after the binary that make it run as the daemon, e.g. ["sandbox-init"].
+	// DaemonArgs are more arguments for the daemon, before the socket and control flags (see InitArgs).
 	DaemonArgs []string
 	// OnExit is called, from a goroutine of the node, when a sandbox stops without being destroyed through
 	// the node: its daemon or runtime died, or it ran out of memory. Nil: ignored.

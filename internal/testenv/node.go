@@ -153,7 +153,7 @@ func launchNode(t testing.TB, id, dir string, cps []string, listen string, opts 
 			}
 		}()
 	} else {
-		go n.runInProcess(ctx, Binary(t), cps, listen, opts, ready)
+		go n.runInProcess(ctx, DaemonBinary(t), cps, listen, opts, ready)
 	}
 	select {
 	case n.Addr = <-ready:

@@ -40,16 +40,24 @@ type built struct {
 	err  error
 }
 
+// binDir is the one directory of the binaries built for the tests, so that each finds the others
+// next to itself, as installed (airlock finds airlock-daemon and airlock-pkcs11 there).
+var binDir struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
 // get builds pkg (with cgo or without) on first use and returns the binary's path.
 func (b *built) get(t testing.TB, pkg, name string, cgo bool) string {
 	t.Helper()
 	b.once.Do(func() {
-		dir, err := os.MkdirTemp("", name+"-bin-")
-		if err != nil {
-			b.err = err
+		binDir.once.Do(func() { binDir.dir, binDir.err = os.MkdirTemp("", "airlock-bin-") })
+		if binDir.err != nil {
+			b.err = binDir.err
 			return
 		}
-		b.path = filepath.Join(dir, name)
+		b.path = filepath.Join(binDir.dir, name)
 		cmd := exec.Command("go", "build", "-o", b.path, pkg)
 		env := "CGO_ENABLED=0"
 		if cgo {
@@ -66,12 +74,20 @@ func (b *built) get(t testing.TB, pkg, name string, cgo bool) string {
 	return b.path
 }
 
-var airlockBin, pkcs11Bin, portServerBin built
+var airlockBin, daemonBin, pkcs11Bin, portServerBin built
 
-// Binary returns the path of the airlock binary built (static, once per test process) from this module.
-// It is the real daemon that runs inside each sandbox.
+// DaemonBinary returns the path of the in-sandbox daemon (cmd/airlock-daemon) built (static, once per
+// test process) from this module, next to Binary's.
+func DaemonBinary(t testing.TB) string {
+	t.Helper()
+	return daemonBin.get(t, "github.com/airlockrun/airlock/cmd/airlock-daemon", "airlock-daemon", false)
+}
+
+// Binary returns the path of the airlock binary built (static, once per test process) from this module,
+// with the daemon (DaemonBinary) next to it, where a server it runs finds it.
 func Binary(t testing.TB) string {
 	t.Helper()
+	DaemonBinary(t)
 	return airlockBin.get(t, "github.com/airlockrun/airlock/cmd/airlock", "airlock", false)
 }
 
@@ -123,7 +139,7 @@ type Options struct {
 	ExtraRootsPEM []byte
 	// EgressAllowPrivate are the guarded ranges tenants' rules may open (the operator's setting).
 	EgressAllowPrivate []netip.Prefix
-	// DaemonBinary is the sandboxes' daemon (to test upgrades); empty: the binary built for the tests.
+	// DaemonBinary is the sandboxes' daemon (to test upgrades); empty: the one built for the tests.
 	DaemonBinary string
 	// PKCS11 configures the pkcs11 key provider (with Helper empty: the helper built for the tests).
 	PKCS11 app.PKCS11Config
@@ -151,7 +167,7 @@ type Options struct {
 func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
 	RequireSandboxes(t)
-	bin := Binary(t)
+	bin := DaemonBinary(t)
 	if opts.DaemonBinary != "" {
 		bin = opts.DaemonBinary
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/app"
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/gateway/hostnet"
@@ -46,7 +45,7 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{d: d, tpl: tpl, bin: testenv.Binary(t), dir: dir}
+	return &rig{d: d, tpl: tpl, bin: testenv.DaemonBinary(t), dir: dir}
 }
 
 // spec makes a network namespace with a veth for sandbox id and returns its spec and the sandbox's
@@ -65,7 +64,7 @@ func (r *rig) spec(t *testing.T, id string) (runtime.Spec, string) {
 	}
 	t.Cleanup(func() { _ = hostnet.Detach(ifName) })
 	return runtime.Spec{ID: id, RootFS: r.tpl.RootFS, Mounts: r.tpl.Mounts,
-		Init: node.InitArgs(app.DaemonCommand), ControlDir: node.ControlDir,
+		Init: node.InitArgs(), ControlDir: node.ControlDir,
 		InitBinary: r.bin, NetNS: ns, Limits: runtime.Limits{MemoryBytes: 512 << 20}}, addr.Sandbox.String()
 }
 
