@@ -44,6 +44,10 @@ const LinkSocket = "/run/airlock/daemon.sock"
 // is mounted read-only inside every sandbox.
 const ControlDir = "/.airlock/ctl"
 
+// legacyInit is the daemon's argv in sandboxes booted before images recorded theirs (the daemon was
+// the airlock binary, run as "airlock sandbox-init"): their restores must repeat it.
+var legacyInit = []string{InitPath, "sandbox-init", "-socket", LinkSocket}
+
 // InitArgs is the daemon's argv inside every sandbox, after extra flags.
 func InitArgs(extra ...string) []string {
 	return append(append([]string{InitPath}, extra...), "-socket", LinkSocket, "-control", ControlDir)
@@ -287,6 +291,7 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 		RootFS:     tpl.RootFS,
 		Mounts:     tpl.Mounts,
 		Init:       InitArgs(n.cfg.DaemonArgs...),
+		LegacyInit: legacyInit,
 		ControlDir: ControlDir,
 		InitBinary: n.cfg.DaemonBinary,
 		Env:        env,

@@ -61,8 +61,11 @@ type Spec struct {
 	// Mounts are extra mounts, e.g. the template's read-only binds of host directories.
 	Mounts []Mount
 	// Init is the argv of the sandbox's first process: the in-sandbox daemon. Args[0] is a path inside
-	// the sandbox.
+	// the sandbox. A restore keeps the argv its image was made with (runsc requires it unchanged).
 	Init []string
+	// LegacyInit is the argv the daemon had in sandboxes booted before images recorded theirs; a restore
+	// of such an image uses it.
+	LegacyInit []string
 	// InitBinary is the host path of the daemon binary; it is mounted read-only at Init[0]. A restore
 	// uses the binary its image was made with instead: the file of the name the image records, in
 	// InitBinary's directory (the node keeps every version there, named by its content).

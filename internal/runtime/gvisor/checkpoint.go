@@ -203,6 +203,16 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string
 	if err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
 	}
+	// runsc restores only with the argv the image was made with.
+	switch init := lnk.Init; {
+	case len(init) > 0:
+		if len(init) > 64 || len(spec.Init) == 0 || init[0] != spec.Init[0] {
+			return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: the image's daemon argv %q does not start with %s: %w", spec.ID, init, spec.Init[0], errdefs.ErrInvalidArgument)
+		}
+		spec.Init = init
+	case !lnk.Control && len(spec.LegacyInit) > 0:
+		spec.Init = spec.LegacyInit
+	}
 	// runsc loads the memory in the background after the sandbox runs again (--background), reading
 	// the image for a while: it gets its own hard-linked copy in the sandbox's directory, removed with
 	// the sandbox, so the caller may drop imageDir (and restore it into other sandboxes) at once.

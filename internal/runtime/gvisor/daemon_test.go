@@ -113,3 +113,51 @@ func fileSum(t *testing.T, p string) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
+
+// TestRestoreKeepsTheImagesArgv: runsc restores only with the argv the checkpoint was made with, so a
+// restore repeats the image's recorded argv whatever the node would start a daemon with now (an
+// upgrade that changed the daemon's flags). Positive control: without the recorded argv, the restore
+// fails on the mismatch.
+func TestRestoreKeepsTheImagesArgv(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	spec, _ := r.spec(t, "argv-a")
+	spec.Init = node.InitArgs("-log-level", "debug")
+	a, err := r.d.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.d.Destroy(context.Background(), "argv-a") })
+	if err := r.dial(t, a).Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(r.dir, "argv-img")
+	if err := r.d.Checkpoint(ctx, "argv-a", img, runtime.CheckpointOptions{LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+	spec, _ = r.spec(t, "argv-b") // today's argv: no -log-level
+	b, err := r.d.Restore(ctx, spec, img)
+	if err != nil {
+		t.Fatalf("restore with another argv today: %v", err)
+	}
+	t.Cleanup(func() { _ = r.d.Destroy(context.Background(), "argv-b") })
+	if got := sh(t, r.dial(t, b), "tr '\\0' ' ' < /proc/1/cmdline"); !strings.Contains(got, "-log-level debug") {
+		t.Errorf("restored daemon's argv %q; want the image's", got)
+	}
+
+	// Positive control: an image without the argv (as if from before) restored with today's fails.
+	p := filepath.Join(img, gvisor.ImageLinkFile)
+	b2, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stripped := strings.Replace(string(b2), `"init":`, `"init_was":`, 1)
+	if err := os.WriteFile(p, []byte(stripped), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec, _ = r.spec(t, "argv-c")
+	if _, err := r.d.Restore(ctx, spec, img); err == nil || !strings.Contains(err.Error(), "Args") {
+		_ = r.d.Destroy(context.Background(), "argv-c")
+		t.Errorf("restore of an image without its argv, with another argv: %v; want runsc's mismatch", err)
+	}
+}

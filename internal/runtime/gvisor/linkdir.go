@@ -51,6 +51,8 @@ const ImageLinkFile = "link.json"
 type imageLink struct {
 	// Control reports that the sandbox had a control directory (and so a daemon that proves itself).
 	Control bool `json:"control"`
+	// Init is the argv the sandbox's daemon was started with, which its restore must repeat.
+	Init []string `json:"init,omitempty"`
 	// Entries are what the link directory held, parents before children.
 	Entries []linkEntry `json:"entries,omitempty"`
 }
@@ -243,6 +245,9 @@ func (d *Driver) wake(ctx context.Context, id string) error {
 // the directory's descriptor, follows no link, and opens only regular files, without blocking.
 func (d *Driver) saveLinkDir(id, imageDir string) error {
 	rec := imageLink{Control: d.hasControl(id)}
+	if spec, err := d.readSpec(id); err == nil && spec.Process != nil {
+		rec.Init = spec.Process.Args
+	}
 	dfd, err := d.openLinkDir(id)
 	if err != nil {
 		return err
