@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,44 +22,6 @@ import (
 // rest: TestHostile (fork bomb, memory bomb, disk fill, host files and processes), TestEgressBypassAttempts
 // and TestGuardsAreTheOperators (egress and guards), TestEgressFloodStaysInItsSandbox (connection flood),
 // and internal/runtime/gvisor's TestLinkDirPlantedFiles and TestDaemonRedirect (the link at the driver).
-
-// canaries are host files a sandbox must never change, and a directory in which no file may appear.
-type canaries struct {
-	dir   string
-	names []string
-}
-
-func newCanaries(t *testing.T) *canaries {
-	t.Helper()
-	c := &canaries{dir: t.TempDir(), names: []string{"master.key", "airlock.db", "shadow"}}
-	for _, n := range c.names {
-		if err := os.WriteFile(filepath.Join(c.dir, n), []byte("canary "+n+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return c
-}
-
-// check fails the test if a canary changed or a file appeared beside them.
-func (c *canaries) check(t *testing.T, after string) {
-	t.Helper()
-	entries, err := os.ReadDir(c.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	if !slices.Equal(names, []string{"airlock.db", "master.key", "shadow"}) {
-		t.Errorf("after %s the host canary directory holds %q; want the three canaries only", after, names)
-	}
-	for _, n := range c.names {
-		if b, err := os.ReadFile(filepath.Join(c.dir, n)); err != nil || string(b) != "canary "+n+"\n" {
-			t.Errorf("after %s the host canary %s is %q, %v; want it unchanged", after, n, b, err)
-		}
-	}
-}
 
 // plantScript plants, as root, in every directory of the sandbox it can write, links to the host's
 // canaries (absolute, and relative enough to climb out of any host directory), under the names the
@@ -88,7 +49,7 @@ func TestRedTeam(t *testing.T) {
 	testenv.RequireSandboxes(t)
 	dir := t.TempDir()
 	e := testenv.Start(t, testenv.Options{DataDir: dir})
-	can := newCanaries(t)
+	can := testenv.NewCanaries(t)
 	bystander := create(t, e, airlock.CreateSandboxRequest{TimeoutSeconds: 1800})
 	healthy := func(t *testing.T, after string) {
 		t.Helper()
@@ -99,7 +60,7 @@ func TestRedTeam(t *testing.T) {
 		if res := sh(t, e, bystander.ID, "echo fine"); res.Stdout != "fine\n" {
 			t.Errorf("after %s the bystander sandbox answers %+v", after, res)
 		}
-		can.check(t, after)
+		can.Check(t, after)
 	}
 	rootSh := func(t *testing.T, id, script string, args ...string) *airlock.ExecResult {
 		t.Helper()
@@ -115,10 +76,10 @@ func TestRedTeam(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Positive control: the planted links do lead to the canaries, for whoever follows them.
-		if res := rootSh(t, se.ID, plantScript, can.dir); strings.TrimSpace(res.Stdout) != "planted" {
+		if res := rootSh(t, se.ID, plantScript, can.Dir); strings.TrimSpace(res.Stdout) != "planted" {
 			t.Fatalf("plant: %+v", res)
 		}
-		if target, err := os.Readlink(filepath.Join(dir, "runtime", "sandboxes", se.SandboxID, "link", "wake")); err != nil || target != filepath.Join(can.dir, "master.key") {
+		if target, err := os.Readlink(filepath.Join(dir, "runtime", "sandboxes", se.SandboxID, "link", "wake")); err != nil || target != filepath.Join(can.Dir, "master.key") {
 			t.Fatalf("positive control: the host sees the planted link %q, %v; want it to lead to the canary", target, err)
 		}
 		sh(t, e, se.ID, "echo data > /home/user/data; mkdir -p /home/user/out")
@@ -191,7 +152,7 @@ func TestRedTeam(t *testing.T) {
 			return err
 		})
 		step("planted links carried over", func() error {
-			if res := rootSh(t, se.ID, "readlink /run/airlock/wake; cat /home/user/wake"); !strings.Contains(res.Stdout, can.dir) || !strings.Contains(res.Stdout, "written") {
+			if res := rootSh(t, se.ID, "readlink /run/airlock/wake; cat /home/user/wake"); !strings.Contains(res.Stdout, can.Dir) || !strings.Contains(res.Stdout, "written") {
 				t.Errorf("after resume: %+v; want the planted link and the copied file", res)
 			}
 			return nil
@@ -376,7 +337,7 @@ print(sent)
 		if err := e.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		healthyHost := func(after string) { can.check(t, after) }
+		healthyHost := func(after string) { can.Check(t, after) }
 		healthyHost("the server stopped")
 		e = testenv.Start(t, testenv.Options{DataDir: dir})
 		bystander = create(t, e, airlock.CreateSandboxRequest{TimeoutSeconds: 1800})
@@ -387,7 +348,7 @@ print(sent)
 				t.Fatalf("resume after the restart: %v", err)
 			}
 		}
-		if res := rootSh(t, planted, "readlink /run/airlock/wake"); !strings.Contains(res.Stdout, can.dir) {
+		if res := rootSh(t, planted, "readlink /run/airlock/wake"); !strings.Contains(res.Stdout, can.Dir) {
 			t.Errorf("after the restart: %+v; want the planted link still there", res)
 		}
 		healthy(t, "the server restart")

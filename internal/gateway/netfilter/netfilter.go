@@ -112,7 +112,7 @@ func Install(cfg Config) error {
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 
 	// The per-sandbox chains of what a sandbox could reach (refuse.go): source address → jump.
-	reach := &nftables.Set{Table: t, Name: sandboxSet, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
+	reach := reachSet(t)
 	if err := c.AddSet(reach, nil); err != nil {
 		return fmt.Errorf("netfilter: %w", err)
 	}

@@ -46,19 +46,11 @@ func SetReach(table string, addr netip.Addr, reach []Reach) error {
 	}
 	defer c.CloseLasting()
 	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: table}
-	set := &nftables.Set{Table: t, Name: sandboxSet, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
+	set := reachSet(t)
 	name := sandboxChain(addr)
-	key := addr.AsSlice()
-	// Drop the old element and chain (if any) in the same batch: a chain cannot go while the map jumps
-	// to it.
-	if chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet); err == nil {
-		for _, ch := range chains {
-			if ch.Table.Name == table && ch.Name == name {
-				_ = c.SetDeleteElements(set, []nftables.SetElement{{Key: key}})
-				c.FlushChain(ch)
-				c.DelChain(ch)
-			}
-		}
+	// The old element and chain (if any) go in the same batch.
+	if _, err := dropReach(c, t, addr); err != nil {
+		return err
 	}
 	ch := c.AddChain(&nftables.Chain{Name: name, Table: t})
 	for _, r := range reach {
@@ -97,7 +89,7 @@ func SetReach(table string, addr netip.Addr, reach []Reach) error {
 		}
 	}
 	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}})
-	if err := c.SetAddElements(set, []nftables.SetElement{{Key: key, VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: name}}}); err != nil {
+	if err := c.SetAddElements(set, []nftables.SetElement{{Key: addr.AsSlice(), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: name}}}); err != nil {
 		return fmt.Errorf("netfilter: %w", err)
 	}
 	if err := c.Flush(); err != nil {
@@ -114,24 +106,38 @@ func ClearReach(table string, addr netip.Addr) error {
 		return fmt.Errorf("netfilter: %w", err)
 	}
 	defer c.CloseLasting()
-	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: table}
-	name := sandboxChain(addr)
-	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return fmt.Errorf("netfilter: %w", err)
+	dropped, err := dropReach(c, &nftables.Table{Family: nftables.TableFamilyINet, Name: table}, addr)
+	if err != nil || !dropped {
+		return err
 	}
-	for _, ch := range chains {
-		if ch.Table.Name == table && ch.Name == name {
-			set := &nftables.Set{Table: t, Name: sandboxSet, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
-			_ = c.SetDeleteElements(set, []nftables.SetElement{{Key: addr.AsSlice()}})
-			c.FlushChain(ch)
-			c.DelChain(ch)
-			if err := c.Flush(); err != nil {
-				return fmt.Errorf("netfilter: forget sandbox %s: %w", addr, err)
-			}
-		}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("netfilter: forget sandbox %s: %w", addr, err)
 	}
 	return nil
+}
+
+// reachSet is the verdict map of table t that sends a sandbox's new connections to its chain.
+func reachSet(t *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: t, Name: sandboxSet, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
+}
+
+// dropReach queues, in c's batch, the removal of the sandbox at addr from the map and of its chain (an
+// element first: a chain cannot go while the map jumps to it). It reports whether there was one.
+func dropReach(c *nftables.Conn, t *nftables.Table, addr netip.Addr) (bool, error) {
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return false, fmt.Errorf("netfilter: %w", err)
+	}
+	name := sandboxChain(addr)
+	for _, ch := range chains {
+		if ch.Table.Name == t.Name && ch.Name == name {
+			_ = c.SetDeleteElements(reachSet(t), []nftables.SetElement{{Key: addr.AsSlice()}})
+			c.FlushChain(ch)
+			c.DelChain(ch)
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // checkReach sends a new connection redirected to the proxy through the sandbox's chain, if it has one.

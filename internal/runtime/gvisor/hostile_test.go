@@ -11,39 +11,8 @@ import (
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/testenv"
 )
-
-// hostCanaries makes files on the host that a sandbox must never reach, and returns a check that
-// they are unchanged and that nothing new appeared beside them.
-func hostCanaries(t *testing.T) (dir string, check func()) {
-	t.Helper()
-	dir = t.TempDir()
-	for _, name := range []string{"master.key", "airlock.db", "shadow"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte("canary "+name+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir, func() {
-		t.Helper()
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(entries) != 3 {
-			var names []string
-			for _, e := range entries {
-				names = append(names, e.Name())
-			}
-			t.Errorf("host canary directory holds %q; want only the three canaries", names)
-		}
-		for _, name := range []string{"master.key", "airlock.db", "shadow"} {
-			b, err := os.ReadFile(filepath.Join(dir, name))
-			if err != nil || string(b) != "canary "+name+"\n" {
-				t.Errorf("host canary %s: %q, %v; want it unchanged", name, b, err)
-			}
-		}
-	}
-}
 
 // TestLinkDirPlantedFiles: root in a sandbox fills its link directory with symlinks to host files
 // (under the names the host once wrote: wake, and the control files' names), FIFOs, sockets and
@@ -53,7 +22,8 @@ func hostCanaries(t *testing.T) (dir string, check func()) {
 func TestLinkDirPlantedFiles(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
-	canaries, check := hostCanaries(t)
+	can := testenv.NewCanaries(t)
+	canaries := can.Dir
 
 	// Positive control: following the planted link from the host is what would hurt.
 	ctl := filepath.Join(t.TempDir(), "wake")
@@ -100,7 +70,7 @@ ls -la /run/airlock >/dev/null`)
 			t.Fatalf("checkpoint %d with files planted in the link directory: %v", i, err)
 		}
 		c = r.dial(t, a)
-		check()
+		can.Check(t, "a checkpoint")
 	}
 	spec, _ = r.spec(t, "plant-b")
 	b, err := r.d.Restore(ctx, spec, img)
@@ -117,7 +87,7 @@ done; cat sub/deeper/file`)
 	if got != want {
 		t.Errorf("the restored link directory holds\n%s\nwant\n%s", got, want)
 	}
-	check()
+	can.Check(t, "the restore")
 }
 
 // TestLinkDirFlood: the link directory is a small file system of its own: filling it fills nothing of

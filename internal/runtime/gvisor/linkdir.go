@@ -120,6 +120,21 @@ func (d *Driver) openLinkDir(id string) (int, error) {
 	return fd, nil
 }
 
+// readLinkDir opens the link directory of sandbox id for reading its entries (an O_PATH descriptor
+// cannot be read), beneath the descriptor openLinkDir gives.
+func (d *Driver) readLinkDir(id string) (*os.File, error) {
+	dfd, err := d.openLinkDir(id)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	unix.Close(dfd)
+	if err != nil {
+		return nil, fmt.Errorf("open the link directory of %s: %w", id, err)
+	}
+	return os.NewFile(uintptr(fd), "link"), nil
+}
+
 // openSocket opens the daemon's socket of sandbox id (O_PATH), refusing any link on the way and
 // anything but a socket.
 func (d *Driver) openSocket(id string) (*os.File, error) {
@@ -248,18 +263,12 @@ func (d *Driver) saveLinkDir(id, imageDir string) error {
 	if spec, err := d.readSpec(id); err == nil && spec.Process != nil {
 		rec.Init = spec.Process.Args
 	}
-	dfd, err := d.openLinkDir(id)
+	dir, err := d.readLinkDir(id)
 	if err != nil {
 		return err
 	}
-	// O_PATH descriptors cannot be read: open the directory for reading beneath it.
-	root, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	unix.Close(dfd)
-	if err != nil {
-		return fmt.Errorf("open the link directory of %s: %w", id, err)
-	}
 	data := 0
-	if err := walkLinkDir(root, "", &rec.Entries, &data); err != nil {
+	if err := walkLinkDir(dir, "", &rec.Entries, &data); err != nil {
 		return fmt.Errorf("link directory of %s: %w", id, err)
 	}
 	b, err := json.Marshal(rec)
@@ -269,10 +278,10 @@ func (d *Driver) saveLinkDir(id, imageDir string) error {
 	return os.WriteFile(filepath.Join(imageDir, ImageLinkFile), b, 0o600)
 }
 
-// walkLinkDir appends the entries of the directory open at fd (which it closes) under prefix.
-func walkLinkDir(fd int, prefix string, out *[]linkEntry, data *int) error {
-	dir := os.NewFile(uintptr(fd), prefix)
+// walkLinkDir appends the entries of the directory dir (which it closes) under prefix.
+func walkLinkDir(dir *os.File, prefix string, out *[]linkEntry, data *int) error {
 	defer dir.Close()
+	fd := int(dir.Fd())
 	names, err := dir.Readdirnames(-1)
 	if err != nil {
 		return err
@@ -294,7 +303,7 @@ func walkLinkDir(fd int, prefix string, out *[]linkEntry, data *int) error {
 			if err != nil {
 				return err
 			}
-			if err := walkLinkDir(sub, e.Path+"/", out, data); err != nil {
+			if err := walkLinkDir(os.NewFile(uintptr(sub), e.Path), e.Path+"/", out, data); err != nil {
 				return err
 			}
 			continue
@@ -461,17 +470,12 @@ func restoreLinkEntry(root int, e linkEntry) error {
 // linkSockets lists (up to five of) the sockets a process in sandbox id made at the top of its link
 // directory, looked at beneath the directory's descriptor.
 func (d *Driver) linkSockets(id string) []string {
-	dfd, err := d.openLinkDir(id)
+	dir, err := d.readLinkDir(id)
 	if err != nil {
 		return nil
 	}
-	root, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	unix.Close(dfd)
-	if err != nil {
-		return nil
-	}
-	dir := os.NewFile(uintptr(root), "link")
 	defer dir.Close()
+	root := int(dir.Fd())
 	names, _ := dir.Readdirnames(maxLinkEntries)
 	var out []string
 	for _, n := range names {
