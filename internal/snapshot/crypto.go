@@ -126,6 +126,9 @@ func (s *Store) loadKeys(ctx context.Context, tenantID string, create bool) (*te
 
 // checkKey reports an error (ErrPermissionDenied if revoked) unless k's data key still unwraps.
 func (s *Store) checkKey(ctx context.Context, k *tenantKeys) error {
+	if k.rec.KeyID == "" {
+		return nil // from a Grant: whoever made it checked
+	}
 	dek, err := s.unwrap(ctx, k.rec)
 	clear(dek)
 	return err
@@ -206,25 +209,39 @@ func (s *Store) newDataKey(ctx context.Context, tenantID string) (dataKeyRecord,
 
 // deriveKeys derives a tenant's subkeys from its data key.
 func deriveKeys(dek []byte, tenantID string) (*tenantKeys, error) {
-	sub := func(info string) ([]byte, error) { return hkdf.Key(sha256.New, dek, nil, info+tenantID, 32) }
-	k := &tenantKeys{tenant: tenantID}
-	ck, err := sub(infoChunkKey)
+	ck, mk, ik, err := subkeys(dek, tenantID)
 	if err != nil {
 		return nil, err
 	}
 	defer clear(ck)
-	mk, err := sub(infoManifestKey)
-	if err != nil {
-		return nil, err
-	}
 	defer clear(mk)
-	if k.idKey, err = sub(infoIDKey); err != nil {
+	defer clear(ik)
+	return keysOf(tenantID, ck, mk, ik)
+}
+
+// subkeys derives the chunk, manifest and ID keys of a tenant from its data key.
+func subkeys(dek []byte, tenantID string) (chunk, manifest, id []byte, err error) {
+	sub := func(info string) ([]byte, error) { return hkdf.Key(sha256.New, dek, nil, info+tenantID, 32) }
+	if chunk, err = sub(infoChunkKey); err != nil {
+		return nil, nil, nil, err
+	}
+	if manifest, err = sub(infoManifestKey); err != nil {
+		return nil, nil, nil, err
+	}
+	if id, err = sub(infoIDKey); err != nil {
+		return nil, nil, nil, err
+	}
+	return chunk, manifest, id, nil
+}
+
+// keysOf returns the tenantKeys of the given subkeys, which it copies.
+func keysOf(tenantID string, chunk, manifest, id []byte) (*tenantKeys, error) {
+	k := &tenantKeys{tenant: tenantID, idKey: append([]byte(nil), id...)}
+	var err error
+	if k.chunkAEAD, err = newAEAD(chunk); err != nil {
 		return nil, err
 	}
-	if k.chunkAEAD, err = newAEAD(ck); err != nil {
-		return nil, err
-	}
-	if k.manifestAEAD, err = newAEAD(mk); err != nil {
+	if k.manifestAEAD, err = newAEAD(manifest); err != nil {
 		return nil, err
 	}
 	return k, nil

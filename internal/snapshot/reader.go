@@ -36,6 +36,11 @@ func (s *Store) Manifest(ctx context.Context, tenantID, snapshotID string) (Mani
 // open reads and checks a snapshot's manifest and returns it with the tenant's keys, which the caller
 // clears.
 func (s *Store) open(ctx context.Context, tenantID, snapshotID string) (*tenantKeys, Manifest, error) {
+	return s.openWith(ctx, tenantID, snapshotID, func() (*tenantKeys, error) { return s.loadKeys(ctx, tenantID, false) })
+}
+
+// openWith is open with the keys that load gives.
+func (s *Store) openWith(ctx context.Context, tenantID, snapshotID string, load func() (*tenantKeys, error)) (*tenantKeys, Manifest, error) {
 	data, err := s.blobs.Get(ctx, manifestKey(tenantID, snapshotID))
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, Manifest{}, fmt.Errorf("snapshot %s of tenant %s: %w", snapshotID, tenantID, errdefs.ErrNotFound)
@@ -43,7 +48,7 @@ func (s *Store) open(ctx context.Context, tenantID, snapshotID string) (*tenantK
 	if err != nil {
 		return nil, Manifest{}, fmt.Errorf("read snapshot %s: %w", snapshotID, err)
 	}
-	k, err := s.loadKeys(ctx, tenantID, false)
+	k, err := load()
 	if errors.Is(err, errdefs.ErrNotFound) {
 		err = &CorruptError{Snapshot: snapshotID, Reason: "the tenant's data key is missing"}
 	}
@@ -147,13 +152,18 @@ func (s *Store) fetchChunk(ctx context.Context, k *tenantKeys, snapshotID, file 
 // On failure Restore removes every file and directory it created, so dir holds all of the snapshot or
 // nothing of it; errors are as for ReadFile.
 func (s *Store) Restore(ctx context.Context, tenantID, snapshotID, dir string) error {
+	return s.restore(ctx, tenantID, snapshotID, dir, func() (*tenantKeys, error) { return s.loadKeys(ctx, tenantID, false) })
+}
+
+// restore is Restore with the keys that load gives.
+func (s *Store) restore(ctx context.Context, tenantID, snapshotID, dir string, load func() (*tenantKeys, error)) error {
 	if err := checkIDs(tenantID, snapshotID); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	if dir == "" {
 		return fmt.Errorf("restore snapshot %s: empty directory: %w", snapshotID, errdefs.ErrInvalidArgument)
 	}
-	k, m, err := s.open(ctx, tenantID, snapshotID)
+	k, m, err := s.openWith(ctx, tenantID, snapshotID, load)
 	if err != nil {
 		return err
 	}

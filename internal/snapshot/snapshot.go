@@ -86,7 +86,9 @@ type Config struct {
 	// blob.Creator, manifests and data keys are created atomically even against other processes;
 	// otherwise only against writers of this Store.
 	Blobs blob.Store
-	// Keys wraps and unwraps the tenants' data keys. Required.
+	// Keys wraps and unwraps the tenants' data keys. Nil: a store that writes and reads only with
+	// Grants another store made (a node's), on which every call that needs the provider fails with
+	// ErrFailedPrecondition.
 	Keys keys.KeyProvider
 	// Now is the clock for creation times and GC's grace period; nil means time.Now.
 	Now func() time.Time
@@ -107,8 +109,11 @@ type Store struct {
 
 // New returns a Store for cfg.
 func New(cfg Config) (*Store, error) {
-	if cfg.Blobs == nil || cfg.Keys == nil {
-		return nil, fmt.Errorf("snapshot: Config.Blobs and Config.Keys are required: %w", errdefs.ErrInvalidArgument)
+	if cfg.Blobs == nil {
+		return nil, fmt.Errorf("snapshot: Config.Blobs is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.Keys == nil {
+		cfg.Keys = noProvider{}
 	}
 	s := &Store{blobs: cfg.Blobs, keys: cfg.Keys, now: cfg.Now, log: cfg.Logger, create: make(chan struct{}, 1)}
 	if s.now == nil {
@@ -314,6 +319,16 @@ func dataKeyKey(tenantID string) string { return tenantPrefix(tenantID) + "datak
 
 func chunksPrefix(tenantID string) string { return tenantPrefix(tenantID) + "chunks/" }
 
+// IsChunkKey reports whether key names a chunk's blob: immutable once written (a cache may keep it).
+func IsChunkKey(key string) bool {
+	rest, ok := strings.CutPrefix(key, "tenants/")
+	if !ok {
+		return false
+	}
+	_, rest, ok = strings.Cut(rest, "/")
+	return ok && strings.HasPrefix(rest, "chunks/")
+}
+
 func chunkKey(tenantID, id string) string { return chunksPrefix(tenantID) + id[:2] + "/" + id }
 
 func manifestsPrefix(tenantID string) string { return tenantPrefix(tenantID) + "snapshots/" }
@@ -335,4 +350,17 @@ func (s *Store) createBlob(ctx context.Context, key string, data []byte) error {
 		return err
 	}
 	return s.blobs.Put(ctx, key, data)
+}
+
+// noProvider is the key provider of a Store without one.
+type noProvider struct{}
+
+var errNoProvider = fmt.Errorf("this snapshot store has no key provider (a node's, which reads and writes with grants): %w", errdefs.ErrFailedPrecondition)
+
+func (noProvider) WrapKey(context.Context, string, []byte) ([]byte, string, error) {
+	return nil, "", errNoProvider
+}
+
+func (noProvider) UnwrapKey(context.Context, string, string, []byte) ([]byte, error) {
+	return nil, errNoProvider
 }

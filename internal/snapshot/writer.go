@@ -113,10 +113,29 @@ func (s *Store) NewWriter(ctx context.Context, tenantID, snapshotID string) (*Wr
 	if err := checkIDs(tenantID, snapshotID); err != nil {
 		return nil, fmt.Errorf("new snapshot writer: %w", err)
 	}
+	k, err := s.loadKeys(ctx, tenantID, true)
+	if err != nil {
+		return nil, fmt.Errorf("new snapshot writer %s: %w", snapshotID, err)
+	}
+	return s.newWriter(ctx, k, snapshotID)
+}
+
+// newWriter starts writing snapshot snapshotID with the keys k, which the Writer clears when it is done
+// (or newWriter, when it fails).
+func (s *Store) newWriter(ctx context.Context, k *tenantKeys, snapshotID string) (*Writer, error) {
+	tenantID := k.tenant
+	ok := false
+	defer func() {
+		if !ok {
+			k.clear()
+		}
+	}()
+	if err := checkIDs(tenantID, snapshotID); err != nil {
+		return nil, fmt.Errorf("new snapshot writer: %w", err)
+	}
 	if err := s.holds.reserve(tenantID, snapshotID); err != nil {
 		return nil, fmt.Errorf("new snapshot writer: %w", err)
 	}
-	ok := false
 	defer func() {
 		if !ok {
 			s.holds.unreserve(tenantID, snapshotID)
@@ -127,10 +146,6 @@ func (s *Store) NewWriter(ctx context.Context, tenantID, snapshotID string) (*Wr
 	case err == nil:
 		return nil, fmt.Errorf("new snapshot writer: snapshot %s of tenant %s: %w", snapshotID, tenantID, errdefs.ErrAlreadyExists)
 	case !errors.Is(err, errdefs.ErrNotFound):
-		return nil, fmt.Errorf("new snapshot writer %s: %w", snapshotID, err)
-	}
-	k, err := s.loadKeys(ctx, tenantID, true)
-	if err != nil {
 		return nil, fmt.Errorf("new snapshot writer %s: %w", snapshotID, err)
 	}
 	ok = true

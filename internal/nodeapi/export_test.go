@@ -1,4 +1,0 @@
-package nodeapi
-
-// ReadImage is readImage, for tests.
-var ReadImage = readImage
