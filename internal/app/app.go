@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -468,12 +469,23 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	blobs, err := openBlobs(ctx, dataDir, cfg.S3)
+	if err != nil {
+		return err
+	}
+	// The control plane's store makes grants with the keyring; the node of this process writes and
+	// reads images through the same store (so snapshot GC sees its writers).
+	snaps, err := snapshot.New(snapshot.Config{Blobs: blobs, Keys: keyring, Logger: log})
+	if err != nil {
+		return err
+	}
 	var cp *controlplane.Service
 	var nd *node.Local
 	if !cfg.NoLocalNode {
 		var closeNode func() error
 		nd, closeNode, err = startHostNode(hostNode{id: node.LocalID, dataDir: dataDir, tag: tag, runsc: cfg.Runsc, daemon: cfg.DaemonBinary,
 			debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, guards: guards, log: log, keys: keyring, reg: reg,
+			snapshots: snaps, imageCacheBytes: cfg.ImageCacheBytes,
 			// In one process the node needs no check of which sandbox asks: the gateway asks only for
 			// its sandboxes' bindings.
 			secret: func(ctx context.Context, tenantID, _, name string) ([]byte, error) {
@@ -507,22 +519,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}
 	templates := template.NewHostRegistry(filepath.Join(dataDir, "templates"))
-	var blobs blob.Store
-	if cfg.S3 != nil {
-		blobs, err = blobs3.New(ctx, *cfg.S3)
-	} else {
-		blobs, err = bloblocal.New(filepath.Join(dataDir, "blobs"))
-	}
-	if err != nil {
-		return err
-	}
-	snaps, err := snapshot.New(snapshot.Config{Blobs: blobs, Keys: keyring, Logger: log})
-	if err != nil {
-		return err
-	}
 	cpCfg := controlplane.Config{Store: st, Logger: log, Secrets: secretStore, Connections: conns,
-		Snapshots: snaps, ScratchDir: filepath.Join(dataDir, "scratch"),
-		ImageCacheDir: filepath.Join(dataDir, "images"), ImageCacheBytes: cfg.ImageCacheBytes,
+		Snapshots: snaps,
 		Retention: cfg.Retention, PruneInterval: cfg.PruneInterval, GCInterval: cfg.GCInterval, GCGrace: cfg.GCGrace,
 		Keys: keyring, KeyCheckInterval: cfg.KeyCheckInterval, Cluster: clusterCA, KeyProvider: keyring, Audit: auditLog.Record}
 	if nd != nil {
@@ -694,6 +692,10 @@ type hostNode struct {
 	// reg, if set, gets the egress metrics.
 	reg    *prometheus.Registry
 	onExit func(id, reason string)
+	// snapshots is the store the node writes and reads checkpoint images with (nil: none);
+	// imageCacheBytes bounds its image cache (node.Config).
+	snapshots       *snapshot.Store
+	imageCacheBytes int64
 }
 
 // startHostNode starts the node of this host: its runtime, flow log, gateway and node. closeNode stops
@@ -760,25 +762,69 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 		return nil, nil, err
 	}
 	closers = append(closers, gw.Close)
+	nodeDir := filepath.Join(h.dataDir, "node")
+	if err := moveOldImages(h.dataDir, nodeDir, h.log); err != nil {
+		return nil, nil, err
+	}
 	nd, err = node.New(node.Config{
 		ID:           h.id,
 		Gateway:      gw,
 		FlowLog:      flows,
 		IfacePrefix:  "al" + h.tag,
-		DataDir:      filepath.Join(h.dataDir, "node"),
+		DataDir:      nodeDir,
 		Driver:       driver,
 		Templates:    template.NewHostRegistry(filepath.Join(h.dataDir, "templates")),
 		DaemonBinary: h.daemon,
 		TenantAudit: func(tenantID, sandboxID string) link.Audit {
 			return audit.DaemonAudit{Tenant: tenantID, Sandbox: sandboxID, Sink: h.audit}
 		},
-		OnExit: h.onExit,
-		Logger: h.log,
+		OnExit:          h.onExit,
+		Logger:          h.log,
+		Snapshots:       h.snapshots,
+		ImageCacheBytes: h.imageCacheBytes,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	return nd, closeNode, nil
+}
+
+// openBlobs opens the blob store of the snapshots: the S3 bucket, or else DATA/blobs.
+func openBlobs(ctx context.Context, dataDir string, s3 *blobs3.Config) (blob.Store, error) {
+	if s3 != nil {
+		return blobs3.New(ctx, *s3)
+	}
+	return bloblocal.New(filepath.Join(dataDir, "blobs"))
+}
+
+// moveOldImages moves what an older version left in the data directory when control planes still
+// carried checkpoint images: the images of snapshots still waiting for their upload (DATA/pending) go
+// to the node's pending images, which it now stores itself; the image cache, scratch and transfer
+// directories are removed.
+func moveOldImages(dataDir, nodeDir string, log *slog.Logger) error {
+	old := filepath.Join(dataDir, "pending")
+	entries, err := os.ReadDir(old)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if len(entries) > 0 {
+		to := filepath.Join(nodeDir, "images", "pending")
+		if err := os.MkdirAll(to, 0o700); err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := os.Rename(filepath.Join(old, e.Name()), filepath.Join(to, e.Name())); err != nil {
+				return fmt.Errorf("move the pending image %s to the node: %w", e.Name(), err)
+			}
+		}
+		log.Info("moved the images of snapshots waiting for their upload to the node", "images", len(entries))
+	}
+	for _, d := range []string{old, filepath.Join(dataDir, "images"), filepath.Join(dataDir, "scratch"), filepath.Join(nodeDir, "transfer")} {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // replicaID names this control-plane replica: "cp-" and 8 hex digits, made once and kept in the data

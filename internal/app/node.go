@@ -23,12 +23,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/blob"
+	blobcache "github.com/airlockrun/airlock/internal/blob/cache"
+	bloblocal "github.com/airlockrun/airlock/internal/blob/local"
+	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/daemon"
 	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/internal/gateway/hostnet"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/snapshot"
 )
 
 // Files a node keeps in <data dir>/cluster once it joined (airlock node join).
@@ -78,12 +83,52 @@ type NodeConfig struct {
 	HostsOnly          bool
 	ExtraRootsPEM      []byte
 	EgressAllowPrivate []netip.Prefix
+	// BlobDir or S3 is the blob store of the cluster's snapshots, which the node writes checkpoint
+	// images into and restores them from, with the grants control planes give it: the control planes'
+	// S3 bucket, or their blob directory (DATA/blobs of an airlock server on the same host or a shared
+	// file system). Neither: the node keeps no snapshots (sessions cannot pause on it).
+	BlobDir string
+	S3      *blobs3.Config
+	// ImageCacheBytes bounds the node's cache of checkpoint images (node.Config). Zero:
+	// DefaultImageCacheBytes; negative: none.
+	ImageCacheBytes int64
 	// Logger receives logs. Nil: slog.Default().
 	Logger *slog.Logger
 	// Out receives what is meant for the person who started the node. Nil: os.Stdout.
 	Out io.Writer
 	// Ready, if set, is called with the node API's address once it accepts connections.
 	Ready func(addr string)
+}
+
+// DefaultChunkCacheBytes bounds a node's cache of snapshot chunks fetched from S3.
+const DefaultChunkCacheBytes = 4 << 30
+
+// nodeSnapshots opens the snapshot store of a node in its own process: the blob store cfg names,
+// without a key provider (the control planes send grants). Nil without one.
+func nodeSnapshots(ctx context.Context, cfg NodeConfig, dataDir string, log *slog.Logger) (*snapshot.Store, error) {
+	var blobs blob.Store
+	var err error
+	switch {
+	case cfg.S3 != nil && cfg.BlobDir != "":
+		return nil, errors.New("give the node one blob store: --blob-dir or --s3-*")
+	case cfg.S3 != nil:
+		var remote blob.Store
+		if remote, err = blobs3.New(ctx, *cfg.S3); err != nil {
+			return nil, err
+		}
+		// Chunks are immutable: a restore on this node fetches only those it has not read before.
+		blobs, err = blobcache.New(blobcache.Config{Remote: remote, Dir: filepath.Join(dataDir, "node", "chunks"),
+			MaxBytes: DefaultChunkCacheBytes, Cacheable: snapshot.IsChunkKey, Logger: log})
+	case cfg.BlobDir != "":
+		blobs, err = bloblocal.New(cfg.BlobDir)
+	default:
+		log.Warn("this node has no snapshot store (--blob-dir or --s3-*): sessions cannot pause or resume on it")
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.New(snapshot.Config{Blobs: blobs, Logger: log})
 }
 
 // joined is what a node's join left in its data directory.
@@ -200,9 +245,14 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 		return err
 	}
 	defer stopGuards()
+	snaps, err := nodeSnapshots(ctx, cfg, dataDir, log)
+	if err != nil {
+		return err
+	}
 	// The interception CAs' keys are wrapped by the control plane, under their tenants' keys, bound to
 	// this node: a revoked tenant key means no CA, and the files here are of no use elsewhere.
 	nd, closeNode, err := startHostNode(hostNode{id: j.info.ID, dataDir: dataDir, tag: InstanceTag(dataDir), runsc: cfg.Runsc,
+		snapshots: snaps, imageCacheBytes: cfg.ImageCacheBytes,
 		daemon: cfg.DaemonBinary, debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, guards: guards, log: log,
 		keys: cc, secret: cc.Secret, token: cc.Token, audit: cc.Record, onExit: cc.SandboxExit,
 		sessionCA: cc.SessionCA, keepSessionCA: cc.KeepSessionCA})
@@ -210,7 +260,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, closeNode()) }()
-	h, err := nodeapi.NewHandler(nd, filepath.Join(dataDir, "node", "transfer"), log)
+	h, err := nodeapi.NewHandler(nd, log)
 	if err != nil {
 		return err
 	}

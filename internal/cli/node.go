@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockrun/airlock/internal/app"
+	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
@@ -187,8 +188,9 @@ CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOI
 	join.Flags().StringVar(&caFingerprint, "ca-fingerprint", "", `the cluster CA's fingerprint ("sha256:<hex>", printed by "node token create"): the join is refused if the control plane presents another CA`)
 
 	var controlPlanes, allowPrivate []string
-	var listen, advertise, runsc, pool string
+	var listen, advertise, runsc, pool, blobDir string
 	var maxSandboxes int
+	var s3cfg blobs3.Config
 	var debug bool
 	run := &cobra.Command{
 		Use:   "run",
@@ -197,7 +199,12 @@ CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOI
 only control planes of the cluster are let in), reports in heartbeats to the cluster port at
 --control-plane (a load balancer or one replica), and runs the sandboxes the control planes place on it.
 Secrets, OAuth tokens and key wraps come from the control plane at the moment a sandbox's request needs
-them; nothing of a tenant is stored on the node but its sandboxes.
+them; nothing of a tenant is stored on the node but its sandboxes (and their encrypted snapshots).
+
+The node writes its sandboxes' snapshots straight into the cluster's blob store and restores them from
+it, so give it the control planes' store: --s3-* (the same bucket and prefix) or --blob-dir (the
+control plane's DATA/blobs, on this host or a shared file system). The tenants' keys stay with the
+control planes, which hand the node a tenant's snapshot keys for as long as it writes or reads one.
 
 SIGINT or SIGTERM stops the node: its sandboxes are destroyed, and their sessions resume elsewhere from
 their latest snapshots.`,
@@ -227,8 +234,15 @@ their latest snapshots.`,
 					return fmt.Errorf("--sandbox-addresses: %w", err)
 				}
 			}
+			var s3 *blobs3.Config
+			if s3cfg.Endpoint != "" || s3cfg.Bucket != "" {
+				// The credentials come from the environment only, as AWS tools take them.
+				s3cfg.AccessKey, s3cfg.SecretKey = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
+				s3 = &s3cfg
+			}
 			return app.RunNode(ctx, app.NodeConfig{DataDir: g.dataDir, ControlPlanes: controlPlanes, Listen: listen, Advertise: advertise, SandboxAddresses: addrs,
-				MaxSandboxes: maxSandboxes, Runsc: runsc, Debug: debug, Logger: slog.New(h), Out: g.Out, EgressAllowPrivate: open})
+				MaxSandboxes: maxSandboxes, Runsc: runsc, Debug: debug, Logger: slog.New(h), Out: g.Out, EgressAllowPrivate: open,
+				BlobDir: blobDir, S3: s3})
 		},
 	}
 	run.Flags().StringArrayVar(&controlPlanes, "control-plane", nil, "the control planes' cluster port, https://host:port: a load balancer's, or each replica's (repeat; tried in turn)")
@@ -239,6 +253,8 @@ their latest snapshots.`,
 	run.Flags().StringArrayVar(&allowPrivate, "egress-allow-private", nil, egressAllowPrivateHelp+" (give each node the control planes' ranges)")
 	run.Flags().StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
 	run.Flags().BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
+	run.Flags().StringVar(&blobDir, "blob-dir", "", "the cluster's blob directory (a control plane's DATA/blobs on this host or a shared file system)")
+	s3Flags(run.Flags(), &s3cfg)
 	var bound airlock.NodeCapacity
 	boundCmd := &cobra.Command{
 		Use:   "bound ID",

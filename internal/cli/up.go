@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/airlockrun/airlock/internal/app"
 	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
@@ -138,11 +139,7 @@ SIGINT or SIGTERM stops the replica; the nodes and their sandboxes run on.`
 		f.StringVar(&clusterListen, "cluster-listen", "", "serve nodes that joined on this address (mutual TLS with the cluster's certificates), e.g. :7443; default: no cluster port")
 	}
 	f.StringArrayVar(&allowPrivate, "egress-allow-private", nil, egressAllowPrivateHelp)
-	f.StringVar(&s3cfg.Endpoint, "s3-endpoint", "", "keep snapshots in S3 or an S3-compatible service at this host[:port] instead of the data directory (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
-	f.StringVar(&s3cfg.Bucket, "s3-bucket", "", "the bucket (it must exist)")
-	f.StringVar(&s3cfg.Prefix, "s3-prefix", "", "a key prefix in the bucket, ending in /")
-	f.StringVar(&s3cfg.Region, "s3-region", "", "the bucket's region (default: asked from the service)")
-	f.BoolVar(&s3cfg.Insecure, "s3-insecure", false, "plain HTTP to the service (loopback or a private network only)")
+	s3Flags(f, &s3cfg)
 	f.StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
 	f.BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
 	f.StringVar(&p11.Module, "pkcs11-module", "", "the PKCS#11 module (.so) of an HSM or KMS that keeps customers' keys, for tenants created with --key-provider pkcs11")
@@ -184,4 +181,13 @@ func egressAllowPrivate(flags []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// s3Flags adds the flags of an S3 blob store to f.
+func s3Flags(f *pflag.FlagSet, c *blobs3.Config) {
+	f.StringVar(&c.Endpoint, "s3-endpoint", "", "keep snapshots in S3 or an S3-compatible service at this host[:port] instead of the data directory (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
+	f.StringVar(&c.Bucket, "s3-bucket", "", "the bucket (it must exist)")
+	f.StringVar(&c.Prefix, "s3-prefix", "", "a key prefix in the bucket, ending in /")
+	f.StringVar(&c.Region, "s3-region", "", "the bucket's region (default: asked from the service)")
+	f.BoolVar(&c.Insecure, "s3-insecure", false, "plain HTTP to the service (loopback or a private network only)")
 }

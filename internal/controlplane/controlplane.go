@@ -10,8 +10,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,18 +77,10 @@ type Config struct {
 	// Connections signs in to OAuth providers and keeps the tokens. Nil: the connections API answers
 	// failed precondition. Start picks up the stored connections; the caller closes it.
 	Connections *connections.Manager
-	// Snapshots keeps the sessions' snapshots; ScratchDir is a private directory for checkpoint images
-	// on their way in and out. Either missing: the sessions API answers failed precondition.
-	Snapshots  *snapshot.Store
-	ScratchDir string
-	// PendingDir keeps the checkpoint images of snapshots saved on this node until the snapshot store
-	// holds them (uploads.go). It must survive restarts and share a file system with ScratchDir and
-	// ImageCacheDir. Empty: a directory "pending" next to ScratchDir.
-	PendingDir string
-	// ImageCacheDir keeps the checkpoint images of recent snapshots for fast resumes and forks, up to
-	// ImageCacheBytes. Empty or 0: no cache; every resume fetches from the snapshot store.
-	ImageCacheDir   string
-	ImageCacheBytes int64
+	// Snapshots keeps the sessions' snapshots: the control plane makes grants with it for the nodes,
+	// which write and read the images themselves, and reads manifests and file layers, deletes and
+	// collects. Nil: the sessions API answers failed precondition.
+	Snapshots *snapshot.Store
 	// Retention is the server's default snapshot retention (tenants and sessions override it field by
 	// field). Zero fields: retention.Default's.
 	Retention retention.Policy
@@ -148,26 +138,17 @@ type Service struct {
 	secrets     *secrets.Store
 	connections *connections.Manager
 	snapshots   *snapshot.Store
-	scratch     string
-	// pending holds the saved images of uploading snapshots; up runs their uploads (uploads.go).
-	pending string
-	up      *uploader
-	// urgent is entered by checkpoints and restores; uploads give way to them.
-	urgent *urgentGate
+	// up runs the uploads of snapshots their nodes saved (uploads.go).
+	up *uploader
 	// rolls is the rolling loop's memory; retention the server's default policy (timemachine.go).
 	rolls                 roller
 	retention             retention.Policy
 	rollEvery, pruneEvery time.Duration
 	// work counts the calls and streams in progress per sandbox.
-	work workTracker
-	// images and imageBudget configure the image cache (imagecache.go); imagesMu serializes its
-	// changes.
-	images      string
-	imageBudget int64
-	gcEvery     time.Duration
-	gcGrace     time.Duration
-	imagesMu    sync.Mutex
-	idle        time.Duration
+	work    workTracker
+	gcEvery time.Duration
+	gcGrace time.Duration
+	idle    time.Duration
 
 	locks keyedMutex
 
@@ -239,26 +220,16 @@ func New(cfg Config) (*Service, error) {
 	if cfg.GCGrace <= 0 {
 		cfg.GCGrace = time.Hour
 	}
-	if cfg.PendingDir == "" && cfg.ScratchDir != "" {
-		cfg.PendingDir = filepath.Join(filepath.Dir(cfg.ScratchDir), "pending")
-	}
 	switch {
 	case cfg.KeyCheckInterval <= 0:
 		cfg.KeyCheckInterval = DefaultKeyCheckInterval
 	case cfg.KeyCheckInterval > MaxKeyCheckInterval:
 		return nil, fmt.Errorf("controlplane: key check interval %s is above %s: %w", cfg.KeyCheckInterval, MaxKeyCheckInterval, errdefs.ErrInvalidArgument)
 	}
-	for _, d := range []string{cfg.ScratchDir, cfg.ImageCacheDir, cfg.PendingDir} {
-		if d != "" {
-			if err := os.MkdirAll(d, 0o700); err != nil {
-				return nil, fmt.Errorf("controlplane: %w", err)
-			}
-		}
-	}
 	return &Service{store: cfg.Store, nodes: newNodeSet(cfg.Node, cfg.DialNode), localCapacity: localCap, templateRoot: cfg.TemplateRoot, replica: cfg.ReplicaID, ops: sessionOps{m: map[string]context.CancelFunc{}}, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
-		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots, scratch: cfg.ScratchDir,
-		images: cfg.ImageCacheDir, imageBudget: cfg.ImageCacheBytes, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
-		idle: cfg.IdleInterval, stop: make(chan struct{}), pending: cfg.PendingDir, up: newUploader(), urgent: newUrgentGate(),
+		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots,
+		gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
+		idle: cfg.IdleInterval, stop: make(chan struct{}), up: newUploader(),
 		rolls: roller{m: map[string]rollState{}}, work: workTracker{n: map[string]int{}, ports: map[string]int{}}, retention: cfg.Retention.WithDefaults(), rollEvery: cfg.RollInterval,
 		pruneEvery: cfg.PruneInterval, keys: cfg.Keys, keysEvery: cfg.KeyCheckInterval, keysGone: map[string]bool{}, ca: cfg.Cluster,
 		keyProvider: cfg.KeyProvider, audit: cfg.Audit, guards: cfg.Guards}, nil

@@ -22,6 +22,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
@@ -50,9 +51,16 @@ type fakeNode struct {
 	cas             []string
 	// cpu is the CPU time SandboxCPU reports per sandbox.
 	cpu map[string]time.Duration
-	// root is the template root TemplateRoot reports; checkpoints counts checkpoints.
+	// root is the template root TemplateRoot reports; checkpoints counts checkpoints, fetched the
+	// restores that fetched their image from the snapshot store.
 	root        string
 	checkpoints int
+	fetched     int
+	// snaps is the snapshot store the node writes and reads images with (nil: none, as a node started
+	// without one); images holds its pending and cached images. storeMu serializes StoreImage.
+	snaps   *snapshot.Store
+	images  string
+	storeMu sync.Mutex
 
 	flows *flowlog.Log
 }
@@ -64,7 +72,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 	}
 	t.Cleanup(func() { l.Close() })
 	return &fakeNode{running: map[string]bool{}, tenants: map[string]string{}, frozen: map[string]bool{},
-		restored: map[string]string{}, cpu: map[string]time.Duration{}, root: t.TempDir(), flows: l}
+		restored: map[string]string{}, cpu: map[string]time.Duration{}, root: t.TempDir(), flows: l, images: t.TempDir()}
 }
 
 func (n *fakeNode) ID() string {
@@ -165,10 +173,15 @@ func (n *fakeNode) SandboxCPU(ctx context.Context, id string) (time.Duration, er
 	return n.cpu[id], nil
 }
 
-// CheckpointSandbox writes an image that names the sandbox.
-func (n *fakeNode) CheckpointSandbox(ctx context.Context, id, imageDir string, leaveRunning bool) error {
-	if err := n.checkpoint(id, imageDir, leaveRunning); err != nil {
-		return err
+// CheckpointSandbox writes an image that names the sandbox into the node's pending images.
+func (n *fakeNode) CheckpointSandbox(ctx context.Context, id string, req node.CheckpointRequest) (node.Image, error) {
+	if n.snaps == nil {
+		return node.Image{}, fmt.Errorf("fake node %s has no snapshot store: %w", n.ID(), errdefs.ErrFailedPrecondition)
+	}
+	dir := n.pendingDir(req.SnapshotID)
+	if err := n.checkpoint(id, dir, req.LeaveRunning); err != nil {
+		os.RemoveAll(dir)
+		return node.Image{}, err
 	}
 	n.mu.Lock()
 	after := n.afterCheckpoint
@@ -176,7 +189,7 @@ func (n *fakeNode) CheckpointSandbox(ctx context.Context, id, imageDir string, l
 	if after != nil {
 		after()
 	}
-	return nil
+	return node.Image{Bytes: 1 << 10}, nil
 }
 
 func (n *fakeNode) checkpoint(id, imageDir string, leaveRunning bool) error {
@@ -209,10 +222,101 @@ func (n *fakeNode) checkpoint(id, imageDir string, leaveRunning bool) error {
 	return nil
 }
 
-func (n *fakeNode) RestoreSandbox(ctx context.Context, req node.CreateRequest, imageDir string) error {
-	b, err := os.ReadFile(filepath.Join(imageDir, "memory", "checkpoint.img"))
+// pendingDir is where the fake node keeps the image of snapID until StoreImage; cachedDir after.
+func (n *fakeNode) pendingDir(snapID string) string {
+	return filepath.Join(n.images, "pending", snapID)
+}
+func (n *fakeNode) cachedDir(snapID string) string { return filepath.Join(n.images, "cache", snapID) }
+
+// StoreImage writes the pending image into the snapshot store with the grant, as a node does.
+func (n *fakeNode) StoreImage(ctx context.Context, req node.StoreRequest) (snapshot.Stats, error) {
+	if n.snaps == nil {
+		return snapshot.Stats{}, fmt.Errorf("fake node %s has no snapshot store: %w", n.ID(), errdefs.ErrFailedPrecondition)
+	}
+	if req.Grant == nil || req.Grant.Tenant() != req.TenantID {
+		return snapshot.Stats{}, fmt.Errorf("no grant for %s: %w", req.TenantID, errdefs.ErrInvalidArgument)
+	}
+	n.storeMu.Lock()
+	defer n.storeMu.Unlock()
+	if m, err := n.snaps.ManifestWith(ctx, req.Grant, req.SnapshotID); err == nil {
+		return m.Stats, nil
+	}
+	dir := n.pendingDir(req.SnapshotID)
+	if _, err := os.Stat(dir); err != nil {
+		return snapshot.Stats{}, fmt.Errorf("image of %s: %v: %w", req.SnapshotID, err, errdefs.ErrNotFound)
+	}
+	w, err := n.snaps.NewWriterWith(ctx, req.Grant, req.SnapshotID)
 	if err != nil {
-		return fmt.Errorf("no image: %v: %w", err, errdefs.ErrInvalidArgument)
+		return snapshot.Stats{}, err
+	}
+	defer w.Abort()
+	for _, name := range []string{"fs.tar", "memory/checkpoint.img"} {
+		f, err := os.Open(filepath.Join(dir, filepath.FromSlash(name)))
+		if err != nil {
+			return snapshot.Stats{}, err
+		}
+		err = w.AddFile(ctx, name, f)
+		f.Close()
+		if err != nil {
+			return snapshot.Stats{}, err
+		}
+	}
+	m, err := w.Commit(ctx, req.Meta)
+	if err != nil {
+		return snapshot.Stats{}, err
+	}
+	os.MkdirAll(filepath.Dir(n.cachedDir(req.SnapshotID)), 0o700)
+	os.RemoveAll(n.cachedDir(req.SnapshotID))
+	if err := os.Rename(dir, n.cachedDir(req.SnapshotID)); err != nil {
+		return snapshot.Stats{}, err
+	}
+	return m.Stats, nil
+}
+
+func (n *fakeNode) DropImages(ctx context.Context, ids []string) error {
+	for _, id := range ids {
+		os.RemoveAll(n.pendingDir(id))
+		os.RemoveAll(n.cachedDir(id))
+	}
+	return nil
+}
+
+func (n *fakeNode) PendingImages(ctx context.Context) ([]string, error) {
+	entries, _ := os.ReadDir(filepath.Join(n.images, "pending"))
+	var ids []string
+	for _, e := range entries {
+		ids = append(ids, e.Name())
+	}
+	return ids, nil
+}
+
+// RestoreSandbox reads the image of src: pending or cached here, or fetched with the grant.
+func (n *fakeNode) RestoreSandbox(ctx context.Context, req node.CreateRequest, src node.ImageSource) error {
+	if n.snaps == nil {
+		return fmt.Errorf("fake node %s has no snapshot store: %w", n.ID(), errdefs.ErrFailedPrecondition)
+	}
+	var b []byte
+	err := errdefs.ErrNotFound
+	for _, d := range []string{n.pendingDir(src.SnapshotID), n.cachedDir(src.SnapshotID)} {
+		if b, err = os.ReadFile(filepath.Join(d, "memory", "checkpoint.img")); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		if src.Grant == nil {
+			return fmt.Errorf("no grant to fetch %s: %w", src.SnapshotID, errdefs.ErrInvalidArgument)
+		}
+		tmp := filepath.Join(n.images, "fetch-"+req.ID)
+		defer os.RemoveAll(tmp)
+		if err := n.snaps.RestoreWith(ctx, src.Grant, src.SnapshotID, tmp); err != nil {
+			return err
+		}
+		if b, err = os.ReadFile(filepath.Join(tmp, "memory", "checkpoint.img")); err != nil {
+			return err
+		}
+		n.mu.Lock()
+		n.fetched++
+		n.mu.Unlock()
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()

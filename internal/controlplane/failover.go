@@ -464,6 +464,19 @@ func (s *Service) settleOrphanSnapshots() {
 		}
 		return state != "absent" || now.Sub(created) >= replicaUnknownAfter
 	}
+	// Uploads are the nodes' work, which any replica can ask for: those of a replica that went away
+	// are taken over here.
+	ups, err := s.store.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotUploading}, store.MaxListLimit)
+	if err != nil {
+		s.log.Error("settle snapshots: list uploads", "err", err)
+		return
+	}
+	for _, sn := range ups {
+		r := sn.Meta[snapshotReplicaMeta]
+		if r != "" && r != s.replica && isGone(r, sn.CreatedAt) {
+			s.startUpload(sn)
+		}
+	}
 	sns, err := s.store.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotWriting}, store.MaxListLimit)
 	if err != nil {
 		s.log.Error("settle snapshots: list", "err", err)

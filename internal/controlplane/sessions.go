@@ -5,10 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,7 +103,7 @@ func checkRetention(r store.RetentionSpec) error {
 
 // snapshotStore returns the snapshot store, or an error when this control plane has none.
 func (s *Service) snapshotStore() (*snapshot.Store, error) {
-	if s.snapshots == nil || s.scratch == "" {
+	if s.snapshots == nil {
 		return nil, fmt.Errorf("this control plane keeps no snapshots: %w", errdefs.ErrFailedPrecondition)
 	}
 	return s.snapshots, nil
@@ -167,7 +163,7 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
-	sb, berr := s.startSessionSandbox(bctx, se, env, "", "", "")
+	sb, berr := s.startSessionSandbox(bctx, se, env, nil, "", "")
 	if berr != nil {
 		failed, err := s.updateSession(bctx, se, func(se *store.Session) error {
 			return setSessionState(se, store.SessionFailed, "boot failed")
@@ -184,12 +180,12 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 	})
 }
 
-// startSessionSandbox records a sandbox for se and boots it: anew with env (imageDir ""), or restored
-// from the checkpoint image in imageDir, on node prefer if it has room (where the snapshot was taken:
-// its interception CA is there). With caFrom, the sandbox gets the interception CA of session caFrom
+// startSessionSandbox records a sandbox for se and boots it: anew with env (src nil), or restored from
+// the snapshot src names, on node prefer if it has room (where the snapshot was taken: its image and
+// interception CA are there). A snapshot not yet stored can be restored on its own node only. With caFrom, the sandbox gets the interception CA of session caFrom
 // (a fork's parent), if its node has it. It returns the sandbox running; on failure the sandbox is
 // recorded failed and nothing of it is left on the node.
-func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env []string, imageDir, prefer, caFrom string) (store.Sandbox, error) {
+func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env []string, src *imageSource, prefer, caFrom string) (store.Sandbox, error) {
 	p, err := SessionNetworkPolicy(se)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -201,6 +197,10 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 	}
 	defer pl.done()
 	n := pl.n
+	if src != nil && !src.stored && n.ID() != prefer {
+		return store.Sandbox{}, fmt.Errorf("snapshot %s is still being stored from node %s, which has no room now; retry once it is stored: %w",
+			src.SnapshotID, prefer, errdefs.ErrUnavailable)
+	}
 	if caFrom != "" {
 		// Kept by the control plane, where a node of its own gets it when the sandbox boots; the
 		// in-process node keeps its own copy.
@@ -248,10 +248,10 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 		Fence:   fence,
 	}
 	pl.done() // the record counts on the node now
-	if imageDir == "" {
+	if src == nil {
 		err = n.CreateSandbox(ctx, req)
 	} else {
-		err = n.RestoreSandbox(ctx, req, imageDir)
+		err = n.RestoreSandbox(ctx, req, src.ImageSource)
 	}
 	if err == nil {
 		// Taken over while it booted (its node was given up for gone): this sandbox must not run.
@@ -460,13 +460,6 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 	if err != nil {
 		return store.Snapshot{}, fmt.Errorf("record snapshot: %w", err)
 	}
-	dir := s.pendingImage(snap.ID)
-	saved := false
-	defer func() {
-		if !saved {
-			os.RemoveAll(dir)
-		}
-	}()
 	fail := func(cause error, thaw bool) (store.Snapshot, error) {
 		if thaw && !leaveRunning {
 			if err := n.UnpauseSandbox(ctx, se.SandboxID); err != nil {
@@ -479,12 +472,13 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 		}); err != nil {
 			cause = errors.Join(cause, err)
 		}
+		if thaw { // the image was saved: the node need not keep it
+			s.dropImagesOn(ctx, n, snap.ID)
+		}
 		return store.Snapshot{}, cause
 	}
 	t0 := s.now()
-	leave := s.urgent.enter()
-	err = n.CheckpointSandbox(ctx, se.SandboxID, dir, leaveRunning)
-	leave()
+	img, err := n.CheckpointSandbox(ctx, se.SandboxID, node.CheckpointRequest{SnapshotID: snap.ID, LeaveRunning: leaveRunning})
 	if err != nil {
 		if strings.Contains(err.Error(), "bound host socket") && !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			// Something in the sandbox bound a socket on a host path (in /run/airlock): gVisor cannot
@@ -493,71 +487,22 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 		}
 		return fail(fmt.Errorf("checkpoint: %w", err), false)
 	}
-	// The driver synced the image; this makes its directory's entry durable too.
-	if err := syncDir(s.pending); err != nil {
-		return fail(fmt.Errorf("save checkpoint image: %w", err), true)
-	}
 	tCheckpoint := s.now().Sub(t0)
 	faultinject.Crash("snapshot-checkpointed")
 	snap, err = s.updateSnapshot(ctx, snap, func(sn *store.Snapshot) error {
 		sn.State = store.SnapshotUploading
-		sn.LogicalBytes = treeBytes(dir)
+		sn.LogicalBytes = img.Bytes
 		sn.Meta["checkpoint_ms"] = fmt.Sprint(tCheckpoint.Milliseconds())
 		return nil
 	})
 	if err != nil {
 		return fail(err, true)
 	}
-	saved = true
 	faultinject.Crash("snapshot-saved")
-	// The memory went to disk around the page cache; a resume or fork soon after reads it back, and so
-	// does the upload: start reading it in now.
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		prefetch(filepath.Join(dir, "memory"))
-	}()
 	s.startUpload(snap)
-	s.log.Info("snapshot saved", "session", se.ID, "snapshot", snap.ID, "trigger", trigger, "checkpoint", tCheckpoint,
+	s.log.Info("snapshot saved", "session", se.ID, "snapshot", snap.ID, "node", n.ID(), "trigger", trigger, "checkpoint", tCheckpoint,
 		"image_bytes", snap.LogicalBytes)
 	return snap, nil
-}
-
-// storeImage writes the files of a checkpoint image directory into the snapshot store as snapshot id
-// of the tenant, with meta in its manifest.
-func (s *Service) storeImage(ctx context.Context, snaps *snapshot.Store, tenantID, id, dir string, meta map[string]string) (snapshot.Manifest, error) {
-	var names []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type().IsRegular() {
-			rel, _ := filepath.Rel(dir, p)
-			names = append(names, filepath.ToSlash(rel))
-		}
-		return nil
-	})
-	if err != nil {
-		return snapshot.Manifest{}, err
-	}
-	sort.Strings(names)
-	w, err := snaps.NewWriter(ctx, tenantID, id)
-	if err != nil {
-		return snapshot.Manifest{}, err
-	}
-	defer w.Abort()
-	for _, name := range names {
-		f, err := os.Open(filepath.Join(dir, filepath.FromSlash(name)))
-		if err != nil {
-			return snapshot.Manifest{}, err
-		}
-		err = w.AddFile(ctx, name, yieldingFile{f: f, ctx: ctx, gate: s.urgent})
-		f.Close()
-		if err != nil {
-			return snapshot.Manifest{}, err
-		}
-	}
-	return w.Commit(ctx, meta)
 }
 
 // updateSnapshot applies f to the stored snapshot and saves it, retrying on a concurrent change.
@@ -610,8 +555,7 @@ func (s *Service) ResumeSession(ctx context.Context, tenantID, id string) (store
 
 // resumeLocked resumes se from its head snapshot. The caller holds its lock.
 func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Session, error) {
-	snaps, err := s.snapshotStore()
-	if err != nil {
+	if _, err := s.snapshotStore(); err != nil {
 		return se, err
 	}
 	if (se.State != store.SessionPaused && se.State != store.SessionFailed) || se.HeadSnapshotID == "" {
@@ -622,25 +566,17 @@ func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Ses
 	}
 	start := s.now()
 	before := se.State
-	se, err = s.updateSession(ctx, se, func(se *store.Session) error { return setSessionState(se, store.SessionResuming, "") })
+	se, err := s.updateSession(ctx, se, func(se *store.Session) error { return setSessionState(se, store.SessionResuming, "") })
 	if err != nil {
 		return se, err
 	}
-	dir, err := os.MkdirTemp(s.scratch, "restore-")
-	if err != nil {
-		return se, err
-	}
-	defer os.RemoveAll(dir)
-	leave := s.urgent.enter()
-	defer leave()
 	var sb store.Sandbox
-	if !s.linkCachedImage(se.HeadSnapshotID, dir) {
-		err = s.fetchImage(ctx, snaps, se.TenantID, se.HeadSnapshotID, dir)
-	}
-	fetched := s.now()
+	src, sn, err := s.imageSource(ctx, se.TenantID, se.HeadSnapshotID)
+	granted := s.now()
 	faultinject.Crash("resume-fetched")
 	if err == nil {
-		sb, err = s.startSessionSandbox(ctx, se, nil, dir, s.snapshotNode(ctx, se.TenantID, se.HeadSnapshotID), "")
+		sb, err = s.startSessionSandbox(ctx, se, nil, src, sn.Meta[snapshotNodeMeta], "")
+		src.Grant.Clear()
 		faultinject.Crash("resume-booted")
 	}
 	if err != nil {
@@ -673,22 +609,40 @@ func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Ses
 	}
 	if err == nil {
 		s.log.Info("session resumed", "session", se.ID, "snapshot", se.HeadSnapshotID, "sandbox", sb.ID, "took", s.now().Sub(start),
-			"fetch", fetched.Sub(start), "boot", s.now().Sub(fetched))
+			"grant", granted.Sub(start), "boot", s.now().Sub(granted))
 	}
 	return se, err
 }
 
-// fetchImage restores the image of snapshot snapID from the snapshot store into dir, for a snapshot
-// whose image this node does not keep.
-func (s *Service) fetchImage(ctx context.Context, snaps *snapshot.Store, tenantID, snapID, dir string) error {
+// imageSource is a snapshot to restore, with the grant that opens it (the caller clears it) and
+// whether the snapshot store holds it (if not, only its node has its image).
+type imageSource struct {
+	node.ImageSource
+	stored bool
+}
+
+// imageSource returns what a node needs to restore tenantID's snapshot snapID, and the snapshot. Making
+// the grant unwraps the tenant's key: a revoked key stops every restore of a stored snapshot here, even
+// of an image a node keeps (callers check the key first for the others).
+func (s *Service) imageSource(ctx context.Context, tenantID, snapID string) (*imageSource, store.Snapshot, error) {
 	sn, err := s.store.GetSnapshot(ctx, tenantID, snapID)
 	if err != nil {
-		return err
+		return nil, sn, err
 	}
-	if sn.State != store.SnapshotComplete {
-		return fmt.Errorf("snapshot %s is %s and its image is not on this node: %w", snapID, sn.State, errdefs.ErrConflict)
+	if !sn.State.Usable() {
+		return nil, sn, fmt.Errorf("snapshot %s is %s: %w", snapID, sn.State, errdefs.ErrConflict)
 	}
-	return snaps.Restore(ctx, tenantID, snapID, dir)
+	g, err := s.snapshots.Grant(ctx, tenantID, false)
+	switch {
+	case err == nil:
+	case sn.State != store.SnapshotComplete && !errors.Is(err, errdefs.ErrPermissionDenied) && !errors.Is(err, errdefs.ErrKeyUnavailable):
+		// Not stored yet (the tenant may have no data key yet, or the blob store is out of reach): its
+		// node restores it from the image it keeps, which needs no grant. The caller checked the key.
+		g = nil
+	default:
+		return nil, sn, fmt.Errorf("snapshot %s: %w", snapID, err)
+	}
+	return &imageSource{ImageSource: node.ImageSource{SnapshotID: snapID, Grant: g}, stored: sn.State == store.SnapshotComplete}, sn, nil
 }
 
 // SnapshotSession checkpoints the running session into a new snapshot, named (or not), while it keeps
@@ -760,8 +714,7 @@ func (s *Service) GetSnapshot(ctx context.Context, tenantID, sessionID, id strin
 // own sandbox and diverges independently. Forks that could not be started are returned paused, with the
 // reason.
 func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count int, fromSnapshot string) ([]store.Session, error) {
-	snaps, err := s.snapshotStore()
-	if err != nil {
+	if _, err := s.snapshotStore(); err != nil {
 		return nil, err
 	}
 	if count < 1 || count > MaxFork {
@@ -813,21 +766,11 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 	// The sandboxes restored from the snapshot trust the CA of the session that took it.
 	caFrom := snap.SessionID
 	start := s.now()
-	dir, err := os.MkdirTemp(s.scratch, "fork-")
+	src, _, err := s.imageSource(ctx, tenantID, snapID)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fork session %s: %w", id, err)
 	}
-	defer os.RemoveAll(dir)
-	if !s.linkCachedImage(snapID, dir) { // taken elsewhere or long ago: from the store
-		if err := s.fetchImage(ctx, snaps, tenantID, snapID, dir); err != nil {
-			if errors.Is(err, snapshot.ErrCorrupt) {
-				return nil, fmt.Errorf("fork session %s: %v: %w", id, err, errdefs.ErrFailedPrecondition)
-			}
-			return nil, fmt.Errorf("fork session %s: %w", id, err)
-		}
-	}
-	leave := s.urgent.enter()
-	defer leave()
+	defer src.Grant.Clear()
 	forks := make([]store.Session, 0, count)
 	for range count {
 		child, err := s.store.CreateSession(ctx, store.Session{
@@ -853,7 +796,7 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 			unlock := s.locks.Lock(forks[i].ID)
 			defer unlock()
 			child := forks[i]
-			sb, err := s.startSessionSandbox(ctx, child, nil, dir, snap.Meta[snapshotNodeMeta], caFrom)
+			sb, err := s.startSessionSandbox(ctx, child, nil, src, snap.Meta[snapshotNodeMeta], caFrom)
 			if err != nil {
 				child, _ = s.updateSession(ctx, child, func(se *store.Session) error {
 					return setSessionState(se, store.SessionPaused, truncateReason("fork could not start: "+err.Error()))
@@ -1098,14 +1041,6 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 		if se, err := s.store.GetSession(ctx, sb.TenantID, id); err != nil || se.SandboxID != sb.ID {
 			s.log.Info("destroying a sandbox its session left", "session", id, "sandbox", sb.ID)
 			s.destroySessionSandbox(ctx, sb.TenantID, sb.ID, "its session moved on")
-		}
-	}
-	s.clearImages() // files a crash may have torn
-	if s.scratch != "" {
-		// Images of interrupted restores.
-		entries, _ := os.ReadDir(s.scratch)
-		for _, e := range entries {
-			_ = os.RemoveAll(filepath.Join(s.scratch, e.Name()))
 		}
 	}
 	return s.reconcileUploads(ctx)

@@ -16,6 +16,7 @@ import (
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	keyslocal "github.com/airlockrun/airlock/internal/keys/local"
+	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
@@ -33,11 +34,6 @@ type sessionEnv struct {
 }
 
 func setupSessions(t *testing.T) *sessionEnv {
-	return setupSessionsCache(t, 0)
-}
-
-// setupSessionsCache is setupSessions with an image cache of cacheBytes (0: none).
-func setupSessionsCache(t *testing.T, cacheBytes int64) *sessionEnv {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -59,12 +55,12 @@ func setupSessionsCache(t *testing.T, cacheBytes int64) *sessionEnv {
 		t.Fatal(err)
 	}
 	e := &sessionEnv{st: st, n: newFakeNode(t), clk: &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, blobs: filepath.Join(dir, "blobs")}
+	// The node's own store over the same blobs, without the keyring: it writes and reads with grants.
+	if e.n.snaps, err = snapshot.New(snapshot.Config{Blobs: blobs}); err != nil {
+		t.Fatal(err)
+	}
 	e.newSvc = func() *Service {
-		cfg := Config{Store: st, Node: e.n, Now: e.clk.Now, ReapInterval: time.Hour, IdleInterval: time.Hour,
-			Snapshots: snaps, ScratchDir: filepath.Join(dir, "scratch")}
-		if cacheBytes > 0 {
-			cfg.ImageCacheDir, cfg.ImageCacheBytes = filepath.Join(dir, "images"), cacheBytes
-		}
+		cfg := Config{Store: st, Node: e.n, Now: e.clk.Now, ReapInterval: time.Hour, IdleInterval: time.Hour, Snapshots: snaps}
 		s, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -324,7 +320,8 @@ func TestSessionCorruptSnapshotGivesClearError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	settle(t, e.s) // uploaded, and the node keeps no image (no cache): the resume reads the store
+	settle(t, e.s)
+	os.RemoveAll(e.n.images) // the node keeps no image: the resume reads the store
 	corruptChunks(t, e.blobs)
 	_, err = e.s.ResumeSession(ctx, e.tenant, se.ID)
 	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), se.HeadSnapshotID) || !strings.Contains(err.Error(), "chunk") {
@@ -398,53 +395,54 @@ func assertNotUnder(t *testing.T, dir, needle string) {
 	})
 }
 
-// TestSessionImageCache: a resume on the node that paused uses the cached image (here even though every
-// chunk in the store was damaged meanwhile); after a restart the cache is gone and the store's damage
-// shows; the cache stays within its budget.
-func TestSessionImageCache(t *testing.T) {
-	e := setupSessionsCache(t, 1<<20)
+// TestSessionResumeFetches: a resume on the node that paused uses the image the node keeps (here even
+// though every chunk in the store was damaged meanwhile); a node that no longer has it fetches it from
+// the store with the grant, and then the store's damage shows.
+func TestSessionResumeFetches(t *testing.T) {
+	e := setupSessions(t)
 	ctx := context.Background()
 	se := e.create(t, SessionRequest{})
+	first := se.SandboxID
 	se, err := e.s.PauseSession(ctx, e.tenant, se.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	settle(t, e.s)
-	corruptChunks(t, e.blobs)
 	if se, err = e.s.ResumeSession(ctx, e.tenant, se.ID); err != nil {
-		t.Fatalf("resume from the cached image: %v", err)
+		t.Fatalf("resume from the kept image: %v", err)
+	}
+	if e.n.fetched != 0 || e.n.restored[se.SandboxID] != "image of "+first {
+		t.Errorf("resume fetched %d images, restored %q", e.n.fetched, e.n.restored[se.SandboxID])
+	}
+	second := se.SandboxID
+	if se, err = e.s.PauseSession(ctx, e.tenant, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, e.s)
+	// The node lost its images (a new disk): the resume fetches from the store.
+	os.RemoveAll(e.n.images)
+	if se, err = e.s.ResumeSession(ctx, e.tenant, se.ID); err != nil {
+		t.Fatalf("resume fetching the image: %v", err)
+	}
+	if e.n.fetched != 1 || e.n.restored[se.SandboxID] != "image of "+first+" via "+second {
+		t.Errorf("resume fetched %d images, restored %q", e.n.fetched, e.n.restored[se.SandboxID])
 	}
 	if se, err = e.s.PauseSession(ctx, e.tenant, se.ID); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, e.s)
 	corruptChunks(t, e.blobs)
-	s2 := e.newSvc()
-	if err := s2.Start(ctx); err != nil {
+	if _, err := e.s.ResumeSession(ctx, e.tenant, se.ID); err != nil {
+		t.Fatalf("resume from the kept image over a damaged store: %v", err)
+	}
+	if se, err = e.s.PauseSession(ctx, e.tenant, se.ID); err != nil {
 		t.Fatal(err)
 	}
-	defer s2.Shutdown(ctx)
-	if _, err := s2.ResumeSession(ctx, e.tenant, se.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
-		t.Fatalf("resume after a restart from a damaged store: %v; want the store's error", err)
-	}
-	// Many small images: the cache keeps to its budget.
-	for range 5 {
-		o := e.create(t, SessionRequest{})
-		if _, err := s2.PauseSession(ctx, e.tenant, o.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	settle(t, s2)
-	var total int64
-	_ = filepath.WalkDir(filepath.Join(filepath.Dir(e.blobs), "images"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			fi, _ := d.Info()
-			total += fi.Size()
-		}
-		return nil
-	})
-	if total > 1<<20 {
-		t.Errorf("image cache holds %d bytes; budget 1 MiB", total)
+	settle(t, e.s)
+	corruptChunks(t, e.blobs)
+	os.RemoveAll(e.n.images)
+	if _, err := e.s.ResumeSession(ctx, e.tenant, se.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("resume fetching from a damaged store: %v; want the store's error", err)
 	}
 }
 
@@ -628,10 +626,12 @@ func setupFlaky(t *testing.T) (*sessionEnv, *flakyBlobs) {
 		t.Fatal(err)
 	}
 	e.s.Shutdown(context.Background())
-	dir := filepath.Dir(e.blobs)
+	// The node writes into the flaky store.
+	if e.n.snaps, err = snapshot.New(snapshot.Config{Blobs: fb}); err != nil {
+		t.Fatal(err)
+	}
 	e.newSvc = func() *Service {
-		s, err := New(Config{Store: e.st, Node: e.n, Now: e.clk.Now, ReapInterval: time.Hour, IdleInterval: time.Hour,
-			Snapshots: snaps, ScratchDir: filepath.Join(dir, "scratch")})
+		s, err := New(Config{Store: e.st, Node: e.n, Now: e.clk.Now, ReapInterval: time.Hour, IdleInterval: time.Hour, Snapshots: snaps})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -685,8 +685,8 @@ func TestSnapshotWriteBehind(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	settle(t, e.s)
-	if entries, _ := os.ReadDir(e.s.pending); len(entries) != 0 {
-		t.Errorf("pending images left after the uploads: %d", len(entries))
+	if ids, _ := e.n.PendingImages(ctx); len(ids) != 0 {
+		t.Errorf("pending images left after the uploads: %v", ids)
 	}
 }
 
@@ -711,8 +711,8 @@ func TestSnapshotUploadsAfterRestart(t *testing.T) {
 	cancel()
 	e.s.waitUploads(gone)
 	settle(t, e.s)
-	os.RemoveAll(e.s.pendingImage(b.HeadSnapshotID)) // the disk lost one image
-	stray := e.s.pendingImage("sn_stray")
+	os.RemoveAll(e.n.pendingDir(b.HeadSnapshotID)) // the disk lost one image
+	stray := e.n.pendingDir("sn_stray")
 	if err := os.MkdirAll(stray, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -727,7 +727,12 @@ func TestSnapshotUploadsAfterRestart(t *testing.T) {
 	e.s.waitUploads(gone)
 	fb.broken.Store(false)
 	snaps, _ := e.s.snapshotStore()
-	stored, err := e.s.storeImage(ctx, snaps, e.tenant, c.HeadSnapshotID, e.s.pendingImage(c.HeadSnapshotID), nil)
+	g, err := snaps.Grant(ctx, e.tenant, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := e.n.StoreImage(ctx, node.StoreRequest{TenantID: e.tenant, SnapshotID: c.HeadSnapshotID, Grant: g})
+	g.Clear()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -737,9 +742,9 @@ func TestSnapshotUploadsAfterRestart(t *testing.T) {
 	}
 	defer s2.Shutdown(ctx)
 	settle(t, s2)
-	if sn, _ := e.st.GetSnapshot(ctx, e.tenant, c.HeadSnapshotID); sn.State != store.SnapshotComplete || sn.StoredBytes != stored.Stats.NewStoredBytes {
+	if sn, _ := e.st.GetSnapshot(ctx, e.tenant, c.HeadSnapshotID); sn.State != store.SnapshotComplete || sn.StoredBytes != stored.NewStoredBytes {
 		t.Errorf("snapshot stored before the crash: %s (%s) stored %d; want complete with the %d bytes its manifest counts",
-			sn.State, sn.Reason, sn.StoredBytes, stored.Stats.NewStoredBytes)
+			sn.State, sn.Reason, sn.StoredBytes, stored.NewStoredBytes)
 	}
 	if sn, _ := e.st.GetSnapshot(ctx, e.tenant, a.HeadSnapshotID); sn.State != store.SnapshotComplete {
 		t.Errorf("snapshot with its image saved: %s (%s); want complete after the restart", sn.State, sn.Reason)
@@ -770,41 +775,11 @@ func TestSnapshotDeleteWhileUploading(t *testing.T) {
 	}
 	fb.broken.Store(false)
 	settle(t, e.s)
-	if entries, _ := os.ReadDir(e.s.pending); len(entries) != 0 {
-		t.Errorf("pending images left: %d", len(entries))
+	if ids, _ := e.n.PendingImages(ctx); len(ids) != 0 {
+		t.Errorf("pending images left: %v", ids)
 	}
 	if _, err := e.st.GetSnapshot(ctx, e.tenant, se.HeadSnapshotID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("snapshot record after the delete: %v", err)
-	}
-}
-
-// TestUrgentGate: uploads' reads wait while urgent work runs and go on when it ends.
-func TestUrgentGate(t *testing.T) {
-	g := newUrgentGate()
-	if err := g.wait(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	leave := g.enter()
-	leave2 := g.enter()
-	done := make(chan error, 1)
-	go func() { done <- g.wait(context.Background()) }()
-	leave()
-	select {
-	case err := <-done:
-		t.Fatalf("wait returned (%v) while urgent work still ran", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	leave2()
-	leave2() // leaving twice is harmless
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	leave = g.enter()
-	defer leave()
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := g.wait(ctx); !errors.Is(err, context.Canceled) {
-		t.Errorf("wait with a cancelled context: %v", err)
 	}
 }
 
@@ -819,7 +794,7 @@ func TestSnapshotImageLostWhileUploading(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.RemoveAll(e.s.pendingImage(sn.ID)); err != nil {
+	if err := os.RemoveAll(e.n.pendingDir(sn.ID)); err != nil {
 		t.Fatal(err)
 	}
 	fb.broken.Store(false)

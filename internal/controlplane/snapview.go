@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/snapfs"
@@ -14,8 +13,8 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// Reading a snapshot's files without restoring it: its writable layer (fs.tar, from the node's copy of
-// the image or from the snapshot store) over its template, as a snapfs.View.
+// Reading a snapshot's files without restoring it: its writable layer (fs.tar, from the snapshot store)
+// over its template, as a snapfs.View.
 
 // maxLayerBytes bounds the writable layer a view loads into memory.
 const maxLayerBytes = 512 << 20
@@ -60,28 +59,44 @@ func (s *Service) SnapshotView(ctx context.Context, tenantID, sessionID, snapID 
 	return snapfs.NewView(layer, root)
 }
 
-// loadLayer reads the writable layer of sn: from the node's copy of its image when there is one, else
-// from the snapshot store.
+// loadLayer reads the writable layer of sn from the snapshot store, once its node has stored it.
 func (s *Service) loadLayer(ctx context.Context, snaps *snapshot.Store, sn store.Snapshot) (*snapfs.Layer, error) {
-	for _, d := range []string{s.pending, s.images} {
-		if d == "" {
-			continue
-		}
-		// An open file survives the image's eviction meanwhile.
-		f, err := os.Open(filepath.Join(d, sn.ID, "fs.tar"))
-		if err != nil {
-			continue
-		}
-		defer f.Close()
-		return loadLayerFrom(f, sn.ID)
-	}
-	if sn.State != store.SnapshotComplete {
-		return nil, fmt.Errorf("snapshot %s is %s and its image is not on this node: %w", sn.ID, sn.State, errdefs.ErrConflict)
+	sn, err := s.waitStored(ctx, sn)
+	if err != nil {
+		return nil, err
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(snaps.ReadFile(ctx, sn.TenantID, sn.ID, "fs.tar", pw)) }()
 	defer pr.Close()
 	return loadLayerFrom(pr, sn.ID)
+}
+
+// storedWait bounds how long a read of a snapshot's files waits for its node to store it.
+const storedWait = time.Minute
+
+// waitStored waits until the snapshot store holds sn (its node is uploading it), for up to storedWait.
+func (s *Service) waitStored(ctx context.Context, sn store.Snapshot) (store.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, storedWait)
+	defer cancel()
+	for {
+		switch sn.State {
+		case store.SnapshotComplete:
+			return sn, nil
+		case store.SnapshotUploading, store.SnapshotWriting:
+		default:
+			return sn, fmt.Errorf("snapshot %s is %s: %w", sn.ID, sn.State, errdefs.ErrConflict)
+		}
+		select {
+		case <-ctx.Done():
+			return sn, fmt.Errorf("snapshot %s is still being stored from its node; retry shortly: %w", sn.ID, errdefs.ErrUnavailable)
+		case <-time.After(100 * time.Millisecond):
+		}
+		fresh, err := s.store.GetSnapshot(ctx, sn.TenantID, sn.ID)
+		if err != nil {
+			return sn, err
+		}
+		sn = fresh
+	}
 }
 
 func loadLayerFrom(r io.Reader, snapID string) (*snapfs.Layer, error) {

@@ -4,30 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/faultinject"
+	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// Snapshots are written behind. A checkpoint saves the sandbox's image into the pending directory
-// (DATA/pending/<snapshot>, synced to disk); the snapshot is then recorded "uploading", and sessions
-// resume and fork from that image at once while the uploader writes it into the snapshot store
-// (chunked, compressed, encrypted). Once the store holds it, the snapshot is recorded complete and its
-// image moves into the image cache. A failed upload is retried with backoff, the image kept meanwhile;
-// a restart starts again the uploads it finds unfinished (see reconcileUploads). So a pause costs the
-// checkpoint, not the trip through the store.
-
-// uploadParallelism bounds the uploads that run at once: each one compresses and encrypts on the CPU
-// the sandboxes share.
-const uploadParallelism = 2
+// Snapshots are written behind, by the node that took them. A checkpoint saves the sandbox's image on
+// its node; the snapshot is then recorded "uploading", and sessions resume and fork from that image at
+// once (on that node) while the node writes it into the snapshot store (chunked, compressed,
+// encrypted, straight from the node to the blob store), which a control plane asks for here, with the
+// tenant's grant, and retries with backoff. Once the store holds it, the snapshot is recorded complete
+// and can be restored on any node. A restart (of this replica or of the node) starts again the uploads
+// it finds unfinished (see reconcileUploads); the leader takes over those of a replica that went away.
+// So a pause costs the checkpoint, not the trip through the store, and no image byte passes through a
+// control plane.
 
 // uploader runs the background uploads, at most one per snapshot.
 type uploader struct {
@@ -35,7 +29,6 @@ type uploader struct {
 	// active holds the running uploads by snapshot ID; guarded by mu.
 	active map[string]*upload
 	wg     sync.WaitGroup
-	slots  chan struct{}
 }
 
 type upload struct {
@@ -44,14 +37,11 @@ type upload struct {
 }
 
 func newUploader() *uploader {
-	return &uploader{active: map[string]*upload{}, slots: make(chan struct{}, uploadParallelism)}
+	return &uploader{active: map[string]*upload{}}
 }
 
-// pendingImage is where the checkpoint image of snapshot snapID waits for its upload.
-func (s *Service) pendingImage(snapID string) string { return filepath.Join(s.pending, snapID) }
-
-// startUpload writes the saved image of the uploading snapshot sn into the snapshot store in the
-// background, retrying until it is stored, the snapshot is gone, or cancelUpload or Shutdown stops it.
+// startUpload has the node of the uploading snapshot sn write its image into the snapshot store, in
+// the background, retrying until it is stored, the snapshot is gone, or cancelUpload or Shutdown stops it.
 // An upload of sn already running is left alone.
 func (s *Service) startUpload(sn store.Snapshot) {
 	s.up.mu.Lock()
@@ -93,48 +83,52 @@ func (s *Service) startUpload(sn store.Snapshot) {
 	}()
 }
 
-// upload writes the saved image of sn into the snapshot store and records the snapshot complete. A
-// snapshot deleted meanwhile ends the upload without error (its data goes with it); one whose image is
-// gone before it was stored is recorded failed.
+// upload has the node of sn write its image into the snapshot store and records the snapshot
+// complete. A snapshot deleted meanwhile ends the upload without error (its data goes with it); one
+// whose image is gone before it was stored (its node lost it, or is gone for good) is recorded failed.
 func (s *Service) upload(ctx context.Context, sn store.Snapshot) error {
 	snaps, err := s.snapshotStore()
 	if err != nil {
 		return err
 	}
-	select {
-	case s.up.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-s.up.slots }()
 	t0 := s.now()
-	dir := s.pendingImage(sn.ID)
-	// An earlier attempt (before a crash) may have committed it already: its manifest, written last,
-	// says so.
-	m, err := snaps.Manifest(ctx, sn.TenantID, sn.ID)
-	if err != nil {
-		if _, serr := os.Stat(filepath.Join(dir, "memory")); errors.Is(serr, fs.ErrNotExist) {
-			// Not stored, and nothing left to store: retrying would not help.
-			s.log.Error("snapshot image lost before it was uploaded", "snapshot", sn.ID, "session", sn.SessionID)
-			_, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
-				sn.State, sn.Reason = store.SnapshotFailed, "its saved image was lost before it reached the snapshot store"
-				return nil
-			})
-			if errors.Is(err, errdefs.ErrNotFound) {
-				return nil // deleted meanwhile, image and all
-			}
-			return err
-		}
-		if !errors.Is(err, errdefs.ErrNotFound) {
-			s.log.Warn("rewrite the snapshot's unreadable manifest", "snapshot", sn.ID, "err", err)
-			if err := snaps.Delete(ctx, sn.TenantID, sn.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-				return fmt.Errorf("store snapshot: %w", err)
-			}
-		}
-		m, err = s.storeImage(ctx, snaps, sn.TenantID, sn.ID, dir, map[string]string{"session": sn.SessionID, "template": sn.Meta["template"]})
+	nodeID := sn.Meta[snapshotNodeMeta]
+	n, err := s.node(ctx, nodeID)
+	lost := ""
+	switch {
+	case err != nil && s.nodeRemoved(ctx, nodeID):
+		lost = "its node " + nodeID + " was removed before the image reached the snapshot store"
+	case err != nil:
+		return fmt.Errorf("node %s: %w", nodeID, err)
+	}
+	var stats struct{ logical, stored int64 }
+	if lost == "" {
+		g, err := snaps.Grant(ctx, sn.TenantID, true)
 		if err != nil {
 			return fmt.Errorf("store snapshot: %w", err)
 		}
+		st, err := n.StoreImage(ctx, node.StoreRequest{TenantID: sn.TenantID, SnapshotID: sn.ID, Grant: g,
+			Meta: map[string]string{"session": sn.SessionID, "template": sn.Meta["template"]}})
+		g.Clear()
+		switch {
+		case errors.Is(err, errdefs.ErrNotFound):
+			lost = "its saved image was lost before it reached the snapshot store"
+		case err != nil:
+			return fmt.Errorf("store snapshot on node %s: %w", nodeID, err)
+		}
+		stats.logical, stats.stored = st.LogicalBytes, st.NewStoredBytes
+	}
+	if lost != "" {
+		// Not stored, and nothing left to store: retrying would not help.
+		s.log.Error("snapshot image lost before it was uploaded", "snapshot", sn.ID, "session", sn.SessionID, "node", nodeID, "reason", lost)
+		_, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
+			sn.State, sn.Reason = store.SnapshotFailed, lost
+			return nil
+		})
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil // deleted meanwhile, image and all
+		}
+		return err
 	}
 	faultinject.Crash("upload-stored")
 	done := s.now()
@@ -152,7 +146,7 @@ func (s *Service) upload(ctx context.Context, sn store.Snapshot) error {
 			return fmt.Errorf("snapshot %s is %s, not uploading: %w", sn.ID, sn.State, errdefs.ErrConflict)
 		}
 		sn.State, sn.CompletedAt = store.SnapshotComplete, &done
-		sn.LogicalBytes, sn.StoredBytes = m.Stats.LogicalBytes, m.Stats.NewStoredBytes
+		sn.LogicalBytes, sn.StoredBytes = stats.logical, stats.stored
 		sn.Meta["upload_ms"] = fmt.Sprint(done.Sub(t0).Milliseconds())
 		return nil
 	})
@@ -164,10 +158,8 @@ func (s *Service) upload(ctx context.Context, sn store.Snapshot) error {
 		return err
 	}
 	faultinject.Crash("snapshot-complete")
-	s.cacheImage(sn.ID, dir)
-	s.log.Info("snapshot uploaded", "session", sn.SessionID, "snapshot", sn.ID, "took", done.Sub(t0),
-		"logical_bytes", m.Stats.LogicalBytes, "new_bytes", m.Stats.NewStoredBytes, "new_chunks", m.Stats.NewChunks,
-		"chunks", m.Stats.Chunks)
+	s.log.Info("snapshot uploaded", "session", sn.SessionID, "snapshot", sn.ID, "node", nodeID, "took", done.Sub(t0),
+		"logical_bytes", stats.logical, "new_bytes", stats.stored)
 	return nil
 }
 
@@ -205,175 +197,132 @@ func (s *Service) waitUploads(ctx context.Context) {
 	s.log.Warn("stopped unfinished snapshot uploads; they continue after a restart", "uploads", n)
 }
 
-// reconcileUploads, after a restart, starts again the uploads of the snapshots still uploading and
-// removes pending images nothing needs. A snapshot whose saved image is gone (the disk lost it) and
-// that is not stored either fails (see upload).
+// reconcileUploads, after a restart, starts again the uploads of the snapshots still uploading that
+// this replica took (or any, outside a cluster). Those of a replica that went away are the leader's to
+// take over (settleSnapshots).
 func (s *Service) reconcileUploads(ctx context.Context) error {
-	if s.pending == "" {
-		return nil
-	}
-	keep := map[string]bool{}
 	ts, err := s.store.ListTenants(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile uploads: %w", err)
 	}
 	for _, t := range ts {
-		if err := s.reconcileTenantUploads(ctx, t.ID, keep); err != nil {
-			return err
+		cursor := ""
+		for {
+			sns, next, err := s.store.ListSnapshots(ctx, t.ID, store.SnapshotFilter{States: []store.SnapshotState{store.SnapshotUploading},
+				Cursor: cursor, Limit: store.MaxListLimit})
+			if err != nil {
+				return fmt.Errorf("reconcile uploads: %w", err)
+			}
+			for _, sn := range sns {
+				if s.mySnapshot(sn) {
+					s.startUpload(sn) // which fails the snapshot if its image is gone and not stored
+				}
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
 		}
 	}
-	entries, err := os.ReadDir(s.pending)
-	if err != nil {
-		return fmt.Errorf("reconcile uploads: %w", err)
-	}
-	for _, e := range entries {
-		if !keep[e.Name()] {
-			_ = os.RemoveAll(filepath.Join(s.pending, e.Name()))
-		}
-	}
+	s.sweepPendingImages(ctx)
 	return nil
 }
 
-// reconcileTenantUploads is reconcileUploads for one tenant; it adds the snapshots it uploads to keep.
-func (s *Service) reconcileTenantUploads(ctx context.Context, tenantID string, keep map[string]bool) error {
-	cursor := ""
-	for {
-		sns, next, err := s.store.ListSnapshots(ctx, tenantID, store.SnapshotFilter{States: []store.SnapshotState{store.SnapshotUploading},
-			Cursor: cursor, Limit: store.MaxListLimit})
-		if err != nil {
-			return fmt.Errorf("reconcile uploads: %w", err)
-		}
-		for _, sn := range sns {
-			if !s.mySnapshot(sn) {
-				continue // another replica's image, in its own pending directory
-			}
-			keep[sn.ID] = true
-			s.startUpload(sn) // which fails the snapshot if its image is gone and not stored
-		}
-		if next == "" {
-			return nil
-		}
-		cursor = next
-	}
-}
-
-// treeBytes sums the sizes of the regular files under dir.
-func treeBytes(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
-}
-
-// syncDir makes the entries of directory dir durable.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
-
-// urgentGate lets background uploads give way to work a caller waits for (checkpoints, restores): an
-// upload's reads wait while any such work runs, but never longer than maxYield at a time, so uploads
-// make progress under a steady stream of it.
-type urgentGate struct {
-	mu   sync.Mutex
-	busy int
-	idle chan struct{} // closed while busy == 0
-}
-
-const maxYield = 2 * time.Second
-
-func newUrgentGate() *urgentGate {
-	g := &urgentGate{idle: make(chan struct{})}
-	close(g.idle)
-	return g
-}
-
-// enter marks urgent work as running until the returned function is called.
-func (g *urgentGate) enter() (leave func()) {
-	g.mu.Lock()
-	if g.busy == 0 {
-		g.idle = make(chan struct{})
-	}
-	g.busy++
-	g.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			g.mu.Lock()
-			g.busy--
-			if g.busy == 0 {
-				close(g.idle)
-			}
-			g.mu.Unlock()
-		})
-	}
-}
-
-// wait returns once no urgent work runs, maxYield passed, or ctx ended.
-func (g *urgentGate) wait(ctx context.Context) error {
-	g.mu.Lock()
-	idle := g.idle
-	g.mu.Unlock()
-	select {
-	case <-idle:
-		return nil
-	default:
-	}
-	t := time.NewTimer(maxYield)
-	defer t.Stop()
-	select {
-	case <-idle:
-	case <-t.C:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return nil
-}
-
-// yieldingFile is a file whose reads first wait for the gate (see urgentGate). It keeps ReadAt and
-// Stat, so the snapshot writer still cuts it in parallel segments.
-type yieldingFile struct {
-	f    *os.File
-	ctx  context.Context
-	gate *urgentGate
-}
-
-func (y yieldingFile) Read(p []byte) (int, error) {
-	if err := y.gate.wait(y.ctx); err != nil {
-		return 0, err
-	}
-	return y.f.Read(p)
-}
-
-func (y yieldingFile) ReadAt(p []byte, off int64) (int, error) {
-	if err := y.gate.wait(y.ctx); err != nil {
-		return 0, err
-	}
-	return y.f.ReadAt(p, off)
-}
-
-func (y yieldingFile) Stat() (fs.FileInfo, error) { return y.f.Stat() }
-
-// prefetch asks the kernel to read the files of directory dir into the page cache, in the background.
-func prefetch(dir string) {
-	entries, err := os.ReadDir(dir)
+// sweepPendingImages removes, from the nodes this control plane reaches, the images waiting for an
+// upload that no snapshot waits for any more (deleted while its node was out of reach). A node lists
+// its images before the snapshots are read: a snapshot is recorded before its checkpoint starts, so a
+// pending image listed is either of a snapshot still writing or uploading, or of none.
+func (s *Service) sweepPendingImages(ctx context.Context) {
+	caps, err := s.nodesUp(ctx)
 	if err != nil {
 		return
 	}
-	for _, e := range entries {
-		if f, err := os.Open(filepath.Join(dir, e.Name())); err == nil {
-			_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_WILLNEED)
-			f.Close()
+	pending := map[string][]string{}
+	for id := range caps {
+		n, err := s.node(ctx, id)
+		if err != nil {
+			continue
 		}
+		if ids, err := n.PendingImages(ctx); err == nil && len(ids) > 0 {
+			pending[id] = ids
+		}
+	}
+	if len(pending) == 0 {
+		return
+	}
+	sns, err := s.store.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotWriting, store.SnapshotUploading}, store.MaxListLimit)
+	if err != nil || len(sns) >= store.MaxListLimit {
+		return // not sure which are needed
+	}
+	wanted := map[string]bool{}
+	for _, sn := range sns {
+		wanted[sn.ID] = true
+	}
+	for id, ids := range pending {
+		var drop []string
+		for _, snID := range ids {
+			if !wanted[snID] {
+				drop = append(drop, snID)
+			}
+		}
+		if n, err := s.node(ctx, id); err == nil && len(drop) > 0 {
+			s.log.Info("removing images no snapshot waits for", "node", id, "images", len(drop))
+			s.dropImagesOn(ctx, n, drop...)
+		}
+	}
+}
+
+// nodeRemoved reports whether node id is known to be gone for good: not this process's, and without a
+// record of its joining and a heartbeat.
+func (s *Service) nodeRemoved(ctx context.Context, id string) bool {
+	if s.nodes.isLocal(id) {
+		return false
+	}
+	if _, err := s.nodeRecord(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+		return false
+	}
+	_, err := s.nodeLive(ctx, id)
+	return errors.Is(err, errdefs.ErrNotFound)
+}
+
+// dropImages stops the uploads of these snapshots and removes their images from every node this
+// control plane reaches (a restore may have fetched one anywhere). Best effort: a node not reached
+// keeps them in its bounded cache, or pending until a control plane asks it to store them (which then
+// finds the snapshot gone).
+func (s *Service) dropImages(snapIDs ...string) {
+	if len(snapIDs) == 0 {
+		return
+	}
+	for _, id := range snapIDs {
+		s.cancelUpload(id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	caps, err := s.nodesUp(ctx)
+	if err != nil {
+		s.log.Warn("drop snapshot images: list nodes", "err", err)
+		return
+	}
+	var wg sync.WaitGroup
+	for id := range caps {
+		n, err := s.node(ctx, id)
+		if err != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.dropImagesOn(ctx, n, snapIDs...)
+		}()
+	}
+	wg.Wait()
+}
+
+// dropImagesOn removes the images of these snapshots from node n, best effort.
+func (s *Service) dropImagesOn(ctx context.Context, n Node, snapIDs ...string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := n.DropImages(ctx, snapIDs); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		s.log.Warn("drop snapshot images", "node", n.ID(), "snapshots", len(snapIDs), "err", err)
 	}
 }

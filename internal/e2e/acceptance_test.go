@@ -225,7 +225,7 @@ func TestClusterAcceptance(t *testing.T) {
 
 	// The killed node starts again: what its sandboxes left is destroyed.
 	again := testenv.StartNode(t, &testenv.Env{URL: cp2.URL, Client: c2, ClusterURL: cp2.ClusterURL}, victim.ID,
-		testenv.NodeOptions{DataDir: victim.DataDir, Process: true, ControlPlanes: []string{cp2.ClusterURL}})
+		testenv.NodeOptions{DataDir: victim.DataDir, Process: true, ControlPlanes: []string{cp2.ClusterURL}, S3: &cl.Options.S3})
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		fp, err := testenv.TakeFootprint(again.DataDir)
@@ -270,7 +270,7 @@ func TestReplicaCrashMidOperation(t *testing.T) {
 	c := airlock.New(stays.URL, airlock.WithAPIKey(key))
 	ctx := ctxT(t, 10*time.Minute)
 	env := &testenv.Env{URL: stays.URL, Client: c, ClusterURL: stays.ClusterURL}
-	n := testenv.StartNode(t, env, "node-1", testenv.NodeOptions{})
+	n := testenv.StartNode(t, env, "node-1", testenv.NodeOptions{S3: &ro.S3})
 	testenv.WaitNodes(t, env, "up", n.ID)
 
 	for _, point := range []string{"resume-booted", "snapshot-checkpointed"} {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -509,4 +510,126 @@ func sessionCACert(t *testing.T, n *testenv.Node, sessionID string) []byte {
 		t.Fatalf("node %s's CA of session %s: %v", n.ID, sessionID, err)
 	}
 	return ca.Cert
+}
+
+// TestSnapshotsBypassReplicas: two replicas, two nodes, S3 as the blob store. A session holding 96 MiB
+// of random memory pauses on its node, which then stops; it resumes on the other node, fetching its
+// snapshot from S3, with its process and memory intact. No image byte passes through a replica: their
+// I/O grows by far less than the image during the pause and the resume, and their data directories
+// hold no image.
+func TestSnapshotsBypassReplicas(t *testing.T) {
+	cl := testenv.StartCluster(t, 2, 2)
+	c1, c2 := cl.Clients[0], cl.Clients[1]
+	ctx := ctxT(t, 10*time.Minute)
+	se, err := c1.CreateSession(ctx, airlock.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := nodeOf(t, se.SandboxID, cl.Nodes...)
+	const beat = `import os, time, zlib
+b = os.urandom(96 << 20)
+crc = zlib.crc32(b)
+i = 0
+while True:
+    i += 1
+    open("/tmp/beat.new", "w").write("%d %d" % (crc, i))
+    os.rename("/tmp/beat.new", "/tmp/beat")
+    time.sleep(0.1)
+`
+	run := func(c *airlock.Client, cmd string) string {
+		t.Helper()
+		res, err := c.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"sh", "-c", cmd}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%s: %+v %v", cmd, res, err)
+		}
+		return strings.TrimSpace(res.Stdout)
+	}
+	run(c1, "cat > /tmp/beat.py <<'EOF'\n"+beat+"EOF\n(setsid nohup python3 /tmp/beat.py >/dev/null 2>&1 &)")
+	var before []string
+	waitFor(t, 60*time.Second, "the memory holder's first beat", func() bool {
+		before = strings.Fields(run(c1, "cat /tmp/beat 2>/dev/null || true"))
+		return len(before) == 2
+	})
+
+	io := func() []int64 {
+		var out []int64
+		for _, r := range cl.Replicas {
+			n, err := r.IO()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	io0 := io()
+	paused, err := c1.PauseSession(ctx, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, err := c1.WaitSnapshot(ctx, se.ID, paused.HeadSnapshotID)
+	if err != nil || sn.State != "complete" {
+		t.Fatalf("snapshot %+v, %v; want it stored", sn, err)
+	}
+	if sn.LogicalBytes < 96<<20 {
+		t.Fatalf("the image has %d bytes; want the 96 MiB the process holds", sn.LogicalBytes)
+	}
+	var stopped *testenv.Node
+	for _, n := range cl.Nodes {
+		if n.ID == from {
+			stopped = n
+		}
+	}
+	if err := stopped.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	cl.WaitNodes(t, "down", from)
+	resumed, err := c2.ResumeSession(ctx, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := nodeOf(t, resumed.SandboxID, cl.Nodes...)
+	if to == "" || to == from {
+		t.Fatalf("resumed on %q; want the other node than %s", to, from)
+	}
+	var after []string
+	waitFor(t, 30*time.Second, "a beat after the resume", func() bool {
+		after = strings.Fields(run(c2, "cat /tmp/beat"))
+		return len(after) == 2 && after[1] != before[1]
+	})
+	io1 := io()
+	if after[0] != before[0] {
+		t.Errorf("the memory's checksum was %s before the pause and %s after the resume", before[0], after[0])
+	}
+	if a, b := atoi(t, before[1]), atoi(t, after[1]); b <= a {
+		t.Errorf("the counter went from %d to %d; want it continued", a, b)
+	}
+	for i := range cl.Replicas {
+		moved := io1[i] - io0[i]
+		t.Logf("replica %d: %d KiB read and written during the pause and the resume of a %d MiB image", i+1, moved>>10, sn.LogicalBytes>>20)
+		if moved > sn.LogicalBytes/8 {
+			t.Errorf("replica %d read and wrote %d bytes during the pause and the resume of a %d-byte image: the image passed through it", i+1, moved, sn.LogicalBytes)
+		}
+		var held int64
+		_ = filepath.WalkDir(cl.Replicas[i].DataDir, func(_ string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					held += fi.Size()
+				}
+			}
+			return nil
+		})
+		if held > 8<<20 {
+			t.Errorf("replica %d's data directory holds %d bytes", i+1, held)
+		}
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -144,7 +144,7 @@ func TestTenantKeyPKCS11(t *testing.T) {
 	_, err = c.ResumeSession(ctx, se.ID)
 	wantKeyUnavailable(t, "resume", err)
 	if got, err := c.ReadSnapshotFile(ctx, se.ID, snap, "/home/user/marker"); err == nil {
-		ls, _ := exec.Command("find", e.DataDir+"/images", e.DataDir+"/pending", "-maxdepth", "1").CombinedOutput()
+		ls, _ := exec.Command("find", e.DataDir+"/node/images", "-maxdepth", "2").CombinedOutput()
 		t.Errorf("a snapshot of the tenant was read after its key was destroyed: %q\n%s", got, ls)
 	}
 	if k, err := c.TenantKey(ctx); err != nil || k.Status != "unavailable" {

@@ -9,6 +9,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/snapshot"
 )
 
 // API is what a control plane needs of a node: *Local implements it, and so does the client of a node in
@@ -32,11 +33,20 @@ type API interface {
 	Recover(ctx context.Context, sbs []RecoverRequest) ([]string, error)
 	// SetNetwork replaces a running sandbox's egress policy.
 	SetNetwork(ctx context.Context, id string, p policy.Policy) error
-	// RestoreSandbox boots a sandbox from a checkpoint image and returns once it accepts work.
-	RestoreSandbox(ctx context.Context, req CreateRequest, imageDir string) error
-	// CheckpointSandbox saves a running sandbox into imageDir; without leaveRunning it stays frozen until
-	// DestroySandbox or UnpauseSandbox.
-	CheckpointSandbox(ctx context.Context, id, imageDir string, leaveRunning bool) error
+	// RestoreSandbox boots a sandbox from a snapshot's checkpoint image, which the node keeps or fetches
+	// from the snapshot store, and returns once it accepts work.
+	RestoreSandbox(ctx context.Context, req CreateRequest, src ImageSource) error
+	// CheckpointSandbox saves a running sandbox as a snapshot's image, kept on the node until StoreImage;
+	// without req.LeaveRunning it stays frozen until DestroySandbox or UnpauseSandbox.
+	CheckpointSandbox(ctx context.Context, id string, req CheckpointRequest) (Image, error)
+	// StoreImage writes the image the node keeps for a snapshot into the snapshot store and reports the
+	// write's statistics (those of the stored snapshot, if it is stored already). An image the node
+	// does not have and that is not stored is errdefs.ErrNotFound.
+	StoreImage(ctx context.Context, req StoreRequest) (snapshot.Stats, error)
+	// DropImages removes the images of these snapshots from the node.
+	DropImages(ctx context.Context, snapIDs []string) error
+	// PendingImages reports the snapshots whose images the node keeps and has not stored.
+	PendingImages(ctx context.Context) ([]string, error)
 	// UnpauseSandbox lets a sandbox a checkpoint left frozen run again.
 	UnpauseSandbox(ctx context.Context, id string) error
 	// CopyCA gives toID the interception CA stored under fromID; ForgetCA removes one.

@@ -27,6 +27,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/netns"
 	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/template"
 )
 
@@ -113,6 +114,13 @@ type Config struct {
 	DaemonBinary string
 	// DaemonArgs are more arguments for the daemon, before the socket and control flags (see InitArgs).
 	DaemonArgs []string
+	// Snapshots is the snapshot store the node writes checkpoint images into and restores them from,
+	// with the grants control planes give it (a store without a key provider will do). Nil: the node
+	// keeps no snapshots; checkpoints and restores fail.
+	Snapshots *snapshot.Store
+	// ImageCacheBytes bounds the images the node keeps after they are stored or fetched
+	// (DataDir/images/cache), for fast resumes and forks. Zero: DefaultImageCacheBytes; negative: none.
+	ImageCacheBytes int64
 	// OnExit is called, from a goroutine of the node, when a sandbox stops without being destroyed through
 	// the node: its daemon or runtime died, or it ran out of memory. Nil: ignored.
 	OnExit func(id, reason string)
@@ -134,6 +142,8 @@ type Local struct {
 	fences map[string]int64
 
 	wg sync.WaitGroup // watchers
+	// images is the node's share of the snapshot pipeline (images.go); nil without Config.Snapshots.
+	images *images
 }
 
 // sandbox is the node's view of one running sandbox.
@@ -181,7 +191,13 @@ func New(cfg Config) (*Local, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	cfg.DaemonBinary = bin
-	return &Local{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), sandboxes: map[string]*sandbox{}, fences: map[string]int64{}}, nil
+	n := &Local{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), sandboxes: map[string]*sandbox{}, fences: map[string]int64{}}
+	if cfg.Snapshots != nil {
+		if n.images, err = newImages(filepath.Join(cfg.DataDir, "images"), cfg.Snapshots, cfg.ImageCacheBytes); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
 }
 
 // ID names the node.
@@ -216,18 +232,27 @@ func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
 	return n.boot(ctx, req, "")
 }
 
-// RestoreSandbox boots sandbox req.ID from a checkpoint image (see CheckpointSandbox) in a new network
-// namespace under req.Network, and returns once its daemon answers. Its processes continue where the
-// image was taken; its trust store is the image's, so req.CAID must name the CA the checkpointed
-// sandbox used. A failed restore leaves nothing behind on the host.
-func (n *Local) RestoreSandbox(ctx context.Context, req CreateRequest, imageDir string) error {
-	if imageDir == "" {
-		return fmt.Errorf("restore %s: no image: %w", req.ID, errdefs.ErrInvalidArgument)
-	}
+// RestoreSandbox boots sandbox req.ID from the checkpoint image of snapshot src.SnapshotID (see
+// CheckpointSandbox), in a new network namespace under req.Network, and returns once its daemon
+// answers. The node uses the image it keeps, or fetches it from the snapshot store with src.Grant. Its
+// processes continue where the image was taken; its trust store is the image's, so req.CAID must name
+// the CA the checkpointed sandbox used. A failed restore leaves nothing behind on the host.
+func (n *Local) RestoreSandbox(ctx context.Context, req CreateRequest, src ImageSource) error {
 	if _, ok := n.cfg.Driver.(runtime.Restorer); !ok {
 		return fmt.Errorf("the %s runtime cannot restore: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
 	}
-	return n.boot(ctx, req, imageDir)
+	im, err := n.imageStore()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	dir, release, err := im.prepare(ctx, req.TenantID, src)
+	if err != nil {
+		return fmt.Errorf("restore %s from snapshot %s: %w", req.ID, src.SnapshotID, err)
+	}
+	defer release()
+	n.log.Debug("snapshot image ready", "sandbox", req.ID, "snapshot", src.SnapshotID, "took", time.Since(t0))
+	return n.boot(ctx, req, dir)
 }
 
 // boot creates (imageDir "") or restores a sandbox.
@@ -662,19 +687,35 @@ func (n *Local) Shutdown(ctx context.Context) error {
 	}
 }
 
-// CheckpointSandbox saves a running sandbox's memory, processes and files into imageDir (see
-// runtime.Checkpointer). The daemon lets go of its channel for it (link streams in progress end; the
-// processes live on and can be re-attached). With leaveRunning the sandbox continues and the node
-// connects to it again; without, it stays stopped until DestroySandbox.
-func (n *Local) CheckpointSandbox(ctx context.Context, id, imageDir string, leaveRunning bool) error {
+// CheckpointSandbox saves a running sandbox's memory, processes and files as the image of snapshot
+// req.SnapshotID (see runtime.Checkpointer), kept on the node, synced, until StoreImage stores it. The
+// daemon lets go of its channel for it (link streams in progress end; the processes live on and can be
+// re-attached). With req.LeaveRunning the sandbox continues and the node connects to it again; without,
+// it stays stopped until DestroySandbox or UnpauseSandbox.
+func (n *Local) CheckpointSandbox(ctx context.Context, id string, req CheckpointRequest) (Image, error) {
 	cp, ok := n.cfg.Driver.(runtime.Checkpointer)
 	if !ok {
-		return fmt.Errorf("the %s runtime cannot checkpoint: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
+		return Image{}, fmt.Errorf("the %s runtime cannot checkpoint: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
+	}
+	im, err := n.imageStore()
+	if err != nil {
+		return Image{}, err
+	}
+	if err := checkSnapID(req.SnapshotID); err != nil {
+		return Image{}, err
 	}
 	s, err := n.lookup(id)
 	if err != nil {
-		return err
+		return Image{}, err
 	}
+	unlock := im.perSnap.lock(req.SnapshotID)
+	defer unlock()
+	dir := im.pendingDir(req.SnapshotID)
+	if err := os.RemoveAll(dir); err != nil { // a half-written earlier try
+		return Image{}, err
+	}
+	leave := im.urgent.enter()
+	defer leave()
 	// The watcher would take the channel's end for the daemon's death: stop it first.
 	cl, cancel := n.current(s)
 	cancel()
@@ -682,10 +723,20 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id, imageDir string, leav
 	if qerr != nil {
 		err = fmt.Errorf("sandbox %s: quiesce the daemon: %w", id, qerr)
 	} else {
-		err = cp.Checkpoint(ctx, id, imageDir, runtime.CheckpointOptions{LeaveRunning: leaveRunning})
+		err = cp.Checkpoint(ctx, id, dir, runtime.CheckpointOptions{LeaveRunning: req.LeaveRunning})
 	}
-	if !leaveRunning && err == nil {
-		return nil // stopped; DestroySandbox cleans up, or UnpauseSandbox lets it run on
+	if err == nil {
+		// The driver synced the image; this makes its directory's entry durable too.
+		if err = syncDir(im.pending); err != nil {
+			err = fmt.Errorf("save checkpoint image: %w", err)
+		}
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+	}
+	if !req.LeaveRunning && err == nil {
+		go prefetch(dir)                         // owner: none; ends when it has read the files
+		return Image{Bytes: treeBytes(dir)}, nil // stopped; DestroySandbox cleans up, or UnpauseSandbox lets it run on
 	}
 	if err != nil {
 		// Whatever step failed, let it run again: thaw it, or wake a daemon left quiesced.
@@ -697,9 +748,22 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id, imageDir string, leav
 	}
 	// Running again (or still): connect anew and watch it again.
 	if rerr := n.relink(ctx, s); rerr != nil {
-		return errors.Join(err, rerr)
+		return Image{}, errors.Join(err, rerr)
 	}
-	return err
+	if err != nil {
+		return Image{}, err
+	}
+	n.prefetch(dir)
+	return Image{Bytes: treeBytes(dir)}, nil
+}
+
+// prefetch reads the image in dir into the page cache in the background (see prefetch).
+func (n *Local) prefetch(dir string) {
+	n.wg.Add(1)
+	go func() { // owner: n; ends when it has read the files
+		defer n.wg.Done()
+		prefetch(dir)
+	}()
 }
 
 // SandboxCPU reports the CPU time a sandbox used so far (see runtime.CPUMeter).

@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +22,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/template"
 )
 
@@ -187,52 +186,56 @@ func (c *Client) SetNetwork(ctx context.Context, id string, p policy.Policy) err
 	return c.call(ctx, http.MethodPut, sandboxPath(id, "/network"), p, nil)
 }
 
-// RestoreSandbox sends the image in imageDir to the node and boots the sandbox from it there.
-func (c *Client) RestoreSandbox(ctx context.Context, req node.CreateRequest, imageDir string) error {
+// RestoreSandbox has the node boot the sandbox from the snapshot's image, which it keeps or fetches
+// from the snapshot store with src.Grant.
+func (c *Client) RestoreSandbox(ctx context.Context, req node.CreateRequest, src node.ImageSource) error {
 	c.dropLink(req.ID)
-	head, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	pr, pw := io.Pipe()
-	go func() { // owner: this call; ends when the image is written or the request gave up reading
-		if _, err := pw.Write(append(head, '\n')); err != nil {
-			return
+	body := restoreBody{Sandbox: req, SnapshotID: src.SnapshotID}
+	if src.Grant != nil {
+		g, err := src.Grant.MarshalBinary()
+		if err != nil {
+			return err
 		}
-		pw.CloseWithError(writeImage(pw, imageDir))
-	}()
-	resp, err := c.do(ctx, http.MethodPost, "/node/v1/sandboxes/restore", pr)
-	pr.Close()
-	if err != nil {
-		return err
+		defer clear(g)
+		body.Grant = g
 	}
-	resp.Body.Close()
-	return nil
+	return c.call(ctx, http.MethodPost, "/node/v1/sandboxes/restore", body, nil)
 }
 
-// CheckpointSandbox has the node save the sandbox and receives the image into imageDir.
-func (c *Client) CheckpointSandbox(ctx context.Context, id, imageDir string, leaveRunning bool) error {
+// CheckpointSandbox has the node save the sandbox as the snapshot's image, which it keeps.
+func (c *Client) CheckpointSandbox(ctx context.Context, id string, req node.CheckpointRequest) (node.Image, error) {
 	// The node's channel to the daemon is replaced by a checkpoint.
 	defer c.dropLink(id)
-	resp, err := c.do(ctx, http.MethodPost, sandboxPath(id, "/checkpoint?leave_running="+strconv.FormatBool(leaveRunning)), nil)
+	var img node.Image
+	err := c.call(ctx, http.MethodPost, sandboxPath(id, "/checkpoint"), checkpointBody{SnapshotID: req.SnapshotID, LeaveRunning: req.LeaveRunning}, &img)
+	return img, err
+}
+
+// StoreImage has the node write the snapshot's image into the snapshot store.
+func (c *Client) StoreImage(ctx context.Context, req node.StoreRequest) (snapshot.Stats, error) {
+	if req.Grant == nil {
+		return snapshot.Stats{}, fmt.Errorf("store image %s: no grant: %w", req.SnapshotID, errdefs.ErrInvalidArgument)
+	}
+	g, err := req.Grant.MarshalBinary()
 	if err != nil {
-		return err
+		return snapshot.Stats{}, err
 	}
-	defer resp.Body.Close()
-	if err := readImage(resp.Body, imageDir); err != nil {
-		err = fmt.Errorf("sandbox %s: receive its checkpoint image from node %s: %w", id, c.cfg.NodeID, err)
-		// A failed checkpoint leaves the sandbox running (the control plane counts on it). The node
-		// thaws it when it could not send; this covers an image this end could not take.
-		if !leaveRunning {
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dialTimeout)
-			defer cancel()
-			if uerr := c.call(uctx, http.MethodPost, sandboxPath(id, "/unpause"), nil, nil); uerr != nil {
-				err = errors.Join(err, fmt.Errorf("thaw it again: %w", uerr))
-			}
-		}
-		return err
-	}
-	return nil
+	defer clear(g)
+	var stats snapshot.Stats
+	err = c.call(ctx, http.MethodPost, "/node/v1/images/store", storeBody{Tenant: req.TenantID, SnapshotID: req.SnapshotID, Grant: g, Meta: req.Meta}, &stats)
+	return stats, err
+}
+
+// DropImages has the node remove the images of these snapshots.
+func (c *Client) DropImages(ctx context.Context, snapIDs []string) error {
+	return c.call(ctx, http.MethodPost, "/node/v1/images/drop", snapIDs, nil)
+}
+
+// PendingImages reports the snapshots whose images the node keeps and has not stored.
+func (c *Client) PendingImages(ctx context.Context) ([]string, error) {
+	var ids []string
+	err := c.call(ctx, http.MethodGet, "/node/v1/images/pending", nil, &ids)
+	return ids, err
 }
 
 // UnpauseSandbox lets a sandbox a checkpoint left frozen run again.

@@ -1,7 +1,6 @@
 package nodeapi_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -30,6 +29,7 @@ import (
 	"github.com/airlockrun/airlock/internal/keys/master"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store/sqlite/sqlitetest"
 )
 
@@ -39,10 +39,9 @@ type fakeNode struct {
 	socket string // the daemon's socket
 	echo   string // address of an echo server standing for a sandbox's port
 
-	mu       sync.Mutex
-	calls    []string
-	restored map[string]string // file → content of the last restored image
-	link     *link.Client
+	mu    sync.Mutex
+	calls []string
+	link  *link.Client
 }
 
 func (f *fakeNode) record(format string, args ...any) {
@@ -100,42 +99,40 @@ func (f *fakeNode) SetNetwork(_ context.Context, id string, p policy.Policy) err
 	f.record("network %s %s", id, p.Default)
 	return nil
 }
-func (f *fakeNode) RestoreSandbox(_ context.Context, req node.CreateRequest, dir string) error {
-	files := map[string]string{}
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		rel, _ := filepath.Rel(dir, path)
-		files[rel] = string(b)
-		return err
-	})
-	f.mu.Lock()
-	f.restored = files
-	f.mu.Unlock()
-	f.record("restore %s %d rules", req.ID, len(req.Network.Rules))
-	return err
+func (f *fakeNode) RestoreSandbox(_ context.Context, req node.CreateRequest, src node.ImageSource) error {
+	f.record("restore %s %d rules from %s with %s", req.ID, len(req.Network.Rules), src.SnapshotID, grantOf(src.Grant))
+	return nil
 }
-func (f *fakeNode) CheckpointSandbox(_ context.Context, id, dir string, leave bool) error {
-	if id == "sb_bad" { // an image that cannot be sent: a file with the name of its end marker
-		f.record("checkpoint %s %v", id, leave)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dir, ".airlock-image-end"), nil, 0o600)
-	}
+func (f *fakeNode) CheckpointSandbox(_ context.Context, id string, req node.CheckpointRequest) (node.Image, error) {
 	if id != "sb_1" {
-		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrFailedPrecondition)
+		return node.Image{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	f.record("checkpoint %s %v", id, leave)
-	if err := os.MkdirAll(filepath.Join(dir, "memory"), 0o700); err != nil {
-		return err
+	f.record("checkpoint %s %s %v", id, req.SnapshotID, req.LeaveRunning)
+	return node.Image{Bytes: 3 << 20}, nil
+}
+func (f *fakeNode) StoreImage(_ context.Context, req node.StoreRequest) (snapshot.Stats, error) {
+	if req.SnapshotID == "sn_lost" {
+		return snapshot.Stats{}, fmt.Errorf("the image of %s is not here: %w", req.SnapshotID, errdefs.ErrNotFound)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "memory", "pages.img"), bytes.Repeat([]byte("p"), 3<<20), 0o600); err != nil {
-		return err
+	f.record("store %s %s %s %s", req.TenantID, req.SnapshotID, grantOf(req.Grant), req.Meta["session"])
+	return snapshot.Stats{LogicalBytes: 3 << 20, Chunks: 9, NewChunks: 4, NewStoredBytes: 1 << 20}, nil
+}
+func (f *fakeNode) DropImages(_ context.Context, ids []string) error {
+	f.record("drop %s", strings.Join(ids, ","))
+	return nil
+}
+func (f *fakeNode) PendingImages(context.Context) ([]string, error) { return []string{"sn_1"}, nil }
+
+// grantOf describes a grant as the node received it: its tenant and its keys' first bytes.
+func grantOf(g *snapshot.Grant) string {
+	if g == nil {
+		return "no grant"
 	}
-	return os.WriteFile(filepath.Join(dir, "fs.tar"), []byte("layer"), 0o600)
+	b, err := g.MarshalBinary()
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("grant %s %x", g.Tenant(), b[:4])
 }
 func (f *fakeNode) UnpauseSandbox(_ context.Context, id string) error {
 	f.record("unpause %s", id)
@@ -249,7 +246,7 @@ func setup(t testing.TB) (*fakeNode, *nodeapi.Client, testCluster, string) {
 	t.Helper()
 	tc := newCluster(t)
 	fn := &fakeNode{t: t, socket: startDaemon(t), echo: startEcho(t)}
-	h, err := nodeapi.NewHandler(fn, t.TempDir(), nil)
+	h, err := nodeapi.NewHandler(fn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,46 +322,56 @@ func TestCalls(t *testing.T) {
 	}
 }
 
-// TestImages: a checkpoint image comes back whole, and an image sent for a restore arrives whole.
+// TestImages: checkpoints, stores and restores carry snapshot IDs and grants, never image bytes; a
+// grant arrives intact and for its tenant, and a lost image is not found.
 func TestImages(t *testing.T) {
 	fn, c, _, _ := setup(t)
 	ctx := t.Context()
-	dir := filepath.Join(t.TempDir(), "image")
-	if err := c.CheckpointSandbox(ctx, "sb_1", dir, true); err != nil {
-		t.Fatal(err)
+	img, err := c.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true})
+	if err != nil || img.Bytes != 3<<20 {
+		t.Fatalf("CheckpointSandbox = %+v, %v", img, err)
 	}
-	pages, err := os.ReadFile(filepath.Join(dir, "memory", "pages.img"))
-	if err != nil || !bytes.Equal(pages, bytes.Repeat([]byte("p"), 3<<20)) {
-		t.Fatalf("pages.img: %d bytes, %v", len(pages), err)
-	}
-	if err := c.CheckpointSandbox(ctx, "sb_2", filepath.Join(t.TempDir(), "x"), false); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := c.CheckpointSandbox(ctx, "sb_2", node.CheckpointRequest{SnapshotID: "sn_2"}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("checkpoint of an unknown sandbox = %v; want failed precondition", err)
 	}
-	// An image that fails on its way leaves the sandbox thawed, as a failed checkpoint does.
-	if err := c.CheckpointSandbox(ctx, "sb_bad", filepath.Join(t.TempDir(), "bad"), false); err == nil {
-		t.Error("a checkpoint whose image could not be sent succeeded")
+	key := bytes.Repeat([]byte{0xab}, 96)
+	g, err := snapshot.UnmarshalGrant("tn_1", key)
+	if err != nil {
+		t.Fatal(err)
 	}
-	fn.mu.Lock()
-	calls := strings.Join(fn.calls, ";")
-	fn.mu.Unlock()
-	if !strings.Contains(calls, "checkpoint sb_bad false;unpause sb_bad") {
-		t.Errorf("after a failed image transfer the node saw %q; want the sandbox unpaused", calls)
+	stats, err := c.StoreImage(ctx, node.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1", Grant: g, Meta: map[string]string{"session": "se_1"}})
+	if err != nil || stats.NewChunks != 4 || stats.LogicalBytes != 3<<20 {
+		t.Fatalf("StoreImage = %+v, %v", stats, err)
 	}
-	// A create request longer than a read buffer leads the image.
+	if _, err := c.StoreImage(ctx, node.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_lost", Grant: g}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("StoreImage of a lost image = %v; want not found", err)
+	}
+	if _, err := c.StoreImage(ctx, node.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("StoreImage without a grant = %v; want invalid argument", err)
+	}
+	// A create request of any size goes with the snapshot's ID and the grant.
 	var big policy.Policy
 	for i := range 500 {
 		big.Rules = append(big.Rules, policy.Rule{Name: fmt.Sprintf("rule-%d", i), Action: "allow", Host: fmt.Sprintf("host-%d.example.com", i)})
 	}
-	if err := c.RestoreSandbox(ctx, node.CreateRequest{ID: "sb_3", TenantID: "tn_1", Network: big}, dir); err != nil {
+	if err := c.RestoreSandbox(ctx, node.CreateRequest{ID: "sb_3", TenantID: "tn_1", Network: big}, node.ImageSource{SnapshotID: "sn_1", Grant: g}); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.RestoreSandbox(ctx, node.CreateRequest{ID: "sb_4", TenantID: "tn_1"}, node.ImageSource{SnapshotID: "sn_1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DropImages(ctx, []string{"sn_1", "sn_2"}); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := c.PendingImages(ctx); err != nil || len(ids) != 1 || ids[0] != "sn_1" {
+		t.Errorf("PendingImages = %v, %v", ids, err)
+	}
+	want := []string{"checkpoint sb_1 sn_1 true", "store tn_1 sn_1 grant tn_1 abababab se_1", "restore sb_3 500 rules from sn_1 with grant tn_1 abababab",
+		"restore sb_4 0 rules from sn_1 with no grant", "drop sn_1,sn_2"}
 	fn.mu.Lock()
 	defer fn.mu.Unlock()
-	if last := fn.calls[len(fn.calls)-1]; last != "restore sb_3 500 rules" {
-		t.Errorf("the node saw %q", last)
-	}
-	if len(fn.restored) != 2 || fn.restored["fs.tar"] != "layer" || len(fn.restored[filepath.Join("memory", "pages.img")]) != 3<<20 {
-		t.Errorf("the node restored %d files", len(fn.restored))
+	if strings.Join(fn.calls, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the node saw\n%s\nwant\n%s", strings.Join(fn.calls, "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -464,53 +471,5 @@ func TestOnlyTheClusterControlPlanes(t *testing.T) {
 	if resp, err := plain.Get("https://" + addr + "/node/v1/info"); err == nil {
 		resp.Body.Close()
 		t.Error("a client without a certificate got an answer")
-	}
-}
-
-// TestImageRefusesBadTars: an image from the other end with a name outside the image, a link, or a
-// file twice is refused, and nothing is written outside; one cut short between entries, or whose last
-// entry does not tally, is not taken for whole.
-func TestImageRefusesBadTars(t *testing.T) {
-	end := func(body string) *tar.Header {
-		return &tar.Header{Typeflag: tar.TypeReg, Name: ".airlock-image-end", Size: int64(len(body)), Uname: body}
-	}
-	file := &tar.Header{Typeflag: tar.TypeReg, Name: "a", Size: 1}
-	cases := map[string]struct {
-		hs   []*tar.Header
-		want error
-	}{
-		"parent":        {[]*tar.Header{{Typeflag: tar.TypeReg, Name: "../escape", Size: 1}}, errdefs.ErrInvalidArgument},
-		"absolute":      {[]*tar.Header{{Typeflag: tar.TypeReg, Name: "/tmp/escape", Size: 1}}, errdefs.ErrInvalidArgument},
-		"symlink":       {[]*tar.Header{{Typeflag: tar.TypeSymlink, Name: "link", Linkname: "/etc"}}, errdefs.ErrInvalidArgument},
-		"twice":         {[]*tar.Header{file, file}, errdefs.ErrInvalidArgument},
-		"device":        {[]*tar.Header{{Typeflag: tar.TypeChar, Name: "dev"}}, errdefs.ErrInvalidArgument},
-		"cut short":     {[]*tar.Header{file}, errdefs.ErrUnavailable},
-		"miscounted":    {[]*tar.Header{file, end(`{"entries":2,"bytes":1}`)}, errdefs.ErrInvalidArgument},
-		"after the end": {[]*tar.Header{file, end(`{"entries":1,"bytes":1}`), {Typeflag: tar.TypeReg, Name: "b", Size: 1}}, errdefs.ErrInvalidArgument},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			var buf bytes.Buffer
-			tw := tar.NewWriter(&buf)
-			for _, h := range tc.hs {
-				body := strings.Repeat("x", int(h.Size))
-				if h.Uname != "" { // an end entry: its body is in Uname
-					body, h.Uname = h.Uname, ""
-				}
-				if err := tw.WriteHeader(h); err != nil {
-					t.Fatal(err)
-				}
-				_, _ = tw.Write([]byte(body))
-			}
-			tw.Close()
-			parent := t.TempDir()
-			err := nodeapi.ReadImage(&buf, filepath.Join(parent, "image"))
-			if !errors.Is(err, tc.want) {
-				t.Errorf("ReadImage = %v; want %v", err, tc.want)
-			}
-			if _, err := os.Stat(filepath.Join(parent, "escape")); err == nil {
-				t.Error("a file was written outside the image")
-			}
-		})
 	}
 }

@@ -3,14 +3,11 @@ package nodeapi
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -19,36 +16,23 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/snapshot"
 )
 
 // Handler serves the node API for a Backend. Serve it over TLS with cluster.ServerTLS allowing control
 // planes only: it checks nothing of the caller itself.
 type Handler struct {
-	b       Backend
-	scratch string
-	log     *slog.Logger
-	mux     *http.ServeMux
+	b   Backend
+	log *slog.Logger
+	mux *http.ServeMux
 }
 
-// NewHandler returns the node API of b. Checkpoint images in transit are kept under scratch, a private
-// directory on the node (made if missing; what a previous run left there is removed).
-func NewHandler(b Backend, scratch string, log *slog.Logger) (*Handler, error) {
-	if err := os.MkdirAll(scratch, 0o700); err != nil {
-		return nil, fmt.Errorf("node API: %w", err)
-	}
-	// Images a previous run of the node was sending or receiving when it stopped.
-	for _, pattern := range []string{"restore-*", "checkpoint-*"} {
-		left, _ := filepath.Glob(filepath.Join(scratch, pattern))
-		for _, d := range left {
-			if err := os.RemoveAll(d); err != nil {
-				return nil, fmt.Errorf("node API: %w", err)
-			}
-		}
-	}
+// NewHandler returns the node API of b.
+func NewHandler(b Backend, log *slog.Logger) (*Handler, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &Handler{b: b, scratch: scratch, log: log, mux: http.NewServeMux()}
+	h := &Handler{b: b, log: log, mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /node/v1/info", h.info)
 	h.mux.HandleFunc("POST /node/v1/templates/check", h.checkTemplate)
 	h.mux.HandleFunc("GET /node/v1/sandboxes", h.sandboxes)
@@ -58,6 +42,9 @@ func NewHandler(b Backend, scratch string, log *slog.Logger) (*Handler, error) {
 	h.mux.HandleFunc("DELETE /node/v1/sandboxes/{id}", h.destroy)
 	h.mux.HandleFunc("PUT /node/v1/sandboxes/{id}/network", h.setNetwork)
 	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/checkpoint", h.checkpoint)
+	h.mux.HandleFunc("POST /node/v1/images/store", h.storeImage)
+	h.mux.HandleFunc("POST /node/v1/images/drop", h.dropImages)
+	h.mux.HandleFunc("GET /node/v1/images/pending", h.pendingImages)
 	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/unpause", h.unpause)
 	h.mux.HandleFunc("GET /node/v1/sandboxes/{id}/cpu", h.cpu)
 	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/flows", h.flows)
@@ -128,30 +115,33 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 // maxRequestLine bounds the create request that leads a restore's body.
 const maxRequestLine = 1 << 20
 
-// restore reads the create request as a JSON line, then the image as a tar stream.
+// restoreBody is a restore's request: the sandbox and the snapshot, with the tenant's grant.
+type restoreBody struct {
+	Sandbox    node.CreateRequest `json:"sandbox"`
+	SnapshotID string             `json:"snapshot_id"`
+	// Grant is the tenant's snapshot grant (snapshot.Grant.MarshalBinary), for a node that must fetch
+	// the image.
+	Grant []byte `json:"grant,omitempty"`
+}
+
 func (h *Handler) restore(w http.ResponseWriter, r *http.Request) {
-	body := bufio.NewReaderSize(r.Body, maxRequestLine)
-	line, err := body.ReadSlice('\n')
-	if err != nil {
-		h.answer(w, r, nil, fmt.Errorf("restore: the request line: %v: %w", err, errdefs.ErrInvalidArgument))
-		return
-	}
-	var req node.CreateRequest
-	if err := json.Unmarshal(line, &req); err != nil {
-		h.answer(w, r, nil, fmt.Errorf("restore: the request line: %v: %w", err, errdefs.ErrInvalidArgument))
-		return
-	}
-	dir, err := os.MkdirTemp(h.scratch, "restore-")
-	if err != nil {
+	var req restoreBody
+	if err := decode(r.Body, &req); err != nil {
 		h.answer(w, r, nil, err)
 		return
 	}
-	defer os.RemoveAll(dir)
-	if err := readImage(body, dir); err != nil {
-		h.answer(w, r, nil, fmt.Errorf("restore %s: %w", req.ID, err))
-		return
+	src := node.ImageSource{SnapshotID: req.SnapshotID}
+	if len(req.Grant) > 0 {
+		g, err := snapshot.UnmarshalGrant(req.Sandbox.TenantID, req.Grant)
+		clear(req.Grant)
+		if err != nil {
+			h.answer(w, r, nil, err)
+			return
+		}
+		defer g.Clear()
+		src.Grant = g
 	}
-	h.answer(w, r, nil, h.b.RestoreSandbox(r.Context(), req, dir))
+	h.answer(w, r, nil, h.b.RestoreSandbox(r.Context(), req.Sandbox, src))
 }
 
 func (h *Handler) recover(w http.ResponseWriter, r *http.Request) {
@@ -180,34 +170,62 @@ func (h *Handler) setNetwork(w http.ResponseWriter, r *http.Request) {
 	h.answer(w, r, nil, err)
 }
 
-// checkpoint saves the sandbox into a scratch directory and answers with it as a tar stream. An error
-// once the stream began cuts it short: the client sees a broken tar and fails.
+// checkpointBody is a checkpoint's request.
+type checkpointBody struct {
+	SnapshotID   string `json:"snapshot_id"`
+	LeaveRunning bool   `json:"leave_running"`
+}
+
 func (h *Handler) checkpoint(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	dir, err := os.MkdirTemp(h.scratch, "checkpoint-")
+	var req checkpointBody
+	if err := decode(r.Body, &req); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	img, err := h.b.CheckpointSandbox(r.Context(), r.PathValue("id"), node.CheckpointRequest{SnapshotID: req.SnapshotID, LeaveRunning: req.LeaveRunning})
+	h.answer(w, r, img, err)
+}
+
+// storeBody is a StoreImage request.
+type storeBody struct {
+	Tenant     string            `json:"tenant"`
+	SnapshotID string            `json:"snapshot_id"`
+	Grant      []byte            `json:"grant"`
+	Meta       map[string]string `json:"meta,omitempty"`
+}
+
+func (h *Handler) storeImage(w http.ResponseWriter, r *http.Request) {
+	var req storeBody
+	if err := decode(r.Body, &req); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	g, err := snapshot.UnmarshalGrant(req.Tenant, req.Grant)
+	clear(req.Grant)
 	if err != nil {
 		h.answer(w, r, nil, err)
 		return
 	}
-	defer os.RemoveAll(dir)
-	image := filepath.Join(dir, "image")
-	leaveRunning := r.URL.Query().Get("leave_running") == "true"
-	if err := h.b.CheckpointSandbox(r.Context(), id, image, leaveRunning); err != nil {
-		h.answer(w, r, nil, err)
-		return
+	defer g.Clear()
+	stats, err := h.b.StoreImage(r.Context(), node.StoreRequest{TenantID: req.Tenant, SnapshotID: req.SnapshotID, Grant: g, Meta: req.Meta})
+	h.answer(w, r, stats, err)
+}
+
+func (h *Handler) dropImages(w http.ResponseWriter, r *http.Request) {
+	var ids []string
+	err := decode(r.Body, &ids)
+	if err == nil {
+		err = h.b.DropImages(r.Context(), ids)
 	}
-	w.Header().Set("Content-Type", "application/x-tar")
-	w.WriteHeader(http.StatusOK)
-	if err := writeImage(w, image); err != nil {
-		h.log.Warn("send checkpoint image", "sandbox", id, "err", err)
-		// A failed checkpoint leaves the sandbox running (the control plane counts on it): thaw it.
-		if !leaveRunning {
-			if uerr := h.b.UnpauseSandbox(context.WithoutCancel(r.Context()), id); uerr != nil {
-				h.log.Warn("thaw a sandbox after its image failed to go out", "sandbox", id, "err", uerr)
-			}
-		}
-		panic(http.ErrAbortHandler) // the client must not take a cut stream for a whole image
+	h.answer(w, r, nil, err)
+}
+
+func (h *Handler) pendingImages(w http.ResponseWriter, r *http.Request) {
+	ids, err := h.b.PendingImages(r.Context())
+	if ids == nil {
+		ids = []string{}
 	}
+	h.answer(w, r, ids, err)
 }
 
 func (h *Handler) unpause(w http.ResponseWriter, r *http.Request) {

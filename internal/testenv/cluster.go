@@ -57,7 +57,7 @@ func StartCluster(t testing.TB, replicas, nodes int) *Cluster {
 	var ids []string
 	for i := range nodes {
 		n := StartNode(t, c.Env, fmt.Sprintf("node-%d", i+1), NodeOptions{Process: true, ControlPlanes: clusterURLs,
-			SandboxAddresses: ClusterAddresses(i)})
+			SandboxAddresses: ClusterAddresses(i), S3: &c.Options.S3})
 		c.Nodes = append(c.Nodes, n)
 		ids = append(ids, n.ID)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/app"
 	"github.com/airlockrun/airlock/internal/cli"
+	"github.com/airlockrun/airlock/internal/testenv/s3test"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -46,6 +48,10 @@ type NodeOptions struct {
 	SandboxAddresses string
 	// ControlPlanes are the cluster ports the node reports to, in turn; empty: the Env's.
 	ControlPlanes []string
+	// BlobDir or S3 is the cluster's blob store the node writes snapshots into (S3 with the prefix
+	// the replicas use, "airlock/"). Neither: the Env's DataDir/blobs, when it has one.
+	BlobDir string
+	S3      *s3test.Server
 	// Process runs the node as a process of its own (airlock node run from the test binary), which
 	// Kill can kill with SIGKILL; otherwise it runs in the test's process.
 	Process bool
@@ -57,6 +63,9 @@ func StartNode(t testing.TB, e *Env, id string, opts NodeOptions) *Node {
 	t.Helper()
 	if e.ClusterURL == "" && len(opts.ControlPlanes) == 0 {
 		t.Fatal("StartNode: the control plane has no cluster port (Options.Cluster)")
+	}
+	if opts.BlobDir == "" && opts.S3 == nil && e.DataDir != "" {
+		opts.BlobDir = filepath.Join(e.DataDir, "blobs")
 	}
 	dir := opts.DataDir
 	if dir == "" {
@@ -130,6 +139,13 @@ func launchNode(t testing.TB, id, dir string, cps []string, listen string, opts 
 		}
 		if opts.SandboxAddresses != "" {
 			n.cmd.Args = append(n.cmd.Args, "--sandbox-addresses", opts.SandboxAddresses)
+		}
+		switch {
+		case opts.S3 != nil:
+			n.cmd.Args = append(n.cmd.Args, "--s3-endpoint", opts.S3.Endpoint, "--s3-bucket", opts.S3.Bucket, "--s3-prefix", s3Prefix, "--s3-insecure")
+			n.cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+opts.S3.AccessKey, "AWS_SECRET_ACCESS_KEY="+opts.S3.SecretKey)
+		case opts.BlobDir != "":
+			n.cmd.Args = append(n.cmd.Args, "--blob-dir", opts.BlobDir)
 		}
 		if err := n.cmd.Start(); err != nil {
 			cancel()
@@ -218,6 +234,8 @@ func (n *Node) runInProcess(ctx context.Context, bin string, controlPlanes []str
 		MaxSandboxes:  opts.MaxSandboxes,
 		DaemonBinary:  bin,
 		HostsOnly:     true, // tests never send a DNS query off this machine
+		BlobDir:       opts.BlobDir,
+		S3:            opts.S3.Config(s3Prefix),
 		Logger:        slog.New(slog.NewTextHandler(n.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Out:           io.Discard,
 		Ready:         func(addr string) { ready <- addr },

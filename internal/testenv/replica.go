@@ -3,11 +3,13 @@ package testenv
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,9 +33,15 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // Replica is a control-plane replica (airlock server) run as a process of its own.
+// s3Prefix is the key prefix replicas and nodes keep the snapshots under in the test's bucket.
+const s3Prefix = "airlock/"
+
 type Replica struct {
 	// URL is its API's base URL, ClusterURL its cluster port's.
 	URL, ClusterURL string
+
+	// DataDir is its data directory.
+	DataDir string
 
 	cmd  *exec.Cmd
 	log  *lockedBuffer
@@ -79,9 +87,9 @@ func StartReplica(t testing.TB, name string, opts ReplicaOptions, env ...string)
 // answer; an error if it exited or did not answer within 60 s (then it is killed).
 func launchReplica(t testing.TB, dir string, opts ReplicaOptions, env []string) (*Replica, error) {
 	addr, cluster := freePort(t), freePort(t)
-	r := &Replica{URL: "http://" + addr, ClusterURL: "https://" + cluster, log: &lockedBuffer{}, done: make(chan struct{})}
+	r := &Replica{URL: "http://" + addr, ClusterURL: "https://" + cluster, DataDir: dir, log: &lockedBuffer{}, done: make(chan struct{})}
 	r.cmd = exec.Command(Binary(t), "server", "--data-dir", dir, "--key-file", opts.KeyFile, "--listen", addr, "--cluster-listen", cluster,
-		"--master-key-file", opts.MasterKeyFile, "--s3-endpoint", opts.S3.Endpoint, "--s3-bucket", opts.S3.Bucket, "--s3-prefix", "airlock/", "--s3-insecure")
+		"--master-key-file", opts.MasterKeyFile, "--s3-endpoint", opts.S3.Endpoint, "--s3-bucket", opts.S3.Bucket, "--s3-prefix", s3Prefix, "--s3-insecure")
 	r.cmd.Env = append(os.Environ(), "AIRLOCK_POSTGRES="+opts.PostgresDSN, "AWS_ACCESS_KEY_ID="+opts.S3.AccessKey, "AWS_SECRET_ACCESS_KEY="+opts.S3.SecretKey)
 	r.cmd.Env = append(r.cmd.Env, env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
@@ -110,6 +118,27 @@ func launchReplica(t testing.TB, dir string, opts ReplicaOptions, env []string) 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// IO reports the bytes the replica's process has read and written so far through system calls: files,
+// sockets and pipes alike (rchar + wchar of /proc/PID/io).
+func (r *Replica) IO() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", r.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if ok && (k == "rchar" || k == "wchar") {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			total += n
+		}
+	}
+	return total, nil
 }
 
 // Stop stops the replica as SIGTERM would. Calling it again is harmless.

@@ -20,6 +20,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
 )
 
 // Version is the versitygw release scripts/test.sh installs.
@@ -33,6 +35,14 @@ type Server struct {
 	AccessKey, SecretKey string
 	// Bucket was made for the caller.
 	Bucket string
+}
+
+// Config returns the blob/s3 configuration of the bucket under prefix; nil for a nil Server.
+func (s *Server) Config(prefix string) *blobs3.Config {
+	if s == nil {
+		return nil
+	}
+	return &blobs3.Config{Endpoint: s.Endpoint, Bucket: s.Bucket, Prefix: prefix, Insecure: true, AccessKey: s.AccessKey, SecretKey: s.SecretKey}
 }
 
 var buckets atomic.Int64
