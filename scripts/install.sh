@@ -22,7 +22,8 @@ fi
 
 need=()
 # gcc and libc6-dev build airlock-pkcs11, the one cgo binary (a PKCS#11 module is a C library).
-for pair in mkfs.ext4:e2fsprogs ip:iproute2 update-ca-certificates:ca-certificates python3:python3 git:git curl:curl gcc:gcc; do
+# runc runs the sandboxes of the runc runtime (Debian's, with libseccomp).
+for pair in mkfs.ext4:e2fsprogs ip:iproute2 update-ca-certificates:ca-certificates python3:python3 git:git curl:curl gcc:gcc runc:runc; do
   command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
 done
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)

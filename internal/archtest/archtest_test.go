@@ -60,3 +60,19 @@ func TestDaemonBinary(t *testing.T) {
 		t.Errorf("airlock-daemon is %.1f MB; want it under 15 MB", float64(fi.Size())/1e6)
 	}
 }
+
+// TestControlPlaneImportsNoDriver: the control plane and the API know nothing of any runtime driver:
+// images are opaque to them, and drivers are chosen where the node is wired (internal/app).
+func TestControlPlaneImportsNoDriver(t *testing.T) {
+	for _, pkg := range []string{module + "/internal/controlplane", module + "/internal/api"} {
+		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v: %s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if strings.HasPrefix(dep, module+"/internal/runtime/") {
+				t.Errorf("%s imports the driver package %s", pkg, dep)
+			}
+		}
+	}
+}

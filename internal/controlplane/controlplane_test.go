@@ -56,6 +56,8 @@ type fakeNode struct {
 	root        string
 	checkpoints int
 	fetched     int
+	// noFiles makes checkpoints name no file layer, as a driver without one (runtime.ImageFiles).
+	noFiles bool
 	// snaps is the snapshot store the node writes and reads images with (nil: none, as a node started
 	// without one); images holds its pending and cached images. storeMu serializes StoreImage.
 	snaps   *snapshot.Store
@@ -189,7 +191,12 @@ func (n *fakeNode) CheckpointSandbox(ctx context.Context, id string, req node.Ch
 	if after != nil {
 		after()
 	}
-	return node.Image{Bytes: 1 << 10}, nil
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.noFiles {
+		return node.Image{Bytes: 1 << 10}, nil
+	}
+	return node.Image{Bytes: 1 << 10, FilesPart: "fs.tar"}, nil
 }
 
 func (n *fakeNode) checkpoint(id, imageDir string, leaveRunning bool) error {

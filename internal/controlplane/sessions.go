@@ -480,11 +480,7 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 	t0 := s.now()
 	img, err := n.CheckpointSandbox(ctx, se.SandboxID, node.CheckpointRequest{SnapshotID: snap.ID, LeaveRunning: leaveRunning})
 	if err != nil {
-		if strings.Contains(err.Error(), "bound host socket") && !errors.Is(err, errdefs.ErrFailedPrecondition) {
-			// Something in the sandbox bound a socket on a host path (in /run/airlock): gVisor cannot
-			// save it. The sandbox's doing, so the caller's to fix, not a server fault.
-			err = fmt.Errorf("a process in the sandbox holds a host socket (bound under /run/airlock), which cannot be saved; close it and retry: %w", errdefs.ErrFailedPrecondition)
-		}
+		// What the sandbox did that cannot be saved comes as failed precondition (the driver's to tell).
 		return fail(fmt.Errorf("checkpoint: %w", err), false)
 	}
 	tCheckpoint := s.now().Sub(t0)
@@ -493,6 +489,11 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 		sn.State = store.SnapshotUploading
 		sn.LogicalBytes = img.Bytes
 		sn.Meta["checkpoint_ms"] = fmt.Sprint(tCheckpoint.Milliseconds())
+		if img.FilesPart != "" {
+			sn.Meta[snapshotFilesMeta] = img.FilesPart
+		} else {
+			sn.Meta[snapshotFilesMeta] = noFilesPart
+		}
 		return nil
 	})
 	if err != nil {
@@ -1237,6 +1238,16 @@ func reservedMetadata(k string) bool { return strings.HasPrefix(k, "airlock.") }
 const (
 	snapshotNodeMeta    = "node"
 	snapshotReplicaMeta = "replica"
+)
+
+// snapshotFilesMeta is the key, in a snapshot's Meta, of the image's file that holds the sandbox's
+// writable layer as a tar archive, as its node's driver named it (runtime.ImageFiles); noFilesPart says
+// the driver keeps none. Snapshots recorded before nodes said so are gVisor's, whose archive is
+// legacyFilesPart.
+const (
+	snapshotFilesMeta = "files_part"
+	noFilesPart       = "-"
+	legacyFilesPart   = "fs.tar"
 )
 
 // mySnapshot reports whether this replica took sn (and keeps its image until it is stored). Outside a

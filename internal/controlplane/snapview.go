@@ -13,8 +13,8 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// Reading a snapshot's files without restoring it: its writable layer (fs.tar, from the snapshot store)
-// over its template, as a snapfs.View.
+// Reading a snapshot's files without restoring it: its writable layer (the image's file its node's
+// driver named, snapshotFilesMeta, from the snapshot store) over its template, as a snapfs.View.
 
 // maxLayerBytes bounds the writable layer a view loads into memory.
 const maxLayerBytes = 512 << 20
@@ -65,8 +65,15 @@ func (s *Service) loadLayer(ctx context.Context, snaps *snapshot.Store, sn store
 	if err != nil {
 		return nil, err
 	}
+	part := sn.Meta[snapshotFilesMeta]
+	switch part {
+	case "":
+		part = legacyFilesPart
+	case noFilesPart:
+		return nil, fmt.Errorf("snapshot %s was taken by a runtime that keeps no file layer to read: %w", sn.ID, errdefs.ErrFailedPrecondition)
+	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(snaps.ReadFile(ctx, sn.TenantID, sn.ID, "fs.tar", pw)) }()
+	go func() { pw.CloseWithError(snaps.ReadFile(ctx, sn.TenantID, sn.ID, part, pw)) }()
 	defer pr.Close()
 	return loadLayerFrom(pr, sn.ID)
 }

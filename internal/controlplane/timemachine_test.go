@@ -250,9 +250,9 @@ func TestSnapshotFilesAndDiff(t *testing.T) {
 		return string(data)
 	}
 	if got := read(a.ID); !strings.HasPrefix(got, "checkpoint 1\n") {
-		t.Errorf("note in the first snapshot (saved image): %q", got)
+		t.Errorf("note in the first snapshot (waiting for its upload): %q", got)
 	}
-	settle(t, e.s) // uploaded; no cache here: now from the store
+	settle(t, e.s)
 	if got := read(b.ID); !strings.HasPrefix(got, "checkpoint 2\n") {
 		t.Errorf("note in the second snapshot (from the store): %q", got)
 	}
@@ -287,6 +287,17 @@ func TestSnapshotFilesAndDiff(t *testing.T) {
 	}
 	if _, err := e.s.SnapshotView(ctx, "tn_other", se.ID, a.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("another tenant: %v; want not found", err)
+	}
+	// A snapshot of a driver that keeps no file layer says so.
+	e.n.mu.Lock()
+	e.n.noFiles = true
+	e.n.mu.Unlock()
+	c, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.SnapshotView(ctx, e.tenant, se.ID, c.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("view of a snapshot without a file layer: %v; want failed precondition", err)
 	}
 	settle(t, e.s)
 }

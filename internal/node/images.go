@@ -54,6 +54,9 @@ type CheckpointRequest struct {
 type Image struct {
 	// Bytes is the image's size.
 	Bytes int64 `json:"bytes"`
+	// FilesPart names the image's file holding the sandbox's writable layer as a tar archive
+	// (runtime.ImageFiles); empty when the driver keeps none.
+	FilesPart string `json:"files_part,omitempty"`
 }
 
 // StoreRequest asks a node to write the image it saved for a snapshot into the snapshot store.

@@ -620,6 +620,15 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) ([]string, e
 	var adopted []string
 	for _, r := range reqs {
 		id := r.ID
+		n.mu.Lock()
+		_, tracked := n.sandboxes[id]
+		n.mu.Unlock()
+		if tracked {
+			// Running here and watched already (a control plane that lost track of the node asks
+			// again): attaching again would replace its link and watcher under it.
+			adopted = append(adopted, id)
+			continue
+		}
 		st, err := n.cfg.Driver.Status(ctx, id)
 		if err != nil || !st.Running {
 			continue
@@ -735,8 +744,8 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req Checkpoint
 		os.RemoveAll(dir)
 	}
 	if !req.LeaveRunning && err == nil {
-		go prefetch(dir)                         // owner: none; ends when it has read the files
-		return Image{Bytes: treeBytes(dir)}, nil // stopped; DestroySandbox cleans up, or UnpauseSandbox lets it run on
+		go prefetch(dir)         // owner: none; ends when it has read the files
+		return n.image(dir), nil // stopped; DestroySandbox cleans up, or UnpauseSandbox lets it run on
 	}
 	if err != nil {
 		// Whatever step failed, let it run again: thaw it, or wake a daemon left quiesced.
@@ -754,7 +763,16 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req Checkpoint
 		return Image{}, err
 	}
 	n.prefetch(dir)
-	return Image{Bytes: treeBytes(dir)}, nil
+	return n.image(dir), nil
+}
+
+// image describes the checkpoint image in dir.
+func (n *Local) image(dir string) Image {
+	img := Image{Bytes: treeBytes(dir)}
+	if f, ok := n.cfg.Driver.(runtime.ImageFiles); ok {
+		img.FilesPart = f.FilesPart()
+	}
+	return img
 }
 
 // prefetch reads the image in dir into the page cache in the background (see prefetch).

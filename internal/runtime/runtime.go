@@ -144,6 +144,23 @@ type Checkpointer interface {
 	Checkpoint(ctx context.Context, id, imageDir string, opts CheckpointOptions) error
 }
 
+// FilesOnly is implemented by Checkpointers whose images hold a sandbox's files only, not its memory
+// and processes: a sandbox restored from one boots anew (its processes restart from the template's
+// start command) over the files it had. Such a checkpoint pauses the sandbox only while its files are
+// archived.
+type FilesOnly interface {
+	// FilesOnly reports whether the driver's checkpoints hold files only.
+	FilesOnly() bool
+}
+
+// ImageFiles is implemented by drivers whose checkpoint images hold the sandbox's writable layer as a tar
+// archive (whiteouts as overlayfs's, see snapfs), so that a snapshot's files can be read without
+// restoring it. Everything else in an image is the driver's own.
+type ImageFiles interface {
+	// FilesPart names the image's file (relative to the image directory) holding the layer.
+	FilesPart() string
+}
+
 // Pauser is implemented by drivers whose checkpoints leave a sandbox frozen rather than gone, so that a
 // pause abandoned (the snapshot could not be stored, or the node restarted) can let it run on.
 type Pauser interface {

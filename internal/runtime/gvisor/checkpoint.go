@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/runtime/sandboxdir"
 )
 
 // The layout of a checkpoint image directory.
@@ -38,7 +39,7 @@ var (
 // Unpause resumes a sandbox a checkpoint left paused, or whose daemon a checkpoint left quiesced, and
 // wakes its daemon, waiting until it listens again. See runtime.Pauser.
 func (d *Driver) Unpause(ctx context.Context, id string) error {
-	st, err := d.state(ctx, id)
+	st, err := d.oci.State(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -51,7 +52,7 @@ func (d *Driver) Unpause(ctx context.Context, id string) error {
 		if err := d.runscQuiet(ctx, "resume", id); err != nil {
 			return fmt.Errorf("gvisor: unpause %s: %w", id, err)
 		}
-	case d.socketPresent(id):
+	case d.sdir(id).SocketPresent():
 		return nil // running and listening
 	}
 	// Paused, or running with its daemon quiesced (a checkpoint interrupted before it froze the sandbox).
@@ -126,15 +127,21 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 		args = append(args, "--direct")
 	}
 	if err := d.runscQuiet(ctx, append(args, id)...); err != nil {
+		// gVisor cannot save a host socket a process in the sandbox holds: the sandbox's doing, so the
+		// caller's to fix, not a fault of the node. runsc says "bound host socket"; the names, when the
+		// link directory still has them, say which.
 		if names := d.linkSockets(id); len(names) > 0 && strings.Contains(err.Error(), "socket") {
-			// gVisor cannot save a host socket a process in the sandbox holds: the sandbox's doing.
 			return fmt.Errorf("gvisor: checkpoint %s: %s in %s: a process in the sandbox holds a host socket there, which cannot be saved; close it and retry (%v): %w",
 				id, strings.Join(names, ", "), LinkDir, err, errdefs.ErrFailedPrecondition)
+		}
+		if strings.Contains(err.Error(), "bound host socket") {
+			return fmt.Errorf("gvisor: checkpoint %s: a process in the sandbox holds a host socket (bound under %s), which cannot be saved; close it and retry (%v): %w",
+				id, LinkDir, err, errdefs.ErrFailedPrecondition)
 		}
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
 	tMem := time.Since(start)
-	if err := writeLayerTar(filepath.Join(d.dir(id), "disk", "upper"), filepath.Join(imageDir, ImageFSFile)); err != nil {
+	if err := sandboxdir.WriteLayerTar(filepath.Join(d.dir(id), "disk", "upper"), filepath.Join(imageDir, ImageFSFile)); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: writable layer: %w", id, err)
 	}
 	tFS := time.Since(start)
@@ -162,6 +169,9 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 	d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "fs", tFS-tMem, "resume/sync", time.Since(start)-tFS)
 	return nil
 }
+
+// FilesPart names the image's writable-layer archive (runtime.ImageFiles).
+func (d *Driver) FilesPart() string { return ImageFSFile }
 
 // syncTree makes the files and directories under dir (and dir) durable, so that an image a caller was
 // told is saved survives a crash of the machine, not only of the server.
@@ -221,7 +231,7 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string
 		if err := linkTree(filepath.Join(imageDir, ImageMemoryDir), mem); err != nil {
 			return fmt.Errorf("checkpoint image: %w", err)
 		}
-		return readLayerTar(filepath.Join(imageDir, ImageFSFile), filepath.Join(dir, "disk", "upper"))
+		return sandboxdir.ReadLayerTar(filepath.Join(imageDir, ImageFSFile), filepath.Join(dir, "disk", "upper"))
 	}, []string{"restore", "--detach", "--background", "--image-path", mem}, lnk)
 }
 
@@ -291,28 +301,11 @@ func linkTree(src, dst string) error {
 		if err := os.Link(from, to); err == nil {
 			continue
 		}
-		if err := copyFile(from, to); err != nil {
+		if err := sandboxdir.CopyFile(from, to); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func copyFile(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // runscQuiet runs a runsc command and reports its stderr on failure.

@@ -14,7 +14,6 @@
 package gvisor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,9 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
-	"strings"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -34,13 +30,14 @@ import (
 	"github.com/airlockrun/airlock/internal/cleanup"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/runtime/sandboxdir"
 )
 
 // LinkDir is where the daemon's socket directory is mounted inside the sandbox.
-const LinkDir = "/run/airlock"
+const LinkDir = sandboxdir.LinkMount
 
 // LinkSocketName is the file name of the daemon's socket in LinkDir.
-const LinkSocketName = "daemon.sock"
+const LinkSocketName = sandboxdir.SocketName
 
 // Config configures the driver. The zero value of every field but StateDir works.
 type Config struct {
@@ -62,6 +59,7 @@ type Config struct {
 type Driver struct {
 	cfg Config
 	log *slog.Logger
+	oci sandboxdir.OCI
 	// cpuV1 reports the host's cgroup v1 cpu hierarchy, where the driver adjusts quotas (cgroups.go).
 	cpuV1 bool
 }
@@ -96,13 +94,15 @@ func New(cfg Config) (*Driver, error) {
 		}
 	}
 	_, err = os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
-	return &Driver{cfg: cfg, log: cfg.Logger.With("driver", "gvisor"), cpuV1: err == nil}, nil
+	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", "gvisor"), cpuV1: err == nil}
+	d.oci = sandboxdir.OCI{Name: "gvisor", Command: d.runsc}
+	return d, nil
 }
 
 // Name reports "gvisor".
 func (d *Driver) Name() string { return "gvisor" }
 
-var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$`)
+var idPattern = sandboxdir.IDPattern
 
 func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.StateDir, "sandboxes", id) }
 
@@ -147,7 +147,7 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 	defer c.Clean()
 
 	t0 := time.Now()
-	if err := makeDisk(filepath.Join(dir, "disk.img"), filepath.Join(dir, "disk"), spec.Limits.DiskBytes); err != nil {
+	if err := sandboxdir.MakeDisk(filepath.Join(dir, "disk.img"), filepath.Join(dir, "disk"), spec.Limits.DiskBytes); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s disk: %w", spec.ID, err)
 	}
 	upper, work := filepath.Join(dir, "disk", "upper"), filepath.Join(dir, "disk", "work")
@@ -169,14 +169,14 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: mount writable layer: %w", err)
 	}
-	if err := makeLinkDir(dir); err != nil {
+	if err := sandboxdir.Dir(dir).MakeLinkDir(0); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: %w", err)
 	}
 	if err := restoreLinkDir(filepath.Join(dir, "link"), lnk.Entries); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
 	}
 	if spec.ControlDir != "" {
-		if err := makeControlDir(dir); err != nil {
+		if err := sandboxdir.Dir(dir).MakeControlDir(0); err != nil {
 			return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s control directory: %w", spec.ID, err)
 		}
 	}
@@ -208,7 +208,7 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 	cmd.Stdout = console
 	cmd.Stderr = console
 	if err := cmd.Run(); err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("gvisor: runsc %s %s: %v: %s", start[0], spec.ID, err, tail(filepath.Join(dir, "console.log")))
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: runsc %s %s: %v: %s", start[0], spec.ID, err, sandboxdir.Tail(filepath.Join(dir, "console.log")))
 	}
 	tRun := time.Since(t0)
 	if start[0] == "restore" {
@@ -217,13 +217,13 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 			return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
 		}
 	}
-	pid, err := readPID(pidFile)
+	pid, err := sandboxdir.ReadPID(pidFile)
 	if err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
 	}
 	tState := time.Since(t0)
 	if err := d.waitForSocket(ctx, spec.ID, 15*time.Second); err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s daemon did not start: %w: %s", spec.ID, err, tail(filepath.Join(dir, "console.log")))
+		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s daemon did not start: %w: %s", spec.ID, err, sandboxdir.Tail(filepath.Join(dir, "console.log")))
 	}
 	if err := d.settleCPUQuota(spec.ID); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
@@ -267,90 +267,14 @@ func (d *Driver) runsc(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// readPID reads the PID runsc wrote into the file at path.
-func readPID(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("pid file: %w", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("pid file %s holds %q, not a PID", path, b)
-	}
-	return pid, nil
-}
-
-type containerState struct {
-	ID     string `json:"id"`
-	Status string `json:"status"`
-	Pid    int    `json:"pid"`
-}
-
-func (d *Driver) state(ctx context.Context, id string) (containerState, error) {
-	var out, errb bytes.Buffer
-	cmd := d.runsc(ctx, "state", id)
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		if strings.Contains(errb.String(), "does not exist") || strings.Contains(errb.String(), "not found") {
-			return containerState{}, fmt.Errorf("gvisor: sandbox %s: %w", id, errdefs.ErrNotFound)
-		}
-		return containerState{}, fmt.Errorf("gvisor: runsc state %s: %v: %s", id, err, strings.TrimSpace(errb.String()))
-	}
-	var st containerState
-	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
-		return containerState{}, fmt.Errorf("gvisor: runsc state %s: %w", id, err)
-	}
-	return st, nil
-}
-
 // Status reports whether the sandbox runs. See runtime.Driver.
 func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
-	st, err := d.state(ctx, id)
-	if err != nil {
-		return runtime.Status{}, err
-	}
-	alive := st.Pid > 0 && unix.Kill(st.Pid, 0) == nil
-	if st.Status == "running" && alive {
-		return runtime.Status{Running: true}, nil
-	}
-	if st.Status == "paused" && alive {
-		return runtime.Status{Running: true, Paused: true}, nil
-	}
-	return runtime.Status{Running: false, Reason: d.stopReason(id)}, nil
+	return d.oci.Status(ctx, id, d.cgroupPath(id))
 }
 
 // Wait blocks until the sandbox's main process exits. See runtime.Driver.
 func (d *Driver) Wait(ctx context.Context, id string) (runtime.Status, error) {
-	st, err := d.state(ctx, id)
-	if err != nil {
-		return runtime.Status{}, err
-	}
-	if (st.Status != "running" && st.Status != "paused") || st.Pid <= 0 {
-		return runtime.Status{Reason: d.stopReason(id)}, nil
-	}
-	if err := waitPID(ctx, st.Pid); err != nil {
-		return runtime.Status{}, err
-	}
-	return runtime.Status{Reason: d.stopReason(id)}, nil
-}
-
-// stopReason reads why a sandbox stopped, from what its cgroup recorded.
-func (d *Driver) stopReason(id string) string {
-	mem := filepath.Join("/sys/fs/cgroup/memory", d.cgroupPath(id))
-	if b, err := os.ReadFile(filepath.Join(mem, "memory.oom_control")); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
-				limit := ""
-				if lb, err := os.ReadFile(filepath.Join(mem, "memory.limit_in_bytes")); err == nil {
-					if n, err := strconv.ParseInt(strings.TrimSpace(string(lb)), 10, 64); err == nil {
-						limit = fmt.Sprintf(" (limit %d MiB)", n>>20)
-					}
-				}
-				return "out of memory" + limit
-			}
-		}
-	}
-	return "sandbox exited"
+	return d.oci.Wait(ctx, id, d.cgroupPath(id))
 }
 
 // Destroy kills the container and removes every trace of it. See runtime.Driver.
@@ -359,26 +283,18 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 		return fmt.Errorf("gvisor: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
 	}
 	var errs []error
-	var errb bytes.Buffer
-	cmd := d.runsc(ctx, "delete", "--force", id)
-	cmd.Stderr = &errb
-	if err := cmd.Run(); err != nil && !strings.Contains(errb.String(), "does not exist") && !strings.Contains(errb.String(), "not found") {
-		errs = append(errs, fmt.Errorf("runsc delete %s: %v: %s", id, err, strings.TrimSpace(errb.String())))
+	if err := d.oci.Delete(ctx, id); err != nil {
+		errs = append(errs, err)
 	}
 	dir := d.dir(id)
 	// Overlay first (it holds the disk's upper dir), then the disk (autoclear frees its loop device),
 	// and the link directory's tmpfs.
 	for _, m := range []string{filepath.Join(dir, "rootfs"), filepath.Join(dir, "disk"), filepath.Join(dir, "link")} {
-		if err := unmount(m); err != nil {
+		if err := sandboxdir.Unmount(m); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, ctrl := range []string{"memory", "pids", "cpu", "cpuacct", "cpuset", "devices", "freezer", "blkio", "net_cls", "net_prio", "perf_event", "hugetlb", "systemd", "unified"} {
-		p := filepath.Join("/sys/fs/cgroup", ctrl, d.cgroupPath(id))
-		if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", p, err))
-		}
-	}
+	errs = append(errs, sandboxdir.RemoveCgroups(d.cgroupPath(id))...)
 	if len(errs) == 0 {
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, err)
@@ -409,33 +325,9 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// List reports the sandboxes with a directory or a runsc container on this host.
+// List reports the sandboxes with a directory or a container on this host. See runtime.Driver.
 func (d *Driver) List(ctx context.Context) ([]string, error) {
-	seen := map[string]bool{}
-	entries, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "sandboxes"))
-	if err != nil {
-		return nil, fmt.Errorf("gvisor: list: %w", err)
-	}
-	for _, e := range entries {
-		if idPattern.MatchString(e.Name()) {
-			seen[e.Name()] = true
-		}
-	}
-	var out bytes.Buffer
-	cmd := d.runsc(ctx, "list", "--quiet")
-	cmd.Stdout = &out
-	if err := cmd.Run(); err == nil {
-		for _, id := range strings.Fields(out.String()) {
-			if idPattern.MatchString(id) {
-				seen[id] = true
-			}
-		}
-	}
-	ids := make([]string, 0, len(seen))
-	for id := range seen {
-		ids = append(ids, id)
-	}
-	return ids, nil
+	return d.oci.List(ctx, filepath.Join(d.cfg.StateDir, "sandboxes"))
 }
 
 // ociSpec builds the OCI runtime spec of a sandbox.
@@ -513,44 +405,6 @@ func (d *Driver) ociSpec(spec runtime.Spec, dir string) (*specs.Spec, error) {
 	}, nil
 }
 
-// waitPID blocks until process pid (not necessarily our child) exits, or ctx ends.
-func waitPID(ctx context.Context, pid int) error {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return nil
-		}
-		return fmt.Errorf("pidfd_open %d: %w", pid, err)
-	}
-	defer unix.Close(fd)
-	for {
-		// Poll with a timeout so that a cancelled ctx is noticed without another fd to wake us.
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 200)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("poll pidfd: %w", err)
-		}
-		if n > 0 {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
-}
-
-// tail returns the last lines of a log file, for error messages.
-func tail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return strings.TrimSpace(string(b))
-}
-
 var _ runtime.CPUMeter = (*Driver)(nil)
 
 // CPUTime reads the CPU time of the sandbox's cgroup (cpuacct.usage). See runtime.CPUMeter.
@@ -558,16 +412,9 @@ func (d *Driver) CPUTime(ctx context.Context, id string) (time.Duration, error) 
 	if !idPattern.MatchString(id) {
 		return 0, fmt.Errorf("gvisor: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
 	}
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuacct", d.cgroupPath(id), "cpuacct.usage"))
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("gvisor: sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
+	t, err := sandboxdir.CPUTime(d.cgroupPath(id))
 	if err != nil {
-		return 0, fmt.Errorf("gvisor: cpu time of %s: %w", id, err)
+		return 0, fmt.Errorf("gvisor: sandbox %s: %w", id, err)
 	}
-	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("gvisor: cpu time of %s: %q: %w", id, b, err)
-	}
-	return time.Duration(ns), nil
+	return t, nil
 }

@@ -2,7 +2,6 @@ package gvisor
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,32 +14,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/runtime/sandboxdir"
 )
 
-// The daemon's channel crosses two directories of the sandbox's (see the package comment):
-//
-//   - link/ holds the daemon's socket. The daemon creates it (runsc --host-uds=create), so the sandbox
-//     can write there, root included: whatever it plants (symlinks, FIFOs, sockets, files) the host
-//     never follows. The node looks at and connects to the socket only beneath a descriptor of the
-//     directory with RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, checks it is a socket, and never creates,
-//     writes or removes anything there. It is a small tmpfs of its own (linkDirSize, linkDirInodes),
-//     so filling it fills nothing of the host's.
-//   - ctl/ is the host's, mounted read-only in the sandbox at runtime.Spec.ControlDir: the link key the
-//     daemon proves itself with (proto.ControlKey, readable by root only), and the wake file.
-//
+// The daemon's channel crosses the sandbox's link and control directories (internal/runtime/sandboxdir).
 // A sandbox restored from an image made before the control directory existed has none ("legacy"): its
-// daemon is woken with runtime.WakeSignal and proves nothing, but its socket is still opened as above.
-
-// Limits of the link directory's tmpfs: room for the daemon's socket and a few files the sandbox may
-// leave there, nothing more.
-const (
-	linkDirSize   = 64 << 10
-	linkDirInodes = 64
-)
+// daemon is woken with runtime.WakeSignal and proves nothing, but its socket is still opened beneath
+// the link directory.
 
 // ImageLinkFile in a checkpoint image records the link directory: that the sandbox had a control
 // directory, and what a process in it left in the link directory, which its restored copy must find
@@ -74,162 +56,34 @@ const (
 	maxLinkData    = 1 << 20
 )
 
-func (d *Driver) linkDir(id string) string    { return filepath.Join(d.dir(id), "link") }
-func (d *Driver) controlDir(id string) string { return filepath.Join(d.dir(id), "ctl") }
+// sdir is sandbox id's directory (sandboxdir: its link and control directories).
+func (d *Driver) sdir(id string) sandboxdir.Dir { return sandboxdir.Dir(d.dir(id)) }
+
+func (d *Driver) linkDir(id string) string { return d.sdir(id).Link() }
 
 // hasControl reports whether sandbox id has a control directory (it is not legacy).
-func (d *Driver) hasControl(id string) bool {
-	_, err := os.Lstat(d.controlDir(id))
-	return err == nil
-}
-
-// makeLinkDir makes the link directory of the sandbox in dir: a tmpfs of its own.
-func makeLinkDir(dir string) error {
-	p := filepath.Join(dir, "link")
-	if err := os.Mkdir(p, 0o700); err != nil {
-		return err
-	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", linkDirSize, linkDirInodes)
-	if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		return fmt.Errorf("mount the link directory: %w", err)
-	}
-	return nil
-}
-
-// makeControlDir makes the control directory of the sandbox in dir with a fresh link key.
-func makeControlDir(dir string) error {
-	p := filepath.Join(dir, "ctl")
-	if err := os.Mkdir(p, 0o755); err != nil {
-		return err
-	}
-	key := make([]byte, proto.LinkKeySize)
-	rand.Read(key)
-	if err := os.WriteFile(filepath.Join(p, proto.ControlKey), key, 0o400); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(p, proto.ControlWake), []byte("0"), 0o644)
-}
-
-// openLinkDir opens the link directory of sandbox id for lookups beneath it. The path up to it is the
-// host's own; the directory itself is a mount point the sandbox cannot replace.
-func (d *Driver) openLinkDir(id string) (int, error) {
-	fd, err := unix.Open(d.linkDir(id), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open the link directory of %s: %w", id, err)
-	}
-	return fd, nil
-}
-
-// readLinkDir opens the link directory of sandbox id for reading its entries (an O_PATH descriptor
-// cannot be read), beneath the descriptor openLinkDir gives.
-func (d *Driver) readLinkDir(id string) (*os.File, error) {
-	dfd, err := d.openLinkDir(id)
-	if err != nil {
-		return nil, err
-	}
-	fd, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	unix.Close(dfd)
-	if err != nil {
-		return nil, fmt.Errorf("open the link directory of %s: %w", id, err)
-	}
-	return os.NewFile(uintptr(fd), "link"), nil
-}
-
-// openSocket opens the daemon's socket of sandbox id (O_PATH), refusing any link on the way and
-// anything but a socket.
-func (d *Driver) openSocket(id string) (*os.File, error) {
-	dfd, err := d.openLinkDir(id)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(dfd)
-	fd, err := unix.Openat2(dfd, LinkSocketName, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("open the daemon socket of %s: %w", id, err)
-	}
-	f := os.NewFile(uintptr(fd), LinkSocketName)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("stat the daemon socket of %s: %w", id, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		f.Close()
-		return nil, fmt.Errorf("the daemon socket of %s is not a socket (mode %#o): %w", id, st.Mode, errdefs.ErrFailedPrecondition)
-	}
-	return f, nil
-}
-
-// socketPresent reports whether the daemon's socket of sandbox id is there (and a socket).
-func (d *Driver) socketPresent(id string) bool {
-	f, err := d.openSocket(id)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
-}
+func (d *Driver) hasControl(id string) bool { return d.sdir(id).HasControl() }
 
 // waitForSocket polls for the daemon's socket of sandbox id.
 func (d *Driver) waitForSocket(ctx context.Context, id string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	delay := 500 * time.Microsecond
-	for !d.socketPresent(id) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the daemon socket of %s did not appear within %s", id, limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
-		if delay < 10*time.Millisecond {
-			delay *= 2
-		}
-	}
-	return nil
+	return d.sdir(id).WaitForSocket(ctx, limit)
 }
 
-// DialLink connects to the daemon of sandbox id through the socket opened by openSocket (the connect
-// goes through the opened file, never through a path the sandbox could change), and reports the link
-// key the daemon must prove itself with: nil for a legacy sandbox. See runtime.Driver.
+// DialLink connects to the daemon of sandbox id beneath its link directory (sandboxdir.Dir.Dial), and
+// reports the link key the daemon must prove itself with: nil for a legacy sandbox. See runtime.Driver.
 func (d *Driver) DialLink(ctx context.Context, id string) (net.Conn, []byte, error) {
 	if !idPattern.MatchString(id) {
 		return nil, nil, fmt.Errorf("gvisor: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
 	}
-	key, err := d.linkKey(id)
+	key, err := d.sdir(id).LinkKey()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("gvisor: %w", err)
 	}
-	f, err := d.openSocket(id)
+	conn, err := d.sdir(id).Dial(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("gvisor: %w (%w)", err, errdefs.ErrUnavailable)
-	}
-	defer f.Close()
-	var dl net.Dialer
-	conn, err := dl.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(int(f.Fd())))
-	if err != nil {
-		return nil, nil, fmt.Errorf("gvisor: dial the daemon of %s: %w (%w)", id, err, errdefs.ErrUnavailable)
+		return nil, nil, fmt.Errorf("gvisor: %w", err)
 	}
 	return conn, key, nil
-}
-
-// linkKey reads sandbox id's link key from its control directory (nil for a legacy sandbox).
-func (d *Driver) linkKey(id string) ([]byte, error) {
-	b, err := os.ReadFile(filepath.Join(d.controlDir(id), proto.ControlKey))
-	if errors.Is(err, os.ErrNotExist) && !d.hasControl(id) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("gvisor: link key of %s: %w", id, err)
-	}
-	if len(b) != proto.LinkKeySize {
-		return nil, fmt.Errorf("gvisor: link key of %s has %d bytes: %w", id, len(b), errdefs.ErrFailedPrecondition)
-	}
-	return b, nil
 }
 
 // wakeWait is how long wake waits for a daemon to answer the wake file before it signals.
@@ -240,9 +94,8 @@ const wakeWait = 300 * time.Millisecond
 // sandbox's, gets runtime.WakeSignal.
 func (d *Driver) wake(ctx context.Context, id string) error {
 	if d.hasControl(id) {
-		gen := []byte(strconv.FormatInt(time.Now().UnixNano(), 10))
-		if err := fsutil.WriteFileAtomic(filepath.Join(d.controlDir(id), proto.ControlWake), gen, 0o644); err != nil {
-			return fmt.Errorf("wake: %w", err)
+		if err := d.sdir(id).TouchWake(); err != nil {
+			return err
 		}
 		if d.waitForSocket(ctx, id, wakeWait) == nil {
 			return nil
@@ -263,7 +116,7 @@ func (d *Driver) saveLinkDir(id, imageDir string) error {
 	if spec, err := d.readSpec(id); err == nil && spec.Process != nil {
 		rec.Init = spec.Process.Args
 	}
-	dir, err := d.readLinkDir(id)
+	dir, err := d.sdir(id).ReadLinkDir()
 	if err != nil {
 		return err
 	}
@@ -470,7 +323,7 @@ func restoreLinkEntry(root int, e linkEntry) error {
 // linkSockets lists (up to five of) the sockets a process in sandbox id made at the top of its link
 // directory, looked at beneath the directory's descriptor.
 func (d *Driver) linkSockets(id string) []string {
-	dir, err := d.readLinkDir(id)
+	dir, err := d.sdir(id).ReadLinkDir()
 	if err != nil {
 		return nil
 	}
@@ -480,7 +333,7 @@ func (d *Driver) linkSockets(id string) []string {
 	var out []string
 	for _, n := range names {
 		var st unix.Stat_t
-		if n != LinkSocketName && unix.Fstatat(root, n, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+		if n != sandboxdir.SocketName && unix.Fstatat(root, n, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
 			out = append(out, n)
 			if len(out) == 5 {
 				break

@@ -1,4 +1,4 @@
-package gvisor
+package sandboxdir
 
 import (
 	"archive/tar"
@@ -29,8 +29,8 @@ const xattrPrefix = "SCHILY.xattr."
 // socketRecord marks a socket file's entry (value "socket").
 const socketRecord = "AIRLOCK.type"
 
-// writeLayerTar archives the directory tree at root into the file at path.
-func writeLayerTar(root, path string) (err error) {
+// WriteLayerTar archives the directory tree at root into the file at path.
+func WriteLayerTar(root, path string) (err error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
@@ -158,9 +158,9 @@ func addXattrs(p string, hdr *tar.Header) error {
 	return nil
 }
 
-// readLayerTar unpacks the archive at path into root, an empty directory, as writeLayerTar made it.
+// ReadLayerTar unpacks the archive at path into root, an empty directory, as WriteLayerTar made it.
 // Names are confined to root: absolute names, ".." and paths through symbolic links are refused.
-func readLayerTar(path, root string) error {
+func ReadLayerTar(path, root string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package gvisor
+package sandboxdir
 
 import (
 	"errors"
@@ -11,9 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// makeDisk creates a sparse ext4 image of size bytes at img and mounts it at dir. The loop device is
+// MakeDisk creates a sparse ext4 image of size bytes at img and mounts it at dir. The loop device is
 // configured with autoclear, so unmounting dir releases it.
-func makeDisk(img, dir string, size int64) error {
+func MakeDisk(img, dir string, size int64) error {
 	f, err := os.OpenFile(img, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("create disk image: %w", err)
@@ -79,8 +79,8 @@ func attachLoop(backing *os.File) (*os.File, error) {
 	return nil, errors.New("no free loop device after 20 attempts")
 }
 
-// unmount detaches the mount at dir, if any. A path that is not a mount point, or does not exist, is fine.
-func unmount(dir string) error {
+// Unmount detaches the mount at dir, if any. A path that is not a mount point, or does not exist, is fine.
+func Unmount(dir string) error {
 	err := unix.Unmount(dir, unix.UMOUNT_NOFOLLOW)
 	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
 		return nil
@@ -91,5 +91,5 @@ func unmount(dir string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unmount %s: %w", dir, err)
+	return fmt.Errorf("Unmount %s: %w", dir, err)
 }

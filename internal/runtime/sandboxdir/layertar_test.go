@@ -1,4 +1,4 @@
-package gvisor
+package sandboxdir
 
 import (
 	"archive/tar"
@@ -39,8 +39,8 @@ func TestLayerTarRoundTrip(t *testing.T) {
 	must(os.Chtimes(filepath.Join(src, "home/user/a.txt"), when, when))
 	must(os.Chtimes(filepath.Join(src, "home/user/deep"), when, when))
 	tarPath := filepath.Join(t.TempDir(), "fs.tar")
-	must(writeLayerTar(src, tarPath))
-	must(readLayerTar(tarPath, dst))
+	must(WriteLayerTar(src, tarPath))
+	must(ReadLayerTar(tarPath, dst))
 
 	var st unix.Stat_t
 	must(unix.Lstat(filepath.Join(dst, "home/user/whiteout"), &st))
@@ -102,7 +102,7 @@ func TestLayerTarRefusesEscapes(t *testing.T) {
 			tw.Close()
 			f.Close()
 			root := t.TempDir()
-			err = readLayerTar(p, root)
+			err = ReadLayerTar(p, root)
 			if err == nil {
 				t.Fatalf("unpacked; want a refusal")
 			}
