@@ -180,7 +180,7 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 	}
 	out := airlock.TenantList{Tenants: make([]airlock.Tenant, 0, len(ts))}
 	for _, t := range ts {
-		out.Tenants = append(out.Tenants, toTenant(t))
+		out.Tenants = append(out.Tenants, s.withRuntimes(r.Context(), toTenant(t)))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -197,7 +197,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/tenants/"+t.ID)
-	writeJSON(w, http.StatusCreated, airlock.CreatedTenant{Tenant: toTenant(t), APIKey: airlock.NewAPIKey{APIKey: toAPIKey(k), Key: key}})
+	writeJSON(w, http.StatusCreated, airlock.CreatedTenant{Tenant: s.withRuntimes(r.Context(), toTenant(t)), APIKey: airlock.NewAPIKey{APIKey: toAPIKey(k), Key: key}})
 }
 
 func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
@@ -211,7 +211,20 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toTenant(t))
+	writeJSON(w, http.StatusOK, s.withRuntimes(r.Context(), toTenant(t)))
+}
+
+// withRuntimes adds to t the runtimes the tenant may use.
+func (s *Server) withRuntimes(ctx context.Context, t airlock.Tenant) airlock.Tenant {
+	names, _, err := s.cp.TenantRuntimes(ctx, t.ID)
+	switch {
+	case err != nil:
+	case names == nil:
+		t.Runtimes = []string{"*"}
+	default:
+		t.Runtimes = names
+	}
+	return t
 }
 
 func (s *Server) updateTenant(w http.ResponseWriter, r *http.Request) {
@@ -247,7 +260,13 @@ func (s *Server) updateTenant(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, toTenant(t))
+	if req.Runtimes != nil {
+		if _, err := s.cp.SetTenantRuntimes(r.Context(), id, *req.Runtimes); err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, s.withRuntimes(r.Context(), toTenant(t)))
 }
 
 func (s *Server) usage(w http.ResponseWriter, r *http.Request) {

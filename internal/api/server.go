@@ -249,7 +249,30 @@ func toAPI(sb store.Sandbox) airlock.Sandbox {
 		CPU: sb.Spec.CPUMillicores, MemoryMB: sb.Spec.MemoryMB, DiskMB: sb.Spec.DiskMB,
 		TimeoutSeconds: sb.Spec.TimeoutSeconds, Metadata: md,
 		CreatedAt: sb.CreatedAt, StartedAt: sb.StartedAt, EndsAt: sb.EndsAt, StoppedAt: sb.StoppedAt,
+		Runtime: runtimeOf(md), RuntimeReason: md[controlplane.RuntimeReasonMetadataKey], Abilities: abilitiesOf(md),
 	}
+}
+
+// runtimeOf reads the runtime from a sandbox's or session's metadata: gVisor for those made before
+// runtimes were chosen.
+func runtimeOf(md map[string]string) string {
+	if rt := md[controlplane.RuntimeMetadataKey]; rt != "" {
+		return rt
+	}
+	return controlplane.DefaultRuntime
+}
+
+// abilitiesOf reads what the runtime can do from a sandbox's or session's metadata (gVisor's, for
+// those made before runtimes were chosen).
+func abilitiesOf(md map[string]string) []string {
+	a, ok := md[controlplane.AbilitiesMetadataKey]
+	if !ok {
+		return []string{"memory_snapshots", "fork"}
+	}
+	if a == "" {
+		return []string{}
+	}
+	return strings.Split(a, ",")
 }
 
 // maxIdempotencyKey bounds the Idempotency-Key header.
@@ -265,7 +288,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	s.idempotent(w, r, "POST /v1/sandboxes", body, func() (int, any, string, error) {
 		creq := controlplane.CreateRequest{
 			Template: req.Template, Env: req.Env, CPUMillicores: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
-			TimeoutSeconds: req.TimeoutSeconds, Metadata: req.Metadata,
+			TimeoutSeconds: req.TimeoutSeconds, Metadata: req.Metadata, Runtime: req.Runtime,
 		}
 		if req.Network != nil {
 			p, err := toPolicy(*req.Network)

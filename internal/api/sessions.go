@@ -66,6 +66,10 @@ func toSession(se store.Session) airlock.Session {
 	if out.Metadata == nil {
 		out.Metadata = map[string]string{}
 	}
+	out.Runtime, out.RuntimeReason, out.Abilities = runtimeOf(out.Metadata), out.Metadata[controlplane.RuntimeReasonMetadataKey], abilitiesOf(out.Metadata)
+	if se.Spec.Runtime != "" {
+		out.Runtime = se.Spec.Runtime
+	}
 	if p, err := controlplane.SessionNetworkPolicy(se); err == nil && len(se.Spec.NetworkPolicy) > 0 {
 		np := fromPolicy(p)
 		out.Network = &np
@@ -73,10 +77,18 @@ func toSession(se store.Session) airlock.Session {
 	return out
 }
 
+// orKind is a snapshot's kind: memory for those recorded before kinds were.
+func orKind(k string) string {
+	if k == "" {
+		return controlplane.SnapshotKindMemory
+	}
+	return k
+}
+
 func toSnapshot(sn store.Snapshot) airlock.Snapshot {
 	return airlock.Snapshot{ID: sn.ID, SessionID: sn.SessionID, ParentID: sn.ParentID, Name: sn.Name, Trigger: string(sn.Trigger),
 		State: string(sn.State), Reason: sn.Reason, Pinned: sn.Pinned, LogicalBytes: sn.LogicalBytes, StoredBytes: sn.StoredBytes,
-		CreatedAt: sn.CreatedAt, CompletedAt: sn.CompletedAt}
+		CreatedAt: sn.CreatedAt, CompletedAt: sn.CompletedAt, Kind: orKind(sn.Meta[controlplane.SnapshotKindMeta])}
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
@@ -89,7 +101,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	s.idempotent(w, r, "POST /v1/sessions", body, func() (int, any, string, error) {
 		creq := controlplane.SessionRequest{
 			CreateRequest: controlplane.CreateRequest{Template: req.Template, Env: req.Env, CPUMillicores: req.CPU,
-				MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Metadata: req.Metadata},
+				MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Metadata: req.Metadata, Runtime: req.Runtime},
 			IdleTimeoutSeconds:     int(controlplane.DefaultIdleTimeout.Seconds()),
 			AutoResume:             true,
 			RollingIntervalSeconds: int(controlplane.DefaultRollingInterval.Seconds()),

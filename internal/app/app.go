@@ -66,7 +66,6 @@ import (
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/internal/retention"
-	"github.com/airlockrun/airlock/internal/runtime/gvisor"
 	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
@@ -714,12 +713,11 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 			err = errors.Join(err, closeNode())
 		}
 	}()
-	driver, err := gvisor.New(gvisor.Config{Runsc: h.runsc, StateDir: filepath.Join(h.dataDir, "runtime"), Debug: h.debug, Logger: h.log,
-		CgroupParent: "/airlock/" + h.tag})
+	driver, more, dclose, err := openDrivers(h)
+	closers = append(closers, dclose...)
 	if err != nil {
 		return nil, nil, err
 	}
-	closers = append(closers, driver.Close)
 	flows, err := flowlog.Open(filepath.Join(h.dataDir, "node", "flows"), h.log)
 	if err != nil {
 		return nil, nil, err
@@ -773,6 +771,7 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 		IfacePrefix:  "al" + h.tag,
 		DataDir:      nodeDir,
 		Driver:       driver,
+		More:         more,
 		Templates:    template.NewHostRegistry(filepath.Join(h.dataDir, "templates")),
 		DaemonBinary: h.daemon,
 		TenantAudit: func(tenantID, sandboxID string) link.Audit {

@@ -286,8 +286,12 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 		if err != nil {
 			return err
 		}
+		rts, err := nd.Runtimes(ctx)
+		if err != nil {
+			return err
+		}
 		return cc.Heartbeat(ctx, nodeapi.Heartbeat{Addr: advertise, Boot: boot, Capacity: capacity, Sandboxes: len(ids),
-			Version: daemon.Version, Leaving: leaving})
+			Version: daemon.Version, Leaving: leaving, Runtimes: rts})
 	}
 	// The first heartbeat says the node started anew (the control plane settles what a previous run
 	// left) before it serves: a control plane cannot reach it at that address before.

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -88,6 +90,41 @@ func BenchmarkSessionPauseResume(b *testing.B) {
 			b.ReportMetric(ms(percentile(resume.d, 0.5)), "resume_p50_ms")
 		})
 	}
+}
+
+// BenchmarkSessionResumeFetch: resume of a session holding 256 MiB whose image the node no longer
+// keeps (as on another node, or after its cache let it go): the node fetches the snapshot's chunks from
+// the blob store (here the local directory) before it restores. Target (issue 20): ≤ 1 s.
+func BenchmarkSessionResumeFetch(b *testing.B) {
+	testenv.RequireSandboxes(b)
+	e := testenv.Start(b, testenv.Options{})
+	se := startHolder(b, e.Client, 256<<20, 1024)
+	ctx := context.Background()
+	var resume timings
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		p, err := e.Client.PauseSession(ctx, se.ID)
+		if err != nil || p.State != airlock.SessionPaused {
+			b.Fatalf("pause: %+v %v", p, err)
+		}
+		if _, err := e.Client.WaitSnapshot(ctx, se.ID, p.HeadSnapshotID); err != nil {
+			b.Fatal(err)
+		}
+		// The node lets the image go: the resume must fetch it.
+		if err := os.RemoveAll(filepath.Join(e.DataDir, "node", "images", "cache", p.HeadSnapshotID)); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		r, err := e.Client.ResumeSession(ctx, se.ID)
+		if err != nil || r.State != airlock.SessionRunning {
+			b.Fatalf("resume: %+v %v", r, err)
+		}
+		resume.add(time.Since(start))
+	}
+	b.StopTimer()
+	resume.report(b)
 }
 
 // BenchmarkSessionFork10: fork a running session into ten and run a first command in each. Target

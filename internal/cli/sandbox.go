@@ -44,7 +44,8 @@ A sandbox that fails to boot is still created, in state "failed" with a reason: 
 it and exits with status 1.`,
 		Example: `  airlock sandbox create --cpu 2 --memory 2G --timeout 1h --metadata owner=alice
   airlock sandbox create --env OPENAI_API_KEY --env DEBUG=1
-  airlock sandbox create --allow api.openai.com:443 --allow '*.pypi.org:443'`,
+  airlock sandbox create --allow api.openai.com:443 --allow '*.pypi.org:443'
+  airlock sandbox create --runtime runc`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
@@ -53,7 +54,7 @@ it and exits with status 1.`,
 				return err
 			}
 			req := airlock.CreateSandboxRequest{Template: r.template, CPU: r.cpu, MemoryMB: r.memoryMB, DiskMB: r.diskMB,
-				Env: r.env, Metadata: r.metadata}
+				Env: r.env, Metadata: r.metadata, Runtime: r.runtime}
 			if req.TimeoutSeconds, err = parseSeconds("--timeout", timeout); err != nil {
 				return err
 			}
@@ -103,8 +104,8 @@ func printCreated(g *globals, v any, id, what string, failed bool, reason string
 
 // resourceFlags are the flags a sandbox and a session are created with.
 type resourceFlags struct {
-	template, cpu, memory, disk string
-	env, metadata               []string
+	template, cpu, memory, disk, runtime string
+	env, metadata                        []string
 }
 
 func (rf *resourceFlags) add(cmd *cobra.Command, envWhere string) {
@@ -115,17 +116,18 @@ func (rf *resourceFlags) add(cmd *cobra.Command, envWhere string) {
 	f.StringVar(&rf.disk, "disk", "", "size of the writable disk: MiB, or a size such as 4G; default 1 GiB")
 	f.StringArrayVarP(&rf.env, "env", "e", nil, "KEY=VALUE in "+envWhere+"; a bare KEY copies it from here (repeatable)")
 	f.StringArrayVarP(&rf.metadata, "metadata", "l", nil, "KEY=VALUE label (repeatable)")
+	f.StringVar(&rf.runtime, "runtime", "", `the runtime: gvisor (the default), runc (faster start, weaker isolation; the tenant must be allowed it) or auto (the server chooses)`)
 }
 
 // resources are parsed resourceFlags.
 type resources struct {
-	template              string
+	template, runtime     string
 	cpu, memoryMB, diskMB int
 	env, metadata         map[string]string
 }
 
 func (rf *resourceFlags) parse() (resources, error) {
-	r := resources{template: rf.template}
+	r := resources{template: rf.template, runtime: rf.runtime}
 	var err error
 	if r.cpu, err = parseCPU(rf.cpu); err != nil {
 		return r, err
@@ -232,6 +234,16 @@ func printSandbox(g *globals, sb *airlock.Sandbox, now time.Time) error {
 		t.row("Reason:", sb.Reason)
 	}
 	t.row("Template:", sb.Template)
+	if sb.Runtime != "" {
+		rt := sb.Runtime
+		if sb.RuntimeReason != "" {
+			rt += " (" + sb.RuntimeReason + ")"
+		}
+		t.row("Runtime:", rt)
+		if len(sb.Abilities) > 0 {
+			t.row("Abilities:", strings.Join(sb.Abilities, ", "))
+		}
+	}
 	t.row("CPU:", fmt.Sprintf("%dm", sb.CPU))
 	t.row("Memory:", fmt.Sprintf("%d MiB", sb.MemoryMB))
 	t.row("Disk:", fmt.Sprintf("%d MiB", sb.DiskMB))

@@ -49,7 +49,7 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 				return err
 			}
 			req := airlock.CreateSessionRequest{Template: r.template, CPU: r.cpu, MemoryMB: r.memoryMB, DiskMB: r.diskMB,
-				Env: r.env, Metadata: r.metadata}
+				Env: r.env, Metadata: r.metadata, Runtime: r.runtime}
 			if idle != "" {
 				n := 0
 				if idle != "0" {

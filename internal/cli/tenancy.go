@@ -40,6 +40,7 @@ tenant: its admin keys manage the others.`,
 	create.Flags().StringVar(&keyProvider, "key-provider", "local", `where the tenant's key-encryption keys live: "local" or "pkcs11" (the HSM or KMS of airlock up --pkcs11-module)`)
 	cmd.AddCommand(
 		create,
+		newTenantRuntimesCmd(g),
 		&cobra.Command{
 			Use:     "ls",
 			Aliases: []string{"list"},
@@ -136,6 +137,41 @@ func newUsageCmd(g *globals) *cobra.Command {
 			t.row("sessions", fmt.Sprint(u.Usage.Sessions), limit(u.Quotas.Sessions))
 			t.row("snapshot bytes", fmt.Sprint(u.Usage.SnapshotBytes), limit(u.Quotas.SnapshotBytes))
 			return t.flush()
+		},
+	}
+}
+
+func newTenantRuntimesCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "runtimes ID [RUNTIME...]",
+		Short: "Show or set the runtimes a tenant's sandboxes may run on",
+		Long: `With only an ID, print the runtimes the tenant may use; with runtimes, set them ("*" is every one;
+"default" alone restores the default: every runtime for the operator's tenant, gvisor for the others).
+runc starts faster but shares the host's kernel: allow it only to tenants you trust that far.`,
+		Example: `  airlock tenant runtimes tn_… gvisor runc
+  airlock tenant runtimes tn_… default`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			var tn *airlock.Tenant
+			var err error
+			if len(args) == 1 {
+				tn, err = g.client().GetTenant(cmd.Context(), args[0])
+			} else {
+				names := args[1:]
+				if len(names) == 1 && names[0] == "default" {
+					names = []string{}
+				}
+				tn, err = g.client().UpdateTenant(cmd.Context(), args[0], airlock.UpdateTenantRequest{Runtimes: &names})
+			}
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, tn)
+			}
+			fmt.Fprintf(g.Out, "tenant %s may use: %s\n", tn.ID, strings.Join(tn.Runtimes, ", "))
+			return nil
 		},
 	}
 }

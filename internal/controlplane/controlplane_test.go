@@ -58,6 +58,8 @@ type fakeNode struct {
 	fetched     int
 	// noFiles makes checkpoints name no file layer, as a driver without one (runtime.ImageFiles).
 	noFiles bool
+	// runtimes, if set, are what Runtimes reports.
+	runtimes []node.Runtime
 	// snaps is the snapshot store the node writes and reads images with (nil: none, as a node started
 	// without one); images holds its pending and cached images. storeMu serializes StoreImage.
 	snaps   *snapshot.Store
@@ -82,6 +84,16 @@ func (n *fakeNode) ID() string {
 		return n.id
 	}
 	return "local"
+}
+
+// Runtimes reports the fake's runtimes: gvisor's abilities, and those set in runtimes.
+func (n *fakeNode) Runtimes(ctx context.Context) ([]node.Runtime, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.runtimes != nil {
+		return n.runtimes, nil
+	}
+	return []node.Runtime{{Name: "gvisor", Abilities: []string{node.AbilityMemorySnapshots, node.AbilityFork}}}, nil
 }
 
 func (n *fakeNode) CheckTemplate(ctx context.Context, name string) error {

@@ -237,6 +237,9 @@ func TestNodeCalls(t *testing.T) {
 	defer mu.Unlock()
 	var targets []string
 	for _, e := range audited {
+		if e.Action == "choose runtime" {
+			continue // the control plane's own, for the sandboxes it made
+		}
 		targets = append(targets, e.Target)
 	}
 	if strings.Join(targets, ",") != "api.test:443,last.test:443" {

@@ -49,6 +49,26 @@ type NodeLive struct {
 // Up reports whether the node was heard from within NodeDownAfter of now, and is not leaving.
 func (l NodeLive) Up(now time.Time) bool { return !l.Leaving && now.Sub(l.SeenAt) < NodeDownAfter }
 
+// checkRuntimes bounds the runtimes a heartbeat reports: a node taken over must not fill the Store.
+func checkRuntimes(rs []node.Runtime) error {
+	if len(rs) > 8 {
+		return fmt.Errorf("heartbeat: %d runtimes, at most 8: %w", len(rs), errdefs.ErrInvalidArgument)
+	}
+	for _, r := range rs {
+		if !runtimePattern.MatchString(r.Name) || r.Name == RuntimeAuto || len(r.Abilities) > 8 {
+			return fmt.Errorf("heartbeat: runtime %q: %w", r.Name, errdefs.ErrInvalidArgument)
+		}
+		for _, a := range r.Abilities {
+			switch a {
+			case node.AbilityMemorySnapshots, node.AbilityFilesSnapshots, node.AbilityFork:
+			default:
+				return fmt.Errorf("heartbeat: runtime %s: unknown ability %q: %w", r.Name, a, errdefs.ErrInvalidArgument)
+			}
+		}
+	}
+	return nil
+}
+
 // maxBootLen bounds a heartbeat's Boot.
 const maxBootLen = 64
 
@@ -60,6 +80,9 @@ const maxBootLen = 64
 func (s *Service) NodeHeartbeat(ctx context.Context, nodeID, fingerprint string, hb nodeapi.Heartbeat) error {
 	if hb.Boot == "" || len(hb.Boot) > maxBootLen || len(hb.Version) > maxBootLen {
 		return fmt.Errorf("heartbeat: boot must be 1-%d characters, version at most %d: %w", maxBootLen, maxBootLen, errdefs.ErrInvalidArgument)
+	}
+	if err := checkRuntimes(hb.Runtimes); err != nil {
+		return err
 	}
 	if err := hb.Capacity.Check(); err != nil {
 		return fmt.Errorf("heartbeat: %v: %w", err, errdefs.ErrInvalidArgument)
@@ -517,16 +540,27 @@ func (s *Service) sandboxesOnNode(ctx context.Context, nodeID string, states []s
 	}
 }
 
-// place chooses the node for a new sandbox of spec: of the nodes up with room for it (a bound of
+// place chooses the node for a new sandbox of spec that runs on runtime rt ("": any): of the nodes up
+// that have rt, with room for it (a bound of
 // sandboxes, and memory, counting those placed there and not stopped; CPU is shared, not reserved), prefer if it is one of them (the node
 // where the session's snapshot is), else the one with the most memory left, ties at random.
-func (s *Service) place(ctx context.Context, spec store.SandboxSpec, prefer string) (placement, error) {
+func (s *Service) place(ctx context.Context, spec store.SandboxSpec, prefer, rt string) (placement, error) {
 	caps, err := s.nodesUp(ctx)
 	if err != nil {
 		return placement{}, err
 	}
 	if len(caps) == 0 {
 		return placement{}, fmt.Errorf("no node is up to run the sandbox: %w", errdefs.ErrUnavailable)
+	}
+	if rt != "" {
+		for id := range caps {
+			if _, ok := s.runtimeOn(ctx, id, rt); !ok {
+				delete(caps, id)
+			}
+		}
+		if len(caps) == 0 {
+			return placement{}, fmt.Errorf("no node that is up has the %s runtime: %w", rt, errdefs.ErrUnavailable)
+		}
 	}
 	used, err := s.store.NodeUsage(ctx, activeSandbox)
 	if err != nil {

@@ -29,6 +29,9 @@ type CreateRequest struct {
 	Metadata       map[string]string
 	// Network is the egress policy; nil denies everything.
 	Network *policy.Policy
+	// Runtime names the runtime to run on ("gvisor", "runc", …), RuntimeAuto to let the control plane
+	// choose, or "" for DefaultRuntime (runtimes.go).
+	Runtime string
 }
 
 var (
@@ -56,6 +59,9 @@ func (r *CreateRequest) normalize() error {
 	}
 	if !templatePattern.MatchString(r.Template) {
 		return invalid("template name %q must be 1-64 lowercase letters, digits or ._- and start with a letter or digit", r.Template)
+	}
+	if r.Runtime != "" && !runtimePattern.MatchString(r.Runtime) {
+		return invalid("runtime %q must be gvisor, runc, auto or another runtime's name", r.Runtime)
 	}
 	if r.CPUMillicores == 0 {
 		r.CPUMillicores = DefaultCPU
@@ -152,7 +158,11 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 	}
 	spec := store.SandboxSpec{CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		TimeoutSeconds: req.TimeoutSeconds}
-	pl, err := s.place(ctx, spec, "")
+	rt, why, err := s.chooseRuntime(ctx, tenantID, req.Runtime, false)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	pl, err := s.place(ctx, spec, "", rt.Name)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -179,7 +189,7 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 		Template:      req.Template,
 		State:         store.StateCreating,
 		Spec:          spec,
-		Metadata:      req.Metadata,
+		Metadata:      withRuntime(req.Metadata, s.runtimeOf(ctx, pl.n.ID(), rt), why),
 		CreatedAt:     now,
 		EndsAt:        &ends,
 	})
@@ -198,10 +208,12 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 	}
 	// The record counts on the node now (place).
 	pl.done()
+	s.auditRuntime(tenantID, sb.ID, rt.Name, why)
 	berr := pl.n.CreateSandbox(bootCtx, node.CreateRequest{
 		ID:       sb.ID,
 		TenantID: sb.TenantID,
 		Template: req.Template,
+		Runtime:  rt.Name,
 		Env:      env,
 		Limits: runtime.Limits{
 			CPUMillis:   int64(req.CPUMillicores),
@@ -668,7 +680,8 @@ func (s *Service) reconcileNode(ctx context.Context, n Node, createdSince time.T
 				s.log.Error("reconcile", "sandbox", sb.ID, "err", err)
 				continue // not adopted: failed below, and destroyed
 			}
-			running = append(running, node.RecoverRequest{ID: sb.ID, TenantID: sb.TenantID, Network: p, CAID: sb.Metadata[SessionMetadataKey]})
+			running = append(running, node.RecoverRequest{ID: sb.ID, TenantID: sb.TenantID, Network: p, CAID: sb.Metadata[SessionMetadataKey],
+				Runtime: sb.Metadata[RuntimeMetadataKey]})
 		case sb.State == store.StateCreating && !createdSince.IsZero() && !sb.CreatedAt.Before(createdSince):
 			keep[sb.ID] = true
 		}

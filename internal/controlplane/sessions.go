@@ -137,13 +137,17 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 			return store.Session{}, fmt.Errorf("encode network policy: %w", err)
 		}
 	}
+	rt, why, err := s.chooseRuntime(ctx, tenantID, req.Runtime, true)
+	if err != nil {
+		return store.Session{}, err
+	}
 	se, err := s.store.CreateSession(ctx, store.Session{
 		ID:       store.NewID("se"),
 		TenantID: tenantID,
 		State:    store.SessionCreating,
 		Spec: store.SessionSpec{Template: req.Template, CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB,
-			DiskMB: req.DiskMB, NetworkPolicy: netJSON},
-		Metadata:               req.Metadata,
+			DiskMB: req.DiskMB, NetworkPolicy: netJSON, Runtime: rt.Name},
+		Metadata:               withRuntime(req.Metadata, rt, why),
 		IdleTimeoutSeconds:     req.IdleTimeoutSeconds,
 		AutoResume:             req.AutoResume,
 		RollingIntervalSeconds: req.RollingIntervalSeconds,
@@ -191,11 +195,16 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 		return store.Sandbox{}, err
 	}
 	spec := store.SandboxSpec{CPUMillicores: se.Spec.CPUMillicores, MemoryMB: se.Spec.MemoryMB, DiskMB: se.Spec.DiskMB}
-	pl, err := s.place(ctx, spec, prefer)
+	rt := se.Spec.Runtime
+	if rt == "" {
+		rt = DefaultRuntime
+	}
+	pl, err := s.place(ctx, spec, prefer, rt)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
 	defer pl.done()
+	nrt := s.runtimeOf(ctx, pl.n.ID(), node.Runtime{Name: rt})
 	n := pl.n
 	if src != nil && !src.stored && n.ID() != prefer {
 		return store.Sandbox{}, fmt.Errorf("snapshot %s is still being stored from node %s, which has no room now; retry once it is stored: %w",
@@ -221,25 +230,28 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 		return store.Sandbox{}, err
 	}
 	sb, err := s.store.CreateSandbox(ctx, store.Sandbox{
-		ID:            sbID,
-		TenantID:      se.TenantID,
-		NodeID:        n.ID(),
-		Template:      se.Spec.Template,
-		State:         store.StateCreating,
-		Spec:          spec,
-		Metadata:      map[string]string{SessionMetadataKey: se.ID, fenceMetadataKey: strconv.FormatInt(fence, 10)},
+		ID:       sbID,
+		TenantID: se.TenantID,
+		NodeID:   n.ID(),
+		Template: se.Spec.Template,
+		State:    store.StateCreating,
+		Spec:     spec,
+		Metadata: withRuntime(map[string]string{SessionMetadataKey: se.ID, fenceMetadataKey: strconv.FormatInt(fence, 10)},
+			nrt, "the session's runtime: "+orDefault(se.Metadata[RuntimeReasonMetadataKey], "the default runtime")),
 		NetworkPolicy: se.Spec.NetworkPolicy,
 		CreatedAt:     s.now(),
 	})
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("session %s: record sandbox: %w", se.ID, err)
 	}
+	s.auditRuntime(se.TenantID, sb.ID, rt, sb.Metadata[RuntimeReasonMetadataKey])
 	unlock := s.locks.Lock(sb.ID)
 	defer unlock()
 	req := node.CreateRequest{
 		ID:       sb.ID,
 		TenantID: se.TenantID,
 		Template: se.Spec.Template,
+		Runtime:  rt,
 		Env:      env,
 		Limits: runtime.Limits{CPUMillis: int64(se.Spec.CPUMillicores), MemoryBytes: int64(se.Spec.MemoryMB) << 20,
 			DiskBytes: int64(se.Spec.DiskMB) << 20},
@@ -493,6 +505,13 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 			sn.Meta[snapshotFilesMeta] = img.FilesPart
 		} else {
 			sn.Meta[snapshotFilesMeta] = noFilesPart
+		}
+		if img.Runtime != "" {
+			sn.Meta[snapshotRuntimeMeta] = img.Runtime
+		}
+		sn.Meta[SnapshotKindMeta] = SnapshotKindMemory
+		if img.FilesOnly {
+			sn.Meta[SnapshotKindMeta] = SnapshotKindFiles
 		}
 		return nil
 	})
@@ -1244,6 +1263,15 @@ const (
 // writable layer as a tar archive, as its node's driver named it (runtime.ImageFiles); noFilesPart says
 // the driver keeps none. Snapshots recorded before nodes said so are gVisor's, whose archive is
 // legacyFilesPart.
+// snapshotRuntimeMeta names the runtime that took a snapshot; SnapshotKindMeta says what it holds:
+// memory and processes (a resume continues them), or files only (a resume starts the processes anew).
+const (
+	snapshotRuntimeMeta = "runtime"
+	SnapshotKindMeta    = "kind"
+	SnapshotKindMemory  = "memory"
+	SnapshotKindFiles   = "files"
+)
+
 const (
 	snapshotFilesMeta = "files_part"
 	noFilesPart       = "-"
@@ -1268,7 +1296,7 @@ func (s *Service) snapshotNode(ctx context.Context, tenantID, snapID string) str
 
 // checkTemplate reports whether a node that has room for a sandbox of memMB can boot template name.
 func (s *Service) checkTemplate(ctx context.Context, name string, memMB int) error {
-	pl, err := s.place(ctx, store.SandboxSpec{MemoryMB: memMB}, "")
+	pl, err := s.place(ctx, store.SandboxSpec{MemoryMB: memMB}, "", "")
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,8 @@ import (
 type API interface {
 	// ID names the node.
 	ID() string
+	// Runtimes reports the node's runtime drivers and their abilities, the default first.
+	Runtimes(ctx context.Context) ([]Runtime, error)
 	// CheckTemplate reports whether the node can boot the template: nil, or an error wrapping
 	// errdefs.ErrNotFound.
 	CheckTemplate(ctx context.Context, name string) error

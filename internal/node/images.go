@@ -57,6 +57,10 @@ type Image struct {
 	// FilesPart names the image's file holding the sandbox's writable layer as a tar archive
 	// (runtime.ImageFiles); empty when the driver keeps none.
 	FilesPart string `json:"files_part,omitempty"`
+	// Runtime names the driver that made it (a restore must use the same); FilesOnly says the image
+	// holds files only (runtime.FilesOnly).
+	Runtime   string `json:"runtime,omitempty"`
+	FilesOnly bool   `json:"files_only,omitempty"`
 }
 
 // StoreRequest asks a node to write the image it saved for a snapshot into the snapshot store.

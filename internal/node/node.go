@@ -62,6 +62,9 @@ type CreateRequest struct {
 	TenantID string
 	// Template is the template name.
 	Template string
+	// Runtime names the runtime driver ("": the node's default). A restore must name the driver the
+	// snapshot was taken with.
+	Runtime string
 	// Env is the base environment of the sandbox's processes ("K=V").
 	Env []string
 	// Limits are the resource limits; zero fields take the driver's defaults.
@@ -82,7 +85,9 @@ type CreateRequest struct {
 type RecoverRequest struct {
 	ID       string
 	TenantID string
-	Network  policy.Policy
+	// Runtime is the sandbox's CreateRequest.Runtime.
+	Runtime string
+	Network policy.Policy
 	// CAID is the sandbox's CreateRequest.CAID.
 	CAID string
 }
@@ -97,8 +102,10 @@ type Config struct {
 	// DataDir holds the node's state: DataDir/netns, DataDir/audit (and the flow log's files, by
 	// convention in DataDir/flows). Required.
 	DataDir string
-	// Driver runs the sandboxes. Required.
+	// Driver runs the sandboxes by default. Required.
 	Driver runtime.Driver
+	// More are the node's other runtime drivers, each chosen by its name (CreateRequest.Runtime).
+	More []runtime.Driver
 	// Templates resolves template names. Required.
 	Templates template.Registry
 	// Gateway, if set, gives each sandbox a veth to the host through which all its traffic goes to the
@@ -144,6 +151,8 @@ type Local struct {
 	wg sync.WaitGroup // watchers
 	// images is the node's share of the snapshot pipeline (images.go); nil without Config.Snapshots.
 	images *images
+	// drv are the runtime drivers, and which one runs each sandbox (drivers.go).
+	drv *drivers
 }
 
 // sandbox is the node's view of one running sandbox.
@@ -191,7 +200,11 @@ func New(cfg Config) (*Local, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	cfg.DaemonBinary = bin
-	n := &Local{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), sandboxes: map[string]*sandbox{}, fences: map[string]int64{}}
+	drv, err := newDrivers(cfg.Driver, cfg.More)
+	if err != nil {
+		return nil, err
+	}
+	n := &Local{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), sandboxes: map[string]*sandbox{}, fences: map[string]int64{}, drv: drv}
 	if cfg.Snapshots != nil {
 		if n.images, err = newImages(filepath.Join(cfg.DataDir, "images"), cfg.Snapshots, cfg.ImageCacheBytes); err != nil {
 			return nil, err
@@ -238,8 +251,12 @@ func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
 // processes continue where the image was taken; its trust store is the image's, so req.CAID must name
 // the CA the checkpointed sandbox used. A failed restore leaves nothing behind on the host.
 func (n *Local) RestoreSandbox(ctx context.Context, req CreateRequest, src ImageSource) error {
-	if _, ok := n.cfg.Driver.(runtime.Restorer); !ok {
-		return fmt.Errorf("the %s runtime cannot restore: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
+	d, err := n.drv.get(req.Runtime)
+	if err != nil {
+		return err
+	}
+	if _, ok := d.(runtime.Restorer); !ok {
+		return fmt.Errorf("the %s runtime cannot restore: %w", d.Name(), errdefs.ErrFailedPrecondition)
 	}
 	im, err := n.imageStore()
 	if err != nil {
@@ -324,16 +341,24 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 		Limits:     req.Limits,
 	}
 	tNetns := time.Since(start)
+	drv, err := n.drv.get(req.Runtime)
+	if err != nil {
+		return err
+	}
+	n.drv.track(req.ID, drv.Name())
+	c.Add(func() { n.drv.untrack(req.ID) })
 	if imageDir == "" {
-		_, err = n.cfg.Driver.Create(ctx, spec)
+		_, err = drv.Create(ctx, spec)
+	} else if rs, ok := drv.(runtime.Restorer); ok {
+		_, err = rs.Restore(ctx, spec, imageDir)
 	} else {
-		_, err = n.cfg.Driver.(runtime.Restorer).Restore(ctx, spec, imageDir)
+		err = fmt.Errorf("the %s runtime cannot restore: %w", drv.Name(), errdefs.ErrFailedPrecondition)
 	}
 	if err != nil {
 		return err
 	}
 	tDriver := time.Since(start)
-	c.Add(func() { _ = n.cfg.Driver.Destroy(context.WithoutCancel(ctx), req.ID) })
+	c.Add(func() { _ = drv.Destroy(context.WithoutCancel(ctx), req.ID) })
 	if err := n.attach(ctx, req.ID, req.TenantID); err != nil {
 		return err
 	}
@@ -467,7 +492,7 @@ func (n *Local) dialWithRetry(ctx context.Context, id string, opts link.Options)
 func (n *Local) dialOnce(ctx context.Context, id string, opts link.Options, timeout time.Duration) (*link.Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, key, err := n.cfg.Driver.DialLink(dctx, id)
+	conn, key, err := n.drv.driverOf(id).DialLink(dctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -488,7 +513,7 @@ func (n *Local) watch(ctx context.Context, s *sandbox, cl *link.Client) {
 	defer n.wg.Done()
 	exited := make(chan runtime.Status, 1)
 	go func() {
-		st, err := n.cfg.Driver.Wait(ctx, s.id)
+		st, err := n.drv.driverOf(s.id).Wait(ctx, s.id)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -567,7 +592,8 @@ func (n *Local) SetNetwork(ctx context.Context, id string, p policy.Policy) erro
 // whatever a crashed node left of a sandbox is removed too.
 func (n *Local) DestroySandbox(ctx context.Context, id string) error {
 	n.forget(id)
-	err := n.cfg.Driver.Destroy(ctx, id)
+	err := n.drv.destroy(ctx, id)
+	n.drv.untrack(id)
 	if gw := n.cfg.Gateway; gw != nil {
 		gw.Unregister(id)
 		if herr := hostnet.Detach(n.ifName(id)); herr != nil {
@@ -595,7 +621,7 @@ func (n *Local) Flows(ctx context.Context, id string, f flowlog.Filter) ([]gatew
 
 // Sandboxes reports the IDs of the sandboxes on this host, running or left over.
 func (n *Local) Sandboxes(ctx context.Context) ([]string, error) {
-	ids, err := n.cfg.Driver.List(ctx)
+	ids, err := n.drv.list(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -629,12 +655,18 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) ([]string, e
 			adopted = append(adopted, id)
 			continue
 		}
-		st, err := n.cfg.Driver.Status(ctx, id)
+		drv, err := n.drv.get(r.Runtime)
+		if err != nil {
+			n.log.Warn("re-adopt sandbox", "sandbox", id, "err", err)
+			continue
+		}
+		st, err := drv.Status(ctx, id)
 		if err != nil || !st.Running {
 			continue
 		}
+		n.drv.track(id, drv.Name())
 		// A checkpoint the previous run did not finish may have left it frozen or its daemon quiesced.
-		if p, ok := n.cfg.Driver.(runtime.Pauser); ok {
+		if p, ok := drv.(runtime.Pauser); ok {
 			if err := p.Unpause(ctx, id); err != nil {
 				n.log.Warn("re-adopt sandbox: unpause", "sandbox", id, "err", err)
 				continue
@@ -702,9 +734,10 @@ func (n *Local) Shutdown(ctx context.Context) error {
 // re-attached). With req.LeaveRunning the sandbox continues and the node connects to it again; without,
 // it stays stopped until DestroySandbox or UnpauseSandbox.
 func (n *Local) CheckpointSandbox(ctx context.Context, id string, req CheckpointRequest) (Image, error) {
-	cp, ok := n.cfg.Driver.(runtime.Checkpointer)
+	drv := n.drv.driverOf(id)
+	cp, ok := drv.(runtime.Checkpointer)
 	if !ok {
-		return Image{}, fmt.Errorf("the %s runtime cannot checkpoint: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
+		return Image{}, fmt.Errorf("the %s runtime cannot checkpoint: %w", drv.Name(), errdefs.ErrFailedPrecondition)
 	}
 	im, err := n.imageStore()
 	if err != nil {
@@ -744,12 +777,12 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req Checkpoint
 		os.RemoveAll(dir)
 	}
 	if !req.LeaveRunning && err == nil {
-		go prefetch(dir)         // owner: none; ends when it has read the files
-		return n.image(dir), nil // stopped; DestroySandbox cleans up, or UnpauseSandbox lets it run on
+		n.prefetch(dir)
+		return n.image(drv, dir), nil // stopped; DestroySandbox cleans up, or UnpauseSandbox lets it run on
 	}
 	if err != nil {
 		// Whatever step failed, let it run again: thaw it, or wake a daemon left quiesced.
-		if p, ok := n.cfg.Driver.(runtime.Pauser); ok {
+		if p, ok := drv.(runtime.Pauser); ok {
 			if uerr := p.Unpause(ctx, id); uerr != nil {
 				err = errors.Join(err, uerr)
 			}
@@ -763,13 +796,16 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req Checkpoint
 		return Image{}, err
 	}
 	n.prefetch(dir)
-	return n.image(dir), nil
+	return n.image(drv, dir), nil
 }
 
-// image describes the checkpoint image in dir.
-func (n *Local) image(dir string) Image {
-	img := Image{Bytes: treeBytes(dir)}
-	if f, ok := n.cfg.Driver.(runtime.ImageFiles); ok {
+// image describes the checkpoint image drv made in dir.
+func (n *Local) image(drv runtime.Driver, dir string) Image {
+	img := Image{Bytes: treeBytes(dir), Runtime: drv.Name()}
+	if f, ok := drv.(runtime.FilesOnly); ok && f.FilesOnly() {
+		img.FilesOnly = true
+	}
+	if f, ok := drv.(runtime.ImageFiles); ok {
 		img.FilesPart = f.FilesPart()
 	}
 	return img
@@ -786,9 +822,10 @@ func (n *Local) prefetch(dir string) {
 
 // SandboxCPU reports the CPU time a sandbox used so far (see runtime.CPUMeter).
 func (n *Local) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
-	m, ok := n.cfg.Driver.(runtime.CPUMeter)
+	drv := n.drv.driverOf(id)
+	m, ok := drv.(runtime.CPUMeter)
 	if !ok {
-		return 0, fmt.Errorf("the %s runtime does not meter CPU: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
+		return 0, fmt.Errorf("the %s runtime does not meter CPU: %w", drv.Name(), errdefs.ErrFailedPrecondition)
 	}
 	if _, err := n.lookup(id); err != nil {
 		return 0, err
@@ -831,7 +868,7 @@ func (n *Local) dialAlive(ctx context.Context, id string, opts link.Options) (*l
 	defer stop()
 	exited := make(chan runtime.Status, 1)
 	go func() {
-		if st, err := n.cfg.Driver.Wait(wctx, id); err == nil {
+		if st, err := n.drv.driverOf(id).Wait(wctx, id); err == nil {
 			exited <- st
 		}
 	}()
@@ -886,9 +923,10 @@ const notProvenReason = "sandbox daemon failed to prove it is this sandbox's (li
 // UnpauseSandbox lets a sandbox that CheckpointSandbox left stopped run again (the snapshot could not be
 // stored), and connects to it anew.
 func (n *Local) UnpauseSandbox(ctx context.Context, id string) error {
-	p, ok := n.cfg.Driver.(runtime.Pauser)
+	drv := n.drv.driverOf(id)
+	p, ok := drv.(runtime.Pauser)
 	if !ok {
-		return fmt.Errorf("the %s runtime cannot unpause: %w", n.cfg.Driver.Name(), errdefs.ErrFailedPrecondition)
+		return fmt.Errorf("the %s runtime cannot unpause: %w", drv.Name(), errdefs.ErrFailedPrecondition)
 	}
 	s, err := n.lookup(id)
 	if err != nil {

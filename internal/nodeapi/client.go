@@ -231,6 +231,13 @@ func (c *Client) DropImages(ctx context.Context, snapIDs []string) error {
 	return c.call(ctx, http.MethodPost, "/node/v1/images/drop", snapIDs, nil)
 }
 
+// Runtimes reports the node's runtime drivers and their abilities.
+func (c *Client) Runtimes(ctx context.Context) ([]node.Runtime, error) {
+	var rs []node.Runtime
+	err := c.call(ctx, http.MethodGet, "/node/v1/runtimes", nil, &rs)
+	return rs, err
+}
+
 // PendingImages reports the snapshots whose images the node keeps and has not stored.
 func (c *Client) PendingImages(ctx context.Context) ([]string, error) {
 	var ids []string

@@ -70,6 +70,9 @@ type Heartbeat struct {
 	Version string `json:"version,omitempty"`
 	// Leaving says the node is shutting down: no sandbox is to be placed on it any more.
 	Leaving bool `json:"leaving,omitempty"`
+	// Runtimes are the node's runtime drivers and their abilities, the default first (none: an older
+	// node, gVisor only).
+	Runtimes []node.Runtime `json:"runtimes,omitempty"`
 }
 
 // HeartbeatInterval is how often a node reports. A node that could not report for FenceAfter destroys

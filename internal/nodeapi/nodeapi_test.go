@@ -122,6 +122,9 @@ func (f *fakeNode) DropImages(_ context.Context, ids []string) error {
 	return nil
 }
 func (f *fakeNode) PendingImages(context.Context) ([]string, error) { return []string{"sn_1"}, nil }
+func (f *fakeNode) Runtimes(context.Context) ([]node.Runtime, error) {
+	return []node.Runtime{{Name: "gvisor", Abilities: []string{node.AbilityMemorySnapshots, node.AbilityFork}}, {Name: "runc", Abilities: []string{node.AbilityFilesSnapshots}}}, nil
+}
 
 // grantOf describes a grant as the node received it: its tenant and its keys' first bytes.
 func grantOf(g *snapshot.Grant) string {
@@ -365,6 +368,9 @@ func TestImages(t *testing.T) {
 	}
 	if ids, err := c.PendingImages(ctx); err != nil || len(ids) != 1 || ids[0] != "sn_1" {
 		t.Errorf("PendingImages = %v, %v", ids, err)
+	}
+	if rs, err := c.Runtimes(ctx); err != nil || len(rs) != 2 || rs[1].Name != "runc" || !rs[1].Has(node.AbilityFilesSnapshots) || rs[1].Has(node.AbilityFork) {
+		t.Errorf("Runtimes = %+v, %v", rs, err)
 	}
 	want := []string{"checkpoint sb_1 sn_1 true", "store tn_1 sn_1 grant tn_1 abababab se_1", "restore sb_3 500 rules from sn_1 with grant tn_1 abababab",
 		"restore sb_4 0 rules from sn_1 with no grant", "drop sn_1,sn_2"}

@@ -45,6 +45,7 @@ func NewHandler(b Backend, log *slog.Logger) (*Handler, error) {
 	h.mux.HandleFunc("POST /node/v1/images/store", h.storeImage)
 	h.mux.HandleFunc("POST /node/v1/images/drop", h.dropImages)
 	h.mux.HandleFunc("GET /node/v1/images/pending", h.pendingImages)
+	h.mux.HandleFunc("GET /node/v1/runtimes", h.runtimes)
 	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/unpause", h.unpause)
 	h.mux.HandleFunc("GET /node/v1/sandboxes/{id}/cpu", h.cpu)
 	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/flows", h.flows)
@@ -218,6 +219,11 @@ func (h *Handler) dropImages(w http.ResponseWriter, r *http.Request) {
 		err = h.b.DropImages(r.Context(), ids)
 	}
 	h.answer(w, r, nil, err)
+}
+
+func (h *Handler) runtimes(w http.ResponseWriter, r *http.Request) {
+	rs, err := h.b.Runtimes(r.Context())
+	h.answer(w, r, rs, err)
 }
 
 func (h *Handler) pendingImages(w http.ResponseWriter, r *http.Request) {

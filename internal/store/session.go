@@ -91,7 +91,10 @@ func CheckSessionTransition(from, to SessionState) error {
 // The environment variables are deliberately not part of it: they may hold secrets, and the store keeps
 // nothing that does.
 type SessionSpec struct {
-	Template      string
+	Template string
+	// Runtime names the runtime the session's sandboxes run on ("": gVisor, for sessions made before
+	// runtimes were chosen).
+	Runtime       string
 	CPUMillicores int // 1000 = one CPU
 	MemoryMB      int
 	DiskMB        int

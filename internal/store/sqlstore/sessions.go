@@ -27,6 +27,7 @@ type sessionSpec struct {
 	CPUMillicores int    `json:"cpu_millicores"`
 	MemoryMB      int    `json:"memory_mb"`
 	DiskMB        int    `json:"disk_mb"`
+	Runtime       string `json:"runtime,omitempty"`
 }
 
 // CreateSession implements store.Store.
@@ -362,7 +363,7 @@ func normalizeSession(se store.Session) store.Session {
 // encodeSession returns the spec and metadata columns of se.
 func encodeSession(se store.Session) (spec, meta string, err error) {
 	b, err := json.Marshal(sessionSpec{Template: se.Spec.Template, CPUMillicores: se.Spec.CPUMillicores,
-		MemoryMB: se.Spec.MemoryMB, DiskMB: se.Spec.DiskMB})
+		MemoryMB: se.Spec.MemoryMB, DiskMB: se.Spec.DiskMB, Runtime: se.Spec.Runtime})
 	if err != nil {
 		return "", "", fmt.Errorf("encode spec: %w", err)
 	}
@@ -393,7 +394,7 @@ func scanSession(row scanner) (store.Session, error) {
 	if err := json.Unmarshal([]byte(spec), &sp); err != nil {
 		return store.Session{}, fmt.Errorf("session %s: decode spec: %w", se.ID, err)
 	}
-	se.Spec = store.SessionSpec{Template: sp.Template, CPUMillicores: sp.CPUMillicores, MemoryMB: sp.MemoryMB, DiskMB: sp.DiskMB}
+	se.Spec = store.SessionSpec{Template: sp.Template, CPUMillicores: sp.CPUMillicores, MemoryMB: sp.MemoryMB, DiskMB: sp.DiskMB, Runtime: sp.Runtime}
 	if netPolicy != "" {
 		se.Spec.NetworkPolicy = []byte(netPolicy)
 	}

@@ -37,6 +37,9 @@ type Tenant struct {
 	// KeyProvider holds the tenant's key-encryption keys: "local" (the server's keyring) or "pkcs11"
 	// (an HSM or KMS through PKCS#11).
 	KeyProvider string `json:"key_provider"`
+	// Runtimes are the runtimes the tenant's sandboxes may run on; "*" is every one. By default the
+	// operator's tenant may use every runtime and the others gvisor only.
+	Runtimes []string `json:"runtimes,omitempty"`
 }
 
 // TenantKey is the response of GET /v1/key.
@@ -99,6 +102,8 @@ type UpdateTenantRequest struct {
 	Disabled *bool `json:"disabled,omitempty"`
 	// Quotas replaces all of the tenant's quotas.
 	Quotas *Quotas `json:"quotas,omitempty"`
+	// Runtimes replaces the runtimes the tenant may use ("*": every one; empty: the default).
+	Runtimes *[]string `json:"runtimes,omitempty"`
 }
 
 // APIKey describes an API key, never the key itself.

@@ -33,6 +33,9 @@ type CreateSandboxRequest struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Network is the egress policy; nil denies everything.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Runtime is "gvisor" (the default), "runc" (faster start, weaker isolation: the tenant must be
+	// allowed it), or "auto" (the server chooses).
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Sandbox is a sandbox as the API reports it.
@@ -52,6 +55,11 @@ type Sandbox struct {
 	StoppedAt      *time.Time        `json:"stopped_at,omitempty"`
 	// Network is the sandbox's egress policy.
 	Network NetworkPolicy `json:"network"`
+	// Runtime runs the sandbox, chosen for RuntimeReason; Abilities are what it can do beyond running
+	// ("memory_snapshots", "files_snapshots", "fork").
+	Runtime       string   `json:"runtime"`
+	RuntimeReason string   `json:"runtime_reason,omitempty"`
+	Abilities     []string `json:"abilities"`
 }
 
 // SandboxList is one page of GET /v1/sandboxes.
@@ -465,6 +473,9 @@ type CreateSessionRequest struct {
 	RollingIntervalSeconds *int `json:"rolling_interval_seconds,omitempty"`
 	// Retention overrides the tenant's retention of the session's snapshots, field by field.
 	Retention *Retention `json:"retention,omitempty"`
+	// Runtime is as for sandboxes; "auto" gives a session gVisor, whose snapshots keep memory and
+	// processes. A runc session's snapshots hold its files only: a resume starts its processes anew.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Session states.
@@ -505,6 +516,10 @@ type Session struct {
 	UpdatedAt            time.Time  `json:"updated_at"`
 	LastActivityAt       time.Time  `json:"last_activity_at"`
 	PausedAt             *time.Time `json:"paused_at,omitempty"`
+	// Runtime runs the session's sandboxes, chosen for RuntimeReason; Abilities as for sandboxes.
+	Runtime       string   `json:"runtime"`
+	RuntimeReason string   `json:"runtime_reason,omitempty"`
+	Abilities     []string `json:"abilities"`
 }
 
 // SessionList is the response of GET /v1/sessions.
@@ -550,6 +565,9 @@ type Snapshot struct {
 	StoredBytes  int64      `json:"stored_bytes"`
 	CreatedAt    time.Time  `json:"created_at"`
 	CompletedAt  *time.Time `json:"completed_at,omitempty"`
+	// Kind is "memory" (memory, processes and files: a resume continues the processes) or "files"
+	// (files only: a resume starts the processes anew).
+	Kind string `json:"kind"`
 }
 
 // SnapshotList is the response of GET /v1/sessions/{id}/snapshots.

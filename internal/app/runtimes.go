@@ -1,0 +1,86 @@
+package app
+
+import (
+	"errors"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/runtime/gvisor"
+	"github.com/airlockrun/airlock/internal/runtime/runc"
+)
+
+// The runtime drivers a node can have, by name: the one place they are chosen. gVisor is every node's
+// default; the others are opened when their tools are installed (scripts/install.sh installs runc).
+var runtimeDrivers = []struct {
+	name string
+	// open opens the driver for node h; available reports whether its tools are on this host.
+	open      func(h hostNode) (runtime.Driver, func() error, error)
+	available func(h hostNode) bool
+}{
+	{
+		name: "gvisor",
+		open: func(h hostNode) (runtime.Driver, func() error, error) {
+			d, err := gvisor.New(gvisor.Config{Runsc: h.runsc, StateDir: filepath.Join(h.dataDir, "runtime"), Debug: h.debug, Logger: h.log,
+				CgroupParent: "/airlock/" + h.tag})
+			if err != nil {
+				return nil, nil, err
+			}
+			return d, d.Close, nil
+		},
+		available: func(hostNode) bool { return true },
+	},
+	{
+		name: "runc",
+		open: func(h hostNode) (runtime.Driver, func() error, error) {
+			d, err := runc.New(runc.Config{StateDir: filepath.Join(h.dataDir, "runtime-runc"), Logger: h.log,
+				CgroupParent: "/airlock-runc/" + h.tag})
+			if err != nil {
+				return nil, nil, err
+			}
+			return d, d.Close, nil
+		},
+		available: func(hostNode) bool {
+			_, err := exec.LookPath("runc")
+			return err == nil
+		},
+	},
+}
+
+// openDrivers opens the node's runtime drivers: the first (gVisor) as its default, the others that
+// this host has. It returns what closes them.
+func openDrivers(h hostNode) (def runtime.Driver, more []runtime.Driver, closers []func() error, err error) {
+	for i, rd := range runtimeDrivers {
+		if !rd.available(h) {
+			h.log.Info("runtime not available on this host", "runtime", rd.name)
+			continue
+		}
+		d, closeFn, oerr := rd.open(h)
+		if oerr != nil {
+			if i == 0 {
+				return nil, nil, closers, oerr
+			}
+			h.log.Warn("runtime not opened", "runtime", rd.name, "err", oerr)
+			continue
+		}
+		closers = append(closers, closeFn)
+		if def == nil {
+			def = d
+		} else {
+			more = append(more, d)
+		}
+	}
+	if def == nil {
+		return nil, nil, closers, errors.New("no runtime driver could be opened")
+	}
+	return def, more, closers, nil
+}
+
+// RuntimeNames lists the runtimes a node may have, for flags' help.
+func RuntimeNames() []string {
+	var out []string
+	for _, rd := range runtimeDrivers {
+		out = append(out, rd.name)
+	}
+	return out
+}

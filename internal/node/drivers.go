@@ -1,0 +1,170 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/runtime"
+)
+
+// Runtime describes a runtime driver a node has, by the abilities it declares.
+type Runtime struct {
+	// Name is the driver's name ("gvisor", "runc").
+	Name string `json:"name"`
+	// Abilities are what its sandboxes can do beyond running: AbilityMemorySnapshots (a snapshot
+	// holds memory and processes: a resume continues them), AbilityFilesSnapshots (files only: a
+	// resume starts the processes anew), AbilityFork (a snapshot restores into several sandboxes).
+	Abilities []string `json:"abilities"`
+}
+
+// The abilities a Runtime may declare.
+const (
+	AbilityMemorySnapshots = "memory_snapshots"
+	AbilityFilesSnapshots  = "files_snapshots"
+	AbilityFork            = "fork"
+)
+
+// Has reports whether the runtime declares ability a.
+func (r Runtime) Has(a string) bool {
+	for _, x := range r.Abilities {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// Describe reports the abilities driver d declares.
+func Describe(d runtime.Driver) Runtime {
+	r := Runtime{Name: d.Name(), Abilities: []string{}}
+	_, cp := d.(runtime.Checkpointer)
+	_, rs := d.(runtime.Restorer)
+	if cp && rs {
+		if f, ok := d.(runtime.FilesOnly); ok && f.FilesOnly() {
+			r.Abilities = append(r.Abilities, AbilityFilesSnapshots)
+		} else {
+			r.Abilities = append(r.Abilities, AbilityMemorySnapshots)
+		}
+		r.Abilities = append(r.Abilities, AbilityFork)
+	}
+	return r
+}
+
+// drivers are the node's runtime drivers by name, and which one runs each sandbox.
+type drivers struct {
+	def    string
+	byName map[string]runtime.Driver
+
+	mu sync.Mutex
+	// of maps a sandbox to its driver's name, from its create (or recover) to its destroy; guarded by mu.
+	of map[string]string
+}
+
+func newDrivers(def runtime.Driver, more []runtime.Driver) (*drivers, error) {
+	ds := &drivers{def: def.Name(), byName: map[string]runtime.Driver{def.Name(): def}, of: map[string]string{}}
+	for _, d := range more {
+		if _, dup := ds.byName[d.Name()]; dup {
+			return nil, fmt.Errorf("node: two runtime drivers named %q: %w", d.Name(), errdefs.ErrInvalidArgument)
+		}
+		ds.byName[d.Name()] = d
+	}
+	return ds, nil
+}
+
+// get returns the driver named name ("": the default).
+func (ds *drivers) get(name string) (runtime.Driver, error) {
+	if name == "" {
+		name = ds.def
+	}
+	d, ok := ds.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("this node has no %q runtime (it has %v): %w", name, ds.names(), errdefs.ErrFailedPrecondition)
+	}
+	return d, nil
+}
+
+func (ds *drivers) names() []string {
+	var out []string
+	for n := range ds.byName {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// track records that sandbox id runs on the driver named name.
+func (ds *drivers) track(id, name string) {
+	if name == "" {
+		name = ds.def
+	}
+	ds.mu.Lock()
+	ds.of[id] = name
+	ds.mu.Unlock()
+}
+
+func (ds *drivers) untrack(id string) {
+	ds.mu.Lock()
+	delete(ds.of, id)
+	ds.mu.Unlock()
+}
+
+// driverOf returns the driver of sandbox id (the default one for a sandbox the node does not know).
+func (ds *drivers) driverOf(id string) runtime.Driver {
+	ds.mu.Lock()
+	name, ok := ds.of[id]
+	ds.mu.Unlock()
+	if !ok {
+		name = ds.def
+	}
+	return ds.byName[name]
+}
+
+// destroy destroys sandbox id with its driver, or, for a sandbox the node does not know (what a
+// crashed run left), with every driver.
+func (ds *drivers) destroy(ctx context.Context, id string) error {
+	ds.mu.Lock()
+	name, ok := ds.of[id]
+	ds.mu.Unlock()
+	if ok {
+		return ds.byName[name].Destroy(ctx, id)
+	}
+	var errs []error
+	for _, n := range ds.names() {
+		errs = append(errs, ds.byName[n].Destroy(ctx, id))
+	}
+	return errors.Join(errs...)
+}
+
+// list reports the sandboxes of every driver.
+func (ds *drivers) list(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	var ids []string
+	for _, n := range ds.names() {
+		got, err := ds.byName[n].List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range got {
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids, nil
+}
+
+// Runtimes reports the node's runtime drivers, the default first.
+func (n *Local) Runtimes(ctx context.Context) ([]Runtime, error) {
+	out := []Runtime{Describe(n.drv.byName[n.drv.def])}
+	for _, name := range n.drv.names() {
+		if name != n.drv.def {
+			out = append(out, Describe(n.drv.byName[name]))
+		}
+	}
+	return out, nil
+}
