@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -35,7 +36,7 @@ func clientErr(sentinel error, format string, args ...any) error {
 // sentinel (not found, invalid argument, …) carry their message; internal errors are logged with their
 // full text and reported to the client without it.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	status := errdefs.HTTPStatus(err)
+	status := httperr.Status(err)
 	code := errdefs.Code(err)
 	msg := err.Error()
 	var ae *apiError

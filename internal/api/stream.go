@@ -14,6 +14,7 @@ import (
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -177,7 +178,7 @@ func (s *Server) streamFail(ctx context.Context, conn *websocket.Conn, err error
 	var ae *apiError
 	if errors.As(err, &ae) {
 		msg = ae.msg
-	} else if errdefs.HTTPStatus(err) >= 500 {
+	} else if httperr.Status(err) >= 500 {
 		s.log.Error("stream failed", "err", err)
 		msg = "internal error"
 	} else {

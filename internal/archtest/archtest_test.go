@@ -76,3 +76,19 @@ func TestControlPlaneImportsNoDriver(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorTaxonomyKnowsNoHTTP: the error taxonomy (internal/errdefs) names errors and their codes; HTTP
+// statuses are the HTTP edges' (internal/httperr), which the control plane does not use.
+func TestErrorTaxonomyKnowsNoHTTP(t *testing.T) {
+	for pkg, banned := range map[string]string{module + "/internal/errdefs": "net/http", module + "/internal/controlplane": module + "/internal/httperr"} {
+		out, err := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v: %s", pkg, err, out)
+		}
+		for _, imp := range strings.Fields(string(out)) {
+			if imp == banned {
+				t.Errorf("%s imports %s", pkg, banned)
+			}
+		}
+	}
+}

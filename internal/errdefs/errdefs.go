@@ -1,13 +1,13 @@
-// Package errdefs holds the sentinel errors shared by every layer of Airlock.
+// Package errdefs holds the sentinel errors shared by every layer of Airlock: the taxonomy, and the
+// codes that name it on every wire (the public API, the node API, the daemon's protocol).
 //
 // Code anywhere wraps one of these with context (fmt.Errorf("get sandbox %s: %w", id, ErrNotFound));
-// the API edge converts them to an HTTP status and error code exactly once (see HTTPStatus and Code).
+// each edge converts them exactly once: to a code (Code, FromCode), and, over HTTP, to a status
+// (internal/httperr), as containerd's errdefs leaves its HTTP and gRPC mappings to packages of their
+// own.
 package errdefs
 
-import (
-	"errors"
-	"net/http"
-)
+import "errors"
 
 // Sentinel errors. Match them with errors.Is.
 var (
@@ -35,25 +35,24 @@ var (
 )
 
 var table = []struct {
-	err    error
-	code   string
-	status int
+	err  error
+	code string
 }{
-	{ErrKeyUnavailable, "tenant_key_unavailable", http.StatusForbidden}, // before the errors it comes with
-	{ErrNotFound, "not_found", http.StatusNotFound},
-	{ErrInvalidArgument, "invalid_argument", http.StatusBadRequest},
-	{ErrAlreadyExists, "already_exists", http.StatusConflict},
-	{ErrConflict, "conflict", http.StatusConflict},
-	{ErrFailedPrecondition, "failed_precondition", http.StatusConflict},
-	{ErrUnauthenticated, "unauthenticated", http.StatusUnauthorized},
-	{ErrPermissionDenied, "permission_denied", http.StatusForbidden},
-	{ErrResourceExhausted, "resource_exhausted", http.StatusTooManyRequests},
-	{ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge},
-	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
-	{ErrDeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
-	{ErrInternal, "internal", http.StatusInternalServerError},
-	{ErrPortClosed, "port_not_open", http.StatusBadGateway},
-	{ErrBadGateway, "bad_gateway", http.StatusBadGateway},
+	{ErrKeyUnavailable, "tenant_key_unavailable"}, // before the errors it comes with
+	{ErrNotFound, "not_found"},
+	{ErrInvalidArgument, "invalid_argument"},
+	{ErrAlreadyExists, "already_exists"},
+	{ErrConflict, "conflict"},
+	{ErrFailedPrecondition, "failed_precondition"},
+	{ErrUnauthenticated, "unauthenticated"},
+	{ErrPermissionDenied, "permission_denied"},
+	{ErrResourceExhausted, "resource_exhausted"},
+	{ErrTooLarge, "too_large"},
+	{ErrUnavailable, "unavailable"},
+	{ErrDeadlineExceeded, "deadline_exceeded"},
+	{ErrInternal, "internal"},
+	{ErrPortClosed, "port_not_open"},
+	{ErrBadGateway, "bad_gateway"},
 }
 
 // Code reports the API error code for err ("internal" when err matches no sentinel).
@@ -64,16 +63,6 @@ func Code(err error) string {
 		}
 	}
 	return "internal"
-}
-
-// HTTPStatus reports the HTTP status for err (500 when err matches no sentinel).
-func HTTPStatus(err error) int {
-	for _, e := range table {
-		if errors.Is(err, e.err) {
-			return e.status
-		}
-	}
-	return http.StatusInternalServerError
 }
 
 // FromCode returns the sentinel for an API error code, or ErrInternal for an unknown code.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/internal/keys"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/store"
@@ -428,7 +429,7 @@ func (c *ControlClient) SandboxExit(id, reason string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := c.call(ctx, "/cluster/v1/exit", exitBody{Sandbox: id, Reason: reason}, nil)
 		cancel()
-		if err == nil || errdefs.HTTPStatus(err) < 500 {
+		if err == nil || httperr.Status(err) < 500 {
 			return
 		}
 		c.log.Warn("report a sandbox's exit to the control plane", "sandbox", id, "err", err)
@@ -496,7 +497,7 @@ func (c *ControlClient) sendAudit() {
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()
 		err := c.call(ctx, "/cluster/v1/audit", batch, nil)
-		if err != nil && errdefs.HTTPStatus(err) >= 500 {
+		if err != nil && httperr.Status(err) >= 500 {
 			c.log.Warn("send audit entries to the control plane", "entries", len(batch), "err", err)
 			return false
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/internal/node"
 )
 
@@ -44,7 +45,7 @@ type errorBody struct {
 // writeError answers err with its errdefs code and message.
 func writeError(w http.ResponseWriter, err error) {
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(errdefs.HTTPStatus(err))
+	w.WriteHeader(httperr.Status(err))
 	_ = json.NewEncoder(w).Encode(errorBody{Code: errdefs.Code(err), Message: err.Error()})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/snapshot"
 )
@@ -70,7 +71,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // answer writes v as JSON, or err.
 func (h *Handler) answer(w http.ResponseWriter, r *http.Request, v any, err error) {
 	if err != nil {
-		if errdefs.HTTPStatus(err) >= 500 {
+		if httperr.Status(err) >= 500 {
 			h.log.Warn("node API call failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
 	}

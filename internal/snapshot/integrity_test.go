@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/internal/keys"
 	"github.com/airlockrun/airlock/internal/snapshot"
 )
@@ -45,7 +46,7 @@ func wantCorrupt(t *testing.T, what string, err error, file, chunk, reason strin
 	if ce.Snapshot != "s1" || ce.File != file || ce.Chunk != chunk {
 		t.Errorf("%s: CorruptError{%q, %q, %q}; want {s1, %q, %q}", what, ce.Snapshot, ce.File, ce.Chunk, file, chunk)
 	}
-	if got := errdefs.HTTPStatus(err); got != http.StatusInternalServerError {
+	if got := httperr.Status(err); got != http.StatusInternalServerError {
 		t.Errorf("%s: HTTP status %d; want 500", what, got)
 	}
 }

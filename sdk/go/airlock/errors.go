@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/httperr"
 )
 
 // Sentinel errors: errors.Is(err, ErrNotFound) reports whether the API answered with that code.
@@ -103,7 +104,7 @@ func errorFromResponse(resp *http.Response) *APIError {
 
 // errorFromDetail returns the *APIError of an error message on a stream.
 func errorFromDetail(d ErrorDetail) *APIError {
-	return &APIError{Status: errdefs.HTTPStatus(errdefs.FromCode(d.Code)), Code: d.Code, Message: d.Message}
+	return &APIError{Status: httperr.Status(errdefs.FromCode(d.Code)), Code: d.Code, Message: d.Message}
 }
 
 // printable returns up to n bytes of b as a single line, or "" when b is empty or not text.
