@@ -214,6 +214,9 @@ func (s *Service) pruneSession(ctx context.Context, t store.Tenant, se store.Ses
 			Protected: sn.Pinned || sn.ID == se.HeadSnapshotID || sn.State != store.SnapshotComplete && sn.State != store.SnapshotFailed})
 	}
 	n := 0
+	var dropped []string
+	// The nodes' copies of the pruned images go in one call per node.
+	defer func() { s.dropImages(dropped...) }()
 	for _, id := range retention.Select(in, s.now(), s.retentionPolicy(t, se)) {
 		err := s.store.DeleteSnapshot(ctx, se.TenantID, id)
 		if errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrNotFound) {
@@ -223,7 +226,8 @@ func (s *Service) pruneSession(ctx context.Context, t store.Tenant, se store.Ses
 			return n, err
 		}
 		faultinject.Crash("prune-record-deleted")
-		s.dropImages(id)
+		s.cancelUpload(id)
+		dropped = append(dropped, id)
 		if err := s.snapshots.Delete(ctx, se.TenantID, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			s.log.Warn("delete pruned snapshot's data", "snapshot", id, "err", err)
 		}
