@@ -266,7 +266,7 @@ func (n *Local) imageStore() (*images, error) {
 
 // prepare returns a private copy (hard links) of the image of src.SnapshotID for one restore, fetching
 // it from the snapshot store into the cache first when the node has it neither pending nor cached.
-// The caller removes the copy with release.
+// The caller removes the copy with release, and holds the urgent gate around it and the restore.
 func (im *images) prepare(ctx context.Context, tenantID string, src ImageSource) (dir string, release func(), err error) {
 	if err := checkSnapID(src.SnapshotID); err != nil {
 		return "", nil, err
@@ -276,8 +276,6 @@ func (im *images) prepare(ctx context.Context, tenantID string, src ImageSource)
 		return "", nil, err
 	}
 	release = func() { os.RemoveAll(dir) }
-	leave := im.urgent.enter()
-	defer leave()
 	if im.linkLocal(src.SnapshotID, dir) {
 		return dir, release, nil
 	}

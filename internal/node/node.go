@@ -262,6 +262,9 @@ func (n *Local) RestoreSandbox(ctx context.Context, req CreateRequest, src Image
 	if err != nil {
 		return err
 	}
+	// Background stores give way until the sandbox runs: a resume or fork is waited for.
+	leave := im.urgent.enter()
+	defer leave()
 	t0 := time.Now()
 	dir, release, err := im.prepare(ctx, req.TenantID, src)
 	if err != nil {
