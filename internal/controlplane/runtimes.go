@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -163,49 +164,37 @@ func (s *Service) runtimeOn(ctx context.Context, id, name string) (node.Runtime,
 // chooseRuntime decides the runtime of a new sandbox of tenantID (of a session, if session) from the
 // requested one, and says why.
 func (s *Service) chooseRuntime(ctx context.Context, tenantID, requested string, session bool) (rt node.Runtime, reason string, err error) {
-	name, reason, err := s.pickRuntime(ctx, tenantID, requested, session)
-	if err != nil {
-		return node.Runtime{}, "", err
-	}
-	caps, err := s.nodesUp(ctx)
-	if err != nil {
-		return node.Runtime{}, "", err
-	}
-	for id := range caps {
-		if r, ok := s.runtimeOn(ctx, id, name); ok {
-			return r, reason, nil
-		}
-	}
-	return node.Runtime{Name: name, Abilities: []string{}}, reason, nil
-}
-
-// pickRuntime is chooseRuntime's decision, by name.
-func (s *Service) pickRuntime(ctx context.Context, tenantID, requested string, session bool) (name, reason string, err error) {
 	allowed, _, err := s.TenantRuntimes(ctx, tenantID)
 	if err != nil {
-		return "", "", err
-	}
-	may := func(n string) bool {
-		if allowed == nil {
-			return true
-		}
-		for _, a := range allowed {
-			if a == n {
-				return true
-			}
-		}
-		return false
+		return node.Runtime{}, "", err
 	}
 	caps, err := s.nodesUp(ctx)
 	if err != nil {
-		return "", "", err
+		return node.Runtime{}, "", err
 	}
 	available := map[string]node.Runtime{}
 	for id := range caps {
 		for _, r := range s.nodeRuntimes(ctx, id) {
-			available[r.Name] = r
+			if _, seen := available[r.Name]; !seen {
+				available[r.Name] = r
+			}
 		}
 	}
+	name, reason, err := pickRuntime(tenantID, requested, session, allowed, available, len(caps) > 0)
+	if err != nil {
+		return node.Runtime{}, "", err
+	}
+	if r, ok := available[name]; ok {
+		return r, reason, nil
+	}
+	return node.Runtime{Name: name, Abilities: []string{}}, reason, nil
+}
+
+// pickRuntime is chooseRuntime's decision, by name, from the runtimes the tenant may use (nil: every
+// one) and those the nodes up have (anyUp: there is a node up to judge by).
+func pickRuntime(tenantID, requested string, session bool, allowed []string, available map[string]node.Runtime, anyUp bool) (name, reason string, err error) {
+	may := func(n string) bool { return allowed == nil || slices.Contains(allowed, n) }
+	_, hasRunc := available[runtimeRunc]
 	switch requested {
 	case "":
 		name, reason = DefaultRuntime, "the default runtime"
@@ -213,7 +202,7 @@ func (s *Service) pickRuntime(ctx context.Context, tenantID, requested string, s
 		switch {
 		case session:
 			name, reason = DefaultRuntime, "auto: a session's pauses keep memory and processes, which gvisor's snapshots do"
-		case may(runtimeRunc) && available[runtimeRunc].Name != "":
+		case may(runtimeRunc) && hasRunc:
 			name, reason = runtimeRunc, "auto: the fastest start the tenant may use"
 		default:
 			name, reason = DefaultRuntime, "auto: the tenant may not use runc, or no node has it"
@@ -225,7 +214,7 @@ func (s *Service) pickRuntime(ctx context.Context, tenantID, requested string, s
 		return "", "", fmt.Errorf("tenant %s may not use the %s runtime (it may use %s); the operator allows runtimes per tenant: %w",
 			tenantID, name, strings.Join(allowed, ", "), errdefs.ErrPermissionDenied)
 	}
-	if _, ok := available[name]; !ok && len(caps) > 0 {
+	if _, ok := available[name]; !ok && anyUp {
 		return "", "", fmt.Errorf("no node that is up has the %s runtime: %w", name, errdefs.ErrUnavailable)
 	}
 	return name, reason, nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -163,8 +162,8 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 		}
 	}
 	// Durable before the caller may count on it (a sandbox left running no longer waits for this).
-	if err := syncTree(imageDir); err != nil {
-		return err
+	if err := sandboxdir.SyncTree(imageDir); err != nil {
+		return fmt.Errorf("gvisor: sync checkpoint image: %w", err)
 	}
 	d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "fs", tFS-tMem, "resume/sync", time.Since(start)-tFS)
 	return nil
@@ -172,29 +171,6 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 
 // FilesPart names the image's writable-layer archive (runtime.ImageFiles).
 func (d *Driver) FilesPart() string { return ImageFSFile }
-
-// syncTree makes the files and directories under dir (and dir) durable, so that an image a caller was
-// told is saved survives a crash of the machine, not only of the server.
-func syncTree(dir string) error {
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() && !d.Type().IsRegular() {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return f.Sync()
-	})
-	if err != nil {
-		return fmt.Errorf("gvisor: sync checkpoint image: %w", err)
-	}
-	return nil
-}
 
 // Restore boots spec.ID from the image Checkpoint wrote into imageDir: a new writable layer filled from
 // the archive, then runsc restore of the memory. Restoring one image into several IDs forks it. spec

@@ -44,7 +44,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 	if err := os.WriteFile(filepath.Join(imageDir, ImageFile), b, 0o600); err != nil {
 		return err
 	}
-	if err := syncDir(imageDir); err != nil {
+	if err := sandboxdir.SyncTree(imageDir); err != nil {
 		return fmt.Errorf("runc: checkpoint %s: %w", id, err)
 	}
 	tFS := time.Since(start)
@@ -100,28 +100,4 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string
 	return d.boot(ctx, spec, func(upper string) error {
 		return sandboxdir.ReadLayerTar(filepath.Join(imageDir, ImageFSFile), upper)
 	})
-}
-
-// syncDir makes dir's files and its entries durable.
-func syncDir(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range append(entries, nil) {
-		p := dir
-		if e != nil {
-			p = filepath.Join(dir, e.Name())
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		f.Close()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -116,6 +117,25 @@ func RemoveCgroups(cgroup string) []error {
 		}
 	}
 	return errs
+}
+
+// SyncTree makes the files and directories under dir (and dir) durable, so that an image a caller was
+// told is saved survives a crash of the machine, not only of the server.
+func SyncTree(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	})
 }
 
 // CopyFile copies the regular file from to the new file to (0600).
