@@ -45,7 +45,7 @@ type Principal struct {
 // returns the new key (the only time it is ever shown); afterwards it returns "". Of servers starting
 // at once on one empty database, one makes the operator tenant (the Store allows only one); the others
 // find it.
-func (s *Service) Bootstrap(ctx context.Context) (apiKey string, err error) {
+func (s *accounts) Bootstrap(ctx context.Context) (apiKey string, err error) {
 	ts, err := s.store.ListTenants(ctx)
 	if err != nil {
 		return "", fmt.Errorf("bootstrap: %w", err)
@@ -92,7 +92,7 @@ func checkName(what, name string, required bool) error {
 }
 
 // CreateAPIKey makes a new key for the tenant and returns it; only its hash is stored.
-func (s *Service) CreateAPIKey(ctx context.Context, tenantID, name string, scope store.Scope) (string, store.APIKey, error) {
+func (s *accounts) CreateAPIKey(ctx context.Context, tenantID, name string, scope store.Scope) (string, store.APIKey, error) {
 	if err := checkName("API key", name, true); err != nil {
 		return "", store.APIKey{}, err
 	}
@@ -111,12 +111,12 @@ func (s *Service) CreateAPIKey(ctx context.Context, tenantID, name string, scope
 }
 
 // ListAPIKeys lists the tenant's API keys, revoked ones included.
-func (s *Service) ListAPIKeys(ctx context.Context, tenantID string) ([]store.APIKey, error) {
+func (s *accounts) ListAPIKeys(ctx context.Context, tenantID string) ([]store.APIKey, error) {
 	return s.store.ListAPIKeys(ctx, tenantID)
 }
 
 // RevokeAPIKey revokes one of the tenant's API keys at once.
-func (s *Service) RevokeAPIKey(ctx context.Context, tenantID, id string) error {
+func (s *accounts) RevokeAPIKey(ctx context.Context, tenantID, id string) error {
 	return s.store.RevokeAPIKey(ctx, tenantID, id, s.now())
 }
 
@@ -131,7 +131,7 @@ const maxCredentialLen = 256
 // Authenticate reports who a credential (an API key or an access token) belongs to. Unknown, revoked
 // and expired credentials are errdefs.ErrUnauthenticated; a credential of a disabled tenant is
 // errdefs.ErrPermissionDenied.
-func (s *Service) Authenticate(ctx context.Context, cred string) (Principal, error) {
+func (s *accounts) Authenticate(ctx context.Context, cred string) (Principal, error) {
 	switch {
 	case cred == "":
 		return Principal{}, fmt.Errorf("missing API key or access token (send Authorization: Bearer <key>): %w", errdefs.ErrUnauthenticated)
@@ -163,7 +163,7 @@ func (s *Service) Authenticate(ctx context.Context, cred string) (Principal, err
 	return Principal{TenantID: k.TenantID, Operator: t.Operator, KeyID: k.ID, Scope: k.Scope}, nil
 }
 
-func (s *Service) authenticateToken(ctx context.Context, cred string) (Principal, error) {
+func (s *accounts) authenticateToken(ctx context.Context, cred string) (Principal, error) {
 	tok, err := s.store.GetAccessTokenByHash(ctx, hashKey(cred))
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return Principal{}, fmt.Errorf("invalid access token: %w", errdefs.ErrUnauthenticated)
@@ -184,7 +184,7 @@ func (s *Service) authenticateToken(ctx context.Context, cred string) (Principal
 }
 
 // enabledTenant returns the tenant, or ErrPermissionDenied if it is disabled.
-func (s *Service) enabledTenant(ctx context.Context, id string) (store.Tenant, error) {
+func (s *accounts) enabledTenant(ctx context.Context, id string) (store.Tenant, error) {
 	t, err := s.store.GetTenant(ctx, id)
 	if err != nil {
 		return store.Tenant{}, err
@@ -209,7 +209,7 @@ type TokenRequest struct {
 
 // CreateAccessToken makes an access token for one of the tenant's sandboxes or sessions and returns it;
 // only its hash is stored. keyID names the API key that asked for it.
-func (s *Service) CreateAccessToken(ctx context.Context, tenantID, keyID string, req TokenRequest) (string, store.AccessToken, error) {
+func (s *accounts) CreateAccessToken(ctx context.Context, tenantID, keyID string, req TokenRequest) (string, store.AccessToken, error) {
 	if err := checkName("token", req.Name, false); err != nil {
 		return "", store.AccessToken{}, err
 	}
@@ -253,18 +253,18 @@ func (s *Service) CreateAccessToken(ctx context.Context, tenantID, keyID string,
 }
 
 // ListAccessTokens lists the tenant's unexpired access tokens, of one sandbox or session if f says so.
-func (s *Service) ListAccessTokens(ctx context.Context, tenantID string, f store.AccessTokenFilter) ([]store.AccessToken, error) {
+func (s *accounts) ListAccessTokens(ctx context.Context, tenantID string, f store.AccessTokenFilter) ([]store.AccessToken, error) {
 	return s.store.ListAccessTokens(ctx, tenantID, s.now(), f)
 }
 
 // RevokeAccessToken revokes one of the tenant's access tokens at once.
-func (s *Service) RevokeAccessToken(ctx context.Context, tenantID, id string) error {
+func (s *accounts) RevokeAccessToken(ctx context.Context, tenantID, id string) error {
 	return s.store.RevokeAccessToken(ctx, tenantID, id, s.now())
 }
 
 // CreateTenant makes a tenant with a first admin key and returns both; the key is shown only now.
 // keyProvider names the provider of the tenant's keys ("" for the default, the local keyring).
-func (s *Service) CreateTenant(ctx context.Context, name, keyProvider string) (store.Tenant, string, store.APIKey, error) {
+func (s *accounts) CreateTenant(ctx context.Context, name, keyProvider string) (store.Tenant, string, store.APIKey, error) {
 	if err := checkName("tenant", name, true); err != nil {
 		return store.Tenant{}, "", store.APIKey{}, err
 	}
@@ -284,18 +284,18 @@ func (s *Service) CreateTenant(ctx context.Context, name, keyProvider string) (s
 }
 
 // ListTenants lists every tenant.
-func (s *Service) ListTenants(ctx context.Context) ([]store.Tenant, error) {
+func (s *accounts) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 	return s.store.ListTenants(ctx)
 }
 
 // GetTenant describes one tenant.
-func (s *Service) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
+func (s *accounts) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
 	return s.store.GetTenant(ctx, id)
 }
 
 // SetTenantDisabled disables or enables a tenant. A disabled tenant's keys and tokens are refused and
 // its sandboxes are stopped (its sessions resume from their latest snapshots once it is enabled).
-func (s *Service) SetTenantDisabled(ctx context.Context, id string, disabled bool) (store.Tenant, error) {
+func (s *accounts) SetTenantDisabled(ctx context.Context, id string, disabled bool) (store.Tenant, error) {
 	var at *time.Time
 	if disabled {
 		now := s.now()
@@ -303,7 +303,7 @@ func (s *Service) SetTenantDisabled(ctx context.Context, id string, disabled boo
 	}
 	t, err := s.store.SetTenantDisabled(ctx, id, at)
 	if err == nil && disabled {
-		s.stopTenantSandboxes(context.WithoutCancel(ctx), id, "tenant disabled")
+		s.keyring.stopTenantSandboxes(context.WithoutCancel(ctx), id, "tenant disabled")
 	}
 	return t, err
 }
@@ -320,7 +320,7 @@ func truncate(s string, n int) string {
 const RecordsKeptFor = 24 * time.Hour
 
 // expireRecords drops the idempotency records and the expired access tokens older than RecordsKeptFor.
-func (s *Service) expireRecords() {
+func (s *accounts) expireRecords() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	before := s.now().Add(-RecordsKeptFor)
@@ -333,6 +333,6 @@ func (s *Service) expireRecords() {
 }
 
 // ListAudit returns up to limit entries of the tenant's audit log after afterSeq, in order.
-func (s *Service) ListAudit(ctx context.Context, tenantID string, afterSeq int64, limit int) ([]store.AuditEntry, error) {
+func (s *accounts) ListAudit(ctx context.Context, tenantID string, afterSeq int64, limit int) ([]store.AuditEntry, error) {
 	return s.store.ListAudit(ctx, tenantID, afterSeq, limit)
 }

@@ -61,7 +61,7 @@ type Joined struct {
 	Node           NodeRecord
 }
 
-func (s *Service) clusterCA() (*cluster.CA, error) {
+func (s *placer) clusterCA() (*cluster.CA, error) {
 	if s.ca == nil {
 		return nil, fmt.Errorf("this server runs no cluster of nodes: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -69,7 +69,7 @@ func (s *Service) clusterCA() (*cluster.CA, error) {
 }
 
 // CreateJoinToken makes a join token good for ttl, with which nodes join the cluster.
-func (s *Service) CreateJoinToken(ctx context.Context, ttl time.Duration, description string) (string, cluster.JoinToken, error) {
+func (s *placer) CreateJoinToken(ctx context.Context, ttl time.Duration, description string) (string, cluster.JoinToken, error) {
 	if _, err := s.clusterCA(); err != nil {
 		return "", cluster.JoinToken{}, err
 	}
@@ -77,7 +77,7 @@ func (s *Service) CreateJoinToken(ctx context.Context, ttl time.Duration, descri
 }
 
 // ListJoinTokens reports the join tokens, expired ones included.
-func (s *Service) ListJoinTokens(ctx context.Context) ([]cluster.JoinToken, error) {
+func (s *placer) ListJoinTokens(ctx context.Context) ([]cluster.JoinToken, error) {
 	if _, err := s.clusterCA(); err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func (s *Service) ListJoinTokens(ctx context.Context) ([]cluster.JoinToken, erro
 }
 
 // DeleteJoinToken revokes a join token.
-func (s *Service) DeleteJoinToken(ctx context.Context, id string) error {
+func (s *placer) DeleteJoinToken(ctx context.Context, id string) error {
 	if _, err := s.clusterCA(); err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (s *Service) DeleteJoinToken(ctx context.Context, id string) error {
 
 // JoinNode checks a node's join token, records the node, and issues its certificate. An ID another
 // node joined with is ErrAlreadyExists unless the request says Replace.
-func (s *Service) JoinNode(ctx context.Context, req JoinRequest) (Joined, error) {
+func (s *placer) JoinNode(ctx context.Context, req JoinRequest) (Joined, error) {
 	ca, err := s.clusterCA()
 	if err != nil {
 		return Joined{}, err
@@ -152,7 +152,7 @@ func (s *Service) JoinNode(ctx context.Context, req JoinRequest) (Joined, error)
 }
 
 // ClusterFingerprint is the cluster CA certificate's fingerprint, which joining nodes can pin.
-func (s *Service) ClusterFingerprint() (string, error) {
+func (s *placer) ClusterFingerprint() (string, error) {
 	ca, err := s.clusterCA()
 	if err != nil {
 		return "", err
@@ -161,7 +161,7 @@ func (s *Service) ClusterFingerprint() (string, error) {
 }
 
 // ListNodes reports the nodes that joined the cluster, by ID.
-func (s *Service) ListNodes(ctx context.Context) ([]NodeRecord, error) {
+func (s *placer) ListNodes(ctx context.Context) ([]NodeRecord, error) {
 	if _, err := s.clusterCA(); err != nil {
 		return nil, err
 	}

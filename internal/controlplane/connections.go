@@ -9,7 +9,7 @@ import (
 )
 
 // conns returns the connection manager, or an error when this control plane has none.
-func (s *Service) conns() (*connections.Manager, error) {
+func (s *accounts) conns() (*connections.Manager, error) {
 	if s.connections == nil {
 		return nil, fmt.Errorf("this control plane has no OAuth connections: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -17,7 +17,7 @@ func (s *Service) conns() (*connections.Manager, error) {
 }
 
 // CreateConnection stores a tenant's OAuth connection and starts signing in.
-func (s *Service) CreateConnection(ctx context.Context, tenantID, name string, flow connections.Flow, p connections.Provider) (connections.Connection, connections.Authorization, error) {
+func (s *accounts) CreateConnection(ctx context.Context, tenantID, name string, flow connections.Flow, p connections.Provider) (connections.Connection, connections.Authorization, error) {
 	m, err := s.conns()
 	if err != nil {
 		return connections.Connection{}, connections.Authorization{}, err
@@ -26,7 +26,7 @@ func (s *Service) CreateConnection(ctx context.Context, tenantID, name string, f
 }
 
 // AuthorizeConnection starts signing in again.
-func (s *Service) AuthorizeConnection(ctx context.Context, tenantID, name string) (connections.Connection, connections.Authorization, error) {
+func (s *accounts) AuthorizeConnection(ctx context.Context, tenantID, name string) (connections.Connection, connections.Authorization, error) {
 	m, err := s.conns()
 	if err != nil {
 		return connections.Connection{}, connections.Authorization{}, err
@@ -35,7 +35,7 @@ func (s *Service) AuthorizeConnection(ctx context.Context, tenantID, name string
 }
 
 // ConnectionCallback finishes an authorization code flow (the provider's redirect).
-func (s *Service) ConnectionCallback(ctx context.Context, state, code, providerError, description string) (connections.Connection, error) {
+func (s *accounts) ConnectionCallback(ctx context.Context, state, code, providerError, description string) (connections.Connection, error) {
 	m, err := s.conns()
 	if err != nil {
 		return connections.Connection{}, err
@@ -44,7 +44,7 @@ func (s *Service) ConnectionCallback(ctx context.Context, state, code, providerE
 }
 
 // GetConnection describes a tenant's connection.
-func (s *Service) GetConnection(ctx context.Context, tenantID, name string) (connections.Connection, error) {
+func (s *accounts) GetConnection(ctx context.Context, tenantID, name string) (connections.Connection, error) {
 	m, err := s.conns()
 	if err != nil {
 		return connections.Connection{}, err
@@ -53,7 +53,7 @@ func (s *Service) GetConnection(ctx context.Context, tenantID, name string) (con
 }
 
 // ListConnections describes a tenant's connections.
-func (s *Service) ListConnections(ctx context.Context, tenantID string) ([]connections.Connection, error) {
+func (s *accounts) ListConnections(ctx context.Context, tenantID string) ([]connections.Connection, error) {
 	m, err := s.conns()
 	if err != nil {
 		return nil, err
@@ -62,7 +62,7 @@ func (s *Service) ListConnections(ctx context.Context, tenantID string) ([]conne
 }
 
 // RevokeConnection revokes a connection's tokens; injection stops at once.
-func (s *Service) RevokeConnection(ctx context.Context, tenantID, name string) (connections.Connection, error) {
+func (s *accounts) RevokeConnection(ctx context.Context, tenantID, name string) (connections.Connection, error) {
 	m, err := s.conns()
 	if err != nil {
 		return connections.Connection{}, err
@@ -71,7 +71,7 @@ func (s *Service) RevokeConnection(ctx context.Context, tenantID, name string) (
 }
 
 // DeleteConnection revokes and removes a connection.
-func (s *Service) DeleteConnection(ctx context.Context, tenantID, name string) error {
+func (s *accounts) DeleteConnection(ctx context.Context, tenantID, name string) error {
 	m, err := s.conns()
 	if err != nil {
 		return err

@@ -1,6 +1,8 @@
 // Package controlplane is the control plane: it authenticates callers, keeps every sandbox's state in the
 // Store through the sandbox state machine, places sandboxes on a node, and runs the lifecycle loops
-// (timeouts, failures reported by nodes, reconciliation after a restart).
+// (timeouts, failures reported by nodes, reconciliation after a restart). Service is made of one part per
+// concern (accounts, keyring, placer, nodeCalls, sandboxes, sessions, snapshotBook, loops), each with
+// only the dependencies it uses, composed in wiring.go.
 //
 // It keeps no state of its own beyond what is in the Store, except a keyed lock that serializes the calls
 // on one sandbox within this process.
@@ -12,7 +14,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/cluster"
@@ -112,64 +113,6 @@ type Config struct {
 	Audit func(store.AuditEntry)
 }
 
-// Service is the control plane.
-type Service struct {
-	store store.Store
-	// guards are the operator's egress guards (Config.Guards).
-	guards *policy.Guards
-	// nodes reaches the nodes (nodes.go); localCapacity is what the in-process node offers.
-	nodes         *nodeSet
-	localCapacity node.Capacity
-	templateRoot  func(ctx context.Context, name string) (string, error)
-	// replica names this control plane; leading is set while it holds the leader's lease (failover.go).
-	replica string
-	// replicaLeaseStop stops renewing this replica's lease (failover.go); replicaSeen is how the leader
-	// saw the other replicas' leases, guarded by replicaMu.
-	replicaLeaseStop func()
-	replicaMu        sync.Mutex
-	replicaSeen      map[string]leaseSeen
-	leading          atomic.Bool
-	// ops holds this replica's leases on session operations in progress (failover.go).
-	ops  sessionOps
-	log  *slog.Logger
-	now  func() time.Time
-	reap time.Duration
-
-	secrets     *secrets.Store
-	connections *connections.Manager
-	snapshots   *snapshot.Store
-	// up runs the uploads of snapshots their nodes saved (uploads.go).
-	up *uploader
-	// rolls is the rolling loop's memory; retention the server's default policy (timemachine.go).
-	rolls                 roller
-	retention             retention.Policy
-	rollEvery, pruneEvery time.Duration
-	// work counts the calls and streams in progress per sandbox.
-	work    workTracker
-	gcEvery time.Duration
-	gcGrace time.Duration
-	idle    time.Duration
-
-	locks keyedMutex
-
-	keys      TenantKeys
-	keysEvery time.Duration
-	// keysGone holds the tenants whose key the last check found unavailable; guarded by keysMu.
-	keysMu   sync.Mutex
-	keysGone map[string]bool
-
-	// ca issues the certificates of nodes that join; nil without a cluster.
-	ca *cluster.CA
-	// keyProvider and audit serve the calls of nodes in processes of their own (nodecalls.go).
-	keyProvider keys.KeyProvider
-	audit       func(store.AuditEntry)
-
-	stop chan struct{}
-	wg   sync.WaitGroup
-	// bg tracks work a request left running behind it (the teardown of a paused session's sandbox).
-	bg sync.WaitGroup
-}
-
 // New returns a control plane. Call Start to run its loops and Shutdown to stop them.
 func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil || (cfg.Node == nil && cfg.DialNode == nil) {
@@ -226,13 +169,7 @@ func New(cfg Config) (*Service, error) {
 	case cfg.KeyCheckInterval > MaxKeyCheckInterval:
 		return nil, fmt.Errorf("controlplane: key check interval %s is above %s: %w", cfg.KeyCheckInterval, MaxKeyCheckInterval, errdefs.ErrInvalidArgument)
 	}
-	return &Service{store: cfg.Store, nodes: newNodeSet(cfg.Node, cfg.DialNode), localCapacity: localCap, templateRoot: cfg.TemplateRoot, replica: cfg.ReplicaID, ops: sessionOps{m: map[string]context.CancelFunc{}}, log: cfg.Logger, now: cfg.Now, reap: cfg.ReapInterval,
-		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots,
-		gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace,
-		idle: cfg.IdleInterval, stop: make(chan struct{}), up: newUploader(),
-		rolls: roller{m: map[string]rollState{}}, work: workTracker{n: map[string]int{}, ports: map[string]int{}}, retention: cfg.Retention.WithDefaults(), rollEvery: cfg.RollInterval,
-		pruneEvery: cfg.PruneInterval, keys: cfg.Keys, keysEvery: cfg.KeyCheckInterval, keysGone: map[string]bool{}, ca: cfg.Cluster,
-		keyProvider: cfg.KeyProvider, audit: cfg.Audit, guards: cfg.Guards}, nil
+	return wire(cfg, localCap), nil
 }
 
 // keyedMutex serializes work per key (sandbox ID) within this process.
@@ -300,11 +237,11 @@ func (k *keyedMutex) release(key string, e *keyedEntry) func() {
 }
 
 // GetIdempotency returns the tenant's record of an Idempotency-Key.
-func (s *Service) GetIdempotency(ctx context.Context, tenantID, key string) (store.IdempotencyRecord, error) {
+func (s *accounts) GetIdempotency(ctx context.Context, tenantID, key string) (store.IdempotencyRecord, error) {
 	return s.store.GetIdempotency(ctx, tenantID, key)
 }
 
 // PutIdempotency remembers the response to a request made with an Idempotency-Key.
-func (s *Service) PutIdempotency(ctx context.Context, rec store.IdempotencyRecord) error {
+func (s *accounts) PutIdempotency(ctx context.Context, rec store.IdempotencyRecord) error {
 	return s.store.PutIdempotency(ctx, rec)
 }

@@ -49,15 +49,15 @@ func sessionLease(sessionID string) string { return "session/" + sessionID }
 
 // clustered reports whether this control plane reaches nodes of their own (other replicas may run
 // beside it).
-func (s *Service) clustered() bool { return s.nodes.dial != nil }
+func (n *nodeSet) clustered() bool { return n.dial != nil }
 
 // replicaLease is the resource whose lease a replica holds from Start until the end of Shutdown
 // (renewed every leaderEvery), so the others can tell one that went away.
 func replicaLease(replica string) string { return "replica/" + replica }
 
 // holdReplicaLease takes this replica's lease and renews it until releaseReplicaLease.
-func (s *Service) holdReplicaLease() {
-	if !s.clustered() || s.replicaLeaseStop != nil {
+func (s *loops) holdReplicaLease() {
+	if !s.nodes.clustered() || s.replicaLeaseStop != nil {
 		return
 	}
 	renew := func() {
@@ -94,7 +94,7 @@ func (s *Service) holdReplicaLease() {
 }
 
 // releaseReplicaLease stops renewing this replica's lease and gives it up (the end of Shutdown).
-func (s *Service) releaseReplicaLease() {
+func (s *loops) releaseReplicaLease() {
 	if s.replicaLeaseStop != nil {
 		s.replicaLeaseStop()
 		s.replicaLeaseStop = nil
@@ -102,8 +102,8 @@ func (s *Service) releaseReplicaLease() {
 }
 
 // lead takes or renews the leader's lease; a replica not in a cluster always leads.
-func (s *Service) lead() {
-	if !s.clustered() {
+func (s *loops) lead() {
+	if !s.nodes.clustered() {
 		s.leading.Store(true)
 		return
 	}
@@ -130,8 +130,8 @@ func (s *Service) lead() {
 }
 
 // resign gives the leader's lease up (at shutdown), so that another replica leads at once.
-func (s *Service) resign(ctx context.Context) {
-	if !s.clustered() || !s.leading.Load() {
+func (s *loops) resign(ctx context.Context) {
+	if !s.nodes.clustered() || !s.leading.Load() {
 		return
 	}
 	s.leading.Store(false)
@@ -141,7 +141,7 @@ func (s *Service) resign(ctx context.Context) {
 }
 
 // ifLeader returns f run only while this replica leads.
-func (s *Service) ifLeader(f func()) func() {
+func (s *loops) ifLeader(f func()) func() {
 	return func() {
 		if s.leading.Load() {
 			f()
@@ -152,7 +152,7 @@ func (s *Service) ifLeader(f func()) func() {
 // takeSessionLease gives session se's lease to its new sandbox sbID and returns the fencing token. A
 // lease held by an earlier sandbox of the session that is over (or whose node is gone) is taken over;
 // one held by a sandbox still up is ErrConflict: the session runs there.
-func (s *Service) takeSessionLease(ctx context.Context, se store.Session, sbID string) (int64, error) {
+func (s *sessions) takeSessionLease(ctx context.Context, se store.Session, sbID string) (int64, error) {
 	res := sessionLease(se.ID)
 	for range 4 {
 		l, err := s.store.AcquireLease(ctx, res, sbID, sessionLeaseTTL)
@@ -178,7 +178,7 @@ func (s *Service) takeSessionLease(ctx context.Context, se store.Session, sbID s
 				return 0, fmt.Errorf("session %s: lease holder: %w", se.ID, err)
 			}
 			if err == nil && (holder.State == store.StateCreating || holder.State == store.StateRunning || holder.State == store.StateStopping) &&
-				!s.nodeGone(ctx, holder.NodeID) {
+				!s.placer.nodeGone(ctx, holder.NodeID) {
 				return 0, fmt.Errorf("session %s runs in sandbox %s: %w", se.ID, holder.ID, errdefs.ErrConflict)
 			}
 		}
@@ -191,7 +191,7 @@ func (s *Service) takeSessionLease(ctx context.Context, se store.Session, sbID s
 }
 
 // holdsSessionLease reports whether sandbox sbID still holds its session's lease with token.
-func (s *Service) holdsSessionLease(ctx context.Context, sessionID, sbID string, token int64) error {
+func (s *sessions) holdsSessionLease(ctx context.Context, sessionID, sbID string, token int64) error {
 	l, err := s.store.GetLease(ctx, sessionLease(sessionID))
 	if err != nil {
 		return fmt.Errorf("session %s: lease: %w", sessionID, err)
@@ -214,10 +214,10 @@ const nodeLostReason = "its node "
 
 // failOver gives up the nodes not heard from for NodeDownAfter: their sandboxes fail, and their
 // sessions resume on other nodes from their latest snapshots. (The leader runs it.)
-func (s *Service) failOver() {
+func (s *loops) failOver() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	live, err := s.liveNodes(ctx)
+	live, err := s.placer.liveNodes(ctx)
 	if err != nil {
 		s.log.Error("fail over: list nodes", "err", err)
 		return
@@ -233,21 +233,21 @@ func (s *Service) failOver() {
 		return
 	}
 	for id := range down {
-		sbs, err := s.sandboxesOnNode(ctx, id, activeSandbox)
+		sbs, err := s.placer.sandboxesOnNode(ctx, id, activeSandbox)
 		if err != nil {
 			s.log.Error("fail over: list sandboxes", "node", id, "err", err)
 			continue
 		}
 		for _, sb := range sbs {
 			s.log.Warn("node down: failing its sandbox", "node", id, "sandbox", sb.ID)
-			s.sandboxExited(id, sb.ID, nodeLostReason+id+" stopped answering")
+			s.sandboxes.sandboxExited(id, sb.ID, nodeLostReason+id+" stopped answering")
 		}
 	}
 }
 
 // resumeElsewhere resumes a session whose sandbox failed with its node, on another node, from its
 // latest snapshot.
-func (s *Service) resumeElsewhere(tenantID, sessionID string) {
+func (s *sessions) resumeElsewhere(tenantID, sessionID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	unlock := s.locks.Lock(sessionID)
@@ -311,8 +311,8 @@ func (o *sessionOps) stopAll() {
 
 // sessionChanged keeps this replica's lease on se's operation while se is in the middle of one, and gives
 // it up once se settled. (Clustered replicas only.)
-func (s *Service) sessionChanged(se store.Session) {
-	if !s.clustered() {
+func (s *sessions) sessionChanged(se store.Session) {
+	if !s.nodes.clustered() {
 		return
 	}
 	s.ops.mu.Lock()
@@ -334,7 +334,7 @@ func (s *Service) sessionChanged(se store.Session) {
 }
 
 // holdOp takes and renews the lease on session id's operation until ctx ends, then releases it.
-func (s *Service) holdOp(ctx context.Context, id string) {
+func (s *sessions) holdOp(ctx context.Context, id string) {
 	res := opLease(id)
 	var token int64
 	t := time.NewTicker(opLeaseEvery)
@@ -371,7 +371,7 @@ func (s *Service) holdOp(ctx context.Context, id string) {
 // adoptOrphanOps settles the sessions left in the middle of an operation by a replica that went away:
 // whose operation lease lapsed, or was never taken and the session has not changed for opLeaseTTL.
 // (The leader runs it.)
-func (s *Service) adoptOrphanOps() {
+func (s *loops) adoptOrphanOps() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ses, err := s.store.ListSessionsByState(ctx, []store.SessionState{store.SessionCreating, store.SessionPausing,
@@ -406,7 +406,7 @@ func (s *Service) adoptOrphanOps() {
 		fresh, err := s.store.GetSession(ctx, se.TenantID, se.ID)
 		if err == nil && fresh.Version == se.Version {
 			s.log.Warn("a session's operation was left by a replica that went away: settling it", "session", se.ID, "state", se.State)
-			s.adoptOp(ctx, fresh)
+			s.sessions.adoptOp(ctx, fresh)
 		}
 		unlock()
 	}
@@ -431,7 +431,7 @@ type leaseSeen struct {
 // settleOrphanSnapshots fails the snapshots left "writing" by replicas that went away (killed, never
 // started again): a replica that starts again does this for its own (reconcileSessions). Their chunks
 // are orphans for GC. (The leader runs it.)
-func (s *Service) settleOrphanSnapshots() {
+func (s *loops) settleOrphanSnapshots() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	now := s.now()
@@ -474,7 +474,7 @@ func (s *Service) settleOrphanSnapshots() {
 	for _, sn := range ups {
 		r := sn.Meta[snapshotReplicaMeta]
 		if r != "" && r != s.replica && isGone(r, sn.CreatedAt) {
-			s.startUpload(sn)
+			s.book.startUpload(sn)
 		}
 	}
 	sns, err := s.store.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotWriting}, store.MaxListLimit)
@@ -488,7 +488,7 @@ func (s *Service) settleOrphanSnapshots() {
 			continue
 		}
 		s.log.Warn("a snapshot was left writing by a replica that went away: failing it", "snapshot", sn.ID, "replica", r)
-		if _, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
+		if _, err := s.book.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
 			if sn.State != store.SnapshotWriting {
 				return errdefs.ErrConflict
 			}
@@ -509,10 +509,10 @@ func (s *Service) settleOrphanSnapshots() {
 // adoptOp settles session se, left mid-operation by a replica that went away, as a restart would: a
 // pause that froze the sandbox lets it run on; a sandbox a create, resume or fork booted that the
 // session does not run in is destroyed. The caller holds se's lock.
-func (s *Service) adoptOp(ctx context.Context, se store.Session) {
+func (s *sessions) adoptOp(ctx context.Context, se store.Session) {
 	if se.State == store.SessionPausing && se.SandboxID != "" {
 		// The checkpoint may have left it frozen; a sandbox that is not is left as it is.
-		if n, err := s.nodeOfSandbox(ctx, se.TenantID, se.SandboxID); err == nil {
+		if n, err := s.placer.nodeOfSandbox(ctx, se.TenantID, se.SandboxID); err == nil {
 			_ = n.UnpauseSandbox(ctx, se.SandboxID)
 		}
 	}

@@ -33,7 +33,7 @@ const (
 // checkKey returns nil if the tenant's key can be used now, else an error wrapping
 // errdefs.ErrKeyUnavailable (the API's tenant_key_unavailable) that says what failed. Without key
 // providers (some tests) everything passes.
-func (s *Service) checkKey(ctx context.Context, tenantID string) error {
+func (s *keyring) checkKey(ctx context.Context, tenantID string) error {
 	if s.keys == nil {
 		return nil
 	}
@@ -49,13 +49,13 @@ func (s *Service) checkKey(ctx context.Context, tenantID string) error {
 
 // CheckTenantKey reports whether the tenant's key can be used now: nil, or an error wrapping
 // errdefs.ErrKeyUnavailable.
-func (s *Service) CheckTenantKey(ctx context.Context, tenantID string) error {
+func (s *keyring) CheckTenantKey(ctx context.Context, tenantID string) error {
 	return s.checkKey(ctx, tenantID)
 }
 
 // RevokeTenantKey revokes the tenant's keys for good (the local keyring destroys them; a PKCS#11 token
 // destroys them in the token) and stops the tenant's sandboxes at once.
-func (s *Service) RevokeTenantKey(ctx context.Context, tenantID string) error {
+func (s *keyring) RevokeTenantKey(ctx context.Context, tenantID string) error {
 	if s.keys == nil {
 		return fmt.Errorf("no key providers: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -80,7 +80,7 @@ func (s *Service) RevokeTenantKey(ctx context.Context, tenantID string) error {
 }
 
 // RotateTenantKey makes a new current key-encryption key for the tenant and reports its ID.
-func (s *Service) RotateTenantKey(ctx context.Context, tenantID string) (string, error) {
+func (s *keyring) RotateTenantKey(ctx context.Context, tenantID string) (string, error) {
 	if s.keys == nil {
 		return "", fmt.Errorf("no key providers: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -109,7 +109,7 @@ func (s *Service) RotateTenantKey(ctx context.Context, tenantID string) (string,
 	}
 	// Each node keeps the CAs of its sandboxes; one that is down now re-wraps nothing (a rotation
 	// after it is back finishes the job).
-	nodes, nerr := s.reachableNodes(ctx)
+	nodes, nerr := s.placer.reachableNodes(ctx)
 	if nerr != nil {
 		errs = append(errs, fmt.Errorf("interception CAs: %w", nerr))
 	}
@@ -134,21 +134,21 @@ func (s *Service) RotateTenantKey(ctx context.Context, tenantID string) (string,
 	return id, nil
 }
 
-func (s *Service) rewrapSnapshots(ctx context.Context, tenantID string) (bool, error) {
+func (s *keyring) rewrapSnapshots(ctx context.Context, tenantID string) (bool, error) {
 	if s.snapshots == nil {
 		return false, nil
 	}
 	return s.snapshots.RewrapDataKey(ctx, tenantID)
 }
 
-func (s *Service) rewrapSecrets(ctx context.Context, tenantID string) (bool, error) {
+func (s *keyring) rewrapSecrets(ctx context.Context, tenantID string) (bool, error) {
 	if s.secrets == nil {
 		return false, nil
 	}
 	return s.secrets.RewrapDataKey(ctx, tenantID)
 }
 
-func (s *Service) rewrapConnections(ctx context.Context, tenantID string) (bool, error) {
+func (s *keyring) rewrapConnections(ctx context.Context, tenantID string) (bool, error) {
 	if s.connections == nil {
 		return false, nil
 	}
@@ -159,7 +159,7 @@ func (s *Service) rewrapConnections(ctx context.Context, tenantID string) (bool,
 // revoked or cannot be reached, stops its sandboxes and removes the plaintext images this node keeps of
 // it (see stopTenant). Each tenant's key is checked even with nothing running: cached images of its
 // paused sessions go too.
-func (s *Service) checkTenantKeys() {
+func (s *keyring) checkTenantKeys() {
 	if s.keys == nil {
 		return
 	}
@@ -197,7 +197,7 @@ func (s *Service) checkTenantKeys() {
 // resumes from its latest snapshot once the key is back) and removes the checkpoint images this node
 // keeps of the tenant in the clear: all of its cached images, and, if the key is revoked for good, the
 // images still waiting to be uploaded (they can never be encrypted now; their snapshots fail).
-func (s *Service) stopTenant(ctx context.Context, tenantID string, why error) {
+func (s *keyring) stopTenant(ctx context.Context, tenantID string, why error) {
 	revoked := errors.Is(why, errdefs.ErrPermissionDenied)
 	// The images go first (no read serves from them meanwhile), and again after the sandboxes stopped.
 	s.dropTenantImages(ctx, tenantID, revoked)
@@ -207,7 +207,7 @@ func (s *Service) stopTenant(ctx context.Context, tenantID string, why error) {
 
 // stopTenantSandboxes stops every sandbox of the tenant that is up, for reason; a session's sandbox
 // fails, and the session with it (it resumes from its latest snapshot).
-func (s *Service) stopTenantSandboxes(ctx context.Context, tenantID, reason string) {
+func (s *keyring) stopTenantSandboxes(ctx context.Context, tenantID, reason string) {
 	var up []store.Sandbox
 	cursor := ""
 	for {
@@ -225,7 +225,7 @@ func (s *Service) stopTenantSandboxes(ctx context.Context, tenantID, reason stri
 	}
 	for _, sb := range up {
 		if s.nodes.serves(sb.NodeID) {
-			s.sandboxExited(sb.NodeID, sb.ID, reason)
+			s.sandboxes.sandboxExited(sb.NodeID, sb.ID, reason)
 		}
 	}
 }
@@ -234,7 +234,7 @@ func (s *Service) stopTenantSandboxes(ctx context.Context, tenantID, reason stri
 // merely unreachable, only the cached images of complete snapshots go (the stores hold them; the
 // others wait for the key to be uploaded). With the key revoked, every image goes, and the snapshots
 // still waiting for their upload fail: they can never be encrypted now.
-func (s *Service) dropTenantImages(ctx context.Context, tenantID string, revoked bool) {
+func (s *keyring) dropTenantImages(ctx context.Context, tenantID string, revoked bool) {
 	var drop []string
 	cursor := ""
 	for {
@@ -249,7 +249,7 @@ func (s *Service) dropTenantImages(ctx context.Context, tenantID string, revoked
 			case !revoked:
 				continue
 			case sn.State == store.SnapshotUploading:
-				if _, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
+				if _, err := s.book.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
 					if sn.State != store.SnapshotUploading {
 						return nil // uploaded meanwhile
 					}
@@ -266,5 +266,5 @@ func (s *Service) dropTenantImages(ctx context.Context, tenantID string, revoked
 		}
 		cursor = next
 	}
-	s.dropImages(drop...)
+	s.book.dropImages(drop...)
 }

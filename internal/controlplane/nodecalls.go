@@ -26,7 +26,7 @@ var errNotYours = fmt.Errorf("no such sandbox on this node: %w", errdefs.ErrPerm
 // CheckNode checks that the caller is a node of the cluster by its latest certificate: nodeID joined
 // and was last given the certificate of that fingerprint (a certificate from before the node joined
 // again is no longer its own), and is not named as a control plane's in-process node.
-func (s *Service) CheckNode(ctx context.Context, nodeID, fingerprint string) error {
+func (s *nodeCalls) CheckNode(ctx context.Context, nodeID, fingerprint string) error {
 	refused := fmt.Errorf("not a node of this cluster, or not its current certificate: %w", errdefs.ErrPermissionDenied)
 	if nodeID == "" || nodeID == node.LocalID {
 		return refused
@@ -67,7 +67,7 @@ func (r NodeRecord) certIs(fingerprint string) (current, prev bool) {
 
 // lookupNodeSandbox returns the sandbox of tenantID that nodeID ran or runs; a store failure is
 // unavailable (the node tries again), anything else not the node's.
-func (s *Service) lookupNodeSandbox(ctx context.Context, nodeID, tenantID, sandboxID string) (store.Sandbox, error) {
+func (s *nodeCalls) lookupNodeSandbox(ctx context.Context, nodeID, tenantID, sandboxID string) (store.Sandbox, error) {
 	if nodeID == "" || tenantID == "" || sandboxID == "" {
 		return store.Sandbox{}, errNotYours
 	}
@@ -84,7 +84,7 @@ func (s *Service) lookupNodeSandbox(ctx context.Context, nodeID, tenantID, sandb
 }
 
 // nodeSandbox returns the sandbox of tenantID that nodeID runs (creating, running or stopping).
-func (s *Service) nodeSandbox(ctx context.Context, nodeID, tenantID, sandboxID string) (store.Sandbox, error) {
+func (s *nodeCalls) nodeSandbox(ctx context.Context, nodeID, tenantID, sandboxID string) (store.Sandbox, error) {
 	sb, err := s.lookupNodeSandbox(ctx, nodeID, tenantID, sandboxID)
 	if err != nil {
 		return sb, err
@@ -98,7 +98,7 @@ func (s *Service) nodeSandbox(ctx context.Context, nodeID, tenantID, sandboxID s
 
 // nodeBinding checks that the sandbox's egress policy has a credential binding of the secret (or, with
 // connection, of the OAuth connection) name.
-func (s *Service) nodeBinding(ctx context.Context, nodeID, tenantID, sandboxID, name string, connection bool) error {
+func (s *nodeCalls) nodeBinding(ctx context.Context, nodeID, tenantID, sandboxID, name string, connection bool) error {
 	sb, err := s.nodeSandbox(ctx, nodeID, tenantID, sandboxID)
 	if err != nil {
 		return err
@@ -116,7 +116,7 @@ func (s *Service) nodeBinding(ctx context.Context, nodeID, tenantID, sandboxID, 
 }
 
 // NodeSecret returns a secret the policy of a sandbox on the node binds.
-func (s *Service) NodeSecret(ctx context.Context, nodeID, tenantID, sandboxID, name string) ([]byte, error) {
+func (s *nodeCalls) NodeSecret(ctx context.Context, nodeID, tenantID, sandboxID, name string) ([]byte, error) {
 	if s.secrets == nil {
 		return nil, fmt.Errorf("no secret store: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -127,7 +127,7 @@ func (s *Service) NodeSecret(ctx context.Context, nodeID, tenantID, sandboxID, n
 }
 
 // NodeToken returns the access token of an OAuth connection the policy of a sandbox on the node binds.
-func (s *Service) NodeToken(ctx context.Context, nodeID, tenantID, sandboxID, connection string) ([]byte, error) {
+func (s *nodeCalls) NodeToken(ctx context.Context, nodeID, tenantID, sandboxID, connection string) ([]byte, error) {
 	if s.connections == nil {
 		return nil, fmt.Errorf("no OAuth connections: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -144,7 +144,7 @@ func nodeKeyPurpose(nodeID string) []byte { return []byte("airlock/node-ca\x00" 
 
 // NodeWrapKey wraps a data key of the node's (an interception CA's) under the tenant's key, bound to
 // the node: only NodeUnwrapKey for the same node gives it back.
-func (s *Service) NodeWrapKey(ctx context.Context, nodeID, tenantID string, dek []byte) ([]byte, string, error) {
+func (s *nodeCalls) NodeWrapKey(ctx context.Context, nodeID, tenantID string, dek []byte) ([]byte, string, error) {
 	if s.keyProvider == nil {
 		return nil, "", fmt.Errorf("no key provider: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -165,7 +165,7 @@ func (s *Service) NodeWrapKey(ctx context.Context, nodeID, tenantID string, dek 
 
 // NodeUnwrapKey unwraps a data key NodeWrapKey wrapped for the same node; any other wrapped key of
 // the tenant's is refused.
-func (s *Service) NodeUnwrapKey(ctx context.Context, nodeID, tenantID, keyID string, wrapped []byte) ([]byte, error) {
+func (s *nodeCalls) NodeUnwrapKey(ctx context.Context, nodeID, tenantID, keyID string, wrapped []byte) ([]byte, error) {
 	if s.keyProvider == nil {
 		return nil, fmt.Errorf("no key provider: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -191,7 +191,7 @@ const (
 // be of one of those kinds and name, as its actor, a sandbox of its tenant that ran on the node (in any
 // state: the last flows end as a sandbox goes); others are dropped and logged, the rest kept. Fields
 // are cut to bounds.
-func (s *Service) NodeAudit(ctx context.Context, nodeID string, entries []store.AuditEntry) error {
+func (s *nodeCalls) NodeAudit(ctx context.Context, nodeID string, entries []store.AuditEntry) error {
 	if s.audit == nil {
 		return fmt.Errorf("no audit log: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -232,7 +232,7 @@ func (s *Service) NodeAudit(ctx context.Context, nodeID string, entries []store.
 }
 
 // NodeSandboxExit handles a node's report that one of its sandboxes stopped by itself.
-func (s *Service) NodeSandboxExit(ctx context.Context, nodeID, sandboxID, reason string) error {
+func (s *nodeCalls) NodeSandboxExit(ctx context.Context, nodeID, sandboxID, reason string) error {
 	sb, err := s.store.GetSandboxAnyTenant(ctx, sandboxID)
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument):
@@ -242,7 +242,7 @@ func (s *Service) NodeSandboxExit(ctx context.Context, nodeID, sandboxID, reason
 	case sb.NodeID != nodeID:
 		return errNotYours
 	}
-	go s.sandboxExited(nodeID, sandboxID, truncateReason(reason))
+	go s.sandboxes.sandboxExited(nodeID, sandboxID, truncateReason(reason))
 	return nil
 }
 

@@ -77,7 +77,7 @@ const maxBootLen = 64
 // process started again: the sandboxes it had are settled (reconcileNode). fingerprint names the
 // certificate the node called with: one the node's record still names (it may have joined again since
 // CheckNode).
-func (s *Service) NodeHeartbeat(ctx context.Context, nodeID, fingerprint string, hb nodeapi.Heartbeat) error {
+func (s *nodeCalls) NodeHeartbeat(ctx context.Context, nodeID, fingerprint string, hb nodeapi.Heartbeat) error {
 	if hb.Boot == "" || len(hb.Boot) > maxBootLen || len(hb.Version) > maxBootLen {
 		return fmt.Errorf("heartbeat: boot must be 1-%d characters, version at most %d: %w", maxBootLen, maxBootLen, errdefs.ErrInvalidArgument)
 	}
@@ -96,7 +96,7 @@ func (s *Service) NodeHeartbeat(ctx context.Context, nodeID, fingerprint string,
 		return fmt.Errorf("heartbeat: node %s sends heartbeats faster than one a second: %w", nodeID, errdefs.ErrResourceExhausted)
 	}
 	notCurrent := fmt.Errorf("heartbeat: not the current certificate of node %s: %w", nodeID, errdefs.ErrPermissionDenied)
-	rec, err := s.nodeRecord(ctx, nodeID)
+	rec, err := s.placer.nodeRecord(ctx, nodeID)
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func (s *Service) NodeHeartbeat(ctx context.Context, nodeID, fingerprint string,
 	}
 	if rec.Bound == nil {
 		// The first heartbeat since the node joined: what it offers now is the most it is trusted with.
-		if rec, err = s.updateNodeRecord(ctx, nodeID, func(r *NodeRecord) error {
+		if rec, err = s.placer.updateNodeRecord(ctx, nodeID, func(r *NodeRecord) error {
 			if cur, prev := r.certIs(fingerprint); !cur && !prev {
 				return notCurrent // joined again meanwhile
 			}
@@ -168,7 +168,7 @@ func (s *Service) NodeHeartbeat(ctx context.Context, nodeID, fingerprint string,
 	if restarted {
 		// Of the replicas, the one whose write changed the Boot settles the node.
 		s.log.Info("node restarted: settling its sandboxes", "node", nodeID, "addr", hb.Addr)
-		s.settleRestarted(nodeID, live.BootSeenAt)
+		s.placer.settleRestarted(nodeID, live.BootSeenAt)
 	}
 	return nil
 }
@@ -176,7 +176,7 @@ func (s *Service) NodeHeartbeat(ctx context.Context, nodeID, fingerprint string,
 // settleRestarted settles the sandboxes of node nodeID, which started again at since (reconcileRemote),
 // in the background. One settling of a node runs at a time: a node that keeps starting again (or says it
 // did) while one runs has one more run after it, for its latest start, however many times it did.
-func (s *Service) settleRestarted(nodeID string, since time.Time) {
+func (s *placer) settleRestarted(nodeID string, since time.Time) {
 	ns := s.nodes
 	ns.mu.Lock()
 	if _, busy := ns.settling[nodeID]; busy {
@@ -191,7 +191,7 @@ func (s *Service) settleRestarted(nodeID string, since time.Time) {
 		defer s.bg.Done()
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			if err := s.reconcileRemote(ctx, nodeID, since); err != nil {
+			if err := s.sandboxes.reconcileRemote(ctx, nodeID, since); err != nil {
 				s.log.Error("settle a restarted node's sandboxes", "node", nodeID, "err", err)
 			}
 			cancel()
@@ -210,7 +210,7 @@ func (s *Service) settleRestarted(nodeID string, since time.Time) {
 
 // updateNodeRecord changes the record of a node that joined with fn (compare-and-swap, retried) and
 // returns it as saved.
-func (s *Service) updateNodeRecord(ctx context.Context, nodeID string, fn func(*NodeRecord) error) (NodeRecord, error) {
+func (s *placer) updateNodeRecord(ctx context.Context, nodeID string, fn func(*NodeRecord) error) (NodeRecord, error) {
 	for range 8 {
 		d, err := s.store.GetDoc(ctx, nodeDocPrefix+nodeID)
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -241,7 +241,7 @@ func (s *Service) updateNodeRecord(ctx context.Context, nodeID string, fn func(*
 
 // SetNodeBound sets the most node nodeID is trusted to offer (see NodeRecord.Bound); a zero field keeps
 // the current bound's. It applies from the node's next heartbeat.
-func (s *Service) SetNodeBound(ctx context.Context, nodeID string, b node.Capacity) (NodeRecord, error) {
+func (s *placer) SetNodeBound(ctx context.Context, nodeID string, b node.Capacity) (NodeRecord, error) {
 	if _, err := s.clusterCA(); err != nil {
 		return NodeRecord{}, err
 	}
@@ -272,7 +272,7 @@ func (s *Service) SetNodeBound(ctx context.Context, nodeID string, b node.Capaci
 }
 
 // nodeRecord returns the record of a node that joined.
-func (s *Service) nodeRecord(ctx context.Context, nodeID string) (NodeRecord, error) {
+func (s *placer) nodeRecord(ctx context.Context, nodeID string) (NodeRecord, error) {
 	d, err := s.store.GetDoc(ctx, nodeDocPrefix+nodeID)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -288,7 +288,7 @@ func (s *Service) nodeRecord(ctx context.Context, nodeID string) (NodeRecord, er
 }
 
 // nodeLive returns a node's latest heartbeat (ErrNotFound: none yet).
-func (s *Service) nodeLive(ctx context.Context, nodeID string) (NodeLive, error) {
+func (s *placer) nodeLive(ctx context.Context, nodeID string) (NodeLive, error) {
 	d, err := s.store.GetDoc(ctx, liveDocPrefix+nodeID)
 	if err != nil {
 		return NodeLive{}, err
@@ -301,7 +301,7 @@ func (s *Service) nodeLive(ctx context.Context, nodeID string) (NodeLive, error)
 }
 
 // liveNodes returns the latest heartbeat of every node that sent one, by ID.
-func (s *Service) liveNodes(ctx context.Context) (map[string]NodeLive, error) {
+func (s *placer) liveNodes(ctx context.Context) (map[string]NodeLive, error) {
 	ds, err := s.store.ListDocs(ctx, liveDocPrefix)
 	if err != nil {
 		return nil, err
@@ -412,7 +412,7 @@ func (ns *nodeSet) close() {
 
 // node returns the node with ID id. A node this control plane cannot reach, or that never reported, is
 // ErrUnavailable.
-func (s *Service) node(ctx context.Context, id string) (Node, error) {
+func (s *placer) node(ctx context.Context, id string) (Node, error) {
 	ns := s.nodes
 	if ns.isLocal(id) {
 		return ns.local, nil
@@ -465,7 +465,7 @@ func (s *Service) node(ctx context.Context, id string) (Node, error) {
 
 // nodeGone reports whether node id is known to be down: not this process's, and not heard from within
 // NodeDownAfter, or leaving, or never heard from at all.
-func (s *Service) nodeGone(ctx context.Context, id string) bool {
+func (s *placer) nodeGone(ctx context.Context, id string) bool {
 	if s.nodes.isLocal(id) {
 		return false
 	}
@@ -477,12 +477,12 @@ func (s *Service) nodeGone(ctx context.Context, id string) bool {
 }
 
 // sandboxNode returns the node sb is on.
-func (s *Service) sandboxNode(ctx context.Context, sb store.Sandbox) (Node, error) {
+func (s *placer) sandboxNode(ctx context.Context, sb store.Sandbox) (Node, error) {
 	return s.node(ctx, sb.NodeID)
 }
 
 // nodeOfSandbox returns the node of tenantID's sandbox id.
-func (s *Service) nodeOfSandbox(ctx context.Context, tenantID, id string) (Node, error) {
+func (s *placer) nodeOfSandbox(ctx context.Context, tenantID, id string) (Node, error) {
 	sb, err := s.store.GetSandbox(ctx, tenantID, id)
 	if err != nil {
 		return nil, err
@@ -492,7 +492,7 @@ func (s *Service) nodeOfSandbox(ctx context.Context, tenantID, id string) (Node,
 
 // nodesUp returns the nodes this control plane can place on: its own and those heard from lately, with
 // their capacities (the local node's: the host's).
-func (s *Service) nodesUp(ctx context.Context) (map[string]node.Capacity, error) {
+func (s *placer) nodesUp(ctx context.Context) (map[string]node.Capacity, error) {
 	out := map[string]node.Capacity{}
 	if s.nodes.local != nil {
 		out[s.nodes.local.ID()] = s.localCapacity
@@ -524,7 +524,7 @@ var activeSandbox = []store.SandboxState{store.StateCreating, store.StateRunning
 
 // sandboxesOnNode returns every sandbox recorded on node nodeID in one of states, reading the Store
 // page by page.
-func (s *Service) sandboxesOnNode(ctx context.Context, nodeID string, states []store.SandboxState) ([]store.Sandbox, error) {
+func (s *placer) sandboxesOnNode(ctx context.Context, nodeID string, states []store.SandboxState) ([]store.Sandbox, error) {
 	var all []store.Sandbox
 	after := ""
 	for {
@@ -544,7 +544,7 @@ func (s *Service) sandboxesOnNode(ctx context.Context, nodeID string, states []s
 // that have rt, with room for it (a bound of
 // sandboxes, and memory, counting those placed there and not stopped; CPU is shared, not reserved), prefer if it is one of them (the node
 // where the session's snapshot is), else the one with the most memory left, ties at random.
-func (s *Service) place(ctx context.Context, spec store.SandboxSpec, prefer, rt string) (placement, error) {
+func (s *placer) place(ctx context.Context, spec store.SandboxSpec, prefer, rt string) (placement, error) {
 	caps, err := s.nodesUp(ctx)
 	if err != nil {
 		return placement{}, err
@@ -633,7 +633,7 @@ func (ns *nodeSet) unreserve(id string, spec store.SandboxSpec) {
 
 // reachableNodes returns every node this control plane can reach now: its own, and those heard from
 // lately (for calls that concern all of a tenant's things on every node, such as re-wrapping its CAs).
-func (s *Service) reachableNodes(ctx context.Context) ([]Node, error) {
+func (s *placer) reachableNodes(ctx context.Context) ([]Node, error) {
 	caps, err := s.nodesUp(ctx)
 	if err != nil {
 		return nil, err
@@ -653,8 +653,8 @@ func (s *Service) reachableNodes(ctx context.Context) ([]Node, error) {
 
 // NodeRenew issues a node that calls with its current certificate a new one for the key of csrPEM,
 // with the hosts it joined with, and records it as the node's: the older one is refused from then on.
-func (s *Service) NodeRenew(ctx context.Context, nodeID, fingerprint string, csrPEM []byte) ([]byte, error) {
-	ca, err := s.clusterCA()
+func (s *nodeCalls) NodeRenew(ctx context.Context, nodeID, fingerprint string, csrPEM []byte) ([]byte, error) {
+	ca, err := s.placer.clusterCA()
 	if err != nil {
 		return nil, err
 	}

@@ -149,7 +149,7 @@ func TestNodeRouting(t *testing.T) {
 	if err := beat("node-a", "node-a.internal:7555", "a2"); err != nil {
 		t.Fatal(err)
 	}
-	s.bg.Wait() // the settling of the restarted node
+	s.loops.bg.Wait() // the settling of the restarted node
 	lost, err := st.GetSandbox(ctx, tn, onA[0])
 	if err != nil || lost.State != store.StateFailed {
 		t.Errorf("the sandbox node-a lost: %+v, %v; want failed", lost.State, err)
@@ -257,7 +257,7 @@ func TestNodesPastAPage(t *testing.T) {
 	if err := c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a2", Capacity: capacity}); err != nil {
 		t.Fatal(err)
 	}
-	c.s.bg.Wait()
+	c.s.loops.bg.Wait()
 	use, err := c.st.NodeUsage(ctx, activeSandbox)
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +276,7 @@ func TestNodesPastAPage(t *testing.T) {
 	}
 	c.clk.Add(NodeDownAfter + time.Second)
 	c.s.failOver()
-	c.s.bg.Wait()
+	c.s.loops.bg.Wait()
 	if use, err = c.st.NodeUsage(ctx, activeSandbox); err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestNodeHeartbeatLimits(t *testing.T) {
 		}
 	}
 	close(release)
-	c.s.bg.Wait()
+	c.s.loops.bg.Wait()
 	if recovers != 2 {
 		t.Errorf("five restarts while the first was settled were settled %d times in all; want 2", recovers)
 	}

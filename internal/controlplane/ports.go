@@ -32,7 +32,7 @@ type PortTarget struct {
 // PublicPort reports the tenant of the sandbox or session id (by its prefix) when port is one of its
 // public ports and the tenant is enabled. Anything else, a missing object included, is
 // ErrUnauthenticated: a caller without a credential learns nothing about what exists.
-func (s *Service) PublicPort(ctx context.Context, id string, port int) (string, error) {
+func (s *sandboxes) PublicPort(ctx context.Context, id string, port int) (string, error) {
 	refused := fmt.Errorf("port %d of %s is private: send an API key or an access token with scope ports: %w", port, id, errdefs.ErrUnauthenticated)
 	var tenantID string
 	switch {
@@ -59,7 +59,7 @@ func (s *Service) PublicPort(ctx context.Context, id string, port int) (string, 
 	default:
 		return "", refused
 	}
-	if _, err := s.enabledTenant(ctx, tenantID); err != nil {
+	if _, err := s.accounts.enabledTenant(ctx, tenantID); err != nil {
 		return "", refused
 	}
 	return tenantID, nil
@@ -67,10 +67,10 @@ func (s *Service) PublicPort(ctx context.Context, id string, port int) (string, 
 
 // ResolvePort finds the running sandbox behind the tenant's sandbox or session id (by its prefix). A
 // paused session that resumes automatically is resumed first, so the request is served, not dropped.
-func (s *Service) ResolvePort(ctx context.Context, tenantID, id string) (PortTarget, error) {
+func (s *sandboxes) ResolvePort(ctx context.Context, tenantID, id string) (PortTarget, error) {
 	t := PortTarget{TenantID: tenantID, SandboxID: id}
 	if strings.HasPrefix(id, "se_") {
-		sbID, resumed, err := s.sessionSandbox(ctx, tenantID, id, false)
+		sbID, resumed, err := s.sessions.sessionSandbox(ctx, tenantID, id, false)
 		if err != nil {
 			return t, err
 		}
@@ -92,8 +92,8 @@ func (s *Service) ResolvePort(ctx context.Context, tenantID, id string) (PortTar
 const resumeSettle = 2 * time.Second
 
 // DialPort opens a TCP connection to port of t's sandbox (see ResolvePort), from its node.
-func (s *Service) DialPort(ctx context.Context, t PortTarget, port int) (net.Conn, error) {
-	n, err := s.sandboxNode(ctx, t.Sandbox)
+func (s *sandboxes) DialPort(ctx context.Context, t PortTarget, port int) (net.Conn, error) {
+	n, err := s.placer.sandboxNode(ctx, t.Sandbox)
 	if err != nil {
 		return nil, err
 	}
@@ -122,8 +122,8 @@ type ListeningPort struct {
 
 // ListeningPorts reports the TCP ports processes in t's sandbox listen on, read from the sandbox's
 // /proc/net/tcp and /proc/net/tcp6.
-func (s *Service) ListeningPorts(ctx context.Context, t PortTarget) ([]ListeningPort, error) {
-	n, err := s.sandboxNode(ctx, t.Sandbox)
+func (s *sandboxes) ListeningPorts(ctx context.Context, t PortTarget) ([]ListeningPort, error) {
+	n, err := s.placer.sandboxNode(ctx, t.Sandbox)
 	if err != nil {
 		return nil, err
 	}

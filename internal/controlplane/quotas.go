@@ -9,7 +9,7 @@ import (
 )
 
 // Usage reports the tenant's quotas and what counts against them now.
-func (s *Service) Usage(ctx context.Context, tenantID string) (store.TenantQuotas, store.TenantUsage, error) {
+func (s *accounts) Usage(ctx context.Context, tenantID string) (store.TenantQuotas, store.TenantUsage, error) {
 	t, err := s.store.GetTenant(ctx, tenantID)
 	if err != nil {
 		return store.TenantQuotas{}, store.TenantUsage{}, err
@@ -22,14 +22,14 @@ func (s *Service) Usage(ctx context.Context, tenantID string) (store.TenantQuota
 }
 
 // SetTenantQuotas replaces a tenant's quotas.
-func (s *Service) SetTenantQuotas(ctx context.Context, id string, q store.TenantQuotas) (store.Tenant, error) {
+func (s *accounts) SetTenantQuotas(ctx context.Context, id string, q store.TenantQuotas) (store.Tenant, error) {
 	return s.store.SetTenantQuotas(ctx, id, q)
 }
 
 // checkSnapshotQuota refuses a new snapshot (ErrResourceExhausted) once the tenant's snapshots hold its
 // quota of bytes. Pauses are not checked: a pause must never fail for it, or the session would be lost
 // with its sandbox. The check is not atomic with the snapshot: concurrent snapshots may pass it together.
-func (s *Service) checkSnapshotQuota(ctx context.Context, tenantID string) error {
+func (s *accounts) checkSnapshotQuota(ctx context.Context, tenantID string) error {
 	q, u, err := s.Usage(ctx, tenantID)
 	if err != nil {
 		return err
@@ -44,7 +44,7 @@ func (s *Service) checkSnapshotQuota(ctx context.Context, tenantID string) error
 // checkNewSessions refuses n new running sessions (a create, a fork of n) with ErrResourceExhausted if
 // they would take the tenant over its sessions or running sandboxes quota, before anything is made. The
 // Store checks each record again, atomically.
-func (s *Service) checkNewSessions(ctx context.Context, tenantID string, n int) error {
+func (s *accounts) checkNewSessions(ctx context.Context, tenantID string, n int) error {
 	q, u, err := s.Usage(ctx, tenantID)
 	if err != nil {
 		return err

@@ -55,7 +55,7 @@ type tenantRuntimes struct {
 
 // TenantRuntimes reports the runtimes tenantID may use, and whether that is the default (no list was
 // set): every runtime for the operator's tenant (nil), gVisor for the others.
-func (s *Service) TenantRuntimes(ctx context.Context, tenantID string) (names []string, isDefault bool, err error) {
+func (s *accounts) TenantRuntimes(ctx context.Context, tenantID string) (names []string, isDefault bool, err error) {
 	d, err := s.store.GetDoc(ctx, tenantRuntimesDoc(tenantID))
 	if err == nil {
 		var tr tenantRuntimes
@@ -84,7 +84,7 @@ func (s *Service) TenantRuntimes(ctx context.Context, tenantID string) (names []
 
 // SetTenantRuntimes sets the runtimes tenantID may use (the operator's call). An empty list restores
 // the default.
-func (s *Service) SetTenantRuntimes(ctx context.Context, tenantID string, names []string) ([]string, error) {
+func (s *accounts) SetTenantRuntimes(ctx context.Context, tenantID string, names []string) ([]string, error) {
 	if _, err := s.store.GetTenant(ctx, tenantID); err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func (s *Service) SetTenantRuntimes(ctx context.Context, tenantID string, names 
 
 // nodeRuntimes reports the runtimes of the node with ID id as last heard (the in-process node's: now).
 // A node that reports none is an older one: gVisor.
-func (s *Service) nodeRuntimes(ctx context.Context, id string) []node.Runtime {
+func (s *placer) nodeRuntimes(ctx context.Context, id string) []node.Runtime {
 	if s.nodes.isLocal(id) {
 		if rs, err := s.nodes.local.Runtimes(ctx); err == nil {
 			return rs
@@ -144,7 +144,7 @@ func (s *Service) nodeRuntimes(ctx context.Context, id string) []node.Runtime {
 }
 
 // runtimeOf reports rt as node id has it (its abilities there), or rt.
-func (s *Service) runtimeOf(ctx context.Context, id string, rt node.Runtime) node.Runtime {
+func (s *placer) runtimeOf(ctx context.Context, id string, rt node.Runtime) node.Runtime {
 	if r, ok := s.runtimeOn(ctx, id, rt.Name); ok {
 		return r
 	}
@@ -152,7 +152,7 @@ func (s *Service) runtimeOf(ctx context.Context, id string, rt node.Runtime) nod
 }
 
 // runtimeOn reports the runtime named name of node id, if it has it.
-func (s *Service) runtimeOn(ctx context.Context, id, name string) (node.Runtime, bool) {
+func (s *placer) runtimeOn(ctx context.Context, id, name string) (node.Runtime, bool) {
 	for _, r := range s.nodeRuntimes(ctx, id) {
 		if r.Name == name {
 			return r, true
@@ -163,8 +163,8 @@ func (s *Service) runtimeOn(ctx context.Context, id, name string) (node.Runtime,
 
 // chooseRuntime decides the runtime of a new sandbox of tenantID (of a session, if session) from the
 // requested one, and says why.
-func (s *Service) chooseRuntime(ctx context.Context, tenantID, requested string, session bool) (rt node.Runtime, reason string, err error) {
-	allowed, _, err := s.TenantRuntimes(ctx, tenantID)
+func (s *placer) chooseRuntime(ctx context.Context, tenantID, requested string, session bool) (rt node.Runtime, reason string, err error) {
+	allowed, _, err := s.accounts.TenantRuntimes(ctx, tenantID)
 	if err != nil {
 		return node.Runtime{}, "", err
 	}
@@ -232,7 +232,7 @@ func withRuntime(meta map[string]string, rt node.Runtime, reason string) map[str
 }
 
 // auditRuntime records in the tenant's audit log which runtime a sandbox got, and why.
-func (s *Service) auditRuntime(tenantID, sandboxID, name, reason string) {
+func (s *placer) auditRuntime(tenantID, sandboxID, name, reason string) {
 	if s.audit == nil {
 		return
 	}

@@ -18,7 +18,7 @@ func TestRuntimeRouting(t *testing.T) {
 	ctx := context.Background()
 	s, _, n, _, op := setup(t)
 	var audited []string
-	s.audit = func(e store.AuditEntry) {
+	s.placer.audit = func(e store.AuditEntry) {
 		if e.Action == "choose runtime" {
 			audited = append(audited, e.Target+" "+e.Detail)
 		}

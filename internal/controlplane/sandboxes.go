@@ -146,23 +146,23 @@ func containsNUL(s string) bool {
 
 // CreateSandbox records a new sandbox, boots it on the node, and returns it running, or failed with the
 // reason when the boot failed (the error then says why too).
-func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req CreateRequest) (store.Sandbox, error) {
+func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req CreateRequest) (store.Sandbox, error) {
 	if err := req.normalize(); err != nil {
 		return store.Sandbox{}, err
 	}
 	if err := s.checkNetwork(req.Network); err != nil {
 		return store.Sandbox{}, err
 	}
-	if err := s.checkKey(ctx, tenantID); err != nil {
+	if err := s.keyring.checkKey(ctx, tenantID); err != nil {
 		return store.Sandbox{}, err
 	}
 	spec := store.SandboxSpec{CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		TimeoutSeconds: req.TimeoutSeconds}
-	rt, why, err := s.chooseRuntime(ctx, tenantID, req.Runtime, false)
+	rt, why, err := s.placer.chooseRuntime(ctx, tenantID, req.Runtime, false)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	pl, err := s.place(ctx, spec, "", rt.Name)
+	pl, err := s.placer.place(ctx, spec, "", rt.Name)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -189,7 +189,7 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 		Template:      req.Template,
 		State:         store.StateCreating,
 		Spec:          spec,
-		Metadata:      withRuntime(req.Metadata, s.runtimeOf(ctx, pl.n.ID(), rt), why),
+		Metadata:      withRuntime(req.Metadata, s.placer.runtimeOf(ctx, pl.n.ID(), rt), why),
 		CreatedAt:     now,
 		EndsAt:        &ends,
 	})
@@ -208,7 +208,7 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 	}
 	// The record counts on the node now (place).
 	pl.done()
-	s.auditRuntime(tenantID, sb.ID, rt.Name, why)
+	s.placer.auditRuntime(tenantID, sb.ID, rt.Name, why)
 	berr := pl.n.CreateSandbox(bootCtx, node.CreateRequest{
 		ID:       sb.ID,
 		TenantID: sb.TenantID,
@@ -247,7 +247,7 @@ func (s *Service) CreateSandbox(ctx context.Context, tenantID string, req Create
 
 // update applies f to the stored sandbox and saves it, re-reading and retrying when another writer
 // changed it in between.
-func (s *Service) update(ctx context.Context, sb store.Sandbox, f func(*store.Sandbox) error) (store.Sandbox, error) {
+func (s *sandboxes) update(ctx context.Context, sb store.Sandbox, f func(*store.Sandbox) error) (store.Sandbox, error) {
 	for attempt := 0; ; attempt++ {
 		next := sb
 		if err := f(&next); err != nil {
@@ -272,7 +272,7 @@ func (s *Service) update(ctx context.Context, sb store.Sandbox, f func(*store.Sa
 }
 
 // transition moves sb to state to with reason, stamping StoppedAt for stopped and failed.
-func (s *Service) transition(ctx context.Context, sb store.Sandbox, to store.SandboxState, reason string) (store.Sandbox, error) {
+func (s *sandboxes) transition(ctx context.Context, sb store.Sandbox, to store.SandboxState, reason string) (store.Sandbox, error) {
 	return s.update(ctx, sb, func(sb *store.Sandbox) error {
 		if err := store.CheckTransition(sb.State, to); err != nil {
 			return err
@@ -290,7 +290,7 @@ func (s *Service) transition(ctx context.Context, sb store.Sandbox, to store.San
 }
 
 // GetSandbox returns the tenant's sandbox.
-func (s *Service) GetSandbox(ctx context.Context, tenantID, id string) (store.Sandbox, error) {
+func (s *sandboxes) GetSandbox(ctx context.Context, tenantID, id string) (store.Sandbox, error) {
 	sb, err := s.store.GetSandbox(ctx, tenantID, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return sb, fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrNotFound)
@@ -299,12 +299,12 @@ func (s *Service) GetSandbox(ctx context.Context, tenantID, id string) (store.Sa
 }
 
 // ListSandboxes returns one page of the tenant's sandboxes.
-func (s *Service) ListSandboxes(ctx context.Context, tenantID string, f store.SandboxFilter) ([]store.Sandbox, string, error) {
+func (s *sandboxes) ListSandboxes(ctx context.Context, tenantID string, f store.SandboxFilter) ([]store.Sandbox, string, error) {
 	return s.store.ListSandboxes(ctx, tenantID, f)
 }
 
 // DeleteSandbox destroys the tenant's sandbox now. Deleting a sandbox that already stopped succeeds.
-func (s *Service) DeleteSandbox(ctx context.Context, tenantID, id string) error {
+func (s *sandboxes) DeleteSandbox(ctx context.Context, tenantID, id string) error {
 	unlock := s.locks.Lock(id)
 	defer unlock()
 	sb, err := s.GetSandbox(ctx, tenantID, id)
@@ -319,7 +319,7 @@ func (s *Service) DeleteSandbox(ctx context.Context, tenantID, id string) error 
 }
 
 // destroyLocked tears sb down on its node and records it stopped with reason. The caller holds sb's lock.
-func (s *Service) destroyLocked(ctx context.Context, sb store.Sandbox, reason string) (store.Sandbox, error) {
+func (s *sandboxes) destroyLocked(ctx context.Context, sb store.Sandbox, reason string) (store.Sandbox, error) {
 	if sb.State == store.StateStopped {
 		return sb, nil
 	}
@@ -329,11 +329,11 @@ func (s *Service) destroyLocked(ctx context.Context, sb store.Sandbox, reason st
 			return sb, err
 		}
 	}
-	n, derr := s.sandboxNode(ctx, sb)
+	n, derr := s.placer.sandboxNode(ctx, sb)
 	if derr == nil {
 		derr = n.DestroySandbox(ctx, sb.ID)
 	}
-	if derr != nil && s.nodeGone(ctx, sb.NodeID) {
+	if derr != nil && s.placer.nodeGone(ctx, sb.NodeID) {
 		// Its node is down or left: what is left of the sandbox there goes when the node starts again
 		// (reconcileRemote destroys what the Store does not want).
 		s.log.Warn("the sandbox's node is down: recorded stopped, to be removed when the node is back", "sandbox", sb.ID, "node", sb.NodeID, "err", derr)
@@ -351,7 +351,7 @@ func (s *Service) destroyLocked(ctx context.Context, sb store.Sandbox, reason st
 }
 
 // SetTimeout makes the tenant's running sandbox end secs seconds from now.
-func (s *Service) SetTimeout(ctx context.Context, tenantID, id string, secs int) (store.Sandbox, error) {
+func (s *sandboxes) SetTimeout(ctx context.Context, tenantID, id string, secs int) (store.Sandbox, error) {
 	if err := checkTimeout(secs, false); err != nil {
 		return store.Sandbox{}, err
 	}
@@ -390,7 +390,7 @@ func NetworkPolicy(sb store.Sandbox) (policy.Policy, error) {
 // checkNetwork refuses a tenant's policy (nil: none) whose rules would open a guarded range the
 // operator has not opened (policy.Guards.Check). The gateway refuses such connections anyway; this
 // says so at once, with a 400 that names the range.
-func (s *Service) checkNetwork(p *policy.Policy) error {
+func (s *sandboxes) checkNetwork(p *policy.Policy) error {
 	if p == nil {
 		return nil
 	}
@@ -401,21 +401,21 @@ func (s *Service) checkNetwork(p *policy.Policy) error {
 }
 
 // SetNetwork replaces the egress policy of the tenant's running sandbox. New connections follow it at once.
-func (s *Service) SetNetwork(ctx context.Context, tenantID, id string, p policy.Policy) (store.Sandbox, error) {
+func (s *sandboxes) SetNetwork(ctx context.Context, tenantID, id string, p policy.Policy) (store.Sandbox, error) {
 	sb, err := s.setNetwork(ctx, tenantID, id, p)
 	if err != nil {
 		return sb, err
 	}
 	// A session's sandbox: the session keeps the policy for the sandboxes it resumes into.
 	if se := sb.Metadata[SessionMetadataKey]; se != "" {
-		if err := s.setSessionNetwork(ctx, tenantID, se, sb.NetworkPolicy); err != nil {
+		if err := s.sessions.setSessionNetwork(ctx, tenantID, se, sb.NetworkPolicy); err != nil {
 			return sb, err
 		}
 	}
 	return sb, nil
 }
 
-func (s *Service) setNetwork(ctx context.Context, tenantID, id string, p policy.Policy) (store.Sandbox, error) {
+func (s *sandboxes) setNetwork(ctx context.Context, tenantID, id string, p policy.Policy) (store.Sandbox, error) {
 	if err := p.Validate(); err != nil {
 		return store.Sandbox{}, fmt.Errorf("network: %w", err)
 	}
@@ -442,7 +442,7 @@ func (s *Service) setNetwork(ctx context.Context, tenantID, id string, p policy.
 	if err != nil {
 		return sb, err
 	}
-	n, err := s.sandboxNode(ctx, sb)
+	n, err := s.placer.sandboxNode(ctx, sb)
 	if err == nil {
 		err = n.SetNetwork(ctx, id, p)
 	}
@@ -455,7 +455,7 @@ func (s *Service) setNetwork(ctx context.Context, tenantID, id string, p policy.
 // Egress returns the network flows of the tenant's sandbox that f selects, newest first (see
 // flowlog.Log.Read). A stopped or failed sandbox's flows stay readable. Another tenant's sandbox is not
 // found.
-func (s *Service) Egress(ctx context.Context, tenantID, id string, f flowlog.Filter) ([]gateway.Flow, error) {
+func (s *sandboxes) Egress(ctx context.Context, tenantID, id string, f flowlog.Filter) ([]gateway.Flow, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
@@ -463,7 +463,7 @@ func (s *Service) Egress(ctx context.Context, tenantID, id string, f flowlog.Fil
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.sandboxNode(ctx, sb)
+	n, err := s.placer.sandboxNode(ctx, sb)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: egress flows: %w", id, err)
 	}
@@ -482,7 +482,7 @@ func (s *Service) Egress(ctx context.Context, tenantID, id string, f flowlog.Fil
 }
 
 // Link returns the channel to the daemon of the tenant's running sandbox, for exec and file calls.
-func (s *Service) Link(ctx context.Context, tenantID, id string) (*link.Client, error) {
+func (s *sandboxes) Link(ctx context.Context, tenantID, id string) (*link.Client, error) {
 	sb, err := s.GetSandbox(ctx, tenantID, id)
 	if err != nil {
 		return nil, err
@@ -494,7 +494,7 @@ func (s *Service) Link(ctx context.Context, tenantID, id string) (*link.Client, 
 		}
 		return nil, fmt.Errorf("%s: %w", msg, errdefs.ErrFailedPrecondition)
 	}
-	n, err := s.sandboxNode(ctx, sb)
+	n, err := s.placer.sandboxNode(ctx, sb)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -508,26 +508,26 @@ func (s *Service) Link(ctx context.Context, tenantID, id string) (*link.Client, 
 // HandleSandboxExit is how the in-process node reports a sandbox that stopped by itself (its daemon or
 // runtime died, or it ran out of memory): the sandbox is marked failed with the reason and cleaned up on
 // the node.
-func (s *Service) HandleSandboxExit(id, reason string) {
+func (s *nodeCalls) HandleSandboxExit(id, reason string) {
 	if s.nodes.local != nil {
-		s.sandboxExited(s.nodes.local.ID(), id, reason)
+		s.sandboxes.sandboxExited(s.nodes.local.ID(), id, reason)
 	}
 }
 
 // sandboxExited handles the exit of sandbox id that nodeID reported.
-func (s *Service) sandboxExited(nodeID, id, reason string) {
+func (s *sandboxes) sandboxExited(nodeID, id, reason string) {
 	if tenantID, sessionID := s.handleSandboxExit(nodeID, id, reason); sessionID != "" {
-		s.sessionSandboxExited(tenantID, sessionID, id, reason)
+		s.sessions.sessionSandboxExited(tenantID, sessionID, id, reason)
 	}
 }
 
 // handleSandboxExit records the exit and reports the sandbox's session, if it runs one.
-func (s *Service) handleSandboxExit(nodeID, id, reason string) (tenantID, sessionID string) {
+func (s *sandboxes) handleSandboxExit(nodeID, id, reason string) (tenantID, sessionID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	unlock := s.locks.Lock(id)
 	defer unlock()
-	n, err := s.node(ctx, nodeID)
+	n, err := s.placer.node(ctx, nodeID)
 	if err != nil {
 		s.log.Warn("sandbox exit from a node out of reach", "node", nodeID, "sandbox", id, "err", err)
 		return "", ""
@@ -547,7 +547,7 @@ func (s *Service) handleSandboxExit(nodeID, id, reason string) (tenantID, sessio
 		return "", ""
 	}
 	// A node gone stopped it already, or removes it when it starts again (reconcileRemote).
-	if !s.nodeGone(ctx, nodeID) {
+	if !s.placer.nodeGone(ctx, nodeID) {
 		if err := n.DestroySandbox(ctx, id); err != nil {
 			s.log.Error("clean up failed sandbox", "sandbox", id, "err", err)
 		}
@@ -556,11 +556,11 @@ func (s *Service) handleSandboxExit(nodeID, id, reason string) (tenantID, sessio
 }
 
 // Start reconciles the Store with what the node runs, then starts the lifecycle loops.
-func (s *Service) Start(ctx context.Context) error {
-	if err := s.reconcile(ctx); err != nil {
+func (s *loops) Start(ctx context.Context) error {
+	if err := s.sandboxes.reconcile(ctx); err != nil {
 		return err
 	}
-	if err := s.reconcileSessions(ctx); err != nil {
+	if err := s.sessions.reconcileSessions(ctx); err != nil {
 		return err
 	}
 	if s.connections != nil {
@@ -580,25 +580,25 @@ func (s *Service) Start(ctx context.Context) error {
 	s.holdReplicaLease()
 	s.lead()
 	s.every(leaderEvery, s.lead)
-	s.every(s.reap, s.ifLeader(s.reapExpired))
-	s.every(s.idle, s.ifLeader(s.pauseIdleSessions))
-	s.every(s.gcEvery, s.ifLeader(s.expireRecords))
-	s.every(s.keysEvery, s.ifLeader(s.checkTenantKeys))
-	if s.clustered() {
+	s.every(s.reap, s.ifLeader(s.sandboxes.reapExpired))
+	s.every(s.idle, s.ifLeader(s.sessions.pauseIdleSessions))
+	s.every(s.gcEvery, s.ifLeader(s.accounts.expireRecords))
+	s.every(s.keysEvery, s.ifLeader(s.keyring.checkTenantKeys))
+	if s.nodes.clustered() {
 		s.every(failOverEvery, s.ifLeader(s.failOver))
 		s.every(opLeaseEvery, s.ifLeader(s.adoptOrphanOps))
 		s.every(time.Minute, s.ifLeader(s.settleOrphanSnapshots))
 	}
 	if s.snapshots != nil {
-		s.every(s.gcEvery, s.ifLeader(func() { s.collectSnapshots(s.gcGrace) }))
-		s.every(s.rollEvery, s.ifLeader(s.rollSnapshots))
-		s.every(s.pruneEvery, s.ifLeader(s.pruneSnapshots))
+		s.every(s.gcEvery, s.ifLeader(func() { s.book.collectSnapshots(s.gcGrace) }))
+		s.every(s.rollEvery, s.ifLeader(s.sessions.rollSnapshots))
+		s.every(s.pruneEvery, s.ifLeader(s.book.pruneSnapshots))
 	}
 	return nil
 }
 
 // every runs f every interval in a goroutine the Service owns, until Shutdown.
-func (s *Service) every(interval time.Duration, f func()) {
+func (s *loops) every(interval time.Duration, f func()) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -616,7 +616,7 @@ func (s *Service) every(interval time.Duration, f func()) {
 }
 
 // reapExpired destroys the sandboxes whose timeout passed.
-func (s *Service) reapExpired() {
+func (s *sandboxes) reapExpired() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sbs, err := s.store.ListExpiredSandboxes(ctx, s.now(), 100)
@@ -644,7 +644,7 @@ func (s *Service) reapExpired() {
 // re-adopt stay running; those it lost are failed; half-done creates and deletes are finished;
 // sandboxes the node has but the Store does not want are destroyed. (A node of its own is settled when
 // it restarts: reconcileRemote.)
-func (s *Service) reconcile(ctx context.Context) error {
+func (s *sandboxes) reconcile(ctx context.Context) error {
 	if s.nodes.local == nil {
 		return nil
 	}
@@ -654,8 +654,8 @@ func (s *Service) reconcile(ctx context.Context) error {
 // reconcileRemote settles the sandboxes of node nodeID, whose process started again (its first
 // heartbeat arrived at since): as reconcile, except that creates recorded since are left alone (they
 // were sent to the new process).
-func (s *Service) reconcileRemote(ctx context.Context, nodeID string, since time.Time) error {
-	n, err := s.node(ctx, nodeID)
+func (s *sandboxes) reconcileRemote(ctx context.Context, nodeID string, since time.Time) error {
+	n, err := s.placer.node(ctx, nodeID)
 	if err != nil {
 		return err
 	}
@@ -664,8 +664,8 @@ func (s *Service) reconcileRemote(ctx context.Context, nodeID string, since time
 
 // reconcileNode settles n's sandboxes after n (or this control plane with it) started again. Sandboxes
 // being created since createdSince (if not zero) are left alone.
-func (s *Service) reconcileNode(ctx context.Context, n Node, createdSince time.Time) error {
-	sbs, err := s.sandboxesOnNode(ctx, n.ID(), activeSandbox)
+func (s *sandboxes) reconcileNode(ctx context.Context, n Node, createdSince time.Time) error {
+	sbs, err := s.placer.sandboxesOnNode(ctx, n.ID(), activeSandbox)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
@@ -707,7 +707,7 @@ func (s *Service) reconcileNode(ctx context.Context, n Node, createdSince time.T
 				s.bg.Add(1)
 				go func() {
 					defer s.bg.Done()
-					s.sessionSandboxExited(sb.TenantID, se, sb.ID, nodeLostReason+n.ID()+" restarted without it")
+					s.sessions.sessionSandboxExited(sb.TenantID, se, sb.ID, nodeLostReason+n.ID()+" restarted without it")
 				}()
 			}
 		case store.StateCreating:
@@ -737,14 +737,14 @@ func (s *Service) reconcileNode(ctx context.Context, n Node, createdSince time.T
 
 // settledMeanwhile reports whether sb reached stopped or failed after reconcile listed it: another
 // control plane, or the teardown a previous run of this one left behind, finished it first.
-func (s *Service) settledMeanwhile(ctx context.Context, sb store.Sandbox) bool {
+func (s *sandboxes) settledMeanwhile(ctx context.Context, sb store.Sandbox) bool {
 	cur, err := s.store.GetSandbox(ctx, sb.TenantID, sb.ID)
 	return err == nil && (cur.State == store.StateStopped || cur.State == store.StateFailed)
 }
 
 // Shutdown stops the loops, then stops every sandbox of this node and records them stopped, so that a
 // later start finds them settled and nothing of them remains on the host.
-func (s *Service) Shutdown(ctx context.Context) error {
+func (s *loops) Shutdown(ctx context.Context) error {
 	// This replica's lease lasts until everything below is done (its pauses write snapshots).
 	defer s.releaseReplicaLease()
 	select {
@@ -755,20 +755,20 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	s.wg.Wait()
 	s.resign(ctx)
 	// Sessions are paused, not lost: a restart resumes them where they were.
-	s.pauseAllForShutdown(ctx)
+	s.sessions.pauseAllForShutdown(ctx)
 	s.bg.Wait()
 	// The clients of the other nodes close last, after the leases on operations are given up.
 	defer s.nodes.close()
 	defer s.ops.stopAll()
 	// Uploads finish if they can in time; a restart takes up the others from their saved images.
-	defer s.waitUploads(ctx)
+	defer s.book.waitUploads(ctx)
 	// Only the in-process node's sandboxes: the other nodes run on without this replica.
 	if s.nodes.local == nil {
 		return nil
 	}
 	var errs []error
 	for {
-		sbs, err := s.sandboxesOnNode(ctx, s.nodes.local.ID(), activeSandbox)
+		sbs, err := s.placer.sandboxesOnNode(ctx, s.nodes.local.ID(), activeSandbox)
 		if err != nil {
 			return err
 		}
@@ -777,7 +777,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 			n++
 			unlock := s.locks.Lock(sb.ID)
 			if fresh, err := s.store.GetSandbox(ctx, sb.TenantID, sb.ID); err == nil {
-				if _, err := s.destroyLocked(ctx, fresh, "airlock shut down"); err != nil {
+				if _, err := s.sandboxes.destroyLocked(ctx, fresh, "airlock shut down"); err != nil {
 					errs = append(errs, err)
 				}
 			}

@@ -9,7 +9,7 @@ import (
 )
 
 // secretStore returns the secret store, or an error when this control plane has none.
-func (s *Service) secretStore() (*secrets.Store, error) {
+func (s *accounts) secretStore() (*secrets.Store, error) {
 	if s.secrets == nil {
 		return nil, fmt.Errorf("this control plane keeps no secrets: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -17,7 +17,7 @@ func (s *Service) secretStore() (*secrets.Store, error) {
 }
 
 // CreateSecret stores a new secret of the tenant. Its value can never be read back through the API.
-func (s *Service) CreateSecret(ctx context.Context, tenantID, name string, value []byte) (secrets.Metadata, error) {
+func (s *accounts) CreateSecret(ctx context.Context, tenantID, name string, value []byte) (secrets.Metadata, error) {
 	st, err := s.secretStore()
 	if err != nil {
 		return secrets.Metadata{}, err
@@ -26,7 +26,7 @@ func (s *Service) CreateSecret(ctx context.Context, tenantID, name string, value
 }
 
 // UpdateSecret replaces the value of the tenant's secret (a new version).
-func (s *Service) UpdateSecret(ctx context.Context, tenantID, name string, value []byte) (secrets.Metadata, error) {
+func (s *accounts) UpdateSecret(ctx context.Context, tenantID, name string, value []byte) (secrets.Metadata, error) {
 	st, err := s.secretStore()
 	if err != nil {
 		return secrets.Metadata{}, err
@@ -35,7 +35,7 @@ func (s *Service) UpdateSecret(ctx context.Context, tenantID, name string, value
 }
 
 // DeleteSecret removes the tenant's secret.
-func (s *Service) DeleteSecret(ctx context.Context, tenantID, name string) error {
+func (s *accounts) DeleteSecret(ctx context.Context, tenantID, name string) error {
 	st, err := s.secretStore()
 	if err != nil {
 		return err
@@ -44,7 +44,7 @@ func (s *Service) DeleteSecret(ctx context.Context, tenantID, name string) error
 }
 
 // GetSecret describes the tenant's secret, without its value.
-func (s *Service) GetSecret(ctx context.Context, tenantID, name string) (secrets.Metadata, error) {
+func (s *accounts) GetSecret(ctx context.Context, tenantID, name string) (secrets.Metadata, error) {
 	st, err := s.secretStore()
 	if err != nil {
 		return secrets.Metadata{}, err
@@ -53,7 +53,7 @@ func (s *Service) GetSecret(ctx context.Context, tenantID, name string) (secrets
 }
 
 // ListSecrets describes the tenant's secrets, without their values.
-func (s *Service) ListSecrets(ctx context.Context, tenantID string) ([]secrets.Metadata, error) {
+func (s *accounts) ListSecrets(ctx context.Context, tenantID string) ([]secrets.Metadata, error) {
 	st, err := s.secretStore()
 	if err != nil {
 		return nil, err

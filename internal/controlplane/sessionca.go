@@ -41,7 +41,7 @@ type sessionCARecord struct {
 func plainKey(b []byte) ([]byte, error) { return append([]byte(nil), b...), nil }
 
 // sealSessionCA encodes ca for the Store, its key wrapped under the tenant's current key.
-func (s *Service) sealSessionCA(ctx context.Context, tenantID, sessionID string, ca *mitm.CA) ([]byte, error) {
+func (s *keyring) sealSessionCA(ctx context.Context, tenantID, sessionID string, ca *mitm.CA) ([]byte, error) {
 	return ca.Marshal(func(der []byte) ([]byte, error) {
 		bound := append(sessionCAPurpose(tenantID, sessionID), der...)
 		defer clear(bound)
@@ -54,7 +54,7 @@ func (s *Service) sealSessionCA(ctx context.Context, tenantID, sessionID string,
 }
 
 // openSessionCA decodes a session CA from the Store.
-func (s *Service) openSessionCA(ctx context.Context, tenantID, sessionID string, data []byte) (*mitm.CA, error) {
+func (s *keyring) openSessionCA(ctx context.Context, tenantID, sessionID string, data []byte) (*mitm.CA, error) {
 	return mitm.Load(sessionID, data, func(b []byte) ([]byte, error) {
 		keyID, w, ok := bytes.Cut(b, []byte("\n"))
 		if !ok {
@@ -75,7 +75,7 @@ func (s *Service) openSessionCA(ctx context.Context, tenantID, sessionID string,
 
 // nodeRunsSession checks that nodeID has a sandbox of tenantID's session sessionID up (creating,
 // running or stopping): only such a node is given the session's CA.
-func (s *Service) nodeRunsSession(ctx context.Context, nodeID, tenantID, sessionID string) error {
+func (s *nodeCalls) nodeRunsSession(ctx context.Context, nodeID, tenantID, sessionID string) error {
 	if nodeID == "" || tenantID == "" || !strings.HasPrefix(sessionID, "se_") {
 		return errNotYours
 	}
@@ -98,7 +98,7 @@ func (s *Service) nodeRunsSession(ctx context.Context, nodeID, tenantID, session
 
 // NodeCAGet gives a node that runs a sandbox of the session the session's interception CA, its key in
 // the clear (inside the mutual TLS of the cluster port): ErrNotFound if the session has none yet.
-func (s *Service) NodeCAGet(ctx context.Context, nodeID, tenantID, sessionID string) ([]byte, error) {
+func (s *nodeCalls) NodeCAGet(ctx context.Context, nodeID, tenantID, sessionID string) ([]byte, error) {
 	if s.keyProvider == nil {
 		return nil, fmt.Errorf("no key provider: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -116,7 +116,7 @@ func (s *Service) NodeCAGet(ctx context.Context, nodeID, tenantID, sessionID str
 	if err := json.Unmarshal(d.Value, &rec); err != nil {
 		return nil, fmt.Errorf("session CA %s: %w", sessionID, err)
 	}
-	ca, err := s.openSessionCA(ctx, tenantID, sessionID, rec.CA)
+	ca, err := s.keyring.openSessionCA(ctx, tenantID, sessionID, rec.CA)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (s *Service) NodeCAGet(ctx context.Context, nodeID, tenantID, sessionID str
 
 // NodeCAPut keeps the interception CA a node made for a session it runs a sandbox of. The first CA of a
 // session stays: a later one is ErrAlreadyExists (the node is to use the one kept).
-func (s *Service) NodeCAPut(ctx context.Context, nodeID, tenantID, sessionID string, data []byte) error {
+func (s *nodeCalls) NodeCAPut(ctx context.Context, nodeID, tenantID, sessionID string, data []byte) error {
 	if s.keyProvider == nil {
 		return fmt.Errorf("no key provider: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -136,11 +136,11 @@ func (s *Service) NodeCAPut(ctx context.Context, nodeID, tenantID, sessionID str
 	if err != nil {
 		return err
 	}
-	return s.keepSessionCA(ctx, tenantID, sessionID, ca)
+	return s.keyring.keepSessionCA(ctx, tenantID, sessionID, ca)
 }
 
 // keepSessionCA stores ca as the session's, unless it has one.
-func (s *Service) keepSessionCA(ctx context.Context, tenantID, sessionID string, ca *mitm.CA) error {
+func (s *keyring) keepSessionCA(ctx context.Context, tenantID, sessionID string, ca *mitm.CA) error {
 	sealed, err := s.sealSessionCA(ctx, tenantID, sessionID, ca)
 	if err != nil {
 		return err
@@ -160,8 +160,8 @@ func (s *Service) keepSessionCA(ctx context.Context, tenantID, sessionID string,
 
 // copySessionCA gives a fork the interception CA of the session it was forked from, if that one has a
 // CA kept (the fork's sandboxes are restored from the parent's snapshot and trust it).
-func (s *Service) copySessionCA(ctx context.Context, tenantID, fromID, toID string) error {
-	if s.keyProvider == nil || !s.clustered() {
+func (s *keyring) copySessionCA(ctx context.Context, tenantID, fromID, toID string) error {
+	if s.keyProvider == nil || !s.nodes.clustered() {
 		return nil
 	}
 	d, err := s.store.GetDoc(ctx, sessionCADoc(tenantID, fromID))
@@ -186,7 +186,7 @@ func (s *Service) copySessionCA(ctx context.Context, tenantID, fromID, toID stri
 }
 
 // dropSessionCA forgets a deleted session's kept CA.
-func (s *Service) dropSessionCA(ctx context.Context, tenantID, sessionID string) {
+func (s *keyring) dropSessionCA(ctx context.Context, tenantID, sessionID string) {
 	key := sessionCADoc(tenantID, sessionID)
 	d, err := s.store.GetDoc(ctx, key)
 	if err == nil {
@@ -198,7 +198,7 @@ func (s *Service) dropSessionCA(ctx context.Context, tenantID, sessionID string)
 }
 
 // rewrapSessionCAs wraps the keys of the tenant's kept session CAs again under its current key.
-func (s *Service) rewrapSessionCAs(ctx context.Context, tenantID string) (bool, error) {
+func (s *keyring) rewrapSessionCAs(ctx context.Context, tenantID string) (bool, error) {
 	if s.keyProvider == nil {
 		return false, nil
 	}

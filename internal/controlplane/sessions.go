@@ -102,7 +102,7 @@ func checkRetention(r store.RetentionSpec) error {
 }
 
 // snapshotStore returns the snapshot store, or an error when this control plane has none.
-func (s *Service) snapshotStore() (*snapshot.Store, error) {
+func (s *snapshotBook) snapshotStore() (*snapshot.Store, error) {
 	if s.snapshots == nil {
 		return nil, fmt.Errorf("this control plane keeps no snapshots: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -111,23 +111,23 @@ func (s *Service) snapshotStore() (*snapshot.Store, error) {
 
 // CreateSession records a new session and boots its first sandbox. It returns the session running, or
 // failed with the reason when the boot failed (the error then says why too).
-func (s *Service) CreateSession(ctx context.Context, tenantID string, req SessionRequest) (store.Session, error) {
-	if _, err := s.snapshotStore(); err != nil {
+func (s *sessions) CreateSession(ctx context.Context, tenantID string, req SessionRequest) (store.Session, error) {
+	if _, err := s.book.snapshotStore(); err != nil {
 		return store.Session{}, err
 	}
 	if err := req.normalize(); err != nil {
 		return store.Session{}, err
 	}
-	if err := s.checkNetwork(req.Network); err != nil {
+	if err := s.sandboxes.checkNetwork(req.Network); err != nil {
 		return store.Session{}, err
 	}
 	if err := s.checkTemplate(ctx, req.Template, req.MemoryMB); err != nil {
 		return store.Session{}, err
 	}
-	if err := s.checkNewSessions(ctx, tenantID, 1); err != nil {
+	if err := s.accounts.checkNewSessions(ctx, tenantID, 1); err != nil {
 		return store.Session{}, fmt.Errorf("create session: %w", err)
 	}
-	if err := s.checkKey(ctx, tenantID); err != nil {
+	if err := s.keyring.checkKey(ctx, tenantID); err != nil {
 		return store.Session{}, err
 	}
 	var netJSON []byte
@@ -137,7 +137,7 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 			return store.Session{}, fmt.Errorf("encode network policy: %w", err)
 		}
 	}
-	rt, why, err := s.chooseRuntime(ctx, tenantID, req.Runtime, true)
+	rt, why, err := s.placer.chooseRuntime(ctx, tenantID, req.Runtime, true)
 	if err != nil {
 		return store.Session{}, err
 	}
@@ -189,7 +189,7 @@ func (s *Service) CreateSession(ctx context.Context, tenantID string, req Sessio
 // interception CA are there). A snapshot not yet stored can be restored on its own node only. With caFrom, the sandbox gets the interception CA of session caFrom
 // (a fork's parent), if its node has it. It returns the sandbox running; on failure the sandbox is
 // recorded failed and nothing of it is left on the node.
-func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env []string, src *imageSource, prefer, caFrom string) (store.Sandbox, error) {
+func (s *sessions) startSessionSandbox(ctx context.Context, se store.Session, env []string, src *imageSource, prefer, caFrom string) (store.Sandbox, error) {
 	p, err := SessionNetworkPolicy(se)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -199,12 +199,12 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 	if rt == "" {
 		rt = DefaultRuntime
 	}
-	pl, err := s.place(ctx, spec, prefer, rt)
+	pl, err := s.placer.place(ctx, spec, prefer, rt)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
 	defer pl.done()
-	nrt := s.runtimeOf(ctx, pl.n.ID(), node.Runtime{Name: rt})
+	nrt := s.placer.runtimeOf(ctx, pl.n.ID(), node.Runtime{Name: rt})
 	n := pl.n
 	if src != nil && !src.stored && n.ID() != prefer {
 		return store.Sandbox{}, fmt.Errorf("snapshot %s is still being stored from node %s, which has no room now; retry once it is stored: %w",
@@ -213,7 +213,7 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 	if caFrom != "" {
 		// Kept by the control plane, where a node of its own gets it when the sandbox boots; the
 		// in-process node keeps its own copy.
-		if err := s.copySessionCA(ctx, se.TenantID, caFrom, se.ID); err != nil {
+		if err := s.keyring.copySessionCA(ctx, se.TenantID, caFrom, se.ID); err != nil {
 			return store.Sandbox{}, fmt.Errorf("session %s: interception CA: %w", se.ID, err)
 		}
 		if s.nodes.isLocal(n.ID()) {
@@ -244,7 +244,7 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("session %s: record sandbox: %w", se.ID, err)
 	}
-	s.auditRuntime(se.TenantID, sb.ID, rt, sb.Metadata[RuntimeReasonMetadataKey])
+	s.placer.auditRuntime(se.TenantID, sb.ID, rt, sb.Metadata[RuntimeReasonMetadataKey])
 	unlock := s.locks.Lock(sb.ID)
 	defer unlock()
 	req := node.CreateRequest{
@@ -273,13 +273,13 @@ func (s *Service) startSessionSandbox(ctx context.Context, se store.Session, env
 	}
 	if err != nil {
 		s.log.Error("boot session sandbox", "session", se.ID, "sandbox", sb.ID, "err", err)
-		if _, terr := s.transition(ctx, sb, store.StateFailed, "boot failed"); terr != nil {
+		if _, terr := s.sandboxes.transition(ctx, sb, store.StateFailed, "boot failed"); terr != nil {
 			err = errors.Join(err, terr)
 		}
 		return store.Sandbox{}, err
 	}
 	started := s.now()
-	return s.update(ctx, sb, func(sb *store.Sandbox) error {
+	return s.sandboxes.update(ctx, sb, func(sb *store.Sandbox) error {
 		if err := store.CheckTransition(sb.State, store.StateRunning); err != nil {
 			return err
 		}
@@ -307,7 +307,7 @@ func setSessionState(se *store.Session, to store.SessionState, reason string) er
 
 // updateSession applies f to the stored session and saves it, re-reading and retrying when another
 // writer changed it in between.
-func (s *Service) updateSession(ctx context.Context, se store.Session, f func(*store.Session) error) (store.Session, error) {
+func (s *sessions) updateSession(ctx context.Context, se store.Session, f func(*store.Session) error) (store.Session, error) {
 	for attempt := 0; ; attempt++ {
 		next := se
 		next.Metadata = cloneMap(se.Metadata)
@@ -345,7 +345,7 @@ func cloneMap(m map[string]string) map[string]string {
 }
 
 // GetSession returns the tenant's session.
-func (s *Service) GetSession(ctx context.Context, tenantID, id string) (store.Session, error) {
+func (s *sessions) GetSession(ctx context.Context, tenantID, id string) (store.Session, error) {
 	se, err := s.store.GetSession(ctx, tenantID, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return se, fmt.Errorf("session %s not found: %w", id, errdefs.ErrNotFound)
@@ -354,13 +354,13 @@ func (s *Service) GetSession(ctx context.Context, tenantID, id string) (store.Se
 }
 
 // ListSessions returns one page of the tenant's sessions.
-func (s *Service) ListSessions(ctx context.Context, tenantID string, f store.SessionFilter) ([]store.Session, string, error) {
+func (s *sessions) ListSessions(ctx context.Context, tenantID string, f store.SessionFilter) ([]store.Session, string, error) {
 	return s.store.ListSessions(ctx, tenantID, f)
 }
 
 // PauseSession snapshots the session's sandbox (memory, processes, files) and destroys it. Pausing a
 // paused session returns it as it is.
-func (s *Service) PauseSession(ctx context.Context, tenantID, id string) (store.Session, error) {
+func (s *sessions) PauseSession(ctx context.Context, tenantID, id string) (store.Session, error) {
 	unlock := s.locks.Lock(id)
 	defer unlock()
 	se, err := s.GetSession(ctx, tenantID, id)
@@ -384,10 +384,10 @@ func (s *Service) PauseSession(ctx context.Context, tenantID, id string) (store.
 // session paused at it; only then is the sandbox destroyed. A failure before the record of the pause lets
 // the sandbox run on (the session is running again); a restart in between finds the frozen sandbox and
 // thaws it (see reconcileSessions).
-func (s *Service) pauseLocked(ctx context.Context, se store.Session, reason string) (store.Session, error) {
+func (s *sessions) pauseLocked(ctx context.Context, se store.Session, reason string) (store.Session, error) {
 	// Without the key the image could only be kept in the clear: refuse (the key check loop stops the
 	// sandbox).
-	if err := s.checkKey(ctx, se.TenantID); err != nil {
+	if err := s.keyring.checkKey(ctx, se.TenantID); err != nil {
 		return se, err
 	}
 	start := s.now()
@@ -428,7 +428,7 @@ func (s *Service) pauseLocked(ctx context.Context, se store.Session, reason stri
 }
 
 // destroySessionSandbox destroys a session's sandbox that the session no longer uses.
-func (s *Service) destroySessionSandbox(ctx context.Context, tenantID, sbID, reason string) {
+func (s *sessions) destroySessionSandbox(ctx context.Context, tenantID, sbID, reason string) {
 	if sbID == "" {
 		return
 	}
@@ -439,7 +439,7 @@ func (s *Service) destroySessionSandbox(ctx context.Context, tenantID, sbID, rea
 		s.log.Warn("session sandbox record", "sandbox", sbID, "err", err)
 		return
 	}
-	if _, err := s.destroyLocked(ctx, sb, reason); err != nil {
+	if _, err := s.sandboxes.destroyLocked(ctx, sb, reason); err != nil {
 		s.log.Error("destroy session sandbox", "sandbox", sbID, "err", err)
 	}
 }
@@ -449,8 +449,8 @@ func (s *Service) destroySessionSandbox(ctx context.Context, tenantID, sbID, rea
 // can resume and fork from it from then on), and the upload to the snapshot store completes it in the
 // background (uploads.go). With leaveRunning the sandbox runs on; without, it stays frozen (the caller
 // destroys it) — unless the snapshot fails, in which case it is thawed and runs on.
-func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string, leaveRunning bool) (store.Snapshot, error) {
-	if _, err := s.snapshotStore(); err != nil {
+func (s *sessions) snapshotSandbox(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string, leaveRunning bool) (store.Snapshot, error) {
+	if _, err := s.book.snapshotStore(); err != nil {
 		return store.Snapshot{}, err
 	}
 	if se.SandboxID == "" {
@@ -460,7 +460,7 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 	if err != nil {
 		return store.Snapshot{}, fmt.Errorf("session %s: %w", se.ID, err)
 	}
-	n, err := s.sandboxNode(ctx, sb)
+	n, err := s.placer.sandboxNode(ctx, sb)
 	if err != nil {
 		return store.Snapshot{}, fmt.Errorf("session %s: %w", se.ID, err)
 	}
@@ -478,14 +478,14 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 				cause = errors.Join(cause, fmt.Errorf("let the sandbox run on: %w", err))
 			}
 		}
-		if _, err := s.updateSnapshot(ctx, snap, func(sn *store.Snapshot) error {
+		if _, err := s.book.updateSnapshot(ctx, snap, func(sn *store.Snapshot) error {
 			sn.State, sn.Reason = store.SnapshotFailed, truncateReason(cause.Error())
 			return nil
 		}); err != nil {
 			cause = errors.Join(cause, err)
 		}
 		if thaw { // the image was saved: the node need not keep it
-			s.dropImagesOn(ctx, n, snap.ID)
+			s.book.dropImagesOn(ctx, n, snap.ID)
 		}
 		return store.Snapshot{}, cause
 	}
@@ -497,7 +497,7 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 	}
 	tCheckpoint := s.now().Sub(t0)
 	faultinject.Crash("snapshot-checkpointed")
-	snap, err = s.updateSnapshot(ctx, snap, func(sn *store.Snapshot) error {
+	snap, err = s.book.updateSnapshot(ctx, snap, func(sn *store.Snapshot) error {
 		sn.State = store.SnapshotUploading
 		sn.LogicalBytes = img.Bytes
 		sn.Meta["checkpoint_ms"] = fmt.Sprint(tCheckpoint.Milliseconds())
@@ -519,14 +519,14 @@ func (s *Service) snapshotSandbox(ctx context.Context, se store.Session, trigger
 		return fail(err, true)
 	}
 	faultinject.Crash("snapshot-saved")
-	s.startUpload(snap)
+	s.book.startUpload(snap)
 	s.log.Info("snapshot saved", "session", se.ID, "snapshot", snap.ID, "node", n.ID(), "trigger", trigger, "checkpoint", tCheckpoint,
 		"image_bytes", snap.LogicalBytes)
 	return snap, nil
 }
 
 // updateSnapshot applies f to the stored snapshot and saves it, retrying on a concurrent change.
-func (s *Service) updateSnapshot(ctx context.Context, sn store.Snapshot, f func(*store.Snapshot) error) (store.Snapshot, error) {
+func (s *snapshotBook) updateSnapshot(ctx context.Context, sn store.Snapshot, f func(*store.Snapshot) error) (store.Snapshot, error) {
 	for attempt := 0; ; attempt++ {
 		next := sn
 		next.Meta = cloneMap(sn.Meta)
@@ -560,7 +560,7 @@ func truncateReason(s string) string {
 
 // ResumeSession restores a paused (or failed) session's head snapshot into a new sandbox. Resuming a
 // running session returns it as it is.
-func (s *Service) ResumeSession(ctx context.Context, tenantID, id string) (store.Session, error) {
+func (s *sessions) ResumeSession(ctx context.Context, tenantID, id string) (store.Session, error) {
 	unlock := s.locks.Lock(id)
 	defer unlock()
 	se, err := s.GetSession(ctx, tenantID, id)
@@ -574,14 +574,14 @@ func (s *Service) ResumeSession(ctx context.Context, tenantID, id string) (store
 }
 
 // resumeLocked resumes se from its head snapshot. The caller holds its lock.
-func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Session, error) {
-	if _, err := s.snapshotStore(); err != nil {
+func (s *sessions) resumeLocked(ctx context.Context, se store.Session) (store.Session, error) {
+	if _, err := s.book.snapshotStore(); err != nil {
 		return se, err
 	}
 	if (se.State != store.SessionPaused && se.State != store.SessionFailed) || se.HeadSnapshotID == "" {
 		return se, fmt.Errorf("session %s is %s with no snapshot to resume from: %w", se.ID, se.State, errdefs.ErrConflict)
 	}
-	if err := s.checkKey(ctx, se.TenantID); err != nil {
+	if err := s.keyring.checkKey(ctx, se.TenantID); err != nil {
 		return se, err
 	}
 	start := s.now()
@@ -591,7 +591,7 @@ func (s *Service) resumeLocked(ctx context.Context, se store.Session) (store.Ses
 		return se, err
 	}
 	var sb store.Sandbox
-	src, sn, err := s.imageSource(ctx, se.TenantID, se.HeadSnapshotID)
+	src, sn, err := s.book.imageSource(ctx, se.TenantID, se.HeadSnapshotID)
 	granted := s.now()
 	faultinject.Crash("resume-fetched")
 	if err == nil {
@@ -644,7 +644,7 @@ type imageSource struct {
 // imageSource returns what a node needs to restore tenantID's snapshot snapID, and the snapshot. Making
 // the grant unwraps the tenant's key: a revoked key stops every restore of a stored snapshot here, even
 // of an image a node keeps (callers check the key first for the others).
-func (s *Service) imageSource(ctx context.Context, tenantID, snapID string) (*imageSource, store.Snapshot, error) {
+func (s *snapshotBook) imageSource(ctx context.Context, tenantID, snapID string) (*imageSource, store.Snapshot, error) {
 	sn, err := s.store.GetSnapshot(ctx, tenantID, snapID)
 	if err != nil {
 		return nil, sn, err
@@ -667,7 +667,7 @@ func (s *Service) imageSource(ctx context.Context, tenantID, snapID string) (*im
 
 // SnapshotSession checkpoints the running session into a new snapshot, named (or not), while it keeps
 // running; the snapshot becomes the session's head.
-func (s *Service) SnapshotSession(ctx context.Context, tenantID, id, name string) (store.Snapshot, error) {
+func (s *sessions) SnapshotSession(ctx context.Context, tenantID, id, name string) (store.Snapshot, error) {
 	if name != "" && !metaKeyPattern.MatchString(name) {
 		return store.Snapshot{}, invalid("snapshot name %q must be 1-63 letters, digits or _.-/ and start with a letter or digit", name)
 	}
@@ -684,11 +684,11 @@ func (s *Service) SnapshotSession(ctx context.Context, tenantID, id, name string
 	return s.snapshotRunningLocked(context.WithoutCancel(ctx), se, store.TriggerManual, name)
 }
 
-func (s *Service) snapshotRunningLocked(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string) (store.Snapshot, error) {
-	if err := s.checkKey(ctx, se.TenantID); err != nil {
+func (s *sessions) snapshotRunningLocked(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string) (store.Snapshot, error) {
+	if err := s.keyring.checkKey(ctx, se.TenantID); err != nil {
 		return store.Snapshot{}, err
 	}
-	if err := s.checkSnapshotQuota(ctx, se.TenantID); err != nil {
+	if err := s.accounts.checkSnapshotQuota(ctx, se.TenantID); err != nil {
 		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %w", se.ID, err)
 	}
 	snap, err := s.snapshotSandbox(ctx, se, trigger, name, true)
@@ -706,8 +706,8 @@ func (s *Service) snapshotRunningLocked(ctx context.Context, se store.Session, t
 }
 
 // ListSnapshots returns one page of a session's snapshots.
-func (s *Service) ListSnapshots(ctx context.Context, tenantID, sessionID string, f store.SnapshotFilter) ([]store.Snapshot, string, error) {
-	if _, err := s.GetSession(ctx, tenantID, sessionID); err != nil {
+func (s *snapshotBook) ListSnapshots(ctx context.Context, tenantID, sessionID string, f store.SnapshotFilter) ([]store.Snapshot, string, error) {
+	if _, err := s.sessions.GetSession(ctx, tenantID, sessionID); err != nil {
 		return nil, "", err
 	}
 	f.SessionID = sessionID
@@ -715,8 +715,8 @@ func (s *Service) ListSnapshots(ctx context.Context, tenantID, sessionID string,
 }
 
 // GetSnapshot returns one snapshot of the session.
-func (s *Service) GetSnapshot(ctx context.Context, tenantID, sessionID, id string) (store.Snapshot, error) {
-	if _, err := s.GetSession(ctx, tenantID, sessionID); err != nil {
+func (s *snapshotBook) GetSnapshot(ctx context.Context, tenantID, sessionID, id string) (store.Snapshot, error) {
+	if _, err := s.sessions.GetSession(ctx, tenantID, sessionID); err != nil {
 		return store.Snapshot{}, err
 	}
 	sn, err := s.store.GetSnapshot(ctx, tenantID, id)
@@ -733,8 +733,8 @@ func (s *Service) GetSnapshot(ctx context.Context, tenantID, sessionID, id strin
 // its current state (a new snapshot of a running session, or a paused one's head). Each fork runs in its
 // own sandbox and diverges independently. Forks that could not be started are returned paused, with the
 // reason.
-func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count int, fromSnapshot string) ([]store.Session, error) {
-	if _, err := s.snapshotStore(); err != nil {
+func (s *sessions) ForkSession(ctx context.Context, tenantID, id string, count int, fromSnapshot string) ([]store.Session, error) {
+	if _, err := s.book.snapshotStore(); err != nil {
 		return nil, err
 	}
 	if count < 1 || count > MaxFork {
@@ -747,11 +747,11 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 		unlock()
 		return nil, err
 	}
-	if err := s.checkNewSessions(ctx, tenantID, count); err != nil {
+	if err := s.accounts.checkNewSessions(ctx, tenantID, count); err != nil {
 		unlock()
 		return nil, fmt.Errorf("fork session %s: %w", id, err)
 	}
-	if err := s.checkKey(ctx, tenantID); err != nil {
+	if err := s.keyring.checkKey(ctx, tenantID); err != nil {
 		unlock()
 		return nil, err
 	}
@@ -786,7 +786,7 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 	// The sandboxes restored from the snapshot trust the CA of the session that took it.
 	caFrom := snap.SessionID
 	start := s.now()
-	src, _, err := s.imageSource(ctx, tenantID, snapID)
+	src, _, err := s.book.imageSource(ctx, tenantID, snapID)
 	if err != nil {
 		return nil, fmt.Errorf("fork session %s: %w", id, err)
 	}
@@ -838,7 +838,7 @@ func (s *Service) ForkSession(ctx context.Context, tenantID, id string, count in
 
 // DeleteSession destroys the session's sandbox and the snapshots only it needs, and records it
 // deleted. Deleting a deleted session succeeds.
-func (s *Service) DeleteSession(ctx context.Context, tenantID, id string) error {
+func (s *sessions) DeleteSession(ctx context.Context, tenantID, id string) error {
 	ctx = context.WithoutCancel(ctx)
 	unlock := s.locks.Lock(id)
 	defer unlock()
@@ -849,7 +849,7 @@ func (s *Service) DeleteSession(ctx context.Context, tenantID, id string) error 
 	return s.deleteLocked(ctx, se)
 }
 
-func (s *Service) deleteLocked(ctx context.Context, se store.Session) error {
+func (s *sessions) deleteLocked(ctx context.Context, se store.Session) error {
 	if se.State == store.SessionDeleted {
 		return nil
 	}
@@ -861,7 +861,7 @@ func (s *Service) deleteLocked(ctx context.Context, se store.Session) error {
 	// Its snapshots go, except one a fork still resumes from (the store refuses to drop its record) and
 	// its head, whose record goes with the session's (collectSnapshots finishes what is left).
 	if s.snapshots != nil {
-		ids, err := s.snapshotIDs(ctx, se)
+		ids, err := s.book.snapshotIDs(ctx, se)
 		if err != nil {
 			return err
 		}
@@ -875,7 +875,7 @@ func (s *Service) deleteLocked(ctx context.Context, se store.Session) error {
 				}
 				return err
 			}
-			s.dropImages(id)
+			s.book.dropImages(id)
 			if err := s.snapshots.Delete(ctx, se.TenantID, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 				s.log.Warn("delete snapshot data", "snapshot", id, "err", err)
 			}
@@ -892,7 +892,7 @@ func (s *Service) deleteLocked(ctx context.Context, se store.Session) error {
 	s.forgetCA(ctx, se.TenantID, se.ID)
 	// Drop the record (and its remaining snapshots' records) unless a fork still resumes from one.
 	if err := s.store.DeleteSession(ctx, se.TenantID, se.ID); err == nil && head != "" && s.snapshots != nil {
-		s.dropImages(head)
+		s.book.dropImages(head)
 		if err := s.snapshots.Delete(ctx, se.TenantID, head); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			s.log.Warn("delete snapshot data", "snapshot", head, "err", err)
 		}
@@ -902,14 +902,14 @@ func (s *Service) deleteLocked(ctx context.Context, se store.Session) error {
 
 // SessionSandbox returns the sandbox that runs the session, for exec, file and port work: it records the
 // activity and, if the session is paused and resumes automatically, resumes it first.
-func (s *Service) SessionSandbox(ctx context.Context, tenantID, id string) (string, error) {
+func (s *sessions) SessionSandbox(ctx context.Context, tenantID, id string) (string, error) {
 	sbID, _, err := s.sessionSandbox(ctx, tenantID, id, true)
 	return sbID, err
 }
 
 // sessionSandbox is SessionSandbox; it also reports whether it resumed the session, and touches the
 // session only if touch is set.
-func (s *Service) sessionSandbox(ctx context.Context, tenantID, id string, touch bool) (sbID string, resumed bool, err error) {
+func (s *sessions) sessionSandbox(ctx context.Context, tenantID, id string, touch bool) (sbID string, resumed bool, err error) {
 	se, err := s.GetSession(ctx, tenantID, id)
 	if err != nil {
 		return "", false, err
@@ -940,7 +940,7 @@ func (s *Service) sessionSandbox(ctx context.Context, tenantID, id string, touch
 }
 
 // pauseIdleSessions pauses the running sessions whose idle timeout passed.
-func (s *Service) pauseIdleSessions() {
+func (s *sessions) pauseIdleSessions() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ses, err := s.store.ListIdleSessions(ctx, s.now(), 50)
@@ -953,13 +953,13 @@ func (s *Service) pauseIdleSessions() {
 	}
 }
 
-func (s *Service) pauseIfIdle(ctx context.Context, tenantID, id string) {
+func (s *sessions) pauseIfIdle(ctx context.Context, tenantID, id string) {
 	unlock := s.locks.Lock(id)
 	defer unlock()
 	se, err := s.store.GetSession(ctx, tenantID, id)
 	if err != nil || se.State != store.SessionRunning || se.IdleTimeoutSeconds <= 0 ||
-		se.LastActivityAt.Add(time.Duration(se.IdleTimeoutSeconds)*time.Second).After(s.now()) || s.busy(se.SandboxID) ||
-		s.portBusy(se.SandboxID) {
+		se.LastActivityAt.Add(time.Duration(se.IdleTimeoutSeconds)*time.Second).After(s.now()) || s.sandboxes.busy(se.SandboxID) ||
+		s.sandboxes.portBusy(se.SandboxID) {
 		return // resumed, touched or changed meanwhile, or a call or stream runs on it
 	}
 	if _, err := s.pauseLocked(ctx, se, "idle"); err != nil {
@@ -974,7 +974,7 @@ func (s *Service) pauseIfIdle(ctx context.Context, tenantID, id string) {
 
 // sessionSandboxExited records that a session's sandbox stopped by itself: the session fails, and can
 // be resumed from its last snapshot if it has one.
-func (s *Service) sessionSandboxExited(tenantID, sessionID, sbID, reason string) {
+func (s *sessions) sessionSandboxExited(tenantID, sessionID, sbID, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	unlock := s.locks.Lock(sessionID)
@@ -1002,7 +1002,7 @@ func (s *Service) sessionSandboxExited(tenantID, sessionID, sbID, reason string)
 
 // reconcileSessions settles, after a restart, whatever a previous run left mid-way. It runs after the
 // sandboxes were reconciled (running ones re-adopted and thawed, lost ones failed).
-func (s *Service) reconcileSessions(ctx context.Context) error {
+func (s *sessions) reconcileSessions(ctx context.Context) error {
 	// A snapshot still "writing" never completed: its chunks are orphans for GC.
 	for {
 		sns, err := s.store.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotWriting}, store.MaxListLimit)
@@ -1011,11 +1011,11 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 		}
 		mine := 0
 		for _, sn := range sns {
-			if !s.mySnapshot(sn) {
+			if !s.book.mySnapshot(sn) {
 				continue // another replica may be writing it now
 			}
 			mine++
-			if _, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
+			if _, err := s.book.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
 				sn.State, sn.Reason = store.SnapshotFailed, "interrupted: airlock restarted while it was written"
 				return nil
 			}); err != nil {
@@ -1049,7 +1049,7 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 	// replica is booting (adoptOrphanOps settles those of a replica gone).
 	var sbs []store.Sandbox
 	if s.nodes.local != nil {
-		if sbs, err = s.sandboxesOnNode(ctx, s.nodes.local.ID(), []store.SandboxState{store.StateRunning}); err != nil {
+		if sbs, err = s.placer.sandboxesOnNode(ctx, s.nodes.local.ID(), []store.SandboxState{store.StateRunning}); err != nil {
 			return fmt.Errorf("reconcile sessions: %w", err)
 		}
 	}
@@ -1063,17 +1063,17 @@ func (s *Service) reconcileSessions(ctx context.Context) error {
 			s.destroySessionSandbox(ctx, sb.TenantID, sb.ID, "its session moved on")
 		}
 	}
-	return s.reconcileUploads(ctx)
+	return s.book.reconcileUploads(ctx)
 }
 
-func (s *Service) reconcileSession(ctx context.Context, se store.Session) error {
+func (s *sessions) reconcileSession(ctx context.Context, se store.Session) error {
 	unlock := s.locks.Lock(se.ID)
 	defer unlock()
 	return s.reconcileSessionLocked(ctx, se)
 }
 
 // reconcileSessionLocked is reconcileSession for a caller that holds se's lock.
-func (s *Service) reconcileSessionLocked(ctx context.Context, se store.Session) error {
+func (s *sessions) reconcileSessionLocked(ctx context.Context, se store.Session) error {
 	running := false
 	if se.SandboxID != "" {
 		if sb, err := s.store.GetSandbox(ctx, se.TenantID, se.SandboxID); err == nil && sb.State == store.StateRunning {
@@ -1126,7 +1126,7 @@ func (s *Service) reconcileSessionLocked(ctx context.Context, se store.Session) 
 // pauseAllForShutdown pauses every running session of this node, so that a restart resumes them where
 // they were. Sessions that cannot be paused in time are left to the sandbox shutdown (and come back
 // failed, resumable from their last snapshot).
-func (s *Service) pauseAllForShutdown(ctx context.Context) {
+func (s *sessions) pauseAllForShutdown(ctx context.Context) {
 	if s.snapshots == nil {
 		return
 	}
@@ -1155,7 +1155,7 @@ func (s *Service) pauseAllForShutdown(ctx context.Context) {
 
 // collectSnapshots drops the records of deleted sessions that no fork needs any more (with their last
 // snapshot's data), then deletes every tenant's unreferenced chunks older than grace.
-func (s *Service) collectSnapshots(grace time.Duration) {
+func (s *snapshotBook) collectSnapshots(grace time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	ses, err := s.store.ListSessionsByState(ctx, []store.SessionState{store.SessionDeleted}, store.MaxListLimit)
@@ -1203,7 +1203,7 @@ func (s *Service) collectSnapshots(grace time.Duration) {
 }
 
 // setSessionNetwork records a session's new egress policy (its running sandbox already has it).
-func (s *Service) setSessionNetwork(ctx context.Context, tenantID, id string, raw []byte) error {
+func (s *sessions) setSessionNetwork(ctx context.Context, tenantID, id string, raw []byte) error {
 	unlock := s.locks.Lock(id)
 	defer unlock()
 	se, err := s.store.GetSession(ctx, tenantID, id)
@@ -1218,7 +1218,7 @@ func (s *Service) setSessionNetwork(ctx context.Context, tenantID, id string, ra
 }
 
 // snapshotIDs lists the IDs of a session's snapshots.
-func (s *Service) snapshotIDs(ctx context.Context, se store.Session) ([]string, error) {
+func (s *snapshotBook) snapshotIDs(ctx context.Context, se store.Session) ([]string, error) {
 	var ids []string
 	cursor := ""
 	for {
@@ -1280,13 +1280,13 @@ const (
 
 // mySnapshot reports whether this replica took sn (and keeps its image until it is stored). Outside a
 // cluster every snapshot is this server's.
-func (s *Service) mySnapshot(sn store.Snapshot) bool {
+func (s *snapshotBook) mySnapshot(sn store.Snapshot) bool {
 	r := sn.Meta[snapshotReplicaMeta]
-	return !s.clustered() || r == "" || r == s.replica
+	return !s.nodes.clustered() || r == "" || r == s.replica
 }
 
 // snapshotNode reports the node tenantID's snapshot snapID was taken on ("" if unknown).
-func (s *Service) snapshotNode(ctx context.Context, tenantID, snapID string) string {
+func (s *snapshotBook) snapshotNode(ctx context.Context, tenantID, snapID string) string {
 	sn, err := s.store.GetSnapshot(ctx, tenantID, snapID)
 	if err != nil {
 		return ""
@@ -1295,8 +1295,8 @@ func (s *Service) snapshotNode(ctx context.Context, tenantID, snapID string) str
 }
 
 // checkTemplate reports whether a node that has room for a sandbox of memMB can boot template name.
-func (s *Service) checkTemplate(ctx context.Context, name string, memMB int) error {
-	pl, err := s.place(ctx, store.SandboxSpec{MemoryMB: memMB}, "", "")
+func (s *sessions) checkTemplate(ctx context.Context, name string, memMB int) error {
+	pl, err := s.placer.place(ctx, store.SandboxSpec{MemoryMB: memMB}, "", "")
 	if err != nil {
 		return err
 	}
@@ -1306,9 +1306,9 @@ func (s *Service) checkTemplate(ctx context.Context, name string, memMB int) err
 
 // forgetCA removes a deleted session's interception CA from the nodes (those out of reach keep it,
 // its key wrapped under the tenant's key) and from the Store.
-func (s *Service) forgetCA(ctx context.Context, tenantID, caID string) {
-	s.dropSessionCA(ctx, tenantID, caID)
-	nodes, err := s.reachableNodes(ctx)
+func (s *sessions) forgetCA(ctx context.Context, tenantID, caID string) {
+	s.keyring.dropSessionCA(ctx, tenantID, caID)
+	nodes, err := s.placer.reachableNodes(ctx)
 	if err != nil {
 		s.log.Warn("forget a session's interception CA", "session", caID, "err", err)
 	}

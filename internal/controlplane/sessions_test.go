@@ -88,8 +88,8 @@ func settle(t *testing.T, s *Service) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {
-		s.bg.Wait()
-		s.up.wg.Wait()
+		s.loops.bg.Wait()
+		s.snapshotBook.up.wg.Wait()
 		close(done)
 	}()
 	select {

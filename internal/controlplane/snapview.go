@@ -27,20 +27,20 @@ const maxDiffChanges = 10000
 
 // SnapshotView opens a view of the files of one snapshot in the session's timeline (its own, or its
 // fork source). The caller closes it.
-func (s *Service) SnapshotView(ctx context.Context, tenantID, sessionID, snapID string) (*snapfs.View, error) {
+func (s *snapshotBook) SnapshotView(ctx context.Context, tenantID, sessionID, snapID string) (*snapfs.View, error) {
 	snaps, err := s.snapshotStore()
 	if err != nil {
 		return nil, err
 	}
-	se, err := s.GetSession(ctx, tenantID, sessionID)
+	se, err := s.sessions.GetSession(ctx, tenantID, sessionID)
 	if err != nil {
 		return nil, err
 	}
 	// Reading a snapshot is decrypting it, even when this node holds a copy of its image.
-	if err := s.checkKey(ctx, tenantID); err != nil {
+	if err := s.keyring.checkKey(ctx, tenantID); err != nil {
 		return nil, err
 	}
-	sn, err := s.restoreTarget(ctx, se, RestoreRequest{SnapshotID: snapID})
+	sn, err := s.sessions.restoreTarget(ctx, se, RestoreRequest{SnapshotID: snapID})
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func (s *Service) SnapshotView(ctx context.Context, tenantID, sessionID, snapID 
 }
 
 // loadLayer reads the writable layer of sn from the snapshot store, once its node has stored it.
-func (s *Service) loadLayer(ctx context.Context, snaps *snapshot.Store, sn store.Snapshot) (*snapfs.Layer, error) {
+func (s *snapshotBook) loadLayer(ctx context.Context, snaps *snapshot.Store, sn store.Snapshot) (*snapfs.Layer, error) {
 	sn, err := s.waitStored(ctx, sn)
 	if err != nil {
 		return nil, err
@@ -82,7 +82,7 @@ func (s *Service) loadLayer(ctx context.Context, snaps *snapshot.Store, sn store
 const storedWait = time.Minute
 
 // waitStored waits until the snapshot store holds sn (its node is uploading it), for up to storedWait.
-func (s *Service) waitStored(ctx context.Context, sn store.Snapshot) (store.Snapshot, error) {
+func (s *snapshotBook) waitStored(ctx context.Context, sn store.Snapshot) (store.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, storedWait)
 	defer cancel()
 	for {
@@ -119,7 +119,7 @@ func loadLayerFrom(r io.Reader, snapID string) (*snapfs.Layer, error) {
 
 // DiffSnapshots lists what changed in the files from snapshot from to snapshot to, both in the
 // session's timeline; truncated says the list stops at its bound.
-func (s *Service) DiffSnapshots(ctx context.Context, tenantID, sessionID, from, to string) ([]snapfs.Change, bool, error) {
+func (s *snapshotBook) DiffSnapshots(ctx context.Context, tenantID, sessionID, from, to string) ([]snapfs.Change, bool, error) {
 	a, b, err := s.twoViews(ctx, tenantID, sessionID, from, to)
 	if err != nil {
 		return nil, false, err
@@ -131,7 +131,7 @@ func (s *Service) DiffSnapshots(ctx context.Context, tenantID, sessionID, from, 
 
 // DiffSnapshotFile returns the unified diff of one file between two snapshots; ok is false when either
 // side is not text (or too large to diff).
-func (s *Service) DiffSnapshotFile(ctx context.Context, tenantID, sessionID, from, to, path string) (diff string, ok bool, err error) {
+func (s *snapshotBook) DiffSnapshotFile(ctx context.Context, tenantID, sessionID, from, to, path string) (diff string, ok bool, err error) {
 	a, b, err := s.twoViews(ctx, tenantID, sessionID, from, to)
 	if err != nil {
 		return "", false, err
@@ -159,7 +159,7 @@ func (s *Service) DiffSnapshotFile(ctx context.Context, tenantID, sessionID, fro
 	return diff, ok, nil
 }
 
-func (s *Service) twoViews(ctx context.Context, tenantID, sessionID, from, to string) (*snapfs.View, *snapfs.View, error) {
+func (s *snapshotBook) twoViews(ctx context.Context, tenantID, sessionID, from, to string) (*snapfs.View, *snapfs.View, error) {
 	a, err := s.SnapshotView(ctx, tenantID, sessionID, from)
 	if err != nil {
 		return nil, nil, err

@@ -49,7 +49,7 @@ type roller struct {
 }
 
 // rollSnapshots takes the rolling snapshots that are due. The loop calls it every few seconds.
-func (s *Service) rollSnapshots() {
+func (s *sessions) rollSnapshots() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	ses, err := s.store.ListSessionsByState(ctx, []store.SessionState{store.SessionRunning}, store.MaxListLimit)
@@ -77,24 +77,24 @@ func (s *Service) rollSnapshots() {
 }
 
 // rollSession snapshots se if its interval passed and it changed since its last snapshot.
-func (s *Service) rollSession(ctx context.Context, se store.Session) error {
+func (s *sessions) rollSession(ctx context.Context, se store.Session) error {
 	now := s.now()
 	s.rolls.mu.Lock()
 	st, ok := s.rolls.m[se.ID]
 	s.rolls.mu.Unlock()
 	if !ok || st.sandboxID != se.SandboxID {
 		// A sandbox the loop has not seen: count from now.
-		cpu, _ := s.sandboxCPU(ctx, se.TenantID, se.SandboxID)
+		cpu, _ := s.sandboxes.sandboxCPU(ctx, se.TenantID, se.SandboxID)
 		s.rolls.mu.Lock()
 		s.rolls.m[se.ID] = rollState{sandboxID: se.SandboxID, since: now, cpu: cpu}
 		s.rolls.mu.Unlock()
 		return nil
 	}
 	interval := time.Duration(se.RollingIntervalSeconds) * time.Second
-	if now.Sub(st.since) < interval || s.busy(se.SandboxID) {
+	if now.Sub(st.since) < interval || s.sandboxes.busy(se.SandboxID) {
 		return nil // not due, or work in progress would be cut: a later round
 	}
-	cpu, cerr := s.sandboxCPU(ctx, se.TenantID, se.SandboxID)
+	cpu, cerr := s.sandboxes.sandboxCPU(ctx, se.TenantID, se.SandboxID)
 	idleCPU := time.Duration(float64(idleCPUPerMinute) * now.Sub(st.since).Minutes())
 	changed := se.LastActivityAt.After(st.since) || cerr != nil || cpu-st.cpu > idleCPU
 	if !changed {
@@ -122,7 +122,7 @@ func (s *Service) rollSession(ctx context.Context, se store.Session) error {
 		}
 		return err
 	}
-	if cpu2, err := s.sandboxCPU(ctx, se.TenantID, se.SandboxID); err == nil {
+	if cpu2, err := s.sandboxes.sandboxCPU(ctx, se.TenantID, se.SandboxID); err == nil {
 		cpu = cpu2 // the checkpoint's own CPU is not the agent's
 	}
 	// The interval counts from the snapshot's start, so that they keep to it.
@@ -134,7 +134,7 @@ func (s *Service) rollSession(ctx context.Context, se store.Session) error {
 
 // noteSnapshot tells the rolling loop that se's sandbox was just snapshotted (by any trigger), so that
 // the next rolling snapshot counts from now.
-func (s *Service) noteSnapshot(se store.Session) {
+func (s *sessions) noteSnapshot(se store.Session) {
 	s.rolls.mu.Lock()
 	defer s.rolls.mu.Unlock()
 	if st, ok := s.rolls.m[se.ID]; ok && st.sandboxID == se.SandboxID {
@@ -146,7 +146,7 @@ func (s *Service) noteSnapshot(se store.Session) {
 // retentionPolicy is the policy that applies to se: the server's, overridden by its tenant's,
 // overridden by its own. Each tier keeps at least as long as the one before (a session that keeps all
 // for two days keeps hourly ones for two days too).
-func (s *Service) retentionPolicy(tenant store.Tenant, se store.Session) retention.Policy {
+func (s *accounts) retentionPolicy(tenant store.Tenant, se store.Session) retention.Policy {
 	p := retention.Merge(s.retention, policyOf(tenant.Retention))
 	p = retention.Merge(p, policyOf(se.Retention)).WithDefaults()
 	p.KeepHourly = max(p.KeepHourly, p.KeepAll)
@@ -160,7 +160,7 @@ func policyOf(r store.RetentionSpec) retention.Policy {
 }
 
 // pruneSnapshots applies retention to the snapshots of every session not deleted.
-func (s *Service) pruneSnapshots() {
+func (s *snapshotBook) pruneSnapshots() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	ts, err := s.store.ListTenants(ctx)
@@ -197,7 +197,7 @@ func (s *Service) pruneSnapshots() {
 // pruneSession deletes the snapshots of se that its retention policy does not keep, and reports how
 // many. Each goes record first, then data: a crash in between leaves data without a record, which
 // collectSnapshots removes; never a record without its data.
-func (s *Service) pruneSession(ctx context.Context, t store.Tenant, se store.Session) (int, error) {
+func (s *snapshotBook) pruneSession(ctx context.Context, t store.Tenant, se store.Session) (int, error) {
 	unlock := s.locks.Lock(se.ID)
 	defer unlock()
 	se, err := s.store.GetSession(ctx, se.TenantID, se.ID)
@@ -217,7 +217,7 @@ func (s *Service) pruneSession(ctx context.Context, t store.Tenant, se store.Ses
 	var dropped []string
 	// The nodes' copies of the pruned images go in one call per node.
 	defer func() { s.dropImages(dropped...) }()
-	for _, id := range retention.Select(in, s.now(), s.retentionPolicy(t, se)) {
+	for _, id := range retention.Select(in, s.now(), s.accounts.retentionPolicy(t, se)) {
 		err := s.store.DeleteSnapshot(ctx, se.TenantID, id)
 		if errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrNotFound) {
 			continue // a fork resumes from it, or it is gone already
@@ -237,7 +237,7 @@ func (s *Service) pruneSession(ctx context.Context, t store.Tenant, se store.Ses
 }
 
 // sessionSnapshots lists all of a session's snapshots, oldest first.
-func (s *Service) sessionSnapshots(ctx context.Context, se store.Session) ([]store.Snapshot, error) {
+func (s *snapshotBook) sessionSnapshots(ctx context.Context, se store.Session) ([]store.Snapshot, error) {
 	var all []store.Snapshot
 	cursor := ""
 	for {
@@ -255,7 +255,7 @@ func (s *Service) sessionSnapshots(ctx context.Context, se store.Session) ([]sto
 
 // collectOrphanManifests deletes from the snapshot store the snapshots of a tenant that have no record
 // (a prune or delete interrupted between the two).
-func (s *Service) collectOrphanManifests(ctx context.Context, tenantID string) error {
+func (s *snapshotBook) collectOrphanManifests(ctx context.Context, tenantID string) error {
 	infos, err := s.snapshots.List(ctx, tenantID)
 	if err != nil {
 		return err
@@ -274,8 +274,8 @@ func (s *Service) collectOrphanManifests(ctx context.Context, tenantID string) e
 
 // Timeline returns the session and all its snapshots, oldest first, with its fork source first if it
 // has one: a tree by ParentID.
-func (s *Service) Timeline(ctx context.Context, tenantID, id string) (store.Session, []store.Snapshot, error) {
-	se, err := s.GetSession(ctx, tenantID, id)
+func (s *snapshotBook) Timeline(ctx context.Context, tenantID, id string) (store.Session, []store.Snapshot, error) {
+	se, err := s.sessions.GetSession(ctx, tenantID, id)
 	if err != nil {
 		return se, nil, err
 	}
@@ -293,7 +293,7 @@ func (s *Service) Timeline(ctx context.Context, tenantID, id string) (store.Sess
 
 // UpdateSnapshot pins or unpins (pinned non-nil) and renames (name non-nil) one of the session's
 // snapshots.
-func (s *Service) UpdateSnapshot(ctx context.Context, tenantID, sessionID, id string, pinned *bool, name *string) (store.Snapshot, error) {
+func (s *snapshotBook) UpdateSnapshot(ctx context.Context, tenantID, sessionID, id string, pinned *bool, name *string) (store.Snapshot, error) {
 	if name != nil && *name != "" && !metaKeyPattern.MatchString(*name) {
 		return store.Snapshot{}, invalid("snapshot name %q must be 1-63 letters, digits or _.-/ and start with a letter or digit", *name)
 	}
@@ -325,7 +325,7 @@ type RestoreRequest struct {
 // RestoreSession moves the session to one of its snapshots (or its fork's source): a running session is
 // snapshotted first, so that where it was stays in its timeline as a branch; then a new sandbox is
 // restored from the target, which becomes the head. The session is running afterwards.
-func (s *Service) RestoreSession(ctx context.Context, tenantID, id string, req RestoreRequest) (store.Session, error) {
+func (s *sessions) RestoreSession(ctx context.Context, tenantID, id string, req RestoreRequest) (store.Session, error) {
 	if (req.SnapshotID == "") == req.At.IsZero() {
 		return store.Session{}, invalid("give either snapshot_id or at")
 	}
@@ -378,7 +378,7 @@ func (s *Service) RestoreSession(ctx context.Context, tenantID, id string, req R
 }
 
 // restoreTarget finds the snapshot req names among se's (or its fork source).
-func (s *Service) restoreTarget(ctx context.Context, se store.Session, req RestoreRequest) (store.Snapshot, error) {
+func (s *sessions) restoreTarget(ctx context.Context, se store.Session, req RestoreRequest) (store.Snapshot, error) {
 	if req.SnapshotID != "" {
 		sn, err := s.store.GetSnapshot(ctx, se.TenantID, req.SnapshotID)
 		if err == nil && sn.SessionID != se.ID && sn.ID != se.ForkedFromSnapshotID {
@@ -395,7 +395,7 @@ func (s *Service) restoreTarget(ctx context.Context, se store.Session, req Resto
 		}
 		return sn, nil
 	}
-	sns, err := s.sessionSnapshots(ctx, se)
+	sns, err := s.book.sessionSnapshots(ctx, se)
 	if err != nil {
 		return store.Snapshot{}, err
 	}
@@ -423,7 +423,7 @@ func (s *Service) restoreTarget(ctx context.Context, se store.Session, req Resto
 
 // TenantRetention returns the tenant's own retention override and the policy it makes with the
 // server's defaults.
-func (s *Service) TenantRetention(ctx context.Context, tenantID string) (store.RetentionSpec, retention.Policy, error) {
+func (s *accounts) TenantRetention(ctx context.Context, tenantID string) (store.RetentionSpec, retention.Policy, error) {
 	t, err := s.store.GetTenant(ctx, tenantID)
 	if err != nil {
 		return store.RetentionSpec{}, retention.Policy{}, err
@@ -432,7 +432,7 @@ func (s *Service) TenantRetention(ctx context.Context, tenantID string) (store.R
 }
 
 // SetTenantRetention replaces the tenant's retention override (zero fields inherit the server's).
-func (s *Service) SetTenantRetention(ctx context.Context, tenantID string, r store.RetentionSpec) (store.RetentionSpec, retention.Policy, error) {
+func (s *accounts) SetTenantRetention(ctx context.Context, tenantID string, r store.RetentionSpec) (store.RetentionSpec, retention.Policy, error) {
 	if err := checkRetention(r); err != nil {
 		return store.RetentionSpec{}, retention.Policy{}, err
 	}
@@ -457,7 +457,7 @@ type workTracker struct {
 
 // BeginWork records a call or stream starting on sandbox sbID; the returned function records its end.
 // For work addressed to a session (sessionID of tenantID, "" otherwise) the end counts as its activity.
-func (s *Service) BeginWork(tenantID, sessionID, sbID string) (end func()) {
+func (s *sandboxes) BeginWork(tenantID, sessionID, sbID string) (end func()) {
 	s.work.mu.Lock()
 	s.work.n[sbID]++
 	s.work.mu.Unlock()
@@ -481,7 +481,7 @@ func (s *Service) BeginWork(tenantID, sessionID, sbID string) (end func()) {
 
 // BeginPortWork records a request or tunnel through the ingress starting on sandbox sbID; the returned
 // function records its end, which counts as the session's activity (sessionID of tenantID, if not "").
-func (s *Service) BeginPortWork(tenantID, sessionID, sbID string) (end func()) {
+func (s *sandboxes) BeginPortWork(tenantID, sessionID, sbID string) (end func()) {
 	s.work.mu.Lock()
 	s.work.ports[sbID]++
 	s.work.mu.Unlock()
@@ -503,22 +503,22 @@ func (s *Service) BeginPortWork(tenantID, sessionID, sbID string) (end func()) {
 }
 
 // portBusy reports whether requests or tunnels through the ingress are in progress on sandbox sbID.
-func (s *Service) portBusy(sbID string) bool {
+func (s *sandboxes) portBusy(sbID string) bool {
 	s.work.mu.Lock()
 	defer s.work.mu.Unlock()
 	return s.work.ports[sbID] > 0
 }
 
 // busy reports whether calls or streams are in progress on sandbox sbID.
-func (s *Service) busy(sbID string) bool {
+func (s *sandboxes) busy(sbID string) bool {
 	s.work.mu.Lock()
 	defer s.work.mu.Unlock()
 	return s.work.n[sbID] > 0
 }
 
 // sandboxCPU reports the CPU time tenantID's sandbox id used so far, from its node.
-func (s *Service) sandboxCPU(ctx context.Context, tenantID, id string) (time.Duration, error) {
-	n, err := s.nodeOfSandbox(ctx, tenantID, id)
+func (s *sandboxes) sandboxCPU(ctx context.Context, tenantID, id string) (time.Duration, error) {
+	n, err := s.placer.nodeOfSandbox(ctx, tenantID, id)
 	if err != nil {
 		return 0, err
 	}

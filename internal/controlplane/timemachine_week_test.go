@@ -93,7 +93,7 @@ func TestRetentionSimulatedWeek(t *testing.T) {
 	// Collection: every chunk left is one a remaining snapshot uses.
 	e.s.collectSnapshots(0)
 	referenced := map[string]bool{}
-	infos, err := e.s.snapshots.List(ctx, e.tenant)
+	infos, err := e.s.snapshotBook.snapshots.List(ctx, e.tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestRetentionSimulatedWeek(t *testing.T) {
 		t.Errorf("the snapshot store holds %d snapshots; %d records remain", len(infos), len(all))
 	}
 	for _, in := range infos {
-		m, err := e.s.snapshots.Manifest(ctx, e.tenant, in.ID)
+		m, err := e.s.snapshotBook.snapshots.Manifest(ctx, e.tenant, in.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

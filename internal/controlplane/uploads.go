@@ -43,7 +43,7 @@ func newUploader() *uploader {
 // startUpload has the node of the uploading snapshot sn write its image into the snapshot store, in
 // the background, retrying until it is stored, the snapshot is gone, or cancelUpload or Shutdown stops it.
 // An upload of sn already running is left alone.
-func (s *Service) startUpload(sn store.Snapshot) {
+func (s *snapshotBook) startUpload(sn store.Snapshot) {
 	s.up.mu.Lock()
 	defer s.up.mu.Unlock()
 	if _, ok := s.up.active[sn.ID]; ok {
@@ -86,14 +86,14 @@ func (s *Service) startUpload(sn store.Snapshot) {
 // upload has the node of sn write its image into the snapshot store and records the snapshot
 // complete. A snapshot deleted meanwhile ends the upload without error (its data goes with it); one
 // whose image is gone before it was stored (its node lost it, or is gone for good) is recorded failed.
-func (s *Service) upload(ctx context.Context, sn store.Snapshot) error {
+func (s *snapshotBook) upload(ctx context.Context, sn store.Snapshot) error {
 	snaps, err := s.snapshotStore()
 	if err != nil {
 		return err
 	}
 	t0 := s.now()
 	nodeID := sn.Meta[snapshotNodeMeta]
-	n, err := s.node(ctx, nodeID)
+	n, err := s.placer.node(ctx, nodeID)
 	lost := ""
 	switch {
 	case err != nil && s.nodeRemoved(ctx, nodeID):
@@ -164,7 +164,7 @@ func (s *Service) upload(ctx context.Context, sn store.Snapshot) error {
 }
 
 // cancelUpload stops the upload of snapID, if one runs, and waits until it has.
-func (s *Service) cancelUpload(snapID string) {
+func (s *snapshotBook) cancelUpload(snapID string) {
 	s.up.mu.Lock()
 	u := s.up.active[snapID]
 	s.up.mu.Unlock()
@@ -176,7 +176,7 @@ func (s *Service) cancelUpload(snapID string) {
 
 // waitUploads waits until every upload finished or ctx ends, then stops those still running (a
 // restart takes them up again).
-func (s *Service) waitUploads(ctx context.Context) {
+func (s *snapshotBook) waitUploads(ctx context.Context) {
 	done := make(chan struct{})
 	go func() {
 		s.up.wg.Wait()
@@ -200,7 +200,7 @@ func (s *Service) waitUploads(ctx context.Context) {
 // reconcileUploads, after a restart, starts again the uploads of the snapshots still uploading that
 // this replica took (or any, outside a cluster). Those of a replica that went away are the leader's to
 // take over (settleSnapshots).
-func (s *Service) reconcileUploads(ctx context.Context) error {
+func (s *snapshotBook) reconcileUploads(ctx context.Context) error {
 	ts, err := s.store.ListTenants(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile uploads: %w", err)
@@ -232,14 +232,14 @@ func (s *Service) reconcileUploads(ctx context.Context) error {
 // upload that no snapshot waits for any more (deleted while its node was out of reach). A node lists
 // its images before the snapshots are read: a snapshot is recorded before its checkpoint starts, so a
 // pending image listed is either of a snapshot still writing or uploading, or of none.
-func (s *Service) sweepPendingImages(ctx context.Context) {
-	caps, err := s.nodesUp(ctx)
+func (s *snapshotBook) sweepPendingImages(ctx context.Context) {
+	caps, err := s.placer.nodesUp(ctx)
 	if err != nil {
 		return
 	}
 	pending := map[string][]string{}
 	for id := range caps {
-		n, err := s.node(ctx, id)
+		n, err := s.placer.node(ctx, id)
 		if err != nil {
 			continue
 		}
@@ -265,7 +265,7 @@ func (s *Service) sweepPendingImages(ctx context.Context) {
 				drop = append(drop, snID)
 			}
 		}
-		if n, err := s.node(ctx, id); err == nil && len(drop) > 0 {
+		if n, err := s.placer.node(ctx, id); err == nil && len(drop) > 0 {
 			s.log.Info("removing images no snapshot waits for", "node", id, "images", len(drop))
 			s.dropImagesOn(ctx, n, drop...)
 		}
@@ -274,14 +274,14 @@ func (s *Service) sweepPendingImages(ctx context.Context) {
 
 // nodeRemoved reports whether node id is known to be gone for good: not this process's, and without a
 // record of its joining and a heartbeat.
-func (s *Service) nodeRemoved(ctx context.Context, id string) bool {
+func (s *snapshotBook) nodeRemoved(ctx context.Context, id string) bool {
 	if s.nodes.isLocal(id) {
 		return false
 	}
-	if _, err := s.nodeRecord(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.placer.nodeRecord(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
 		return false
 	}
-	_, err := s.nodeLive(ctx, id)
+	_, err := s.placer.nodeLive(ctx, id)
 	return errors.Is(err, errdefs.ErrNotFound)
 }
 
@@ -289,7 +289,7 @@ func (s *Service) nodeRemoved(ctx context.Context, id string) bool {
 // control plane reaches (a restore may have fetched one anywhere). Best effort: a node not reached
 // keeps them in its bounded cache, or pending until a control plane asks it to store them (which then
 // finds the snapshot gone).
-func (s *Service) dropImages(snapIDs ...string) {
+func (s *snapshotBook) dropImages(snapIDs ...string) {
 	if len(snapIDs) == 0 {
 		return
 	}
@@ -298,14 +298,14 @@ func (s *Service) dropImages(snapIDs ...string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	caps, err := s.nodesUp(ctx)
+	caps, err := s.placer.nodesUp(ctx)
 	if err != nil {
 		s.log.Warn("drop snapshot images: list nodes", "err", err)
 		return
 	}
 	var wg sync.WaitGroup
 	for id := range caps {
-		n, err := s.node(ctx, id)
+		n, err := s.placer.node(ctx, id)
 		if err != nil {
 			continue
 		}
@@ -319,7 +319,7 @@ func (s *Service) dropImages(snapIDs ...string) {
 }
 
 // dropImagesOn removes the images of these snapshots from node n, best effort.
-func (s *Service) dropImagesOn(ctx context.Context, n Node, snapIDs ...string) {
+func (s *snapshotBook) dropImagesOn(ctx context.Context, n Node, snapIDs ...string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := n.DropImages(ctx, snapIDs); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
