@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
@@ -77,7 +77,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "pty needs the stream: GET /v1/sandboxes/{id}/exec/stream"))
 		return
 	}
-	cl, err := s.sandboxLink(r)
+	tenant, id, err := target(r)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -86,15 +86,15 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	if req.TimeoutSeconds > 0 {
 		timeout = time.Duration(req.TimeoutSeconds) * time.Second
 	}
-	preq := proto.ExecRequest{
+	cmd := controlplane.Command{
 		Argv: req.Cmd, Env: envList(req.Env), Cwd: req.Cwd, User: req.User,
 		Timeout: timeout, MaxOutput: maxExecOutput,
 	}
 	if req.Stdin != "" {
-		preq.Stdin = []byte(req.Stdin)
+		cmd.Stdin = []byte(req.Stdin)
 	}
 	start := time.Now()
-	res, err := cl.Exec(r.Context(), preq)
+	res, err := s.cp.Exec(r.Context(), tenant, id, cmd)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return

@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path"
 	"strconv"
 	"strings"
 
-	"github.com/airlockrun/airlock/internal/daemon/link"
-	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
@@ -18,13 +16,12 @@ import (
 // maxUpload caps file and tar upload bodies. The sandbox's disk limit bounds what fits anyway.
 const maxUpload = 1 << 30
 
-// sandboxLink resolves the sandbox of the request and returns the channel to its daemon.
-func (s *Server) sandboxLink(r *http.Request) (*link.Client, error) {
-	id, err := sandboxID(r)
-	if err != nil {
-		return nil, err
+// target returns the tenant and the sandbox of the request, whose I/O calls go to the control plane.
+func target(r *http.Request) (tenant, id string, err error) {
+	if id, err = sandboxID(r); err != nil {
+		return "", "", err
 	}
-	return s.cp.Link(r.Context(), tenantOf(r), id)
+	return tenantOf(r), id, nil
 }
 
 // filePath returns the query parameter name as a path inside the sandbox, checked.
@@ -41,7 +38,7 @@ func filePath(r *http.Request, name string) (string, error) {
 
 // checkPath rejects paths that are not absolute, hold a ".." element or a NUL byte.
 func checkPath(p string) error {
-	if err := proto.CheckPath(p); err != nil {
+	if err := controlplane.CheckPath(p); err != nil {
 		return clientErr(errdefs.ErrInvalidArgument, "path %q: %s", truncate(p, 256), strings.TrimSuffix(err.Error(), ": "+errdefs.ErrInvalidArgument.Error()))
 	}
 	return nil
@@ -64,44 +61,40 @@ func onlyQuery(r *http.Request, allowed ...string) error {
 	return nil
 }
 
-func toFileInfo(fi proto.FileInfo) airlock.FileInfo {
+func toFileInfo(fi controlplane.FileInfo) airlock.FileInfo {
 	return airlock.FileInfo{
-		Name: fi.Name, Path: fi.Path, Type: string(fi.Type), Size: fi.Size,
-		Mode: fmt.Sprintf("%04o", fi.Mode), ModTime: fi.ModTime, Target: fi.LinkTarget,
+		Name: fi.Name, Path: fi.Path, Type: fi.Type, Size: fi.Size,
+		Mode: fmt.Sprintf("%04o", fi.Mode), ModTime: fi.ModTime, Target: fi.Target,
 	}
 }
 
-// fileCall is the shape of every file handler: resolve the link and path(s), call, answer.
-func (s *Server) fileCall(w http.ResponseWriter, r *http.Request, query []string, f func(cl *link.Client) error) {
+// fileCall is the shape of every file handler: check the query, resolve the tenant and sandbox, call
+// the control plane, answer.
+func (s *Server) fileCall(w http.ResponseWriter, r *http.Request, query []string, f func(tenantID, sandboxID string) error) {
 	if err := onlyQuery(r, query...); err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
-	cl, err := s.sandboxLink(r)
+	tenant, id, err := target(r)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
-	if err := f(cl); err != nil {
+	if err := f(tenant, id); err != nil {
 		writeError(w, r, s.log, err)
 	}
 }
 
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
-	s.fileCall(w, r, []string{"path"}, func(cl *link.Client) error {
+	s.fileCall(w, r, []string{"path"}, func(tenant, id string) error {
 		p, err := filePath(r, "path")
 		if err != nil {
 			return err
 		}
-		fi, err := cl.Stat(r.Context(), p)
-		if err != nil {
-			return err
-		}
-		if fi.Type != proto.TypeFile {
-			return clientErr(errdefs.ErrInvalidArgument, "%s is a %s, not a regular file", p, fi.Type)
-		}
+		// The control plane refuses anything but a regular file before the first byte, so that is still
+		// an error response.
 		return s.download(w, "application/octet-stream", p, func(lw io.Writer) error {
-			return cl.ReadFile(r.Context(), p, lw)
+			return s.cp.ReadFile(r.Context(), tenant, id, p, lw)
 		})
 	})
 }
@@ -155,7 +148,7 @@ func parseMode(r *http.Request) (uint32, error) {
 }
 
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
-	s.fileCall(w, r, []string{"path", "mode"}, func(cl *link.Client) error {
+	s.fileCall(w, r, []string{"path", "mode"}, func(tenant, id string) error {
 		p, err := filePath(r, "path")
 		if err != nil {
 			return err
@@ -167,21 +160,13 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > maxUpload {
 			return clientErr(errdefs.ErrTooLarge, "file is larger than %d bytes", maxUpload)
 		}
-		if dir := path.Dir(p); dir != "/" {
-			if err := cl.Mkdir(r.Context(), dir, link.MkdirOptions{}); err != nil {
-				return err
-			}
-		}
 		body := http.MaxBytesReader(w, r.Body, maxUpload)
-		if err := cl.WriteFile(r.Context(), p, body, link.WriteFileOptions{Mode: mode}); err != nil {
+		fi, err := s.cp.WriteFile(r.Context(), tenant, id, p, body, mode)
+		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				return clientErr(errdefs.ErrTooLarge, "file is larger than %d bytes", maxUpload)
 			}
-			return err
-		}
-		fi, err := cl.Stat(r.Context(), p)
-		if err != nil {
 			return err
 		}
 		writeJSON(w, http.StatusOK, toFileInfo(fi))
@@ -190,7 +175,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
-	s.fileCall(w, r, []string{"path", "recursive"}, func(cl *link.Client) error {
+	s.fileCall(w, r, []string{"path", "recursive"}, func(tenant, id string) error {
 		p, err := filePath(r, "path")
 		if err != nil {
 			return err
@@ -204,7 +189,7 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 		if p == "/" {
 			return clientErr(errdefs.ErrInvalidArgument, "refusing to remove /")
 		}
-		if err := cl.Remove(r.Context(), p, rec); err != nil {
+		if err := s.cp.RemoveFile(r.Context(), tenant, id, p, rec); err != nil {
 			return err
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -213,12 +198,12 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
-	s.fileCall(w, r, []string{"path"}, func(cl *link.Client) error {
+	s.fileCall(w, r, []string{"path"}, func(tenant, id string) error {
 		p, err := filePath(r, "path")
 		if err != nil {
 			return err
 		}
-		fi, err := cl.Stat(r.Context(), p)
+		fi, err := s.cp.StatFile(r.Context(), tenant, id, p)
 		if err != nil {
 			return err
 		}
@@ -228,12 +213,12 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
-	s.fileCall(w, r, []string{"path"}, func(cl *link.Client) error {
+	s.fileCall(w, r, []string{"path"}, func(tenant, id string) error {
 		p, err := filePath(r, "path")
 		if err != nil {
 			return err
 		}
-		entries, err := cl.List(r.Context(), p)
+		entries, err := s.cp.ListFiles(r.Context(), tenant, id, p)
 		if err != nil {
 			return err
 		}
@@ -247,7 +232,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
-	s.fileCall(w, r, nil, func(cl *link.Client) error {
+	s.fileCall(w, r, nil, func(tenant, id string) error {
 		var req airlock.MkdirRequest
 		if err := decodeJSON(w, r, &req); err != nil {
 			return err
@@ -255,10 +240,7 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 		if err := checkPath(req.Path); err != nil {
 			return err
 		}
-		if err := cl.Mkdir(r.Context(), req.Path, link.MkdirOptions{}); err != nil {
-			return err
-		}
-		fi, err := cl.Stat(r.Context(), req.Path)
+		fi, err := s.cp.MakeDir(r.Context(), tenant, id, req.Path)
 		if err != nil {
 			return err
 		}
@@ -268,7 +250,7 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) move(w http.ResponseWriter, r *http.Request) {
-	s.fileCall(w, r, nil, func(cl *link.Client) error {
+	s.fileCall(w, r, nil, func(tenant, id string) error {
 		var req airlock.MoveRequest
 		if err := decodeJSON(w, r, &req); err != nil {
 			return err
@@ -279,10 +261,7 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request) {
 		if err := checkPath(req.To); err != nil {
 			return err
 		}
-		if err := cl.Move(r.Context(), req.From, req.To); err != nil {
-			return err
-		}
-		fi, err := cl.Stat(r.Context(), req.To)
+		fi, err := s.cp.MoveFile(r.Context(), tenant, id, req.From, req.To)
 		if err != nil {
 			return err
 		}
@@ -292,22 +271,20 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) tarDownload(w http.ResponseWriter, r *http.Request) {
-	s.fileCall(w, r, []string{"path"}, func(cl *link.Client) error {
+	s.fileCall(w, r, []string{"path"}, func(tenant, id string) error {
 		p, err := filePath(r, "path")
 		if err != nil {
 			return err
 		}
-		if _, err := cl.Stat(r.Context(), p); err != nil {
-			return err
-		}
+		// The control plane stats p before the first byte, so a missing one is still an error response.
 		return s.download(w, "application/x-tar", p, func(lw io.Writer) error {
-			return cl.TarDownload(r.Context(), p, lw)
+			return s.cp.TarDownload(r.Context(), tenant, id, p, lw)
 		})
 	})
 }
 
 func (s *Server) tarUpload(w http.ResponseWriter, r *http.Request) {
-	s.fileCall(w, r, []string{"path"}, func(cl *link.Client) error {
+	s.fileCall(w, r, []string{"path"}, func(tenant, id string) error {
 		p, err := filePath(r, "path")
 		if err != nil {
 			return err
@@ -315,11 +292,8 @@ func (s *Server) tarUpload(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > maxUpload {
 			return clientErr(errdefs.ErrTooLarge, "archive is larger than %d bytes", maxUpload)
 		}
-		if err := cl.Mkdir(r.Context(), p, link.MkdirOptions{}); err != nil {
-			return err
-		}
 		body := http.MaxBytesReader(w, r.Body, maxUpload)
-		if err := cl.TarUpload(r.Context(), p, body, link.TarUploadOptions{}); err != nil {
+		if err := s.cp.TarUpload(r.Context(), tenant, id, p, body); err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				return clientErr(errdefs.ErrTooLarge, "archive is larger than %d bytes", maxUpload)

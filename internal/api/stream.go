@@ -11,8 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/airlockrun/airlock/internal/daemon/link"
-	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
@@ -43,8 +42,13 @@ func processID(r *http.Request) (string, error) {
 
 // execStream runs a process and bridges it to a WebSocket: see airlock.StreamMessage for the protocol.
 func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
-	cl, err := s.sandboxLink(r)
+	tenant, id, err := target(r)
 	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	// Check the sandbox takes calls before upgrading, so a bad one is a plain HTTP error.
+	if err := s.cp.CheckIO(r.Context(), tenant, id); err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
@@ -77,16 +81,17 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		s.streamFail(ctx, conn, err)
 		return
 	}
-	sreq := proto.StartRequest{Argv: req.Cmd, Env: envList(req.Env), Cwd: req.Cwd, User: req.User, Stdin: true}
+	cmd := controlplane.Command{Argv: req.Cmd, Env: envList(req.Env), Cwd: req.Cwd, User: req.User}
+	var pty *controlplane.PTYSize
 	if req.PTY != nil {
 		if req.PTY.Rows < 1 || req.PTY.Cols < 1 || req.PTY.Rows > 1000 || req.PTY.Cols > 1000 {
 			s.streamFail(ctx, conn, clientErr(errdefs.ErrInvalidArgument, "pty size %dx%d: rows and cols must be between 1 and 1000", req.PTY.Rows, req.PTY.Cols))
 			return
 		}
-		sreq.PTY = &proto.PTYSize{Rows: uint16(req.PTY.Rows), Cols: uint16(req.PTY.Cols)}
+		pty = &controlplane.PTYSize{Rows: uint16(req.PTY.Rows), Cols: uint16(req.PTY.Cols)}
 	}
-	s.bridge(ctx, conn, cl, func(opts link.ProcessOptions) (*link.Process, error) {
-		return cl.Start(ctx, sreq, opts)
+	s.bridge(ctx, conn, func(o controlplane.StreamOptions) (controlplane.Process, error) {
+		return s.cp.StartProcess(ctx, tenant, id, cmd, pty, o)
 	}, true)
 }
 
@@ -112,13 +117,13 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 			offs[i] = &n
 		}
 	}
-	cl, err := s.sandboxLink(r)
+	tenant, id, err := target(r)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
 	// Check the process exists before upgrading, so a bad ID is a plain 404.
-	procs, err := cl.ListProcesses(r.Context())
+	procs, err := s.cp.Processes(r.Context(), tenant, id)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -138,9 +143,9 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 	defer conn.CloseNow()
 	conn.SetReadLimit(maxStreamMessage)
 	ctx := r.Context()
-	s.bridge(ctx, conn, cl, func(opts link.ProcessOptions) (*link.Process, error) {
-		opts.StdoutOffset, opts.StderrOffset = offs[0], offs[1]
-		return cl.Attach(ctx, pid, opts)
+	s.bridge(ctx, conn, func(o controlplane.StreamOptions) (controlplane.Process, error) {
+		o.StdoutOffset, o.StderrOffset = offs[0], offs[1]
+		return s.cp.AttachProcess(ctx, tenant, id, pid, o)
 	}, false)
 }
 
@@ -190,14 +195,14 @@ func (s *Server) streamFail(ctx context.Context, conn *websocket.Conn, err error
 
 // bridge connects a process to the WebSocket until the process exits (then it reports the exit and
 // closes normally) or the client goes away (then the process is detached and keeps running).
-func (s *Server) bridge(ctx context.Context, conn *websocket.Conn, cl *link.Client, open func(link.ProcessOptions) (*link.Process, error), announce bool) {
+func (s *Server) bridge(ctx context.Context, conn *websocket.Conn, open func(controlplane.StreamOptions) (controlplane.Process, error), announce bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	p, err := open(link.ProcessOptions{
+	p, err := open(controlplane.StreamOptions{
 		Stdout: wsWriter{ctx, conn, airlock.StreamStdout},
 		Stderr: wsWriter{ctx, conn, airlock.StreamStderr},
-		OnDropped: func(d proto.Dropped) {
-			_ = s.sendMsg(ctx, conn, airlock.StreamMessage{Type: "dropped", Stream: d.Channel.String(), Bytes: d.Bytes})
+		OnDropped: func(stream string, bytes int64) {
+			_ = s.sendMsg(ctx, conn, airlock.StreamMessage{Type: "dropped", Stream: stream, Bytes: bytes})
 		},
 	})
 	if err != nil {
@@ -271,12 +276,12 @@ func (s *Server) bridge(ctx context.Context, conn *websocket.Conn, cl *link.Clie
 }
 
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
-	cl, err := s.sandboxLink(r)
+	tenant, id, err := target(r)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
-	procs, err := cl.ListProcesses(r.Context())
+	procs, err := s.cp.Processes(r.Context(), tenant, id)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -284,7 +289,7 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
 	out := airlock.ProcessList{Processes: make([]airlock.Process, 0, len(procs))}
 	for _, p := range procs {
 		ap := airlock.Process{ID: p.ID, PID: p.PID, Cmd: p.Argv, User: p.User, PTY: p.PTY,
-			Running: p.State == proto.StateRunning, StartedAt: p.StartTime}
+			Running: p.Running, StartedAt: p.StartTime}
 		if p.Exit != nil {
 			code := p.Exit.ExitCode
 			ap.ExitCode, ap.Signal = &code, p.Exit.Signal
@@ -305,12 +310,12 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	cl, err := s.sandboxLink(r)
+	tenant, id, err := target(r)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
-	if err := cl.SignalProcess(r.Context(), pid, req.Signal); err != nil {
+	if err := s.cp.SignalProcess(r.Context(), tenant, id, pid, req.Signal); err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}

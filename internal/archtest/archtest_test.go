@@ -92,3 +92,19 @@ func TestErrorTaxonomyKnowsNoHTTP(t *testing.T) {
 		}
 	}
 }
+
+// TestAPISpeaksNoDaemonWire: the API calls the control plane for exec, processes and files
+// (controlplane/sandboxio.go), which alone holds the channel to a sandbox's daemon; the API speaks
+// neither the daemon's protocol nor its link.
+func TestAPISpeaksNoDaemonWire(t *testing.T) {
+	pkg := module + "/internal/api"
+	out, err := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, pkg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v: %s", pkg, err, out)
+	}
+	for _, imp := range strings.Fields(string(out)) {
+		if imp == module+"/internal/daemon/link" || imp == module+"/internal/daemon/proto" {
+			t.Errorf("%s imports %s; it reaches a sandbox through the control plane's sandbox I/O", pkg, imp)
+		}
+	}
+}

@@ -1,8 +1,8 @@
 // Package controlplane is the control plane: it authenticates callers, keeps every sandbox's state in the
 // Store through the sandbox state machine, places sandboxes on a node, and runs the lifecycle loops
 // (timeouts, failures reported by nodes, reconciliation after a restart). Service is made of one part per
-// concern (accounts, keyring, placer, nodeCalls, sandboxes, sessions, snapshotBook, loops), each with
-// only the dependencies it uses, composed in wiring.go.
+// concern (accounts, keyring, placer, nodeCalls, sandboxes, sessions, snapshotBook, loops, sandboxIO),
+// each with only the dependencies it uses, composed in wiring.go.
 //
 // It keeps no state of its own beyond what is in the Store, except a keyed lock that serializes the calls
 // on one sandbox within this process.

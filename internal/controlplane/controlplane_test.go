@@ -503,7 +503,7 @@ func TestLifecycle(t *testing.T) {
 	if err := s.DeleteSandbox(ctx, tenant, sb.ID); err != nil {
 		t.Errorf("Delete of a stopped sandbox = %v; want nil", err)
 	}
-	if _, err := s.Link(ctx, tenant, sb.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := s.link(ctx, tenant, sb.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("Link to a stopped sandbox = %v; want ErrFailedPrecondition", err)
 	}
 	if _, err := s.GetSandbox(ctx, "tn_other", sb.ID); !errors.Is(err, errdefs.ErrNotFound) {

@@ -481,8 +481,9 @@ func (s *sandboxes) Egress(ctx context.Context, tenantID, id string, f flowlog.F
 	return out, nil
 }
 
-// Link returns the channel to the daemon of the tenant's running sandbox, for exec and file calls.
-func (s *sandboxes) Link(ctx context.Context, tenantID, id string) (*link.Client, error) {
+// link returns the channel to the daemon of the tenant's running sandbox, for the sandbox I/O calls
+// (sandboxio.go).
+func (s *sandboxes) link(ctx context.Context, tenantID, id string) (*link.Client, error) {
 	sb, err := s.GetSandbox(ctx, tenantID, id)
 	if err != nil {
 		return nil, err

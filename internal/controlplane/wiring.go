@@ -18,7 +18,7 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// Service is the control plane: the parts below, one per concern, each holding only what it needs,
+// Service is the control plane: the nine parts below, one per concern, each holding only what it needs,
 // composed by wire. Its methods are the parts' exported ones: the API and the node routes call it as
 // one service, and no part reaches into another's fields.
 type Service struct {
@@ -30,6 +30,7 @@ type Service struct {
 	*sessions
 	*snapshotBook
 	*loops
+	*sandboxIO
 }
 
 // accounts keeps the tenants and what is theirs alone: API keys and access tokens, quotas, allowed
@@ -204,6 +205,12 @@ type loops struct {
 	bg   *sync.WaitGroup
 }
 
+// sandboxIO runs exec, processes and files in a running sandbox over its daemon link, in types of its
+// own (sandboxio.go): the API speaks no daemon protocol.
+type sandboxIO struct {
+	sandboxes *sandboxes
+}
+
 // wire makes the parts of a control plane from a checked cfg and links them.
 func wire(cfg Config, localCap node.Capacity) *Service {
 	var (
@@ -241,5 +248,6 @@ func wire(cfg Config, localCap node.Capacity) *Service {
 	se.accounts, se.keyring, se.placer, se.sandboxes, se.book = a, k, p, sb, b
 	b.accounts, b.keyring, b.placer, b.sessions = a, k, p, se
 	l.accounts, l.keyring, l.placer, l.sandboxes, l.sessions, l.book = a, k, p, sb, se, b
-	return &Service{accounts: a, keyring: k, placer: p, nodeCalls: nc, sandboxes: sb, sessions: se, snapshotBook: b, loops: l}
+	return &Service{accounts: a, keyring: k, placer: p, nodeCalls: nc, sandboxes: sb, sessions: se, snapshotBook: b, loops: l,
+		sandboxIO: &sandboxIO{sandboxes: sb}}
 }
