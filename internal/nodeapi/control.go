@@ -130,7 +130,11 @@ func callerNode(r *http.Request) string { s, _ := r.Context().Value(nodeKey{}).(
 
 // answer writes v as JSON, or err.
 func (h *ControlHandler) answer(w http.ResponseWriter, r *http.Request, v any, err error) {
-	if err != nil {
+	switch {
+	case err != nil && r.URL.Path == "/cluster/v1/ca/get" && errors.Is(err, errdefs.ErrNotFound):
+		// A new session has no CA yet: the node makes one and puts it. The normal path, not a warning.
+		h.log.Debug("node asked for a session CA there is none of yet", "node", callerNode(r), "err", err)
+	case err != nil:
 		h.log.Warn("node call refused or failed", "node", callerNode(r), "path", r.URL.Path, "err", err)
 	}
 	reply(w, v, err)
