@@ -98,6 +98,11 @@ type NodeConfig struct {
 	Out io.Writer
 	// Ready, if set, is called with the node API's address once it accepts connections.
 	Ready func(addr string)
+	// KeeperBinary is the airlock binary the node runs its fence keeper with (airlock node keeper; see
+	// internal/keeper): the process that stops the node's sandboxes once the node's lease lapses, also
+	// after the node process died. Empty: no keeper (a node killed leaves its sandboxes running until it
+	// starts again), with a warning.
+	KeeperBinary string
 }
 
 // DefaultChunkCacheBytes bounds a node's cache of snapshot chunks fetched from S3.
@@ -311,6 +316,10 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// The keeper holds the sandboxes to the same lease as the fence below, from outside this process:
+	// attached before any sandbox can be placed here.
+	keep := startKeeper(ctx, cfg, dataDir, nd, log)
+	defer keep.close()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(tls.NewListener(ln, tlsCfg)) }() // owner: RunNode; ends on Shutdown
 	log.Info("node is up", "addr", ln.Addr().String(), "advertise", advertise, "control_planes", cfg.ControlPlanes, "capacity", capacity)
@@ -378,9 +387,11 @@ loop:
 			// resume its sessions elsewhere, so its sandboxes stop here first (a session never runs
 			// in two places), and so does any placed on it meanwhile. They are reported when a
 			// control plane is reached again.
-			if cut := reached.since(); cut >= nodeapi.FenceAfter {
+			cut := reached.since()
+			if cut >= nodeapi.FenceAfter {
 				fence(ctx, nd, cc, log, cut)
 			}
+			keep.renew(ctx, nodeapi.FenceAfter+KeeperSlack-cut)
 		}
 	}
 	stopBeats()
@@ -413,6 +424,9 @@ loop:
 	case <-sctx.Done():
 	}
 	_ = srv.Shutdown(sctx)
+	if lerr == nil {
+		keep.release(sctx) // the sandboxes are gone: nothing left to guard
+	}
 	errs := []error{lerr}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		errs = append(errs, serveErr)

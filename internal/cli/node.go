@@ -25,6 +25,8 @@ import (
 	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/fsutil"
+	"github.com/airlockrun/airlock/internal/keeper"
+	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -240,9 +242,13 @@ their latest snapshots.`,
 				s3cfg.AccessKey, s3cfg.SecretKey = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
 				s3 = &s3cfg
 			}
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find this binary, to run the fence keeper with: %w", err)
+			}
 			return app.RunNode(ctx, app.NodeConfig{DataDir: g.dataDir, ControlPlanes: controlPlanes, Listen: listen, Advertise: advertise, SandboxAddresses: addrs,
 				MaxSandboxes: maxSandboxes, Runsc: runsc, Debug: debug, Logger: slog.New(h), Out: g.Out, EgressAllowPrivate: open,
-				BlobDir: blobDir, S3: s3})
+				BlobDir: blobDir, S3: s3, KeeperBinary: exe})
 		},
 	}
 	run.Flags().StringArrayVar(&controlPlanes, "control-plane", nil, "the control planes' cluster port, https://host:port: a load balancer's, or each replica's (repeat; tried in turn)")
@@ -255,6 +261,26 @@ their latest snapshots.`,
 	run.Flags().BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
 	run.Flags().StringVar(&blobDir, "blob-dir", "", "the cluster's blob directory (a control plane's DATA/blobs on this host or a shared file system)")
 	s3Flags(run.Flags(), &s3cfg)
+	var keeperSocket string
+	var keeperCgroups []string
+	keeperCmd := &cobra.Command{
+		Use:    "keeper",
+		Short:  "Run a node's fence keeper (airlock node run starts it)",
+		Hidden: true,
+		Long: `Run the fence keeper of a node: it stops every process in the cgroups --cgroup names once the lease the
+node renews over --socket lapses, also after the node process died. airlock node run starts it and
+takes it over when it starts again; there is no need to run it by hand.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			// The node's lease on a first start: its own fence and the slack, as it renews it.
+			return keeper.Run(ctx, keeper.Config{Socket: keeperSocket, Cgroups: keeperCgroups,
+				Lease: nodeapi.FenceAfter + app.KeeperSlack, Logger: slog.New(slog.NewTextHandler(g.Err, nil))})
+		},
+	}
+	keeperCmd.Flags().StringVar(&keeperSocket, "socket", "", "the unix socket the node renews the lease over")
+	keeperCmd.Flags().StringArrayVar(&keeperCgroups, "cgroup", nil, "a cgroup parent holding the node's sandboxes' processes (repeat)")
 	var bound airlock.NodeCapacity
 	boundCmd := &cobra.Command{
 		Use:   "bound ID",
@@ -281,7 +307,7 @@ A flag left out keeps the current bound's. It applies from the node's next heart
 	boundCmd.Flags().IntVar(&bound.MaxSandboxes, "max-sandboxes", 0, "the sandboxes it may run at once")
 	boundCmd.Flags().Int64Var(&bound.MemoryMB, "memory-mb", 0, "the memory, in MB, of the sandboxes it may run at once")
 	boundCmd.Flags().Int64Var(&bound.CPUMillicores, "cpu-millicores", 0, "the CPU (1000 a core) it may offer")
-	cmd.AddCommand(token, join, run, boundCmd,
+	cmd.AddCommand(token, join, run, keeperCmd, boundCmd,
 		&cobra.Command{
 			Use:     "ls",
 			Aliases: []string{"list"},

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/app"
+	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/internal/testenv"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
@@ -333,7 +335,21 @@ func TestNodeFailover(t *testing.T) {
 
 	killed := time.Now()
 	victim.Kill()
+	// The killed node's keeper stops its sandboxes' processes once their lease lapses, with the node
+	// process still down; when, is compared below with when their sessions started elsewhere.
+	stopped := make(chan time.Time, 1)
+	go func() {
+		for time.Since(killed) < 2*time.Minute {
+			if fp, err := testenv.TakeFootprint(victim.DataDir); err == nil && len(fp.Processes) == 0 {
+				stopped <- time.Now()
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		close(stopped)
+	}()
 	moved := map[string]time.Duration{}
+	resumedAt := map[string]time.Time{}
 	for _, se := range sessions {
 		deadline := time.Now().Add(90 * time.Second)
 		for {
@@ -343,6 +359,11 @@ func TestNodeFailover(t *testing.T) {
 			}
 			if got.State == airlock.SessionRunning && got.SandboxID != se.SandboxID {
 				moved[se.ID] = time.Since(killed)
+				nsb, err := e.Client.GetSandbox(ctx, got.SandboxID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resumedAt[se.ID] = nsb.CreatedAt
 				if n := nodeOf(t, got.SandboxID, other); n != other.ID {
 					t.Errorf("session %s resumed on %q; want %s", se.ID, n, other.ID)
 				}
@@ -358,6 +379,20 @@ func TestNodeFailover(t *testing.T) {
 		}
 	}
 	t.Logf("sessions resumed elsewhere after the kill: %v", moved)
+	at, ok := <-stopped
+	if !ok {
+		fp, _ := testenv.TakeFootprint(victim.DataDir)
+		keeperLog, _ := os.ReadFile(filepath.Join(victim.DataDir, "keeper.log"))
+		t.Fatalf("the killed node's sandboxes still run 2 minutes later: %v\nkeeper log:\n%s", fp.Processes, keeperLog)
+	}
+	t.Logf("the killed node's sandboxes stopped %s after the kill (the node's lease: %s after its last heartbeat)",
+		at.Sub(killed).Round(10*time.Millisecond), nodeapi.FenceAfter+app.KeeperSlack)
+	for id, r := range resumedAt {
+		if !at.Before(r) {
+			t.Errorf("session %s started on %s at %s, before its copy on the killed node stopped (%s): it ran twice",
+				id, other.ID, r.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
+		}
+	}
 	if got := sessionCACert(t, other, sessions[0].ID); !bytes.Equal(got, caBefore) {
 		t.Errorf("session %s has another interception CA on %s than it had on %s: its restored trust store does not hold it", sessions[0].ID, other.ID, victim.ID)
 	}

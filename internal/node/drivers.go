@@ -158,6 +158,20 @@ func (ds *drivers) list(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
+// CgroupParents reports the cgroup parents of the node's drivers that run their sandboxes in one
+// (runtime.Confined), and the names of those that do not (their sandboxes cannot be fenced from
+// outside the node process).
+func (n *Local) CgroupParents() (parents, unconfined []string) {
+	for _, name := range n.drv.names() {
+		if c, ok := n.drv.byName[name].(runtime.Confined); ok && c.CgroupParent() != "" {
+			parents = append(parents, c.CgroupParent())
+		} else {
+			unconfined = append(unconfined, name)
+		}
+	}
+	return parents, unconfined
+}
+
 // Runtimes reports the node's runtime drivers, the default first.
 func (n *Local) Runtimes(ctx context.Context) ([]Runtime, error) {
 	out := []Runtime{Describe(n.drv.byName[n.drv.def])}

@@ -175,6 +175,14 @@ type Restorer interface {
 	Restore(ctx context.Context, spec Spec, imageDir string) (Sandbox, error)
 }
 
+// Confined is implemented by drivers that run every process of their sandboxes, the runtime's own
+// included (runsc's sandbox, runc's container), in cgroups under one parent, so that a node's fence
+// keeper (internal/keeper) can stop them there without the driver, after the node process died.
+type Confined interface {
+	// CgroupParent is that parent, relative to each cgroup hierarchy's root (an OCI cgroupsPath).
+	CgroupParent() string
+}
+
 // CPUMeter is implemented by drivers that can tell how much CPU time a sandbox used.
 type CPUMeter interface {
 	// CPUTime reports the CPU time the sandbox (its kernel and every process in it) used so far.

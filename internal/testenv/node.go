@@ -169,7 +169,7 @@ func launchNode(t testing.TB, id, dir string, cps []string, listen string, opts 
 			}
 		}()
 	} else {
-		go n.runInProcess(ctx, DaemonBinary(t), cps, listen, opts, ready)
+		go n.runInProcess(ctx, DaemonBinary(t), Binary(t), cps, listen, opts, ready)
 	}
 	select {
 	case n.Addr = <-ready:
@@ -226,7 +226,7 @@ func (n *Node) Stop() error {
 func (n *Node) Logs() string { return n.log.String() }
 
 // runInProcess runs the node in the test's process until ctx ends.
-func (n *Node) runInProcess(ctx context.Context, bin string, controlPlanes []string, listen string, opts NodeOptions, ready chan<- string) {
+func (n *Node) runInProcess(ctx context.Context, bin, keeperBin string, controlPlanes []string, listen string, opts NodeOptions, ready chan<- string) {
 	n.done <- app.RunNode(ctx, app.NodeConfig{
 		DataDir:       n.DataDir,
 		ControlPlanes: controlPlanes,
@@ -239,5 +239,6 @@ func (n *Node) runInProcess(ctx context.Context, bin string, controlPlanes []str
 		Logger:        slog.New(slog.NewTextHandler(n.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Out:           io.Discard,
 		Ready:         func(addr string) { ready <- addr },
+		KeeperBinary:  keeperBin,
 	})
 }

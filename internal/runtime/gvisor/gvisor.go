@@ -102,6 +102,9 @@ func New(cfg Config) (*Driver, error) {
 // Name reports "gvisor".
 func (d *Driver) Name() string { return "gvisor" }
 
+// CgroupParent is the cgroup every sandbox's runsc processes run under. See runtime.Confined.
+func (d *Driver) CgroupParent() string { return d.cfg.CgroupParent }
+
 var idPattern = sandboxdir.IDPattern
 
 func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.StateDir, "sandboxes", id) }

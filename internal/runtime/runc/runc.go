@@ -164,6 +164,9 @@ func New(cfg Config) (*Driver, error) {
 // Name reports "runc".
 func (d *Driver) Name() string { return "runc" }
 
+// CgroupParent is the cgroup every sandbox's processes run under. See runtime.Confined.
+func (d *Driver) CgroupParent() string { return d.cfg.CgroupParent }
+
 // FilesOnly reports that checkpoints hold files only. See runtime.FilesOnly.
 func (d *Driver) FilesOnly() bool { return true }
 
