@@ -23,14 +23,14 @@ func toJoinToken(t cluster.JoinToken) airlock.JoinToken {
 
 func toNode(n controlplane.NodeRecord) airlock.Node {
 	out := airlock.Node{ID: n.ID, Hosts: n.Hosts, JoinedAt: n.JoinedAt, JoinToken: n.JoinToken, CertExpiresAt: n.CertExpiresAt,
-		CertFingerprint: n.CertFingerprint, State: "new"}
+		CertFingerprint: n.CertFingerprint, State: "new", Sandboxes: n.Placed, Warnings: n.Warnings}
 	if l := n.Live; l != nil {
 		out.State = "down"
 		if n.Up {
 			out.State = "up"
 		}
 		seen := l.SeenAt
-		out.Addr, out.LastSeenAt, out.Sandboxes, out.Version = l.Addr, &seen, l.Sandboxes, l.Version
+		out.Addr, out.LastSeenAt, out.ReportedSandboxes, out.Version, out.Host = l.Addr, &seen, l.Sandboxes, l.Version, l.Host
 		out.Capacity = toNodeCapacity(l.Capacity)
 		if l.Reported != (node.Capacity{}) {
 			out.Reported = toNodeCapacity(l.Reported)
@@ -44,6 +44,19 @@ func toNode(n controlplane.NodeRecord) airlock.Node {
 
 func toNodeCapacity(c node.Capacity) *airlock.NodeCapacity {
 	return &airlock.NodeCapacity{CPUMillicores: c.CPUMillicores, MemoryMB: c.MemoryMB, MaxSandboxes: c.MaxSandboxes}
+}
+
+func (s *Server) removeNode(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := cluster.CheckID(id); err != nil {
+		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "node %v", err))
+		return
+	}
+	if err := s.cp.RemoveNode(r.Context(), id); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) setNodeBound(w http.ResponseWriter, r *http.Request) {

@@ -111,6 +111,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/tenants/{id}", s.operator(s.getTenant)},
 		{"PATCH", "/v1/tenants/{id}", s.operator(s.updateTenant)},
 		{"GET", "/v1/nodes", s.operator(s.listNodes)},
+		{"DELETE", "/v1/nodes/{id}", s.operator(s.removeNode)},
 		{"PUT", "/v1/nodes/{id}/bound", s.operator(s.setNodeBound)},
 		{"POST", "/v1/nodes/join", s.joinNode},
 		{"GET", "/v1/nodes/join-tokens", s.operator(s.listJoinTokens)},
@@ -250,6 +251,7 @@ func toAPI(sb store.Sandbox) airlock.Sandbox {
 		TimeoutSeconds: sb.Spec.TimeoutSeconds, Metadata: md,
 		CreatedAt: sb.CreatedAt, StartedAt: sb.StartedAt, EndsAt: sb.EndsAt, StoppedAt: sb.StoppedAt,
 		Runtime: runtimeOf(md), RuntimeReason: md[controlplane.RuntimeReasonMetadataKey], Abilities: abilitiesOf(md),
+		Node: sb.NodeID,
 	}
 }
 

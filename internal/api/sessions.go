@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"regexp"
 
@@ -54,7 +55,19 @@ func (s *Server) viaSession(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func toSession(se store.Session) airlock.Session {
+// toSession is se for the API, with the node its sandbox runs on.
+func (s *Server) toSession(ctx context.Context, tenantID string, se store.Session) airlock.Session {
+	out := sessionOf(se)
+	if se.SandboxID != "" {
+		if sb, err := s.cp.GetSandbox(ctx, tenantID, se.SandboxID); err == nil {
+			out.Node = sb.NodeID
+		}
+	}
+	return out
+}
+
+// sessionOf is se for the API.
+func sessionOf(se store.Session) airlock.Session {
 	out := airlock.Session{
 		ID: se.ID, State: string(se.State), Reason: se.Reason, Template: se.Spec.Template,
 		CPU: se.Spec.CPUMillicores, MemoryMB: se.Spec.MemoryMB, DiskMB: se.Spec.DiskMB, Metadata: se.Metadata,
@@ -130,7 +143,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			s.log.Error("create session", "session", se.ID, "err", err)
 		}
-		return http.StatusCreated, toSession(se), "/v1/sessions/" + se.ID, nil
+		return http.StatusCreated, s.toSession(r.Context(), tenantOf(r), se), "/v1/sessions/" + se.ID, nil
 	})
 }
 
@@ -152,7 +165,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	}
 	out := airlock.SessionList{Sessions: make([]airlock.Session, 0, len(ses)), NextCursor: next}
 	for _, se := range ses {
-		out.Sessions = append(out.Sessions, toSession(se))
+		out.Sessions = append(out.Sessions, s.toSession(r.Context(), tenantOf(r), se))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -169,7 +182,7 @@ func (s *Server) sessionCall(w http.ResponseWriter, r *http.Request, call func(t
 		writeError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toSession(se))
+	writeJSON(w, http.StatusOK, s.toSession(r.Context(), tenantOf(r), se))
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
@@ -230,7 +243,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) {
 		}
 		out := airlock.ForkSessionResult{Sessions: make([]airlock.Session, 0, len(forks))}
 		for _, f := range forks {
-			out.Sessions = append(out.Sessions, toSession(f))
+			out.Sessions = append(out.Sessions, s.toSession(r.Context(), tenantOf(r), f))
 		}
 		return http.StatusCreated, out, "", nil
 	})

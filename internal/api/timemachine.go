@@ -72,7 +72,7 @@ func (s *Server) restoreSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toSession(se))
+	writeJSON(w, http.StatusOK, s.toSession(r.Context(), tenantOf(r), se))
 }
 
 func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {

@@ -70,6 +70,10 @@ type NodeConfig struct {
 	Advertise string
 	// MaxSandboxes bounds the sandboxes the node runs at once. Zero: 32 per CPU core.
 	MaxSandboxes int
+	// MemoryMB and CPUMillicores bound the memory and CPU the node offers (its share of a host it
+	// shares with other nodes). Zero: the host's (node.HostCapacity).
+	MemoryMB      int64
+	CPUMillicores int64
 	// SandboxAddresses is the range the node's sandboxes get their /30s from (nodes sharing a host can
 	// each have one of their own). Invalid prefix (the zero value): hostnet.Pool.
 	SandboxAddresses netip.Prefix
@@ -148,7 +152,7 @@ func loadJoined(dataDir string) (joined, error) {
 	var j joined
 	b, err := os.ReadFile(filepath.Join(dir, NodeInfoFile))
 	if err != nil {
-		return j, fmt.Errorf("this node has not joined a cluster (airlock node join): %w", err)
+		return j, fmt.Errorf("no node joined with data directory %s (airlock --data-dir DIR node join, then node run with the same --data-dir): %w", dataDir, err)
 	}
 	if err := json.Unmarshal(b, &j.info); err != nil {
 		return j, fmt.Errorf("%s: %w", NodeInfoFile, err)
@@ -227,10 +231,22 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 		}
 	}
 	log := cfg.Logger.With("node", j.info.ID)
+	hostCap, err := node.HostCapacity(0)
+	if err != nil {
+		return err
+	}
 	capacity, err := node.HostCapacity(cfg.MaxSandboxes)
 	if err != nil {
 		return err
 	}
+	// Nodes sharing a host each offer a share of it (--memory-mb, --cpu-millicores).
+	if cfg.MemoryMB > 0 {
+		capacity.MemoryMB = min(capacity.MemoryMB, cfg.MemoryMB)
+	}
+	if cfg.CPUMillicores > 0 {
+		capacity.CPUMillicores = min(capacity.CPUMillicores, cfg.CPUMillicores)
+	}
+	hostID := node.HostID()
 	// The node's certificate is renewed while it runs (renewCert); every handshake presents the current one.
 	held := cluster.NewHeldCert(j.cert)
 	cc, err := nodeapi.NewControlClient(nodeapi.ControlClientConfig{URL: cfg.ControlPlanes[0], More: cfg.ControlPlanes[1:], Held: held, Roots: j.roots, Logger: log})
@@ -296,7 +312,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 			return err
 		}
 		return cc.Heartbeat(ctx, nodeapi.Heartbeat{Addr: advertise, Boot: boot, Capacity: capacity, Sandboxes: len(ids),
-			Version: daemon.Version, Leaving: leaving, Runtimes: rts})
+			Version: daemon.Version, Leaving: leaving, Runtimes: rts, Host: hostID, HostCapacity: &hostCap})
 	}
 	// The first heartbeat says the node started anew (the control plane settles what a previous run
 	// left) before it serves: a control plane cannot reach it at that address before.

@@ -53,7 +53,7 @@ func newFakeServer(t *testing.T) (*fakeServer, string) {
 	sandbox := func(state string) airlock.Sandbox {
 		ends := time.Now().Add(5 * time.Minute)
 		return airlock.Sandbox{ID: sbA, Template: "default", State: state, CPU: 500, MemoryMB: 1024, DiskMB: 1024,
-			TimeoutSeconds: 600, Metadata: map[string]string{"k": "v"}, CreatedAt: time.Now().Add(-time.Minute), EndsAt: &ends}
+			TimeoutSeconds: 600, Metadata: map[string]string{"k": "v"}, CreatedAt: time.Now().Add(-time.Minute), EndsAt: &ends, Node: "node-a"}
 	}
 	mux.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
 		f.record(r)
@@ -335,10 +335,10 @@ func TestSandboxLs(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("ls printed %d lines; want a header and 2 rows:\n%s", len(lines), out)
 	}
-	if fields := strings.Fields(lines[0]); !cmp.Equal(fields, []string{"ID", "STATE", "TEMPLATE", "CREATED", "ENDS", "REASON"}) {
+	if fields := strings.Fields(lines[0]); !cmp.Equal(fields, []string{"ID", "STATE", "TEMPLATE", "NODE", "CREATED", "ENDS", "REASON"}) {
 		t.Errorf("header: got %q", lines[0])
 	}
-	if fields := strings.Fields(lines[1]); len(fields) < 6 || fields[0] != sbA || fields[1] != "running" || fields[3] != "1m" || fields[5] != "in" {
+	if fields := strings.Fields(lines[1]); len(fields) < 7 || fields[0] != sbA || fields[1] != "running" || fields[3] != "node-a" || fields[4] != "1m" || fields[6] != "in" {
 		t.Errorf("row 1: got %q", lines[1])
 	}
 	if !strings.Contains(lines[2], "out of memory") || !strings.Contains(lines[2], sbB) {

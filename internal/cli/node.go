@@ -71,9 +71,10 @@ The join writes the node's key, certificate and the cluster CA's to <data dir>/c
 			if g.json {
 				return printJSON(g.Out, ct)
 			}
-			fmt.Fprintf(g.Err, "Join token %s, good until %s, shown only now; nodes join, then run, with\n"+
-				"    airlock node join --url %s --ca-fingerprint %s --token <token> --id <id> --host <address>\n"+
-				"    airlock node run --control-plane https://<control plane>:<cluster port>\n",
+			fmt.Fprintf(g.Err, "Join token %s, good until %s, shown only now; nodes join (over the API, --url), then run\n"+
+				"(reporting to the cluster port, --control-plane), with the same data directory, as root:\n"+
+				"    airlock --data-dir /var/lib/airlock-node node join --url %s --ca-fingerprint %s --token <token> --id <id> --host <address>\n"+
+				"    airlock --data-dir /var/lib/airlock-node node run --control-plane https://<control plane>:<cluster port, 7443>\n",
 				ct.ID, ct.ExpiresAt.Local().Format(time.DateTime), g.url, ct.CAFingerprint)
 			fmt.Fprintln(g.Out, ct.Token)
 			return nil
@@ -192,6 +193,7 @@ CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOI
 	var controlPlanes, allowPrivate []string
 	var listen, advertise, runsc, pool, blobDir string
 	var maxSandboxes int
+	var memoryMB, cpuMillicores int64
 	var s3cfg blobs3.Config
 	var debug bool
 	run := &cobra.Command{
@@ -216,6 +218,9 @@ their latest snapshots.`,
 			defer stop()
 			if len(controlPlanes) == 0 {
 				return errors.New("--control-plane (the cluster port's https URL) is required")
+			}
+			if memoryMB < 0 || cpuMillicores < 0 || maxSandboxes < 0 {
+				return errors.New("--memory-mb, --cpu-millicores and --max-sandboxes must not be negative")
 			}
 			opts := &slog.HandlerOptions{Level: slog.LevelInfo}
 			if debug {
@@ -247,7 +252,7 @@ their latest snapshots.`,
 				return fmt.Errorf("find this binary, to run the fence keeper with: %w", err)
 			}
 			return app.RunNode(ctx, app.NodeConfig{DataDir: g.dataDir, ControlPlanes: controlPlanes, Listen: listen, Advertise: advertise, SandboxAddresses: addrs,
-				MaxSandboxes: maxSandboxes, Runsc: runsc, Debug: debug, Logger: slog.New(h), Out: g.Out, EgressAllowPrivate: open,
+				MaxSandboxes: maxSandboxes, MemoryMB: memoryMB, CPUMillicores: cpuMillicores, Runsc: runsc, Debug: debug, Logger: slog.New(h), Out: g.Out, EgressAllowPrivate: open,
 				BlobDir: blobDir, S3: s3, KeeperBinary: exe})
 		},
 	}
@@ -255,6 +260,8 @@ their latest snapshots.`,
 	run.Flags().StringVar(&listen, "listen", app.DefaultNodeListen, "the node API's address")
 	run.Flags().StringVar(&advertise, "advertise", "", "the host:port control planes reach the node API at; its host must be one the node joined with (default: the first --host of the join and the --listen port)")
 	run.Flags().IntVar(&maxSandboxes, "max-sandboxes", 0, "the sandboxes this node runs at once (default 32 per CPU core)")
+	run.Flags().Int64Var(&memoryMB, "memory-mb", 0, "the most memory, in MB, this node offers sandboxes: its share of a host other nodes share (default: the host's)")
+	run.Flags().Int64Var(&cpuMillicores, "cpu-millicores", 0, "the most CPU (1000 a core, over-committed) this node offers: its share of a shared host (default: the host's)")
 	run.Flags().StringVar(&pool, "sandbox-addresses", "", "the range inside 100.64.0.0/10 the sandboxes' addresses come from, for nodes sharing a host (default 100.96.0.0/12)")
 	run.Flags().StringArrayVar(&allowPrivate, "egress-allow-private", nil, egressAllowPrivateHelp+" (give each node the control planes' ranges)")
 	run.Flags().StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
@@ -307,7 +314,27 @@ A flag left out keeps the current bound's. It applies from the node's next heart
 	boundCmd.Flags().IntVar(&bound.MaxSandboxes, "max-sandboxes", 0, "the sandboxes it may run at once")
 	boundCmd.Flags().Int64Var(&bound.MemoryMB, "memory-mb", 0, "the memory, in MB, of the sandboxes it may run at once")
 	boundCmd.Flags().Int64Var(&bound.CPUMillicores, "cpu-millicores", 0, "the CPU (1000 a core) it may offer")
-	cmd.AddCommand(token, join, run, keeperCmd, boundCmd,
+	rmCmd := &cobra.Command{
+		Use:     "rm ID",
+		Aliases: []string{"remove"},
+		Short:   "Forget a node whose host is gone for good (operator tenant's admin key)",
+		Long: `Forget a node whose host is gone for good: its record goes, its certificate is let in no more, and
+it is no longer listed. The node must be down: a node that dies is given up 15 s after its last
+heartbeat, its sandboxes fail and its sessions resume on other nodes from their latest complete
+snapshots; until then this is refused, and so is removing a node that is up (stop it first: on SIGTERM
+its sandboxes move). Snapshots it saved but never stored in the snapshot store are failed. To bring
+the host back, join it again (airlock node join).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			if err := g.client().RemoveNode(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.Out, "node %s removed\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(token, join, run, keeperCmd, boundCmd, rmCmd,
 		&cobra.Command{
 			Use:     "ls",
 			Aliases: []string{"list"},
@@ -330,7 +357,19 @@ A flag left out keeps the current bound's. It applies from the node's next heart
 					}
 					t.row(n.ID, n.State, n.Addr, sbs, mem, strings.Join(n.Hosts, ","), n.JoinedAt.Local().Format(time.DateTime), n.CertExpiresAt.Local().Format(time.DateTime))
 				}
-				return t.flush()
+				if err := t.flush(); err != nil {
+					return err
+				}
+				warned := map[string]bool{}
+				for _, n := range l.Nodes {
+					for _, w := range n.Warnings {
+						if !warned[w] {
+							warned[w] = true
+							fmt.Fprintf(g.Err, "warning: %s\n", w)
+						}
+					}
+				}
+				return nil
 			},
 		})
 	return cmd

@@ -188,13 +188,13 @@ func newLsCmd(g *globals) *cobra.Command {
 				return printJSON(g.Out, list)
 			}
 			now := time.Now()
-			t := newTable(g.Out, "ID", "STATE", "TEMPLATE", "CREATED", "ENDS", "REASON")
+			t := newTable(g.Out, "ID", "STATE", "TEMPLATE", "NODE", "CREATED", "ENDS", "REASON")
 			for _, sb := range list.Sandboxes {
 				ends := "-"
 				if sb.State == airlock.StateRunning || sb.State == airlock.StateCreating {
 					ends = relTime(sb.EndsAt, now)
 				}
-				t.row(sb.ID, sb.State, sb.Template, relTime(&sb.CreatedAt, now), ends, truncate(sb.Reason, 60))
+				t.row(sb.ID, sb.State, sb.Template, dash(sb.Node), relTime(&sb.CreatedAt, now), ends, truncate(sb.Reason, 60))
 			}
 			return t.flush()
 		},
@@ -234,6 +234,9 @@ func printSandbox(g *globals, sb *airlock.Sandbox, now time.Time) error {
 		t.row("Reason:", sb.Reason)
 	}
 	t.row("Template:", sb.Template)
+	if sb.Node != "" {
+		t.row("Node:", sb.Node)
+	}
 	if sb.Runtime != "" {
 		rt := sb.Runtime
 		if sb.RuntimeReason != "" {

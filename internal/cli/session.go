@@ -132,9 +132,9 @@ func newSessionLsCmd(g *globals) *cobra.Command {
 			if g.json {
 				return printJSON(g.Out, all)
 			}
-			t := newTable(g.Out, "ID", "STATE", "SANDBOX", "HEAD SNAPSHOT", "LAST ACTIVITY", "REASON")
+			t := newTable(g.Out, "ID", "STATE", "SANDBOX", "NODE", "HEAD SNAPSHOT", "LAST ACTIVITY", "REASON")
 			for _, se := range all.Sessions {
-				t.row(se.ID, se.State, dash(se.SandboxID), dash(se.HeadSnapshotID), se.LastActivityAt.Local().Format(time.DateTime), se.Reason)
+				t.row(se.ID, se.State, dash(se.SandboxID), dash(se.Node), dash(se.HeadSnapshotID), se.LastActivityAt.Local().Format(time.DateTime), se.Reason)
 			}
 			return t.flush()
 		},
@@ -259,7 +259,10 @@ func newSessionSnapshotCmd(g *globals) *cobra.Command {
 		Use:   "snapshot SESSION",
 		Short: "Snapshot a running session now; it keeps running. Prints the snapshot's ID",
 		Long: `Snapshot a running session now; it keeps running. The snapshot is usable as soon as this returns
-(state "uploading": saved on the machine); --wait also waits until the snapshot store holds it.`,
+(state "uploading": saved on its node, which can resume and fork from it); --wait also waits until the
+snapshot store holds it (state "complete", completed_at set). Only then can another node restore it: if
+the session's node is lost, a failover resumes the session from its newest complete snapshot, so wait
+before you count on a snapshot surviving its node.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()

@@ -40,6 +40,12 @@ type NodeRecord struct {
 	Live *NodeLive `json:"-"`
 	// Up reports whether it was heard from within NodeDownAfter (ListNodes).
 	Up bool `json:"-"`
+	// Placed is how many of the Store's sandboxes are on it, creating, running or stopping (ListNodes;
+	// not stored here): what placement counts, not what its last heartbeat said.
+	Placed int `json:"-"`
+	// Warnings are what the operator should know of it (ListNodes; not stored): nodes that share its
+	// host and, with it, offer more than the host has.
+	Warnings []string `json:"-"`
 }
 
 // JoinRequest is a node asking to join the cluster.
@@ -90,6 +96,47 @@ func (s *placer) DeleteJoinToken(ctx context.Context, id string) error {
 		return err
 	}
 	return cluster.DeleteJoinToken(ctx, s.store, id)
+}
+
+// RemoveNode forgets a node that is gone for good (its host lost): its record and its last heartbeat are
+// deleted, so its certificate is let in no more (CheckNode), it is no longer listed, and the uploads of
+// snapshots it saved but never stored fail. A node up is refused (stop it first: on SIGTERM its
+// sandboxes move), and so is one with sandboxes the Store still has on it (the leader fails them over
+// once the node is down for NodeDownAfter; try again then). To bring the host back, join it again.
+func (s *placer) RemoveNode(ctx context.Context, id string) error {
+	if _, err := s.clusterCA(); err != nil {
+		return err
+	}
+	if err := cluster.CheckID(id); err != nil || id == node.LocalID {
+		return fmt.Errorf("node ID %q: not a node that joined: %w", id, errdefs.ErrInvalidArgument)
+	}
+	rec, err := s.nodeRecord(ctx, id)
+	if err != nil {
+		return err
+	}
+	if l, err := s.nodeLive(ctx, id); err == nil && l.Up(s.now()) {
+		return fmt.Errorf("node %s is up (heard from %s ago): stop it first (airlock node run stops on SIGTERM, and its sandboxes move): %w",
+			id, s.now().Sub(l.SeenAt).Round(time.Second), errdefs.ErrFailedPrecondition)
+	} else if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
+	sbs, err := s.sandboxesOnNode(ctx, id, activeSandbox)
+	if err != nil {
+		return err
+	}
+	if len(sbs) > 0 {
+		return fmt.Errorf("node %s still has %d sandboxes in the Store (%s first): they are failed over once it is down for %s; try again then: %w",
+			id, len(sbs), sbs[0].ID, NodeDownAfter, errdefs.ErrFailedPrecondition)
+	}
+	// The heartbeat first: a node with a record and no heartbeat is "new", never "removed".
+	for _, key := range []string{liveDocPrefix + id, nodeDocPrefix + rec.ID} {
+		if err := deleteDoc(ctx, s.store, key); err != nil {
+			return fmt.Errorf("remove node %s: %w", id, err)
+		}
+	}
+	s.nodes.forget(id)
+	s.log.Warn("node removed", "node", id, "hosts", rec.Hosts)
+	return nil
 }
 
 // JoinNode checks a node's join token, records the node, and issues its certificate. An ID another
@@ -182,7 +229,38 @@ func (s *placer) ListNodes(ctx context.Context) ([]NodeRecord, error) {
 		if l, ok := live[n.ID]; ok {
 			n.Live, n.Up = &l, l.Up(s.now())
 		}
+		sbs, err := s.sandboxesOnNode(ctx, n.ID, activeSandbox)
+		if err != nil {
+			return nil, err
+		}
+		n.Placed = len(sbs)
 		out = append(out, n)
 	}
+	warn := hostWarnings(out)
+	for i := range out {
+		out[i].Warnings = warn[out[i].ID]
+	}
 	return out, nil
+}
+
+// deleteDoc deletes the document key, whatever its version (retried while it changes); one missing is
+// no error.
+func deleteDoc(ctx context.Context, st store.Store, key string) error {
+	for range 8 {
+		d, err := st.GetDoc(ctx, key)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		err = st.DeleteDoc(ctx, key, d.Version)
+		if err == nil || errors.Is(err, errdefs.ErrNotFound) {
+			return nil
+		}
+		if !errors.Is(err, errdefs.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("%s changes too often: %w", key, errdefs.ErrConflict)
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +71,46 @@ func checkRuntimes(rs []node.Runtime) error {
 	return nil
 }
 
+// hostIDPattern is a heartbeat's Host: empty (an older node) or a hash in hex.
+var hostIDPattern = regexp.MustCompile(`^[0-9a-f]{0,64}$`)
+
+// hostWarnings warns of the nodes up that share a host and together offer more of it than it has
+// (each started with the whole host's capacity, none given a share): placement would overfill it. It
+// returns the warnings by node.
+func hostWarnings(nodes []NodeRecord) map[string][]string {
+	groups := map[string][]NodeRecord{}
+	for _, n := range nodes {
+		if n.Up && n.Live != nil && n.Live.Host != "" && n.Live.HostCapacity != nil {
+			groups[n.Live.Host] = append(groups[n.Live.Host], n)
+		}
+	}
+	out := map[string][]string{}
+	for _, g := range groups {
+		if len(g) < 2 {
+			continue
+		}
+		var mem, cpu, hostMem, hostCPU int64
+		ids := make([]string, 0, len(g))
+		for _, n := range g {
+			mem += n.Live.Capacity.MemoryMB
+			cpu += n.Live.Capacity.CPUMillicores
+			hostMem = max(hostMem, n.Live.HostCapacity.MemoryMB)
+			hostCPU = max(hostCPU, n.Live.HostCapacity.CPUMillicores)
+			ids = append(ids, n.ID)
+		}
+		if mem <= hostMem && cpu <= hostCPU {
+			continue
+		}
+		sort.Strings(ids)
+		for _, n := range g {
+			out[n.ID] = append(out[n.ID], fmt.Sprintf("nodes %s share one host and together offer %.1fx its memory and %.1fx its CPU: "+
+				"give each a share (node run --memory-mb, --cpu-millicores) or bound them (node bound)",
+				strings.Join(ids, ", "), float64(mem)/float64(hostMem), float64(cpu)/float64(hostCPU)))
+		}
+	}
+	return out
+}
+
 // maxBootLen bounds a heartbeat's Boot.
 const maxBootLen = 64
 
@@ -89,6 +131,14 @@ func (s *nodeCalls) NodeHeartbeat(ctx context.Context, nodeID, fingerprint strin
 	}
 	if hb.Sandboxes < 0 || hb.Sandboxes > node.MaxCapacitySandboxes {
 		return fmt.Errorf("heartbeat: %d sandboxes: %w", hb.Sandboxes, errdefs.ErrInvalidArgument)
+	}
+	if !hostIDPattern.MatchString(hb.Host) {
+		return fmt.Errorf("heartbeat: host %q: want up to 64 hex digits: %w", truncate(hb.Host, 80), errdefs.ErrInvalidArgument)
+	}
+	if hb.HostCapacity != nil {
+		if err := hb.HostCapacity.Check(); err != nil {
+			return fmt.Errorf("heartbeat: host capacity: %v: %w", err, errdefs.ErrInvalidArgument)
+		}
 	}
 	// Each heartbeat writes the Store: a node that sends them faster than it should (every
 	// nodeapi.HeartbeatInterval) is refused the excess.
@@ -396,6 +446,18 @@ func (ns *nodeSet) seen(id string, l NodeLive) {
 func closeNode(n Node) {
 	if c, ok := n.(interface{ Close() error }); ok {
 		_ = c.Close()
+	}
+}
+
+// forget drops the client of node id (removed).
+func (ns *nodeSet) forget(id string) {
+	ns.mu.Lock()
+	r, ok := ns.remote[id]
+	delete(ns.remote, id)
+	delete(ns.beats, id)
+	ns.mu.Unlock()
+	if ok {
+		closeNode(r.n)
 	}
 }
 

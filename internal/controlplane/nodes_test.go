@@ -9,9 +9,14 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -48,6 +53,8 @@ func TestNodeRouting(t *testing.T) {
 		"no boot":            beat("node-a", "10.0.0.1:7444", ""),
 		"no capacity":        s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b"}),
 		"negative sandboxes": s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b", Capacity: capacity, Sandboxes: -1}),
+		"a host not in hex":  s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b", Capacity: capacity, Host: "../etc"}),
+		"no host capacity":   s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b", Capacity: capacity, Host: "ab12", HostCapacity: &node.Capacity{}}),
 	}
 	for name, err := range bad {
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
@@ -653,5 +660,92 @@ func TestSessionCA(t *testing.T) {
 	s.forgetCA(ctx, tn, "se_one")
 	if _, err := get("node-b", tn, "se_one"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("the CA of a deleted session: %v; want not found", err)
+	}
+}
+
+// TestHostWarnings: nodes up on one host that together offer more than it has are warned of, each;
+// nodes given shares of it, nodes on hosts of their own, and nodes down are not.
+func TestHostWarnings(t *testing.T) {
+	host := node.Capacity{CPUMillicores: 8000, MemoryMB: 16000, MaxSandboxes: 64}
+	half := node.Capacity{CPUMillicores: 4000, MemoryMB: 8000, MaxSandboxes: 32}
+	rec := func(id, hostID string, c node.Capacity, up bool) NodeRecord {
+		hc := host
+		return NodeRecord{ID: id, Up: up, Live: &NodeLive{Heartbeat: nodeapi.Heartbeat{Capacity: c, Host: hostID, HostCapacity: &hc}}}
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []NodeRecord
+		want  []string // the nodes warned of
+	}{
+		{"two claim all of one host", []NodeRecord{rec("a", "h1", host, true), rec("b", "h1", host, true), rec("c", "h2", host, true)}, []string{"a", "b"}},
+		{"two halves", []NodeRecord{rec("a", "h1", half, true), rec("b", "h1", half, true)}, nil},
+		{"one of them down", []NodeRecord{rec("a", "h1", host, true), rec("b", "h1", host, false)}, nil},
+		{"hosts of their own", []NodeRecord{rec("a", "h1", host, true), rec("b", "h2", host, true)}, nil},
+		{"older nodes say no host", []NodeRecord{rec("a", "", host, true), rec("b", "", host, true)}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := hostWarnings(tc.nodes)
+			var warned []string
+			for id, ws := range got {
+				if len(ws) != 1 || !strings.Contains(ws[0], "2.0x its memory") {
+					t.Errorf("node %s: warnings %q", id, ws)
+				}
+				warned = append(warned, id)
+			}
+			sort.Strings(warned)
+			if !cmp.Equal(warned, tc.want, cmpopts.EquateEmpty()) {
+				t.Errorf("warned of %v; want %v", warned, tc.want)
+			}
+		})
+	}
+}
+
+// TestRemoveNode: a node can be removed only once it is down and its sandboxes were failed over; then
+// it is no longer listed and its certificate is let in no more.
+func TestRemoveNode(t *testing.T) {
+	ctx := context.Background()
+	c := newRemoteNodes(t, "node-a", "node-b")
+	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 2048, MaxSandboxes: 3}
+	for _, id := range []string{"node-a", "node-b"} {
+		if err := c.s.NodeHeartbeat(ctx, id, "fp-"+id, nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b1", Capacity: capacity}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb, err := c.s.CreateSandbox(ctx, c.tenant, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := sb.NodeID
+	for name, id := range map[string]string{"the local node's ID": node.LocalID, "a bad ID": "../x"} {
+		if err := c.s.RemoveNode(ctx, id); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("remove %s: %v; want invalid argument", name, err)
+		}
+	}
+	if err := c.s.RemoveNode(ctx, "node-x"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("remove a node that never joined: %v; want not found", err)
+	}
+	if err := c.s.RemoveNode(ctx, on); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "is up") {
+		t.Errorf("remove a node up: %v; want failed precondition", err)
+	}
+	c.clk.Add(NodeDownAfter + time.Second) // both down now
+	if err := c.s.RemoveNode(ctx, on); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), sb.ID) {
+		t.Errorf("remove a node down whose sandbox was not failed over yet: %v; want failed precondition naming it", err)
+	}
+	c.s.failOver()
+	if err := c.s.RemoveNode(ctx, on); err != nil {
+		t.Fatalf("remove a node down, its sandbox failed over: %v", err)
+	}
+	recs, err := c.s.ListNodes(ctx)
+	if err != nil || len(recs) != 1 || recs[0].ID == on {
+		t.Errorf("nodes after the removal: %+v %v; want only the other", recs, err)
+	}
+	if err := c.s.CheckNode(ctx, on, "fp-"+on); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a call with the removed node's certificate: %v; want permission denied", err)
+	}
+	if err := c.s.NodeHeartbeat(ctx, on, "fp-"+on, nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b2", Capacity: capacity}); err == nil {
+		t.Error("a heartbeat of the removed node was taken")
+	}
+	if err := c.s.RemoveNode(ctx, on); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("remove it again: %v; want not found", err)
 	}
 }

@@ -67,6 +67,9 @@ func TestSeparateNodes(t *testing.T) {
 	testenv.WaitNodes(t, e, "up", a.ID, b.ID)
 	if code, out, errOut := runCLI("--url", e.URL, "--api-key", e.APIKey, "node", "ls"); code != 0 || strings.Count(out, " up ") != 2 {
 		t.Errorf("node ls: %d %s %s; want both nodes up", code, out, errOut)
+	} else if !strings.Contains(errOut, "warning: nodes node-a, node-b share one host") {
+		// Both run on this machine and each offers all of it.
+		t.Errorf("node ls warned %q; want a warning that node-a and node-b share one host", errOut)
 	}
 
 	// Spread by capacity: the two nodes offer the same, so four sandboxes go two and two.
@@ -78,10 +81,21 @@ func TestSeparateNodes(t *testing.T) {
 			t.Fatalf("create sandbox %d: %v", i, err)
 		}
 		sbs = append(sbs, sb.ID)
-		where[nodeOf(t, sb.ID, a, b)]++
+		on := nodeOf(t, sb.ID, a, b)
+		where[on]++
+		// The API says which node it is on: the one whose host runs it.
+		if sb.Node != on {
+			t.Errorf("sandbox %s: the API says it is on %q; it runs on %q", sb.ID, sb.Node, on)
+		}
 	}
 	if where[a.ID] != 2 || where[b.ID] != 2 {
 		t.Errorf("sandboxes per node: %v; want 2 and 2", where)
+	}
+	// node ls counts the Store's sandboxes on each node, at once, not what its last heartbeat said.
+	for id, want := range where {
+		if n := nodeInfo(t, e, id); n.Sandboxes != want {
+			t.Errorf("node %s: %d sandboxes listed; want %d", id, n.Sandboxes, want)
+		}
 	}
 
 	// The operator bounds node-a to the two it runs: the next sandbox goes to node-b, whatever node-a
@@ -359,6 +373,9 @@ func TestNodeFailover(t *testing.T) {
 			}
 			if got.State == airlock.SessionRunning && got.SandboxID != se.SandboxID {
 				moved[se.ID] = time.Since(killed)
+				if got.Node != other.ID {
+					t.Errorf("session %s resumed; the API says on %q, want %s", se.ID, got.Node, other.ID)
+				}
 				nsb, err := e.Client.GetSandbox(ctx, got.SandboxID)
 				if err != nil {
 					t.Fatal(err)
@@ -451,6 +468,13 @@ func TestNodeFailover(t *testing.T) {
 	}
 	if err := again.Stop(); err != nil {
 		t.Error(err)
+	}
+	// Its host is gone for good: the operator removes it, and it is no longer listed.
+	if code, out, errOut := runCLI("--url", e.URL, "--api-key", e.APIKey, "node", "rm", again.ID); code != 0 || !strings.Contains(out, "removed") {
+		t.Errorf("node rm %s: %d %s %s", again.ID, code, out, errOut)
+	}
+	if code, out, errOut := runCLI("--url", e.URL, "--api-key", e.APIKey, "node", "ls"); code != 0 || strings.Contains(out, again.ID) || !strings.Contains(out, other.ID) {
+		t.Errorf("node ls after node rm %s: %d %s %s", again.ID, code, out, errOut)
 	}
 	if err := other.Stop(); err != nil {
 		t.Error(err)

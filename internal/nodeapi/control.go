@@ -74,6 +74,11 @@ type Heartbeat struct {
 	// Runtimes are the node's runtime drivers and their abilities, the default first (none: an older
 	// node, gVisor only).
 	Runtimes []node.Runtime `json:"runtimes,omitempty"`
+	// Host names the machine the node runs on (node.HostID: a hash, not the machine's ID), and
+	// HostCapacity is what that whole machine offers, so that nodes sharing one can be told apart
+	// from nodes that each have their own (empty: an older node).
+	Host         string         `json:"host,omitempty"`
+	HostCapacity *node.Capacity `json:"host_capacity,omitempty"`
 }
 
 // HeartbeatInterval is how often a node reports. A node that could not report for FenceAfter destroys

@@ -40,22 +40,31 @@ type JoinTokenList struct {
 // it), "down" (not heard from for 15 seconds), or "new" (never reported); the fields after it come from
 // its latest heartbeat.
 type Node struct {
-	ID              string        `json:"id"`
-	Hosts           []string      `json:"hosts"`
-	JoinedAt        time.Time     `json:"joined_at"`
-	JoinToken       string        `json:"join_token"`
-	CertExpiresAt   time.Time     `json:"cert_expires_at"`
-	CertFingerprint string        `json:"cert_fingerprint"`
-	State           string        `json:"state"`
-	Addr            string        `json:"addr,omitempty"`
-	LastSeenAt      *time.Time    `json:"last_seen_at,omitempty"`
-	Sandboxes       int           `json:"sandboxes,omitempty"`
-	Version         string        `json:"version,omitempty"`
-	Capacity        *NodeCapacity `json:"capacity,omitempty"`
+	ID              string     `json:"id"`
+	Hosts           []string   `json:"hosts"`
+	JoinedAt        time.Time  `json:"joined_at"`
+	JoinToken       string     `json:"join_token"`
+	CertExpiresAt   time.Time  `json:"cert_expires_at"`
+	CertFingerprint string     `json:"cert_fingerprint"`
+	State           string     `json:"state"`
+	Addr            string     `json:"addr,omitempty"`
+	LastSeenAt      *time.Time `json:"last_seen_at,omitempty"`
+	// Sandboxes is how many of the Store's sandboxes are on it (creating, running or stopping), now;
+	// ReportedSandboxes how many it said it runs in its latest heartbeat.
+	Sandboxes         int           `json:"sandboxes"`
+	ReportedSandboxes int           `json:"reported_sandboxes,omitempty"`
+	Version           string        `json:"version,omitempty"`
+	Capacity          *NodeCapacity `json:"capacity,omitempty"`
 	// Reported is the capacity the node reported; Capacity is that cut to Bound, the most the node is
 	// trusted to offer.
 	Reported *NodeCapacity `json:"reported,omitempty"`
 	Bound    *NodeCapacity `json:"bound,omitempty"`
+	// Host names the machine it runs on (a hash; nodes on one machine have the same), from its latest
+	// heartbeat.
+	Host string `json:"host,omitempty"`
+	// Warnings are what the operator should know of it: other nodes on its host that, with it, offer
+	// more of the host than it has.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // NodeCapacity is what a node offers sandboxes: CPUs (1000 a core) and memory, over-committed, and a
@@ -131,6 +140,14 @@ func (c *Client) SetNodeBound(ctx context.Context, id string, b NodeCapacity) (*
 		return nil, fmt.Errorf("set bound of node %s: %w", id, err)
 	}
 	return &out, nil
+}
+
+// RemoveNode forgets a node whose host is gone for good: it must be down, with its sandboxes failed over.
+func (c *Client) RemoveNode(ctx context.Context, id string) error {
+	if err := c.doJSON(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(id), nil, nil, nil, nil); err != nil {
+		return fmt.Errorf("remove node %s: %w", id, err)
+	}
+	return nil
 }
 
 // JoinNode joins a node to the cluster with a join token (no API key is needed).

@@ -60,6 +60,8 @@ type Sandbox struct {
 	Runtime       string   `json:"runtime"`
 	RuntimeReason string   `json:"runtime_reason,omitempty"`
 	Abilities     []string `json:"abilities"`
+	// Node is the node it was placed on.
+	Node string `json:"node,omitempty"`
 }
 
 // SandboxList is one page of GET /v1/sandboxes.
@@ -520,6 +522,8 @@ type Session struct {
 	Runtime       string   `json:"runtime"`
 	RuntimeReason string   `json:"runtime_reason,omitempty"`
 	Abilities     []string `json:"abilities"`
+	// Node is the node its sandbox runs on (empty while it has none).
+	Node string `json:"node,omitempty"`
 }
 
 // SessionList is the response of GET /v1/sessions.
@@ -558,13 +562,15 @@ type Snapshot struct {
 	// State is "writing" while the checkpoint is taken; "uploading" once the image is saved on the node
 	// (sessions can resume and fork from it) while the snapshot store takes it in; "complete" once the
 	// store holds it; or "failed", with Reason.
-	State        string     `json:"state"`
-	Reason       string     `json:"reason,omitempty"`
-	Pinned       bool       `json:"pinned"`
-	LogicalBytes int64      `json:"logical_bytes"`
-	StoredBytes  int64      `json:"stored_bytes"`
-	CreatedAt    time.Time  `json:"created_at"`
-	CompletedAt  *time.Time `json:"completed_at,omitempty"`
+	State        string    `json:"state"`
+	Reason       string    `json:"reason,omitempty"`
+	Pinned       bool      `json:"pinned"`
+	LogicalBytes int64     `json:"logical_bytes"`
+	StoredBytes  int64     `json:"stored_bytes"`
+	CreatedAt    time.Time `json:"created_at"`
+	// CompletedAt is when the snapshot store held it (State "complete"): from then on any node can
+	// restore it, and a failover resumes from the newest such snapshot (WaitSnapshot waits for it).
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
 	// Kind is "memory" (memory, processes and files: a resume continues the processes) or "files"
 	// (files only: a resume starts the processes anew).
 	Kind string `json:"kind"`
