@@ -256,12 +256,90 @@ func (s *sessions) resumeElsewhere(tenantID, sessionID string) {
 	if err != nil || se.State != store.SessionFailed || se.HeadSnapshotID == "" {
 		return
 	}
+	if from := s.storedHead(ctx, se); from != se.HeadSnapshotID {
+		s.log.Warn("session's latest snapshot was not stored before its node went away: it goes on from an earlier one",
+			"session", sessionID, "head", se.HeadSnapshotID, "from", from)
+		if se, err = s.updateSession(ctx, se, func(se *store.Session) error {
+			se.HeadSnapshotID = from
+			return nil
+		}); err != nil {
+			s.log.Error("resume a session whose node went away", "session", sessionID, "err", err)
+			return
+		}
+	}
 	start := s.now()
 	if se, err = s.resumeLocked(ctx, se); err != nil {
 		s.log.Error("resume a session whose node went away", "session", sessionID, "err", err)
 		return
 	}
 	s.log.Info("session resumed after its node went away", "session", sessionID, "sandbox", se.SandboxID, "snapshot", se.HeadSnapshotID, "took", s.now().Sub(start))
+}
+
+// A session whose sandbox stopped by itself, not for lack of memory, resumes from its latest snapshot
+// as one whose node went away does, but at most crashResumes times in crashWindow: a session that brings
+// its sandbox down again each time it runs ends up failed, not in a loop.
+const (
+	crashResumes = 3
+	crashWindow  = 10 * time.Minute
+)
+
+// crashBudget counts the automatic resumes of sessions whose sandbox crashed, in this replica.
+type crashBudget struct {
+	mu sync.Mutex
+	m  map[string][]time.Time // resumes within crashWindow, by session; guarded by mu
+}
+
+// allow reports whether session id may be resumed after a crash at now, and counts it if so.
+func (b *crashBudget) allow(id string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[string][]time.Time{}
+	}
+	recent := b.m[id][:0]
+	for _, t := range b.m[id] {
+		if now.Sub(t) < crashWindow {
+			recent = append(recent, t)
+		}
+	}
+	for k, ts := range b.m { // sessions that have not crashed for a while are forgotten
+		if len(ts) > 0 && now.Sub(ts[len(ts)-1]) >= crashWindow {
+			delete(b.m, k)
+		}
+	}
+	if len(recent) >= crashResumes {
+		b.m[id] = recent
+		return false
+	}
+	b.m[id] = append(recent, now)
+	return true
+}
+
+// storedHead returns the snapshot session se can go on from: its head, if the snapshot store holds it or
+// the node that keeps its image is up; otherwise the newest of its earlier snapshots (along ParentID)
+// the store holds, so that a session whose latest snapshot was still uploading when its node went away
+// is not lost. With none, its head (and the resume fails).
+func (s *sessions) storedHead(ctx context.Context, se store.Session) string {
+	head, err := s.store.GetSnapshot(ctx, se.TenantID, se.HeadSnapshotID)
+	if err != nil || head.State == store.SnapshotComplete {
+		return se.HeadSnapshotID
+	}
+	if id := head.Meta[snapshotNodeMeta]; head.State == store.SnapshotUploading && s.nodes.isLocal(id) {
+		return se.HeadSnapshotID
+	} else if l, err := s.placer.nodeLive(ctx, id); err == nil && l.Up(s.now()) && head.State == store.SnapshotUploading {
+		return se.HeadSnapshotID
+	}
+	for id, seen := head.ParentID, 0; id != "" && seen < 10000; seen++ {
+		sn, err := s.store.GetSnapshot(ctx, se.TenantID, id)
+		if err != nil {
+			break
+		}
+		if sn.State == store.SnapshotComplete {
+			return sn.ID
+		}
+		id = sn.ParentID
+	}
+	return se.HeadSnapshotID
 }
 
 // lostWithNode reports whether reason says a sandbox failed because its node went away.

@@ -490,7 +490,16 @@ func (s *sessions) snapshotSandbox(ctx context.Context, se store.Session, trigge
 		return store.Snapshot{}, cause
 	}
 	t0 := s.now()
-	img, err := n.CheckpointSandbox(ctx, se.SandboxID, node.CheckpointRequest{SnapshotID: snap.ID, LeaveRunning: leaveRunning})
+	// A rolling snapshot waits for work in progress, through any replica (the node sees all of it).
+	ifIdle := trigger == store.TriggerRolling
+	img, err := n.CheckpointSandbox(ctx, se.SandboxID, node.CheckpointRequest{SnapshotID: snap.ID, LeaveRunning: leaveRunning, IfIdle: ifIdle})
+	if ifIdle && errors.Is(err, errdefs.ErrConflict) {
+		// Nothing was taken: the record goes, and the loop tries again next round.
+		if derr := s.store.DeleteSnapshot(ctx, se.TenantID, snap.ID); derr != nil {
+			return fail(fmt.Errorf("checkpoint: %w", err), false)
+		}
+		return store.Snapshot{}, fmt.Errorf("%w: %v", errSandboxBusy, err)
+	}
 	if err != nil {
 		// What the sandbox did that cannot be saved comes as failed precondition (the driver's to tell).
 		return fail(fmt.Errorf("checkpoint: %w", err), false)
@@ -881,7 +890,14 @@ func (s *sessions) deleteLocked(ctx context.Context, se store.Session) error {
 			}
 		}
 	}
+	// Its head's data goes with it only if the head is its own: a fork that never snapshotted has its
+	// source as head, which is another session's.
 	head := se.HeadSnapshotID
+	if head != "" {
+		if sn, err := s.store.GetSnapshot(ctx, se.TenantID, head); err != nil || sn.SessionID != se.ID {
+			head = ""
+		}
+	}
 	se, err = s.updateSession(ctx, se, func(se *store.Session) error {
 		se.SandboxID = ""
 		return setSessionState(se, store.SessionDeleted, "deleted")
@@ -990,8 +1006,10 @@ func (s *sessions) sessionSandboxExited(tenantID, sessionID, sbID, reason string
 		s.log.Error("mark session failed", "session", sessionID, "err", err)
 		return
 	}
-	if lostWithNode(reason) && se.HeadSnapshotID != "" {
-		// Not the session's doing: it goes on elsewhere from its latest snapshot.
+	// Not the session's doing (its node went away, or its runtime or daemon died or was killed): it goes
+	// on from its latest snapshot. One out of memory fails: it would run out again.
+	auto := lostWithNode(reason) || !strings.HasPrefix(reason, "out of memory") && s.crashes.allow(sessionID, s.now())
+	if auto && se.HeadSnapshotID != "" {
 		s.bg.Add(1)
 		go func() {
 			defer s.bg.Done()

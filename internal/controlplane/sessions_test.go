@@ -804,3 +804,54 @@ func TestSnapshotImageLostWhileUploading(t *testing.T) {
 		t.Errorf("snapshot whose image was lost: %+v %v; want failed", got, err)
 	}
 }
+
+// TestCrashBudget: a session whose sandbox crashed resumes on its own crashResumes times within
+// crashWindow, then no more until the oldest of them is past it; sessions count apart.
+func TestCrashBudget(t *testing.T) {
+	var b crashBudget
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	for i := range crashResumes {
+		if !b.allow("se_a", t0.Add(time.Duration(i)*time.Minute)) {
+			t.Fatalf("resume %d of se_a refused", i+1)
+		}
+	}
+	if b.allow("se_a", t0.Add(5*time.Minute)) {
+		t.Fatalf("resume %d of se_a within %s allowed", crashResumes+1, crashWindow)
+	}
+	if !b.allow("se_b", t0.Add(5*time.Minute)) {
+		t.Fatal("another session's first resume refused")
+	}
+	if !b.allow("se_a", t0.Add(crashWindow+time.Second)) {
+		t.Fatal("a resume once the first left the window refused")
+	}
+}
+
+// TestDeleteForkKeepsItsSource: deleting a fork that never took a snapshot of its own leaves the
+// snapshot it was forked from (its head, but its parent's) in the snapshot store: the parent and other
+// forks still restore from it.
+func TestDeleteForkKeepsItsSource(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	parent := e.create(t, SessionRequest{})
+	forks, err := e.s.ForkSession(ctx, e.tenant, parent.ID, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := forks[0].ForkedFromSnapshotID
+	if forks[0].HeadSnapshotID != src {
+		t.Fatalf("fork's head %s; want its source %s", forks[0].HeadSnapshotID, src)
+	}
+	e.s.snapshotBook.up.wg.Wait() // stored
+	if _, err := e.s.snapshotBook.snapshots.Manifest(ctx, e.tenant, src); err != nil {
+		t.Fatalf("snapshot %s not stored: %v", src, err)
+	}
+	if err := e.s.DeleteSession(ctx, e.tenant, forks[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.snapshotBook.snapshots.Manifest(ctx, e.tenant, src); err != nil {
+		t.Fatalf("the parent's snapshot %s after its fork was deleted: %v", src, err)
+	}
+	if _, err := e.s.ForkSession(ctx, e.tenant, parent.ID, 1, src); err != nil {
+		t.Fatalf("fork again from %s: %v", src, err)
+	}
+}

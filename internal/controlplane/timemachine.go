@@ -48,6 +48,10 @@ type roller struct {
 	m  map[string]rollState
 }
 
+// errSandboxBusy is what a rolling snapshot's checkpoint ends with while calls or streams are in
+// progress on the sandbox (node.ErrBusy): nothing was taken.
+var errSandboxBusy = errors.New("work in progress on the sandbox")
+
 // rollSnapshots takes the rolling snapshots that are due. The loop calls it every few seconds.
 func (s *sessions) rollSnapshots() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -113,7 +117,9 @@ func (s *sessions) rollSession(ctx context.Context, se store.Session) error {
 		return err
 	}
 	taken := s.now()
-	if _, err := s.snapshotRunningLocked(ctx, fresh, store.TriggerRolling, ""); err != nil {
+	if _, err := s.snapshotRunningLocked(ctx, fresh, store.TriggerRolling, ""); errors.Is(err, errSandboxBusy) {
+		return nil // work in progress (seen by its node, through any replica): a later round
+	} else if err != nil {
 		// Over the snapshot quota, or without the key: try again an interval on.
 		if errors.Is(err, errdefs.ErrResourceExhausted) || errors.Is(err, errdefs.ErrKeyUnavailable) {
 			s.rolls.mu.Lock()

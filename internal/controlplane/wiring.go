@@ -141,11 +141,13 @@ type sessions struct {
 	// ops holds this replica's leases on session operations in progress (failover.go).
 	ops     *sessionOps
 	replica string
-	// rolls is the rolling loop's memory (timemachine.go).
-	rolls roller
-	bg    *sync.WaitGroup
-	log   *slog.Logger
-	now   func() time.Time
+	// rolls is the rolling loop's memory (timemachine.go); crashes counts the automatic resumes of
+	// sessions whose sandbox crashed (failover.go).
+	rolls   roller
+	crashes crashBudget
+	bg      *sync.WaitGroup
+	log     *slog.Logger
+	now     func() time.Time
 }
 
 // snapshotBook keeps the snapshots' records: their uploads by the nodes (uploads.go), the grants and

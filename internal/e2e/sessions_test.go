@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -438,5 +439,72 @@ func TestSessionOOMThenPause(t *testing.T) {
 	got := waitState(t, e, se.SandboxID, airlock.StateFailed, 30*time.Second)
 	if !strings.Contains(got.Reason, "out of memory") {
 		t.Errorf("sandbox %s, reason %q; want failed, out of memory", got.State, got.Reason)
+	}
+}
+
+// TestSessionCrashResumes: a session whose sandbox's runtime is killed from outside (not out of memory)
+// goes on from its latest snapshot, with the memory it had then, in a new sandbox; one that keeps
+// crashing is resumed crashResumes (3) times, then stays failed. One out of memory stays failed
+// (TestSessionOOMThenPause).
+func TestSessionCrashResumes(t *testing.T) {
+	e := testenv.Start(t, testenv.Options{})
+	ctx := ctxT(t, 5*time.Minute)
+	se := newSession(t, e, airlock.CreateSessionRequest{IdleTimeoutSeconds: never(), RollingIntervalSeconds: never()})
+	sh(t, e, se.ID, "nohup setsid bash -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &")
+	time.Sleep(500 * time.Millisecond)
+	if _, err := e.Client.SnapshotSession(ctx, se.ID, airlock.CreateSnapshotRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		t.Helper()
+		n, err := strconv.Atoi(strings.TrimSpace(sh(t, e, se.ID, "cat /tmp/count").Stdout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	sb := se.SandboxID
+	for i := 1; i <= 4; i++ {
+		killRunsc(t, e.DataDir, sb)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			got, err := e.Client.GetSession(ctx, se.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i <= 3 && got.State == airlock.SessionRunning && got.SandboxID != sb {
+				sb = got.SandboxID
+				break
+			}
+			if i == 4 && got.State == airlock.SessionFailed {
+				if !strings.Contains(got.Reason, "sandbox failed") {
+					t.Errorf("after the 4th crash: failed for %q", got.Reason)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after crash %d: session %s (%s), sandbox %s", i, got.State, got.Reason, got.SandboxID)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// Its processes go on from the snapshot's memory: the counter runs again.
+		a := count()
+		time.Sleep(300 * time.Millisecond)
+		if b := count(); b <= a {
+			t.Fatalf("after crash %d the counter does not go on: %d then %d", i, a, b)
+		}
+	}
+	t.Fatal("the session was resumed after a 4th crash within 10 minutes")
+}
+
+// killRunsc kills the runsc sandbox process of sandbox id, under dataDir, with SIGKILL.
+func killRunsc(t *testing.T, dataDir, id string) {
+	t.Helper()
+	pid, ok := testenv.RunscSandboxes(dataDir)[id]
+	if !ok {
+		t.Fatalf("no runsc-sandbox process of %s", id)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -48,6 +48,9 @@ type CheckpointRequest struct {
 	// LeaveRunning keeps the sandbox running; without it the sandbox stays frozen until DestroySandbox
 	// or UnpauseSandbox.
 	LeaveRunning bool
+	// IfIdle refuses the checkpoint (ErrBusy, a conflict) while calls or streams are in progress on the
+	// sandbox's channel, from this node or any control plane: a rolling snapshot waits for work.
+	IfIdle bool
 }
 
 // Image describes a checkpoint image a node saved.

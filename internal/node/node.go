@@ -168,6 +168,9 @@ type sandbox struct {
 	// none); audit records the frames of every client of the daemon's connection.
 	channel link.Audit
 	cancel  context.CancelFunc // stops the watcher
+	// ckpt is closed when the checkpoint in progress is over (its new channel up); nil while none.
+	// Guarded by Local.mu.
+	ckpt chan struct{}
 	// destroying is closed when the node starts destroying the sandbox, so that the watcher does not
 	// report the exit it causes.
 	destroying chan struct{}
@@ -559,14 +562,47 @@ func (n *Local) watch(ctx context.Context, s *sandbox, cl *link.Client) {
 	n.cfg.OnExit(s.id, reason)
 }
 
-// Link returns the channel to a sandbox's daemon.
+// Link returns the channel to a sandbox's daemon. While a checkpoint of the sandbox is in progress it
+// waits for it to end (and for the channel after it), so that a call that arrives meanwhile runs after
+// it rather than on a channel about to close.
 func (n *Local) Link(ctx context.Context, id string) (*link.Client, error) {
 	s, err := n.lookup(id)
 	if err != nil {
 		return nil, err
 	}
+	n.mu.Lock()
+	ckpt := s.ckpt
+	n.mu.Unlock()
+	if ckpt != nil {
+		select {
+		case <-ckpt:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("sandbox %s: wait for its checkpoint: %w", id, ctx.Err())
+		}
+	}
 	cl, _ := n.current(s)
 	return cl, nil
+}
+
+// ErrBusy is what a checkpoint with CheckpointRequest.IfIdle answers while calls or streams are in
+// progress on the sandbox's channel, from this node or any control plane.
+var ErrBusy = fmt.Errorf("calls or streams are in progress on the sandbox: %w", errdefs.ErrConflict)
+
+// beginCheckpoint makes Link wait until the returned function is called (once the checkpoint and the
+// new channel after it are done).
+func (n *Local) beginCheckpoint(s *sandbox) (end func()) {
+	ch := make(chan struct{})
+	n.mu.Lock()
+	s.ckpt = ch
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		if s.ckpt == ch {
+			s.ckpt = nil
+		}
+		n.mu.Unlock()
+		close(ch)
+	}
 }
 
 // ifName is the name of a sandbox's host-side veth: the prefix and as much of the ID's random part as fits
@@ -761,8 +797,15 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req Checkpoint
 	}
 	leave := im.urgent.enter()
 	defer leave()
-	// The watcher would take the channel's end for the daemon's death: stop it first.
+	// Calls that arrive from now wait for the new channel (Link); the clients that reach the daemon
+	// through this node (control planes) are dropped, so that they join it again through Link. With
+	// IfIdle, only if no call or stream is in progress: a rolling snapshot must not cut work.
+	defer n.beginCheckpoint(s)()
 	cl, cancel := n.current(s)
+	if m := cl.Mux(); m != nil && !m.DropOthers(req.IfIdle) {
+		return Image{}, fmt.Errorf("sandbox %s: %w", id, ErrBusy)
+	}
+	// The watcher would take the channel's end for the daemon's death: stop it first.
 	cancel()
 	qerr := cl.Quiesce(ctx)
 	if qerr != nil {

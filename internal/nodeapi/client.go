@@ -207,7 +207,7 @@ func (c *Client) CheckpointSandbox(ctx context.Context, id string, req node.Chec
 	// The node's channel to the daemon is replaced by a checkpoint.
 	defer c.dropLink(id)
 	var img node.Image
-	err := c.call(ctx, http.MethodPost, sandboxPath(id, "/checkpoint"), checkpointBody{SnapshotID: req.SnapshotID, LeaveRunning: req.LeaveRunning}, &img)
+	err := c.call(ctx, http.MethodPost, sandboxPath(id, "/checkpoint"), checkpointBody{SnapshotID: req.SnapshotID, LeaveRunning: req.LeaveRunning, IfIdle: req.IfIdle}, &img)
 	return img, err
 }
 

@@ -176,6 +176,7 @@ func (h *Handler) setNetwork(w http.ResponseWriter, r *http.Request) {
 type checkpointBody struct {
 	SnapshotID   string `json:"snapshot_id"`
 	LeaveRunning bool   `json:"leave_running"`
+	IfIdle       bool   `json:"if_idle,omitempty"`
 }
 
 func (h *Handler) checkpoint(w http.ResponseWriter, r *http.Request) {
@@ -184,7 +185,7 @@ func (h *Handler) checkpoint(w http.ResponseWriter, r *http.Request) {
 		h.answer(w, r, nil, err)
 		return
 	}
-	img, err := h.b.CheckpointSandbox(r.Context(), r.PathValue("id"), node.CheckpointRequest{SnapshotID: req.SnapshotID, LeaveRunning: req.LeaveRunning})
+	img, err := h.b.CheckpointSandbox(r.Context(), r.PathValue("id"), node.CheckpointRequest{SnapshotID: req.SnapshotID, LeaveRunning: req.LeaveRunning, IfIdle: req.IfIdle})
 	h.answer(w, r, img, err)
 }
 

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/google/go-cmp/cmp"
@@ -105,4 +107,26 @@ func (before Footprint) Diff(after Footprint) string {
 		return ""
 	}
 	return fmt.Sprintf("host footprint changed (-before +after):\n%s", d)
+}
+
+// RunscSandboxes returns the runsc sandbox processes (runsc-sandbox: a sandbox's kernel) of the
+// instance using dataDir, by sandbox ID.
+func RunscSandboxes(dataDir string) map[string]int {
+	out := map[string]int{}
+	root := "--root=" + filepath.Join(dataDir, "runtime", "runsc")
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) < 2 || args[0] != "runsc-sandbox" || !slices.Contains(args, root) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			out[args[len(args)-1]] = pid
+		}
+	}
+	return out
 }

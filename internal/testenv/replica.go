@@ -46,6 +46,8 @@ type Replica struct {
 	cmd  *exec.Cmd
 	log  *lockedBuffer
 	done chan struct{}
+	// env is what its environment had added (StartReplica's env), for Restart.
+	env []string
 }
 
 // ReplicaOptions are what the replicas of one cluster share.
@@ -87,16 +89,26 @@ func StartReplica(t testing.TB, name string, opts ReplicaOptions, env ...string)
 // answer; an error if it exited or did not answer within 60 s (then it is killed).
 func launchReplica(t testing.TB, dir string, opts ReplicaOptions, env []string) (*Replica, error) {
 	addr, cluster := freePort(t), freePort(t)
-	r := &Replica{URL: "http://" + addr, ClusterURL: "https://" + cluster, DataDir: dir, log: &lockedBuffer{}, done: make(chan struct{})}
-	r.cmd = exec.Command(Binary(t), "server", "--data-dir", dir, "--key-file", opts.KeyFile, "--listen", addr, "--cluster-listen", cluster,
+	r := &Replica{URL: "http://" + addr, ClusterURL: "https://" + cluster, DataDir: dir, log: &lockedBuffer{}}
+	return r, r.launch(t, opts, env)
+}
+
+// launch runs the replica's process at its addresses and waits until both its ports answer.
+func (r *Replica) launch(t testing.TB, opts ReplicaOptions, env []string) error {
+	addr, cluster := strings.TrimPrefix(r.URL, "http://"), strings.TrimPrefix(r.ClusterURL, "https://")
+	r.done = make(chan struct{})
+	r.env = env
+	r.cmd = exec.Command(Binary(t), "server", "--data-dir", r.DataDir, "--key-file", opts.KeyFile, "--listen", addr, "--cluster-listen", cluster,
 		"--master-key-file", opts.MasterKeyFile, "--s3-endpoint", opts.S3.Endpoint, "--s3-bucket", opts.S3.Bucket, "--s3-prefix", s3Prefix, "--s3-insecure")
 	r.cmd.Env = append(os.Environ(), "AIRLOCK_POSTGRES="+opts.PostgresDSN, "AWS_ACCESS_KEY_ID="+opts.S3.AccessKey, "AWS_SECRET_ACCESS_KEY="+opts.S3.SecretKey)
 	r.cmd.Env = append(r.cmd.Env, env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
-		return r, err
+		close(r.done)
+		return err
 	}
-	go func() { _ = r.cmd.Wait(); close(r.done) }()
+	done := r.done
+	go func() { _ = r.cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(r.URL + "/v1/health")
@@ -104,19 +116,38 @@ func launchReplica(t testing.TB, dir string, opts ReplicaOptions, env []string) 
 			resp.Body.Close()
 			if c, err := net.Dial("tcp", cluster); err == nil {
 				c.Close()
-				return r, nil
+				return nil
 			}
 		}
 		select {
-		case <-r.done:
-			return r, errors.New("exited")
+		case <-done:
+			return errors.New("exited")
 		default:
 		}
 		if time.Now().After(deadline) {
 			r.Kill()
-			return r, errors.New("did not answer within 60s")
+			return errors.New("did not answer within 60s")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Restart starts a replica that was killed (or stopped) again, on the same data directory and ports, as
+// an operator's service manager would, and waits until it answers. It fails the test if it does not
+// within a minute (a port still held is retried).
+func (r *Replica) Restart(t testing.TB, opts ReplicaOptions) {
+	t.Helper()
+	<-r.done
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := r.launch(t, opts, r.env)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || !strings.Contains(r.log.String(), "address already in use") {
+			t.Fatalf("restart replica %s: %v:\n%s", r.DataDir, err, r.log.String())
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

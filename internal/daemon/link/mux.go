@@ -41,6 +41,10 @@ type Mux struct {
 	next    uint32              // last daemon stream ID given; guarded by mu
 	clients map[*muxClient]struct{}
 	err     error // why the daemon connection ended, once done is closed; guarded by mu
+	// own is the Mux's own client (Pipe's first); once others is set (DropOthers), no other client may
+	// open a stream. Both guarded by mu.
+	own    *muxClient
+	others bool
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -79,28 +83,70 @@ func (m *Mux) Close() error {
 }
 
 // Pipe returns a new client's end of an in-process connection through the Mux (for the node's own
-// Client: NewClient(m.Pipe(), opts)).
+// Client: NewClient(m.Pipe(), opts)). The first is the Mux's own client, which DropOthers keeps.
 func (m *Mux) Pipe() net.Conn {
 	a, b := net.Pipe()
-	m.Serve(b)
+	c := m.serve(b)
+	m.mu.Lock()
+	if m.own == nil {
+		m.own = c
+	}
+	m.mu.Unlock()
 	return a
+}
+
+// Active reports how many streams are in progress on the daemon's connection, from every client
+// (those of clients gone included, until the daemon ended them).
+func (m *Mux) Active() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.routes)
+}
+
+// DropOthers closes the connection of every client but the Mux's own (Pipe's first) and takes no new
+// stream from any but it from then on: their streams in progress are canceled on the daemon (the
+// processes live on), and they must join the daemon's next connection. With ifIdle it does so only
+// while no stream at all is in progress, and reports whether it did; the check and the closing are one
+// step, so no stream of theirs starts in between.
+func (m *Mux) DropOthers(ifIdle bool) bool {
+	m.mu.Lock()
+	if ifIdle && len(m.routes) > 0 {
+		m.mu.Unlock()
+		return false
+	}
+	m.others = true
+	var drop []*muxClient
+	for c := range m.clients {
+		if c != m.own {
+			drop = append(drop, c)
+		}
+	}
+	m.mu.Unlock()
+	for _, c := range drop {
+		c.close()
+	}
+	return true
 }
 
 // Serve makes conn a client of the Mux, in goroutines of the Mux's own; the Mux owns conn and closes it
 // when either side ends. A Mux whose daemon connection ended closes conn at once.
-func (m *Mux) Serve(conn net.Conn) {
+func (m *Mux) Serve(conn net.Conn) { m.serve(conn) }
+
+// serve is Serve, returning the client (nil if the Mux ended).
+func (m *Mux) serve(conn net.Conn) *muxClient {
 	c := &muxClient{m: m, conn: conn, ids: map[uint32]uint32{}, wake: make(chan struct{}, 1), gone: make(chan struct{})}
 	m.mu.Lock()
-	if m.err != nil {
+	if m.err != nil || m.others {
 		m.mu.Unlock()
 		conn.Close()
-		return
+		return nil
 	}
 	m.clients[c] = struct{}{}
 	m.wg.Add(2)
 	m.mu.Unlock()
 	go c.readLoop()  // owner: Mux; ends when the client's connection ends
 	go c.writeLoop() // owner: Mux; ends when the client is gone
+	return c
 }
 
 func (m *Mux) fail(err error) {
@@ -333,6 +379,10 @@ func (c *muxClient) readLoop() {
 		}
 		id, ok := c.ids[f.Stream]
 		switch {
+		case f.Type == proto.TypeRequest && c.m.others && c != c.m.own:
+			c.m.mu.Unlock()
+			c.wmu.Unlock()
+			return // dropped (DropOthers): the client must join again
 		case f.Type == proto.TypeRequest && ok:
 			c.m.mu.Unlock()
 			c.wmu.Unlock()

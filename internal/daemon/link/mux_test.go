@@ -217,3 +217,64 @@ func TestMuxLastAnswerBeforeDaemonGoes(t *testing.T) {
 		}
 	}
 }
+
+// TestMuxDropOthers: with a call in progress, DropOthers(ifIdle) leaves every client be; without one it
+// drops all but the Mux's own (Pipe's first), whose calls go on, and no other client may start a call
+// or join after. DropOthers without ifIdle drops them whatever is in progress.
+func TestMuxDropOthers(t *testing.T) {
+	m, f, cs := newMux(t, 3)
+	own, other := cs[0], cs[1]
+	errc := make(chan error, 1)
+	go func() { errc <- other.Ping(context.Background()) }()
+	ping := f.read()
+	if m.Active() != 1 || m.DropOthers(true) {
+		t.Fatalf("Active %d, and DropOthers(ifIdle) dropped with a call in progress", m.Active())
+	}
+	f.write(proto.TypeResponse, ping.Stream, proto.EncodeResponse(nil, nil))
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+	waitFor("the call's stream still counted after its answer", func() bool { return m.Active() == 0 })
+	if !m.DropOthers(true) {
+		t.Fatal("DropOthers(ifIdle) refused with nothing in progress")
+	}
+	for _, c := range cs[1:] {
+		select {
+		case <-c.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("a client other than the Mux's own was not dropped")
+		}
+	}
+	late := NewClient(m.Pipe(), Options{})
+	defer late.Close()
+	select {
+	case <-late.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a client joined after DropOthers")
+	}
+	go func() { errc <- own.Ping(context.Background()) }()
+	ping = f.read()
+	f.write(proto.TypeResponse, ping.Stream, proto.EncodeResponse(nil, nil))
+	if err := <-errc; err != nil {
+		t.Fatalf("the Mux's own client after DropOthers: %v", err)
+	}
+
+	// Without ifIdle: dropped with a call in progress, which is canceled on the daemon.
+	m2, f2, cs2 := newMux(t, 2)
+	go cs2[1].Exec(context.Background(), proto.ExecRequest{Argv: []string{"sleep", "9"}}) //nolint:errcheck // ends with the client
+	req := f2.read()
+	if !m2.DropOthers(false) {
+		t.Fatal("DropOthers(false) refused")
+	}
+	if fr := f2.read(); fr.Type != proto.TypeCancel || fr.Stream != req.Stream {
+		t.Fatalf("daemon got %s on %d; want cancel on %d", fr.Type, fr.Stream, req.Stream)
+	}
+}

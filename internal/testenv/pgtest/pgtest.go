@@ -279,14 +279,25 @@ func startServer(bin string, cred *syscall.Credential) (_ *server, err error) {
 		return nil, fmt.Errorf("start PostgreSQL: initdb: %v: %s", err, out)
 	}
 
-	logf, err := os.Create(s.logPath())
-	if err != nil {
+	if err := s.startPostmaster(); err != nil {
 		return nil, fmt.Errorf("start PostgreSQL: %w", err)
+	}
+	if err := s.waitReady(); err != nil {
+		return nil, fmt.Errorf("start PostgreSQL: %w", err)
+	}
+	return s, nil
+}
+
+// startPostmaster starts the postmaster on the server's data (appending to its log).
+func (s *server) startPostmaster() error {
+	logf, err := os.OpenFile(s.logPath(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
 	}
 	defer logf.Close() // the postmaster holds its own copy of the descriptor
 	s.cmd = s.command("postgres", "-D", s.dataDir(),
 		"-c", "listen_addresses=",
-		"-c", "unix_socket_directories="+dir,
+		"-c", "unix_socket_directories="+s.dir,
 		"-c", "port="+strconv.Itoa(port),
 		"-c", "fsync=off",
 		"-c", "synchronous_commit=off",
@@ -296,25 +307,53 @@ func startServer(bin string, cred *syscall.Credential) (_ *server, err error) {
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	// SIGQUIT is PostgreSQL's immediate shutdown: the postmaster takes its backends down with it.
 	s.cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
-	if err := s.run(); err != nil {
-		return nil, fmt.Errorf("start PostgreSQL: %w", err)
-	}
+	s.exited, s.waitErr = make(chan struct{}), nil
+	return s.run()
+}
 
+// waitReady waits until the postmaster accepts connections; should it not within readyTimeout, it is
+// killed.
+func (s *server) waitReady() error {
 	deadline := time.Now().Add(readyTimeout)
 	for {
-		if s.command("pg_isready", "-q", "-h", dir, "-p", strconv.Itoa(port), "-U", superuser, "-d", "postgres").Run() == nil {
-			return s, nil
+		if s.command("pg_isready", "-q", "-h", s.dir, "-p", strconv.Itoa(port), "-U", superuser, "-d", "postgres").Run() == nil {
+			return nil
 		}
 		select {
 		case <-s.exited:
-			return nil, fmt.Errorf("start PostgreSQL: server exited (%v); log:\n%s", s.waitErr, s.log())
+			return fmt.Errorf("server exited (%v); log:\n%s", s.waitErr, s.log())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			_ = s.cmd.Process.Kill()
 			<-s.exited
-			return nil, fmt.Errorf("start PostgreSQL: not accepting connections after %v; log:\n%s", readyTimeout, s.log())
+			return fmt.Errorf("not accepting connections after %v; log:\n%s", readyTimeout, s.log())
 		}
+	}
+}
+
+// Restart stops the process's PostgreSQL server at once, as a crash would (an immediate shutdown: no
+// checkpoint, so it recovers from its write-ahead log when it starts), and starts it again on the same
+// data, returning once it accepts connections. Every open connection is cut. It fails the test with no
+// server running.
+func Restart(t testing.TB) {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	s := srv
+	if s == nil {
+		t.Fatal("pgtest: Restart with no server running")
+	}
+	if out, err := s.command("pg_ctl", "stop", "-D", s.dataDir(), "-m", "immediate", "-w",
+		"-t", strconv.Itoa(int(stopTimeout/time.Second))).CombinedOutput(); err != nil {
+		t.Fatalf("pgtest: crash the server: pg_ctl: %v: %s", err, bytes.TrimSpace(out))
+	}
+	<-s.exited
+	if err := s.startPostmaster(); err != nil {
+		t.Fatalf("pgtest: start the server again: %v", err)
+	}
+	if err := s.waitReady(); err != nil {
+		t.Fatalf("pgtest: start the server again: %v", err)
 	}
 }
 

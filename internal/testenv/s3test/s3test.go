@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -35,6 +36,8 @@ type Server struct {
 	AccessKey, SecretKey string
 	// Bucket was made for the caller.
 	Bucket string
+
+	p *proc
 }
 
 // Config returns the blob/s3 configuration of the bucket under prefix; nil for a nil Server.
@@ -62,15 +65,91 @@ func Start(t testing.TB) Server {
 	addr := freePort(t)
 	srv := Server{Endpoint: addr, AccessKey: "airlocktest", SecretKey: "airlock-test-secret-" + filepath.Base(dir),
 		Bucket: fmt.Sprintf("airlock-test-%d", buckets.Add(1))}
-	logPath := filepath.Join(dir, "versitygw.log")
-	logf, err := os.Create(logPath)
+	srv.p = &proc{bin: bin, addr: addr, root: root, logPath: filepath.Join(dir, "versitygw.log"),
+		env: append(os.Environ(), "HOME="+dir, "ROOT_ACCESS_KEY_ID="+srv.AccessKey, "ROOT_SECRET_ACCESS_KEY="+srv.SecretKey)}
+	if err := srv.p.start(); err != nil {
+		t.Fatalf("start versitygw: %v", err)
+	}
+	t.Cleanup(srv.p.kill)
+	srv.ready(t, true)
+	return srv
+}
+
+// ready waits until the server answers (and, with makeBucket, has made the bucket), up to 30 s.
+func (s Server) ready(t testing.TB, makeBucket bool) {
+	t.Helper()
+	c, err := minio.New(s.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, "")})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		if makeBucket {
+			err = c.MakeBucket(ctx, s.Bucket, minio.MakeBucketOptions{})
+		} else {
+			_, err = c.BucketExists(ctx, s.Bucket)
+		}
+		if err == nil {
+			return
+		}
+		select {
+		case <-s.p.done():
+			t.Fatalf("versitygw exited: %s", s.p.log())
+		case <-ctx.Done():
+			t.Fatalf("versitygw on %s did not answer for bucket %s: %v; log: %s", s.Endpoint, s.Bucket, err, s.p.log())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Restart kills the server with SIGKILL, as a crash would, and starts it again on the same port and
+// data, returning once it answers.
+func (s Server) Restart(t testing.TB) {
+	t.Helper()
+	s.p.kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := s.p.start()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("start versitygw again: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.ready(t, false)
+}
+
+// proc is the server's process, started again by Restart.
+type proc struct {
+	bin, addr, root, logPath string
+	env                      []string
+
+	mu sync.Mutex
+	// cmd is the process running now and exited closed once it was reaped; guarded by mu.
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func (p *proc) log() string { b, _ := os.ReadFile(p.logPath); return strings.TrimSpace(string(b)) }
+
+func (p *proc) done() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exited
+}
+
+// start starts the server (appending to its log).
+func (p *proc) start() error {
+	logf, err := os.OpenFile(p.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
 	defer logf.Close() // the child has its own copy
-	log := func() string { b, _ := os.ReadFile(logPath); return strings.TrimSpace(string(b)) }
-	cmd := exec.Command(bin, "--port", addr, "posix", root)
-	cmd.Env = append(os.Environ(), "HOME="+dir, "ROOT_ACCESS_KEY_ID="+srv.AccessKey, "ROOT_SECRET_ACCESS_KEY="+srv.SecretKey)
+	cmd := exec.Command(p.bin, "--port", p.addr, "posix", p.root)
+	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The server dies with the test process, also one that is killed (Pdeathsig). Pdeathsig fires when
 	// the thread that started the child exits, and Go ends threads whose goroutine exits locked (the
@@ -91,31 +170,24 @@ func Start(t testing.TB) Server {
 		close(exited)
 	}()
 	if err := <-started; err != nil {
-		t.Fatalf("start versitygw: %v", err)
+		return err
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	c, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(srv.AccessKey, srv.SecretKey, "")})
-	if err != nil {
-		t.Fatal(err)
+	p.mu.Lock()
+	p.cmd, p.exited = cmd, exited
+	p.mu.Unlock()
+	return nil
+}
+
+// kill kills the server running now, if any, and waits until it was reaped.
+func (p *proc) kill() {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil {
+		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
-		err = c.MakeBucket(ctx, srv.Bucket, minio.MakeBucketOptions{})
-		if err == nil {
-			return srv
-		}
-		select {
-		case <-exited:
-			t.Fatalf("versitygw exited: %s", log())
-		case <-ctx.Done():
-			t.Fatalf("versitygw on %s did not make bucket %s: %v; log: %s", addr, srv.Bucket, err, log())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	_ = cmd.Process.Kill()
+	<-exited
 }
 
 // freePort returns a loopback address with a port that was free a moment ago.
