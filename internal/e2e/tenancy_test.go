@@ -254,6 +254,7 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"GET /v1/tenants/{id}":                                  {},
 		"PATCH /v1/tenants/{id}":                                {body: `{"disabled":true,"quotas":{"sessions":1}}`},
 		"GET /v1/nodes":                                         {},
+		"DELETE /v1/nodes/{id}":                                 {},
 		"PUT /v1/nodes/{id}/bound":                              {body: `{"max_sandboxes":1}`},
 		"GET /v1/nodes/join-tokens":                             {},
 		"POST /v1/nodes/join-tokens":                            {body: `{"ttl_seconds":60}`},
