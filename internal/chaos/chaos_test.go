@@ -263,7 +263,6 @@ func (c *chaos) op(ctx context.Context, name string) func() func() {
 					c.mu.Lock()
 					c.sessions = append(c.sessions, f.ID) // checked for a round, then deleted (checkWork)
 					c.mu.Unlock()
-					c.forget(f.ID)
 				}
 			}
 		}
@@ -344,12 +343,6 @@ func (c *chaos) descends(ctx context.Context, se, id string) bool {
 		cur = sn.ParentID
 	}
 	return false
-}
-
-// forget deletes fork f after the round that made it was checked (forks are checked like the others
-// for one round, then go, so that the cluster stays small).
-func (c *chaos) forget(f string) {
-	c.t.Cleanup(func() { _ = c.client().DeleteSession(context.Background(), f) })
 }
 
 // inject injects fault kind.

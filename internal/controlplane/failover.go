@@ -324,10 +324,14 @@ func (s *sessions) storedHead(ctx context.Context, se store.Session) string {
 	if err != nil || head.State == store.SnapshotComplete {
 		return se.HeadSnapshotID
 	}
-	if id := head.Meta[snapshotNodeMeta]; head.State == store.SnapshotUploading && s.nodes.isLocal(id) {
-		return se.HeadSnapshotID
-	} else if l, err := s.placer.nodeLive(ctx, id); err == nil && l.Up(s.now()) && head.State == store.SnapshotUploading {
-		return se.HeadSnapshotID
+	if head.State == store.SnapshotUploading {
+		id := head.Meta[snapshotNodeMeta]
+		if s.nodes.isLocal(id) {
+			return se.HeadSnapshotID
+		}
+		if l, err := s.placer.nodeLive(ctx, id); err == nil && l.Up(s.now()) {
+			return se.HeadSnapshotID
+		}
 	}
 	for id, seen := head.ParentID, 0; id != "" && seen < 10000; seen++ {
 		sn, err := s.store.GetSnapshot(ctx, se.TenantID, id)

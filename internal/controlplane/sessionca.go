@@ -187,12 +187,7 @@ func (s *keyring) copySessionCA(ctx context.Context, tenantID, fromID, toID stri
 
 // dropSessionCA forgets a deleted session's kept CA.
 func (s *keyring) dropSessionCA(ctx context.Context, tenantID, sessionID string) {
-	key := sessionCADoc(tenantID, sessionID)
-	d, err := s.store.GetDoc(ctx, key)
-	if err == nil {
-		err = s.store.DeleteDoc(ctx, key, d.Version)
-	}
-	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err := deleteDoc(ctx, s.store, sessionCADoc(tenantID, sessionID)); err != nil {
 		s.log.Warn("forget a session's interception CA", "session", sessionID, "err", err)
 	}
 }
