@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -127,15 +128,13 @@ func (s *sandboxes) ListeningPorts(ctx context.Context, t PortTarget) ([]Listeni
 	if err != nil {
 		return nil, err
 	}
-	cl, err := n.Link(ctx, t.SandboxID)
-	if err != nil {
-		return nil, err
-	}
 	var out []ListeningPort
 	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		// The file comes from the sandbox: read at most maxProcNet of it.
 		buf := &cappedBuffer{max: maxProcNet}
-		if err := cl.ReadFile(ctx, f, buf); err != nil {
+		err := retryNotStarted(ctx, func(ctx context.Context) (*link.Client, error) { return n.Link(ctx, t.SandboxID) },
+			func(cl *link.Client) error { return cl.ReadFile(ctx, f, buf) })
+		if err != nil {
 			if errors.Is(err, errdefs.ErrNotFound) {
 				continue
 			}

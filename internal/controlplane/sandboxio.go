@@ -4,11 +4,14 @@ package controlplane
 // part alone speaks the sandbox daemon's protocol (internal/daemon/link and internal/daemon/proto; the
 // sandboxes part reads listening ports over the link too, in ports.go); what it exports is neutral of the
 // daemon's wire and of any runtime driver, so the API knows neither. Every method resolves the sandbox's
-// daemon link once (sandboxes.link: the sandbox must be the tenant's and running), and errors keep the
-// errdefs kinds the daemon reported (not found, invalid argument, failed precondition, …).
+// daemon link (sandboxes.link: the sandbox must be the tenant's and running), and errors keep the
+// errdefs kinds the daemon reported (not found, invalid argument, failed precondition, …). A call that
+// never reached the daemon because its node was replacing the channel (a checkpoint; link.ErrNotStarted)
+// is sent again on the new one (withLink).
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -59,16 +62,42 @@ type CommandResult struct {
 	TimedOut bool
 }
 
+// notStartedTries bounds how often a call is sent, while it fails with link.ErrNotStarted.
+const notStartedTries = 3
+
+// retryNotStarted runs call on a channel from dial, again on a new one while it fails with
+// link.ErrNotStarted (it never reached the daemon: the node was replacing the channel, and its Link waits
+// for the new one), notStartedTries times at most. call must leave nothing behind when it fails so.
+func retryNotStarted(ctx context.Context, dial func(context.Context) (*link.Client, error), call func(*link.Client) error) error {
+	for try := 1; ; try++ {
+		cl, err := dial(ctx)
+		if err != nil {
+			return err
+		}
+		err = call(cl)
+		if try == notStartedTries || !errors.Is(err, link.ErrNotStarted) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// withLink runs call on the sandbox's daemon link (see retryNotStarted).
+func (s *sandboxIO) withLink(ctx context.Context, tenantID, sandboxID string, call func(*link.Client) error) error {
+	return retryNotStarted(ctx, func(ctx context.Context) (*link.Client, error) {
+		return s.sandboxes.link(ctx, tenantID, sandboxID)
+	}, call)
+}
+
 // Exec runs c in the sandbox to completion and returns its exit status and output. A non-zero exit is
 // not an error. Canceling ctx kills the process.
 func (s *sandboxIO) Exec(ctx context.Context, tenantID, sandboxID string, c Command) (CommandResult, error) {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return CommandResult{}, err
-	}
-	res, err := cl.Exec(ctx, proto.ExecRequest{
-		Argv: c.Argv, Env: c.Env, Cwd: c.Cwd, User: c.User,
-		Timeout: c.Timeout, MaxOutput: c.MaxOutput, Stdin: c.Stdin,
+	var res proto.ExecResult
+	err := s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) (err error) {
+		res, err = cl.Exec(ctx, proto.ExecRequest{
+			Argv: c.Argv, Env: c.Env, Cwd: c.Cwd, User: c.User,
+			Timeout: c.Timeout, MaxOutput: c.MaxOutput, Stdin: c.Stdin,
+		})
+		return err
 	})
 	if err != nil {
 		return CommandResult{}, err
@@ -140,15 +169,15 @@ type Process interface {
 // offsets are ignored). pty, if set, runs the process on a terminal of that size. ctx bounds the start
 // only; the Process outlives it.
 func (s *sandboxIO) StartProcess(ctx context.Context, tenantID, sandboxID string, c Command, pty *PTYSize, o StreamOptions) (Process, error) {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return nil, err
-	}
 	req := proto.StartRequest{Argv: c.Argv, Env: c.Env, Cwd: c.Cwd, User: c.User, Stdin: true}
 	if pty != nil {
 		req.PTY = &proto.PTYSize{Rows: pty.Rows, Cols: pty.Cols}
 	}
-	p, err := cl.Start(ctx, req, processOptions(o))
+	var p *link.Process
+	err := s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) (err error) {
+		p, err = cl.Start(ctx, req, processOptions(o))
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -159,11 +188,11 @@ func (s *sandboxIO) StartProcess(ctx context.Context, tenantID, sandboxID string
 // Output produced while nobody was attached is delivered as far as the sandbox kept it; o.OnDropped
 // reports what was lost. ctx bounds the attach only.
 func (s *sandboxIO) AttachProcess(ctx context.Context, tenantID, sandboxID, processID string, o StreamOptions) (Process, error) {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	p, err := cl.Attach(ctx, processID, processOptions(o))
+	var p *link.Process
+	err := s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) (err error) {
+		p, err = cl.Attach(ctx, processID, processOptions(o))
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -218,11 +247,11 @@ type ProcessInfo struct {
 
 // Processes lists the sandbox's tracked processes, running and recently exited, in start order.
 func (s *sandboxIO) Processes(ctx context.Context, tenantID, sandboxID string) ([]ProcessInfo, error) {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	procs, err := cl.ListProcesses(ctx)
+	var procs []proto.ProcessInfo
+	err := s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) (err error) {
+		procs, err = cl.ListProcesses(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -241,11 +270,9 @@ func (s *sandboxIO) Processes(ctx context.Context, tenantID, sandboxID string) (
 // SignalProcess sends sig (a name like "SIGTERM" or "TERM", or a number) to the sandbox's process
 // processID.
 func (s *sandboxIO) SignalProcess(ctx context.Context, tenantID, sandboxID, processID, sig string) error {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return err
-	}
-	return cl.SignalProcess(ctx, processID, sig)
+	return s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) error {
+		return cl.SignalProcess(ctx, processID, sig)
+	})
 }
 
 // File types, as FileInfo.Type holds them.
@@ -280,11 +307,11 @@ func CheckPath(p string) error { return proto.CheckPath(p) }
 
 // StatFile describes the entry at p.
 func (s *sandboxIO) StatFile(ctx context.Context, tenantID, sandboxID, p string) (FileInfo, error) {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return FileInfo{}, err
-	}
-	fi, err := cl.Stat(ctx, p)
+	var fi proto.FileInfo
+	err := s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) (err error) {
+		fi, err = cl.Stat(ctx, p)
+		return err
+	})
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -293,11 +320,11 @@ func (s *sandboxIO) StatFile(ctx context.Context, tenantID, sandboxID, p string)
 
 // ListFiles describes the entries of the directory at p (one level, sorted by name).
 func (s *sandboxIO) ListFiles(ctx context.Context, tenantID, sandboxID, p string) ([]FileInfo, error) {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	entries, err := cl.List(ctx, p)
+	var entries []proto.FileInfo
+	err := s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) (err error) {
+		entries, err = cl.List(ctx, p)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -312,37 +339,38 @@ func (s *sandboxIO) ListFiles(ctx context.Context, tenantID, sandboxID, p string
 // before the first byte is written to w, as is a missing file (errdefs.ErrNotFound); an error after it
 // means w got part of the file.
 func (s *sandboxIO) ReadFile(ctx context.Context, tenantID, sandboxID, p string, w io.Writer) error {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return err
-	}
-	fi, err := cl.Stat(ctx, p)
-	if err != nil {
-		return err
-	}
-	if fi.Type != proto.TypeFile {
-		return fmt.Errorf("%s is a %s, not a regular file: %w", p, fi.Type, errdefs.ErrInvalidArgument)
-	}
-	return cl.ReadFile(ctx, p, w)
+	return s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) error {
+		fi, err := cl.Stat(ctx, p)
+		if err != nil {
+			return err
+		}
+		if fi.Type != proto.TypeFile {
+			return fmt.Errorf("%s is a %s, not a regular file: %w", p, fi.Type, errdefs.ErrInvalidArgument)
+		}
+		// A read that did not start wrote nothing to w.
+		return cl.ReadFile(ctx, p, w)
+	})
 }
 
 // WriteFile atomically replaces (or creates) the file at p with what r holds, making its parent
 // directory first if it is missing, and describes the result. mode is the permission bits; 0 keeps an
 // existing file's, or 0644. An error reading r is returned wrapped (errors.As finds it).
 func (s *sandboxIO) WriteFile(ctx context.Context, tenantID, sandboxID, p string, r io.Reader, mode uint32) (FileInfo, error) {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return FileInfo{}, err
-	}
-	if dir := path.Dir(p); dir != "/" {
-		if err := cl.Mkdir(ctx, dir, link.MkdirOptions{}); err != nil {
-			return FileInfo{}, err
+	in := &countingReader{r: r}
+	var fi proto.FileInfo
+	err := s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) error {
+		if dir := path.Dir(p); dir != "/" {
+			if err := cl.Mkdir(ctx, dir, link.MkdirOptions{}); err != nil {
+				return err
+			}
 		}
-	}
-	if err := cl.WriteFile(ctx, p, r, link.WriteFileOptions{Mode: mode}); err != nil {
-		return FileInfo{}, err
-	}
-	fi, err := cl.Stat(ctx, p)
+		if err := cl.WriteFile(ctx, p, in, link.WriteFileOptions{Mode: mode}); err != nil {
+			return in.unsent(err)
+		}
+		var err error
+		fi, err = cl.Stat(ctx, p)
+		return err
+	})
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -351,23 +379,21 @@ func (s *sandboxIO) WriteFile(ctx context.Context, tenantID, sandboxID, p string
 
 // RemoveFile removes the file or empty directory at p; with recursive, a whole tree.
 func (s *sandboxIO) RemoveFile(ctx context.Context, tenantID, sandboxID, p string, recursive bool) error {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return err
-	}
-	return cl.Remove(ctx, p, recursive)
+	return s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) error {
+		return cl.Remove(ctx, p, recursive)
+	})
 }
 
 // MakeDir makes the directory at p and any missing parents, and describes it.
 func (s *sandboxIO) MakeDir(ctx context.Context, tenantID, sandboxID, p string) (FileInfo, error) {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return FileInfo{}, err
-	}
-	if err := cl.Mkdir(ctx, p, link.MkdirOptions{}); err != nil {
-		return FileInfo{}, err
-	}
-	fi, err := cl.Stat(ctx, p)
+	var fi proto.FileInfo
+	err := s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) (err error) {
+		if err := cl.Mkdir(ctx, p, link.MkdirOptions{}); err != nil {
+			return err
+		}
+		fi, err = cl.Stat(ctx, p)
+		return err
+	})
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -376,14 +402,18 @@ func (s *sandboxIO) MakeDir(ctx context.Context, tenantID, sandboxID, p string) 
 
 // MoveFile renames from to to, replacing a file at to, and describes the result.
 func (s *sandboxIO) MoveFile(ctx context.Context, tenantID, sandboxID, from, to string) (FileInfo, error) {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return FileInfo{}, err
-	}
-	if err := cl.Move(ctx, from, to); err != nil {
-		return FileInfo{}, err
-	}
-	fi, err := cl.Stat(ctx, to)
+	moved := false
+	var fi proto.FileInfo
+	err := s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) (err error) {
+		if !moved { // a Stat that did not start must not send the move again
+			if err := cl.Move(ctx, from, to); err != nil {
+				return err
+			}
+			moved = true
+		}
+		fi, err = cl.Stat(ctx, to)
+		return err
+	})
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -393,26 +423,45 @@ func (s *sandboxIO) MoveFile(ctx context.Context, tenantID, sandboxID, from, to 
 // TarDownload streams a tar archive of p (a file or a directory tree) into w; entry names start with p's
 // base name. A missing p is refused (errdefs.ErrNotFound) before the first byte is written to w.
 func (s *sandboxIO) TarDownload(ctx context.Context, tenantID, sandboxID, p string, w io.Writer) error {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return err
-	}
-	if _, err := cl.Stat(ctx, p); err != nil {
-		return err
-	}
-	return cl.TarDownload(ctx, p, w)
+	return s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) error {
+		if _, err := cl.Stat(ctx, p); err != nil {
+			return err
+		}
+		// A download that did not start wrote nothing to w.
+		return cl.TarDownload(ctx, p, w)
+	})
 }
 
 // TarUpload extracts the tar archive read from r into the directory dir, making it first if it is
 // missing. Entries must stay inside dir; the call fails at the first that does not (entries before it
 // stay). An error reading r is returned wrapped (errors.As finds it).
 func (s *sandboxIO) TarUpload(ctx context.Context, tenantID, sandboxID, dir string, r io.Reader) error {
-	cl, err := s.sandboxes.link(ctx, tenantID, sandboxID)
-	if err != nil {
-		return err
+	in := &countingReader{r: r}
+	return s.withLink(ctx, tenantID, sandboxID, func(cl *link.Client) error {
+		if err := cl.Mkdir(ctx, dir, link.MkdirOptions{}); err != nil {
+			return err
+		}
+		return in.unsent(cl.TarUpload(ctx, dir, in, link.TarUploadOptions{}))
+	})
+}
+
+// countingReader counts what was read of r, so that an upload that did not start is sent again only if
+// none of r was consumed.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// unsent returns err, made final (no longer link.ErrNotStarted) if part of r was consumed already.
+func (c *countingReader) unsent(err error) error {
+	if c.n > 0 && errors.Is(err, link.ErrNotStarted) {
+		return fmt.Errorf("%v (after %d bytes of the upload were read, so it is not sent again): %w", err, c.n, errdefs.ErrUnavailable)
 	}
-	if err := cl.Mkdir(ctx, dir, link.MkdirOptions{}); err != nil {
-		return err
-	}
-	return cl.TarUpload(ctx, dir, r, link.TarUploadOptions{})
+	return err
 }

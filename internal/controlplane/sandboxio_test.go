@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -27,11 +28,28 @@ import (
 type daemonNode struct {
 	*fakeNode
 	cl *link.Client
+
+	mu sync.Mutex
+	// stale is how many Links from now return a channel that closed already, as one a checkpoint
+	// replaced does; guarded by mu.
+	stale int
+	links int // guarded by mu
 }
 
 func (n *daemonNode) Link(ctx context.Context, id string) (*link.Client, error) {
 	if !n.isRunning(id) {
 		return nil, errors.New("sandbox not running on the fake node")
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.links++
+	if n.stale > 0 {
+		n.stale--
+		a, b := net.Pipe()
+		b.Close()
+		cl := link.NewClient(a, link.Options{})
+		<-cl.Done()
+		return cl, nil
 	}
 	return n.cl, nil
 }
@@ -375,5 +393,47 @@ func TestSandboxIOProcesses(t *testing.T) {
 	}
 	if _, err := s.AttachProcess(ctx, tn, id, "nosuchproc", StreamOptions{}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("AttachProcess of an unknown process = %v; want not found", err)
+	}
+}
+
+// TestSandboxIOSendsNotStartedAgain: a call that never reached the daemon (its channel had moved) is sent
+// again on a new one, up to notStartedTries times; an upload is not once part of it was read.
+func TestSandboxIOSendsNotStartedAgain(t *testing.T) {
+	ctx := context.Background()
+	s, tn, id, _ := setupIO(t, daemon.Config{})
+	n := s.sandboxes.nodes.local.(*daemonNode)
+	setStale := func(k int) {
+		n.mu.Lock()
+		n.stale, n.links = k, 0
+		n.mu.Unlock()
+	}
+	links := func() int {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.links
+	}
+	setStale(notStartedTries - 1)
+	res, err := s.Exec(ctx, tn, id, Command{Argv: []string{"echo", "once"}})
+	if err != nil || string(res.Stdout) != "once\n" {
+		t.Fatalf("Exec after %d moved channels = %q, %v", notStartedTries-1, res.Stdout, err)
+	}
+	if got := links(); got != notStartedTries {
+		t.Errorf("Exec took %d channels; want %d", got, notStartedTries)
+	}
+	setStale(notStartedTries)
+	if _, err := s.Exec(ctx, tn, id, Command{Argv: []string{"true"}}); !errors.Is(err, link.ErrNotStarted) || !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("Exec with every channel moved = %v; want not started (unavailable)", err)
+	}
+	if got := links(); got != notStartedTries {
+		t.Errorf("Exec took %d channels; want %d, then give up", got, notStartedTries)
+	}
+
+	in := &countingReader{r: strings.NewReader("abc")}
+	if err := in.unsent(link.ErrNotStarted); !errors.Is(err, link.ErrNotStarted) {
+		t.Errorf("unsent before a byte was read = %v; want still not started", err)
+	}
+	io.ReadAll(in)
+	if err := in.unsent(fmt.Errorf("write: %w", link.ErrNotStarted)); errors.Is(err, link.ErrNotStarted) || !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "3 bytes") {
+		t.Errorf("unsent after the upload was read = %v; want unavailable, final, saying how much was read", err)
 	}
 }

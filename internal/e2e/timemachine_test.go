@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,6 +65,30 @@ func TestTimeMachineRollingRestore(t *testing.T) {
 			}
 		}
 	}
+	// Calls 20 ms apart while the rolling snapshots are taken: none is cut off (a checkpoint goes ahead
+	// only while no call is in progress, and a call that meets it waits for it or is sent again).
+	stopCalls := make(chan struct{})
+	callsDone := make(chan struct{})
+	stop := sync.OnceFunc(func() { close(stopCalls); <-callsDone })
+	defer stop()
+	calls, cut := 0, 0
+	go func() {
+		defer close(callsDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stopCalls:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			want := strconv.Itoa(i)
+			res, err := e.Client.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"echo", want}, TimeoutSeconds: 60})
+			calls++
+			if err != nil || strings.TrimSpace(res.Stdout) != want {
+				cut++
+				t.Errorf("call %d during rolling snapshots: %+v %v", i, res, err)
+			}
+		}
+	}()
 	start := time.Now()
 	var rolls []airlock.Snapshot
 	for {
@@ -85,8 +110,12 @@ func TestTimeMachineRollingRestore(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	t.Logf("3 rolling snapshots after %s, %s apart", time.Since(start).Round(time.Second),
-		rolls[2].CreatedAt.Sub(rolls[1].CreatedAt).Round(time.Second))
+	stop()
+	t.Logf("3 rolling snapshots after %s, %s apart; %d calls 20 ms apart meanwhile, %d cut off", time.Since(start).Round(time.Second),
+		rolls[2].CreatedAt.Sub(rolls[1].CreatedAt).Round(time.Second), calls, cut)
+	if calls < 100 {
+		t.Errorf("only %d calls while the rolling snapshots were taken", calls)
+	}
 	// The loop counts the interval from its own clock reading at the round that took the snapshot, a
 	// little before the snapshot's CreatedAt is stamped: two CreatedAts can be a few ms under 15 s apart.
 	if d := rolls[2].CreatedAt.Sub(rolls[1].CreatedAt); d < 14*time.Second || d > 30*time.Second {

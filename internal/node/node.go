@@ -162,10 +162,14 @@ type sandbox struct {
 	addr atomic.Pointer[netip.Addr]
 	// ingress holds the connections DialPort made into the sandbox.
 	ingress ingressConns
-	link    *link.Client
-	audit   *link.FileAudit
-	// channel is the tenant's audit log, which the node's own client records its frames into (nil:
-	// none); audit records the frames of every client of the daemon's connection.
+	// link is the node's own client of the daemon's connection (its Mux's first), for the node's calls
+	// (quiesce); cp is the in-process control plane's (Link), made on first use after each new
+	// connection. Both guarded by Local.mu.
+	link  *link.Client
+	cp    *link.Client
+	audit *link.FileAudit
+	// channel is the tenant's audit log, which link and cp record their frames into (nil: none); audit
+	// records the frames of every client of the daemon's connection.
 	channel link.Audit
 	cancel  context.CancelFunc // stops the watcher
 	// ckpt is closed when the checkpoint in progress is over (its new channel up); nil while none.
@@ -562,10 +566,38 @@ func (n *Local) watch(ctx context.Context, s *sandbox, cl *link.Client) {
 	n.cfg.OnExit(s.id, reason)
 }
 
-// Link returns the channel to a sandbox's daemon. While a checkpoint of the sandbox is in progress it
-// waits for it to end (and for the channel after it), so that a call that arrives meanwhile runs after
-// it rather than on a channel about to close.
+// Link returns the in-process control plane's channel to a sandbox's daemon: a client of the daemon
+// connection's Mux like a remote control plane's (LinkMux), not the node's own, so that a checkpoint
+// drops it alike and a call it did not let through fails with link.ErrNotStarted, to be sent again.
+// While a checkpoint of the sandbox is in progress it waits for it to end (and for the channel after
+// it), so that a call that arrives meanwhile runs after it rather than on a channel about to close.
 func (n *Local) Link(ctx context.Context, id string) (*link.Client, error) {
+	s, err := n.settled(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s.cp == nil || s.cp.Err() != nil {
+		// A dropped one is closed by its Mux, or closes itself on its go-away.
+		s.cp = link.NewClient(s.link.Mux().Pipe(), link.Options{Audit: s.channel, Logger: n.log.With("sandbox", s.id)})
+	}
+	return s.cp, nil
+}
+
+// LinkMux returns the Mux of a sandbox's daemon connection, for the control planes in other processes
+// to join (Mux.Serve). Like Link it waits for a checkpoint in progress.
+func (n *Local) LinkMux(ctx context.Context, id string) (*link.Mux, error) {
+	s, err := n.settled(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	cl, _ := n.current(s)
+	return cl.Mux(), nil
+}
+
+// settled looks up a sandbox, once no checkpoint of it is in progress.
+func (n *Local) settled(ctx context.Context, id string) (*sandbox, error) {
 	s, err := n.lookup(id)
 	if err != nil {
 		return nil, err
@@ -580,8 +612,7 @@ func (n *Local) Link(ctx context.Context, id string) (*link.Client, error) {
 			return nil, fmt.Errorf("sandbox %s: wait for its checkpoint: %w", id, ctx.Err())
 		}
 	}
-	cl, _ := n.current(s)
-	return cl, nil
+	return s, nil
 }
 
 // ErrBusy is what a checkpoint with CheckpointRequest.IfIdle answers while calls or streams are in

@@ -204,10 +204,13 @@ func (c *Client) RestoreSandbox(ctx context.Context, req node.CreateRequest, src
 
 // CheckpointSandbox has the node save the sandbox as the snapshot's image, which it keeps.
 func (c *Client) CheckpointSandbox(ctx context.Context, id string, req node.CheckpointRequest) (node.Image, error) {
-	// The node's channel to the daemon is replaced by a checkpoint.
-	defer c.dropLink(id)
 	var img node.Image
 	err := c.call(ctx, http.MethodPost, sandboxPath(id, "/checkpoint"), checkpointBody{SnapshotID: req.SnapshotID, LeaveRunning: req.LeaveRunning, IfIdle: req.IfIdle}, &img)
+	if err == nil {
+		// The checkpoint replaced the node's channel to the daemon, and the node is closing this
+		// control plane's (after telling it which calls to send again: link.ErrNotStarted).
+		c.forgetLink(id)
+	}
 	return img, err
 }
 
@@ -247,7 +250,7 @@ func (c *Client) PendingImages(ctx context.Context) ([]string, error) {
 
 // UnpauseSandbox lets a sandbox a checkpoint left frozen run again.
 func (c *Client) UnpauseSandbox(ctx context.Context, id string) error {
-	defer c.dropLink(id)
+	defer c.forgetLink(id)
 	return c.call(ctx, http.MethodPost, sandboxPath(id, "/unpause"), nil, nil)
 }
 
@@ -331,6 +334,31 @@ func (c *Client) Link(ctx context.Context, id string) (*link.Client, error) {
 		c.mu.Unlock()
 	}()
 	return nl, nil
+}
+
+// linkGrace is how long a forgotten channel to a daemon may take to be closed by the node before this
+// control plane closes it.
+const linkGrace = 10 * time.Second
+
+// forgetLink stops using this control plane's channel to a sandbox's daemon, which the node is replacing:
+// the next call dials anew. The old channel is left for the node to close, so that its calls learn which
+// of them never started (link.ErrNotStarted), and closed here after linkGrace at the latest.
+func (c *Client) forgetLink(id string) {
+	c.mu.Lock()
+	l := c.links[id]
+	delete(c.links, id)
+	c.mu.Unlock()
+	if l != nil {
+		go func() { // owner: l; ends when the node closed it or after linkGrace
+			t := time.NewTimer(linkGrace)
+			defer t.Stop()
+			select {
+			case <-l.Done():
+			case <-t.C:
+			}
+			l.Close()
+		}()
+	}
 }
 
 // dropLink closes this control plane's channel to a sandbox's daemon.

@@ -19,13 +19,18 @@ import (
 	"net/http"
 
 	"github.com/airlockrun/airlock/internal/cluster"
+	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/internal/node"
 )
 
-// Backend is what a node serves: *node.Local (the Link it gives must be shared, link.Options.Shared).
-type Backend = node.API
+// Backend is what a node serves: *node.Local.
+type Backend interface {
+	node.API
+	// LinkMux returns the Mux of the sandbox's daemon connection, which a control plane's link joins.
+	LinkMux(ctx context.Context, id string) (*link.Mux, error)
+}
 
 // The upgrade protocols of the streams.
 const (

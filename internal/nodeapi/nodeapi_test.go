@@ -82,6 +82,13 @@ func (f *fakeNode) Link(ctx context.Context, id string) (*link.Client, error) {
 	}
 	return f.link, nil
 }
+func (f *fakeNode) LinkMux(ctx context.Context, id string) (*link.Mux, error) {
+	l, err := f.Link(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return l.Mux(), nil
+}
 func (f *fakeNode) Sandboxes(context.Context) ([]string, error) { return []string{"sb_1", "sb_2"}, nil }
 func (f *fakeNode) Recover(_ context.Context, sbs []node.RecoverRequest) ([]string, error) {
 	var ids []string
@@ -108,6 +115,18 @@ func (f *fakeNode) CheckpointSandbox(_ context.Context, id string, req node.Chec
 		return node.Image{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	f.record("checkpoint %s %s %v", id, req.SnapshotID, req.LeaveRunning)
+	// As a node does: the control planes' channels are dropped (with IfIdle, only while nothing is in
+	// progress), and the next Link makes a new one.
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.link != nil {
+		if !f.link.Mux().DropOthers(req.IfIdle) {
+			return node.Image{}, fmt.Errorf("sandbox %s: %w", id, node.ErrBusy)
+		}
+		old := f.link
+		f.link = nil
+		time.AfterFunc(50*time.Millisecond, func() { old.Close() })
+	}
 	return node.Image{Bytes: 3 << 20}, nil
 }
 func (f *fakeNode) StoreImage(_ context.Context, req node.StoreRequest) (snapshot.Stats, error) {
@@ -381,19 +400,26 @@ func TestImages(t *testing.T) {
 	}
 }
 
+// secondControlPlane returns the client of another control plane (cp-2) of the node at addr.
+func secondControlPlane(t *testing.T, tc testCluster, addr string) *nodeapi.Client {
+	t.Helper()
+	cert, err := tc.ca.IssueTLS(cluster.Identity{Role: cluster.RoleControlPlane, ID: "cp-2"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := nodeapi.NewClient(nodeapi.ClientConfig{NodeID: "node-a", Addr: addr, Cert: cert, Roots: tc.ca.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // TestLinkAndPorts: two control planes reach one sandbox's daemon through the node at once, and a
 // port's bytes pass both ways; an unknown sandbox or closed port is a plain error.
 func TestLinkAndPorts(t *testing.T) {
 	_, c, tc, addr := setup(t)
-	cp2cert, err := tc.ca.IssueTLS(cluster.Identity{Role: cluster.RoleControlPlane, ID: "cp-2"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2, err := nodeapi.NewClient(nodeapi.ClientConfig{NodeID: "node-a", Addr: addr, Cert: cp2cert, Roots: tc.ca.Pool()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
+	c2 := secondControlPlane(t, tc, addr)
 	ctx := t.Context()
 	var wg sync.WaitGroup
 	for i, cl := range []*nodeapi.Client{c, c2} {
@@ -442,6 +468,91 @@ func TestLinkAndPorts(t *testing.T) {
 	}
 	if _, err := c.DialPort(ctx, "sb_1", 9); !errors.Is(err, errdefs.ErrPortClosed) {
 		t.Errorf("DialPort(closed) = %v; want port closed", err)
+	}
+}
+
+// TestLinkThroughCheckpoints: a checkpoint refused because a call is in progress leaves that call be;
+// one that goes ahead drops the other control planes' channels, and each of their calls either ran or
+// fails with link.ErrNotStarted, never reached the daemon, and is sent again on a new channel.
+func TestLinkThroughCheckpoints(t *testing.T) {
+	_, c, tc, addr := setup(t)
+	ctx := t.Context()
+	l, err := c.Link(ctx, "sb_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		res, err := l.Exec(ctx, proto.ExecRequest{Argv: []string{"sh", "-c", "sleep 0.5; echo ok"}})
+		if err == nil && string(res.Stdout) != "ok\n" {
+			err = fmt.Errorf("stdout %q", res.Stdout)
+		}
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if _, err := c.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true, IfIdle: true}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("checkpoint with a call in progress = %v; want busy (conflict)", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the call in progress when a checkpoint was refused: %v", err)
+	}
+
+	c2 := secondControlPlane(t, tc, addr)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	notStarted, ran := 0, 0
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				want := fmt.Sprintf("%d.%d", w, i)
+				for {
+					l, err := c2.Link(ctx, "sb_1")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					res, err := l.Exec(ctx, proto.ExecRequest{Argv: []string{"echo", want}})
+					if errors.Is(err, link.ErrNotStarted) {
+						mu.Lock()
+						notStarted++
+						mu.Unlock()
+						continue
+					}
+					if err != nil || string(res.Stdout) != want+"\n" {
+						t.Errorf("exec %s: %q, %v; want it run or not started", want, res.Stdout, err)
+						return
+					}
+					mu.Lock()
+					ran++
+					mu.Unlock()
+					break
+				}
+			}
+		}()
+	}
+	checkpoints := 0
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		_, err := c.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true, IfIdle: true})
+		switch {
+		case err == nil:
+			checkpoints++
+		case !errors.Is(err, errdefs.ErrConflict):
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d checkpoints went ahead; %d calls ran, %d did not start and were sent again", checkpoints, ran, notStarted)
+	if checkpoints == 0 || ran == 0 {
+		t.Fatal("no checkpoint went ahead between the calls, or no call ran: nothing was tested")
 	}
 }
 

@@ -298,13 +298,9 @@ func (h *Handler) forgetCA(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) link(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	h.upgrade(w, r, protoLink, func(ctx context.Context) (func(net.Conn), func(), error) {
-		cl, err := h.b.Link(ctx, id)
+		m, err := h.b.LinkMux(ctx, id)
 		if err != nil {
 			return nil, nil, err
-		}
-		m := cl.Mux()
-		if m == nil {
-			return nil, nil, fmt.Errorf("sandbox %s: its daemon channel is not shared: %w", id, errdefs.ErrFailedPrecondition)
 		}
 		return m.Serve, func() {}, nil
 	})

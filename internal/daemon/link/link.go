@@ -49,6 +49,11 @@ type Options struct {
 // the sandbox's link key: what answers is not the sandbox's own daemon (or not one that can say so).
 var ErrNotProven = fmt.Errorf("the daemon did not prove it is the sandbox's: %w", errdefs.ErrPermissionDenied)
 
+// ErrNotStarted is wrapped by the error of a call that never reached the daemon because the node moved
+// the sandbox's channel first (a checkpoint replaces it; see Mux.DropOthers): the call had no effect and
+// may be sent again on a new Client. It wraps errdefs.ErrUnavailable.
+var ErrNotStarted = fmt.Errorf("the call did not reach the sandbox: its channel moved: %w", errdefs.ErrUnavailable)
+
 // errAbandoned is reported by a call's next after the call was abandoned (canceled or detached).
 var errAbandoned = fmt.Errorf("call canceled: %w", errdefs.ErrFailedPrecondition)
 
@@ -64,6 +69,9 @@ type Client struct {
 	streams map[uint32]*stream // guarded by mu; calls in progress
 	nextID  uint32             // guarded by mu; last stream id used
 	err     error              // guarded by mu; why the connection ended, once done is closed
+	// away is set (wrapping ErrNotStarted) once the Mux in between said the connection closes: no call
+	// starts from then on. Guarded by mu.
+	away error
 
 	// mux is the Mux the client shares the daemon's connection through (Options.Shared), or nil.
 	mux *Mux
@@ -186,7 +194,34 @@ func (c *Client) Done() <-chan struct{} { return c.done }
 func (c *Client) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.err == nil {
+		return c.away
+	}
 	return c.err
+}
+
+// goneAway handles the go-away of the Mux in between: the calls with stream ids after last (in the order
+// they were given) never reached the daemon and fail with ErrNotStarted, as does every call from now on;
+// the Mux canceled those up to last, which fail as the connection closes, now.
+func (c *Client) goneAway(last uint32) {
+	c.mu.Lock()
+	if c.away == nil {
+		c.away = fmt.Errorf("connection to daemon closing: %w", ErrNotStarted)
+	}
+	err := c.away
+	// Ids are given in increasing order (mod 2^32) up to nextID: those after last lie in (last, nextID].
+	var failed []*stream
+	for id, st := range c.streams {
+		if id-last <= c.nextID-last && id != last {
+			failed = append(failed, st)
+			delete(c.streams, id)
+		}
+	}
+	c.mu.Unlock()
+	for _, st := range failed {
+		st.fail(err)
+	}
+	c.shutdown(fmt.Errorf("connection to daemon closed by the node: %w", errdefs.ErrUnavailable))
 }
 
 func (c *Client) shutdown(err error) {
@@ -270,6 +305,12 @@ func (c *Client) dispatch(f proto.Frame) error {
 		if st != nil {
 			return st.send.Add(n)
 		}
+	case proto.TypeGoAway:
+		last, err := proto.DecodeGoAway(f.Payload)
+		if err != nil {
+			return err
+		}
+		c.goneAway(last)
 	default:
 		return fmt.Errorf("unexpected %s frame from daemon", f.Type)
 	}
@@ -307,9 +348,15 @@ func (c *Client) open(op proto.Op, args any) (*stream, error) {
 	}
 	st := &stream{c: c, op: op, send: proto.NewSendWindow(), wake: make(chan struct{}, 1)}
 	c.mu.Lock()
-	if c.err != nil {
+	if c.err != nil || c.away != nil {
 		err := c.err
+		if err == nil {
+			err = c.away
+		}
 		c.mu.Unlock()
+		if !errors.Is(err, ErrNotStarted) {
+			err = fmt.Errorf("%v: %w", err, ErrNotStarted)
+		}
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	for {
@@ -325,7 +372,9 @@ func (c *Client) open(op proto.Op, args any) (*stream, error) {
 	c.streams[st.id] = st
 	c.mu.Unlock()
 	if err := c.writeFrame(proto.TypeRequest, st.id, payload, op, args); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		// The other side acts on whole frames only, and a write that failed did not hand all of this
+		// one over.
+		return nil, fmt.Errorf("%s: %v: %w", op, err, ErrNotStarted)
 	}
 	return st, nil
 }

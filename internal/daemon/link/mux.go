@@ -105,9 +105,11 @@ func (m *Mux) Active() int {
 
 // DropOthers closes the connection of every client but the Mux's own (Pipe's first) and takes no new
 // stream from any but it from then on: their streams in progress are canceled on the daemon (the
-// processes live on), and they must join the daemon's next connection. With ifIdle it does so only
-// while no stream at all is in progress, and reports whether it did; the check and the closing are one
-// step, so no stream of theirs starts in between.
+// processes live on), and they must join the daemon's next connection. Each is told first, in a
+// proto.TypeGoAway frame, which of its requests reached the daemon, so that it can send the others again
+// there (link.ErrNotStarted). With ifIdle it does so only while no stream at all is in progress, and
+// reports whether it did; the check and the closing are one step, so no stream of theirs starts in
+// between.
 func (m *Mux) DropOthers(ifIdle bool) bool {
 	m.mu.Lock()
 	if ifIdle && len(m.routes) > 0 {
@@ -115,30 +117,43 @@ func (m *Mux) DropOthers(ifIdle bool) bool {
 		return false
 	}
 	m.others = true
-	var drop []*muxClient
+	type drop struct {
+		c    *muxClient
+		last uint32
+	}
+	var drops []drop
 	for c := range m.clients {
 		if c != m.own {
-			drop = append(drop, c)
+			drops = append(drops, drop{c, c.last})
 		}
 	}
 	m.mu.Unlock()
-	for _, c := range drop {
-		c.close()
+	for _, d := range drops {
+		d.c.goAway(d.last)
 	}
 	return true
 }
 
 // Serve makes conn a client of the Mux, in goroutines of the Mux's own; the Mux owns conn and closes it
-// when either side ends. A Mux whose daemon connection ended closes conn at once.
+// when either side ends. A Mux whose daemon connection ended, or that takes no other client
+// (DropOthers), tells conn so in a go-away frame (none of its requests reached the daemon) and closes it.
 func (m *Mux) Serve(conn net.Conn) { m.serve(conn) }
 
-// serve is Serve, returning the client (nil if the Mux ended).
+// serve is Serve, returning the client (nil if the Mux did not take it).
 func (m *Mux) serve(conn net.Conn) *muxClient {
 	c := &muxClient{m: m, conn: conn, ids: map[uint32]uint32{}, wake: make(chan struct{}, 1), gone: make(chan struct{})}
 	m.mu.Lock()
 	if m.err != nil || m.others {
 		m.mu.Unlock()
-		conn.Close()
+		// Not on this goroutine: the caller may be the one to read conn (Pipe).
+		go func() { // owner: conn; ends within twice finishDeadline
+			_ = conn.SetDeadline(time.Now().Add(finishDeadline))
+			_ = proto.WriteFrame(conn, proto.Frame{Type: proto.TypeGoAway, Payload: proto.EncodeGoAway(0)})
+			// Until the client closes (see goAway).
+			_ = conn.SetReadDeadline(time.Now().Add(finishDeadline))
+			_, _ = io.Copy(io.Discard, conn)
+			conn.Close()
+		}()
 		return nil
 	}
 	m.clients[c] = struct{}{}
@@ -235,12 +250,14 @@ type muxClient struct {
 	conn net.Conn
 	// ids maps the client's stream IDs to the daemon's; guarded by m.mu.
 	ids map[uint32]uint32
+	// last is the client's stream ID of the last request passed to the daemon (0: none); guarded by m.mu.
+	last uint32
 
 	qmu    sync.Mutex
 	queue  []proto.Frame // frames for the client, in order; guarded by qmu
 	queued int           // their payload bytes; guarded by qmu
-	// finishing is set once the daemon's connection ended: the client is closed when its queue is
-	// written. Guarded by qmu.
+	// finishing is set once the daemon's connection ended or the client was told to go away: the client
+	// is closed when its queue is written. Guarded by qmu.
 	finishing bool
 	wake      chan struct{}
 
@@ -287,6 +304,24 @@ func (c *muxClient) enqueue(f proto.Frame) {
 	case c.wake <- struct{}{}:
 	default:
 	}
+}
+
+// goAway tells the client that its requests after last never reached the daemon and that its
+// connection closes, and cancels its streams still open on the daemon. The client closes the connection
+// once it read that (link.Client does); until then, for finishDeadline at most, the Mux reads and drops
+// what it sends, so that no reset of the connection can discard the go-away before the client reads it.
+func (c *muxClient) goAway(last uint32) {
+	c.qmu.Lock()
+	c.queue = append(c.queue, proto.Frame{Type: proto.TypeGoAway, Payload: proto.EncodeGoAway(last)})
+	c.queued += frameCost
+	c.qmu.Unlock()
+	_ = c.conn.SetWriteDeadline(time.Now().Add(finishDeadline))
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	c.cancelStreams()
+	time.AfterFunc(finishDeadline, c.close)
 }
 
 // finishDeadline bounds the writing of a finishing client's last frames.
@@ -382,7 +417,8 @@ func (c *muxClient) readLoop() {
 		case f.Type == proto.TypeRequest && c.m.others && c != c.m.own:
 			c.m.mu.Unlock()
 			c.wmu.Unlock()
-			return // dropped (DropOthers): the client must join again
+			bufs.Put(f.Payload)
+			continue // dropped (DropOthers): its go-away says this request did not reach the daemon
 		case f.Type == proto.TypeRequest && ok:
 			c.m.mu.Unlock()
 			c.wmu.Unlock()
@@ -402,6 +438,7 @@ func (c *muxClient) readLoop() {
 			}
 			id = c.m.next
 			c.ids[f.Stream] = id
+			c.last = f.Stream
 			c.m.routes[id] = muxRoute{c: c, id: f.Stream, op: op}
 		case !ok:
 			c.m.mu.Unlock()
@@ -430,32 +467,40 @@ func (c *muxClient) close() {
 		c.conn.Close()
 		c.m.mu.Lock()
 		delete(c.m.clients, c)
-		var open []uint32
-		for _, id := range c.ids {
-			open = append(open, id)
-			r := c.m.routes[id]
-			r.c = nil
-			c.m.routes[id] = r
-		}
-		c.ids = map[uint32]uint32{}
-		alive := c.m.err == nil && len(open) > 0
-		if alive {
-			c.m.wg.Add(1)
-		}
 		c.m.mu.Unlock()
-		if alive {
-			// Not on this goroutine: it may be the one reading the daemon, which must not wait on a
-			// write to it.
-			go func() { // owner: Mux; ends when the cancels are written
-				defer c.m.wg.Done()
-				c.wmu.Lock() // after a request the reader is writing
-				defer c.wmu.Unlock()
-				for _, id := range open {
-					if c.m.writeDaemon(proto.Frame{Type: proto.TypeCancel, Stream: id}, "") != nil {
-						return
-					}
-				}
-			}()
-		}
+		c.cancelStreams()
 	})
+}
+
+// cancelStreams cancels the client's streams still open on the daemon; their answers are dropped as they
+// come.
+func (c *muxClient) cancelStreams() {
+	c.m.mu.Lock()
+	var open []uint32
+	for _, id := range c.ids {
+		open = append(open, id)
+		r := c.m.routes[id]
+		r.c = nil
+		c.m.routes[id] = r
+	}
+	c.ids = map[uint32]uint32{}
+	alive := c.m.err == nil && len(open) > 0
+	if alive {
+		c.m.wg.Add(1)
+	}
+	c.m.mu.Unlock()
+	if alive {
+		// Not on this goroutine: it may be the one reading the daemon, which must not wait on a
+		// write to it.
+		go func() { // owner: Mux; ends when the cancels are written
+			defer c.m.wg.Done()
+			c.wmu.Lock() // after a request the reader is writing
+			defer c.wmu.Unlock()
+			for _, id := range open {
+				if c.m.writeDaemon(proto.Frame{Type: proto.TypeCancel, Stream: id}, "") != nil {
+					return
+				}
+			}
+		}()
+	}
 }

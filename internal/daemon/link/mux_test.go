@@ -278,3 +278,89 @@ func TestMuxDropOthers(t *testing.T) {
 		t.Fatalf("daemon got %s on %d; want cancel on %d", fr.Type, fr.Stream, req.Stream)
 	}
 }
+
+// TestMuxGoAway: a client dropped by DropOthers is told, in a go-away frame, the last of its requests that
+// reached the daemon; a request it sends after the drop never reaches the daemon, and its call in
+// progress is canceled there.
+func TestMuxGoAway(t *testing.T) {
+	m, f, _ := newMux(t, 1) // the Mux's own client
+	raw := m.Pipe()
+	defer raw.Close()
+	rr := bufio.NewReader(raw)
+	send := func(id uint32) {
+		t.Helper()
+		p, err := proto.EncodeRequest(proto.OpPing, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := proto.WriteFrame(raw, proto.Frame{Type: proto.TypeRequest, Stream: id, Payload: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(5)
+	req := f.read()
+	f.write(proto.TypeResponse, req.Stream, proto.EncodeResponse(nil, nil))
+	if fr, err := proto.ReadFrame(rr); err != nil || fr.Type != proto.TypeResponse || fr.Stream != 5 {
+		t.Fatalf("answer to 5: %+v, %v", fr, err)
+	}
+	send(6)
+	inProgress := f.read()
+	if !m.DropOthers(false) {
+		t.Fatal("DropOthers(false) refused")
+	}
+	send(7) // after the drop: must not reach the daemon
+	fr, err := proto.ReadFrame(rr)
+	if err != nil || fr.Type != proto.TypeGoAway {
+		t.Fatalf("dropped client got %+v, %v; want a go-away", fr, err)
+	}
+	if last, err := proto.DecodeGoAway(fr.Payload); err != nil || last != 6 {
+		t.Fatalf("go-away says last %d (%v); want 6", last, err)
+	}
+	if fr := f.read(); fr.Type != proto.TypeCancel || fr.Stream != inProgress.Stream {
+		t.Fatalf("daemon got %s on %d; want the cancel of %d (and never request 7)", fr.Type, fr.Stream, inProgress.Stream)
+	}
+	// Until the client closes, the Mux reads and drops what it sends (no reset may discard the go-away).
+	send(8)
+	raw.Close()
+	f.write(proto.TypeResponse, inProgress.Stream, proto.EncodeResponse(nil, errdefs.ErrFailedPrecondition))
+	if f.conn.SetReadDeadline(time.Now().Add(100*time.Millisecond)) == nil {
+		if fr, err := proto.ReadFrame(f.r); err == nil {
+			t.Errorf("daemon got %s on %d after the go-away; want nothing (request 8 dropped)", fr.Type, fr.Stream)
+		}
+	}
+}
+
+// TestClientGoAway: on a go-away the calls after its last stream id fail with ErrNotStarted at once, as
+// does every new call; those up to it (which the Mux canceled) fail as unavailable, not as not started,
+// and the client closes the connection. Stream ids that wrapped around past 2^32 count as after.
+func TestClientGoAway(t *testing.T) {
+	for _, start := range []uint32{0, 1<<32 - 2} {
+		c, f := newFake(t, Options{})
+		c.mu.Lock()
+		c.nextID = start
+		c.mu.Unlock()
+		errs := map[uint32]chan error{}
+		var ids []uint32
+		for range 2 {
+			errc := make(chan error, 1)
+			go func() { errc <- c.Ping(context.Background()) }()
+			req := f.read()
+			ids = append(ids, req.Stream)
+			errs[req.Stream] = errc
+		}
+		first, second := ids[0], ids[1]
+		f.write(proto.TypeGoAway, 0, proto.EncodeGoAway(first))
+		if err := <-errs[second]; !errors.Is(err, ErrNotStarted) || !errors.Is(err, errdefs.ErrUnavailable) {
+			t.Fatalf("start %d: call on stream %d after the go-away's %d = %v; want ErrNotStarted", start, second, first, err)
+		}
+		if err := <-errs[first]; errors.Is(err, ErrNotStarted) || !errors.Is(err, errdefs.ErrUnavailable) {
+			t.Errorf("start %d: call on stream %d, up to the go-away's = %v; want unavailable, not ErrNotStarted", start, first, err)
+		}
+		if err := c.Ping(context.Background()); !errors.Is(err, ErrNotStarted) {
+			t.Errorf("a call after a go-away = %v; want ErrNotStarted", err)
+		}
+		if fr, err := proto.ReadFrame(f.r); err == nil {
+			t.Errorf("after a go-away the client sent %+v; want its connection closed", fr)
+		}
+	}
+}

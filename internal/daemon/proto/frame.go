@@ -20,6 +20,10 @@
 // the call (for an attach: to detach without touching the process). Frames for unknown streams are
 // ignored, because either side may have forgotten a stream that the other still talks about.
 //
+// Between a node and a control plane the daemon's connection is shared (link.Mux), and the node may drop
+// a control plane's connection (a checkpoint replaces the daemon's): it then sends one TypeGoAway frame,
+// on stream 0, naming the last of the client's streams it passed on; later ones never reached the daemon.
+//
 // # Flow control
 //
 // Data frames are flow controlled per stream and direction. A data frame carrying n bytes costs
@@ -98,6 +102,11 @@ const (
 	TypeCancel   Type = 5 // client → daemon: abort the call (detach for attach streams); empty
 	TypeClose    Type = 6 // client → daemon: end of the client's data (EOF on stdin or upload); empty
 	TypeWindow   Type = 7 // both: flow-control credit; uint32 big-endian increment
+	// TypeGoAway comes from a node's multiplexer (link.Mux), never from a daemon: the client's connection
+	// is closing and every stream with an id after the uint32 big-endian one in the payload (0: none)
+	// never reached the daemon, so those calls may be sent again on a new connection. Its stream id is 0,
+	// the connection's own.
+	TypeGoAway Type = 8
 )
 
 var typeNames = [...]string{
@@ -108,6 +117,7 @@ var typeNames = [...]string{
 	TypeCancel:   "cancel",
 	TypeClose:    "close",
 	TypeWindow:   "window",
+	TypeGoAway:   "goaway",
 }
 
 // String reports the lower-case name of t ("request", "data", …) or "type(N)" for an unknown type.
@@ -119,7 +129,7 @@ func (t Type) String() string {
 }
 
 // Valid reports whether t is a known frame type.
-func (t Type) Valid() bool { return t >= TypeRequest && t <= TypeWindow }
+func (t Type) Valid() bool { return t >= TypeRequest && t <= TypeGoAway }
 
 // Frame is one decoded frame.
 type Frame struct {
@@ -136,7 +146,8 @@ var (
 
 // ReadFrame reads one frame from r. It reports io.EOF when r ends cleanly before a frame,
 // io.ErrUnexpectedEOF when it ends inside one, ErrFrameTooLarge for a length above MaxPayload (checked
-// before any allocation) and ErrBadFrame for an unknown type or stream id 0.
+// before any allocation) and ErrBadFrame for an unknown type, or a stream id 0 on any frame but
+// TypeGoAway (whose id must be 0).
 // The returned payload is freshly allocated and owned by the caller.
 func ReadFrame(r io.Reader) (Frame, error) {
 	return ReadFrameBuf(r, nil)
@@ -157,8 +168,8 @@ func ReadFrameBuf(r io.Reader, alloc func(n int) []byte) (Frame, error) {
 	if !f.Type.Valid() {
 		return Frame{}, fmt.Errorf("read frame: unknown type %d: %w", hdr[4], ErrBadFrame)
 	}
-	if f.Stream == 0 {
-		return Frame{}, fmt.Errorf("read frame: stream id 0: %w", ErrBadFrame)
+	if (f.Stream == 0) != (f.Type == TypeGoAway) {
+		return Frame{}, fmt.Errorf("read frame: %s on stream id %d: %w", f.Type, f.Stream, ErrBadFrame)
 	}
 	if n > 0 {
 		if alloc != nil {
@@ -291,6 +302,17 @@ func DecodeData(p []byte) (Data, error) {
 
 // EncodeWindow encodes a window increment payload.
 func EncodeWindow(n uint32) []byte { return binary.BigEndian.AppendUint32(nil, n) }
+
+// EncodeGoAway encodes a go-away payload: the last stream id of the client's that reached the daemon.
+func EncodeGoAway(last uint32) []byte { return binary.BigEndian.AppendUint32(nil, last) }
+
+// DecodeGoAway decodes a go-away payload.
+func DecodeGoAway(p []byte) (uint32, error) {
+	if len(p) != 4 {
+		return 0, fmt.Errorf("goaway payload of %d bytes: %w", len(p), ErrBadFrame)
+	}
+	return binary.BigEndian.Uint32(p), nil
+}
 
 // DecodeWindow decodes a window increment payload; the increment must be positive and at most
 // InitialWindow.

@@ -22,7 +22,7 @@ func FuzzReadFrame(f *testing.F) {
 			if err != nil {
 				return
 			}
-			if len(fr.Payload) > MaxPayload || !fr.Type.Valid() || fr.Stream == 0 {
+			if len(fr.Payload) > MaxPayload || !fr.Type.Valid() || (fr.Stream == 0) != (fr.Type == TypeGoAway) {
 				t.Fatalf("accepted invalid frame %+v", fr)
 			}
 			end := len(in) - r.Len()
@@ -43,6 +43,10 @@ func FuzzReadFrame(f *testing.F) {
 			case TypeWindow:
 				if n, err := DecodeWindow(fr.Payload); err == nil && !bytes.Equal(EncodeWindow(n), fr.Payload) {
 					t.Fatalf("window re-encoding differs")
+				}
+			case TypeGoAway:
+				if n, err := DecodeGoAway(fr.Payload); err == nil && !bytes.Equal(EncodeGoAway(n), fr.Payload) {
+					t.Fatalf("goaway re-encoding differs")
 				}
 			case TypeEvent:
 				DecodeEvent(fr.Payload)

@@ -32,6 +32,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		{Type: TypeData, Stream: 1<<32 - 1, Payload: AppendData(nil, ChannelStderr, 42, []byte("hi"))},
 		{Type: TypeCancel, Stream: 7},
 		{Type: TypeWindow, Stream: 3, Payload: EncodeWindow(100)},
+		{Type: TypeGoAway, Stream: 0, Payload: EncodeGoAway(1<<32 - 1)},
 		{Type: TypeData, Stream: 9, Payload: bytes.Repeat([]byte{1}, MaxPayload)},
 		{Type: TypeData, Stream: 9, Payload: bytes.Repeat([]byte{2}, smallFrame+1)},
 	}
@@ -71,6 +72,7 @@ func TestReadFrameErrors(t *testing.T) {
 		{"unknown type", header(0, 99, 1), ErrBadFrame},
 		{"type zero", header(0, 0, 1), ErrBadFrame},
 		{"stream zero", header(0, byte(TypeRequest), 0), ErrBadFrame},
+		{"goaway on a stream", header(4, byte(TypeGoAway), 1), ErrBadFrame},
 		{"short header", []byte{0, 0, 0}, io.ErrUnexpectedEOF},
 		{"short payload", append(header(10, byte(TypeData), 1), 1, 2, 3), io.ErrUnexpectedEOF},
 		{"empty", nil, io.EOF},
@@ -104,6 +106,14 @@ func TestDataAndWindow(t *testing.T) {
 	for _, bad := range [][]byte{nil, {0, 0, 0, 0}, EncodeWindow(InitialWindow + 1), {1, 2, 3}} {
 		if _, err := DecodeWindow(bad); !errors.Is(err, ErrBadFrame) {
 			t.Errorf("DecodeWindow(%x) = %v; want ErrBadFrame", bad, err)
+		}
+	}
+	if n, err := DecodeGoAway(EncodeGoAway(0)); n != 0 || err != nil {
+		t.Errorf("DecodeGoAway(EncodeGoAway(0)) = %d, %v", n, err)
+	}
+	for _, bad := range [][]byte{nil, {1, 2, 3}, {1, 2, 3, 4, 5}} {
+		if _, err := DecodeGoAway(bad); !errors.Is(err, ErrBadFrame) {
+			t.Errorf("DecodeGoAway(%x) = %v; want ErrBadFrame", bad, err)
 		}
 	}
 }
