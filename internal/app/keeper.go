@@ -18,7 +18,7 @@ import (
 // KeeperSlack is how much longer than the node's own fence (nodeapi.FenceAfter after the last heartbeat
 // a control plane took) the keeper lets the sandboxes run: a node still alive stops them itself first,
 // and reports them. The keeper's fence is done well before a control plane gives the node up
-// (controlplane.NodeDownAfter = FenceAfter + 2 heartbeats); docs/ARCHITECTURE.md has the argument.
+// (controlplane.NodeDownAfter = FenceAfter + 1 heartbeat); docs/ARCHITECTURE.md has the argument.
 const KeeperSlack = time.Second
 
 // KeeperSocket is the keeper's socket in a node's data directory.

@@ -319,7 +319,7 @@ A flag left out keeps the current bound's. It applies from the node's next heart
 		Aliases: []string{"remove"},
 		Short:   "Forget a node whose host is gone for good (operator tenant's admin key)",
 		Long: `Forget a node whose host is gone for good: its record goes, its certificate is let in no more, and
-it is no longer listed. The node must be down: a node that dies is given up 15 s after its last
+it is no longer listed. The node must be down: a node that dies is given up 12 s after its last
 heartbeat, its sandboxes fail and its sessions resume on other nodes from their latest complete
 snapshots; until then this is refused, and so is removing a node that is up (stop it first: on SIGTERM
 its sandboxes move). Snapshots it saved but never stored in the snapshot store are failed. To bring

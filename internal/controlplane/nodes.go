@@ -34,9 +34,10 @@ const liveDocPrefix = "cluster/live/"
 
 // NodeDownAfter is how long after its last heartbeat a node is taken for down: no sandbox is placed on
 // it, and the leader fails its sandboxes and resumes its sessions elsewhere (failover.go). It exceeds
-// nodeapi.FenceAfter, after which a node that cannot reach a control plane has stopped its sandboxes,
-// by two heartbeats.
-const NodeDownAfter = nodeapi.FenceAfter + 2*nodeapi.HeartbeatInterval
+// nodeapi.FenceAfter, after which a node that cannot reach a control plane has stopped its sandboxes (and
+// a node process that died has had them stopped by its fence keeper, app.KeeperSlack later), by one
+// heartbeat: docs/ARCHITECTURE.md has the timing argument.
+const NodeDownAfter = nodeapi.FenceAfter + nodeapi.HeartbeatInterval
 
 // NodeLive is a node's latest heartbeat, as the control plane recorded it.
 type NodeLive struct {

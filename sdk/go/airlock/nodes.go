@@ -37,7 +37,7 @@ type JoinTokenList struct {
 }
 
 // Node is a node that joined the cluster. State is "up" (heard from lately: sandboxes are placed on
-// it), "down" (not heard from for 15 seconds), or "new" (never reported); the fields after it come from
+// it), "down" (not heard from for 12 seconds), or "new" (never reported); the fields after it come from
 // its latest heartbeat.
 type Node struct {
 	ID              string     `json:"id"`
