@@ -23,11 +23,14 @@ func toJoinToken(t cluster.JoinToken) airlock.JoinToken {
 
 func toNode(n controlplane.NodeRecord) airlock.Node {
 	out := airlock.Node{ID: n.ID, Hosts: n.Hosts, JoinedAt: n.JoinedAt, JoinToken: n.JoinToken, CertExpiresAt: n.CertExpiresAt,
-		CertFingerprint: n.CertFingerprint, State: "new", Sandboxes: n.Placed, Warnings: n.Warnings}
+		CertFingerprint: n.CertFingerprint, State: "new", Sandboxes: n.Placed, Warnings: n.Warnings, Draining: n.Draining}
 	if l := n.Live; l != nil {
 		out.State = "down"
 		if n.Up {
 			out.State = "up"
+			if n.Draining {
+				out.State = "draining"
+			}
 		}
 		seen := l.SeenAt
 		out.Addr, out.LastSeenAt, out.ReportedSandboxes, out.Version, out.Host = l.Addr, &seen, l.Sandboxes, l.Version, l.Host
@@ -57,6 +60,44 @@ func (s *Server) removeNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := cluster.CheckID(id); err != nil {
+		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "node %v", err))
+		return
+	}
+	rep, err := s.cp.DrainNode(r.Context(), id)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	out := airlock.DrainReport{Node: toNode(rep.Node), Moved: []airlock.MovedSession{}, NotMoved: []airlock.MovedSession{}, Sandboxes: rep.Sandboxes}
+	if out.Sandboxes == nil {
+		out.Sandboxes = []string{}
+	}
+	for _, m := range rep.Moved {
+		out.Moved = append(out.Moved, airlock.MovedSession{TenantID: m.TenantID, SessionID: m.SessionID, To: m.To})
+	}
+	for _, m := range rep.NotMoved {
+		out.NotMoved = append(out.NotMoved, airlock.MovedSession{TenantID: m.TenantID, SessionID: m.SessionID, Reason: m.Reason})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) undrainNode(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := cluster.CheckID(id); err != nil {
+		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "node %v", err))
+		return
+	}
+	rec, err := s.cp.UndrainNode(r.Context(), id)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toNode(rec))
 }
 
 func (s *Server) setNodeBound(w http.ResponseWriter, r *http.Request) {

@@ -113,6 +113,8 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/nodes", s.operator(s.listNodes)},
 		{"DELETE", "/v1/nodes/{id}", s.operator(s.removeNode)},
 		{"PUT", "/v1/nodes/{id}/bound", s.operator(s.setNodeBound)},
+		{"POST", "/v1/nodes/{id}/drain", s.operator(s.drainNode)},
+		{"POST", "/v1/nodes/{id}/undrain", s.operator(s.undrainNode)},
 		{"POST", "/v1/nodes/join", s.joinNode},
 		{"GET", "/v1/nodes/join-tokens", s.operator(s.listJoinTokens)},
 		{"POST", "/v1/nodes/join-tokens", s.operator(s.createJoinToken)},

@@ -334,7 +334,59 @@ the host back, join it again (airlock node join).`,
 			return nil
 		},
 	}
-	cmd.AddCommand(token, join, run, keeperCmd, boundCmd, rmCmd,
+	drainCmd := &cobra.Command{
+		Use:   "drain ID",
+		Short: "Take a node out of placement and move its sessions to other nodes (operator tenant's admin key)",
+		Long: `Take a node out of placement before its host goes down for maintenance or for good: no sandbox is
+placed on it any more, and each of its running sessions is paused (a snapshot of its memory, processes
+and files, stored) and resumed on another node at once, so that nothing of its work is lost; it returns
+when they moved. A session no other node has room for stays paused. Sandboxes of no session cannot
+move: they run until they end (or are deleted). Then stop the node (SIGTERM) and, if its host is gone
+for good, forget it (airlock node rm). airlock node undrain takes it back.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			rep, err := g.client().DrainNode(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, rep)
+			}
+			for _, m := range rep.Moved {
+				fmt.Fprintf(g.Out, "moved session %s (tenant %s) to %s\n", m.SessionID, m.TenantID, m.To)
+			}
+			for _, m := range rep.NotMoved {
+				fmt.Fprintf(g.Out, "did not move session %s (tenant %s): %s\n", m.SessionID, m.TenantID, m.Reason)
+			}
+			if len(rep.Sandboxes) > 0 {
+				fmt.Fprintf(g.Out, "%d sandboxes of no session stay until they end: %s\n", len(rep.Sandboxes), strings.Join(rep.Sandboxes, " "))
+			}
+			fmt.Fprintf(g.Out, "node %s is draining: no sandbox is placed on it (airlock node undrain %s takes it back)\n", rep.Node.ID, rep.Node.ID)
+			if len(rep.NotMoved) > 0 {
+				return fmt.Errorf("%d sessions not moved", len(rep.NotMoved))
+			}
+			return nil
+		},
+	}
+	undrainCmd := &cobra.Command{
+		Use:   "undrain ID",
+		Short: "Let sandboxes be placed on a draining node again (operator tenant's admin key)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			n, err := g.client().UndrainNode(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, n)
+			}
+			fmt.Fprintf(g.Out, "node %s takes sandboxes again (%s)\n", n.ID, n.State)
+			return nil
+		},
+	}
+	cmd.AddCommand(token, join, run, keeperCmd, boundCmd, rmCmd, drainCmd, undrainCmd,
 		&cobra.Command{
 			Use:     "ls",
 			Aliases: []string{"list"},

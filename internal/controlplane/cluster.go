@@ -36,6 +36,9 @@ type NodeRecord struct {
 	// than it was given. The operator sets it (SetNodeBound); until then, its first heartbeat after it
 	// joined sets it to what it reported then.
 	Bound *node.Capacity `json:"bound,omitempty"`
+	// Draining says no sandbox is to be placed on it any more: the operator is taking it out
+	// (DrainNode).
+	Draining bool `json:"draining,omitempty"`
 	// Live is its latest heartbeat (nil: none yet), filled in by ListNodes; not stored here.
 	Live *NodeLive `json:"-"`
 	// Up reports whether it was heard from within NodeDownAfter (ListNodes).
@@ -226,14 +229,9 @@ func (s *placer) ListNodes(ctx context.Context) ([]NodeRecord, error) {
 		if err := json.Unmarshal(d.Value, &n); err != nil {
 			return nil, fmt.Errorf("node record %s: %w", d.Key, err)
 		}
-		if l, ok := live[n.ID]; ok {
-			n.Live, n.Up = &l, l.Up(s.now())
-		}
-		sbs, err := s.sandboxesOnNode(ctx, n.ID, activeSandbox)
-		if err != nil {
+		if n, err = s.withLive(ctx, n, live); err != nil {
 			return nil, err
 		}
-		n.Placed = len(sbs)
 		out = append(out, n)
 	}
 	warn := hostWarnings(out)
@@ -241,6 +239,30 @@ func (s *placer) ListNodes(ctx context.Context) ([]NodeRecord, error) {
 		out[i].Warnings = warn[out[i].ID]
 	}
 	return out, nil
+}
+
+// nodeView returns rec with what ListNodes adds to it (but its warnings).
+func (s *placer) nodeView(ctx context.Context, rec NodeRecord) (NodeRecord, error) {
+	live := map[string]NodeLive{}
+	if l, err := s.nodeLive(ctx, rec.ID); err == nil {
+		live[rec.ID] = l
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
+		return rec, err
+	}
+	return s.withLive(ctx, rec, live)
+}
+
+// withLive fills in n's latest heartbeat (from live), whether it is up, and its sandboxes.
+func (s *placer) withLive(ctx context.Context, n NodeRecord, live map[string]NodeLive) (NodeRecord, error) {
+	if l, ok := live[n.ID]; ok {
+		n.Live, n.Up = &l, l.Up(s.now())
+	}
+	sbs, err := s.sandboxesOnNode(ctx, n.ID, activeSandbox)
+	if err != nil {
+		return n, err
+	}
+	n.Placed = len(sbs)
+	return n, nil
 }
 
 // deleteDoc deletes the document key, whatever its version (retried while it changes); one missing is

@@ -319,7 +319,7 @@ func (s *placer) SetNodeBound(ctx context.Context, nodeID string, b node.Capacit
 		return NodeRecord{}, err
 	}
 	s.log.Info("node bound set", "node", nodeID, "cpu_millicores", rec.Bound.CPUMillicores, "memory_mb", rec.Bound.MemoryMB, "max_sandboxes", rec.Bound.MaxSandboxes)
-	return rec, nil
+	return s.nodeView(ctx, rec)
 }
 
 // nodeRecord returns the record of a node that joined.
@@ -553,7 +553,7 @@ func (s *placer) nodeOfSandbox(ctx context.Context, tenantID, id string) (Node, 
 	return s.node(ctx, sb.NodeID)
 }
 
-// nodesUp returns the nodes this control plane can place on: its own and those heard from lately, with
+// nodesUp returns the nodes this control plane can reach: its own and those heard from lately, with
 // their capacities (the local node's: the host's).
 func (s *placer) nodesUp(ctx context.Context) (map[string]node.Capacity, error) {
 	out := map[string]node.Capacity{}
@@ -574,6 +574,22 @@ func (s *placer) nodesUp(ctx context.Context) (map[string]node.Capacity, error) 
 		}
 	}
 	return out, nil
+}
+
+// placeable returns the nodes up (nodesUp) that are not draining: those a new sandbox may go to.
+func (s *placer) placeable(ctx context.Context) (map[string]node.Capacity, error) {
+	caps, err := s.nodesUp(ctx)
+	if err != nil {
+		return nil, err
+	}
+	draining, err := s.drainingNodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	for id := range draining {
+		delete(caps, id)
+	}
+	return caps, nil
 }
 
 // placement is a node chosen for a sandbox; done must be called once the sandbox is recorded (or not).
@@ -604,16 +620,16 @@ func (s *placer) sandboxesOnNode(ctx context.Context, nodeID string, states []st
 }
 
 // place chooses the node for a new sandbox of spec that runs on runtime rt ("": any): of the nodes up
-// that have rt, with room for it (a bound of
+// and not draining that have rt, with room for it (a bound of
 // sandboxes, and memory, counting those placed there and not stopped; CPU is shared, not reserved), prefer if it is one of them (the node
 // where the session's snapshot is), else the one with the most memory left, ties at random.
 func (s *placer) place(ctx context.Context, spec store.SandboxSpec, prefer, rt string) (placement, error) {
-	caps, err := s.nodesUp(ctx)
+	caps, err := s.placeable(ctx)
 	if err != nil {
 		return placement{}, err
 	}
 	if len(caps) == 0 {
-		return placement{}, fmt.Errorf("no node is up to run the sandbox: %w", errdefs.ErrUnavailable)
+		return placement{}, fmt.Errorf("no node is up (and not draining) to run the sandbox: %w", errdefs.ErrUnavailable)
 	}
 	if rt != "" {
 		for id := range caps {

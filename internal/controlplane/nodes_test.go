@@ -749,3 +749,71 @@ func TestRemoveNode(t *testing.T) {
 		t.Errorf("remove it again: %v; want not found", err)
 	}
 }
+
+// TestDrainNode: a draining node takes no new sandbox (a create goes to the other, or fails with none
+// left) and its sandboxes of no session are reported, not moved; the control plane's own node and a node
+// that never joined cannot be drained; undrained, it takes sandboxes again.
+func TestDrainNode(t *testing.T) {
+	ctx := context.Background()
+	c := newRemoteNodes(t, "node-a", "node-b")
+	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 8192, MaxSandboxes: 8}
+	beat := func() {
+		t.Helper()
+		for _, id := range []string{"node-a", "node-b"} {
+			if err := c.s.NodeHeartbeat(ctx, id, "fp-"+id, nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b1", Capacity: capacity}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	beat()
+	sb, err := c.s.CreateSandbox(ctx, c.tenant, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on, other := sb.NodeID, "node-a"
+	if on == "node-a" {
+		other = "node-b"
+	}
+	rep, err := c.s.DrainNode(ctx, on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Node.Draining || !rep.Node.Up || len(rep.Moved)+len(rep.NotMoved) != 0 || len(rep.Sandboxes) != 1 || rep.Sandboxes[0] != sb.ID {
+		t.Errorf("drain report %+v; want the node draining and up, its plain sandbox %s listed", rep, sb.ID)
+	}
+	for i := range 3 {
+		beat() // a heartbeat does not undo it
+		got, err := c.s.CreateSandbox(ctx, c.tenant, CreateRequest{})
+		if err != nil || got.NodeID != other {
+			t.Fatalf("create %d with %s draining: on %q, %v; want %s", i, on, got.NodeID, err, other)
+		}
+	}
+	if _, err := c.s.DrainNode(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.s.CreateSandbox(ctx, c.tenant, CreateRequest{}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("create with every node draining: %v; want unavailable", err)
+	}
+	recs, err := c.s.ListNodes(ctx)
+	if err != nil || len(recs) != 2 || !recs[0].Draining || !recs[1].Draining {
+		t.Errorf("nodes: %+v, %v; want both draining", recs, err)
+	}
+	for name, id := range map[string]string{"a node that never joined": "node-x"} {
+		if _, err := c.s.DrainNode(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("drain %s: %v; want not found", name, err)
+		}
+	}
+	n, err := c.s.UndrainNode(ctx, on)
+	if err != nil || n.Draining || !n.Up {
+		t.Fatalf("undrain: %+v, %v", n, err)
+	}
+	if got, err := c.s.CreateSandbox(ctx, c.tenant, CreateRequest{}); err != nil || got.NodeID != on {
+		t.Errorf("create after %s was undrained: on %q, %v", on, got.NodeID, err)
+	}
+
+	local := newRemoteNodes(t)
+	local.s.placer.nodes.local = newFakeNode(t)
+	if _, err := local.s.DrainNode(ctx, local.s.placer.nodes.local.ID()); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("drain the control plane's own node: %v; want invalid argument", err)
+	}
+}

@@ -168,7 +168,7 @@ func (s *placer) chooseRuntime(ctx context.Context, tenantID, requested string, 
 	if err != nil {
 		return node.Runtime{}, "", err
 	}
-	caps, err := s.nodesUp(ctx)
+	caps, err := s.placeable(ctx)
 	if err != nil {
 		return node.Runtime{}, "", err
 	}

@@ -158,9 +158,47 @@ func TestSeparateNodes(t *testing.T) {
 	if got := nodeOf(t, se2.SandboxID, a, b); got != first {
 		t.Errorf("the session resumed on %q; want %s, where its snapshot was taken", got, first)
 	}
+
+	// Drained, the session's node moves it to the other with nothing lost: a file written just before
+	// and a process in memory go along; its plain sandboxes stay, listed; nothing new is placed on it.
+	other := a.ID
+	if first == a.ID {
+		other = b.ID
+	}
+	sh(t, e, se.ID, "echo just-before > /home/user/drained; setsid nohup sleep 1000 >/dev/null 2>&1 & echo $! > /home/user/pid")
+	code, out, errOut := runCLI("--url", e.URL, "--api-key", e.APIKey, "node", "drain", first)
+	if code != 0 || !strings.Contains(out, "moved session "+se.ID) || !strings.Contains(out, "to "+other) || !strings.Contains(out, "2 sandboxes of no session stay") {
+		t.Fatalf("node drain %s: %d %s %s; want the session moved to %s and 2 plain sandboxes left", first, code, out, errOut, other)
+	}
+	moved, err := e.Client.GetSession(ctx, se.ID)
+	if err != nil || moved.State != "running" || moved.Node != other || nodeOf(t, moved.SandboxID, a, b) != other {
+		t.Fatalf("session after the drain: %+v, %v; want running on %s", moved, err, other)
+	}
+	if res := sh(t, e, se.ID, "cat /home/user/drained; kill -0 $(cat /home/user/pid) && echo alive"); res.Stdout != "just-before\nalive\n" {
+		t.Errorf("the moved session's last file and process: %+v; want both there", res)
+	}
+	if n := nodeInfo(t, e, first); n.State != "draining" || !n.Draining {
+		t.Errorf("node %s after the drain: state %q, draining %v", first, n.State, n.Draining)
+	}
+	for range 2 {
+		sb, err := e.Client.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := nodeOf(t, sb.ID, a, b); got != other {
+			t.Errorf("a sandbox created with %s draining went to %q", first, got)
+		}
+		if err := e.Client.DeleteSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := e.Client.UndrainNode(ctx, first); err != nil || n.State != "up" || n.Draining {
+		t.Errorf("undrain %s: %+v, %v; want it up", first, n, err)
+	}
 	if _, err := e.Client.PauseSession(ctx, se.ID); err != nil {
 		t.Fatal(err)
 	}
+	first = other // where its snapshot is now
 
 	// The session's node stops: its sandboxes fail; the others run on.
 	gone, stays := byID[first], a

@@ -256,6 +256,8 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"GET /v1/nodes":                                         {},
 		"DELETE /v1/nodes/{id}":                                 {},
 		"PUT /v1/nodes/{id}/bound":                              {body: `{"max_sandboxes":1}`},
+		"POST /v1/nodes/{id}/drain":                             {},
+		"POST /v1/nodes/{id}/undrain":                           {},
 		"GET /v1/nodes/join-tokens":                             {},
 		"POST /v1/nodes/join-tokens":                            {body: `{"ttl_seconds":60}`},
 		"DELETE /v1/nodes/join-tokens/{id}":                     {},

@@ -65,6 +65,29 @@ type Node struct {
 	// Warnings are what the operator should know of it: other nodes on its host that, with it, offer
 	// more of the host than it has.
 	Warnings []string `json:"warnings,omitempty"`
+	// Draining says no sandbox is placed on it any more (DrainNode); its State is "draining" while it
+	// is up.
+	Draining bool `json:"draining,omitempty"`
+}
+
+// DrainReport is the response of POST /v1/nodes/{id}/drain: the node, now draining, and what was moved.
+type DrainReport struct {
+	Node Node `json:"node"`
+	// Moved are the sessions that now run on another node (To); NotMoved those that could not be (paused
+	// if their pause went through, else still running there), with Reason.
+	Moved    []MovedSession `json:"moved"`
+	NotMoved []MovedSession `json:"not_moved"`
+	// Sandboxes are the node's sandboxes of no session: they cannot move and run until they end or are
+	// deleted.
+	Sandboxes []string `json:"sandboxes"`
+}
+
+// MovedSession is a session a drain moved, or could not.
+type MovedSession struct {
+	TenantID  string `json:"tenant_id"`
+	SessionID string `json:"session_id"`
+	To        string `json:"to,omitempty"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 // NodeCapacity is what a node offers sandboxes: CPUs (1000 a core) and memory, over-committed, and a
@@ -138,6 +161,25 @@ func (c *Client) SetNodeBound(ctx context.Context, id string, b NodeCapacity) (*
 	var out Node
 	if err := c.doJSON(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(id)+"/bound", nil, b, &out, nil); err != nil {
 		return nil, fmt.Errorf("set bound of node %s: %w", id, err)
+	}
+	return &out, nil
+}
+
+// DrainNode takes a node out of placement and moves its sessions to other nodes (each paused and resumed
+// elsewhere, nothing lost), before its host is taken down. It returns when they moved.
+func (c *Client) DrainNode(ctx context.Context, id string) (*DrainReport, error) {
+	var out DrainReport
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(id)+"/drain", nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("drain node %s: %w", id, err)
+	}
+	return &out, nil
+}
+
+// UndrainNode lets sandboxes be placed on a draining node again.
+func (c *Client) UndrainNode(ctx context.Context, id string) (*Node, error) {
+	var out Node
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(id)+"/undrain", nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("undrain node %s: %w", id, err)
 	}
 	return &out, nil
 }
