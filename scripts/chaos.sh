@@ -17,8 +17,9 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --seed) export AIRLOCK_CHAOS_SEED="$2"; shift 2 ;;
     --faults) export AIRLOCK_CHAOS_FAULTS="$2"; shift 2 ;;
+    --kinds) export AIRLOCK_CHAOS_KINDS="$2"; shift 2 ;;          # e.g. disk,node
     --soak) export AIRLOCK_CHAOS_SOAK="$2"; timeout=0; shift 2 ;;   # no time limit: the soak bounds it
-    *) echo "usage: $0 [--seed N] [--faults N] [--soak DURATION]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--seed N] [--faults N] [--kinds node,replica,runsc,postgres,s3,disk] [--soak DURATION]" >&2; exit 2 ;;
   esac
 done
 exec go test -count=1 -timeout "$timeout" -run '^TestChaos$' -v ./internal/chaos/

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -23,6 +24,7 @@ import (
 	"github.com/airlockrun/airlock/internal/testenv"
 	"github.com/airlockrun/airlock/internal/testenv/pgtest"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
+	"golang.org/x/sys/unix"
 )
 
 // The chaos test's knobs, from the environment (scripts/chaos.sh sets them).
@@ -31,6 +33,8 @@ const (
 	chaosSeedEnv = "AIRLOCK_CHAOS_SEED"
 	// chaosFaultsEnv is how many faults a run injects (default chaosFaults).
 	chaosFaultsEnv = "AIRLOCK_CHAOS_FAULTS"
+	// chaosKindsEnv narrows the faults drawn to a comma-separated list of chaosFaultKinds ("disk,node").
+	chaosKindsEnv = "AIRLOCK_CHAOS_KINDS"
 	// chaosSoakEnv, a duration ("30m"), runs faults until it has passed (soak mode) instead.
 	chaosSoakEnv = "AIRLOCK_CHAOS_SOAK"
 )
@@ -39,20 +43,26 @@ const (
 	chaosFaults   = 20
 	chaosSessions = 3
 	// chaosSettle is how long every session may take to be running or paused again after a fault: a
-	// node given up after 15 s, a replica's operation lease lapsing after 10 s, and a resume.
+	// node given up after 12 s, a replica's operation lease lapsing after 10 s, and a resume.
 	chaosSettle = 150 * time.Second
+	// chaosKeepAll is the replicas' --keep-all: younger snapshots are all kept.
+	chaosKeepAll = 2 * time.Minute
+	// chaosNodeDisk is the size of each node's file system of its own, which the disk fault fills.
+	chaosNodeDisk = 6 << 30
 )
 
 // The faults and the operations they hit.
 var (
-	chaosFaultKinds = []string{"node", "replica", "runsc", "postgres", "s3"}
+	chaosFaultKinds = []string{"node", "replica", "runsc", "postgres", "s3", "disk"}
 	chaosOps        = []string{"pause", "resume", "snapshot", "fork", "restore", "none"}
 )
 
 // TestChaos: a small cluster (PostgreSQL, versitygw, two replicas, two nodes, all real processes) runs
 // sessions that count in memory and append to a file, while a seeded random schedule kills a node, a
 // replica or a sandbox's runsc process with SIGKILL, crashes PostgreSQL or versitygw and starts them
-// again, each at a random point of a pause, resume, snapshot, fork or restore. Throughout, no session
+// again, each at a random point of a pause, resume, snapshot, fork or restore, or fills a node's disk
+// for a while as one starts. Rolling snapshots (every 15 s), retention (every 20 s, deleting what is
+// older than chaosKeepAll and not pinned) and GC (every 30 s) run meanwhile. Throughout, no session
 // may have two copies running at once (runsc's own state, on both nodes, polled); after each fault every
 // session must be running or paused again within chaosSettle, with its work at least where its last
 // acknowledged snapshot had it. At the end every acknowledged snapshot must decrypt and restore, and
@@ -83,11 +93,23 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("%s=%q: %v", chaosSoakEnv, v, err)
 		}
 	}
+	kinds := chaosFaultKinds
+	if v := os.Getenv(chaosKindsEnv); v != "" {
+		kinds = strings.Split(v, ",")
+		for _, k := range kinds {
+			if !slices.Contains(chaosFaultKinds, k) {
+				t.Fatalf("%s=%q: %q is not one of %v", chaosKindsEnv, v, k, chaosFaultKinds)
+			}
+		}
+	}
 	t.Logf("chaos seed %d (%s=%d replays this run)", seed, chaosSeedEnv, seed)
 
-	cl := testenv.StartCluster(t, 2, 2)
+	// Retention and GC run often, so that faults land in their runs too: retention deletes the
+	// snapshots past chaosKeepAll that nothing protects (the acknowledged ones are pinned).
+	cl := testenv.StartClusterWith(t, 2, 2, testenv.ClusterOptions{NodeDiskBytes: chaosNodeDisk,
+		ReplicaArgs: []string{"--prune-interval", "20s", "--gc-interval", "30s", "--keep-all", chaosKeepAll.String()}})
 	c := &chaos{t: t, cl: cl, rng: rand.New(rand.NewPCG(uint64(seed), 0)), sbSession: map[string]string{},
-		acked: map[string]ackedSnapshot{}, floor: map[string]int{}, faultCount: map[string]int{}}
+		acked: map[string]ackedSnapshot{}, floor: map[string]int{}, faultCount: map[string]int{}, kinds: kinds}
 	for _, n := range cl.Nodes {
 		c.runscRoots = append(c.runscRoots, filepath.Join(n.DataDir, "runtime", "runsc"))
 	}
@@ -163,6 +185,7 @@ type chaos struct {
 	rng        *rand.Rand
 	runscRoots []string
 	sessions   []string
+	kinds      []string // the faults drawn from
 
 	mu sync.Mutex
 	// sbSession maps the sandboxes seen to their sessions; twice holds what the watcher saw run twice;
@@ -197,14 +220,23 @@ func (c *chaos) client() *airlock.Client {
 func (c *chaos) round(ctx context.Context, i int) {
 	t := c.t
 	op := chaosOps[c.rng.IntN(len(chaosOps))]
-	fault := chaosFaultKinds[c.rng.IntN(len(chaosFaultKinds))]
+	fault := c.kinds[c.rng.IntN(len(c.kinds))]
 	delay := time.Duration(c.rng.IntN(1500)) * time.Millisecond
-	t.Logf("round %d: %s, with %s %s into it", i, op, fault, delay)
 	run := c.op(ctx, op)
 	opDone := make(chan func(), 1)
-	go func() { opDone <- run() }() // owner: round; what it returns runs on the test's goroutine
-	time.Sleep(delay)
-	c.inject(ctx, fault)
+	if fault == "disk" {
+		// A disk stays full for a while: the operation starts on it full and ends as it may.
+		t.Logf("round %d: %s, on a disk full since %s", i, op, delay)
+		free := c.fillNodeDisk()
+		time.Sleep(delay)
+		go func() { opDone <- run() }() // owner: round; what it returns runs on the test's goroutine
+		free()
+	} else {
+		t.Logf("round %d: %s, with %s %s into it", i, op, fault, delay)
+		go func() { opDone <- run() }() // owner: round; what it returns runs on the test's goroutine
+		time.Sleep(delay)
+		c.inject(ctx, fault)
+	}
 	c.faultCount[fault]++
 	var after func()
 	select {
@@ -306,6 +338,18 @@ func (c *chaos) snapshotOp(ctx context.Context, cl *airlock.Client, se string) f
 		c.t.Logf("  snapshot %s: %v", se, err)
 		return nil
 	}
+	// Pinned, so that retention keeps it (it cannot delete it for chaosKeepAll).
+	pinned := true
+	for try := 0; try < 20; try++ {
+		if _, err = cl.UpdateSnapshot(octx, se, sn.ID, airlock.UpdateSnapshotRequest{Pinned: &pinned}); err == nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil {
+		c.t.Logf("  snapshot %s of %s not pinned: %v", sn.ID, se, err)
+		return nil
+	}
 	return func() {
 		// Acknowledged once the store holds it (what a failover restores from).
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -357,13 +401,13 @@ func (c *chaos) inject(ctx context.Context, kind string) {
 		// run elsewhere by then, and what it left is destroyed).
 		down := time.Duration(1+c.rng.IntN(7)) * time.Second
 		if c.rng.IntN(2) == 0 {
-			down = time.Duration(17+c.rng.IntN(5)) * time.Second
+			down = time.Duration(14+c.rng.IntN(5)) * time.Second
 		}
 		t.Logf("  kill -9 node %s (sessions %v), back after %s", n.ID, onIt, down)
 		killed := time.Now()
 		n.Kill()
 		time.Sleep(down)
-		if down > 16*time.Second {
+		if down > 13*time.Second {
 			// Given up: its sessions ran on the other node; how soon is a failover's time.
 			for _, se := range onIt {
 				if d, ok := c.runningElsewhere(ctx, se, n.ID, killed); ok {
@@ -412,6 +456,58 @@ func (c *chaos) inject(ctx context.Context, kind string) {
 		t.Logf("  kill -9 versitygw and start it again")
 		c.cl.Options.S3.Restart(t)
 	}
+}
+
+// fillNodeDisk fills a random node's disk (its data directory's file system) and returns what waits a
+// random while, then frees it.
+func (c *chaos) fillNodeDisk() (free func()) {
+	t := c.t
+	n := c.cl.Nodes[c.rng.IntN(len(c.cl.Nodes))]
+	hold := time.Duration(2000+c.rng.IntN(8000)) * time.Millisecond
+	filled, err := fillDisk(n.DataDir)
+	if err != nil {
+		t.Fatalf("fill node %s's disk: %v", n.ID, err)
+	}
+	t.Logf("  node %s's disk filled (%d MiB more), for %s", n.ID, filled>>20, hold)
+	return func() {
+		time.Sleep(hold)
+		if err := os.Remove(filepath.Join(n.DataDir, chaosFiller)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// chaosFiller is the file in a node's data directory that fills its file system.
+const chaosFiller = "chaos-filler"
+
+// fillDisk fills the file system of dir with a file (chaosFiller) until not a page is left, and reports
+// how many bytes that took.
+func fillDisk(dir string) (int64, error) {
+	f, err := os.OpenFile(filepath.Join(dir, chaosFiller), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var total int64
+	for chunk := int64(1 << 40); chunk >= 4096; {
+		var st unix.Statfs_t
+		if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+			return total, err
+		}
+		chunk = min(chunk, int64(st.Bavail)*st.Bsize)
+		if chunk < 4096 {
+			break
+		}
+		switch err := unix.Fallocate(int(f.Fd()), 0, total, chunk); {
+		case errors.Is(err, unix.ENOSPC): // the node took some meanwhile: a smaller piece
+			chunk /= 2
+		case err != nil:
+			return total, err
+		default:
+			total += chunk
+		}
+	}
+	return total, nil
 }
 
 func (c *chaos) clusterURLs() []string {

@@ -1126,6 +1126,16 @@ func (s *sessions) reconcileSessionLocked(ctx context.Context, se store.Session)
 			})
 			return err
 		}
+		if se.HeadSnapshotID != "" {
+			// What the pause was to save is gone with the sandbox; the caller wanted it paused, and it
+			// can be, at its latest snapshot.
+			head := se.HeadSnapshotID
+			_, err := s.updateSession(ctx, se, func(se *store.Session) error {
+				se.SandboxID = ""
+				return setSessionState(se, store.SessionPaused, "pause interrupted and the sandbox was gone: paused at snapshot "+head+", its latest (later work is lost)")
+			})
+			return err
+		}
 		return lost("lost: airlock restarted during a pause and the sandbox was gone")
 	case store.SessionResuming:
 		back := store.SessionPaused

@@ -333,8 +333,9 @@ func TestSessionCorruptSnapshotGivesClearError(t *testing.T) {
 	}
 }
 
-// TestSessionReconcile: what a restart finds mid-way is settled: a pause that had not finished runs on,
-// a resume that had not finished is paused again, a snapshot being written is failed.
+// TestSessionReconcile: what a restart finds mid-way is settled: a pause that had not finished runs on (or,
+// its sandbox gone, is paused at its latest snapshot), a resume that had not finished is paused again, a
+// snapshot being written is failed.
 func TestSessionReconcile(t *testing.T) {
 	e := setupSessions(t)
 	ctx := context.Background()
@@ -355,6 +356,32 @@ func TestSessionReconcile(t *testing.T) {
 	if _, err := e.st.UpdateSession(ctx, withState(resuming, store.SessionResuming)); err != nil {
 		t.Fatal(err)
 	}
+	// A pause whose sandbox was lost meanwhile (its checkpoint killed it): paused at its head snapshot,
+	// or failed if it has none.
+	var gone []store.Session
+	for i := range 2 {
+		se := e.create(t, SessionRequest{})
+		if i == 0 {
+			if se, err = e.s.PauseSession(ctx, e.tenant, se.ID); err != nil {
+				t.Fatal(err)
+			}
+			if se, err = e.s.ResumeSession(ctx, e.tenant, se.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sb, err := e.st.GetSandbox(ctx, e.tenant, se.SandboxID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.State = store.StateFailed
+		if _, err := e.st.UpdateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		if se, err = e.st.UpdateSession(ctx, withState(se, store.SessionPausing)); err != nil {
+			t.Fatal(err)
+		}
+		gone = append(gone, se)
+	}
 	s2 := e.newSvc()
 	if err := s2.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -367,6 +394,14 @@ func TestSessionReconcile(t *testing.T) {
 	got, _ = s2.GetSession(ctx, e.tenant, resuming.ID)
 	if got.State != store.SessionPaused || got.HeadSnapshotID != resuming.HeadSnapshotID {
 		t.Errorf("interrupted resume: %+v; want paused at its head", got)
+	}
+	got, _ = s2.GetSession(ctx, e.tenant, gone[0].ID)
+	if got.State != store.SessionPaused || got.HeadSnapshotID != gone[0].HeadSnapshotID || got.SandboxID != "" || !strings.Contains(got.Reason, "paused at snapshot "+gone[0].HeadSnapshotID) {
+		t.Errorf("interrupted pause, its sandbox gone: %+v; want paused at its head %s", got, gone[0].HeadSnapshotID)
+	}
+	got, _ = s2.GetSession(ctx, e.tenant, gone[1].ID)
+	if got.State != store.SessionFailed || !strings.Contains(got.Reason, "sandbox was gone") {
+		t.Errorf("interrupted pause, its sandbox gone, no snapshot: %+v; want failed", got)
 	}
 	sns, err := e.st.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotWriting}, 10)
 	if err != nil || len(sns) != 0 {

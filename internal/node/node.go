@@ -802,8 +802,13 @@ func (n *Local) Shutdown(ctx context.Context) error {
 // req.SnapshotID (see runtime.Checkpointer), kept on the node, synced, until StoreImage stores it. The
 // daemon lets go of its channel for it (link streams in progress end; the processes live on and can be
 // re-attached). With req.LeaveRunning the sandbox continues and the node connects to it again; without,
-// it stays stopped until DestroySandbox or UnpauseSandbox.
+// it stays stopped until DestroySandbox or UnpauseSandbox. A checkpoint once begun runs to its end (at
+// most checkpointTimeout) even if its caller goes away: one cut off halfway (runsc killed while it saves)
+// could leave the sandbox unable to run on, where a caller that comes back (or takes the operation over)
+// finds it frozen and thaws it (UnpauseSandbox).
 func (n *Local) CheckpointSandbox(ctx context.Context, id string, req CheckpointRequest) (Image, error) {
+	ctx, cancelCkpt := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
+	defer cancelCkpt()
 	drv := n.drv.driverOf(id)
 	cp, ok := drv.(runtime.Checkpointer)
 	if !ok {
@@ -875,6 +880,9 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req Checkpoint
 	n.prefetch(dir)
 	return n.image(drv, dir), nil
 }
+
+// checkpointTimeout bounds a checkpoint (of a sandbox of 64 GiB, written at 200 MB/s: under 6 minutes).
+const checkpointTimeout = 10 * time.Minute
 
 // image describes the checkpoint image drv made in dir.
 func (n *Local) image(drv runtime.Driver, dir string) Image {

@@ -485,6 +485,26 @@ func TestFailedCheckpointRunsOn(t *testing.T) {
 	e.noExit(t)
 }
 
+// TestCheckpointOutlivesItsCaller: a checkpoint whose caller went away (its context canceled, as when a
+// control plane dies mid-request) runs to its end, and the sandbox runs on.
+func TestCheckpointOutlivesItsCaller(t *testing.T) {
+	e := newEnv(t)
+	e.create(t, "sb_1")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	img, err := e.n.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true})
+	if err != nil || img.Bytes == 0 {
+		t.Fatalf("CheckpointSandbox with its caller gone = %+v, %v; want it done", img, err)
+	}
+	if got := e.sh(t, "sb_1", "echo alive"); got != "alive" {
+		t.Errorf("after the checkpoint: %q", got)
+	}
+	if ids, _ := e.n.PendingImages(t.Context()); len(ids) != 1 || ids[0] != "sn_1" {
+		t.Errorf("pending images %v; want sn_1's", ids)
+	}
+	e.noExit(t)
+}
+
 // TestRecover: a node made again on the same data directory and driver re-adopts the sandboxes that
 // still run (a paused one included, which it lets run), skips those that stopped or never were, and
 // watches the adopted ones again.

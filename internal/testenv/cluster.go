@@ -29,10 +29,25 @@ type Cluster struct {
 // inside 100.96.0.0/11.
 func ClusterAddresses(i int) string { return fmt.Sprintf("100.%d.0.0/14", 96+4*i) }
 
+// ClusterOptions shape a cluster StartClusterWith starts.
+type ClusterOptions struct {
+	// NodeDiskBytes, if set, gives each node a data directory on a file system of its own of that size
+	// (NodeOptions.DiskBytes).
+	NodeDiskBytes int64
+	// ReplicaArgs are more flags for every replica (ReplicaOptions.Args).
+	ReplicaArgs []string
+}
+
 // StartCluster starts replicas replicas and nodes nodes (node-1, node-2, …; each with its own state
 // directory and ClusterAddresses range, joined through the first replica, reporting to all of them in
 // turn) and waits until every node is up. It skips the test without sandboxes or PostgreSQL.
 func StartCluster(t testing.TB, replicas, nodes int) *Cluster {
+	t.Helper()
+	return StartClusterWith(t, replicas, nodes, ClusterOptions{})
+}
+
+// StartClusterWith is StartCluster shaped by o.
+func StartClusterWith(t testing.TB, replicas, nodes int, o ClusterOptions) *Cluster {
 	t.Helper()
 	RequireSandboxes(t)
 	if !pgtest.Available() {
@@ -42,7 +57,7 @@ func StartCluster(t testing.TB, replicas, nodes int) *Cluster {
 		t.Fatalf("StartCluster(%d, %d): want at least one replica and at most 8 nodes", replicas, nodes)
 	}
 	c := &Cluster{Options: ReplicaOptions{PostgresDSN: pgtest.Start(t), S3: s3test.Start(t),
-		MasterKeyFile: filepath.Join(t.TempDir(), "master.key"), KeyFile: filepath.Join(t.TempDir(), "api-key")}}
+		MasterKeyFile: filepath.Join(t.TempDir(), "master.key"), KeyFile: filepath.Join(t.TempDir(), "api-key"), Args: o.ReplicaArgs}}
 	var clusterURLs []string
 	for i := range replicas {
 		r := StartReplica(t, fmt.Sprintf("cp%d", i+1), c.Options)
@@ -57,7 +72,7 @@ func StartCluster(t testing.TB, replicas, nodes int) *Cluster {
 	var ids []string
 	for i := range nodes {
 		n := StartNode(t, c.Env, fmt.Sprintf("node-%d", i+1), NodeOptions{Process: true, ControlPlanes: clusterURLs,
-			SandboxAddresses: ClusterAddresses(i), S3: &c.Options.S3})
+			SandboxAddresses: ClusterAddresses(i), S3: &c.Options.S3, DiskBytes: o.NodeDiskBytes})
 		c.Nodes = append(c.Nodes, n)
 		ids = append(ids, n.ID)
 	}

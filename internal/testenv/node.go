@@ -19,6 +19,7 @@ import (
 	"github.com/airlockrun/airlock/internal/cli"
 	"github.com/airlockrun/airlock/internal/testenv/s3test"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
+	"golang.org/x/sys/unix"
 )
 
 // Node is a node in a process of its own (here: in the test's process, as airlock node run would run
@@ -55,6 +56,9 @@ type NodeOptions struct {
 	// Process runs the node as a process of its own (airlock node run from the test binary), which
 	// Kill can kill with SIGKILL; otherwise it runs in the test's process.
 	Process bool
+	// DiskBytes, if set, puts a new data directory on a file system of its own of that size (a tmpfs),
+	// which a test can fill up.
+	DiskBytes int64
 }
 
 // StartNode joins a node of ID id to e's cluster through the CLI (airlock node join, with a join token
@@ -75,6 +79,12 @@ func StartNode(t testing.TB, e *Env, id string, opts NodeOptions) *Node {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.RemoveAll(dir) })
+		if opts.DiskBytes > 0 {
+			if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", opts.DiskBytes)); err != nil {
+				t.Fatalf("StartNode: a file system of its own for %s: %v", dir, err)
+			}
+			t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		tok, err := e.Client.CreateJoinToken(ctx, airlock.CreateJoinTokenRequest{TTLSeconds: 3600, Description: "test node " + id})

@@ -59,6 +59,8 @@ type ReplicaOptions struct {
 	MasterKeyFile string
 	// KeyFile is where the first replica on the database saves the operator's first API key.
 	KeyFile string
+	// Args are more flags for airlock server ("--gc-interval", "30s").
+	Args []string
 }
 
 // StartReplica runs a replica until the test ends (or Stop, Kill) and waits until both its ports answer.
@@ -98,8 +100,9 @@ func (r *Replica) launch(t testing.TB, opts ReplicaOptions, env []string) error 
 	addr, cluster := strings.TrimPrefix(r.URL, "http://"), strings.TrimPrefix(r.ClusterURL, "https://")
 	r.done = make(chan struct{})
 	r.env = env
-	r.cmd = exec.Command(Binary(t), "server", "--data-dir", r.DataDir, "--key-file", opts.KeyFile, "--listen", addr, "--cluster-listen", cluster,
-		"--master-key-file", opts.MasterKeyFile, "--s3-endpoint", opts.S3.Endpoint, "--s3-bucket", opts.S3.Bucket, "--s3-prefix", s3Prefix, "--s3-insecure")
+	args := []string{"server", "--data-dir", r.DataDir, "--key-file", opts.KeyFile, "--listen", addr, "--cluster-listen", cluster,
+		"--master-key-file", opts.MasterKeyFile, "--s3-endpoint", opts.S3.Endpoint, "--s3-bucket", opts.S3.Bucket, "--s3-prefix", s3Prefix, "--s3-insecure"}
+	r.cmd = exec.Command(Binary(t), append(args, opts.Args...)...)
 	r.cmd.Env = append(os.Environ(), "AIRLOCK_POSTGRES="+opts.PostgresDSN, "AWS_ACCESS_KEY_ID="+opts.S3.AccessKey, "AWS_SECRET_ACCESS_KEY="+opts.S3.SecretKey)
 	r.cmd.Env = append(r.cmd.Env, env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log

@@ -90,7 +90,22 @@ func (d Dir) MakeControlDir(owner int) error {
 	if err := os.Lchown(kp, owner, owner); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(p, proto.ControlWake), []byte("0"), 0o644)
+	if err := os.WriteFile(filepath.Join(p, proto.ControlWake), []byte("0"), 0o644); err != nil {
+		return err
+	}
+	return d.makeWakeSpare()
+}
+
+// wakeSpare is the file in the control directory that the next TouchWake renames over the wake file:
+// made beforehand, so that waking a daemon needs no free space (a full disk must not leave a sandbox
+// quiesced for good after a checkpoint that failed on it).
+const wakeSpare = ".wake-spare"
+
+// makeWakeSpare writes the next wake file's contents aside (wakeSpare): a generation later than the wake
+// file's.
+func (d Dir) makeWakeSpare() error {
+	gen := []byte(strconv.FormatInt(time.Now().UnixNano(), 10))
+	return fsutil.WriteFileAtomic(filepath.Join(d.Control(), wakeSpare), gen, 0o644)
 }
 
 // OpenLinkDir opens the link directory for lookups beneath it. The path up to it is the
@@ -211,11 +226,20 @@ func (d Dir) LinkKey() ([]byte, error) {
 	return b, nil
 }
 
-// TouchWake changes the wake file of the control directory, which a quiesced daemon watches.
+// TouchWake changes the wake file of the control directory, which a quiesced daemon watches: it renames
+// the spare made beforehand over it (which takes no free space), then makes the next spare; without a
+// spare (the last could not be made, or a sandbox from before spares) it writes the file anew.
 func (d Dir) TouchWake() error {
-	gen := []byte(strconv.FormatInt(time.Now().UnixNano(), 10))
-	if err := fsutil.WriteFileAtomic(filepath.Join(d.Control(), proto.ControlWake), gen, 0o644); err != nil {
-		return fmt.Errorf("wake: %w", err)
+	wake := filepath.Join(d.Control(), proto.ControlWake)
+	if err := os.Rename(filepath.Join(d.Control(), wakeSpare), wake); err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("wake: %w", err)
+		}
+		gen := []byte(strconv.FormatInt(time.Now().UnixNano(), 10))
+		if err := fsutil.WriteFileAtomic(wake, gen, 0o644); err != nil {
+			return fmt.Errorf("wake: %w", err)
+		}
 	}
+	_ = d.makeWakeSpare() // on a full disk, none: the next wake writes the file
 	return nil
 }
