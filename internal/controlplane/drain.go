@@ -103,7 +103,7 @@ func (s *placer) UndrainNode(ctx context.Context, id string) (NodeRecord, error)
 // moveSession pauses session seID if it runs on node from and resumes it on another, and reports where
 // ("": it was not running there any more, nothing to do).
 func (s *sessions) moveSession(ctx context.Context, tenantID, seID, from string) (string, error) {
-	unlock := s.locks.Lock(seID)
+	unlock := s.lockSession(seID)
 	defer unlock()
 	se, err := s.GetSession(ctx, tenantID, seID)
 	if err != nil {

@@ -250,7 +250,7 @@ func (s *loops) failOver() {
 func (s *sessions) resumeElsewhere(tenantID, sessionID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	unlock := s.locks.Lock(sessionID)
+	unlock := s.lockSession(sessionID)
 	defer unlock()
 	se, err := s.store.GetSession(ctx, tenantID, sessionID)
 	if err != nil || se.State != store.SessionFailed || se.HeadSnapshotID == "" {
@@ -412,6 +412,25 @@ func (s *sessions) sessionChanged(se store.Session) {
 	case !transitional(se.State) && held:
 		stop()
 		delete(s.ops.m, se.ID)
+	}
+}
+
+// lockSession takes session id's lock for an operation on it. The unlock it returns also gives up this
+// replica's lease on the operation if the session was left in the middle of one — the operation's last
+// update failed (the Store out of reach, say) — so that the leader settles it (adoptOrphanOps) once the
+// lease lapses, instead of this replica holding the lease, and the session mid-way, for ever.
+func (s *sessions) lockSession(id string) (unlock func()) {
+	release := s.locks.Lock(id)
+	return func() {
+		s.ops.mu.Lock()
+		stop, held := s.ops.m[id]
+		delete(s.ops.m, id)
+		s.ops.mu.Unlock()
+		if held {
+			stop()
+			s.log.Warn("an operation ended with its session mid-way (its last update failed): the leader will settle it", "session", id)
+		}
+		release()
 	}
 }
 

@@ -817,3 +817,35 @@ func TestDrainNode(t *testing.T) {
 		t.Errorf("drain the control plane's own node: %v; want invalid argument", err)
 	}
 }
+
+// TestOpLeaseGivenUpWhenLeftMidway: a clustered replica holds the lease on a session's operation while the
+// session is mid-way; if the operation ends with the session still mid-way (its last update failed), the
+// session's unlock gives the lease up, so that the leader can settle it; a session that settled gave it
+// up already.
+func TestOpLeaseGivenUpWhenLeftMidway(t *testing.T) {
+	c := newRemoteNodes(t, "node-a")
+	ss := c.s.sessions
+	held := func(id string) bool {
+		ss.ops.mu.Lock()
+		defer ss.ops.mu.Unlock()
+		_, ok := ss.ops.m[id]
+		return ok
+	}
+	unlock := ss.lockSession("se_1")
+	ss.sessionChanged(store.Session{ID: "se_1", State: store.SessionPausing})
+	if !held("se_1") {
+		t.Fatal("no lease held on a session mid-way")
+	}
+	unlock() // the operation's last update failed: still pausing
+	if held("se_1") {
+		t.Error("the lease on an operation that ended with its session mid-way is still held")
+	}
+	unlock = ss.lockSession("se_2")
+	ss.sessionChanged(store.Session{ID: "se_2", State: store.SessionResuming})
+	ss.sessionChanged(store.Session{ID: "se_2", State: store.SessionRunning})
+	if held("se_2") {
+		t.Error("the lease on a settled session is still held")
+	}
+	unlock()
+	ss.ops.wg.Wait() // the renewals ended
+}

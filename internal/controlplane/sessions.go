@@ -158,7 +158,7 @@ func (s *sessions) CreateSession(ctx context.Context, tenantID string, req Sessi
 		return store.Session{}, fmt.Errorf("create session: %w", err)
 	}
 	s.sessionChanged(se)
-	unlock := s.locks.Lock(se.ID)
+	unlock := s.lockSession(se.ID)
 	defer unlock()
 	// The boot goes on if the caller goes away: the record exists and must end in a settled state.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
@@ -361,7 +361,7 @@ func (s *sessions) ListSessions(ctx context.Context, tenantID string, f store.Se
 // PauseSession snapshots the session's sandbox (memory, processes, files) and destroys it. Pausing a
 // paused session returns it as it is.
 func (s *sessions) PauseSession(ctx context.Context, tenantID, id string) (store.Session, error) {
-	unlock := s.locks.Lock(id)
+	unlock := s.lockSession(id)
 	defer unlock()
 	se, err := s.GetSession(ctx, tenantID, id)
 	if err != nil {
@@ -570,7 +570,7 @@ func truncateReason(s string) string {
 // ResumeSession restores a paused (or failed) session's head snapshot into a new sandbox. Resuming a
 // running session returns it as it is.
 func (s *sessions) ResumeSession(ctx context.Context, tenantID, id string) (store.Session, error) {
-	unlock := s.locks.Lock(id)
+	unlock := s.lockSession(id)
 	defer unlock()
 	se, err := s.GetSession(ctx, tenantID, id)
 	if err != nil {
@@ -680,7 +680,7 @@ func (s *sessions) SnapshotSession(ctx context.Context, tenantID, id, name strin
 	if name != "" && !metaKeyPattern.MatchString(name) {
 		return store.Snapshot{}, invalid("snapshot name %q must be 1-63 letters, digits or _.-/ and start with a letter or digit", name)
 	}
-	unlock := s.locks.Lock(id)
+	unlock := s.lockSession(id)
 	defer unlock()
 	se, err := s.GetSession(ctx, tenantID, id)
 	if err != nil {
@@ -750,7 +750,7 @@ func (s *sessions) ForkSession(ctx context.Context, tenantID, id string, count i
 		return nil, invalid("count must be between 1 and %d, got %d", MaxFork, count)
 	}
 	ctx = context.WithoutCancel(ctx)
-	unlock := s.locks.Lock(id)
+	unlock := s.lockSession(id)
 	parent, err := s.GetSession(ctx, tenantID, id)
 	if err != nil {
 		unlock()
@@ -822,7 +822,7 @@ func (s *sessions) ForkSession(ctx context.Context, tenantID, id string, count i
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			unlock := s.locks.Lock(forks[i].ID)
+			unlock := s.lockSession(forks[i].ID)
 			defer unlock()
 			child := forks[i]
 			sb, err := s.startSessionSandbox(ctx, child, nil, src, snap.Meta[snapshotNodeMeta], caFrom)
@@ -849,7 +849,7 @@ func (s *sessions) ForkSession(ctx context.Context, tenantID, id string, count i
 // deleted. Deleting a deleted session succeeds.
 func (s *sessions) DeleteSession(ctx context.Context, tenantID, id string) error {
 	ctx = context.WithoutCancel(ctx)
-	unlock := s.locks.Lock(id)
+	unlock := s.lockSession(id)
 	defer unlock()
 	se, err := s.GetSession(ctx, tenantID, id)
 	if err != nil {
@@ -931,7 +931,7 @@ func (s *sessions) sessionSandbox(ctx context.Context, tenantID, id string, touc
 		return "", false, err
 	}
 	if se.State != store.SessionRunning {
-		unlock := s.locks.Lock(id)
+		unlock := s.lockSession(id)
 		defer unlock()
 		if se, err = s.GetSession(ctx, tenantID, id); err != nil {
 			return "", false, err
@@ -970,7 +970,7 @@ func (s *sessions) pauseIdleSessions() {
 }
 
 func (s *sessions) pauseIfIdle(ctx context.Context, tenantID, id string) {
-	unlock := s.locks.Lock(id)
+	unlock := s.lockSession(id)
 	defer unlock()
 	se, err := s.store.GetSession(ctx, tenantID, id)
 	if err != nil || se.State != store.SessionRunning || se.IdleTimeoutSeconds <= 0 ||
@@ -993,7 +993,7 @@ func (s *sessions) pauseIfIdle(ctx context.Context, tenantID, id string) {
 func (s *sessions) sessionSandboxExited(tenantID, sessionID, sbID, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	unlock := s.locks.Lock(sessionID)
+	unlock := s.lockSession(sessionID)
 	defer unlock()
 	se, err := s.store.GetSession(ctx, tenantID, sessionID)
 	if err != nil || se.SandboxID != sbID || se.State != store.SessionRunning {
@@ -1085,7 +1085,7 @@ func (s *sessions) reconcileSessions(ctx context.Context) error {
 }
 
 func (s *sessions) reconcileSession(ctx context.Context, se store.Session) error {
-	unlock := s.locks.Lock(se.ID)
+	unlock := s.lockSession(se.ID)
 	defer unlock()
 	return s.reconcileSessionLocked(ctx, se)
 }
@@ -1171,7 +1171,7 @@ func (s *sessions) pauseAllForShutdown(ctx context.Context) {
 		if sb, err := s.store.GetSandbox(ctx, se.TenantID, se.SandboxID); err != nil || !s.nodes.isLocal(sb.NodeID) {
 			continue
 		}
-		unlock := s.locks.Lock(se.ID)
+		unlock := s.lockSession(se.ID)
 		if fresh, err := s.store.GetSession(ctx, se.TenantID, se.ID); err == nil && fresh.State == store.SessionRunning {
 			if _, err := s.pauseLocked(ctx, fresh, "airlock shut down"); err != nil {
 				s.log.Error("pause session for shutdown", "session", se.ID, "err", err)
@@ -1232,7 +1232,7 @@ func (s *snapshotBook) collectSnapshots(grace time.Duration) {
 
 // setSessionNetwork records a session's new egress policy (its running sandbox already has it).
 func (s *sessions) setSessionNetwork(ctx context.Context, tenantID, id string, raw []byte) error {
-	unlock := s.locks.Lock(id)
+	unlock := s.lockSession(id)
 	defer unlock()
 	se, err := s.store.GetSession(ctx, tenantID, id)
 	if err != nil {

@@ -336,7 +336,7 @@ func (s *sessions) RestoreSession(ctx context.Context, tenantID, id string, req 
 		return store.Session{}, invalid("give either snapshot_id or at")
 	}
 	ctx = context.WithoutCancel(ctx)
-	unlock := s.locks.Lock(id)
+	unlock := s.lockSession(id)
 	defer unlock()
 	se, err := s.GetSession(ctx, tenantID, id)
 	if err != nil {
