@@ -256,8 +256,8 @@ type muxClient struct {
 	qmu    sync.Mutex
 	queue  []proto.Frame // frames for the client, in order; guarded by qmu
 	queued int           // their payload bytes; guarded by qmu
-	// finishing is set once the daemon's connection ended or the client was told to go away: the client
-	// is closed when its queue is written. Guarded by qmu.
+	// finishing is set once the daemon's connection ended: the client is closed when its queue is
+	// written (one told to go away closes itself, or goAway's timer closes it). Guarded by qmu.
 	finishing bool
 	wake      chan struct{}
 
