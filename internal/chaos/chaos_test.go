@@ -47,8 +47,14 @@ const (
 	chaosSettle = 150 * time.Second
 	// chaosKeepAll is the replicas' --keep-all: younger snapshots are all kept.
 	chaosKeepAll = 2 * time.Minute
-	// chaosNodeDisk is the size of each node's file system of its own, which the disk fault fills.
+	// chaosNodeDisk is the size of each node's file system of its own, which the disk fault fills;
+	// chaosDiskMB the disk of each session's sandbox, allocated on it (a tmpfs: in memory) up front.
 	chaosNodeDisk = 6 << 30
+	chaosDiskMB   = 256
+	// crashResumes and crashWindow are the control plane's crash budget (controlplane/failover.go):
+	// a session whose sandbox stops by itself that often that soon fails.
+	crashResumes = 3
+	crashWindow  = 10 * time.Minute
 )
 
 // The faults and the operations they hit.
@@ -108,14 +114,14 @@ func TestChaos(t *testing.T) {
 	// snapshots past chaosKeepAll that nothing protects (the acknowledged ones are pinned).
 	cl := testenv.StartClusterWith(t, 2, 2, testenv.ClusterOptions{NodeDiskBytes: chaosNodeDisk,
 		ReplicaArgs: []string{"--prune-interval", "20s", "--gc-interval", "30s", "--keep-all", chaosKeepAll.String()}})
-	c := &chaos{t: t, cl: cl, rng: rand.New(rand.NewPCG(uint64(seed), 0)), sbSession: map[string]string{},
+	c := &chaos{t: t, cl: cl, rng: rand.New(rand.NewPCG(uint64(seed), 0)), sbSession: map[string]string{}, kills: map[string][]time.Time{},
 		acked: map[string]ackedSnapshot{}, floor: map[string]int{}, faultCount: map[string]int{}, kinds: kinds}
 	for _, n := range cl.Nodes {
 		c.runscRoots = append(c.runscRoots, filepath.Join(n.DataDir, "runtime", "runsc"))
 	}
 	ctx := ctxT(t, 2*time.Hour)
 	for range chaosSessions {
-		se, err := c.client().CreateSession(ctx, airlock.CreateSessionRequest{RollingIntervalSeconds: new(15)})
+		se, err := c.client().CreateSession(ctx, airlock.CreateSessionRequest{RollingIntervalSeconds: new(15), DiskMB: chaosDiskMB})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,6 +203,7 @@ type chaos struct {
 	acked      map[string]ackedSnapshot
 	floor      map[string]int
 	faultCount map[string]int
+	kills      map[string][]time.Time // when a sandbox of each session was killed
 	settles    []time.Duration
 	failovers  []time.Duration
 	lost       int
@@ -441,13 +448,25 @@ func (c *chaos) inject(ctx context.Context, kind string) {
 			t.Logf("  no runsc sandbox to kill")
 			return
 		}
+		// A session whose sandbox stops by itself crashResumes times within crashWindow fails rather
+		// than resume again (controlplane/failover.go: a crash loop), as it should; so sessions killed
+		// that often lately are spared.
 		ids := make([]string, 0, len(pids))
 		for id := range pids {
-			ids = append(ids, id)
+			if se := c.sessionOf(id); se == "" || c.recentKills(se) < crashResumes {
+				ids = append(ids, id)
+			}
+		}
+		if len(ids) == 0 {
+			t.Logf("  no runsc sandbox to kill (of sessions not killed %d times in %s)", crashResumes, crashWindow)
+			return
 		}
 		sort.Strings(ids)
 		id := ids[c.rng.IntN(len(ids))]
 		t.Logf("  kill -9 runsc-sandbox of %s (pid %d)", id, pids[id])
+		if se := c.sessionOf(id); se != "" {
+			c.kills[se] = append(c.kills[se], time.Now())
+		}
 		_ = syscall.Kill(pids[id], syscall.SIGKILL)
 	case "postgres":
 		t.Logf("  crash PostgreSQL and start it again")
@@ -643,6 +662,17 @@ func (c *chaos) count(ctx context.Context, cl *airlock.Client, se string) (int, 
 		return 0, err
 	}
 	return strconv.Atoi(strings.TrimSpace(res.Stdout))
+}
+
+// recentKills counts the runsc kills of session se's sandboxes within crashWindow.
+func (c *chaos) recentKills(se string) int {
+	n := 0
+	for _, t := range c.kills[se] {
+		if time.Since(t) < crashWindow {
+			n++
+		}
+	}
+	return n
 }
 
 // runscSandboxes returns the runsc sandbox processes of the cluster's nodes, by sandbox ID.

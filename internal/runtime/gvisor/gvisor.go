@@ -5,7 +5,7 @@
 // Host layout of one sandbox, all under Config.StateDir/sandboxes/ID and all removed by Destroy:
 //
 //	config.json   OCI spec
-//	disk.img      sparse ext4 image, mounted at disk/ through a loop device (the disk limit)
+//	disk.img      ext4 image, allocated up front, mounted at disk/ through a loop device (the disk limit)
 //	disk/upper    the writable layer; disk/work is overlayfs's work dir
 //	rootfs/       overlayfs: template (lower, never written) + disk/upper
 //	link/         a small tmpfs mounted at /run/airlock inside; the daemon creates daemon.sock here

@@ -31,7 +31,7 @@
 //
 //	StateDir/sandboxes/ID/
 //	  config.json   OCI spec
-//	  disk.img      sparse ext4 image, mounted at disk/ through a loop device (the disk limit)
+//	  disk.img      ext4 image, allocated up front, mounted at disk/ through a loop device (the disk limit)
 //	  disk/upper    the writable layer; disk/work is overlayfs's work dir
 //	  console.log   the daemon's own stdout and stderr
 //	RunDir/ID/
