@@ -585,6 +585,38 @@ func TestReconcileAfterRestart(t *testing.T) {
 	}
 }
 
+// TestReconcileKeepsSandboxesCreatedMeanwhile: a sandbox created on the node while a restarted control
+// plane settles it (as the resume of a session whose sandbox the node lost is) is no orphan: it stays
+// running, on the node.
+func TestReconcileKeepsSandboxesCreatedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	s, st, n, clk, tenant := setup(t)
+	var meanwhile store.Sandbox
+	n.mu.Lock()
+	n.onRecover = func() {
+		n.mu.Lock()
+		n.onRecover = nil
+		n.mu.Unlock()
+		sb, err := s.CreateSandbox(ctx, tenant, CreateRequest{})
+		if err != nil {
+			t.Error(err)
+		}
+		meanwhile = sb
+	}
+	n.mu.Unlock()
+	s2 := newService(t, st, n, clk)
+	if err := s2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Shutdown(ctx)
+	if meanwhile.ID == "" {
+		t.Fatal("no sandbox was created during the reconcile")
+	}
+	if got, _ := s2.GetSandbox(ctx, tenant, meanwhile.ID); got.State != store.StateRunning || !n.isRunning(meanwhile.ID) {
+		t.Errorf("sandbox created during the reconcile: %s, on the node %v; want running there", got.State, n.isRunning(meanwhile.ID))
+	}
+}
+
 func TestShutdownStopsEverything(t *testing.T) {
 	ctx := context.Background()
 	s, _, n, _, tenant := setup(t)

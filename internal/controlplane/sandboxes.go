@@ -725,6 +725,23 @@ func (s *sandboxes) reconcileNode(ctx context.Context, n Node, createdSince time
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
+	// Sandboxes recorded on the node since sbs was listed are not orphans: creates and restores that
+	// started meanwhile (among them the resumes of the sessions failed above, which may well be placed
+	// on this node). A create is recorded before the node is asked, so listing again after the node
+	// answered finds every one the node could have reported.
+	later, err := s.placer.sandboxesOnNode(ctx, n.ID(), activeSandbox)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	listed := make(map[string]bool, len(sbs))
+	for _, sb := range sbs {
+		listed[sb.ID] = true
+	}
+	for _, sb := range later {
+		if !listed[sb.ID] {
+			keep[sb.ID] = true
+		}
+	}
 	for _, id := range onNode {
 		if !keep[id] {
 			s.log.Info("destroying orphan sandbox", "node", n.ID(), "sandbox", id)
