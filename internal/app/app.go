@@ -517,7 +517,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return fmt.Errorf("cluster port: %w", err)
 		}
 	}
-	templates := template.NewHostRegistry(filepath.Join(dataDir, "templates"))
+	templates := template.NewCatalog(filepath.Join(dataDir, "templates"))
 	cpCfg := controlplane.Config{Store: st, Logger: log, Secrets: secretStore, Connections: conns,
 		Snapshots: snaps,
 		Retention: cfg.Retention, PruneInterval: cfg.PruneInterval, GCInterval: cfg.GCInterval, GCGrace: cfg.GCGrace,
@@ -772,7 +772,7 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 		DataDir:      nodeDir,
 		Driver:       driver,
 		More:         more,
-		Templates:    template.NewHostRegistry(filepath.Join(h.dataDir, "templates")),
+		Templates:    template.NewCatalog(filepath.Join(h.dataDir, "templates")),
 		DaemonBinary: h.daemon,
 		TenantAudit: func(tenantID, sandboxID string) link.Audit {
 			return audit.DaemonAudit{Tenant: tenantID, Sandbox: sandboxID, Sink: h.audit}

@@ -10,12 +10,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/cleanup"
@@ -421,8 +424,8 @@ func (n *Local) installTrust(ctx context.Context, id string, tpl template.Templa
 	if err != nil {
 		return err
 	}
-	roots, err := os.ReadFile(filepath.Join(tpl.RootFS, trustBundle))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	roots, err := readTemplateFile(tpl.RootFS, trustBundle, maxTrustBundle)
+	if err != nil {
 		return fmt.Errorf("sandbox %s trust store: %w", id, err)
 	}
 	bundle := append(append(roots, '\n'), caPEM...)
@@ -436,6 +439,37 @@ func (n *Local) installTrust(ctx context.Context, id string, tpl template.Templa
 		}
 	}
 	return nil
+}
+
+// maxTrustBundle bounds what is read of a template's CA bundle.
+const maxTrustBundle = 8 << 20
+
+// readTemplateFile reads the regular file at name (absolute inside the template) in the template root
+// at root, at most limit bytes; nil if there is none. An image template is the tenant's input: the file
+// is read beneath the root, so a link in it cannot make the host read a host file, and anything but a
+// regular file (a FIFO that would block) reads as none.
+func readTemplateFile(root, name string, limit int64) ([]byte, error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	f, err := r.OpenFile(strings.TrimPrefix(name, "/"), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil // none, or a link out of the template
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("the template's %s has more than %d bytes: %w", name, limit, errdefs.ErrInvalidArgument)
+	}
+	return b, nil
 }
 
 // attach dials the sandbox's daemon, registers the sandbox and starts its watcher.

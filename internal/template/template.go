@@ -3,7 +3,8 @@
 // A Registry resolves a template name to a Template. The embedded default, "default", is assembled from the
 // host's read-only /usr (and the /bin, /lib*, /sbin that point into it, or are bind-mounted when they are
 // directories) with a generated /etc that holds no host secret: so python3, bash and coreutils work at once
-// and nothing is downloaded. OCI images will plug in as another Registry.
+// and nothing is downloaded. Templates made from OCI images are served by a Catalog (catalog.go), which
+// serves the default template too.
 package template
 
 import (
@@ -22,14 +23,22 @@ import (
 
 // Template is a root filesystem ready to boot.
 type Template struct {
-	// Name is the template's name, e.g. "default".
+	// Name is the template's reference for good: "default", or an image template's name and digest
+	// ("python@sha256:…").
 	Name string
+	// Digest is an image template's manifest digest; "" for the default template.
+	Digest string
 	// RootFS is the host directory of the root filesystem. It is never written by a sandbox.
 	RootFS string
 	// Mounts are read-only host directories the template shows inside (e.g. /usr).
 	Mounts []runtime.Mount
 	// Env is the template's base environment for processes.
 	Env []string
+	// WorkingDir, User, Entrypoint and Cmd are an image template's defaults for its processes.
+	WorkingDir string
+	User       string
+	Entrypoint []string
+	Cmd        []string
 }
 
 // Registry resolves template names.
@@ -149,11 +158,7 @@ func (r *HostRegistry) build() (Template, error) {
 
 // buildRoot writes the default root filesystem at root.
 func buildRoot(root, hostRoot string) error {
-	dirs := []struct {
-		path     string
-		mode     fs.FileMode
-		uid, gid int
-	}{
+	dirs := []rootDir{
 		{"", 0o755, 0, 0},
 		{"etc", 0o755, 0, 0},
 		{"etc/ssl/certs", 0o755, 0, 0},
@@ -175,14 +180,7 @@ func buildRoot(root, hostRoot string) error {
 		{".airlock", 0o755, 0, 0},
 	}
 	for _, d := range dirs {
-		p := filepath.Join(root, d.path)
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, d.mode); err != nil {
-			return err
-		}
-		if err := os.Lchown(p, d.uid, d.gid); err != nil {
+		if err := d.make(root, os.MkdirAll); err != nil {
 			return err
 		}
 	}
@@ -240,6 +238,25 @@ func buildRoot(root, hostRoot string) error {
 		}
 	}
 	return nil
+}
+
+// rootDir is a directory of a root the platform writes.
+type rootDir struct {
+	path     string
+	mode     fs.FileMode
+	uid, gid int
+}
+
+// make makes d under root with mkdir, then gives it d's mode and owner.
+func (d rootDir) make(root string, mkdir func(string, fs.FileMode) error) error {
+	p := filepath.Join(root, d.path)
+	if err := mkdir(p, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(p, d.mode); err != nil {
+		return err
+	}
+	return os.Lchown(p, d.uid, d.gid)
 }
 
 // copyFromHostEtc lists the /etc entries the default template takes from the host. They tell programs

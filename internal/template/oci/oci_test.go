@@ -15,113 +15,13 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/template/oci/ocitest"
 )
-
-// entry is one tar entry of a test layer.
-type entry struct {
-	name, body, link string
-	typ              byte
-	mode             int64
-	xattrs           map[string]string
-	size             int64 // header size when set (the body is then not written)
-}
-
-// layerTar makes an uncompressed layer tar of es.
-func layerTar(t *testing.T, es ...entry) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range es {
-		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.link, ModTime: time.Unix(1700000000, 0), Format: tar.FormatPAX}
-		if h.Typeflag == 0 {
-			h.Typeflag = tar.TypeReg
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-			if h.Typeflag == tar.TypeDir {
-				h.Mode = 0o755
-			}
-		}
-		if h.Typeflag == tar.TypeReg {
-			h.Size = int64(len(e.body))
-		}
-		if h.Typeflag == tar.TypeChar {
-			h.Devmajor, h.Devminor = 1, 3
-		}
-		for k, v := range e.xattrs {
-			if h.PAXRecords == nil {
-				h.PAXRecords = map[string]string{}
-			}
-			h.PAXRecords["SCHILY.xattr."+k] = v
-		}
-		if e.size > 0 {
-			h.Size = e.size
-			if err := tw.WriteHeader(h); err != nil {
-				t.Fatal(err)
-			}
-			return buf.Bytes() // a header promising more than follows
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if h.Typeflag == tar.TypeReg {
-			if _, err := tw.Write([]byte(e.body)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// image makes an image of layers (uncompressed tars, gzipped into it) with cfg.
-func image(t *testing.T, cfg v1.Config, layers ...[]byte) v1.Image {
-	t.Helper()
-	img := empty.Image
-	for _, l := range layers {
-		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(l)), nil })
-		if err != nil {
-			t.Fatal(err)
-		}
-		if img, err = mutate.AppendLayers(img, layer); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Config = "linux", "amd64", cfg
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
-
-// writeLayout writes img as an OCI image layout in a new directory.
-func writeLayout(t *testing.T, img v1.Image) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "layout")
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.AppendImage(img); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // tarDir writes the files under dir into a tar at a new path (an OCI archive of a layout).
 func tarDir(t *testing.T, dir string) string {
@@ -170,28 +70,28 @@ func needRoot(t *testing.T) {
 func TestImportAndMount(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
-	base := layerTar(t,
-		entry{name: "etc/", typ: tar.TypeDir},
-		entry{name: "etc/os-release", body: "ID=test\n"},
-		entry{name: "a/", typ: tar.TypeDir},
-		entry{name: "a/x", body: "x"},
-		entry{name: "a/y", body: "y"},
-		entry{name: "b/", typ: tar.TypeDir},
-		entry{name: "b/old", body: "old"},
-		entry{name: "bin/", typ: tar.TypeDir},
-		entry{name: "bin/tool", body: "#!/bin/sh\n", mode: 0o4755, xattrs: map[string]string{"user.note": "kept", "trusted.overlay.redirect": "/etc"}},
-		entry{name: "bin/tool-link", typ: tar.TypeLink, link: "bin/tool"},
-		entry{name: "usr-python", typ: tar.TypeSymlink, link: "/usr/bin/python3"},
+	base := ocitest.Layer(t,
+		ocitest.Entry{Name: "etc/", Type: tar.TypeDir},
+		ocitest.Entry{Name: "etc/os-release", Body: "ID=test\n"},
+		ocitest.Entry{Name: "a/", Type: tar.TypeDir},
+		ocitest.Entry{Name: "a/x", Body: "x"},
+		ocitest.Entry{Name: "a/y", Body: "y"},
+		ocitest.Entry{Name: "b/", Type: tar.TypeDir},
+		ocitest.Entry{Name: "b/old", Body: "old"},
+		ocitest.Entry{Name: "bin/", Type: tar.TypeDir},
+		ocitest.Entry{Name: "bin/tool", Body: "#!/bin/sh\n", Mode: 0o4755, Xattrs: map[string]string{"user.note": "kept", "trusted.overlay.redirect": "/etc"}},
+		ocitest.Entry{Name: "bin/tool-link", Type: tar.TypeLink, Link: "bin/tool"},
+		ocitest.Entry{Name: "usr-python", Type: tar.TypeSymlink, Link: "/usr/bin/python3"},
 	)
-	top := layerTar(t,
-		entry{name: "a/.wh.x"},
-		entry{name: "b/.wh..wh..opq"},
-		entry{name: "b/new", body: "new"},
-		entry{name: "etc/os-release", body: "ID=top\n"},
+	top := ocitest.Layer(t,
+		ocitest.Entry{Name: "a/.wh.x"},
+		ocitest.Entry{Name: "b/.wh..wh..opq"},
+		ocitest.Entry{Name: "b/new", Body: "new"},
+		ocitest.Entry{Name: "etc/os-release", Body: "ID=top\n"},
 	)
 	cfg := v1.Config{Env: []string{"PATH=/bin", "LANG=C.UTF-8"}, WorkingDir: "/a", User: "1000", Cmd: []string{"sleep", "1"}}
-	img := image(t, cfg, base, top)
-	dir := writeLayout(t, img)
+	img := ocitest.Image(t, cfg, base, top)
+	dir := ocitest.WriteLayout(t, img)
 	docker := filepath.Join(t.TempDir(), "save.tar")
 	if err := tarball.WriteToFile(docker, name.MustParseReference("test/image:1"), img); err != nil {
 		t.Fatal(err)
@@ -288,9 +188,9 @@ func TestHostileLayers(t *testing.T) {
 		}
 		tw.Close()
 	}
-	var many []entry
+	var many []ocitest.Entry
 	for i := range 300 {
-		many = append(many, entry{name: "f" + strings.Repeat("x", i%50) + string(rune('a'+i%26)) + time.Duration(i).String()})
+		many = append(many, ocitest.Entry{Name: "f" + strings.Repeat("x", i%50) + string(rune('a'+i%26)) + time.Duration(i).String()})
 	}
 	cases := []struct {
 		name  string
@@ -298,23 +198,23 @@ func TestHostileLayers(t *testing.T) {
 		want  error
 		says  string
 	}{
-		{"dot-dot", layerTar(t, entry{name: "../../../../outside-file", body: "pwned"}), ErrBadLayer, "climbs out"},
-		{"absolute", layerTar(t, entry{name: "/etc/pwned", body: "pwned"}), ErrBadLayer, "absolute"},
-		{"through a symlink", layerTar(t, entry{name: "esc", typ: tar.TypeSymlink, link: "../../../.."}, entry{name: "esc/pwned", body: "pwned"}), ErrBadLayer, "esc/pwned"},
-		{"through an absolute symlink", layerTar(t, entry{name: "etc", typ: tar.TypeSymlink, link: "/etc"}, entry{name: "etc/pwned", body: "pwned"}), ErrBadLayer, "etc/pwned"},
-		{"hard link out", layerTar(t, entry{name: "passwd", typ: tar.TypeLink, link: "../../../../etc/passwd"}), ErrBadLayer, "hard link"},
-		{"hard link absolute", layerTar(t, entry{name: "passwd", typ: tar.TypeLink, link: "/etc/passwd"}), ErrBadLayer, "hard link"},
-		{"device node", layerTar(t, entry{name: "dev-null", typ: tar.TypeChar}), ErrBadLayer, "device node"},
-		{"10 GiB file", layerTar(t, entry{name: "huge", size: 10 << 30}), errdefs.ErrTooLarge, "limit of bytes"},
+		{"dot-dot", ocitest.Layer(t, ocitest.Entry{Name: "../../../../outside-file", Body: "pwned"}), ErrBadLayer, "climbs out"},
+		{"absolute", ocitest.Layer(t, ocitest.Entry{Name: "/etc/pwned", Body: "pwned"}), ErrBadLayer, "absolute"},
+		{"through a symlink", ocitest.Layer(t, ocitest.Entry{Name: "esc", Type: tar.TypeSymlink, Link: "../../../.."}, ocitest.Entry{Name: "esc/pwned", Body: "pwned"}), ErrBadLayer, "esc/pwned"},
+		{"through an absolute symlink", ocitest.Layer(t, ocitest.Entry{Name: "etc", Type: tar.TypeSymlink, Link: "/etc"}, ocitest.Entry{Name: "etc/pwned", Body: "pwned"}), ErrBadLayer, "etc/pwned"},
+		{"hard link out", ocitest.Layer(t, ocitest.Entry{Name: "passwd", Type: tar.TypeLink, Link: "../../../../etc/passwd"}), ErrBadLayer, "hard link"},
+		{"hard link absolute", ocitest.Layer(t, ocitest.Entry{Name: "passwd", Type: tar.TypeLink, Link: "/etc/passwd"}), ErrBadLayer, "hard link"},
+		{"device node", ocitest.Layer(t, ocitest.Entry{Name: "dev-null", Type: tar.TypeChar}), ErrBadLayer, "device node"},
+		{"10 GiB file", ocitest.Layer(t, ocitest.Entry{Name: "huge", Size: 10 << 30}), errdefs.ErrTooLarge, "limit of bytes"},
 		{"zip bomb", bomb.Bytes(), errdefs.ErrTooLarge, "limit of bytes"},
-		{"entry flood", layerTar(t, many...), errdefs.ErrTooLarge, "limit of entries"},
+		{"entry flood", ocitest.Layer(t, many...), errdefs.ErrTooLarge, "limit of entries"},
 	}
 	outer := t.TempDir()
 	s := &Store{Dir: filepath.Join(outer, "store"), Limits: Limits{Bytes: 64 << 20, Entries: 200}}
 	before := listTree(t, outer)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := s.Import(ctx, writeLayout(t, image(t, v1.Config{}, tc.layer)))
+			_, err := s.Import(ctx, ocitest.WriteLayout(t, ocitest.Image(t, v1.Config{}, tc.layer)))
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
 				t.Errorf("import = %v; want %v saying %q", err, tc.want, tc.says)
 			}
@@ -333,7 +233,7 @@ func TestHostileLayers(t *testing.T) {
 		t.Error("/etc/pwned exists")
 	}
 	// The positive control: a fair layer under the same limits goes in.
-	if _, err := s.Import(ctx, writeLayout(t, image(t, v1.Config{}, layerTar(t, entry{name: "ok", body: "fine"})))); err != nil {
+	if _, err := s.Import(ctx, ocitest.WriteLayout(t, ocitest.Image(t, v1.Config{}, ocitest.Layer(t, ocitest.Entry{Name: "ok", Body: "fine"})))); err != nil {
 		t.Errorf("a fair image under the same limits: %v", err)
 	}
 }
@@ -363,7 +263,7 @@ func listTree(t *testing.T, dir string) map[string]bool {
 // names is refused.
 func TestImportRefusesAWrongDiffID(t *testing.T) {
 	needRoot(t)
-	img := image(t, v1.Config{}, layerTar(t, entry{name: "a", body: "a"}))
+	img := ocitest.Image(t, v1.Config{}, ocitest.Layer(t, ocitest.Entry{Name: "a", Body: "a"}))
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
@@ -376,7 +276,7 @@ func TestImportRefusesAWrongDiffID(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &Store{Dir: t.TempDir()}
-	if _, err := s.Import(context.Background(), writeLayout(t, bad)); !errors.Is(err, ErrBadLayer) || !strings.Contains(err.Error(), "digest") {
+	if _, err := s.Import(context.Background(), ocitest.WriteLayout(t, bad)); !errors.Is(err, ErrBadLayer) || !strings.Contains(err.Error(), "digest") {
 		t.Errorf("import of a layer whose content is not its diff ID: %v; want refused", err)
 	}
 }

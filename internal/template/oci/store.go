@@ -29,12 +29,19 @@ import (
 //	Dir/layers/sha256-<hex>/   a layer, unpacked (by the digest of its uncompressed tar, its diff ID)
 //	Dir/images/sha256-<hex>.json   an image: its layers, bottom first, and its config (by manifest digest)
 //	Dir/rootfs/sha256-<hex>/   an image's root, mounted read-only (Mount)
+//	Dir/names/<name>           the digest a template name points at (names.go)
+//	Dir/base-<v>/sha256-<hex>/ the platform's layer over an image (root.go)
+//	Dir/roots/sha256-<hex>/    what a sandbox boots from: the base layer over the image, read-only (Root)
 //
 // Layers and images never change once there; an import writes each beside its place and renames it in.
 type Store struct {
 	Dir string
 	// Limits bound one import; zero: DefaultLimits.
 	Limits Limits
+	// Base, if set, writes the layer Root puts over each image; BaseVersion names what it writes (a
+	// new version makes each image's base layer again).
+	Base        BaseFunc
+	BaseVersion string
 
 	mu sync.Mutex // serializes imports and mounts
 }
@@ -400,13 +407,4 @@ func (s *Store) Unmount(digest string) error {
 		return nil
 	}
 	return unix.Unmount(dir, unix.MNT_DETACH)
-}
-
-// mounted reports whether dir is a mount point (another device than its parent's).
-func mounted(dir string) bool {
-	var st, pst unix.Stat_t
-	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &pst) != nil {
-		return false
-	}
-	return st.Dev != pst.Dev
 }

@@ -1,0 +1,237 @@
+package template
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/template/oci"
+)
+
+// Catalog is the node's Registry: the default template (HostRegistry) and templates made from OCI images
+// (an oci.Store under Dir/oci). A reference is a template's name ("python"), which resolves to the
+// digest the name points at now, or a name and a digest ("python@sha256:…"), which is that image
+// whatever the name points at since: what a sandbox, session or snapshot records, so resume, fork and
+// restore boot exactly what they booted before.
+type Catalog struct {
+	Host *HostRegistry
+	OCI  *oci.Store
+}
+
+// baseVersion names what imageBase writes; another makes each image's base layer again.
+const baseVersion = "1"
+
+// NewCatalog returns the catalog that keeps its templates under dir.
+func NewCatalog(dir string) *Catalog {
+	return &Catalog{Host: NewHostRegistry(dir),
+		OCI: &oci.Store{Dir: filepath.Join(dir, "oci"), Base: imageBase, BaseVersion: baseVersion}}
+}
+
+// ParseRef splits a template reference into its name and digest ("" if it names none). The default
+// template is "default" (or ""), and has no digest.
+func ParseRef(ref string) (name, digest string, err error) {
+	if IsDefault(ref) {
+		return DefaultName, "", nil
+	}
+	name, digest, _ = strings.Cut(ref, "@")
+	if err := oci.CheckName(name); err != nil {
+		return "", "", err
+	}
+	if digest != "" {
+		if err := oci.CheckDigest(digest); err != nil {
+			return "", "", fmt.Errorf("template %q: %w", ref, err)
+		}
+	}
+	return name, digest, nil
+}
+
+// Get returns the template ref names: the default one, or an image's root with the platform's base
+// layer over it (mounted on first use).
+func (c *Catalog) Get(ctx context.Context, ref string) (Template, error) {
+	name, digest, err := ParseRef(ref)
+	if err != nil {
+		return Template{}, err
+	}
+	if name == DefaultName {
+		if digest != "" {
+			return Template{}, fmt.Errorf("template %q: the default template has no digest: %w", ref, errdefs.ErrInvalidArgument)
+		}
+		return c.Host.Get(ctx, name)
+	}
+	if digest == "" {
+		if digest, err = c.OCI.Resolve(name); err != nil {
+			return Template{}, err
+		}
+	}
+	img, err := c.OCI.Get(digest)
+	if err != nil {
+		return Template{}, fmt.Errorf("template %s: %w", name, err)
+	}
+	root, err := c.OCI.Root(digest)
+	if err != nil {
+		return Template{}, fmt.Errorf("template %s: %w", name, err)
+	}
+	return Template{Name: name + "@" + digest, Digest: digest, RootFS: root, Env: imageEnv(img.Config.Env),
+		WorkingDir: img.Config.WorkingDir, User: img.Config.User, Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd}, nil
+}
+
+// List reports the default template and every name an image has.
+func (c *Catalog) List(ctx context.Context) ([]string, error) {
+	names, err := c.OCI.Names()
+	if err != nil {
+		return nil, err
+	}
+	out := []string{DefaultName}
+	for n := range names {
+		out = append(out, n)
+	}
+	sort.Strings(out[1:])
+	return out, nil
+}
+
+// Import imports the image at src (see oci.Store.Import) and points name at it. It returns the
+// reference that names the image for good ("name@sha256:…").
+func (c *Catalog) Import(ctx context.Context, name, src string) (string, error) {
+	if IsDefault(name) {
+		return "", fmt.Errorf("template %q is the built-in one: choose another name: %w", name, errdefs.ErrInvalidArgument)
+	}
+	if err := oci.CheckName(name); err != nil {
+		return "", err
+	}
+	img, err := c.OCI.Import(ctx, src)
+	if err != nil {
+		return "", err
+	}
+	if err := c.OCI.Tag(name, img.Digest); err != nil {
+		return "", err
+	}
+	return name + "@" + img.Digest, nil
+}
+
+// imageEnv is an image's environment for processes: its own, with a PATH if it sets none.
+func imageEnv(env []string) []string {
+	out := append([]string(nil), env...)
+	for _, e := range out {
+		if strings.HasPrefix(e, "PATH=") {
+			return out
+		}
+	}
+	return append(out, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+}
+
+// maxAccountFile bounds what is read of an image's /etc/passwd or /etc/group.
+const maxAccountFile = 1 << 20
+
+// imageBase writes the platform's layer over an image into dst: the daemon's mount point and socket
+// directory, the sandbox user's home, a /tmp, and an /etc whose hosts, hostname and resolv.conf are the
+// platform's (DNS is the node gateway's) and whose passwd and group are the image's with the sandbox
+// user added if the image lacks it. Directories the image has keep their mode and owner.
+func imageBase(dst string, image *os.Root) error {
+	dirs := []rootDir{
+		{"etc", 0o755, 0, 0},
+		{"home", 0o755, 0, 0},
+		{"home/user", 0o750, UserUID, UserGID},
+		{"tmp", 0o1777, 0, 0},
+		{"run", 0o755, 0, 0},
+		{"run/airlock", 0o700, 0, 0},
+		{".airlock", 0o755, 0, 0},
+		// Where the node puts the sandbox's trust store (these two last: an image's link there is
+		// left to resolve inside the sandbox, and neither is made).
+		{"etc/ssl", 0o755, 0, 0},
+		{"etc/ssl/certs", 0o755, 0, 0},
+	}
+	for _, d := range dirs {
+		if fi, err := image.Lstat(d.path); err == nil && fi.IsDir() {
+			st := fi.Sys().(*syscall.Stat_t)
+			d.mode, d.uid, d.gid = fi.Mode()&(fs.ModePerm|fs.ModeSticky|fs.ModeSetuid|fs.ModeSetgid), int(st.Uid), int(st.Gid)
+		} else if err == nil && strings.HasPrefix(d.path, "etc/ssl") {
+			break
+		}
+		if err := d.make(dst, os.Mkdir); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dst, ".airlock", "init"), nil, 0o755); err != nil {
+		return err
+	}
+	passwd, err := readImageFile(image, "etc/passwd")
+	if err != nil {
+		return err
+	}
+	group, err := readImageFile(image, "etc/group")
+	if err != nil {
+		return err
+	}
+	files := map[string]string{
+		"etc/passwd": addAccounts(passwd, []string{
+			"root:x:0:0:root:/root:/bin/sh",
+			fmt.Sprintf("%s:x:%d:%d:Airlock sandbox user:%s:/bin/sh", UserName, UserUID, UserGID, UserHome),
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin",
+		}),
+		"etc/group":       addAccounts(group, []string{"root:x:0:", fmt.Sprintf("%s:x:%d:", UserName, UserGID), "nogroup:x:65534:"}),
+		"etc/hosts":       "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"etc/hostname":    "sandbox\n",
+		"etc/resolv.conf": "# Airlock: DNS is answered by the network gateway\nnameserver 100.96.0.1\noptions timeout:2 attempts:2\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dst, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readImageFile reads the regular file at name in image, if there is one (nil if not), at most
+// maxAccountFile bytes. A link is followed only within the image; anything but a regular file is none.
+func readImageFile(image *os.Root, name string) ([]byte, error) {
+	f, err := image.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil // none, or a link out of the image: the platform's accounts only
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxAccountFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read the image's /%s: %w", name, err)
+	}
+	if len(b) > maxAccountFile {
+		return nil, fmt.Errorf("the image's /%s has more than %d bytes: %w", name, maxAccountFile, errdefs.ErrInvalidArgument)
+	}
+	return b, nil
+}
+
+// addAccounts returns the lines of an /etc/passwd or /etc/group file with each of add whose name it
+// lacks appended.
+func addAccounts(file []byte, add []string) string {
+	have := map[string]bool{}
+	var out bytes.Buffer
+	sc := bufio.NewScanner(bytes.NewReader(file))
+	sc.Buffer(make([]byte, 64<<10), maxAccountFile)
+	for sc.Scan() {
+		line := sc.Text()
+		if name, _, ok := strings.Cut(line, ":"); ok {
+			have[name] = true
+		}
+		out.WriteString(line)
+		out.WriteByte('\n')
+	}
+	for _, a := range add {
+		if name, _, _ := strings.Cut(a, ":"); !have[name] {
+			out.WriteString(a)
+			out.WriteByte('\n')
+		}
+	}
+	return out.String()
+}
