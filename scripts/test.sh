@@ -9,12 +9,14 @@ export PATH=/usr/local/go/bin:$PATH
 "$here/scripts/install.sh"
 
 # Test-only Debian packages: SoftHSM2 (a real PKCS#11 token for the customer-key tests), opensc
-# (pkcs11-tool, to destroy a key in the token as its owner would) and PostgreSQL (the tests start
-# throwaway servers of their own with its binaries: internal/testenv/pgtest).
+# (pkcs11-tool, to destroy a key in the token as its owner would), PostgreSQL (the tests start
+# throwaway servers of their own with its binaries: internal/testenv/pgtest) and docker-registry (a
+# real OCI registry for template pulls: internal/testenv/registrytest).
 need=()
 [ -f /usr/lib/softhsm/libsofthsm2.so ] || need+=(softhsm2)
 command -v pkcs11-tool >/dev/null || need+=(opensc)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
+command -v docker-registry >/dev/null || need+=(docker-registry)
 if [ ${#need[@]} -gt 0 ]; then
   echo "==> installing test packages: ${need[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get update -qq

@@ -130,6 +130,7 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 		newConnectionCmd(g),
 		newTenantCmd(g),
 		newNodeCmd(g),
+		newTemplateCmd(g),
 		newKeyCmd(g),
 		newTokenCmd(g),
 		newUsageCmd(g),

@@ -110,7 +110,7 @@ type resourceFlags struct {
 
 func (rf *resourceFlags) add(cmd *cobra.Command, envWhere string) {
 	f := cmd.Flags()
-	f.StringVar(&rf.template, "template", "", `the template to boot (default "default")`)
+	f.StringVar(&rf.template, "template", "", `the template to boot: a name, or name@sha256:… for exactly that version (default "default"; airlock template ls)`)
 	f.StringVar(&rf.cpu, "cpu", "", "CPU quota: cores (0.5, 2) or millicores (500m); default 1 core")
 	f.StringVar(&rf.memory, "memory", "", "memory limit: MiB, or a size such as 2G; default 512 MiB")
 	f.StringVar(&rf.disk, "disk", "", "size of the writable disk: MiB, or a size such as 4G; default 1 GiB")

@@ -49,6 +49,8 @@ type fakeNode struct {
 	afterCheckpoint func()
 	onRecover       func()
 	cas             []string
+	// template is the template of the last create.
+	template string
 	// cpu is the CPU time SandboxCPU reports per sandbox.
 	cpu map[string]time.Duration
 	// root is the template root TemplateRoot reports; checkpoints counts checkpoints, fetched the
@@ -96,11 +98,18 @@ func (n *fakeNode) Runtimes(ctx context.Context) ([]node.Runtime, error) {
 	return []node.Runtime{{Name: "gvisor", Abilities: []string{node.AbilityMemorySnapshots, node.AbilityFork}}}, nil
 }
 
+// CheckTemplate knows the default template and images by digest ("app@sha256:1…" only).
 func (n *fakeNode) CheckTemplate(ctx context.Context, name string) error {
-	if name != "default" {
+	if name != "default" && name != "app@sha256:"+strings.Repeat("1", 64) {
 		return errdefs.ErrNotFound
 	}
 	return nil
+}
+
+func (n *fakeNode) lastTemplate() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.template
 }
 
 func (n *fakeNode) CreateSandbox(ctx context.Context, req node.CreateRequest) error {
@@ -111,6 +120,7 @@ func (n *fakeNode) CreateSandbox(ctx context.Context, req node.CreateRequest) er
 	}
 	n.running[req.ID] = true
 	n.tenants[req.ID] = req.TenantID
+	n.template = req.Template
 	return nil
 }
 

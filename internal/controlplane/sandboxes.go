@@ -16,6 +16,7 @@ import (
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/runtime"
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/template"
 )
 
 // CreateRequest asks for a new sandbox. Zero fields take the defaults.
@@ -35,9 +36,8 @@ type CreateRequest struct {
 }
 
 var (
-	templatePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	envNamePattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	metaKeyPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$`)
+	envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	metaKeyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$`)
 )
 
 // Limits on what a request may carry.
@@ -57,8 +57,8 @@ func (r *CreateRequest) normalize() error {
 	if r.Template == "" {
 		r.Template = "default"
 	}
-	if !templatePattern.MatchString(r.Template) {
-		return invalid("template name %q must be 1-64 lowercase letters, digits or ._- and start with a letter or digit", r.Template)
+	if _, _, err := template.ParseRef(r.Template); err != nil {
+		return invalid("template %q: want a template's name (1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit), or NAME@sha256:<digest>", r.Template)
 	}
 	if r.Runtime != "" && !runtimePattern.MatchString(r.Runtime) {
 		return invalid("runtime %q must be gvisor, runc, auto or another runtime's name", r.Runtime)
@@ -156,6 +156,11 @@ func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req Crea
 	if err := s.keyring.checkKey(ctx, tenantID); err != nil {
 		return store.Sandbox{}, err
 	}
+	ref, err := s.placer.resolveTemplate(ctx, req.Template)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	req.Template = ref // what the sandbox records: the image's digest, whatever the name points at later
 	spec := store.SandboxSpec{CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		TimeoutSeconds: req.TimeoutSeconds}
 	rt, why, err := s.placer.chooseRuntime(ctx, tenantID, req.Runtime, false)

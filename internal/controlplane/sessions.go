@@ -121,6 +121,11 @@ func (s *sessions) CreateSession(ctx context.Context, tenantID string, req Sessi
 	if err := s.sandboxes.checkNetwork(req.Network); err != nil {
 		return store.Session{}, err
 	}
+	ref, err := s.placer.resolveTemplate(ctx, req.Template)
+	if err != nil {
+		return store.Session{}, err
+	}
+	req.Template = ref // what the session records, for every resume, fork and restore
 	if err := s.checkTemplate(ctx, req.Template, req.MemoryMB); err != nil {
 		return store.Session{}, err
 	}

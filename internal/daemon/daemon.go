@@ -62,6 +62,9 @@ type Config struct {
 	// The zero value (empty Name) means {Name: "user", UID: 1000, GID: 1000, Home: "/home/user"}; when
 	// Name is set, all fields are used as given (UID 0 is root).
 	DefaultUser User
+	// WorkDir is the working directory of processes whose request names none, when it is a directory
+	// (an image template's WorkingDir). Empty: the user's home.
+	WorkDir string
 	// Path is the PATH of processes whose request does not set one. Empty means DefaultPath.
 	Path string
 	// Env is the sandbox's base environment ("K=V"): every process gets it, over the defaults (PATH,

@@ -23,6 +23,10 @@ import (
 //	                 the daemon proves itself with, and the wake file
 //	-user NAME       default non-root user (default "user"), with -uid, -gid (default 1000) and
 //	                 -home (default /home/user)
+//	-image-user SPEC an image template's user (NAME, UID, NAME:GROUP, UID:GID): the default user
+//	                 instead of -user when the root's user database resolves it
+//	-workdir DIR     the working directory of processes whose request names none (an image
+//	                 template's WorkingDir); default the user's home
 //	-log-level LEVEL debug, info, warn or error (default info); logs go to stderr
 //	-version         print the version and exit
 //
@@ -38,6 +42,8 @@ func Main(args []string) int {
 	uid := fs.Int("uid", DefaultUID, "uid of the default user")
 	gid := fs.Int("gid", DefaultGID, "gid of the default user")
 	home := fs.String("home", DefaultHome, "home directory of the default user")
+	imageUser := fs.String("image-user", "", "an image template's user: the default user when it resolves")
+	workDir := fs.String("workdir", "", "working directory of processes whose request names none")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -58,8 +64,17 @@ func Main(args []string) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	du := User{Name: *userName, UID: *uid, GID: *gid, Home: *home}
+	if *imageUser != "" {
+		if u, err := ImageUser(*imageUser); err != nil {
+			log.Warn("the image's user does not resolve; the default user stays", "user", *imageUser, "default", du.Name, "err", err)
+		} else {
+			du = u
+		}
+	}
 	return run(*socket, Config{
-		DefaultUser: User{Name: *userName, UID: *uid, GID: *gid, Home: *home},
+		DefaultUser: du,
+		WorkDir:     *workDir,
 		Env:         os.Environ(),
 		ReapAll:     true,
 		Control:     *control,

@@ -55,6 +55,45 @@ func (s *server) lookupUser(name string) (identity, error) {
 	return identityOf(u)
 }
 
+// ImageUser resolves an image's user (its OCI config's User: NAME, UID, NAME:GROUP or UID:GID, a
+// group by name or number) in this root's user database, for the default user.
+func ImageUser(spec string) (User, error) {
+	name, group, hasGroup := strings.Cut(spec, ":")
+	var u *user.User
+	var err error
+	if _, nerr := strconv.Atoi(name); nerr == nil {
+		u, err = user.LookupId(name)
+		if err != nil { // a uid the root does not name: that uid, its own gid, no home
+			uid, _ := strconv.Atoi(name)
+			u = &user.User{Uid: name, Gid: name, Username: name, HomeDir: "/"}
+			if uid < 0 || uid > 1<<31-2 {
+				return User{}, fmt.Errorf("user %q: uid out of range", spec)
+			}
+		}
+	} else if u, err = user.Lookup(name); err != nil {
+		return User{}, fmt.Errorf("user %q: %w", spec, err)
+	}
+	if hasGroup {
+		if _, nerr := strconv.Atoi(group); nerr == nil {
+			u.Gid = group
+		} else {
+			g, err := user.LookupGroup(group)
+			if err != nil {
+				return User{}, fmt.Errorf("user %q: %w", spec, err)
+			}
+			u.Gid = g.Gid
+		}
+	}
+	id, err := identityOf(u)
+	if err != nil {
+		return User{}, err
+	}
+	if id.uid < 0 || id.gid < 0 || id.gid > 1<<31-2 {
+		return User{}, fmt.Errorf("user %q: id out of range", spec)
+	}
+	return User{Name: id.name, UID: id.uid, GID: id.gid, Home: id.home}, nil
+}
+
 func identityOf(u *user.User) (identity, error) {
 	uid, err1 := strconv.Atoi(u.Uid)
 	gid, err2 := strconv.Atoi(u.Gid)
@@ -211,8 +250,11 @@ func (s *server) spawn(spec spawnSpec) (_ *spawned, err error) {
 	cwd := spec.cwd
 	if cwd == "" {
 		cwd = "/"
-		if fi, err := os.Stat(id.home); err == nil && fi.IsDir() {
-			cwd = id.home
+		for _, d := range []string{s.cfg.WorkDir, id.home} {
+			if fi, err := os.Stat(d); d != "" && err == nil && fi.IsDir() {
+				cwd = d
+				break
+			}
 		}
 	} else {
 		fi, err := os.Stat(cwd)

@@ -2,43 +2,190 @@ package e2e
 
 import (
 	"archive/tar"
-	"context"
-	"path/filepath"
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/airlockrun/airlock/internal/template"
 	"github.com/airlockrun/airlock/internal/template/oci/ocitest"
 	"github.com/airlockrun/airlock/internal/testenv"
+	"github.com/airlockrun/airlock/internal/testenv/registrytest"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
-// TestImageTemplate: a sandbox of an image template boots the image's root in gVisor, not the host's
-// /usr: its programs and files are the image's, its environment the image's, and the platform's layer
-// gives it the sandbox user and the daemon; the default template still boots beside it.
+// tinyImage is an image of a few host programs (bash and coreutils, with their libraries) and
+// /srv/version holding version, working in /srv, as user (none: the platform's), with env.
+func tinyImage(t *testing.T, version, user string, env ...string) v1.Image {
+	return ocitest.Image(t, v1.Config{Env: env, WorkingDir: "/srv", User: user},
+		ocitest.HostPrograms(t, "/usr/bin/bash", "/usr/bin/cat", "/usr/bin/id", "/usr/bin/ls", "/usr/bin/sleep", "/usr/bin/nohup", "/usr/bin/setsid"),
+		ocitest.Layer(t, ocitest.Entry{Name: "srv/", Type: tar.TypeDir}, ocitest.Entry{Name: "srv/version", Body: version + "\n"}))
+}
+
+// TestImageTemplate: the operator imports an OCI image with the CLI (a docker save tarball, then an OCI
+// layout directory as a new version); a sandbox of it boots the image's root in gVisor, not the host's
+// /usr, with the image's environment and the sandbox user; what a sandbox and a session record is the
+// digest, so a paused session resumes (its process alive) on the image it booted after the name points
+// at another, and after the name is removed; name@digest boots that image; bad imports and other
+// tenants are refused with clear errors.
 func TestImageTemplate(t *testing.T) {
 	testenv.RequireSandboxes(t)
 	e := testenv.Start(t, testenv.Options{})
-	img := ocitest.Image(t, v1.Config{Env: []string{"GREETING=from-the-image"}},
-		ocitest.HostPrograms(t, "/usr/bin/bash", "/usr/bin/cat", "/usr/bin/id", "/usr/bin/ls"),
-		ocitest.Layer(t, ocitest.Entry{Name: "srv/", Type: tar.TypeDir}, ocitest.Entry{Name: "srv/hello", Body: "hello from the image\n"}))
-	ref, err := template.NewCatalog(filepath.Join(e.DataDir, "templates")).Import(context.Background(), "tiny", ocitest.WriteLayout(t, img))
+	ctx := ctxT(t, 5*time.Minute)
+	c := e.Client
+	op := []string{"--url", e.URL, "--api-key", e.APIKey}
+
+	one := ocitest.WriteArchive(t, tinyImage(t, "one", "", "GREETING=from-the-image"), "example.test/tiny:1")
+	code, out, errOut := runCLI(append(op, "template", "import", "tiny", one)...)
+	if code != 0 || !strings.Contains(out, "template tiny now boots tiny@sha256:") {
+		t.Fatalf("template import: %d %q %s", code, out, errOut)
+	}
+	tpl, err := c.GetTemplate(ctx, "tiny")
+	if err != nil || tpl.Layers != 2 || tpl.WorkingDir != "/srv" || tpl.Ref != "tiny@"+tpl.Digest {
+		t.Fatalf("GetTemplate = %+v, %v", tpl, err)
+	}
+	refOne := tpl.Ref
+
+	sb := create(t, e, airlock.CreateSandboxRequest{Template: "tiny"})
+	if sb.Template != refOne {
+		t.Errorf("the sandbox records template %q; want %q", sb.Template, refOne)
+	}
+	res := sh(t, e, sb.ID, `echo "$GREETING"; cat version; id -un; echo $(ls /usr/bin); test -e /usr/bin/python3 && echo host-usr || echo own-usr`)
+	for _, want := range []string{"from-the-image", "one\n", "user\n", "bash cat id ls nohup setsid sleep", "own-usr"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("output %q lacks %q", res.Stdout, want)
+		}
+	}
+
+	// A session of it, its process running, paused.
+	se, err := c.CreateSession(ctx, airlock.CreateSessionRequest{Template: "tiny"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb := create(t, e, airlock.CreateSandboxRequest{Template: "tiny"})
-	res := sh(t, e, sb.ID, `echo "$GREETING"; cat /srv/hello; id -un; echo $(ls /usr/bin); test -e /usr/bin/python3 && echo host-usr || echo own-usr`)
-	out := res.Stdout
-	for _, want := range []string{"from-the-image", "hello from the image", "user\n", "own-usr"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output %q lacks %q", out, want)
+	if se.Template != refOne {
+		t.Errorf("the session records template %q; want %q", se.Template, refOne)
+	}
+	if _, err := c.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"bash", "-c", "nohup setsid sleep 3600 >/dev/null 2>&1 & echo $! > /tmp/pid"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PauseSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new version, from an OCI image layout directory.
+	layout := ocitest.WriteLayout(t, tinyImage(t, "two", "nobody"))
+	code, out, errOut = runCLI(append(op, "--json", "template", "import", "tiny", layout)...)
+	var two airlock.Template
+	if code != 0 || json.Unmarshal([]byte(out), &two) != nil || two.Ref == refOne {
+		t.Fatalf("template import of a layout: %d %q %s", code, out, errOut)
+	}
+	if got := sh(t, e, create(t, e, airlock.CreateSandboxRequest{Template: "tiny"}).ID, "cat /srv/version; id -un").Stdout; got != "two\nnobody\n" {
+		t.Errorf("a new sandbox of tiny: %q; want the new version, as its user", got)
+	}
+	if got := sh(t, e, create(t, e, airlock.CreateSandboxRequest{Template: refOne}).ID, "cat /srv/version").Stdout; got != "one\n" {
+		t.Errorf("a sandbox of %s: %q; want the first version", refOne, got)
+	}
+	code, out, _ = runCLI(append(op, "template", "ls")...)
+	if code != 0 || !strings.Contains(out, "default") || !strings.Contains(out, "tiny") || !strings.Contains(out, shortDigestOf(two.Digest)) {
+		t.Errorf("template ls: %d %q", code, out)
+	}
+
+	// The name goes; the paused session resumes on the image it recorded, its process alive.
+	if code, out, errOut := runCLI(append(op, "template", "rm", "tiny")...); code != 0 {
+		t.Fatalf("template rm: %d %q %s", code, out, errOut)
+	}
+	if _, err := c.ResumeSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, e, se.ID, `cat /srv/version; kill -0 $(cat /tmp/pid) && echo alive`).Stdout; got != "one\nalive\n" {
+		t.Errorf("the resumed session: %q; want the first version, its process alive", got)
+	}
+	if _, err := c.CreateSandbox(ctx, airlock.CreateSandboxRequest{Template: "tiny"}); !isStatus(err, http.StatusNotFound) {
+		t.Errorf("create of a removed template: %v; want 404", err)
+	}
+
+	// Refusals, each with a message.
+	bad := []struct {
+		name, body string
+		status     int
+		says       string
+	}{
+		{"junk", "not an image", http.StatusBadRequest, "not a tar"},
+		{"default", "", http.StatusBadRequest, "built-in"},
+		{"Bad_Name", "", http.StatusBadRequest, "template name"},
+	}
+	for _, b := range bad {
+		_, err := c.ImportTemplate(ctx, b.name, bytes.NewReader([]byte(b.body)))
+		if !isStatus(err, b.status) || !strings.Contains(err.Error(), b.says) {
+			t.Errorf("import %s: %v; want %d saying %q", b.name, err, b.status, b.says)
 		}
 	}
-	t.Logf("%s booted; its /usr/bin: %s", ref, out)
-	def := create(t, e, airlock.CreateSandboxRequest{})
-	if got := sh(t, e, def.ID, "test -e /usr/bin/python3 && echo host-usr").Stdout; !strings.Contains(got, "host-usr") {
-		t.Errorf("the default template: %q", got)
+	ct, err := c.CreateTenant(ctx, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := airlock.New(e.URL, airlock.WithAPIKey(ct.APIKey.Key))
+	f, err := os.Open(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := other.ImportTemplate(ctx, "mine", f); !isStatus(err, http.StatusNotFound) {
+		t.Errorf("import by a tenant that is not the operator: %v; want 404", err)
+	}
+	if l, err := other.ListTemplates(ctx); err != nil || len(l.Templates) < 1 || l.Templates[0].Name != "default" {
+		t.Errorf("another tenant lists templates: %+v, %v", l, err)
+	}
+}
+
+func shortDigestOf(d string) string { return d[:len("sha256:")+12] }
+
+// isStatus reports whether err is an API error with HTTP status code.
+func isStatus(err error, code int) bool {
+	var ae *airlock.APIError
+	return asAPIError(err, &ae) && ae.Status == code
+}
+
+// TestPullTemplate: the operator pulls an image from a real registry that wants credentials, the
+// password in one of its secrets; a sandbox boots it. Without insecure, the plain-HTTP registry is
+// refused; with a wrong secret the registry refuses.
+func TestPullTemplate(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{})
+	ctx := ctxT(t, 3*time.Minute)
+	c := e.Client
+	reg := registrytest.Start(t, "puller", "registry-pass")
+	ref := reg.Push(t, tinyImage(t, "pulled", ""), "team/tiny:1")
+	if _, err := c.CreateSecret(ctx, "regpass", "registry-pass"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSecret(ctx, "wrongpass", "nope"); err != nil {
+		t.Fatal(err)
+	}
+	req := airlock.PullTemplateRequest{Image: ref, Username: "puller", PasswordSecret: "regpass"}
+	if _, err := c.PullTemplate(ctx, "pulled", req); !isStatus(err, http.StatusConflict) || !strings.Contains(err.Error(), "insecure") {
+		t.Errorf("pull from a plain-HTTP registry not named insecure: %v; want 409 saying insecure", err)
+	}
+	req.Insecure = true
+	wrong := req
+	wrong.PasswordSecret = "wrongpass"
+	if _, err := c.PullTemplate(ctx, "pulled", wrong); !isStatus(err, http.StatusForbidden) {
+		t.Errorf("pull with a wrong password: %v; want 403", err)
+	}
+	op := []string{"--url", e.URL, "--api-key", e.APIKey}
+	code, out, errOut := runCLI(append(op, "template", "pull", "pulled", ref, "--insecure", "--username", "puller", "--password-secret", "regpass")...)
+	if code != 0 || !strings.Contains(out, "template pulled now boots pulled@sha256:") {
+		t.Fatalf("template pull: %d %q %s", code, out, errOut)
+	}
+	sb := create(t, e, airlock.CreateSandboxRequest{Template: "pulled"})
+	if got := sh(t, e, sb.ID, "cat /srv/version").Stdout; got != "pulled\n" {
+		t.Errorf("a sandbox of the pulled template: %q", got)
+	}
+	if strings.Contains(e.Logs(), "registry-pass") {
+		t.Error("the registry password is in the server's log")
 	}
 }

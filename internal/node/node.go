@@ -57,6 +57,20 @@ func InitArgs(extra ...string) []string {
 	return append(append([]string{InitPath}, extra...), "-socket", LinkSocket, "-control", ControlDir)
 }
 
+// templateArgs are the daemon's arguments an image template's config gives: its user (the default
+// user when it resolves in the image) and working directory. Each is one "-flag=value" argument, so a
+// value cannot be read as a flag of its own; the store checked both at import.
+func templateArgs(tpl template.Template) []string {
+	var args []string
+	if tpl.User != "" {
+		args = append(args, "-image-user="+tpl.User)
+	}
+	if tpl.WorkingDir != "" {
+		args = append(args, "-workdir="+tpl.WorkingDir)
+	}
+	return args
+}
+
 // CreateRequest asks the node for a sandbox.
 type CreateRequest struct {
 	// ID names the sandbox.
@@ -345,7 +359,7 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 		ID:         req.ID,
 		RootFS:     tpl.RootFS,
 		Mounts:     tpl.Mounts,
-		Init:       InitArgs(n.cfg.DaemonArgs...),
+		Init:       InitArgs(append(append([]string(nil), n.cfg.DaemonArgs...), templateArgs(tpl)...)...),
 		LegacyInit: legacyInit,
 		ControlDir: ControlDir,
 		InitBinary: n.cfg.DaemonBinary,

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -18,10 +17,10 @@ import (
 )
 
 // Catalog is the node's Registry: the default template (HostRegistry) and templates made from OCI images
-// (an oci.Store under Dir/oci). A reference is a template's name ("python"), which resolves to the
-// digest the name points at now, or a name and a digest ("python@sha256:…"), which is that image
-// whatever the name points at since: what a sandbox, session or snapshot records, so resume, fork and
-// restore boot exactly what they booted before.
+// (an oci.Store under Dir/oci, which keeps images by digest). An image template is referred to by its
+// name and digest ("python@sha256:…"): the control plane resolves a name to the digest it points at
+// and records that reference in the sandbox, session and snapshot, so resume, fork and restore boot
+// exactly the image they booted before, whatever the name points at since.
 type Catalog struct {
 	Host *HostRegistry
 	OCI  *oci.Store
@@ -55,7 +54,7 @@ func ParseRef(ref string) (name, digest string, err error) {
 }
 
 // Get returns the template ref names: the default one, or an image's root with the platform's base
-// layer over it (mounted on first use).
+// layer over it (mounted on first use). An image template's reference must carry its digest.
 func (c *Catalog) Get(ctx context.Context, ref string) (Template, error) {
 	name, digest, err := ParseRef(ref)
 	if err != nil {
@@ -68,9 +67,8 @@ func (c *Catalog) Get(ctx context.Context, ref string) (Template, error) {
 		return c.Host.Get(ctx, name)
 	}
 	if digest == "" {
-		if digest, err = c.OCI.Resolve(name); err != nil {
-			return Template{}, err
-		}
+		// Only the control plane knows names; it asks for what a name points at by its digest.
+		return Template{}, fmt.Errorf("template %q: not found here by name (a node boots image templates by name@digest): %w", ref, errdefs.ErrNotFound)
 	}
 	img, err := c.OCI.Get(digest)
 	if err != nil {
@@ -84,37 +82,17 @@ func (c *Catalog) Get(ctx context.Context, ref string) (Template, error) {
 		WorkingDir: img.Config.WorkingDir, User: img.Config.User, Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd}, nil
 }
 
-// List reports the default template and every name an image has.
-func (c *Catalog) List(ctx context.Context) ([]string, error) {
-	names, err := c.OCI.Names()
-	if err != nil {
-		return nil, err
-	}
-	out := []string{DefaultName}
-	for n := range names {
-		out = append(out, n)
-	}
-	sort.Strings(out[1:])
-	return out, nil
+// List reports the default template: image templates are named by the control plane.
+func (c *Catalog) List(ctx context.Context) ([]string, error) { return []string{DefaultName}, nil }
+
+// Import imports the image at src (see oci.Store.Import) and returns it.
+func (c *Catalog) Import(ctx context.Context, src string) (oci.Image, error) {
+	return c.OCI.Import(ctx, src)
 }
 
-// Import imports the image at src (see oci.Store.Import) and points name at it. It returns the
-// reference that names the image for good ("name@sha256:…").
-func (c *Catalog) Import(ctx context.Context, name, src string) (string, error) {
-	if IsDefault(name) {
-		return "", fmt.Errorf("template %q is the built-in one: choose another name: %w", name, errdefs.ErrInvalidArgument)
-	}
-	if err := oci.CheckName(name); err != nil {
-		return "", err
-	}
-	img, err := c.OCI.Import(ctx, src)
-	if err != nil {
-		return "", err
-	}
-	if err := c.OCI.Tag(name, img.Digest); err != nil {
-		return "", err
-	}
-	return name + "@" + img.Digest, nil
+// Pull fetches the image ref names from its registry (see oci.Store.Pull) and returns it.
+func (c *Catalog) Pull(ctx context.Context, ref string, opts oci.PullOptions) (oci.Image, error) {
+	return c.OCI.Pull(ctx, ref, opts)
 }
 
 // imageEnv is an image's environment for processes: its own, with a PATH if it sets none.
@@ -140,7 +118,7 @@ func imageBase(dst string, image *os.Root) error {
 		{"etc", 0o755, 0, 0},
 		{"home", 0o755, 0, 0},
 		{"home/user", 0o750, UserUID, UserGID},
-		{"tmp", 0o1777, 0, 0},
+		{"tmp", fs.ModeSticky | 0o777, 0, 0},
 		{"run", 0o755, 0, 0},
 		{"run/airlock", 0o700, 0, 0},
 		{".airlock", 0o755, 0, 0},

@@ -46,10 +46,10 @@ func TestParseRef(t *testing.T) {
 	}
 }
 
-// TestCatalogImageTemplates: an imported image is a template by its name and by name and digest; its
-// root has the image's files under the platform's layer (resolver, the sandbox user added to the
-// image's own accounts, the daemon's mount point) and nothing is written into the image's layers;
-// re-pointing the name changes what the name resolves to, never what name@digest is.
+// TestCatalogImageTemplates: an imported image is a template by name and digest; its root has the
+// image's files under the platform's layer (resolver, the sandbox user added to the image's own
+// accounts, the daemon's mount point) and is read-only; two images are two roots; a name without a
+// digest, or a digest the node lacks, is not found.
 func TestCatalogImageTemplates(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount overlays")
@@ -66,15 +66,16 @@ func TestCatalogImageTemplates(t *testing.T) {
 			ocitest.Entry{Name: "etc/group", Type: tar.TypeSymlink, Link: "../../../../etc/group"},
 			ocitest.Entry{Name: "srv/", Type: tar.TypeDir},
 			ocitest.Entry{Name: "srv/version", Body: "one\n"}))
-	ref1, err := c.Import(ctx, "app", ocitest.WriteLayout(t, one))
+	got1, err := c.Import(ctx, ocitest.WriteLayout(t, one))
 	if err != nil {
 		t.Fatal(err)
 	}
 	d1, _ := one.Digest()
-	if ref1 != "app@"+d1.String() {
-		t.Errorf("Import = %q; want app@%s", ref1, d1)
+	if got1.Digest != d1.String() {
+		t.Errorf("Import = %+v; want digest %s", got1, d1)
 	}
-	tpl, err := c.Get(ctx, "app")
+	ref1 := "app@" + d1.String()
+	tpl, err := c.Get(ctx, ref1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +111,9 @@ func TestCatalogImageTemplates(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(tpl.RootFS, "home", "user")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != UserUID {
 		t.Errorf("/home/user: %v", err)
 	}
+	if fi, err := os.Stat(filepath.Join(tpl.RootFS, "tmp")); err != nil || fi.Mode()&(os.ModePerm|os.ModeSticky) != os.ModeSticky|0o777 {
+		t.Errorf("/tmp: %v, %v; want sticky and writable by all", fi.Mode(), err)
+	}
 	if _, err := os.Stat(filepath.Join(tpl.RootFS, ".airlock", "init")); err != nil {
 		t.Errorf("the daemon's mount point: %v", err)
 	}
@@ -127,32 +131,24 @@ func TestCatalogImageTemplates(t *testing.T) {
 		}
 	}
 
-	// Re-pointed: the name is the new image, name@digest still the old one.
+	// Another image (a docker-save tarball): another root, the first one unchanged.
 	two := ocitest.Image(t, v1.Config{}, ocitest.Layer(t, ocitest.Entry{Name: "srv/", Type: tar.TypeDir}, ocitest.Entry{Name: "srv/version", Body: "two\n"}))
-	ref2, err := c.Import(ctx, "app", ocitest.WriteArchive(t, two, "example.test/app:2"))
+	got2, err := c.Import(ctx, ocitest.WriteArchive(t, two, "example.test/app:2"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	now, err := c.Get(ctx, "app")
-	if err != nil || now.Name != ref2 || read(now.RootFS, "srv/version") != "two\n" {
-		t.Fatalf("app after the re-point = %+v, %v", now, err)
+	now, err := c.Get(ctx, "app@"+got2.Digest)
+	if err != nil || read(now.RootFS, "srv/version") != "two\n" {
+		t.Fatalf("the second image = %+v, %v", now, err)
 	}
-	old, err := c.Get(ctx, ref1)
-	if err != nil || read(old.RootFS, "srv/version") != "one\n" {
-		t.Fatalf("%s after the re-point = %+v, %v", ref1, old, err)
-	}
-	names, err := c.List(ctx)
-	if err != nil || strings.Join(names, ",") != "default,app" {
-		t.Errorf("List = %v, %v", names, err)
+	if got := read(tpl.RootFS, "srv/version"); got != "one\n" {
+		t.Errorf("the first image after the second: %q", got)
 	}
 
-	for _, ref := range []string{"nope", "app@sha256:" + strings.Repeat("0", 64)} {
+	for _, ref := range []string{"app", "app@sha256:" + strings.Repeat("0", 64)} {
 		if _, err := c.Get(ctx, ref); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("Get(%q) = %v; want not found", ref, err)
 		}
-	}
-	if _, err := c.Import(ctx, "default", ocitest.WriteLayout(t, two)); !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("Import as default = %v; want invalid argument", err)
 	}
 }
 
@@ -178,6 +174,25 @@ func unmountAll(t *testing.T, dir string) {
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
 			_ = unix.Unmount(f[4], unix.MNT_DETACH)
+		}
+	}
+}
+
+// TestDefaultRootModes: the default root's directories have their modes, those made on the way
+// included (a user must reach /etc/ssl/certs to trust the sandbox's CA).
+func TestDefaultRootModes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give directories their owners")
+	}
+	tpl, err := NewHostRegistry(t.TempDir()).Get(context.Background(), DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]os.FileMode{"etc": 0o755, "etc/ssl": 0o755, "etc/ssl/certs": 0o755, "tmp": 0o777 | os.ModeSticky,
+		"home/user": 0o750, "root": 0o700, "run/airlock": 0o700} {
+		fi, err := os.Stat(filepath.Join(tpl.RootFS, p))
+		if err != nil || fi.Mode()&(os.ModePerm|os.ModeSticky) != want {
+			t.Errorf("/%s: %v, %v; want %v", p, fi.Mode(), err, want)
 		}
 	}
 }

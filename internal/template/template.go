@@ -61,7 +61,7 @@ const (
 )
 
 // version marks the layout of the generated default root; a root of another version is rebuilt.
-const version = "2"
+const version = "3"
 
 // HostRegistry serves the default template, built from the host under Dir on first use.
 type HostRegistry struct {
@@ -165,9 +165,9 @@ func buildRoot(root, hostRoot string) error {
 		{"home", 0o755, 0, 0},
 		{"home/user", 0o750, UserUID, UserGID},
 		{"root", 0o700, 0, 0},
-		{"tmp", 0o1777, 0, 0},
+		{"tmp", fs.ModeSticky | 0o777, 0, 0},
 		{"var", 0o755, 0, 0},
-		{"var/tmp", 0o1777, 0, 0},
+		{"var/tmp", fs.ModeSticky | 0o777, 0, 0},
 		{"var/log", 0o755, 0, 0},
 		{"run", 0o755, 0, 0},
 		{"run/airlock", 0o700, 0, 0},
@@ -247,10 +247,11 @@ type rootDir struct {
 	uid, gid int
 }
 
-// make makes d under root with mkdir, then gives it d's mode and owner.
+// make makes d under root with mkdir, then gives it d's mode and owner. Directories mkdir makes on the
+// way (os.MkdirAll) are 0755.
 func (d rootDir) make(root string, mkdir func(string, fs.FileMode) error) error {
 	p := filepath.Join(root, d.path)
-	if err := mkdir(p, 0o700); err != nil {
+	if err := mkdir(p, 0o755); err != nil {
 		return err
 	}
 	if err := os.Chmod(p, d.mode); err != nil {

@@ -280,3 +280,26 @@ func TestImportRefusesAWrongDiffID(t *testing.T) {
 		t.Errorf("import of a layer whose content is not its diff ID: %v; want refused", err)
 	}
 }
+
+// TestImportRefusesABadConfig: a config a sandbox could not take as its defaults is refused, naming the
+// field, and nothing is recorded.
+func TestImportRefusesABadConfig(t *testing.T) {
+	layer := ocitest.Layer(t, ocitest.Entry{Name: "f", Body: "x"})
+	for name, cfg := range map[string]v1.Config{
+		"User":       {User: "a b"},
+		"WorkingDir": {WorkingDir: "relative/dir"},
+		"Env":        {Env: []string{"NOEQUALS"}},
+	} {
+		s := &Store{Dir: t.TempDir()}
+		_, err := s.Import(context.Background(), ocitest.WriteLayout(t, ocitest.Image(t, cfg, layer)))
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), name) {
+			t.Errorf("an image with a bad %s: %v; want invalid argument naming it", name, err)
+		}
+		if ents, _ := os.ReadDir(filepath.Join(s.Dir, "images")); len(ents) != 0 {
+			t.Errorf("an image with a bad %s was recorded", name)
+		}
+	}
+	if _, err := (&Store{Dir: t.TempDir()}).Import(context.Background(), ocitest.WriteLayout(t, ocitest.Image(t, v1.Config{User: "1000:1000", WorkingDir: "/app/", Env: []string{"A=b=c"}}, layer))); err != nil {
+		t.Errorf("a good config: %v", err)
+	}
+}

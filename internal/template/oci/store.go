@@ -29,7 +29,6 @@ import (
 //	Dir/layers/sha256-<hex>/   a layer, unpacked (by the digest of its uncompressed tar, its diff ID)
 //	Dir/images/sha256-<hex>.json   an image: its layers, bottom first, and its config (by manifest digest)
 //	Dir/rootfs/sha256-<hex>/   an image's root, mounted read-only (Mount)
-//	Dir/names/<name>           the digest a template name points at (names.go)
 //	Dir/base-<v>/sha256-<hex>/ the platform's layer over an image (root.go)
 //	Dir/roots/sha256-<hex>/    what a sandbox boots from: the base layer over the image, read-only (Root)
 //
@@ -63,6 +62,43 @@ type Config struct {
 	User       string   `json:"user,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
+}
+
+// userRE is the form of an image's User: NAME, UID, or either with :GROUP.
+var userRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}(:[A-Za-z0-9_][A-Za-z0-9._-]{0,63})?$`)
+
+// Bounds on what an image's config may hold.
+const (
+	maxConfigEnv      = 1024
+	maxConfigEnvBytes = 256 << 10
+	maxConfigArgs     = 1024
+)
+
+// check refuses a config a sandbox could not take as its defaults: a User that is not NAME, UID or
+// either with :GROUP, a WorkingDir that is not an absolute path, NUL bytes, or too much.
+func (c Config) check() error {
+	if c.User != "" && !userRE.MatchString(c.User) {
+		return fmt.Errorf("User %q: want NAME, UID, NAME:GROUP or UID:GID: %w", c.User, errdefs.ErrInvalidArgument)
+	}
+	if c.WorkingDir != "" && (!filepath.IsAbs(c.WorkingDir) || len(c.WorkingDir) > 4096 || strings.ContainsRune(c.WorkingDir, 0)) {
+		return fmt.Errorf("WorkingDir %q: want an absolute path: %w", c.WorkingDir, errdefs.ErrInvalidArgument)
+	}
+	size := 0
+	for _, e := range c.Env {
+		size += len(e)
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" || strings.ContainsRune(e, 0) {
+			return fmt.Errorf("Env entry %q: want KEY=VALUE: %w", e, errdefs.ErrInvalidArgument)
+		}
+	}
+	if len(c.Env) > maxConfigEnv || size > maxConfigEnvBytes || len(c.Entrypoint)+len(c.Cmd) > maxConfigArgs {
+		return fmt.Errorf("more than %d environment entries (%d bytes) or %d arguments: %w", maxConfigEnv, maxConfigEnvBytes, maxConfigArgs, errdefs.ErrInvalidArgument)
+	}
+	for _, a := range append(append([]string(nil), c.Entrypoint...), c.Cmd...) {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("Entrypoint or Cmd holds a NUL byte: %w", errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
 }
 
 // digestRE is the form of the digests the store names things by.
@@ -264,6 +300,9 @@ func (s *Store) add(ctx context.Context, img v1.Image) (Image, error) {
 	}
 	out := Image{Digest: digest.String(), Config: Config{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir,
 		User: cf.Config.User, Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd}}
+	if err := out.Config.check(); err != nil {
+		return Image{}, fmt.Errorf("image %s config: %w", digest, err)
+	}
 	if !digestRE.MatchString(out.Digest) {
 		return Image{}, fmt.Errorf("image digest %s: only sha256 is taken: %w", out.Digest, errdefs.ErrInvalidArgument)
 	}

@@ -1,0 +1,187 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockrun/airlock/sdk/go/airlock"
+)
+
+func newTemplateCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "template",
+		Short: "Templates sandboxes boot from: the built-in one and OCI images",
+		Long: `A template is the read-only root filesystem a sandbox boots from: the built-in "default" (the host's /usr
+under a generated /etc), or an OCI image the operator imported:
+
+    airlock template import python ./python.tar      (a docker save tarball, an OCI archive or layout)
+    airlock sandbox create --template python
+
+A sandbox or session records the image's digest (python@sha256:…), so importing a new version under the
+same name, or removing the name, never changes what it, its snapshots and its forks boot.`,
+	}
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List the templates",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			l, err := g.client().ListTemplates(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, l)
+			}
+			t := newTable(g.Out, "NAME", "DIGEST", "LAYERS", "UPDATED")
+			now := time.Now()
+			for _, tp := range l.Templates {
+				digest, layers := tp.Digest, strconv.Itoa(tp.Layers)
+				if tp.Builtin {
+					digest, layers = "(built in: the host's /usr)", "-"
+				}
+				t.row(tp.Name, shortDigest(digest), layers, relTime(tp.UpdatedAt, now))
+			}
+			return t.flush()
+		},
+	}
+	get := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show a template",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			tp, err := g.client().GetTemplate(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, tp)
+			}
+			printTemplate(g.Out, tp)
+			return nil
+		},
+	}
+	imp := &cobra.Command{
+		Use:   "import NAME PATH",
+		Short: "Import an OCI image as a template, or as a new version of one (operator tenant's admin key)",
+		Long: `Import the OCI image at PATH: a docker save tarball, an OCI archive (a tar of an image layout) or an OCI
+image layout directory (sent as a tar). Of a multi-platform image, linux/amd64 is taken. The server unpacks
+its layers once, checks them against their digests and refuses a layer that would write outside its root.
+NAME then points at the image: new sandboxes of NAME boot it; those made before keep theirs.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			name, src := args[0], args[1]
+			fi, err := os.Stat(src)
+			if err != nil {
+				return err
+			}
+			var body io.Reader
+			if fi.IsDir() {
+				pr, pw := io.Pipe()
+				go func() { pw.CloseWithError(writeTar(pw, src, "")) }() // owner: import; ends with the pipe
+				defer pr.Close()
+				body = pr
+			} else {
+				f, err := os.Open(src)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				body = f
+			}
+			tp, err := g.client().ImportTemplate(cmd.Context(), name, body)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, tp)
+			}
+			fmt.Fprintf(g.Out, "template %s now boots %s\n", tp.Name, tp.Ref)
+			return nil
+		},
+	}
+	var pull airlock.PullTemplateRequest
+	pullCmd := &cobra.Command{
+		Use:   "pull NAME IMAGE",
+		Short: "Fetch an OCI image from a registry as a template (operator tenant's admin key)",
+		Long: `Fetch IMAGE (registry/repository[:tag|@digest]) from its registry and point NAME at it, as import does.
+Only trusted HTTPS is spoken unless --insecure, loopback and private addresses included. Credentials:
+--username and --password-secret, the name of one of your secrets holding the password or token
+(POST /v1/secrets; it is read for the pull only).`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			pull.Image = args[1]
+			tp, err := g.client().PullTemplate(cmd.Context(), args[0], pull)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, tp)
+			}
+			fmt.Fprintf(g.Out, "template %s now boots %s\n", tp.Name, tp.Ref)
+			return nil
+		},
+	}
+	pullCmd.Flags().BoolVar(&pull.Insecure, "insecure", false, "allow plain HTTP, or TLS with a certificate the server does not trust")
+	pullCmd.Flags().StringVar(&pull.Username, "username", "", "the registry user")
+	pullCmd.Flags().StringVar(&pull.PasswordSecret, "password-secret", "", "the name of your secret holding the registry password or token")
+	rm := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Remove a template's name; what recorded its image keeps it (operator tenant's admin key)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			if err := g.client().DeleteTemplate(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			if !g.json {
+				fmt.Fprintf(g.Out, "template %s removed\n", args[0])
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(ls, get, imp, pullCmd, rm)
+	return cmd
+}
+
+// shortDigest shortens "sha256:<64 hex>" to "sha256:<12 hex>".
+func shortDigest(d string) string {
+	if rest, ok := strings.CutPrefix(d, "sha256:"); ok && len(rest) > 12 {
+		return "sha256:" + rest[:12]
+	}
+	return d
+}
+
+func printTemplate(w io.Writer, tp *airlock.Template) {
+	fmt.Fprintf(w, "name:        %s\n", tp.Name)
+	fmt.Fprintf(w, "ref:         %s\n", tp.Ref)
+	if tp.Builtin {
+		fmt.Fprintf(w, "built in:    the host's /usr under a generated /etc\n")
+		return
+	}
+	fmt.Fprintf(w, "layers:      %d\n", tp.Layers)
+	if len(tp.Env) > 0 {
+		fmt.Fprintf(w, "env:         %s\n", strings.Join(tp.Env, " "))
+	}
+	if tp.WorkingDir != "" {
+		fmt.Fprintf(w, "working dir: %s\n", tp.WorkingDir)
+	}
+	if tp.User != "" {
+		fmt.Fprintf(w, "user:        %s\n", tp.User)
+	}
+	if len(tp.Entrypoint)+len(tp.Cmd) > 0 {
+		fmt.Fprintf(w, "command:     %s\n", shellJoin(append(append([]string{}, tp.Entrypoint...), tp.Cmd...)))
+	}
+	if tp.UpdatedAt != nil {
+		fmt.Fprintf(w, "updated:     %s\n", tp.UpdatedAt.Local().Format(time.DateTime))
+	}
+}

@@ -1,0 +1,279 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/template"
+	"github.com/airlockrun/airlock/internal/template/oci"
+)
+
+// Template names are the control plane's: each is a document (templates/NAME) holding the digest of the
+// image it points at, which every replica sees. A sandbox or session records the reference a name
+// resolved to when it was created (NAME@sha256:…), so re-pointing or removing the name never changes
+// what it, its snapshots, forks and restores boot. The images themselves are on the nodes
+// (template.Catalog), by digest.
+
+// Template is a template as the API shows it.
+type Template struct {
+	// Name is the template's name; Ref what a sandbox created from it now records ("NAME@sha256:…";
+	// "default" for the built-in one).
+	Name string
+	Ref  string
+	// Digest is the image's manifest digest; "" for the built-in template.
+	Digest string
+	// Builtin marks the default template, built from the host's /usr.
+	Builtin bool
+	// Config is what the image sets for its processes; Layers counts its layers.
+	Config    oci.Config
+	Layers    int
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// templateDoc is what a template's document holds.
+type templateDoc struct {
+	Digest    string     `json:"digest"`
+	Config    oci.Config `json:"config"`
+	Layers    int        `json:"layers"`
+	CreatedAt time.Time  `json:"created_at"`
+}
+
+const templateDocPrefix = "templates/"
+
+// builtinTemplate is the default template as ListTemplates shows it.
+var builtinTemplate = Template{Name: template.DefaultName, Ref: template.DefaultName, Builtin: true}
+
+// ListTemplates returns every template: the built-in one first, then by name.
+func (s *placer) ListTemplates(ctx context.Context) ([]Template, error) {
+	docs, err := s.store.ListDocs(ctx, templateDocPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	out := []Template{builtinTemplate}
+	for _, d := range docs {
+		t, err := templateOf(d)
+		if err != nil {
+			s.log.Warn("skip a template record", "key", d.Key, "err", err)
+			continue
+		}
+		out = append(out, t)
+	}
+	sort.Slice(out[1:], func(i, j int) bool { return out[1+i].Name < out[1+j].Name })
+	return out, nil
+}
+
+// GetTemplate returns the template called name.
+func (s *placer) GetTemplate(ctx context.Context, name string) (Template, error) {
+	if template.IsDefault(name) {
+		return builtinTemplate, nil
+	}
+	if err := oci.CheckName(name); err != nil {
+		return Template{}, err
+	}
+	d, err := s.store.GetDoc(ctx, templateDocPrefix+name)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return Template{}, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
+		}
+		return Template{}, err
+	}
+	return templateOf(d)
+}
+
+// imageImporter is a node that can import and pull OCI images (the in-process node).
+type imageImporter interface {
+	ImportImage(ctx context.Context, r io.Reader) (oci.Image, error)
+	PullImage(ctx context.Context, ref string, opts oci.PullOptions) (oci.Image, error)
+}
+
+// PullRequest names an image in a registry and how to reach it.
+type PullRequest struct {
+	// Image is the reference: registry/repository[:tag|@digest].
+	Image string
+	// Insecure allows plain HTTP, or TLS without a trusted certificate.
+	Insecure bool
+	// Username and PasswordSecret (the name of one of the caller's secrets) are the registry's
+	// credentials; the password is read from the secret only for the pull, never stored elsewhere.
+	Username       string
+	PasswordSecret string
+}
+
+// importer returns the node that takes images: the in-process one.
+func (s *placer) importer() (imageImporter, error) {
+	imp, ok := s.nodes.local.(imageImporter)
+	if s.nodes.local == nil || !ok {
+		return nil, fmt.Errorf("importing templates into a cluster's nodes is not supported yet (their layers are to travel through the blob store); import on a single-binary server: %w", errdefs.ErrFailedPrecondition)
+	}
+	return imp, nil
+}
+
+// PullTemplate fetches an image from a registry and points name at it, as ImportTemplate does.
+func (s *placer) PullTemplate(ctx context.Context, tenantID, name string, req PullRequest) (Template, error) {
+	if err := checkNewTemplateName(name); err != nil {
+		return Template{}, err
+	}
+	if req.Image == "" {
+		return Template{}, fmt.Errorf("image: a registry reference is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if (req.Username == "") != (req.PasswordSecret == "") {
+		return Template{}, fmt.Errorf("username and password_secret go together: %w", errdefs.ErrInvalidArgument)
+	}
+	imp, err := s.importer()
+	if err != nil {
+		return Template{}, err
+	}
+	opts := oci.PullOptions{Insecure: req.Insecure, Username: req.Username}
+	if req.PasswordSecret != "" {
+		pw, err := s.accounts.revealSecret(ctx, tenantID, req.PasswordSecret)
+		if err != nil {
+			return Template{}, fmt.Errorf("password_secret %q: %w", req.PasswordSecret, err)
+		}
+		defer clear(pw)
+		opts.Password = pw
+	}
+	img, err := imp.PullImage(ctx, req.Image, opts)
+	if err != nil {
+		return Template{}, fmt.Errorf("pull template %s: %w", name, err)
+	}
+	return s.recordTemplate(ctx, name, img)
+}
+
+// revealSecret returns the value of the tenant's secret name, for the platform's own use (a registry
+// password): never for a sandbox, which only ever sees secrets through the gateway.
+func (s *accounts) revealSecret(ctx context.Context, tenantID, name string) ([]byte, error) {
+	if s.secrets == nil {
+		return nil, fmt.Errorf("this server keeps no secrets: %w", errdefs.ErrFailedPrecondition)
+	}
+	return s.secrets.Reveal(ctx, tenantID, name)
+}
+
+// checkNewTemplateName reports whether name can be given to an image.
+func checkNewTemplateName(name string) error {
+	if template.IsDefault(name) {
+		return fmt.Errorf("template %q is the built-in one; choose another name: %w", name, errdefs.ErrInvalidArgument)
+	}
+	return oci.CheckName(name)
+}
+
+// ImportTemplate imports the OCI image in the archive r (an OCI archive or a `docker save` tarball)
+// and points name at it, creating the template or re-pointing it. Sandboxes and sessions created
+// before keep the image they recorded.
+func (s *placer) ImportTemplate(ctx context.Context, name string, r io.Reader) (Template, error) {
+	if err := checkNewTemplateName(name); err != nil {
+		return Template{}, err
+	}
+	imp, err := s.importer()
+	if err != nil {
+		return Template{}, err
+	}
+	img, err := imp.ImportImage(ctx, r)
+	if err != nil {
+		return Template{}, fmt.Errorf("import template %s: %w", name, err)
+	}
+	return s.recordTemplate(ctx, name, img)
+}
+
+// recordTemplate points name at img, which a node holds now.
+func (s *placer) recordTemplate(ctx context.Context, name string, img oci.Image) (Template, error) {
+	rec := templateDoc{Digest: img.Digest, Config: img.Config, Layers: len(img.Layers), CreatedAt: s.now()}
+	key := templateDocPrefix + name
+	for {
+		cur, err := s.store.GetDoc(ctx, key)
+		version := int64(0)
+		switch {
+		case err == nil:
+			version = cur.Version
+			var old templateDoc
+			if json.Unmarshal(cur.Value, &old) == nil && !old.CreatedAt.IsZero() {
+				rec.CreatedAt = old.CreatedAt
+			}
+		case !errors.Is(err, errdefs.ErrNotFound):
+			return Template{}, err
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return Template{}, err
+		}
+		d, err := s.store.PutDoc(ctx, store.Doc{Key: key, Value: b, Version: version})
+		if errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrAlreadyExists) || errors.Is(err, errdefs.ErrNotFound) {
+			continue // another import or removal of the name meanwhile: the last one wins
+		}
+		if err != nil {
+			return Template{}, fmt.Errorf("record template %s: %w", name, err)
+		}
+		s.log.Info("template recorded", "template", name, "digest", img.Digest, "layers", len(img.Layers))
+		return templateOf(d)
+	}
+}
+
+// DeleteTemplate removes the name; the image stays on the nodes for the sandboxes, sessions and
+// snapshots that recorded it.
+func (s *placer) DeleteTemplate(ctx context.Context, name string) error {
+	if template.IsDefault(name) {
+		return fmt.Errorf("template %q is the built-in one and cannot be removed: %w", name, errdefs.ErrInvalidArgument)
+	}
+	if err := oci.CheckName(name); err != nil {
+		return err
+	}
+	for {
+		cur, err := s.store.GetDoc(ctx, templateDocPrefix+name)
+		if err != nil {
+			if errors.Is(err, errdefs.ErrNotFound) {
+				return fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
+			}
+			return err
+		}
+		err = s.store.DeleteDoc(ctx, cur.Key, cur.Version)
+		if errors.Is(err, errdefs.ErrConflict) {
+			continue // re-pointed meanwhile: remove what it is now
+		}
+		return err
+	}
+}
+
+// resolveTemplate returns what a sandbox created from template ref records: "default" for the built-in
+// template; NAME@DIGEST for a name (the digest it points at now); a NAME@DIGEST reference as it is, if
+// NAME points, or pointed, at that image (the node checks it has it).
+func (s *placer) resolveTemplate(ctx context.Context, ref string) (string, error) {
+	name, digest, err := template.ParseRef(ref)
+	if err != nil {
+		return "", err
+	}
+	if name == template.DefaultName {
+		if digest != "" {
+			return "", fmt.Errorf("template %q: the built-in template has no digest: %w", ref, errdefs.ErrInvalidArgument)
+		}
+		return template.DefaultName, nil
+	}
+	if digest != "" {
+		return name + "@" + digest, nil
+	}
+	t, err := s.GetTemplate(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	return t.Ref, nil
+}
+
+// templateOf reads a template's document.
+func templateOf(d store.Doc) (Template, error) {
+	var rec templateDoc
+	if err := json.Unmarshal(d.Value, &rec); err != nil {
+		return Template{}, fmt.Errorf("template record %s: %w", d.Key, err)
+	}
+	name := strings.TrimPrefix(d.Key, templateDocPrefix)
+	return Template{Name: name, Ref: name + "@" + rec.Digest, Digest: rec.Digest, Config: rec.Config, Layers: rec.Layers,
+		CreatedAt: rec.CreatedAt, UpdatedAt: d.UpdatedAt}, nil
+}
+
+var _ imageImporter = (*node.Local)(nil)

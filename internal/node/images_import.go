@@ -1,0 +1,64 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/template/oci"
+)
+
+// ImageImporter is a template registry that can import OCI images (template.Catalog).
+type ImageImporter interface {
+	Import(ctx context.Context, src string) (oci.Image, error)
+}
+
+// MaxImageUpload bounds an image archive sent to ImportImage.
+const MaxImageUpload = 32 << 30
+
+// ImportImage imports the OCI image in the archive r (an OCI archive or a `docker save` tarball) into
+// the node's template store and returns it: the control plane then names it. The archive is spooled
+// under the node's data directory first and removed after.
+func (n *Local) ImportImage(ctx context.Context, r io.Reader) (oci.Image, error) {
+	imp, ok := n.cfg.Templates.(ImageImporter)
+	if !ok {
+		return oci.Image{}, fmt.Errorf("this node's templates cannot import images: %w", errdefs.ErrFailedPrecondition)
+	}
+	f, err := os.CreateTemp(n.cfg.DataDir, ".image-upload-")
+	if err != nil {
+		return oci.Image{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	size, err := io.Copy(f, io.LimitReader(r, MaxImageUpload+1))
+	if err != nil {
+		return oci.Image{}, fmt.Errorf("receive the image: %w", err)
+	}
+	if size > MaxImageUpload {
+		return oci.Image{}, fmt.Errorf("the image archive is over %d GiB: %w", MaxImageUpload>>30, errdefs.ErrTooLarge)
+	}
+	if size == 0 {
+		return oci.Image{}, fmt.Errorf("the image archive is empty: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := f.Close(); err != nil {
+		return oci.Image{}, err
+	}
+	return imp.Import(ctx, f.Name())
+}
+
+// ImagePuller is a template registry that can pull OCI images from registries (template.Catalog).
+type ImagePuller interface {
+	Pull(ctx context.Context, ref string, opts oci.PullOptions) (oci.Image, error)
+}
+
+// PullImage fetches the image ref names from its registry into the node's template store and returns
+// it: the control plane then names it.
+func (n *Local) PullImage(ctx context.Context, ref string, opts oci.PullOptions) (oci.Image, error) {
+	p, ok := n.cfg.Templates.(ImagePuller)
+	if !ok {
+		return oci.Image{}, fmt.Errorf("this node's templates cannot pull images: %w", errdefs.ErrFailedPrecondition)
+	}
+	return p.Pull(ctx, ref, opts)
+}

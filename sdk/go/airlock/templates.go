@@ -1,0 +1,105 @@
+package airlock
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Template is a root filesystem sandboxes boot from: the built-in default, or one made from an OCI
+// image. A sandbox or session created from a template records Ref, the image's digest, so
+// re-pointing or removing the name never changes what it, its snapshots and forks boot.
+type Template struct {
+	Name string `json:"name"`
+	// Ref is what a sandbox created from the template now records: NAME@sha256:… ("default" for the
+	// built-in one). It can be given as a template to boot exactly that image.
+	Ref string `json:"ref"`
+	// Digest is the image's manifest digest; empty for the built-in template.
+	Digest string `json:"digest,omitempty"`
+	// Builtin marks the default template.
+	Builtin bool `json:"builtin"`
+	// Env, WorkingDir, User, Entrypoint and Cmd are what the image sets for its processes.
+	Env        []string   `json:"env,omitempty"`
+	WorkingDir string     `json:"working_dir,omitempty"`
+	User       string     `json:"user,omitempty"`
+	Entrypoint []string   `json:"entrypoint,omitempty"`
+	Cmd        []string   `json:"cmd,omitempty"`
+	Layers     int        `json:"layers,omitempty"`
+	CreatedAt  *time.Time `json:"created_at,omitempty"`
+	UpdatedAt  *time.Time `json:"updated_at,omitempty"`
+}
+
+// TemplateList is a page of templates (all of them: there are few).
+type TemplateList struct {
+	Templates []Template `json:"templates"`
+}
+
+// ListTemplates lists the templates sandboxes can boot.
+func (c *Client) ListTemplates(ctx context.Context) (*TemplateList, error) {
+	var out TemplateList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/templates", nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	return &out, nil
+}
+
+// GetTemplate returns the template called name.
+func (c *Client) GetTemplate(ctx context.Context, name string) (*Template, error) {
+	var out Template
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/templates/"+url.PathEscape(name), nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("get template %s: %w", name, err)
+	}
+	return &out, nil
+}
+
+// ImportTemplate imports the OCI image in archive (an OCI archive, a tar of an OCI image layout, or a
+// `docker save` tarball) and points name at it: a new template, or a new version of one (sandboxes and
+// sessions of the old version keep it). Operator only.
+func (c *Client) ImportTemplate(ctx context.Context, name string, archive io.Reader) (*Template, error) {
+	resp, err := c.do(ctx, request{method: http.MethodPut, path: "/v1/templates/" + url.PathEscape(name), body: archive,
+		contentType: "application/x-tar"})
+	if err != nil {
+		return nil, fmt.Errorf("import template %s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	var out Template
+	if err := decodeJSON(resp.Body, &out); err != nil {
+		return nil, fmt.Errorf("import template %s: %w", name, err)
+	}
+	return &out, nil
+}
+
+// PullTemplateRequest names an image in a registry and how to reach it.
+type PullTemplateRequest struct {
+	// Image is registry/repository[:tag|@digest]; of a multi-platform image, linux/amd64 is taken.
+	Image string `json:"image"`
+	// Insecure allows a registry that speaks plain HTTP, or TLS with a certificate the server does
+	// not trust. Without it, only trusted HTTPS is spoken, on loopback and private addresses too.
+	Insecure bool `json:"insecure,omitempty"`
+	// Username and PasswordSecret, the name of one of the operator's secrets holding the password or
+	// token, are the registry's credentials.
+	Username       string `json:"username,omitempty"`
+	PasswordSecret string `json:"password_secret,omitempty"`
+}
+
+// PullTemplate fetches an image from a registry and points name at it, as ImportTemplate does.
+// Operator only.
+func (c *Client) PullTemplate(ctx context.Context, name string, req PullTemplateRequest) (*Template, error) {
+	var out Template
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/templates/"+url.PathEscape(name)+"/pull", nil, req, &out, nil); err != nil {
+		return nil, fmt.Errorf("pull template %s: %w", name, err)
+	}
+	return &out, nil
+}
+
+// DeleteTemplate removes the name; sandboxes, sessions and snapshots that recorded its image keep it.
+// Operator only.
+func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
+	if err := c.doJSON(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), nil, nil, nil, nil); err != nil {
+		return fmt.Errorf("delete template %s: %w", name, err)
+	}
+	return nil
+}
