@@ -683,7 +683,7 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer s.cp.BeginWork(t.TenantID, t.SessionID, t.SandboxID)()
+	defer s.cp.BeginWork(r.Context(), t.TenantID, t.SessionID, t.SandboxID)()
 	ps, err := s.cp.ListeningPorts(r.Context(), t)
 	if err != nil {
 		writeError(w, r, s.log, err)

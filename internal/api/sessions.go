@@ -29,7 +29,7 @@ func sessionID(r *http.Request) (string, error) {
 // no rolling snapshot or idle pause cuts it off (viaSession does the same for work on a session).
 func (s *Server) tracked(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		defer s.cp.BeginWork(tenantOf(r), "", r.PathValue("id"))()
+		defer s.cp.BeginWork(r.Context(), tenantOf(r), "", r.PathValue("id"))()
 		h(w, r)
 	}
 }
@@ -50,7 +50,7 @@ func (s *Server) viaSession(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		r.SetPathValue("id", sb)
-		defer s.cp.BeginWork(tenantOf(r), id, sb)()
+		defer s.cp.BeginWork(r.Context(), tenantOf(r), id, sb)()
 		h(w, r)
 	}
 }

@@ -48,6 +48,14 @@ type roller struct {
 	m  map[string]rollState
 }
 
+// rollingGrace bounds how long a due rolling snapshot waits for a moment with no call in progress
+// before it holds new ones (a quarter of the interval, if less).
+const rollingGrace = 5 * time.Second
+
+// rollingDrain is how long an overdue rolling snapshot waits for the calls in progress on its sandbox to
+// end, new ones held meanwhile.
+const rollingDrain = 2 * time.Second
+
 // errSandboxBusy is what a rolling snapshot's checkpoint ends with while calls or streams are in
 // progress on the sandbox (node.ErrBusy): nothing was taken.
 var errSandboxBusy = errors.New("work in progress on the sandbox")
@@ -95,8 +103,24 @@ func (s *sessions) rollSession(ctx context.Context, se store.Session) error {
 		return nil
 	}
 	interval := time.Duration(se.RollingIntervalSeconds) * time.Second
-	if now.Sub(st.since) < interval || s.sandboxes.busy(se.SandboxID) {
-		return nil // not due, or work in progress would be cut: a later round
+	if now.Sub(st.since) < interval {
+		return nil // not due
+	}
+	// Work in progress would be cut: while the snapshot is not overdue, a later round (its node refuses
+	// a checkpoint that would cut a call, too). But calls that follow one another closely would put it
+	// off for good: once it is overdue (by a quarter interval, rollingGrace at most), and no call or
+	// stream in progress is a long one (a terminal, a long exec: the snapshot waits for it, as
+	// before), new work waits while the calls in progress end (never cutting one: a call still running
+	// after rollingDrain puts it off again), and the snapshot goes ahead with none in progress.
+	switch overdue := now.Sub(st.since) >= interval+min(interval/4, rollingGrace); {
+	case overdue && !s.sandboxes.longWork(se.SandboxID, rollingDrain):
+		release := s.sandboxes.holdWork(se.SandboxID)
+		defer release()
+		if !s.sandboxes.waitIdle(ctx, se.SandboxID, rollingDrain) {
+			return nil
+		}
+	case s.sandboxes.busy(se.SandboxID):
+		return nil
 	}
 	cpu, cerr := s.sandboxes.sandboxCPU(ctx, se.TenantID, se.SandboxID)
 	idleCPU := time.Duration(float64(idleCPUPerMinute) * now.Sub(st.since).Minutes())
@@ -459,20 +483,53 @@ type workTracker struct {
 	// off an idle pause (which would cut them) but not a rolling snapshot: they do not go through the
 	// daemon's channel, and a checkpoint that leaves the sandbox running keeps its connections.
 	ports map[string]int
+	// started holds when each call or stream in progress began, by sandbox ID and a number of its own
+	// (seq counts them).
+	started map[string]map[uint64]time.Time
+	seq     uint64
+	// gates holds the sandboxes whose new work waits for an overdue rolling snapshot (holdWork): each
+	// channel is closed when the snapshot is done.
+	gates map[string]chan struct{}
 }
 
 // BeginWork records a call or stream starting on sandbox sbID; the returned function records its end.
 // For work addressed to a session (sessionID of tenantID, "" otherwise) the end counts as its activity.
-func (s *sandboxes) BeginWork(tenantID, sessionID, sbID string) (end func()) {
-	s.work.mu.Lock()
-	s.work.n[sbID]++
-	s.work.mu.Unlock()
+// While an overdue rolling snapshot holds the sandbox's new work (holdWork), it waits for it first (a
+// few seconds at most), unless ctx ends.
+func (s *sandboxes) BeginWork(ctx context.Context, tenantID, sessionID, sbID string) (end func()) {
+	var token uint64
+	for {
+		s.work.mu.Lock()
+		g := s.work.gates[sbID]
+		if g == nil || ctx.Err() != nil {
+			s.work.n[sbID]++
+			s.work.seq++
+			token = s.work.seq
+			if s.work.started == nil {
+				s.work.started = map[string]map[uint64]time.Time{}
+			}
+			if s.work.started[sbID] == nil {
+				s.work.started[sbID] = map[uint64]time.Time{}
+			}
+			s.work.started[sbID][token] = time.Now()
+			s.work.mu.Unlock()
+			break
+		}
+		s.work.mu.Unlock()
+		select {
+		case <-g:
+		case <-ctx.Done():
+		}
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			s.work.mu.Lock()
 			if s.work.n[sbID]--; s.work.n[sbID] <= 0 {
 				delete(s.work.n, sbID)
+			}
+			if delete(s.work.started[sbID], token); len(s.work.started[sbID]) == 0 {
+				delete(s.work.started, sbID)
 			}
 			s.work.mu.Unlock()
 			// The call counts as activity until it ends, not only when it began.
@@ -513,6 +570,50 @@ func (s *sandboxes) portBusy(sbID string) bool {
 	s.work.mu.Lock()
 	defer s.work.mu.Unlock()
 	return s.work.ports[sbID] > 0
+}
+
+// holdWork makes new work on sandbox sbID wait (BeginWork) until the returned release is called.
+func (s *sandboxes) holdWork(sbID string) (release func()) {
+	g := make(chan struct{})
+	s.work.mu.Lock()
+	if s.work.gates == nil {
+		s.work.gates = map[string]chan struct{}{}
+	}
+	s.work.gates[sbID] = g
+	s.work.mu.Unlock()
+	return sync.OnceFunc(func() {
+		s.work.mu.Lock()
+		if s.work.gates[sbID] == g {
+			delete(s.work.gates, sbID)
+		}
+		s.work.mu.Unlock()
+		close(g)
+	})
+}
+
+// waitIdle waits until no call or stream is in progress on sandbox sbID, at most limit; it reports
+// whether that happened.
+func (s *sandboxes) waitIdle(ctx context.Context, sbID string, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for s.busy(sbID) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
+}
+
+// longWork reports whether a call or stream in progress on sandbox sbID began more than d ago.
+func (s *sandboxes) longWork(sbID string, d time.Duration) bool {
+	s.work.mu.Lock()
+	defer s.work.mu.Unlock()
+	for _, t := range s.work.started[sbID] {
+		if time.Since(t) > d {
+			return true
+		}
+	}
+	return false
 }
 
 // busy reports whether calls or streams are in progress on sandbox sbID.

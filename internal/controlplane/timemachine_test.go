@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -364,7 +365,7 @@ func TestWorkInProgressDefersSnapshotsAndPauses(t *testing.T) {
 	ctx := context.Background()
 	se := e.create(t, SessionRequest{RollingIntervalSeconds: 15, IdleTimeoutSeconds: 60})
 	e.s.rollSnapshots()
-	end := e.s.BeginWork(e.tenant, se.ID, se.SandboxID)
+	end := e.s.BeginWork(context.Background(), e.tenant, se.ID, se.SandboxID)
 	e.clk.Add(2 * time.Minute)
 	e.n.addCPU(se.SandboxID, time.Second)
 	e.s.rollSnapshots()
@@ -392,4 +393,70 @@ func TestWorkInProgressDefersSnapshotsAndPauses(t *testing.T) {
 	if got, _ := e.s.GetSession(ctx, e.tenant, se.ID); got.State != store.SessionPaused {
 		t.Errorf("session %s after its idle timeout with nothing running; want paused", got.State)
 	}
+}
+
+// TestOverdueSnapshotHoldsNewWork: calls that follow one another closely cannot put a rolling snapshot
+// off for good: once it is overdue by half an interval, new calls wait, the ones in progress end, and
+// the snapshot is taken with none in progress; a long stream still defers it.
+func TestOverdueSnapshotHoldsNewWork(t *testing.T) {
+	e := setupSessions(t)
+	se := e.create(t, SessionRequest{RollingIntervalSeconds: 15})
+	e.s.rollSnapshots()
+	var mu sync.Mutex
+	busyAtCheckpoint := 0
+	e.n.mu.Lock()
+	e.n.afterCheckpoint = func() {
+		if e.s.busy(se.SandboxID) {
+			mu.Lock()
+			busyAtCheckpoint++
+			mu.Unlock()
+		}
+	}
+	e.n.mu.Unlock()
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() { // owner: the test; calls back to back until stop
+		calls := 0
+		for {
+			select {
+			case <-stop:
+				done <- calls
+				return
+			default:
+			}
+			end := e.s.BeginWork(context.Background(), e.tenant, se.ID, se.SandboxID)
+			time.Sleep(3 * time.Millisecond)
+			end()
+			calls++
+		}
+	}()
+	e.clk.Add(26 * time.Second) // due for 11 s: overdue
+	e.n.addCPU(se.SandboxID, time.Second)
+	e.s.rollSnapshots()
+	close(stop)
+	calls := <-done
+	if n := len(rolling(t, e, se)); n != 1 {
+		t.Fatalf("%d rolling snapshots with calls back to back, overdue; want 1 (%d calls)", n, calls)
+	}
+	mu.Lock()
+	if busyAtCheckpoint != 0 {
+		t.Errorf("a call was in progress at the checkpoint")
+	}
+	mu.Unlock()
+
+	// A stream that has run for longer than the drain: the snapshot waits for it, as before.
+	end := e.s.BeginWork(context.Background(), e.tenant, se.ID, se.SandboxID)
+	time.Sleep(rollingDrain + 100*time.Millisecond)
+	e.clk.Add(time.Minute)
+	e.n.addCPU(se.SandboxID, time.Second)
+	start := time.Now()
+	e.s.rollSnapshots()
+	if n := len(rolling(t, e, se)); n != 1 {
+		t.Errorf("%d rolling snapshots while a long stream ran; want still 1", n)
+	}
+	if d := time.Since(start); d > rollingDrain {
+		t.Errorf("the round held work for %s behind a long stream", d)
+	}
+	end()
+	settle(t, e.s)
 }
