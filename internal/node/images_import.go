@@ -2,9 +2,12 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/template/oci"
@@ -32,7 +35,7 @@ func (n *Local) ImportImage(ctx context.Context, r io.Reader) (oci.Image, error)
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	size, err := io.Copy(f, io.LimitReader(r, MaxImageUpload+1))
+	size, err := spool(f, io.LimitReader(r, MaxImageUpload+1))
 	if err != nil {
 		return oci.Image{}, fmt.Errorf("receive the image: %w", err)
 	}
@@ -46,6 +49,33 @@ func (n *Local) ImportImage(ctx context.Context, r io.Reader) (oci.Image, error)
 		return oci.Image{}, err
 	}
 	return imp.Import(ctx, f.Name())
+}
+
+// spoolMinFree is the room a spooled upload leaves on the node's file system.
+const spoolMinFree = oci.DefaultMinFree
+
+// spool copies r into f, refusing (resource exhausted) before the file system would have less than
+// spoolMinFree free: an upload cannot fill the disk under the node's sandboxes.
+func spool(f *os.File, r io.Reader) (int64, error) {
+	var total int64
+	for {
+		var st unix.Statfs_t
+		if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+			return total, err
+		}
+		const chunk = 16 << 20
+		if int64(st.Bavail)*st.Bsize-chunk < spoolMinFree {
+			return total, fmt.Errorf("the node's disk would have less than %d MiB free: %w", spoolMinFree>>20, errdefs.ErrResourceExhausted)
+		}
+		n, err := io.CopyN(f, r, chunk)
+		total += n
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // ImagePuller is a template registry that can pull OCI images from registries (template.Catalog).

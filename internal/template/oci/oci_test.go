@@ -303,3 +303,28 @@ func TestImportRefusesABadConfig(t *testing.T) {
 		t.Errorf("a good config: %v", err)
 	}
 }
+
+// TestImportLeavesRoomFree: an import stops before the store's file system would have less than
+// MinFree left, refused as resource exhausted, leaving no half layer; a small image goes in (the
+// positive control).
+func TestImportLeavesRoomFree(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	s := &Store{Dir: filepath.Join(dir, "store"), Limits: Limits{Bytes: 1 << 30, Entries: 100, MinFree: 40 << 20}}
+	big := ocitest.Layer(t, ocitest.Entry{Name: "big", Body: strings.Repeat("x", 32<<20)})
+	_, err := s.Import(context.Background(), ocitest.WriteLayout(t, ocitest.Image(t, v1.Config{}, big)))
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "free") {
+		t.Errorf("an image that would leave too little free: %v; want resource exhausted", err)
+	}
+	if ls, _ := os.ReadDir(filepath.Join(s.Dir, "layers")); len(ls) != 0 {
+		t.Errorf("the refused import left %d entries", len(ls))
+	}
+	small := ocitest.Layer(t, ocitest.Entry{Name: "small", Body: strings.Repeat("x", 4<<20)})
+	if _, err := s.Import(context.Background(), ocitest.WriteLayout(t, ocitest.Image(t, v1.Config{}, small))); err != nil {
+		t.Errorf("a small image: %v", err)
+	}
+}

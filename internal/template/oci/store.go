@@ -310,7 +310,10 @@ func (s *Store) add(ctx context.Context, img v1.Image) (Image, error) {
 	if lim == (Limits{}) {
 		lim = DefaultLimits
 	}
-	b := &budget{bytes: lim.Bytes, entries: lim.Entries}
+	if lim.MinFree == 0 {
+		lim.MinFree = DefaultLimits.MinFree
+	}
+	b := &budget{bytes: lim.Bytes, entries: lim.Entries, minFree: lim.MinFree}
 	for i, l := range layers {
 		diffID := cf.RootFS.DiffIDs[i].String()
 		if !digestRE.MatchString(diffID) {

@@ -31,10 +31,18 @@ type Limits struct {
 	// Bytes bounds the file contents written, over all of an image's layers; Entries the entries.
 	Bytes   int64
 	Entries int
+	// MinFree is the room an import leaves on the store's file system: it stops, refused as resource
+	// exhausted, before less would be free (checked as it writes), so an image cannot fill the node's
+	// disk under its sandboxes. Zero: DefaultLimits' (2 GiB).
+	MinFree int64
 }
 
-// DefaultLimits are an import's limits unless the caller gives others: 32 GiB, a million entries.
-var DefaultLimits = Limits{Bytes: 32 << 30, Entries: 1 << 20}
+// DefaultMinFree is the room an import leaves free unless its Limits say otherwise.
+const DefaultMinFree = 2 << 30
+
+// DefaultLimits are an import's limits unless the caller gives others: 32 GiB, a million entries, and
+// 2 GiB left free.
+var DefaultLimits = Limits{Bytes: 32 << 30, Entries: 1 << 20, MinFree: DefaultMinFree}
 
 // The OCI image spec's whiteout names.
 const (
@@ -52,6 +60,36 @@ var ErrBadLayer = fmt.Errorf("layer refused: %w", errdefs.ErrInvalidArgument)
 type budget struct {
 	bytes   int64
 	entries int
+	minFree int64
+}
+
+// freeCheckEvery is how many bytes an import writes between checks of the room left.
+const freeCheckEvery = 16 << 20
+
+// copyFile writes the n bytes of r into f, checking every freeCheckEvery bytes (and first) that the
+// file system keeps b.minFree free.
+func (b *budget) copyFile(f *os.File, r io.Reader, n int64) error {
+	for n > 0 {
+		var st unix.Statfs_t
+		if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+			return err
+		}
+		chunk := min(n, freeCheckEvery)
+		if free := int64(st.Bavail) * st.Bsize; free-chunk < b.minFree {
+			return fmt.Errorf("the node's disk would have less than %d MiB free (%d MiB now): %w", b.minFree>>20, free>>20, errdefs.ErrResourceExhausted)
+		}
+		if _, err := io.CopyN(f, r, chunk); err != nil {
+			switch {
+			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+				return fmt.Errorf("%w: its contents end early: %v", ErrBadLayer, err)
+			case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
+				return fmt.Errorf("the node's disk is full: %v: %w", err, errdefs.ErrResourceExhausted)
+			}
+			return err
+		}
+		n -= chunk
+	}
+	return nil
 }
 
 func (b *budget) take(n int64) error {
@@ -145,7 +183,7 @@ func unpackLayer(ctx context.Context, r io.Reader, dir string, b *budget) error 
 			if err != nil {
 				return fmt.Errorf("%w: %q: %v", ErrBadLayer, h.Name, err)
 			}
-			_, err = io.Copy(f, io.LimitReader(tr, h.Size))
+			err = b.copyFile(f, tr, h.Size)
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
