@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -33,31 +32,7 @@ func BenchmarkCreateFromImageTemplate(b *testing.B) {
 	}
 	for _, tpl := range []string{"default", "bench"} {
 		b.Run(tpl, func(b *testing.B) {
-			ctx := context.Background()
-			create := func() *airlock.Sandbox {
-				sb, err := e.Client.CreateSandbox(ctx, airlock.CreateSandboxRequest{Template: tpl, TimeoutSeconds: 600})
-				if err != nil || sb.State != airlock.StateRunning {
-					b.Fatalf("create from %s: %+v, %v", tpl, sb, err)
-				}
-				return sb
-			}
-			_ = e.Client.DeleteSandbox(ctx, create().ID) // the root, mounted once
-			var tm timings
-			b.ResetTimer()
-			for range b.N {
-				start := time.Now()
-				sb := create()
-				if _, err := e.Client.Exec(ctx, sb.ID, airlock.ExecRequest{Cmd: []string{"true"}}); err != nil {
-					b.Fatal(err)
-				}
-				tm.add(time.Since(start))
-				b.StopTimer()
-				if err := e.Client.DeleteSandbox(ctx, sb.ID); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-			}
-			tm.report(b)
+			coldCreateFrom(b, e, airlock.CreateSandboxRequest{Template: tpl, TimeoutSeconds: 600})
 		})
 	}
 }
