@@ -101,11 +101,7 @@ NAME then points at the image: new sandboxes of NAME boot it; those made before 
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(g.Out, tp)
-			}
-			fmt.Fprintf(g.Out, "template %s now boots %s\n", tp.Name, tp.Ref)
-			return nil
+			return printNewVersion(g, tp)
 		},
 	}
 	var pull airlock.PullTemplateRequest
@@ -124,11 +120,7 @@ Only trusted HTTPS is spoken unless --insecure, loopback and private addresses i
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(g.Out, tp)
-			}
-			fmt.Fprintf(g.Out, "template %s now boots %s\n", tp.Name, tp.Ref)
-			return nil
+			return printNewVersion(g, tp)
 		},
 	}
 	pullCmd.Flags().BoolVar(&pull.Insecure, "insecure", false, "allow plain HTTP, or TLS with a certificate the server does not trust")
@@ -151,6 +143,15 @@ Only trusted HTTPS is spoken unless --insecure, loopback and private addresses i
 	}
 	cmd.AddCommand(ls, get, imp, pullCmd, rm)
 	return cmd
+}
+
+// printNewVersion says what a template imported or pulled now boots.
+func printNewVersion(g *globals, tp *airlock.Template) error {
+	if g.json {
+		return printJSON(g.Out, tp)
+	}
+	fmt.Fprintf(g.Out, "template %s now boots %s\n", tp.Name, tp.Ref)
+	return nil
 }
 
 // shortDigest shortens "sha256:<64 hex>" to "sha256:<12 hex>".

@@ -10,15 +10,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/cleanup"
@@ -458,32 +455,15 @@ func (n *Local) installTrust(ctx context.Context, id string, tpl template.Templa
 // maxTrustBundle bounds what is read of a template's CA bundle.
 const maxTrustBundle = 8 << 20
 
-// readTemplateFile reads the regular file at name (absolute inside the template) in the template root
-// at root, at most limit bytes; nil if there is none. An image template is the tenant's input: the file
-// is read beneath the root, so a link in it cannot make the host read a host file, and anything but a
-// regular file (a FIFO that would block) reads as none.
+// readTemplateFile reads the regular file at name in the template root at root, at most limit bytes;
+// nil if there is none (template.ReadFile: beneath the root, following no link out of it).
 func readTemplateFile(root, name string, limit int64) ([]byte, error) {
 	r, err := os.OpenRoot(root)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	f, err := r.OpenFile(strings.TrimPrefix(name, "/"), os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, nil // none, or a link out of the template
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, nil
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("the template's %s has more than %d bytes: %w", name, limit, errdefs.ErrInvalidArgument)
-	}
-	return b, nil
+	return template.ReadFile(r, name, limit)
 }
 
 // attach dials the sandbox's daemon, registers the sandbox and starts its watcher.

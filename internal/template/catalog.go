@@ -141,11 +141,11 @@ func imageBase(dst string, image *os.Root) error {
 	if err := os.WriteFile(filepath.Join(dst, ".airlock", "init"), nil, 0o755); err != nil {
 		return err
 	}
-	passwd, err := readImageFile(image, "etc/passwd")
+	passwd, err := ReadFile(image, "etc/passwd", maxAccountFile)
 	if err != nil {
 		return err
 	}
-	group, err := readImageFile(image, "etc/group")
+	group, err := ReadFile(image, "etc/group", maxAccountFile)
 	if err != nil {
 		return err
 	}
@@ -168,24 +168,26 @@ func imageBase(dst string, image *os.Root) error {
 	return nil
 }
 
-// readImageFile reads the regular file at name in image, if there is one (nil if not), at most
-// maxAccountFile bytes. A link is followed only within the image; anything but a regular file is none.
-func readImageFile(image *os.Root, name string) ([]byte, error) {
-	f, err := image.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+// ReadFile reads the regular file at name (absolute or relative to the root) beneath root, at most limit
+// bytes; nil if there is none. A template, an image above all, is the tenant's input: a link in it is
+// followed only within the root (one out of it reads as none), so it cannot make the host read a host
+// file, and anything but a regular file (a FIFO that would block) reads as none.
+func ReadFile(root *os.Root, name string, limit int64) ([]byte, error) {
+	name = strings.TrimPrefix(name, "/")
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, nil // none, or a link out of the image: the platform's accounts only
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
 		return nil, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxAccountFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("read the image's /%s: %w", name, err)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, nil
 	}
-	if len(b) > maxAccountFile {
-		return nil, fmt.Errorf("the image's /%s has more than %d bytes: %w", name, maxAccountFile, errdefs.ErrInvalidArgument)
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read the template's /%s: %w", name, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("the template's /%s has more than %d bytes: %w", name, limit, errdefs.ErrInvalidArgument)
 	}
 	return b, nil
 }
