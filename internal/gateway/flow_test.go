@@ -338,3 +338,45 @@ func TestHTTPHeadDoesNotWaitForOtherProtocols(t *testing.T) {
 		server.Close()
 	}
 }
+
+// TestAdmitNeverExceedsTheLimit: many connections admitted at once never take more slots than
+// limits.max_connections (deciding and taking a slot are one step), and a freed slot is taken again.
+func TestAdmitNeverExceedsTheLimit(t *testing.T) {
+	s := &sandbox{id: "sb_x", tenant: "tn_x", names: map[netip.Addr]string{}, conns: map[uint64]context.CancelFunc{}}
+	lim := policy.Limits{MaxConnections: 16, ConnectionsPerSecond: policy.MaxConnectionsPerSecond}
+	const tries = 400
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		forgets []func()
+		refused int
+	)
+	start := make(chan struct{})
+	for range tries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			forget, why, _, ok := s.admit(lim, time.Now(), func() {})
+			mu.Lock()
+			defer mu.Unlock()
+			if ok {
+				forgets = append(forgets, forget)
+			} else if why != "" {
+				refused++
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(forgets) != lim.MaxConnections || refused != tries-lim.MaxConnections {
+		t.Fatalf("%d admitted, %d refused of %d at once; want exactly %d admitted (limits.max_connections)", len(forgets), refused, tries, lim.MaxConnections)
+	}
+	forgets[0]()
+	if _, why, _, ok := s.admit(lim, time.Now(), func() {}); !ok {
+		t.Fatalf("after one connection ended: refused (%s); want its slot free", why)
+	}
+	if _, why, _, ok := s.admit(lim, time.Now(), func() {}); ok || !strings.Contains(why, "limits.max_connections") {
+		t.Fatalf("past the limit again: ok=%v %q; want refused naming limits.max_connections", ok, why)
+	}
+}

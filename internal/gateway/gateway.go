@@ -157,12 +157,20 @@ type sandbox struct {
 	refusedLogged time.Time
 }
 
-// admit reports why the sandbox may not open one more connection under lim (its connections in flight
-// and its pace), or "" if it may; when it may not, report is set once a second (with how many were
-// refused meanwhile), for a flow record: a flood does not flood the flow log.
-func (s *sandbox) admit(lim policy.Limits, now time.Time) (why string, report bool) {
+// admit takes a slot for one more of the sandbox's connections under lim (its connections in flight
+// and its pace), registering cancel, which ends the connection, to be called when the sandbox is
+// unregistered; it returns the function that gives the slot back. Deciding and taking the slot under one
+// lock keeps concurrent connections from all taking the last one. When the sandbox may not open it, admit
+// returns why (report is set once a second, with how many were refused meanwhile, for a flow record: a
+// flood does not flood the flow log); when the sandbox is already gone, ok is false and cancel is called
+// at once.
+func (s *sandbox) admit(lim policy.Limits, now time.Time, cancel context.CancelFunc) (forget func(), why string, report, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.gone {
+		cancel()
+		return func() {}, "", false, false
+	}
 	r := rate.Limit(lim.ConnectionsPerSecond)
 	if s.admitted == nil {
 		s.admitted = rate.NewLimiter(r, 2*lim.ConnectionsPerSecond)
@@ -176,37 +184,24 @@ func (s *sandbox) admit(lim policy.Limits, now time.Time) (why string, report bo
 	case !s.admitted.AllowN(now, 1):
 		why = fmt.Sprintf("more than %d new connections a second (limits.connections_per_second)", lim.ConnectionsPerSecond)
 	default:
-		return "", false
+		n := s.nextConn
+		s.nextConn++
+		s.conns[n] = cancel
+		s.active.Add(1)
+		return func() {
+			s.mu.Lock()
+			delete(s.conns, n)
+			s.mu.Unlock()
+			s.active.Done()
+		}, "", false, true
 	}
 	s.refused++
 	if now.Sub(s.refusedLogged) < time.Second {
-		return why, false
+		return func() {}, why, false, false
 	}
 	why = fmt.Sprintf("%s; %d refused since the last such record", why, s.refused)
 	s.refused, s.refusedLogged = 0, now
-	return why, true
-}
-
-// track registers cancel, which ends one of the sandbox's connections, to be called when the sandbox is
-// unregistered, and returns the function that forgets it. It reports false, and calls cancel at once,
-// when the sandbox is already gone.
-func (s *sandbox) track(cancel context.CancelFunc) (forget func(), ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.gone {
-		cancel()
-		return func() {}, false
-	}
-	n := s.nextConn
-	s.nextConn++
-	s.conns[n] = cancel
-	s.active.Add(1)
-	return func() {
-		s.mu.Lock()
-		delete(s.conns, n)
-		s.mu.Unlock()
-		s.active.Done()
-	}, true
+	return func() {}, why, true, false
 }
 
 // shutdownWait bounds how long Unregister waits for a sandbox's connections to end.
@@ -694,22 +689,18 @@ func (g *Gateway) handle(ctx context.Context, c *net.TCPConn) {
 		return
 	}
 	// Past its limits the sandbox's new connection is refused before any work for it (no sniff, no
-	// resolve, no goroutine beyond this one), so a flood stays its own.
-	if why, report := s.admit(s.matcher.Load().Limits(), start); why != "" {
+	// resolve, no goroutine beyond this one), so a flood stays its own. The connection ends when the
+	// gateway closes or the sandbox is unregistered.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	forget, why, report, ok := s.admit(s.matcher.Load().Limits(), start, cancel)
+	defer forget()
+	if !ok {
 		if report {
 			g.log.Info("egress connection limit", "sandbox", s.id, "reason", why)
 			g.record(Flow{Start: start, SandboxID: s.id, TenantID: s.tenant, SrcPort: src.Port(), Protocol: ProtoTCP,
 				Decision: DecisionDeny, Rule: "limit", Reason: why})
 		}
-		reset(c)
-		return
-	}
-	// The connection ends when the gateway closes or the sandbox is unregistered.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	forget, ok := s.track(cancel)
-	defer forget()
-	if !ok {
 		reset(c)
 		return
 	}
