@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -58,7 +58,7 @@ The client secret is read from an environment variable (--client-secret-env) or 
 				}
 				req.Provider.ClientSecret = v
 			case secretFile != "":
-				b, err := readSmallFile(secretFile, 8<<10)
+				b, err := fsutil.ReadFileLimit(secretFile, 8<<10)
 				if err != nil {
 					return fmt.Errorf("--client-secret-file: %w", err)
 				}
@@ -230,21 +230,4 @@ func newConnRmCmd(g *globals) *cobra.Command {
 			return g.client().DeleteConnection(cmd.Context(), args[0])
 		},
 	}
-}
-
-// readSmallFile reads a file of at most limit bytes.
-func readSmallFile(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is over %d bytes", path, limit)
-	}
-	return b, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/app"
 	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
+	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/internal/retention"
 )
 
@@ -64,7 +65,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				if p11.TokenLabel == "" || pinFile == "" {
 					return errors.New("--pkcs11-module needs --pkcs11-token and --pkcs11-pin-file")
 				}
-				b, err := readSmallFile(pinFile, 1<<10)
+				b, err := fsutil.ReadFileLimit(pinFile, 1<<10)
 				if err != nil {
 					return fmt.Errorf("--pkcs11-pin-file: %w", err)
 				}

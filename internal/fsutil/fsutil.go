@@ -2,8 +2,12 @@
 package fsutil
 
 import (
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/airlockrun/airlock/internal/errdefs"
 )
 
 // WriteFileAtomic replaces path with data, durably: it writes a temporary file in the same directory
@@ -57,4 +61,22 @@ func writeDurably(path string, data []byte, perm os.FileMode, publish func(tmp, 
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// ReadFileLimit reads the file at path, refusing one over limit bytes (errdefs.ErrTooLarge) without
+// reading more than one byte past it.
+func ReadFileLimit(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is over %d bytes: %w", path, limit, errdefs.ErrTooLarge)
+	}
+	return b, nil
 }

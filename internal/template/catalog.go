@@ -215,3 +215,14 @@ func addAccounts(file []byte, add []string) string {
 	}
 	return out.String()
 }
+
+// Derive makes an image from the stored image parent (a digest, or oci.Scratch) and step (see
+// oci.Store.Derive) and returns it.
+func (c *Catalog) Derive(ctx context.Context, parent string, step oci.Step) (oci.Image, error) {
+	return c.OCI.Derive(ctx, parent, step)
+}
+
+// Export writes the image digest to w as an OCI archive (see oci.Store.Export).
+func (c *Catalog) Export(ctx context.Context, digest string, w io.Writer) error {
+	return c.OCI.Export(ctx, digest, w)
+}

@@ -28,6 +28,7 @@ import (
 //
 //	Dir/layers/sha256-<hex>/   a layer, unpacked (by the digest of its uncompressed tar, its diff ID)
 //	Dir/images/sha256-<hex>.json   an image: its layers, bottom first, and its config (by manifest digest)
+//	Dir/blobs/sha256/<hex>     an image's manifest, config and layer blobs, as they came (blobs.go)
 //	Dir/rootfs/sha256-<hex>/   an image's root, mounted read-only (Mount)
 //	Dir/base-<v>/sha256-<hex>/ the platform's layer over an image (root.go)
 //	Dir/roots/sha256-<hex>/    what a sandbox boots from: the base layer over the image, read-only (Root)
@@ -306,14 +307,19 @@ func (s *Store) add(ctx context.Context, img v1.Image) (Image, error) {
 	if !digestRE.MatchString(out.Digest) {
 		return Image{}, fmt.Errorf("image digest %s: only sha256 is taken: %w", out.Digest, errdefs.ErrInvalidArgument)
 	}
-	lim := s.Limits
-	if lim == (Limits{}) {
-		lim = DefaultLimits
-	}
-	if lim.MinFree == 0 {
-		lim.MinFree = DefaultLimits.MinFree
-	}
+	lim := s.limits()
 	b := &budget{bytes: lim.Bytes, entries: lim.Entries, minFree: lim.MinFree}
+	// The image's blobs are kept as they came (checked against their digests), and its layers unpacked
+	// from those copies: a registry's are fetched once.
+	if err := s.keepBlobs(img, b); err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", digest, err)
+	}
+	if img, err = s.stored(out.Digest); err != nil {
+		return Image{}, err
+	}
+	if layers, err = img.Layers(); err != nil {
+		return Image{}, fmt.Errorf("image %s layers: %v: %w", digest, err, errdefs.ErrInvalidArgument)
+	}
 	for i, l := range layers {
 		diffID := cf.RootFS.DiffIDs[i].String()
 		if !digestRE.MatchString(diffID) {

@@ -70,13 +70,9 @@ const freeCheckEvery = 16 << 20
 // file system keeps b.minFree free.
 func (b *budget) copyFile(f *os.File, r io.Reader, n int64) error {
 	for n > 0 {
-		var st unix.Statfs_t
-		if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
-			return err
-		}
 		chunk := min(n, freeCheckEvery)
-		if free := int64(st.Bavail) * st.Bsize; free-chunk < b.minFree {
-			return fmt.Errorf("the node's disk would have less than %d MiB free (%d MiB now): %w", b.minFree>>20, free>>20, errdefs.ErrResourceExhausted)
+		if err := b.room(f, chunk); err != nil {
+			return err
 		}
 		if _, err := io.CopyN(f, r, chunk); err != nil {
 			switch {
@@ -88,6 +84,18 @@ func (b *budget) copyFile(f *os.File, r io.Reader, n int64) error {
 			return err
 		}
 		n -= chunk
+	}
+	return nil
+}
+
+// room reports whether f's file system has room for chunk more bytes and b.minFree besides.
+func (b *budget) room(f *os.File, chunk int64) error {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if free := int64(st.Bavail) * st.Bsize; free-chunk < b.minFree {
+		return fmt.Errorf("the node's disk would have less than %d MiB free (%d MiB now): %w", b.minFree>>20, free>>20, errdefs.ErrResourceExhausted)
 	}
 	return nil
 }
