@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -36,6 +38,12 @@ func clientErr(sentinel error, format string, args ...any) error {
 // sentinel (not found, invalid argument, …) carry their message; internal errors are logged with their
 // full text and reported to the client without it.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	writeJSON(w, httperr.Status(err), airlock.ErrorBody{Error: errorDetail(log, r, err)})
+}
+
+// errorDetail is err as the API shows it: its code and message, "internal error" (logged) for a server
+// fault.
+func errorDetail(log *slog.Logger, r *http.Request, err error) airlock.ErrorDetail {
 	status := httperr.Status(err)
 	code := errdefs.Code(err)
 	msg := err.Error()
@@ -51,7 +59,20 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		// Strip the sentinel's own text that wrapping appended (": not found"), it repeats the code.
 		msg = trimSentinel(msg, err)
 	}
-	writeJSON(w, status, airlock.ErrorBody{Error: airlock.ErrorDetail{Code: code, Message: msg}})
+	return airlock.ErrorDetail{Code: code, Message: msg}
+}
+
+// boolParam reads the query parameter name: false if absent.
+func boolParam(q url.Values, name string) (bool, error) {
+	v := q.Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, clientErr(errdefs.ErrInvalidArgument, "%s must be true or false, not %q", name, truncate(v, 16))
+	}
+	return b, nil
 }
 
 // trimSentinel removes a trailing ": <sentinel text>" from msg.

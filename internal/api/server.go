@@ -115,6 +115,8 @@ func (s *Server) routes() []route {
 		{"PUT", "/v1/templates/{name}", s.operator(s.importTemplate)},
 		{"DELETE", "/v1/templates/{name}", s.operator(s.deleteTemplate)},
 		{"POST", "/v1/templates/{name}/pull", s.operator(s.pullTemplate)},
+		{"POST", "/v1/templates/{name}/build", s.operator(s.buildTemplate)},
+		{"GET", "/v1/templates/{name}/export", s.operator(s.exportTemplate)},
 		{"GET", "/v1/nodes", s.operator(s.listNodes)},
 		{"DELETE", "/v1/nodes/{id}", s.operator(s.removeNode)},
 		{"PUT", "/v1/nodes/{id}/bound", s.operator(s.setNodeBound)},

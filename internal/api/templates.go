@@ -1,8 +1,13 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -83,4 +88,112 @@ func (s *Server) pullTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, toTemplate(t))
+}
+
+// exportTemplate writes the template's image as an OCI archive (operator only).
+func (s *Server) exportTemplate(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	started := false
+	err := s.cp.ExportTemplate(r.Context(), name, func() io.Writer {
+		started = true
+		w.Header().Set("Content-Type", "application/x-tar")
+		w.Header().Set("Content-Disposition", `attachment; filename="`+safeFileName(name)+`.tar"`)
+		w.WriteHeader(http.StatusOK)
+		return w
+	})
+	if err != nil {
+		if !started {
+			writeError(w, r, s.log, err)
+			return
+		}
+		s.log.Warn("export template", "template", name, "err", err) // the client sees the archive end short
+	}
+}
+
+// safeFileName keeps the characters of a template reference that are safe in a file name.
+func safeFileName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// buildTemplate runs a build of the context tar in the body (operator only). Its progress goes out as
+// NDJSON lines (airlock.BuildEvent), then the template or the error; an error before the first step
+// (a bad request, a Dockerfile that does not parse) is an ordinary error response.
+func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := controlplane.BuildRequest{Dockerfile: q.Get("dockerfile"), Allow: q["allow"], Args: map[string]string{}}
+	for _, a := range q["build_arg"] {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "build_arg %q: want NAME=VALUE", a))
+			return
+		}
+		req.Args[k] = v
+	}
+	var err error
+	if req.NoCache, err = boolParam(q, "no_cache"); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	for _, p := range []struct {
+		name string
+		to   *int
+	}{{"memory_mb", &req.MemoryMB}, {"disk_mb", &req.DiskMB}} {
+		if v := q.Get(p.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "%s %q: want a non-negative integer", p.name, v))
+				return
+			}
+			*p.to = n
+		}
+	}
+	if r.ContentLength > controlplane.MaxBuildContext {
+		writeError(w, r, s.log, clientErr(errdefs.ErrTooLarge, "build context is larger than %d bytes", int64(controlplane.MaxBuildContext)))
+		return
+	}
+	req.Context = http.MaxBytesReader(w, r.Body, controlplane.MaxBuildContext)
+	var (
+		mu      sync.Mutex
+		enc     *json.Encoder
+		flusher = http.NewResponseController(w)
+	)
+	// The first event starts the stream; events come from the build's goroutine and a RUN's output
+	// delivery, one at a time.
+	req.Progress = func(e controlplane.BuildEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		if enc == nil {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.WriteHeader(http.StatusOK)
+			enc = json.NewEncoder(w)
+			enc.SetEscapeHTML(false)
+		}
+		_ = enc.Encode(airlock.BuildEvent{Step: e.Step, Steps: e.Steps, Instruction: e.Instruction, Output: e.Output, Cached: e.Cached, Image: e.Image})
+		_ = flusher.Flush()
+	}
+	t, err := s.cp.BuildTemplate(r.Context(), tenantOf(r), r.PathValue("name"), req)
+	mu.Lock()
+	defer mu.Unlock()
+	if enc == nil {
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				err = clientErr(errdefs.ErrTooLarge, "build context is larger than %d bytes", int64(controlplane.MaxBuildContext))
+			}
+			writeError(w, r, s.log, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"template": toTemplate(t)})
+		return
+	}
+	if err != nil {
+		_ = enc.Encode(map[string]any{"error": errorDetail(s.log, r, err)})
+		return
+	}
+	_ = enc.Encode(map[string]any{"template": toTemplate(t)})
 }

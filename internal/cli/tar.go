@@ -17,6 +17,11 @@ import (
 // Symlinks are archived as links; sockets, devices and pipes are skipped. Owners are not recorded: the
 // receiving side decides them.
 func writeTar(w io.Writer, src, prefix string) error {
+	return writeTarAnd(w, src, prefix, nil)
+}
+
+// writeTarAnd is writeTar, with extra (if not nil) called to add entries before the archive ends.
+func writeTarAnd(w io.Writer, src, prefix string, extra func(*tar.Writer) error) error {
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -74,6 +79,11 @@ func writeTar(w io.Writer, src, prefix string) error {
 	})
 	if err != nil {
 		return err
+	}
+	if extra != nil {
+		if err := extra(tw); err != nil {
+			return err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return fmt.Errorf("finish archive: %w", err)

@@ -1,15 +1,19 @@
 package cli
 
 import (
+	"archive/tar"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -141,8 +145,148 @@ Only trusted HTTPS is spoken unless --insecure, loopback and private addresses i
 			return nil
 		},
 	}
-	cmd.AddCommand(ls, get, imp, pullCmd, rm)
+	var (
+		build     airlock.BuildTemplateOptions
+		buildArgs []string
+		dfPath    string
+	)
+	buildCmd := &cobra.Command{
+		Use:   "build NAME [CONTEXT]",
+		Short: "Build a template from a Dockerfile (operator tenant's admin key)",
+		Long: `Build the Dockerfile (-f, default CONTEXT/Dockerfile) with the directory CONTEXT (default .) as its build
+context, and point NAME at the image, as import does. Supported: FROM (a template, NAME@sha256:…, or
+scratch), RUN, COPY, ADD (no URLs), ENV, ARG, WORKDIR, USER, EXPOSE, LABEL, CMD, ENTRYPOINT; anything else is
+refused naming its line. Each RUN runs in a sandbox of the image so far, never on the host, and reaches only
+the hosts --allow names. Every step is cached by its parent image, instruction and inputs: a rebuild of an
+unchanged Dockerfile takes only the cache.
+
+    airlock template build python-tools -f Dockerfile --allow deb.debian.org --build-arg VERSION=3 ./ctx`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			dir := "."
+			if len(args) > 1 {
+				dir = args[1]
+			}
+			opts := build
+			opts.Args = map[string]string{}
+			for _, a := range buildArgs {
+				k, v, ok := strings.Cut(a, "=")
+				if !ok {
+					v, ok = os.LookupEnv(k) // Docker's rule: --build-arg NAME takes NAME from the environment
+				}
+				if !ok {
+					continue
+				}
+				opts.Args[k] = v
+			}
+			body, name, err := buildContext(dir, dfPath)
+			if err != nil {
+				return err
+			}
+			defer body.Close()
+			opts.Dockerfile = name
+			if !g.json {
+				opts.Progress = func(e airlock.BuildEvent) { printBuildEvent(g.Out, e) }
+			}
+			tp, err := g.client().BuildTemplate(cmd.Context(), args[0], body, opts)
+			if err != nil {
+				return err
+			}
+			return printNewVersion(g, tp)
+		},
+	}
+	buildCmd.Flags().StringVarP(&dfPath, "file", "f", "", "the Dockerfile (default CONTEXT/Dockerfile)")
+	buildCmd.Flags().StringArrayVar(&build.Allow, "allow", nil, "a host RUN steps may reach (a name or *.domain; repeat)")
+	buildCmd.Flags().StringArrayVar(&buildArgs, "build-arg", nil, "a build argument NAME=VALUE (NAME alone: from the environment; repeat)")
+	buildCmd.Flags().BoolVar(&build.NoCache, "no-cache", false, "run every step anew")
+	buildCmd.Flags().IntVar(&build.MemoryMB, "memory", 0, "memory of RUN steps' sandboxes, MiB (default: the server's)")
+	buildCmd.Flags().IntVar(&build.DiskMB, "disk", 0, "disk of RUN steps' sandboxes, MiB (default: the server's)")
+	var exportOut string
+	export := &cobra.Command{
+		Use:   "export NAME",
+		Short: "Write a template's image as an OCI archive (operator tenant's admin key)",
+		Long: `Write the image of NAME (or NAME@sha256:…) as an OCI archive (a tar of an OCI image layout) to -o FILE, or
+to stdout: "airlock template import" on another server, skopeo or podman take it back as the same image.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			if exportOut == "" || exportOut == "-" {
+				return g.client().ExportTemplate(cmd.Context(), args[0], g.Out)
+			}
+			tmp := exportOut + ".partial"
+			f, err := os.Create(tmp)
+			if err != nil {
+				return err
+			}
+			defer os.Remove(tmp)
+			if err := g.client().ExportTemplate(cmd.Context(), args[0], f); err != nil {
+				f.Close()
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			return os.Rename(tmp, exportOut)
+		},
+	}
+	export.Flags().StringVarP(&exportOut, "output", "o", "", "the file to write (default: stdout)")
+	cmd.AddCommand(ls, get, imp, pullCmd, buildCmd, export, rm)
 	return cmd
+}
+
+// buildContext returns the tar of the build context dir, streamed, with the Dockerfile at df ("":
+// dir/Dockerfile) in it, and the Dockerfile's name in the tar. A Dockerfile outside dir is added to the
+// archive under a name of its own.
+func buildContext(dir, df string) (io.ReadCloser, string, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	if !fi.IsDir() {
+		return nil, "", fmt.Errorf("build context %s is not a directory", dir)
+	}
+	name, extra := "Dockerfile", func(*tar.Writer) error { return nil }
+	if df != "" {
+		absDir, err1 := filepath.Abs(dir)
+		absDF, err2 := filepath.Abs(df)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, "", err
+		}
+		if rel, err := filepath.Rel(absDir, absDF); err == nil && filepath.IsLocal(rel) {
+			name = filepath.ToSlash(rel)
+		} else {
+			b, err := fsutil.ReadFileLimit(df, 1<<20)
+			if err != nil {
+				return nil, "", err
+			}
+			name = ".airlock-build/Dockerfile"
+			extra = func(tw *tar.Writer) error {
+				if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+					return err
+				}
+				_, err := tw.Write(b)
+				return err
+			}
+		}
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeTarAnd(pw, dir, "", extra)) }() // owner: the caller, who reads or closes pr
+	return pr, name, nil
+}
+
+// printBuildEvent shows one event of a build, docker build's way.
+func printBuildEvent(w io.Writer, e airlock.BuildEvent) {
+	switch {
+	case e.Output != "":
+		fmt.Fprint(w, e.Output)
+	case e.Image != "" && e.Cached:
+		fmt.Fprintf(w, " ---> Using cache\n ---> %s\n", shortDigest(e.Image))
+	case e.Image != "":
+		fmt.Fprintf(w, " ---> %s\n", shortDigest(e.Image))
+	case e.Step > 0:
+		fmt.Fprintf(w, "Step %d/%d : %s\n", e.Step, e.Steps, e.Instruction)
+	}
 }
 
 // printNewVersion says what a template imported or pulled now boots.

@@ -276,4 +276,94 @@ func templateOf(d store.Doc) (Template, error) {
 		CreatedAt: rec.CreatedAt, UpdatedAt: d.UpdatedAt}, nil
 }
 
-var _ imageImporter = (*node.Local)(nil)
+// imageMaker is a node that can make images from stored ones (the in-process node): a build's steps.
+type imageMaker interface {
+	DeriveImage(ctx context.Context, parent string, step oci.Step) (oci.Image, error)
+	CommitSandbox(ctx context.Context, id, templateRef string, step oci.Step) (oci.Image, error)
+	StoredImage(digest string) (oci.Image, error)
+	ExportImage(ctx context.Context, digest string, w io.Writer) error
+}
+
+// maker returns the node that makes images: the in-process one.
+func (s *placer) maker() (imageMaker, error) {
+	m, ok := s.nodes.local.(imageMaker)
+	if s.nodes.local == nil || !ok {
+		return nil, fmt.Errorf("building templates on a cluster's nodes is not supported yet (their layers are to travel through the blob store); build on a single-binary server: %w", errdefs.ErrFailedPrecondition)
+	}
+	return m, nil
+}
+
+// canMakeImages reports why images cannot be made here, if they cannot.
+func (s *placer) canMakeImages() error {
+	_, err := s.maker()
+	return err
+}
+
+// deriveImage makes an image from the stored image parent (or oci.Scratch) and step.
+func (s *placer) deriveImage(ctx context.Context, parent string, step oci.Step) (oci.Image, error) {
+	m, err := s.maker()
+	if err != nil {
+		return oci.Image{}, err
+	}
+	return m.DeriveImage(ctx, parent, step)
+}
+
+// commitSandbox makes an image of what sandbox sb wrote over its template image.
+func (s *placer) commitSandbox(ctx context.Context, sb store.Sandbox, step oci.Step) (oci.Image, error) {
+	m, err := s.maker()
+	if err != nil {
+		return oci.Image{}, err
+	}
+	if !s.nodes.isLocal(sb.NodeID) {
+		return oci.Image{}, fmt.Errorf("sandbox %s is on node %s, not this server's: %w", sb.ID, sb.NodeID, errdefs.ErrFailedPrecondition)
+	}
+	return m.CommitSandbox(ctx, sb.ID, sb.Template, step)
+}
+
+// image returns the stored image digest.
+func (s *placer) image(digest string) (oci.Image, error) {
+	m, err := s.maker()
+	if err != nil {
+		return oci.Image{}, err
+	}
+	return m.StoredImage(digest)
+}
+
+var (
+	_ imageImporter = (*node.Local)(nil)
+	_ imageMaker    = (*node.Local)(nil)
+)
+
+// ExportTemplate writes the image of template ref (NAME or NAME@sha256:…) to w as an OCI archive. Before
+// anything is written it checks that the image is there: an error after that is the writer's.
+func (s *placer) ExportTemplate(ctx context.Context, ref string, w func() io.Writer) error {
+	digest, err := s.imageOf(ctx, ref, "cannot be exported")
+	if err != nil {
+		return err
+	}
+	m, err := s.maker()
+	if err != nil {
+		return err
+	}
+	if _, err := m.StoredImage(digest); err != nil {
+		return err
+	}
+	return m.ExportImage(ctx, digest, w())
+}
+
+// imageOf returns the digest of the image template ref (NAME or NAME@sha256:…) boots; the built-in
+// template, which is not an image, is refused saying it cannot be used so (what).
+func (s *placer) imageOf(ctx context.Context, ref, what string) (string, error) {
+	resolved, err := s.resolveTemplate(ctx, ref)
+	if err != nil {
+		return "", err
+	}
+	_, digest, err := template.ParseRef(resolved)
+	if err != nil {
+		return "", err
+	}
+	if digest == "" {
+		return "", fmt.Errorf("the built-in template is not an image and %s: %w", what, errdefs.ErrInvalidArgument)
+	}
+	return digest, nil
+}

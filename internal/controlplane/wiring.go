@@ -31,6 +31,7 @@ type Service struct {
 	*snapshotBook
 	*loops
 	*sandboxIO
+	*builder
 }
 
 // accounts keeps the tenants and what is theirs alone: API keys and access tokens, quotas, allowed
@@ -171,6 +172,16 @@ type snapshotBook struct {
 	now          func() time.Time
 }
 
+// builder runs template builds (builds.go, buildctx.go): RUN steps in sandboxes, layers and the cache.
+type builder struct {
+	placer    *placer
+	sandboxes *sandboxes
+	io        *sandboxIO
+
+	store store.Store
+	log   *slog.Logger
+}
+
 // loops runs the background work on its schedule and the replica's leases: the leader's lease, and
 // what only the leader does (failover.go, sandboxes.go).
 type loops struct {
@@ -250,6 +261,7 @@ func wire(cfg Config, localCap node.Capacity) *Service {
 	se.accounts, se.keyring, se.placer, se.sandboxes, se.book = a, k, p, sb, b
 	b.accounts, b.keyring, b.placer, b.sessions = a, k, p, se
 	l.accounts, l.keyring, l.placer, l.sandboxes, l.sessions, l.book = a, k, p, sb, se, b
+	sio := &sandboxIO{sandboxes: sb}
 	return &Service{accounts: a, keyring: k, placer: p, nodeCalls: nc, sandboxes: sb, sessions: se, snapshotBook: b, loops: l,
-		sandboxIO: &sandboxIO{sandboxes: sb}}
+		sandboxIO: sio, builder: &builder{placer: p, sandboxes: sb, io: sio, store: cfg.Store, log: cfg.Logger}}
 }

@@ -259,6 +259,8 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"PUT /v1/templates/{name}":                              {body: "not an image"},
 		"DELETE /v1/templates/{name}":                           {},
 		"POST /v1/templates/{name}/pull":                        {body: `{"image":"127.0.0.1:1/x:y","insecure":true}`},
+		"POST /v1/templates/{name}/build":                       {body: "not a tar"},
+		"GET /v1/templates/{name}/export":                       {},
 		"DELETE /v1/nodes/{id}":                                 {},
 		"PUT /v1/nodes/{id}/bound":                              {body: `{"max_sandboxes":1}`},
 		"POST /v1/nodes/{id}/drain":                             {},

@@ -216,6 +216,13 @@ func New(cfg Config) (*Local, error) {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 	}
+	// Commits (CommitSandbox) and image uploads a crash cut off are of no use after it.
+	os.RemoveAll(filepath.Join(cfg.DataDir, "commits"))
+	if stale, _ := filepath.Glob(filepath.Join(cfg.DataDir, ".image-upload-*")); len(stale) > 0 {
+		for _, p := range stale {
+			os.Remove(p)
+		}
+	}
 	bin, err := pinDaemon(cfg.DaemonBinary, filepath.Join(cfg.DataDir, "daemons"))
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -838,8 +845,7 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req Checkpoint
 	ctx, cancelCkpt := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
 	defer cancelCkpt()
 	drv := n.drv.driverOf(id)
-	cp, ok := drv.(runtime.Checkpointer)
-	if !ok {
+	if _, ok := drv.(runtime.Checkpointer); !ok {
 		return Image{}, fmt.Errorf("the %s runtime cannot checkpoint: %w", drv.Name(), errdefs.ErrFailedPrecondition)
 	}
 	im, err := n.imageStore()
@@ -849,25 +855,42 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req Checkpoint
 	if err := checkSnapID(req.SnapshotID); err != nil {
 		return Image{}, err
 	}
-	s, err := n.lookup(id)
-	if err != nil {
-		return Image{}, err
-	}
 	unlock := im.perSnap.lock(req.SnapshotID)
 	defer unlock()
 	dir := im.pendingDir(req.SnapshotID)
-	if err := os.RemoveAll(dir); err != nil { // a half-written earlier try
-		return Image{}, err
-	}
 	leave := im.urgent.enter()
 	defer leave()
+	if err := n.checkpoint(ctx, id, dir, req.LeaveRunning, req.IfIdle); err != nil {
+		return Image{}, err
+	}
+	n.prefetch(dir)
+	return n.image(drv, dir), nil
+}
+
+// checkpoint saves sandbox id into dir (made anew; its parent directory must exist), leaving it running
+// if leaveRunning, else stopped (DestroySandbox cleans up, or UnpauseSandbox lets it run on). With
+// ifIdle, only if no call or stream to its daemon is in progress (else ErrBusy). On error dir is
+// removed and the sandbox runs on.
+func (n *Local) checkpoint(ctx context.Context, id, dir string, leaveRunning, ifIdle bool) error {
+	drv := n.drv.driverOf(id)
+	cp, ok := drv.(runtime.Checkpointer)
+	if !ok {
+		return fmt.Errorf("the %s runtime cannot checkpoint: %w", drv.Name(), errdefs.ErrFailedPrecondition)
+	}
+	s, err := n.lookup(id)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil { // a half-written earlier try
+		return err
+	}
 	// Calls that arrive from now wait for the new channel (Link); the clients that reach the daemon
 	// through this node (control planes) are dropped, so that they join it again through Link. With
-	// IfIdle, only if no call or stream is in progress: a rolling snapshot must not cut work.
+	// ifIdle, only if no call or stream is in progress: a rolling snapshot must not cut work.
 	defer n.beginCheckpoint(s)()
 	cl, cancel := n.current(s)
-	if m := cl.Mux(); m != nil && !m.DropOthers(req.IfIdle) {
-		return Image{}, fmt.Errorf("sandbox %s: %w", id, ErrBusy)
+	if m := cl.Mux(); m != nil && !m.DropOthers(ifIdle) {
+		return fmt.Errorf("sandbox %s: %w", id, ErrBusy)
 	}
 	// The watcher would take the channel's end for the daemon's death: stop it first.
 	cancel()
@@ -875,20 +898,19 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req Checkpoint
 	if qerr != nil {
 		err = fmt.Errorf("sandbox %s: quiesce the daemon: %w", id, qerr)
 	} else {
-		err = cp.Checkpoint(ctx, id, dir, runtime.CheckpointOptions{LeaveRunning: req.LeaveRunning})
+		err = cp.Checkpoint(ctx, id, dir, runtime.CheckpointOptions{LeaveRunning: leaveRunning})
 	}
 	if err == nil {
 		// The driver synced the image; this makes its directory's entry durable too.
-		if err = syncDir(im.pending); err != nil {
+		if err = syncDir(filepath.Dir(dir)); err != nil {
 			err = fmt.Errorf("save checkpoint image: %w", err)
 		}
 	}
 	if err != nil {
 		os.RemoveAll(dir)
 	}
-	if !req.LeaveRunning && err == nil {
-		n.prefetch(dir)
-		return n.image(drv, dir), nil // stopped; DestroySandbox cleans up, or UnpauseSandbox lets it run on
+	if !leaveRunning && err == nil {
+		return nil
 	}
 	if err != nil {
 		// Whatever step failed, let it run again: thaw it, or wake a daemon left quiesced.
@@ -900,13 +922,9 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req Checkpoint
 	}
 	// Running again (or still): connect anew and watch it again.
 	if rerr := n.relink(ctx, s); rerr != nil {
-		return Image{}, errors.Join(err, rerr)
+		return errors.Join(err, rerr)
 	}
-	if err != nil {
-		return Image{}, err
-	}
-	n.prefetch(dir)
-	return n.image(drv, dir), nil
+	return err
 }
 
 // checkpointTimeout bounds a checkpoint (of a sandbox of 64 GiB, written at 200 MB/s: under 6 minutes).

@@ -226,3 +226,6 @@ func (c *Catalog) Derive(ctx context.Context, parent string, step oci.Step) (oci
 func (c *Catalog) Export(ctx context.Context, digest string, w io.Writer) error {
 	return c.OCI.Export(ctx, digest, w)
 }
+
+// Image returns the stored image digest (errdefs.ErrNotFound if the node lacks it).
+func (c *Catalog) Image(digest string) (oci.Image, error) { return c.OCI.Get(digest) }

@@ -11,7 +11,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
@@ -35,6 +38,10 @@ type Step struct {
 	Config Config
 	// CreatedBy is recorded in the image's history (e.g. the Dockerfile instruction).
 	CreatedBy string
+	// Into says Layer is copied into the parent image (a build's COPY, WORKDIR): paths are resolved
+	// through the image's symbolic links (within its root), and a directory entry where the image has a
+	// directory takes the image's mode and owner (so copying into /tmp keeps it /tmp).
+	Into bool
 }
 
 // Derive makes a new image from the stored image parent (or Scratch): its layers and the step's. The
@@ -55,7 +62,28 @@ func (s *Store) Derive(ctx context.Context, parent string, step Step) (Image, er
 	img := base
 	hist := v1.History{CreatedBy: step.CreatedBy, EmptyLayer: step.Layer == nil}
 	if step.Layer != nil {
-		l, err := s.newLayer(step.Layer)
+		layer := step.Layer
+		if step.Into && parent != Scratch {
+			root, unmount, err := s.mountPrivate(parent)
+			if err != nil {
+				return Image{}, err
+			}
+			defer unmount()
+			r, err := os.OpenRoot(root)
+			if err != nil {
+				return Image{}, err
+			}
+			defer r.Close()
+			pr, pw := io.Pipe()
+			done := make(chan struct{})
+			go func() { // owner: Derive, which waits for it
+				defer close(done)
+				pw.CloseWithError(into(step.Layer, pw, r))
+			}()
+			defer func() { pr.Close(); <-done }()
+			layer = pr
+		}
+		l, err := s.newLayer(layer)
 		if err != nil {
 			return Image{}, err
 		}
@@ -244,4 +272,103 @@ func (s *Store) Export(ctx context.Context, digest string, w io.Writer) error {
 		return err
 	}
 	return tw.Close()
+}
+
+// into copies the layer tar r to w as a copy into the image whose root is root (Step.Into): every
+// entry's directories, and a directory entry itself, are resolved in the image as Docker's COPY does,
+// following the image's symbolic links without leaving its root (COPY tool /bin/ into an image whose /bin
+// is a link to usr/bin writes /usr/bin/tool, and keeps the link); a directory the image has keeps its
+// mode and owner.
+func into(r io.Reader, w io.Writer, root *os.Root) error {
+	tr := tar.NewReader(r)
+	tw := tar.NewWriter(w)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return tw.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrBadLayer, err)
+		}
+		name, err := entryName(h.Name)
+		if err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeDir {
+			name, err = inImage(root, name)
+		} else if dir := path.Dir(name); dir != "." {
+			dir, err = inImage(root, dir)
+			name = path.Join(dir, path.Base(name))
+		}
+		if err != nil {
+			return fmt.Errorf("%w: /%s: %v", ErrBadLayer, h.Name, err)
+		}
+		if name == "." {
+			continue // the image's root: it has one
+		}
+		h.Name = name
+		if h.Typeflag == tar.TypeDir {
+			h.Name += "/"
+			if fi, err := root.Lstat(name); err == nil && fi.IsDir() {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					h.Mode, h.Uid, h.Gid = int64(st.Mode&0o7777), int(st.Uid), int(st.Gid)
+				}
+			}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeReg && h.Size > 0 {
+			if _, err := io.CopyN(tw, tr, h.Size); err != nil {
+				return fmt.Errorf("%w: /%s: %v", ErrBadLayer, name, err)
+			}
+		}
+	}
+}
+
+// maxLinkHops bounds the symbolic links one path's resolution follows (the kernel's own bound).
+const maxLinkHops = 40
+
+// inImage resolves rel (clean, relative) in the image at root: each component that is a symbolic link
+// in the image is replaced by its target, read as a path in the image (an absolute target from the
+// image's root, ".." stopping at it). It returns the resolved path, relative ("." for the root); what
+// does not exist yet is kept as written.
+func inImage(root *os.Root, rel string) (string, error) {
+	var done []string // resolved components
+	todo := strings.Split(rel, "/")
+	hops := 0
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(done) > 0 {
+				done = done[:len(done)-1]
+			}
+			continue
+		}
+		cur := path.Join(append(done, c)...)
+		fi, err := root.Lstat(cur)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			done = append(done, c)
+			continue
+		}
+		if hops++; hops > maxLinkHops {
+			return "", fmt.Errorf("too many symbolic links in the image")
+		}
+		target, err := root.Readlink(cur)
+		if err != nil {
+			return "", err
+		}
+		if path.IsAbs(target) {
+			done = nil
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	if len(done) == 0 {
+		return ".", nil
+	}
+	return path.Join(done...), nil
 }

@@ -233,3 +233,59 @@ func TestDeriveFromAnOverlay(t *testing.T) {
 		}
 	}
 }
+
+// TestDeriveInto: a layer copied into an image (a build's COPY) goes where the image's symbolic links
+// lead, as Docker's COPY does, without leaving the image's root (a link that climbs out resolves
+// inside it) and without replacing the links; a directory the image has keeps its mode; a link loop is
+// refused. Nothing on the host is touched: the result is a layer.
+func TestDeriveInto(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	s := &Store{Dir: t.TempDir()}
+	parent, err := s.Import(ctx, ocitest.WriteLayout(t, ocitest.Image(t, v1.Config{}, ocitest.Layer(t,
+		ocitest.Entry{Name: "usr/", Type: tar.TypeDir},
+		ocitest.Entry{Name: "usr/bin/", Type: tar.TypeDir, Mode: 0o755},
+		ocitest.Entry{Name: "bin", Type: tar.TypeSymlink, Link: "usr/bin"},
+		ocitest.Entry{Name: "etc/", Type: tar.TypeDir},
+		ocitest.Entry{Name: "out", Type: tar.TypeSymlink, Link: "../../../../etc"},
+		ocitest.Entry{Name: "abs", Type: tar.TypeSymlink, Link: "/usr/bin/../../etc"},
+		ocitest.Entry{Name: "loop", Type: tar.TypeSymlink, Link: "loop"},
+		ocitest.Entry{Name: "tmp/", Type: tar.TypeDir, Mode: 0o1777},
+	))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := ocitest.Layer(t,
+		ocitest.Entry{Name: "bin/", Type: tar.TypeDir, Mode: 0o700},
+		ocitest.Entry{Name: "bin/tool", Body: "tool", Mode: 0o755},
+		ocitest.Entry{Name: "tmp/", Type: tar.TypeDir, Mode: 0o755},
+		ocitest.Entry{Name: "tmp/x", Body: "x"},
+		ocitest.Entry{Name: "out/y", Body: "y"},
+		ocitest.Entry{Name: "abs/z", Body: "z"},
+	)
+	img, err := s.Derive(ctx, parent.Digest, Step{Layer: bytes.NewReader(layer), Into: true, CreatedBy: "COPY"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.Mount(img.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Unmount(img.Digest) })
+	for name, body := range map[string]string{"usr/bin/tool": "tool", "tmp/x": "x", "etc/y": "y", "etc/z": "z"} {
+		if b, err := os.ReadFile(filepath.Join(root, name)); err != nil || string(b) != body {
+			t.Errorf("/%s: %q, %v; want %q", name, b, err, body)
+		}
+	}
+	if l, err := os.Readlink(filepath.Join(root, "bin")); err != nil || l != "usr/bin" {
+		t.Errorf("/bin: %q, %v; want the image's link to usr/bin kept", l, err)
+	}
+	for name, mode := range map[string]os.FileMode{"tmp": os.ModeDir | os.ModeSticky | 0o777, "usr/bin": os.ModeDir | 0o755} {
+		if fi, err := os.Lstat(filepath.Join(root, name)); err != nil || fi.Mode() != mode {
+			t.Errorf("/%s: %v, %v; want the image's mode %v", name, fi.Mode(), err, mode)
+		}
+	}
+	if _, err := s.Derive(ctx, parent.Digest, Step{Layer: bytes.NewReader(ocitest.Layer(t, ocitest.Entry{Name: "loop/a", Body: "a"})), Into: true}); !errors.Is(err, ErrBadLayer) {
+		t.Errorf("a copy through a link loop: %v; want %v", err, ErrBadLayer)
+	}
+}

@@ -43,7 +43,8 @@ type Store struct {
 	Base        BaseFunc
 	BaseVersion string
 
-	mu sync.Mutex // serializes imports and mounts
+	mu      sync.Mutex // serializes imports and mounts
+	tmpOnce sync.Once  // clears private mounts an earlier process left (mountPrivate)
 }
 
 // Image is an image in the store.
@@ -422,28 +423,68 @@ func (s *Store) Mount(digest string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
+	if err := s.mountAt(img, dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// mountAt mounts the root of img read-only at dir (an existing directory).
+func (s *Store) mountAt(img Image, dir string) error {
 	var lowers []string
 	for i := len(img.Layers) - 1; i >= 0; i-- {
 		lowers = append(lowers, filepath.Join(s.Dir, "layers", fileName(img.Layers[i])))
 	}
 	switch len(lowers) {
 	case 0:
-		return "", fmt.Errorf("image %s has no layer: %w", digest, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("image %s has no layer: %w", img.Digest, errdefs.ErrInvalidArgument)
 	case 1:
 		if err := unix.Mount(lowers[0], dir, "", unix.MS_BIND, ""); err != nil {
-			return "", fmt.Errorf("mount image %s: %w", digest, err)
+			return fmt.Errorf("mount image %s: %w", img.Digest, err)
 		}
 		if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			_ = unix.Unmount(dir, unix.MNT_DETACH)
-			return "", fmt.Errorf("mount image %s read-only: %w", digest, err)
+			return fmt.Errorf("mount image %s read-only: %w", img.Digest, err)
 		}
 	default:
 		opts := "lowerdir=" + strings.Join(lowers, ":")
 		if err := unix.Mount("overlay", dir, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-			return "", fmt.Errorf("mount image %s (%d layers): %w", digest, len(lowers), err)
+			return fmt.Errorf("mount image %s (%d layers): %w", img.Digest, len(lowers), err)
 		}
 	}
-	return dir, nil
+	return nil
+}
+
+// mountPrivate mounts the root of image digest read-only at a directory of its own, for one caller's
+// reading, and returns it and the function that unmounts and removes it.
+func (s *Store) mountPrivate(digest string) (string, func(), error) {
+	img, err := s.Get(digest)
+	if err != nil {
+		return "", nil, err
+	}
+	parent := filepath.Join(s.Dir, "tmp")
+	s.tmpOnce.Do(func() { // before this process's first: what is there is a crashed one's
+		left, _ := filepath.Glob(filepath.Join(parent, "mount-*"))
+		for _, d := range left {
+			_ = unix.Unmount(d, unix.MNT_DETACH)
+			os.Remove(d)
+		}
+	})
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp(parent, "mount-")
+	if err != nil {
+		return "", nil, err
+	}
+	if err := s.mountAt(img, dir); err != nil {
+		os.Remove(dir)
+		return "", nil, err
+	}
+	return dir, func() {
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+		os.Remove(dir)
+	}, nil
 }
 
 // Unmount unmounts the root of image digest, if it is mounted.

@@ -2,10 +2,13 @@ package airlock
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -100,6 +103,104 @@ func (c *Client) PullTemplate(ctx context.Context, name string, req PullTemplate
 func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 	if err := c.doJSON(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), nil, nil, nil, nil); err != nil {
 		return fmt.Errorf("delete template %s: %w", name, err)
+	}
+	return nil
+}
+
+// BuildTemplateOptions are a build's options besides its context.
+type BuildTemplateOptions struct {
+	// Dockerfile is the Dockerfile's path in the context ("" : "Dockerfile").
+	Dockerfile string
+	// Args are build arguments (Dockerfile ARG), by name.
+	Args map[string]string
+	// Allow lists the hosts (names, or *.domain) RUN steps may reach; nothing else is reachable.
+	Allow []string
+	// NoCache runs every step anew.
+	NoCache bool
+	// MemoryMB and DiskMB size the sandboxes RUN steps run in (0: the server's defaults).
+	MemoryMB, DiskMB int
+	// Progress, if set, receives each event of the build as it comes.
+	Progress func(BuildEvent)
+}
+
+// BuildEvent is one line of a build's progress: a step beginning (Image empty), a piece of a RUN
+// step's output (Output), or a step done (Image set; Cached if it came from the cache).
+type BuildEvent struct {
+	Step        int    `json:"step,omitempty"`
+	Steps       int    `json:"steps,omitempty"`
+	Instruction string `json:"instruction,omitempty"`
+	Output      string `json:"output,omitempty"`
+	Cached      bool   `json:"cached,omitempty"`
+	Image       string `json:"image,omitempty"`
+}
+
+// buildLine is one line of the build's NDJSON response: an event, or at the end the template or the
+// error.
+type buildLine struct {
+	BuildEvent
+	Template *Template    `json:"template,omitempty"`
+	Error    *ErrorDetail `json:"error,omitempty"`
+}
+
+// BuildTemplate builds the Dockerfile in the build context buildContext (a tar) and points name at the
+// image, as ImportTemplate does: each RUN in a sandbox of the image so far with opts.Allow as its
+// egress, every step cached. Operator only.
+func (c *Client) BuildTemplate(ctx context.Context, name string, buildContext io.Reader, opts BuildTemplateOptions) (*Template, error) {
+	q := url.Values{}
+	if opts.Dockerfile != "" {
+		q.Set("dockerfile", opts.Dockerfile)
+	}
+	for k, v := range opts.Args {
+		q.Add("build_arg", k+"="+v)
+	}
+	for _, h := range opts.Allow {
+		q.Add("allow", h)
+	}
+	if opts.NoCache {
+		q.Set("no_cache", "true")
+	}
+	if opts.MemoryMB > 0 {
+		q.Set("memory_mb", strconv.Itoa(opts.MemoryMB))
+	}
+	if opts.DiskMB > 0 {
+		q.Set("disk_mb", strconv.Itoa(opts.DiskMB))
+	}
+	resp, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/templates/" + url.PathEscape(name) + "/build", query: q,
+		body: buildContext, contentType: "application/x-tar"})
+	if err != nil {
+		return nil, fmt.Errorf("build template %s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var l buildLine
+		if err := dec.Decode(&l); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("build template %s: the server's answer ended early: %w", name, err)
+		}
+		switch {
+		case l.Error != nil:
+			return nil, fmt.Errorf("build template %s: %w", name, errorFromDetail(*l.Error))
+		case l.Template != nil:
+			return l.Template, nil
+		case opts.Progress != nil:
+			opts.Progress(l.BuildEvent)
+		}
+	}
+}
+
+// ExportTemplate writes the image of template name (or NAME@sha256:…) to w as an OCI archive, which
+// ImportTemplate (and other OCI tools) take back as the same image. Operator only.
+func (c *Client) ExportTemplate(ctx context.Context, name string, w io.Writer) error {
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/templates/" + url.PathEscape(name) + "/export"})
+	if err != nil {
+		return fmt.Errorf("export template %s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("export template %s: %w", name, err)
 	}
 	return nil
 }
