@@ -17,7 +17,11 @@ import (
 
 func toTemplate(t controlplane.Template) airlock.Template {
 	out := airlock.Template{Name: t.Name, Ref: t.Ref, Digest: t.Digest, Builtin: t.Builtin, Env: t.Config.Env,
-		WorkingDir: t.Config.WorkingDir, User: t.Config.User, Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, Layers: t.Layers}
+		WorkingDir: t.Config.WorkingDir, User: t.Config.User, Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, Layers: t.Layers,
+		Labels: t.Config.Labels}
+	if st := t.Start; st != nil {
+		out.Start = &airlock.TemplateStart{Cmd: st.Cmd, ReadyCmd: st.ReadyCmd, Snapshot: st.Key != ""}
+	}
 	if !t.CreatedAt.IsZero() {
 		c, u := t.CreatedAt, t.UpdatedAt
 		out.CreatedAt, out.UpdatedAt = &c, &u
@@ -67,11 +71,14 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	if err := s.cp.DeleteTemplate(r.Context(), r.PathValue("name")); err != nil {
+	rm, err := s.cp.DeleteTemplate(r.Context(), r.PathValue("name"))
+	if err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	u := rm.Users
+	writeJSON(w, http.StatusOK, airlock.TemplateRemoval{Name: rm.Name, Digest: rm.Digest, Users: airlock.TemplateUsers{
+		Names: u.Names, Sandboxes: u.Sandboxes, Sessions: u.Sessions, SandboxCount: u.SandboxCount, SessionCount: u.SessionCount}})
 }
 
 // pullTemplate fetches the image the body names from its registry (operator only).
@@ -125,7 +132,8 @@ func safeFileName(s string) string {
 // (a bad request, a Dockerfile that does not parse) is an ordinary error response.
 func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	req := controlplane.BuildRequest{Dockerfile: q.Get("dockerfile"), Allow: q["allow"], Args: map[string]string{}}
+	req := controlplane.BuildRequest{Dockerfile: q.Get("dockerfile"), Allow: q["allow"], Args: map[string]string{},
+		StartCmd: q.Get("start_cmd"), ReadyCmd: q.Get("ready_cmd")}
 	for _, a := range q["build_arg"] {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok || k == "" {

@@ -142,6 +142,8 @@ type Config struct {
 	// applied, how often unreferenced snapshot chunks are collected, and how old an unreferenced chunk
 	// must be to go. Zero: the control plane's defaults (5 minutes, 10 minutes, 1 hour).
 	PruneInterval, GCInterval, GCGrace time.Duration
+	// ImageGCGrace is how long a template's image nothing uses stays on the node (zero: 1 hour).
+	ImageGCGrace time.Duration
 	// PKCS11 configures the pkcs11 key provider, for tenants whose keys are in a customer's HSM or KMS.
 	// A zero Module: none (every tenant uses the local keyring).
 	PKCS11 PKCS11Config
@@ -521,7 +523,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	cpCfg := controlplane.Config{Store: st, Logger: log, Secrets: secretStore, Connections: conns,
 		Snapshots: snaps,
 		Retention: cfg.Retention, PruneInterval: cfg.PruneInterval, GCInterval: cfg.GCInterval, GCGrace: cfg.GCGrace,
-		Keys: keyring, KeyCheckInterval: cfg.KeyCheckInterval, Cluster: clusterCA, KeyProvider: keyring, Audit: auditLog.Record}
+		ImageGCGrace: cfg.ImageGCGrace,
+		Keys:         keyring, KeyCheckInterval: cfg.KeyCheckInterval, Cluster: clusterCA, KeyProvider: keyring, Audit: auditLog.Record}
 	if nd != nil {
 		cpCfg.Node = nd
 	} else {

@@ -90,6 +90,12 @@ func coldCreate(b *testing.B, e *testenv.Env, rt string) {
 // coldCreateFrom times create to first exec of sandboxes made with req; the first, which builds or
 // mounts the template, is not timed.
 func coldCreateFrom(b *testing.B, e *testenv.Env, req airlock.CreateSandboxRequest) {
+	createThenExec(b, e, req, "true")
+}
+
+// createThenExec times create to the end of a first exec of cmd (which must succeed) in sandboxes made
+// with req; the first, which builds or mounts the template, is not timed.
+func createThenExec(b *testing.B, e *testenv.Env, req airlock.CreateSandboxRequest, cmd ...string) {
 	ctx := context.Background()
 	create := func() *airlock.Sandbox {
 		sb, err := e.Client.CreateSandbox(ctx, req)
@@ -104,8 +110,8 @@ func coldCreateFrom(b *testing.B, e *testenv.Env, req airlock.CreateSandboxReque
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
 		sb := create()
-		if _, err := e.Client.Exec(ctx, sb.ID, airlock.ExecRequest{Cmd: []string{"true"}}); err != nil {
-			b.Fatal(err)
+		if res, err := e.Client.Exec(ctx, sb.ID, airlock.ExecRequest{Cmd: cmd}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec %q: %+v, %v", cmd, res, err)
 		}
 		tm.add(time.Since(start))
 		b.StopTimer()

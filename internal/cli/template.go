@@ -136,11 +136,18 @@ Only trusted HTTPS is spoken unless --insecure, loopback and private addresses i
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			if err := g.client().DeleteTemplate(cmd.Context(), args[0]); err != nil {
+			rm, err := g.client().DeleteTemplate(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
-			if !g.json {
-				fmt.Fprintf(g.Out, "template %s removed\n", args[0])
+			if g.json {
+				return printJSON(g.Out, rm)
+			}
+			fmt.Fprintf(g.Out, "template %s removed\n", args[0])
+			if u := usersText(rm.Users); u != "" {
+				fmt.Fprintf(g.Out, "its image %s stays while these use it: %s\n", rm.Digest, u)
+			} else {
+				fmt.Fprintf(g.Out, "nothing uses its image %s any more: the nodes remove it after an hour unused\n", rm.Digest)
 			}
 			return nil
 		},
@@ -160,7 +167,12 @@ refused naming its line. Each RUN runs in a sandbox of the image so far, never o
 the hosts --allow names. Every step is cached by its parent image, instruction and inputs: a rebuild of an
 unchanged Dockerfile takes only the cache.
 
-    airlock template build python-tools -f Dockerfile --allow deb.debian.org --build-arg VERSION=3 ./ctx`,
+With --start-cmd (or the image's label run.airlock.start-cmd), every sandbox of the template has that
+command running when it is handed over: the build boots the image once, waits until --ready-cmd passes and
+keeps a start snapshot that sandboxes are restored from.
+
+    airlock template build python-tools -f Dockerfile --allow deb.debian.org --build-arg VERSION=3 ./ctx
+    airlock template build api . --start-cmd 'python3 -m http.server 8000' --ready-cmd 'curl -sf localhost:8000'`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
@@ -202,6 +214,8 @@ unchanged Dockerfile takes only the cache.
 	buildCmd.Flags().BoolVar(&build.NoCache, "no-cache", false, "run every step anew")
 	buildCmd.Flags().IntVar(&build.MemoryMB, "memory", 0, "memory of RUN steps' sandboxes, MiB (default: the server's)")
 	buildCmd.Flags().IntVar(&build.DiskMB, "disk", 0, "disk of RUN steps' sandboxes, MiB (default: the server's)")
+	buildCmd.Flags().StringVar(&build.StartCmd, "start-cmd", "", "a command every sandbox of the template has running (default: the label run.airlock.start-cmd)")
+	buildCmd.Flags().StringVar(&build.ReadyCmd, "ready-cmd", "", "a check that passes (exits 0) once the start command is ready (default: the label run.airlock.ready-cmd)")
 	var exportOut string
 	export := &cobra.Command{
 		Use:   "export NAME",
@@ -287,6 +301,32 @@ func printBuildEvent(w io.Writer, e airlock.BuildEvent) {
 	case e.Step > 0:
 		fmt.Fprintf(w, "Step %d/%d : %s\n", e.Step, e.Steps, e.Instruction)
 	}
+}
+
+// usersText says what uses an image ("" if nothing): other names, then counts of sessions and
+// sandboxes with the IDs the server listed.
+func usersText(u airlock.TemplateUsers) string {
+	var parts []string
+	if len(u.Names) > 0 {
+		parts = append(parts, "template "+strings.Join(u.Names, ", "))
+	}
+	list := func(n int, one, many string, ids []string) {
+		if n == 0 {
+			return
+		}
+		p := fmt.Sprintf("%d %s", n, one)
+		if n != 1 {
+			p = fmt.Sprintf("%d %s", n, many)
+		}
+		p += " (" + strings.Join(ids, ", ")
+		if n > len(ids) {
+			p += ", …"
+		}
+		parts = append(parts, p+")")
+	}
+	list(u.SessionCount, "session", "sessions", u.Sessions)
+	list(u.SandboxCount, "sandbox", "sandboxes", u.Sandboxes)
+	return strings.Join(parts, "; ")
 }
 
 // printNewVersion says what a template imported or pulled now boots.

@@ -43,6 +43,10 @@ type BuildRequest struct {
 	NoCache bool
 	// MemoryMB and DiskMB size the sandboxes RUN steps run in (0: the defaults).
 	MemoryMB, DiskMB int
+	// StartCmd and ReadyCmd are the template's start command and ready check (shell command lines; ""
+	// : the image's labels run.airlock.start-cmd and run.airlock.ready-cmd, if any). See
+	// templatestart.go.
+	StartCmd, ReadyCmd string
 	// Progress, if set, is told each step and a RUN's output as it comes.
 	Progress func(BuildEvent)
 }
@@ -85,7 +89,6 @@ type buildState struct {
 	parent string // digest of the last image with layers, or oci.Scratch
 	cfg    oci.Config
 	args   map[string]string // declared ARGs and their values
-	labels map[string]string
 	ports  []string
 }
 
@@ -139,7 +142,7 @@ func (s *builder) BuildTemplate(ctx context.Context, tenantID, name string, req 
 	if progress == nil {
 		progress = func(BuildEvent) {}
 	}
-	st := &buildState{name: name, args: map[string]string{}, labels: map[string]string{}}
+	st := &buildState{name: name, args: map[string]string{}}
 	used := map[string]bool{}
 	lookup := func(k string) (string, bool) {
 		if v, ok := envValue(st.cfg.Env, k); ok {
@@ -216,7 +219,12 @@ func (s *builder) BuildTemplate(ctx context.Context, tenantID, name string, req 
 				if err != nil {
 					return Template{}, err
 				}
-				st.labels[k] = v
+				labels := make(map[string]string, len(st.cfg.Labels)+1)
+				for lk, lv := range st.cfg.Labels {
+					labels[lk] = lv
+				}
+				labels[k] = v
+				st.cfg.Labels = labels
 			}
 		case "USER":
 			u, err := expand(in, in.Args[0])
@@ -295,7 +303,60 @@ func (s *builder) BuildTemplate(ctx context.Context, tenantID, name string, req 
 	if err != nil {
 		return Template{}, err
 	}
-	return s.placer.recordTemplate(ctx, name, img)
+	start := &TemplateStart{Cmd: shellCommand(req.StartCmd), ReadyCmd: shellCommand(req.ReadyCmd)}
+	if start.Cmd == nil {
+		start.Cmd = shellCommand(img.Config.Labels[StartCmdLabel])
+	}
+	if start.ReadyCmd == nil {
+		start.ReadyCmd = shellCommand(img.Config.Labels[ReadyCmdLabel])
+	}
+	if start.Cmd == nil {
+		if start.ReadyCmd != nil {
+			return Template{}, invalid("a ready check needs a start command (--start-cmd or the label %s)", StartCmdLabel)
+		}
+		return s.placer.recordTemplate(ctx, name, img)
+	}
+	ready := "after a second"
+	if start.ReadyCmd != nil {
+		ready = "when " + start.ReadyCmd[2] + " passes"
+	}
+	progress(BuildEvent{Steps: len(steps), Output: fmt.Sprintf("Start: %s, ready %s; saving a start snapshot\n", start.Cmd[2], ready)})
+	if err := s.startSnapshot(ctx, tenantID, name, img, start, req); err != nil {
+		return Template{}, err
+	}
+	return s.placer.recordTemplateStart(ctx, name, img, start)
+}
+
+// startSnapshot boots image img of template name with start's command, waits until it is ready and
+// saves the start snapshot, setting start's Key and Runtime. A runtime that cannot checkpoint leaves
+// them empty: each sandbox then starts the command itself.
+func (s *builder) startSnapshot(ctx context.Context, tenantID, name string, img oci.Image, start *TemplateStart, req BuildRequest) error {
+	pol := &policy.Policy{}
+	for _, h := range req.Allow {
+		pol.Rules = append(pol.Rules, policy.Rule{Name: "build-allow", Action: policy.ActionAllow, Host: h})
+	}
+	sb, err := s.sandboxes.CreateSandbox(ctx, tenantID, CreateRequest{Template: name + "@" + img.Digest, Network: pol,
+		MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, TimeoutSeconds: int((maxStartTimeout + 10*time.Minute) / time.Second),
+		Metadata: map[string]string{"template-build": name}, start: s.placer.nodeStart(start, img.Config.WorkingDir, "", "")})
+	if err != nil {
+		return fmt.Errorf("start command: %w", err)
+	}
+	defer func() {
+		if err := s.sandboxes.DeleteSandbox(context.WithoutCancel(ctx), tenantID, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Warn("remove a build's sandbox", "sandbox", sb.ID, "err", err)
+		}
+	}()
+	rt := sb.Metadata[RuntimeMetadataKey]
+	key := startKey(img.Digest, *start, rt)
+	if err := s.placer.saveStart(ctx, sb, key); err != nil {
+		if errors.Is(err, errdefs.ErrFailedPrecondition) {
+			s.log.Warn("no start snapshot: each sandbox will start the command itself", "template", name, "err", err)
+			return nil
+		}
+		return fmt.Errorf("start snapshot: %w", err)
+	}
+	start.Key, start.Runtime = key, rt
+	return nil
 }
 
 // from starts the build from ref: a template (its image now) or scratch.
@@ -503,6 +564,11 @@ func (s *builder) cached(ctx context.Context, key string) (string, bool) {
 	}
 	if _, err := s.placer.image(e.Image); err != nil {
 		return "", false
+	}
+	if s.now().Sub(d.UpdatedAt) > 24*time.Hour { // used: the image GC keeps it buildCacheTTL from now
+		if _, err := s.store.PutDoc(ctx, store.Doc{Key: d.Key, Value: d.Value, Version: d.Version}); err != nil {
+			s.log.Debug("build cache", "key", key, "err", err)
+		}
 	}
 	return e.Image, true
 }

@@ -102,6 +102,9 @@ type Config struct {
 	// GCGrace keeps unreferenced chunks younger than it (a snapshot being written elsewhere may use
 	// them). Zero: 1 hour.
 	GCGrace time.Duration
+	// ImageGCGrace is how long a template's image nothing uses is kept before it is removed from the
+	// nodes (a create may be about to record it). Zero: 1 hour.
+	ImageGCGrace time.Duration
 	// Cluster is the cluster's certificate authority, which issues nodes their certificates when they
 	// join (cluster.go). Nil: the node routes answer failed precondition.
 	Cluster *cluster.CA
@@ -162,6 +165,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.GCGrace <= 0 {
 		cfg.GCGrace = time.Hour
+	}
+	if cfg.ImageGCGrace <= 0 {
+		cfg.ImageGCGrace = time.Hour
 	}
 	switch {
 	case cfg.KeyCheckInterval <= 0:

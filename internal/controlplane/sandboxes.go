@@ -33,6 +33,9 @@ type CreateRequest struct {
 	// Runtime names the runtime to run on ("gvisor", "runc", …), RuntimeAuto to let the control plane
 	// choose, or "" for DefaultRuntime (runtimes.go).
 	Runtime string
+
+	// start, set by a build, is the start command to run (templatestart.go); else the template's own.
+	start *node.Start
 }
 
 var (
@@ -204,8 +207,16 @@ func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req Crea
 	unlock := s.locks.Lock(sb.ID)
 	defer unlock()
 
+	start := req.start
+	if start == nil {
+		start = s.placer.startFor(ctx, req.Template, rt.Name, pl.n.ID())
+	}
 	// The boot goes on if the caller goes away: the record exists and must end in a settled state.
-	bootCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	bootFor := 2 * time.Minute
+	if start != nil {
+		bootFor += max(start.Timeout, node.DefaultStartTimeout)
+	}
+	bootCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bootFor)
 	defer cancel()
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
@@ -226,6 +237,7 @@ func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req Crea
 			DiskBytes:   int64(req.DiskMB) << 20,
 		},
 		Network: netPolicy,
+		Start:   start,
 	})
 	if berr != nil {
 		s.log.Error("boot sandbox", "sandbox", sb.ID, "err", berr)
@@ -594,6 +606,10 @@ func (s *loops) Start(ctx context.Context) error {
 		s.every(failOverEvery, s.ifLeader(s.failOver))
 		s.every(opLeaseEvery, s.ifLeader(s.adoptOrphanOps))
 		s.every(time.Minute, s.ifLeader(s.settleOrphanSnapshots))
+	}
+	if s.nodes.local != nil {
+		unkept := map[string]time.Time{} // the image GC's, on this loop's goroutine only
+		s.every(s.gcEvery, s.ifLeader(func() { s.placer.collectImages(unkept, s.imageGrace) }))
 	}
 	if s.snapshots != nil {
 		s.every(s.gcEvery, s.ifLeader(func() { s.book.collectSnapshots(s.gcGrace) }))

@@ -266,6 +266,7 @@ func (s *sessions) startSessionSandbox(ctx context.Context, se store.Session, en
 	}
 	pl.done() // the record counts on the node now
 	if src == nil {
+		req.Start = s.placer.startFor(ctx, se.Spec.Template, rt, n.ID())
 		err = n.CreateSandbox(ctx, req)
 	} else {
 		err = n.RestoreSandbox(ctx, req, src.ImageSource)

@@ -34,18 +34,21 @@ type Template struct {
 	// Builtin marks the default template, built from the host's /usr.
 	Builtin bool
 	// Config is what the image sets for its processes; Layers counts its layers.
-	Config    oci.Config
-	Layers    int
+	Config oci.Config
+	Layers int
+	// Start is the template's start command, if it has one (templatestart.go).
+	Start     *TemplateStart
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
 
 // templateDoc is what a template's document holds.
 type templateDoc struct {
-	Digest    string     `json:"digest"`
-	Config    oci.Config `json:"config"`
-	Layers    int        `json:"layers"`
-	CreatedAt time.Time  `json:"created_at"`
+	Digest    string         `json:"digest"`
+	Config    oci.Config     `json:"config"`
+	Layers    int            `json:"layers"`
+	Start     *TemplateStart `json:"start,omitempty"`
+	CreatedAt time.Time      `json:"created_at"`
 }
 
 const templateDocPrefix = "templates/"
@@ -185,7 +188,12 @@ func (s *placer) ImportTemplate(ctx context.Context, name string, r io.Reader) (
 
 // recordTemplate points name at img, which a node holds now.
 func (s *placer) recordTemplate(ctx context.Context, name string, img oci.Image) (Template, error) {
-	rec := templateDoc{Digest: img.Digest, Config: img.Config, Layers: len(img.Layers), CreatedAt: s.now()}
+	return s.recordTemplateStart(ctx, name, img, nil)
+}
+
+// recordTemplateStart points name at img, with start command st (nil: none).
+func (s *placer) recordTemplateStart(ctx context.Context, name string, img oci.Image, st *TemplateStart) (Template, error) {
+	rec := templateDoc{Digest: img.Digest, Config: img.Config, Layers: len(img.Layers), Start: st, CreatedAt: s.now()}
 	key := templateDocPrefix + name
 	for {
 		cur, err := s.store.GetDoc(ctx, key)
@@ -216,28 +224,45 @@ func (s *placer) recordTemplate(ctx context.Context, name string, img oci.Image)
 	}
 }
 
-// DeleteTemplate removes the name; the image stays on the nodes for the sandboxes, sessions and
-// snapshots that recorded it.
-func (s *placer) DeleteTemplate(ctx context.Context, name string) error {
+// DeleteTemplate removes the name and says what still uses the image it pointed at: the sandboxes,
+// sessions (and their snapshots) and other names that recorded it keep it on the nodes; the image goes
+// once nothing does (templategc.go).
+func (s *placer) DeleteTemplate(ctx context.Context, name string) (TemplateRemoval, error) {
 	if template.IsDefault(name) {
-		return fmt.Errorf("template %q is the built-in one and cannot be removed: %w", name, errdefs.ErrInvalidArgument)
+		return TemplateRemoval{}, fmt.Errorf("template %q is the built-in one and cannot be removed: %w", name, errdefs.ErrInvalidArgument)
 	}
 	if err := oci.CheckName(name); err != nil {
-		return err
+		return TemplateRemoval{}, err
 	}
 	for {
 		cur, err := s.store.GetDoc(ctx, templateDocPrefix+name)
 		if err != nil {
 			if errors.Is(err, errdefs.ErrNotFound) {
-				return fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
+				return TemplateRemoval{}, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
 			}
-			return err
+			return TemplateRemoval{}, err
+		}
+		t, err := templateOf(cur)
+		if err != nil {
+			return TemplateRemoval{}, err
 		}
 		err = s.store.DeleteDoc(ctx, cur.Key, cur.Version)
 		if errors.Is(err, errdefs.ErrConflict) {
 			continue // re-pointed meanwhile: remove what it is now
 		}
-		return err
+		if err != nil {
+			return TemplateRemoval{}, err
+		}
+		out := TemplateRemoval{Name: name, Digest: t.Digest}
+		users, err := s.imageUsers(ctx)
+		if err != nil {
+			s.log.Warn("template removed; what still uses its image is unknown", "template", name, "err", err)
+			return out, nil
+		}
+		if u := users[t.Digest]; u != nil {
+			out.Users = *u
+		}
+		return out, nil
 	}
 }
 
@@ -272,7 +297,7 @@ func templateOf(d store.Doc) (Template, error) {
 		return Template{}, fmt.Errorf("template record %s: %w", d.Key, err)
 	}
 	name := strings.TrimPrefix(d.Key, templateDocPrefix)
-	return Template{Name: name, Ref: name + "@" + rec.Digest, Digest: rec.Digest, Config: rec.Config, Layers: rec.Layers,
+	return Template{Name: name, Ref: name + "@" + rec.Digest, Digest: rec.Digest, Config: rec.Config, Layers: rec.Layers, Start: rec.Start,
 		CreatedAt: rec.CreatedAt, UpdatedAt: d.UpdatedAt}, nil
 }
 
@@ -282,6 +307,9 @@ type imageMaker interface {
 	CommitSandbox(ctx context.Context, id, templateRef string, step oci.Step) (oci.Image, error)
 	StoredImage(digest string) (oci.Image, error)
 	ExportImage(ctx context.Context, digest string, w io.Writer) error
+	Images() ([]oci.Image, error)
+	RemoveImages(digests []string) (oci.GCStats, error)
+	SaveStart(ctx context.Context, id, key string) error
 }
 
 // maker returns the node that makes images: the in-process one.
@@ -318,6 +346,18 @@ func (s *placer) commitSandbox(ctx context.Context, sb store.Sandbox, step oci.S
 		return oci.Image{}, fmt.Errorf("sandbox %s is on node %s, not this server's: %w", sb.ID, sb.NodeID, errdefs.ErrFailedPrecondition)
 	}
 	return m.CommitSandbox(ctx, sb.ID, sb.Template, step)
+}
+
+// saveStart saves sandbox sb, of a template with its start command ready, as start snapshot key.
+func (s *placer) saveStart(ctx context.Context, sb store.Sandbox, key string) error {
+	m, err := s.maker()
+	if err != nil {
+		return err
+	}
+	if !s.nodes.isLocal(sb.NodeID) {
+		return fmt.Errorf("sandbox %s is on node %s, not this server's: %w", sb.ID, sb.NodeID, errdefs.ErrFailedPrecondition)
+	}
+	return m.SaveStart(ctx, sb.ID, key)
 }
 
 // image returns the stored image digest.

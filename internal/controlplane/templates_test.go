@@ -59,15 +59,20 @@ func TestTemplateNames(t *testing.T) {
 			t.Errorf("resolveTemplate(%q) = %v; want invalid argument", ref, err)
 		}
 	}
-	if err := s.DeleteTemplate(ctx, "app"); err != nil {
-		t.Fatal(err)
+	if rm, err := s.DeleteTemplate(ctx, "app"); err != nil || rm.Digest != d2 || rm.Users.InUse() {
+		t.Fatalf("DeleteTemplate = %+v, %v; want %s, unused", rm, err, d2)
 	}
-	for _, err := range []error{s.DeleteTemplate(ctx, "app"), func() error { _, err := s.resolveTemplate(ctx, "app"); return err }()} {
+	// The sandbox still uses the first image.
+	if users, err := s.imageUsers(ctx); err != nil || users[d1] == nil || users[d1].SandboxCount != 1 || users[d1].Sandboxes[0] != sb.ID {
+		t.Errorf("imageUsers = %v, %v; want sandbox %s using %s", users, err, sb.ID, d1)
+	}
+	deleteErr := func(name string) error { _, err := s.DeleteTemplate(ctx, name); return err }
+	for _, err := range []error{deleteErr("app"), func() error { _, err := s.resolveTemplate(ctx, "app"); return err }()} {
 		if !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("after the removal: %v; want not found", err)
 		}
 	}
-	if err := s.DeleteTemplate(ctx, "default"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if err := deleteErr("default"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("removing the built-in template: %v; want invalid argument", err)
 	}
 	if _, err := s.ImportTemplate(ctx, "app", bytes.NewReader([]byte("x"))); !errors.Is(err, errdefs.ErrFailedPrecondition) {

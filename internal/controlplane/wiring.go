@@ -180,6 +180,7 @@ type builder struct {
 
 	store store.Store
 	log   *slog.Logger
+	now   func() time.Time
 }
 
 // loops runs the background work on its schedule and the replica's leases: the leader's lease, and
@@ -207,7 +208,7 @@ type loops struct {
 	replicaSeen      map[string]leaseSeen
 	leading          atomic.Bool
 
-	reap, idle, rollEvery, pruneEvery, gcEvery, gcGrace, keysEvery time.Duration
+	reap, idle, rollEvery, pruneEvery, gcEvery, gcGrace, imageGrace, keysEvery time.Duration
 
 	log *slog.Logger
 	now func() time.Time
@@ -250,7 +251,7 @@ func wire(cfg Config, localCap node.Capacity) *Service {
 		templateRoot: cfg.TemplateRoot, replica: cfg.ReplicaID, stop: stop, log: cfg.Logger, now: cfg.Now}
 	l := &loops{store: cfg.Store, nodes: nodes, locks: locks, snapshots: cfg.Snapshots, connections: cfg.Connections,
 		ops: ops, replica: cfg.ReplicaID, reap: cfg.ReapInterval, idle: cfg.IdleInterval, rollEvery: cfg.RollInterval,
-		pruneEvery: cfg.PruneInterval, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace, keysEvery: cfg.KeyCheckInterval,
+		pruneEvery: cfg.PruneInterval, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace, imageGrace: cfg.ImageGCGrace, keysEvery: cfg.KeyCheckInterval,
 		log: cfg.Logger, now: cfg.Now, stop: stop, wg: &sync.WaitGroup{}, bg: bg}
 
 	a.keyring = k
@@ -263,5 +264,5 @@ func wire(cfg Config, localCap node.Capacity) *Service {
 	l.accounts, l.keyring, l.placer, l.sandboxes, l.sessions, l.book = a, k, p, sb, se, b
 	sio := &sandboxIO{sandboxes: sb}
 	return &Service{accounts: a, keyring: k, placer: p, nodeCalls: nc, sandboxes: sb, sessions: se, snapshotBook: b, loops: l,
-		sandboxIO: sio, builder: &builder{placer: p, sandboxes: sb, io: sio, store: cfg.Store, log: cfg.Logger}}
+		sandboxIO: sio, builder: &builder{placer: p, sandboxes: sb, io: sio, store: cfg.Store, log: cfg.Logger, now: p.now}}
 }

@@ -341,6 +341,38 @@ func readSmall(path string, n int) ([]byte, error) {
 	return b, nil
 }
 
+// baseEnv is the environment every process starts from (before its request's entries).
+func (s *server) baseEnv() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Env
+}
+
+// takeControlEnv replaces the base environment with the control directory's environment file, if
+// there is one (a sandbox restored from a template's start snapshot: see proto.ControlEnv). The file is
+// the host's; a bad one is logged and ignored.
+func (s *server) takeControlEnv() {
+	if s.cfg.Control == "" {
+		return
+	}
+	b, err := readSmall(filepath.Join(s.cfg.Control, proto.ControlEnv), proto.MaxCommandBytes)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	var env []string
+	if err == nil {
+		env, err = proto.ParseControlEnv(b)
+	}
+	if err != nil {
+		s.log.Warn("the control directory's environment file", "err", err)
+		return
+	}
+	s.mu.Lock()
+	s.cfg.Env = env
+	s.mu.Unlock()
+	s.log.Info("took the control directory's environment", "entries", len(env))
+}
+
 // awaitWake is called when Accept failed. If the daemon is quiesced, it waits for the wake signal and
 // returns the new listener (nil if ctx ended first) and true; otherwise false.
 func (s *server) awaitWake(ctx context.Context) (net.Listener, bool) {
@@ -374,6 +406,7 @@ func (s *server) awaitWake(ctx context.Context) (net.Listener, bool) {
 			s.log.Error("listen again after quiesce", "err", err)
 			continue // the next wake retries
 		}
+		s.takeControlEnv()
 		s.mu.Lock()
 		s.ln, s.quiesced = ln, false
 		s.mu.Unlock()

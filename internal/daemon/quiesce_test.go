@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,5 +170,77 @@ func TestHelloWithoutKey(t *testing.T) {
 	c := d.dial(t, link.Options{})
 	if err := c.Ping(ctx); err != nil {
 		t.Fatalf("ping without a proof asked: %v", err)
+	}
+}
+
+// TestWakeTakesControlEnv: a daemon woken with an environment file in its control directory (restored
+// from a template's start snapshot) starts its processes from that environment, not the one it was
+// checkpointed with; a bad file is ignored; without one the environment stays.
+func TestWakeTakesControlEnv(t *testing.T) {
+	cfg := testConfig(t)
+	sock := make(chan string, 1)
+	cfg.Listen = func() (net.Listener, error) { s := <-sock; sock <- s; return net.Listen("unix", s) }
+	cfg.Wake = make(chan struct{})
+	cfg.Control = t.TempDir()
+	cfg.Env = []string{"FROM=checkpoint", "KEEP=1"}
+	wakeFile := filepath.Join(cfg.Control, proto.ControlWake)
+	envFile := filepath.Join(cfg.Control, proto.ControlEnv)
+	d := startDaemon(t, cfg)
+	sock <- d.socket
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := d.dial(t, link.Options{})
+	printed := func(c *link.Client) string {
+		t.Helper()
+		res, err := c.Exec(ctx, proto.ExecRequest{Argv: []string{"/bin/sh", "-c", `echo "$FROM ${KEEP:-none}"`}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(res.Stdout))
+	}
+	// quiesceAndWake writes env (nil: no file) and wakes the daemon; it returns a new client.
+	round := 0
+	quiesceAndWake := func(c *link.Client, env []byte) *link.Client {
+		t.Helper()
+		if err := c.Quiesce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		os.Remove(envFile)
+		if env != nil {
+			if err := os.WriteFile(envFile, env, 0o400); err != nil {
+				t.Fatal(err)
+			}
+		}
+		round++
+		if err := os.WriteFile(wakeFile, []byte(strconv.Itoa(round)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			c2, err := link.Dial(ctx, d.socket, link.Options{})
+			if err == nil {
+				return c2
+			}
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if got := printed(c); got != "checkpoint 1" {
+		t.Fatalf("before: %q", got)
+	}
+	c = quiesceAndWake(c, nil)
+	if got := printed(c); got != "checkpoint 1" {
+		t.Errorf("after a wake without an environment file: %q; want the same environment", got)
+	}
+	c = quiesceAndWake(c, []byte("FROM=restored\x00"))
+	if got := printed(c); got != "restored none" {
+		t.Errorf("after a wake with an environment file: %q; want only the file's", got)
+	}
+	c = quiesceAndWake(c, []byte("NOT AN ENTRY"))
+	defer c.Close()
+	if got := printed(c); got != "restored none" {
+		t.Errorf("after a wake with a bad environment file: %q; want the environment unchanged", got)
 	}
 }

@@ -189,7 +189,7 @@ func (s *server) buildEnv(id identity, reqEnv []string, tty bool) []string {
 			env = append(env, e)
 		}
 	}
-	overlay(s.cfg.Env, true)
+	overlay(s.baseEnv(), true)
 	overlay(reqEnv, false)
 	return env
 }

@@ -229,3 +229,81 @@ func writeTarDir(w *bytes.Buffer, dir string) error {
 	}
 	return tw.Close()
 }
+
+// TestTemplateStartCommand: a template built with a start command and a ready check hands over every
+// sandbox and session with the command already running and serving, restored from the build's start
+// snapshot (the process started before the sandbox was asked for), each with its own environment and
+// its own interception CA; a start command that exits before it is ready fails the build, naming it.
+func TestTemplateStartCommand(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{})
+	ctx := ctxT(t, 10*time.Minute)
+	c := e.Client
+	op := []string{"--url", e.URL, "--api-key", e.APIKey}
+	base := ocitest.WriteArchive(t, ocitest.Image(t, v1.Config{WorkingDir: "/srv"},
+		ocitest.HostPrograms(t, "/usr/bin/bash", "/usr/bin/cat", "/usr/bin/sleep"),
+		ocitest.Layer(t, ocitest.Entry{Name: "srv/", Type: tar.TypeDir})), "example.test/startbase:1")
+	if code, out, errOut := runCLI(append(op, "template", "import", "startbase", base)...); code != 0 {
+		t.Fatalf("import the base: %d %q %s", code, out, errOut)
+	}
+	server, err := os.ReadFile(testenv.PortServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := writeContext(t, "FROM startbase\nCOPY --chmod=0755 portserver /usr/local/bin/portserver\n", map[string]string{"portserver": string(server)})
+	code, out, errOut := runCLI(append(op, "template", "build", "served", dir,
+		"--start-cmd", `echo "$EPOCHREALTIME" > /tmp/started; exec portserver -http 127.0.0.1:8000 -name from-the-start`,
+		"--ready-cmd", `exec 3<>/dev/tcp/127.0.0.1/8000`)...)
+	if code != 0 || !strings.Contains(out, "Start: ") {
+		t.Fatalf("template build with a start command: %d %q %s", code, out, errOut)
+	}
+	tpl, err := c.GetTemplate(ctx, "served")
+	if err != nil || tpl.Start == nil || !tpl.Start.Snapshot {
+		t.Fatalf("the template: %+v, %v; want a start command with a snapshot", tpl, err)
+	}
+	get := `exec 3<>/dev/tcp/127.0.0.1/8000 && printf 'GET /x HTTP/1.0\r\n\r\n' >&3 && while read -r l; do [[ $l == *from-the-start* ]] && echo served; done <&3; echo "$GREETING"; cat /etc/ssl/certs/airlock-sandbox-ca.pem`
+	var cas []string
+	for _, greeting := range []string{"one", "two"} {
+		asked := time.Now()
+		sb := create(t, e, airlock.CreateSandboxRequest{Template: "served", Env: map[string]string{"GREETING": greeting}})
+		res := sh(t, e, sb.ID, get)
+		if !strings.HasPrefix(res.Stdout, "served\n"+greeting+"\n-----BEGIN CERTIFICATE-----") {
+			t.Errorf("a sandbox of the template: %q (stderr %q); want the server answering, GREETING=%s, its CA", res.Stdout, res.Stderr, greeting)
+		}
+		cas = append(cas, res.Stdout)
+		ps, err := c.ListProcesses(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, p := range ps.Processes {
+			if p.Running && strings.Contains(strings.Join(p.Cmd, " "), "portserver") {
+				found = true
+				if !p.StartedAt.Before(asked) {
+					t.Errorf("the start command started at %s, after the sandbox was asked for (%s): booted, not restored", p.StartedAt, asked)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("the sandbox's processes %+v lack the running start command", ps.Processes)
+		}
+	}
+	if len(cas) == 2 && cas[0][len("served\none\n"):] == cas[1][len("served\ntwo\n"):] {
+		t.Error("two sandboxes of the start snapshot share an interception CA")
+	}
+	se, err := c.CreateSession(ctx, airlock.CreateSessionRequest{Template: "served"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, e, se.ID, get).Stdout; !strings.HasPrefix(got, "served\n") {
+		t.Errorf("a session of the template: %q; want the server answering", got)
+	}
+	// Positive control: the base template has no such server.
+	if got := sh(t, e, create(t, e, airlock.CreateSandboxRequest{Template: "startbase"}).ID, get).Stdout; strings.Contains(got, "served") {
+		t.Errorf("a sandbox of the base: %q; want no server", got)
+	}
+	code, out, errOut = runCLI(append(op, "template", "build", "broken", dir, "--start-cmd", "exit 7", "--ready-cmd", "false")...)
+	if code == 0 || !strings.Contains(out+errOut, "exited (exit code 7) before the sandbox was ready") {
+		t.Errorf("a build whose start command exits: %d %q %s; want it refused, saying so", code, out, errOut)
+	}
+}

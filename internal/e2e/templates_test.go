@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"io/fs"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -187,5 +189,99 @@ func TestPullTemplate(t *testing.T) {
 	}
 	if strings.Contains(e.Logs(), "registry-pass") {
 		t.Error("the registry password is in the server's log")
+	}
+}
+
+// TestTemplateGC: removing a template's name says what still uses its image (a running sandbox, a
+// paused session); the image stays on the node while they do (the session resumes on it, its process
+// alive) and goes, with its layers, once nothing does.
+func TestTemplateGC(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{GCInterval: 200 * time.Millisecond, ImageGCGrace: time.Second})
+	ctx := ctxT(t, 5*time.Minute)
+	c := e.Client
+	op := []string{"--url", e.URL, "--api-key", e.APIKey}
+	img := tinyImage(t, "collected", "")
+	if code, out, errOut := runCLI(append(op, "template", "import", "gc", ocitest.WriteLayout(t, img))...); code != 0 {
+		t.Fatalf("template import: %d %q %s", code, out, errOut)
+	}
+	tpl, err := c.GetTemplate(ctx, "gc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Where the node keeps the image's record and its own layer (the version file's).
+	var records []string
+	filepath.WalkDir(e.DataDir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == strings.Replace(tpl.Digest, ":", "-", 1)+".json" && filepath.Base(filepath.Dir(p)) == "images" {
+			records = append(records, p)
+		}
+		return nil
+	})
+	if len(records) != 1 {
+		t.Fatalf("the image's record under %s: %v; want one", e.DataDir, records)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffID, err := layers[1].DiffID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layerDir := filepath.Join(filepath.Dir(filepath.Dir(records[0])), "layers", "sha256-"+diffID.Hex)
+	held := func() bool {
+		_, err1 := os.Stat(records[0])
+		_, err2 := os.Stat(layerDir)
+		return err1 == nil && err2 == nil
+	}
+	if !held() {
+		t.Fatalf("no %s or %s after the import", records[0], layerDir)
+	}
+
+	sb := create(t, e, airlock.CreateSandboxRequest{Template: "gc"})
+	se, err := c.CreateSession(ctx, airlock.CreateSessionRequest{Template: "gc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"bash", "-c", "nohup setsid sleep 3600 >/dev/null 2>&1 & echo $! > /tmp/pid"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PauseSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(append(op, "template", "rm", "gc")...)
+	// The paused session's last sandbox may still be on its way out: it counts while it is.
+	if code != 0 || !strings.Contains(out, "1 session ("+se.ID+")") || !strings.Contains(out, sb.ID) {
+		t.Fatalf("template rm: %d %q %s; want the session and the sandbox that use its image", code, out, errOut)
+	}
+	time.Sleep(2 * time.Second) // GC passes, several graces
+	if !held() {
+		t.Fatal("the image went while a sandbox and a session used it")
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if !held() {
+		t.Fatal("the image went while a paused session used it")
+	}
+	if _, err := c.ResumeSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, e, se.ID, `cat /srv/version; kill -0 $(cat /tmp/pid) && echo alive`).Stdout; got != "collected\nalive\n" {
+		t.Errorf("the resumed session: %q; want its image's file and its process alive", got)
+	}
+	if err := c.DeleteSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for held() && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if held() {
+		t.Fatalf("the image is still on the node a minute after nothing used it\n%s", e.Logs())
+	}
+	if _, err := c.CreateSandbox(ctx, airlock.CreateSandboxRequest{Template: tpl.Ref}); err == nil {
+		t.Errorf("a sandbox of %s after its image was collected: created; want an error", tpl.Ref)
 	}
 }

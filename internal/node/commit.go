@@ -23,6 +23,8 @@ type ImageDeriver interface {
 	Derive(ctx context.Context, parent string, step oci.Step) (oci.Image, error)
 	Export(ctx context.Context, digest string, w io.Writer) error
 	Image(digest string) (oci.Image, error)
+	Images() ([]oci.Image, error)
+	RemoveImages(digests []string) (oci.GCStats, error)
 }
 
 func (n *Local) deriver() (ImageDeriver, error) {
@@ -50,6 +52,34 @@ func (n *Local) StoredImage(digest string) (oci.Image, error) {
 		return oci.Image{}, err
 	}
 	return d.Image(digest)
+}
+
+// Images returns the images the node holds.
+func (n *Local) Images() ([]oci.Image, error) {
+	d, err := n.deriver()
+	if err != nil {
+		return nil, err
+	}
+	return d.Images()
+}
+
+// RemoveImages removes the images digests, which no sandbox of the node may still boot from, and the
+// layers and blobs no other image uses.
+func (n *Local) RemoveImages(digests []string) (oci.GCStats, error) {
+	d, err := n.deriver()
+	if err != nil {
+		return oci.GCStats{}, err
+	}
+	st, err := d.RemoveImages(digests)
+	if err != nil {
+		return st, err
+	}
+	for _, dg := range digests {
+		if err := n.starts.remove(dg); err != nil {
+			return st, fmt.Errorf("remove the start snapshots of %s: %w", dg, err)
+		}
+	}
+	return st, nil
 }
 
 // ExportImage writes the image digest to w as an OCI archive.

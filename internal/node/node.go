@@ -92,6 +92,9 @@ type CreateRequest struct {
 	// ID; 0: none). The node refuses a sandbox of a session with a smaller token than one it has seen:
 	// an order from a control plane whose lease on the session was taken over since.
 	Fence int64
+	// Start, for a create of a template with a start command, has the sandbox handed over with the
+	// command running and ready (start.go). A restore from a snapshot ignores it.
+	Start *Start
 }
 
 // RecoverRequest names a sandbox a previous run of the node left running, with its owner and its egress
@@ -167,6 +170,8 @@ type Local struct {
 	images *images
 	// drv are the runtime drivers, and which one runs each sandbox (drivers.go).
 	drv *drivers
+	// starts are the templates' start snapshots (start.go).
+	starts *starts
 }
 
 // sandbox is the node's view of one running sandbox.
@@ -232,7 +237,9 @@ func New(cfg Config) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Local{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), sandboxes: map[string]*sandbox{}, fences: map[string]int64{}, drv: drv}
+	n := &Local{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), sandboxes: map[string]*sandbox{}, fences: map[string]int64{}, drv: drv,
+		starts: &starts{dir: filepath.Join(cfg.DataDir, "starts")}}
+	_ = n.starts.remove("") // what a crash cut off
 	if cfg.Snapshots != nil {
 		if n.images, err = newImages(filepath.Join(cfg.DataDir, "images"), cfg.Snapshots, cfg.ImageCacheBytes); err != nil {
 			return nil, err
@@ -328,6 +335,18 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 	if err != nil {
 		return err
 	}
+	drv, err := n.drv.get(req.Runtime)
+	if err != nil {
+		return err
+	}
+	// A template's start snapshot, where the node holds one and the runtime restores.
+	fromStart := false
+	if _, ok := drv.(runtime.Restorer); ok && imageDir == "" && req.Start != nil {
+		if dir, release, ok := n.starts.open(req.Start.Key); ok {
+			defer release()
+			imageDir, fromStart = dir, true
+		}
+	}
 	var c cleanup.Cleanup
 	defer c.Clean()
 	ns := n.netnsPath(req.ID)
@@ -371,11 +390,10 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 		NetNS:      ns,
 		Limits:     req.Limits,
 	}
-	tNetns := time.Since(start)
-	drv, err := n.drv.get(req.Runtime)
-	if err != nil {
-		return err
+	if fromStart {
+		spec.ControlEnv = env // the daemon's, in place of the start snapshot's
 	}
+	tNetns := time.Since(start)
 	n.drv.track(req.ID, drv.Name())
 	c.Add(func() { n.drv.untrack(req.ID) })
 	if imageDir == "" {
@@ -393,15 +411,22 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 	if err := n.attach(ctx, req.ID, req.TenantID); err != nil {
 		return err
 	}
-	// A restored trust store already holds the CA's certificate.
-	if imageDir == "" {
+	// A restored trust store already holds the CA's certificate; a start snapshot's holds another
+	// sandbox's.
+	if imageDir == "" || fromStart {
 		if err := n.installTrust(ctx, req.ID, tpl); err != nil {
 			n.forget(req.ID)
 			return err
 		}
 	}
+	if imageDir == "" && req.Start != nil {
+		if err := n.runStart(ctx, req.ID, req.Start); err != nil {
+			n.forget(req.ID)
+			return fmt.Errorf("sandbox %s: %w", req.ID, err)
+		}
+	}
 	c.Release()
-	n.log.Debug("sandbox up", "sandbox", req.ID, "restored", imageDir != "", "netns", tNetns, "driver", tDriver-tNetns, "link", time.Since(start)-tDriver)
+	n.log.Debug("sandbox up", "sandbox", req.ID, "restored", imageDir != "", "start_snapshot", fromStart, "netns", tNetns, "driver", tDriver-tNetns, "link", time.Since(start)-tDriver)
 	return nil
 }
 

@@ -77,6 +77,10 @@ type Spec struct {
 	// ControlDir is where, inside the sandbox, the driver mounts read-only the control directory
 	// through which the host signals the daemon (proto.ControlKey, proto.ControlWake). Required.
 	ControlDir string
+	// ControlEnv, if not nil, is written into the control directory as the environment file
+	// (proto.ControlEnv, readable by the sandbox's root only): a daemon restored from a template's start
+	// snapshot takes it in place of Env it was checkpointed with, when it wakes.
+	ControlEnv []string
 	// NetNS is the path of the network namespace to join (a bind-mounted nsfs file).
 	NetNS string
 	// Limits are the resource limits.

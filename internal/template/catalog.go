@@ -229,3 +229,9 @@ func (c *Catalog) Export(ctx context.Context, digest string, w io.Writer) error 
 
 // Image returns the stored image digest (errdefs.ErrNotFound if the node lacks it).
 func (c *Catalog) Image(digest string) (oci.Image, error) { return c.OCI.Get(digest) }
+
+// Images returns the images the node holds.
+func (c *Catalog) Images() ([]oci.Image, error) { return c.OCI.List() }
+
+// RemoveImages removes the images digests and what no other image uses (oci.Store.Remove).
+func (c *Catalog) RemoveImages(digests []string) (oci.GCStats, error) { return c.OCI.Remove(digests) }

@@ -145,6 +145,9 @@ type Options struct {
 	PKCS11 app.PKCS11Config
 	// KeyCheckInterval is how often tenants' keys are checked; zero: the default.
 	KeyCheckInterval time.Duration
+	// GCInterval paces the collection of snapshot data and templates' images; ImageGCGrace is how long
+	// an image nothing uses stays. Zero: the defaults.
+	GCInterval, ImageGCGrace time.Duration
 	// IngressMaxConns bounds the requests and tunnels through the ingress per sandbox; zero: the default.
 	IngressMaxConns int
 	// PostgresDSN, if set, keeps the server's Store in that PostgreSQL database (see pgtest.Start).
@@ -212,6 +215,8 @@ func Start(t testing.TB, opts Options) *Env {
 
 			PKCS11:           opts.PKCS11,
 			KeyCheckInterval: opts.KeyCheckInterval,
+			GCInterval:       opts.GCInterval,
+			ImageGCGrace:     opts.ImageGCGrace,
 			IngressDomain:    app.DefaultIngressDomain,
 			IngressMaxConns:  opts.IngressMaxConns,
 			PostgresDSN:      opts.PostgresDSN,

@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -60,7 +61,38 @@ const (
 	// ControlWake is the file whose contents the host changes to wake a quiesced daemon (the daemon
 	// compares them with what they were when it quiesced, every few milliseconds).
 	ControlWake = "wake"
+	// ControlEnv, if present, holds the base environment (KEY=VALUE entries, each ended by a NUL byte,
+	// at most MaxCommandBytes; readable by root only) that a daemon restored from a template's start
+	// snapshot takes in place of the one it was checkpointed with, on waking.
+	ControlEnv = "env"
 )
+
+// ParseControlEnv parses the contents of a ControlEnv file, checking every entry as a request's env.
+func ParseControlEnv(b []byte) ([]string, error) {
+	if len(b) > MaxCommandBytes {
+		return nil, fmt.Errorf("the environment file has %d bytes, over %d: %w", len(b), MaxCommandBytes, errdefs.ErrInvalidArgument)
+	}
+	if len(b) == 0 {
+		return []string{}, nil
+	}
+	if b[len(b)-1] != 0 {
+		return nil, fmt.Errorf("the environment file does not end with a NUL byte: %w", errdefs.ErrInvalidArgument)
+	}
+	env := strings.Split(string(b[:len(b)-1]), "\x00")
+	if err := validateCommand([]string{"env"}, env, "", ""); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// FormatControlEnv is the contents of a ControlEnv file holding env.
+func FormatControlEnv(env []string) []byte {
+	var b []byte
+	for _, e := range env {
+		b = append(append(b, e...), 0)
+	}
+	return b
+}
 
 // LinkKeySize is the size of a sandbox's link key in bytes.
 const LinkKeySize = 32

@@ -350,3 +350,21 @@ func TestLogValueRedacts(t *testing.T) {
 		t.Errorf("log output %q lacks the redacted key", out)
 	}
 }
+
+// TestControlEnv: an environment file is NUL-ended entries, read back as written; a file without its
+// last NUL, an entry that is not KEY=VALUE, or one too large is refused.
+func TestControlEnv(t *testing.T) {
+	env := []string{"A=1", "B=two words", "EMPTY="}
+	got, err := ParseControlEnv(FormatControlEnv(env))
+	if err != nil || strings.Join(got, "|") != strings.Join(env, "|") {
+		t.Errorf("round trip: %q, %v; want %q", got, err, env)
+	}
+	if got, err := ParseControlEnv(nil); err != nil || len(got) != 0 {
+		t.Errorf("an empty file: %q, %v; want no entries", got, err)
+	}
+	for _, bad := range [][]byte{[]byte("A=1"), []byte("NOEQUALS\x00"), []byte("=x\x00"), FormatControlEnv([]string{"BIG=" + strings.Repeat("x", MaxCommandBytes)})} {
+		if _, err := ParseControlEnv(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("ParseControlEnv(%.40q): %v; want invalid argument", bad, err)
+		}
+	}
+}

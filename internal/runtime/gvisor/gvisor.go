@@ -182,6 +182,11 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 		if err := sandboxdir.Dir(dir).MakeControlDir(0); err != nil {
 			return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s control directory: %w", spec.ID, err)
 		}
+		if spec.ControlEnv != nil {
+			if err := sandboxdir.Dir(dir).WriteControlEnv(spec.ControlEnv, 0); err != nil {
+				return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s control directory: %w", spec.ID, err)
+			}
+		}
 	}
 
 	tDisk := time.Since(t0)

@@ -96,6 +96,16 @@ func (d Dir) MakeControlDir(owner int) error {
 	return d.makeWakeSpare()
 }
 
+// WriteControlEnv writes env as the control directory's environment file (proto.ControlEnv), which
+// only owner may read.
+func (d Dir) WriteControlEnv(env []string, owner int) error {
+	p := filepath.Join(d.Control(), proto.ControlEnv)
+	if err := os.WriteFile(p, proto.FormatControlEnv(env), 0o400); err != nil {
+		return err
+	}
+	return os.Lchown(p, owner, owner)
+}
+
 // wakeSpare is the file in the control directory that the next TouchWake renames over the wake file:
 // made beforehand, so that waking a daemon needs no free space (a full disk must not leave a sandbox
 // quiesced for good after a checkpoint that failed on it).

@@ -50,6 +50,9 @@ func (s *Store) Derive(ctx context.Context, parent string, step Step) (Image, er
 	if err := step.Config.check(); err != nil {
 		return Image{}, err
 	}
+	// Shared with other writers until the image is recorded (add does not take it: no nested read lock).
+	s.gcMu.RLock()
+	defer s.gcMu.RUnlock()
 	var base v1.Image
 	if parent == Scratch {
 		base = mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
@@ -99,7 +102,7 @@ func (s *Store) Derive(ctx context.Context, parent string, step Step) (Image, er
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", "amd64"
 	cf.Config.Env, cf.Config.WorkingDir, cf.Config.User = step.Config.Env, step.Config.WorkingDir, step.Config.User
-	cf.Config.Entrypoint, cf.Config.Cmd = step.Config.Entrypoint, step.Config.Cmd
+	cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.Labels = step.Config.Entrypoint, step.Config.Cmd, step.Config.Labels
 	if step.Layer == nil {
 		cf.History = append(cf.History, hist)
 	}

@@ -59,7 +59,9 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (Image, 
 	if err != nil {
 		return Image{}, pullErr(r, err)
 	}
+	s.gcMu.RLock()
 	out, err := s.add(ctx, img)
+	s.gcMu.RUnlock()
 	if err != nil {
 		return Image{}, pullErr(r, err)
 	}

@@ -43,8 +43,9 @@ type Store struct {
 	Base        BaseFunc
 	BaseVersion string
 
-	mu      sync.Mutex // serializes imports and mounts
-	tmpOnce sync.Once  // clears private mounts an earlier process left (mountPrivate)
+	mu      sync.Mutex   // serializes imports and mounts
+	gcMu    sync.RWMutex // held shared by writers of blobs and layers, alone by Remove (gc.go)
+	tmpOnce sync.Once    // clears private mounts an earlier process left (mountPrivate)
 }
 
 // Image is an image in the store.
@@ -64,6 +65,9 @@ type Config struct {
 	User       string   `json:"user,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
+	// Labels are the image's labels (a build's LABEL; run.airlock.start-cmd and run.airlock.ready-cmd
+	// declare a start command).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // userRE is the form of an image's User: NAME, UID, or either with :GROUP.
@@ -74,6 +78,8 @@ const (
 	maxConfigEnv      = 1024
 	maxConfigEnvBytes = 256 << 10
 	maxConfigArgs     = 1024
+	maxConfigLabels   = 256
+	maxLabelBytes     = 64 << 10
 )
 
 // check refuses a config a sandbox could not take as its defaults: a User that is not NAME, UID or
@@ -94,6 +100,16 @@ func (c Config) check() error {
 	}
 	if len(c.Env) > maxConfigEnv || size > maxConfigEnvBytes || len(c.Entrypoint)+len(c.Cmd) > maxConfigArgs {
 		return fmt.Errorf("more than %d environment entries (%d bytes) or %d arguments: %w", maxConfigEnv, maxConfigEnvBytes, maxConfigArgs, errdefs.ErrInvalidArgument)
+	}
+	size = 0
+	for k, v := range c.Labels {
+		size += len(k) + len(v)
+		if k == "" || strings.ContainsRune(k+v, 0) {
+			return fmt.Errorf("label %q: want a name, and no NUL byte: %w", k, errdefs.ErrInvalidArgument)
+		}
+	}
+	if len(c.Labels) > maxConfigLabels || size > maxLabelBytes {
+		return fmt.Errorf("more than %d labels or %d bytes of them: %w", maxConfigLabels, maxLabelBytes, errdefs.ErrInvalidArgument)
 	}
 	for _, a := range append(append([]string(nil), c.Entrypoint...), c.Cmd...) {
 		if strings.ContainsRune(a, 0) {
@@ -119,6 +135,8 @@ func (s *Store) Import(ctx context.Context, src string) (Image, error) {
 		return Image{}, err
 	}
 	defer cleanup()
+	s.gcMu.RLock()
+	defer s.gcMu.RUnlock()
 	return s.add(ctx, img)
 }
 
@@ -278,7 +296,7 @@ func extractLayout(src, dir string) error {
 	}
 }
 
-// add unpacks img's layers the store lacks and records it.
+// add unpacks img's layers the store lacks and records it. The caller holds gcMu shared.
 func (s *Store) add(ctx context.Context, img v1.Image) (Image, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -301,7 +319,7 @@ func (s *Store) add(ctx context.Context, img v1.Image) (Image, error) {
 		return Image{}, fmt.Errorf("image %s has %d layers and %d diff IDs: %w", digest, len(layers), len(cf.RootFS.DiffIDs), errdefs.ErrInvalidArgument)
 	}
 	out := Image{Digest: digest.String(), Config: Config{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir,
-		User: cf.Config.User, Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd}}
+		User: cf.Config.User, Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd, Labels: cf.Config.Labels}}
 	if err := out.Config.check(); err != nil {
 		return Image{}, fmt.Errorf("image %s config: %w", digest, err)
 	}

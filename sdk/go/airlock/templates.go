@@ -25,14 +25,27 @@ type Template struct {
 	// Builtin marks the default template.
 	Builtin bool `json:"builtin"`
 	// Env, WorkingDir, User, Entrypoint and Cmd are what the image sets for its processes.
-	Env        []string   `json:"env,omitempty"`
-	WorkingDir string     `json:"working_dir,omitempty"`
-	User       string     `json:"user,omitempty"`
-	Entrypoint []string   `json:"entrypoint,omitempty"`
-	Cmd        []string   `json:"cmd,omitempty"`
-	Layers     int        `json:"layers,omitempty"`
-	CreatedAt  *time.Time `json:"created_at,omitempty"`
-	UpdatedAt  *time.Time `json:"updated_at,omitempty"`
+	Env        []string `json:"env,omitempty"`
+	WorkingDir string   `json:"working_dir,omitempty"`
+	User       string   `json:"user,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+	Layers     int      `json:"layers,omitempty"`
+	// Labels are the image's labels.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Start is the template's start command, if it has one: every sandbox of it has the command running
+	// when it is handed over.
+	Start     *TemplateStart `json:"start,omitempty"`
+	CreatedAt *time.Time     `json:"created_at,omitempty"`
+	UpdatedAt *time.Time     `json:"updated_at,omitempty"`
+}
+
+// TemplateStart is a template's start command and ready check (argv), and whether a start snapshot
+// of it is kept (sandboxes are then restored with the command running, not booted).
+type TemplateStart struct {
+	Cmd      []string `json:"cmd"`
+	ReadyCmd []string `json:"ready_cmd,omitempty"`
+	Snapshot bool     `json:"snapshot"`
 }
 
 // TemplateList is a page of templates (all of them: there are few).
@@ -98,13 +111,33 @@ func (c *Client) PullTemplate(ctx context.Context, name string, req PullTemplate
 	return &out, nil
 }
 
-// DeleteTemplate removes the name; sandboxes, sessions and snapshots that recorded its image keep it.
-// Operator only.
-func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
-	if err := c.doJSON(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), nil, nil, nil, nil); err != nil {
-		return fmt.Errorf("delete template %s: %w", name, err)
+// TemplateUsers is what still uses a template's image.
+type TemplateUsers struct {
+	// Names are the template names that point at it.
+	Names []string `json:"names,omitempty"`
+	// Sandboxes and Sessions are IDs of those that recorded it (at most 20 each); the counts are whole.
+	Sandboxes    []string `json:"sandboxes,omitempty"`
+	Sessions     []string `json:"sessions,omitempty"`
+	SandboxCount int      `json:"sandbox_count"`
+	SessionCount int      `json:"session_count"`
+}
+
+// TemplateRemoval is what removing a template's name did: the image it pointed at stays on the nodes
+// while Users is not empty, and goes after that.
+type TemplateRemoval struct {
+	Name   string        `json:"name"`
+	Digest string        `json:"digest"`
+	Users  TemplateUsers `json:"users"`
+}
+
+// DeleteTemplate removes the name; sandboxes, sessions and snapshots that recorded its image keep it,
+// and the answer says which. Operator only.
+func (c *Client) DeleteTemplate(ctx context.Context, name string) (TemplateRemoval, error) {
+	var out TemplateRemoval
+	if err := c.doJSON(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), nil, nil, &out, nil); err != nil {
+		return TemplateRemoval{}, fmt.Errorf("delete template %s: %w", name, err)
 	}
-	return nil
+	return out, nil
 }
 
 // BuildTemplateOptions are a build's options besides its context.
@@ -119,6 +152,11 @@ type BuildTemplateOptions struct {
 	NoCache bool
 	// MemoryMB and DiskMB size the sandboxes RUN steps run in (0: the server's defaults).
 	MemoryMB, DiskMB int
+	// StartCmd and ReadyCmd (shell command lines) give the template a start command and its ready
+	// check ("": the image's labels run.airlock.start-cmd and run.airlock.ready-cmd, if any). The build
+	// boots the image once with it, waits until the check passes and keeps a start snapshot: every
+	// sandbox of the template starts with the command running.
+	StartCmd, ReadyCmd string
 	// Progress, if set, receives each event of the build as it comes.
 	Progress func(BuildEvent)
 }
@@ -164,6 +202,12 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, buildContext io
 	}
 	if opts.DiskMB > 0 {
 		q.Set("disk_mb", strconv.Itoa(opts.DiskMB))
+	}
+	if opts.StartCmd != "" {
+		q.Set("start_cmd", opts.StartCmd)
+	}
+	if opts.ReadyCmd != "" {
+		q.Set("ready_cmd", opts.ReadyCmd)
 	}
 	resp, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/templates/" + url.PathEscape(name) + "/build", query: q,
 		body: buildContext, contentType: "application/x-tar"})
