@@ -17,11 +17,12 @@ import (
 // Symlinks are archived as links; sockets, devices and pipes are skipped. Owners are not recorded: the
 // receiving side decides them.
 func writeTar(w io.Writer, src, prefix string) error {
-	return writeTarAnd(w, src, prefix, nil)
+	return writeTarAnd(w, src, prefix, nil, nil)
 }
 
-// writeTarAnd is writeTar, with extra (if not nil) called to add entries before the archive ends.
-func writeTarAnd(w io.Writer, src, prefix string, extra func(*tar.Writer) error) error {
+// writeTarAnd is writeTar leaving out what skip (if not nil) ignores, with extra (if not nil) called to
+// add entries before the archive ends.
+func writeTarAnd(w io.Writer, src, prefix string, skip *contextFilter, extra func(*tar.Writer) error) error {
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -36,6 +37,12 @@ func writeTarAnd(w io.Writer, src, prefix string, extra func(*tar.Writer) error)
 			name = prefix
 		}
 		if name == "" || name == "." {
+			return nil
+		}
+		if skip != nil && skip.ignored(filepath.ToSlash(rel)) {
+			if d.IsDir() && !skip.includes && !strings.HasPrefix(skip.keep, filepath.ToSlash(rel)+"/") {
+				return filepath.SkipDir
+			}
 			return nil
 		}
 		info, err := d.Info()

@@ -284,8 +284,12 @@ func buildContext(dir, df string) (io.ReadCloser, string, error) {
 			}
 		}
 	}
+	skip, err := readDockerignore(dir, name)
+	if err != nil {
+		return nil, "", err
+	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTarAnd(pw, dir, "", extra)) }() // owner: the caller, who reads or closes pr
+	go func() { pw.CloseWithError(writeTarAnd(pw, dir, "", skip, extra)) }() // owner: the caller, who reads or closes pr
 	return pr, name, nil
 }
 
