@@ -27,7 +27,7 @@ func TestCPULimitHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.d.Destroy(context.Background(), "cpu-a") })
-	assertCPULimit(t, "cpu-a", "after create")
+	waitCPULimit(t, "cpu-a", "after create")
 	ca := r.dial(t, a)
 	if err := ca.Quiesce(ctx); err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func TestCPULimitHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.d.Destroy(context.Background(), "cpu-b") })
-	assertCPULimit(t, "cpu-b", "after a restore")
+	waitCPULimit(t, "cpu-b", "after a restore")
 	cb := r.dial(t, b)
 	// Two busy processes for 3 s; the CPU time is read from outside, over the middle 2 s.
 	sh(t, cb, `for i in 1 2; do setsid nohup timeout 3 python3 -c 'while True: pass' >/dev/null 2>&1 & done; sleep 0.3`)
@@ -58,6 +58,22 @@ func TestCPULimitHolds(t *testing.T) {
 		t.Errorf("the sandbox used %v of CPU in %v; its limit is half a core (%v)", used, wall, limit)
 	}
 	t.Logf("CPU used in %v: %v", wall, used)
+}
+
+// waitCPULimit waits for the limit of sandbox id to be settled after its boot period (at most a
+// second and two periods), then asserts it: its period the usual one at once, its quota within 2 s.
+func waitCPULimit(t *testing.T, id, when string) {
+	t.Helper()
+	dir := filepath.Join("/sys/fs/cgroup/cpu/airlock-test-ckpt", id)
+	if b, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_period_us")); err != nil || strings.TrimSpace(string(b)) != "100000" {
+		t.Errorf("%s: the period is %q, %v; want 100000 at once", when, b, err)
+	}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us")); err == nil && strings.TrimSpace(string(b)) == "50000" {
+			break
+		}
+	}
+	assertCPULimit(t, id, when)
 }
 
 func assertCPULimit(t *testing.T, id, when string) {

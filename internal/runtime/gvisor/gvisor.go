@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -62,6 +63,9 @@ type Driver struct {
 	oci sandboxdir.OCI
 	// cpuV1 reports the host's cgroup v1 cpu hierarchy, where the driver adjusts quotas (cgroups.go).
 	cpuV1 bool
+	// settles are the sandboxes whose quota is still to be settled after their boot period (cgroups.go).
+	settleMu sync.Mutex
+	settles  map[string]chan struct{}
 }
 
 var _ runtime.Driver = (*Driver)(nil)
@@ -233,7 +237,7 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 	if err := d.waitForSocket(ctx, spec.ID, 15*time.Second); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s daemon did not start: %w: %s", spec.ID, err, sandboxdir.Tail(filepath.Join(dir, "console.log")))
 	}
-	if err := d.settleCPUQuota(spec.ID); err != nil {
+	if err := d.settleAfterBoot(spec.ID); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
 	}
 	c.Release()
@@ -290,6 +294,7 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 	if !idPattern.MatchString(id) {
 		return fmt.Errorf("gvisor: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
 	}
+	d.stopSettle(id)
 	var errs []error
 	if err := d.oci.Delete(ctx, id); err != nil {
 		errs = append(errs, err)
