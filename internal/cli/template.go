@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -369,6 +370,30 @@ func printTemplate(w io.Writer, tp *airlock.Template) {
 	}
 	if len(tp.Entrypoint)+len(tp.Cmd) > 0 {
 		fmt.Fprintf(w, "command:     %s\n", shellJoin(append(append([]string{}, tp.Entrypoint...), tp.Cmd...)))
+	}
+	if st := tp.Start; st != nil {
+		how := "started in each sandbox"
+		if st.Snapshot {
+			how = "restored running from a start snapshot"
+		}
+		fmt.Fprintf(w, "start:       %s (%s)\n", shellJoin(st.Cmd), how)
+		if len(st.ReadyCmd) > 0 {
+			fmt.Fprintf(w, "ready when:  %s\n", shellJoin(st.ReadyCmd))
+		}
+	}
+	if len(tp.Labels) > 0 {
+		keys := make([]string, 0, len(tp.Labels))
+		for k := range tp.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for i, k := range keys {
+			head := "labels:     "
+			if i > 0 {
+				head = "            "
+			}
+			fmt.Fprintf(w, "%s %s=%s\n", head, k, tp.Labels[k])
+		}
 	}
 	if tp.UpdatedAt != nil {
 		fmt.Fprintf(w, "updated:     %s\n", tp.UpdatedAt.Local().Format(time.DateTime))
