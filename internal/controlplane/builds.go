@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/template/dockerfile"
 	"github.com/airlockrun/airlock/internal/template/oci"
@@ -331,21 +332,12 @@ func (s *builder) BuildTemplate(ctx context.Context, tenantID, name string, req 
 // saves the start snapshot, setting start's Key and Runtime. A runtime that cannot checkpoint leaves
 // them empty: each sandbox then starts the command itself.
 func (s *builder) startSnapshot(ctx context.Context, tenantID, name string, img oci.Image, start *TemplateStart, req BuildRequest) error {
-	pol := &policy.Policy{}
-	for _, h := range req.Allow {
-		pol.Rules = append(pol.Rules, policy.Rule{Name: "build-allow", Action: policy.ActionAllow, Host: h})
-	}
-	sb, err := s.sandboxes.CreateSandbox(ctx, tenantID, CreateRequest{Template: name + "@" + img.Digest, Network: pol,
-		MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, TimeoutSeconds: int((maxStartTimeout + 10*time.Minute) / time.Second),
-		Metadata: map[string]string{"template-build": name}, start: s.placer.nodeStart(start, img.Config.WorkingDir, "", "")})
+	sb, remove, err := s.buildSandbox(ctx, tenantID, name, name+"@"+img.Digest, req, maxStartTimeout,
+		s.placer.nodeStart(start, img.Config.WorkingDir, "", ""))
 	if err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
-	defer func() {
-		if err := s.sandboxes.DeleteSandbox(context.WithoutCancel(ctx), tenantID, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			s.log.Warn("remove a build's sandbox", "sandbox", sb.ID, "err", err)
-		}
-	}()
+	defer remove()
 	rt := sb.Metadata[RuntimeMetadataKey]
 	key := startKey(img.Digest, *start, rt)
 	if err := s.placer.saveStart(ctx, sb, key); err != nil {
@@ -475,22 +467,11 @@ func (s *builder) runStep(ctx context.Context, tenantID string, st *buildState, 
 			return img, true, nil
 		}
 	}
-	pol := &policy.Policy{}
-	for _, h := range allow {
-		pol.Rules = append(pol.Rules, policy.Rule{Name: "build-allow", Action: policy.ActionAllow, Host: h})
-	}
-	ref := st.name + "@" + st.parent
-	sb, err := s.sandboxes.CreateSandbox(ctx, tenantID, CreateRequest{Template: ref, Network: pol, MemoryMB: req.MemoryMB,
-		DiskMB: req.DiskMB, TimeoutSeconds: int((buildStepLimit + 10*time.Minute) / time.Second),
-		Metadata: map[string]string{"template-build": st.name}})
+	sb, remove, err := s.buildSandbox(ctx, tenantID, st.name, st.name+"@"+st.parent, req, buildStepLimit, nil)
 	if err != nil {
 		return "", false, fmt.Errorf("line %d: RUN: start its sandbox: %w", in.Line, err)
 	}
-	defer func() {
-		if err := s.sandboxes.DeleteSandbox(context.WithoutCancel(ctx), tenantID, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			s.log.Warn("remove a build's sandbox", "sandbox", sb.ID, "err", err)
-		}
-	}()
+	defer remove()
 	out := progressWriter(func(b []byte) {
 		e := ev
 		e.Output = string(b)
@@ -518,6 +499,27 @@ func (s *builder) runStep(ctx context.Context, tenantID string, st *buildState, 
 	}
 	s.remember(ctx, ck, img.Digest)
 	return img.Digest, false, nil
+}
+
+// buildSandbox creates a sandbox of image ref for a step of template name's build: the tenant's, sized
+// by req, reaching only req.Allow's hosts, living for limit and a margin, with start if set. remove
+// deletes it.
+func (s *builder) buildSandbox(ctx context.Context, tenantID, name, ref string, req BuildRequest, limit time.Duration, start *node.Start) (store.Sandbox, func(), error) {
+	pol := &policy.Policy{}
+	for _, h := range req.Allow {
+		pol.Rules = append(pol.Rules, policy.Rule{Name: "build-allow", Action: policy.ActionAllow, Host: h})
+	}
+	sb, err := s.sandboxes.CreateSandbox(ctx, tenantID, CreateRequest{Template: ref, Network: pol, MemoryMB: req.MemoryMB,
+		DiskMB: req.DiskMB, TimeoutSeconds: int((limit + 10*time.Minute) / time.Second),
+		Metadata: map[string]string{"template-build": name}, start: start})
+	if err != nil {
+		return store.Sandbox{}, nil, err
+	}
+	return sb, func() {
+		if err := s.sandboxes.DeleteSandbox(context.WithoutCancel(ctx), tenantID, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Warn("remove a build's sandbox", "sandbox", sb.ID, "err", err)
+		}
+	}, nil
 }
 
 // signalNote says which signal ended a process, if one did.
