@@ -612,6 +612,9 @@ func (s *loops) settleOrphanSnapshots() {
 // session does not run in is destroyed. The caller holds se's lock.
 func (s *sessions) adoptOp(ctx context.Context, se store.Session) {
 	if se.State == store.SessionPausing && se.SandboxID != "" {
+		// A pause whose teardown the Store forgot (lost.go) left a record of a sandbox its node no longer
+		// has: failed, it is not thawed below, and the session is paused at its latest snapshot.
+		s.sandboxes.failIfLost(ctx, se.TenantID, se.SandboxID)
 		// The checkpoint may have left it frozen; a sandbox that is not is left as it is.
 		if n, err := s.placer.nodeOfSandbox(ctx, se.TenantID, se.SandboxID); err == nil {
 			_ = n.UnpauseSandbox(ctx, se.SandboxID)

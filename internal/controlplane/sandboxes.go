@@ -602,6 +602,7 @@ func (s *loops) Start(ctx context.Context) error {
 	s.every(s.idle, s.ifLeader(s.sessions.pauseIdleSessions))
 	s.every(s.gcEvery, s.ifLeader(s.accounts.expireRecords))
 	s.every(s.keysEvery, s.ifLeader(s.keyring.checkTenantKeys))
+	s.every(lostSweepEvery, s.ifLeader(s.sandboxes.sweepLost))
 	if s.nodes.clustered() {
 		s.every(failOverEvery, s.ifLeader(s.failOver))
 		s.every(opLeaseEvery, s.ifLeader(s.adoptOrphanOps))

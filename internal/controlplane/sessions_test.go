@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -888,5 +889,139 @@ func TestDeleteForkKeepsItsSource(t *testing.T) {
 	}
 	if _, err := e.s.ForkSession(ctx, e.tenant, parent.ID, 1, src); err != nil {
 		t.Fatalf("fork again from %s: %v", src, err)
+	}
+}
+
+// TestRecordOutlivesSandbox: a session whose sandbox's record says it runs, though its node no longer
+// has it (the Store forgot the teardown), does not stay "running" in it. The leader's sweep fails the
+// sandbox as lost with its node and the session goes on from its latest snapshot in a new sandbox; a
+// session whose sandbox the node has is left alone. A pause left mid-way whose sandbox is gone is
+// settled paused at the latest snapshot, not thawed back to running in nothing.
+func TestRecordOutlivesSandbox(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	snapshotted := func() store.Session {
+		t.Helper()
+		se := e.create(t, SessionRequest{})
+		if _, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, ""); err != nil {
+			t.Fatal(err)
+		}
+		settle(t, e.s)
+		se, err := e.st.GetSession(ctx, e.tenant, se.ID)
+		if err != nil || se.HeadSnapshotID == "" {
+			t.Fatalf("session after a snapshot: %+v, %v", se, err)
+		}
+		return se
+	}
+	forget := func(sbID string) { // the node tears it down; the Store never hears of it
+		e.n.mu.Lock()
+		delete(e.n.running, sbID)
+		e.n.mu.Unlock()
+	}
+	lost, kept := snapshotted(), snapshotted()
+	forget(lost.SandboxID)
+
+	e.s.sandboxes.sweepLost()
+	settle(t, e.s)
+	sb, err := e.st.GetSandbox(ctx, e.tenant, lost.SandboxID)
+	if err != nil || sb.State != store.StateFailed || !strings.Contains(sb.Reason, "no longer has it") {
+		t.Errorf("the sandbox its node lost: %s (%s), %v; want failed as lost", sb.State, sb.Reason, err)
+	}
+	got, err := e.st.GetSession(ctx, e.tenant, lost.ID)
+	if err != nil || got.State != store.SessionRunning || got.SandboxID == "" || got.SandboxID == lost.SandboxID {
+		t.Errorf("the session whose sandbox was lost: %s in %q (%s), %v; want running in a new sandbox", got.State, got.SandboxID, got.Reason, err)
+	}
+	if ids, _ := e.n.Sandboxes(ctx); !slices.Contains(ids, got.SandboxID) {
+		t.Errorf("the resumed session's sandbox %s is not on the node (%v)", got.SandboxID, ids)
+	}
+	// The positive control: the sweep left alone the sandbox its node has.
+	if got, err := e.st.GetSession(ctx, e.tenant, kept.ID); err != nil || got.State != store.SessionRunning || got.SandboxID != kept.SandboxID {
+		t.Errorf("a session whose sandbox its node has: %s in %q, %v; want running in %s", got.State, got.SandboxID, err, kept.SandboxID)
+	}
+
+	// A pause that tore the sandbox down, its record and the session's step forgotten: still pausing.
+	pausing := func(se store.Session) store.Session {
+		t.Helper()
+		se, err := e.s.sessions.updateSession(ctx, se, func(se *store.Session) error {
+			return setSessionState(se, store.SessionPausing, "")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return se
+	}
+	gone, stays := pausing(kept), pausing(snapshotted())
+	forget(gone.SandboxID)
+	for _, se := range []store.Session{gone, stays} {
+		unlock := e.s.sessions.lockSession(se.ID)
+		e.s.sessions.adoptOp(ctx, se)
+		unlock()
+	}
+	settle(t, e.s)
+	if got, err := e.st.GetSession(ctx, e.tenant, gone.ID); err != nil || got.State != store.SessionPaused || got.SandboxID != "" || got.HeadSnapshotID != gone.HeadSnapshotID {
+		t.Errorf("a session left pausing whose sandbox is gone: %s in %q at %s (%s), %v; want paused at %s", got.State, got.SandboxID, got.HeadSnapshotID, got.Reason, err, gone.HeadSnapshotID)
+	}
+	if got, err := e.st.GetSession(ctx, e.tenant, stays.ID); err != nil || got.State != store.SessionRunning || got.SandboxID != stays.SandboxID {
+		t.Errorf("a session left pausing whose sandbox runs: %s in %q, %v; want running in %s", got.State, got.SandboxID, err, stays.SandboxID)
+	}
+}
+
+// forgetfulStore, while armed, acknowledges snapshots' steps to uploading and sessions' updates without
+// keeping them: as a PostgreSQL that failed over to a standby those commits had not reached.
+type forgetfulStore struct {
+	store.Store
+	armed atomic.Bool
+}
+
+func (f *forgetfulStore) UpdateSnapshot(ctx context.Context, sn store.Snapshot) (store.Snapshot, error) {
+	if sn.State == store.SnapshotUploading && f.armed.Load() {
+		sn.Version++
+		return sn, nil
+	}
+	return f.Store.UpdateSnapshot(ctx, sn)
+}
+
+func (f *forgetfulStore) UpdateSession(ctx context.Context, se store.Session) (store.Session, error) {
+	if f.armed.Load() {
+		se.Version++
+		return se, nil
+	}
+	return f.Store.UpdateSession(ctx, se)
+}
+
+// TestSnapshotUploadEndsWhenItsRecordWentBack: an upload that finds its snapshot's record still at
+// "writing" (the Store forgot the step to uploading) fails the snapshot, which cannot be restored
+// without what that step recorded, rather than retry forever.
+func TestSnapshotUploadEndsWhenItsRecordWentBack(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	e.s.Shutdown(ctx)
+	fs := &forgetfulStore{Store: e.st}
+	s, err := New(Config{Store: fs, Node: e.n, Now: e.clk.Now, ReapInterval: time.Hour, IdleInterval: time.Hour, Snapshots: e.s.snapshotBook.snapshots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.s = s
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	se := e.create(t, SessionRequest{})
+	fs.armed.Store(true)
+	sn, err := e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+	fs.armed.Store(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle(t, e.s)
+	got, err := e.st.GetSnapshot(ctx, e.tenant, sn.ID)
+	if err != nil || got.State != store.SnapshotFailed || !strings.Contains(got.Reason, "forgot") {
+		t.Errorf("snapshot whose record stayed writing: %s (%s), %v; want failed", got.State, got.Reason, err)
+	}
+	// The positive control: the next snapshot's upload completes it.
+	sn, err = e.s.SnapshotSession(ctx, e.tenant, se.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle(t, e.s)
+	if got, err := e.st.GetSnapshot(ctx, e.tenant, sn.ID); err != nil || got.State != store.SnapshotComplete {
+		t.Errorf("a snapshot uploaded: %s (%s), %v; want complete", got.State, got.Reason, err)
 	}
 }

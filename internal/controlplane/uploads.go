@@ -141,6 +141,11 @@ func (s *snapshotBook) upload(ctx context.Context, sn store.Snapshot) error {
 	if err != nil {
 		return err
 	}
+	if fresh.State != store.SnapshotUploading {
+		// Settled meanwhile (complete, or failed), or its record lost the step to uploading (the Store
+		// forgot a commit; lost.go): retrying would never change that.
+		return s.uploadSettled(ctx, fresh)
+	}
 	sn, err = s.updateSnapshot(ctx, fresh, func(sn *store.Snapshot) error {
 		if sn.State != store.SnapshotUploading {
 			return fmt.Errorf("snapshot %s is %s, not uploading: %w", sn.ID, sn.State, errdefs.ErrConflict)
@@ -161,6 +166,27 @@ func (s *snapshotBook) upload(ctx context.Context, sn store.Snapshot) error {
 	s.log.Info("snapshot uploaded", "session", sn.SessionID, "snapshot", sn.ID, "node", nodeID, "took", done.Sub(t0),
 		"logical_bytes", stats.logical, "new_bytes", stats.stored)
 	return nil
+}
+
+// uploadSettled ends the upload of sn, found no longer uploading once its image was stored. One still
+// "writing" has no record of what its image holds (the kind, the files part): it cannot be restored,
+// and is failed so that its data goes with the next GC.
+func (s *snapshotBook) uploadSettled(ctx context.Context, sn store.Snapshot) error {
+	if sn.State != store.SnapshotWriting {
+		return nil
+	}
+	s.log.Warn("a snapshot's record went back to writing while it uploaded (the Store forgot a commit): failing it", "snapshot", sn.ID, "session", sn.SessionID)
+	_, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
+		if sn.State != store.SnapshotWriting {
+			return nil
+		}
+		sn.State, sn.Reason = store.SnapshotFailed, "its record lost its step to uploading (the Store forgot a commit)"
+		return nil
+	})
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	return err
 }
 
 // cancelUpload stops the upload of snapID, if one runs, and waits until it has.

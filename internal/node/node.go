@@ -749,7 +749,7 @@ func (n *Local) Flows(ctx context.Context, id string, f flowlog.Filter) ([]gatew
 	return n.cfg.FlowLog.Read(ctx, id, f)
 }
 
-// Sandboxes reports the IDs of the sandboxes on this host, running or left over.
+// Sandboxes reports the IDs of the sandboxes on this host, running, frozen or left over.
 func (n *Local) Sandboxes(ctx context.Context) ([]string, error) {
 	ids, err := n.drv.list(ctx)
 	if err != nil {
@@ -766,6 +766,16 @@ func (n *Local) Sandboxes(ctx context.Context) ([]string, error) {
 			ids = append(ids, e.Name())
 		}
 	}
+	// And those this process keeps a record of (a frozen one between checkpoint and teardown among them):
+	// a sandbox absent from all three is gone from the host.
+	n.mu.Lock()
+	for id := range n.sandboxes {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	n.mu.Unlock()
 	return ids, nil
 }
 
