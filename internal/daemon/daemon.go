@@ -43,6 +43,7 @@ const (
 	DefaultMaxExited    = 256
 	DefaultMaxProcesses = 1024
 	DefaultDrainTimeout = 250 * time.Millisecond
+	DefaultStallTimeout = 5 * time.Second
 	// MaxStreams is the number of concurrent calls one connection may have open; further requests fail
 	// with errdefs.ErrResourceExhausted.
 	MaxStreams = 4096
@@ -87,6 +88,9 @@ type Config struct {
 	// DrainTimeout is how long output is still read after a process exited, for descendants that keep
 	// its stdout or stderr open; then the daemon stops reading. Zero means 250ms.
 	DrainTimeout time.Duration
+	// StallTimeout is how long, after a process exited, output waiting for an attached client that
+	// makes no progress is kept back before the rest is dropped. Zero means 5s.
+	StallTimeout time.Duration
 	// ReapAll makes the daemon reap every child, including orphans re-parented to it. Set it when the
 	// daemon is PID 1 or a child subreaper (Main does). When false, the daemon waits only for the
 	// processes it started, so it can share a process with other code (tests).
@@ -128,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = DefaultStallTimeout
 	}
 	return c
 }

@@ -790,12 +790,66 @@ func TestSlowConsumer(t *testing.T) {
 	}
 }
 
+// slowWriter blocks writes until open is closed, then takes pause over each of the first slow writes.
+type slowWriter struct {
+	open  chan struct{}
+	pause time.Duration
+	mu    sync.Mutex
+	slow  int
+	n     int64
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	<-w.open
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.slow > 0 {
+		w.slow--
+		time.Sleep(w.pause)
+	}
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+// TestSlowConsumerAfterExit: a client that keeps up slowly after the process exited (pauses far longer
+// than DrainTimeout, as across a slow network) still gets every byte: only a client stalled for
+// StallTimeout makes the rest be dropped.
+func TestSlowConsumerAfterExit(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.OutputBuffer = 64 << 10
+	cfg.DrainTimeout = 20 * time.Millisecond
+	d := startDaemon(t, cfg)
+	c := d.dial(t, link.Options{})
+	ctx := testCtx(t)
+	w := &slowWriter{open: make(chan struct{}), pause: 200 * time.Millisecond, slow: 4}
+	// More than the stream's window (proto.InitialWindow) and the ring hold, less than they and the
+	// pipe do: the process exits with output left waiting for the client.
+	const total = proto.InitialWindow + 96<<10
+	p, err := c.Start(ctx, proto.StartRequest{Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}}, link.ProcessOptions{Stdout: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitProcess(ctx, p.ID()); err != nil {
+		t.Fatal(err)
+	}
+	close(w.open)
+	if _, err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n != total || p.Dropped() != 0 {
+		t.Errorf("delivered %d, dropped %d; want %d, 0", w.n, p.Dropped(), total)
+	}
+}
+
 // TestStalledConsumerAfterExit: a process that exits while its only client is stalled finishes anyway;
 // what did not fit in the buffer is reported dropped.
 func TestStalledConsumerAfterExit(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.OutputBuffer = 64 << 10
 	cfg.DrainTimeout = 50 * time.Millisecond
+	cfg.StallTimeout = 50 * time.Millisecond
 	d := startDaemon(t, cfg)
 	c := d.dial(t, link.Options{})
 	ctx := testCtx(t)

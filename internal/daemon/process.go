@@ -182,9 +182,11 @@ func (p *process) roomLocked(i int) int {
 }
 
 // monitor waits for the exit, then for the output, then closes the files and marks the process
-// finished. After the exit it stops reading once DrainTimeout passes without progress: descendants may
+// finished. After the exit it stops reading once a while passes without progress: descendants may
 // hold the output pipes open forever. Progress means an attached client catching up while a pump waits
-// for it; a stalled client therefore makes the remaining output be dropped instead of kept back.
+// for it. While a pump waits so, the while is StallTimeout (a client across a slow network, or on a
+// loaded host, is slow, not gone); otherwise it is DrainTimeout. A client stalled for longer makes the
+// remaining output be dropped instead of kept back.
 func (p *process) monitor(sp *spawned, pumpDone chan struct{}) {
 	<-p.child.done
 	st := exitStatus(p.child.status)
@@ -195,28 +197,48 @@ func (p *process) monitor(sp *spawned, pumpDone chan struct{}) {
 	p.mu.Unlock()
 	p.srv.log.Debug("process exited", "id", p.id, "pid", p.child.pid, "code", st.ExitCode, "signal", st.Signal)
 
-	drain := time.NewTimer(p.srv.cfg.DrainTimeout)
-	defer drain.Stop()
-	for pending := len(sp.outs); pending > 0; {
+	progress := time.Now()
+	stop := time.NewTimer(time.Hour)
+	defer stop.Stop()
+	for pending, stopped := len(sp.outs), false; pending > 0; {
 		p.mu.Lock()
 		changed, backlog := p.changed, p.waiting > 0
 		p.mu.Unlock()
+		limit := p.srv.cfg.DrainTimeout
+		if backlog {
+			limit = p.srv.cfg.StallTimeout
+		}
+		if !stopped {
+			stop.Reset(time.Until(progress.Add(limit)))
+		}
 		select {
 		case <-pumpDone:
 			pending--
 		case <-changed:
+			p.mu.Lock()
+			backlog = backlog || p.waiting > 0
+			p.mu.Unlock()
 			if backlog {
-				drain.Reset(p.srv.cfg.DrainTimeout)
+				progress = time.Now()
 			}
-		case <-drain.C:
+		case <-stop.C:
+			if stopped {
+				continue
+			}
+			stopped = true
 			p.mu.Lock()
 			p.stopped = true
 			p.notifyLocked()
 			p.mu.Unlock()
 			for _, f := range sp.outs {
-				f.Close() // interrupts the pumps
+				f.Close() // interrupts the pumps, which end now
 			}
-			drain.Reset(time.Hour) // the pumps end now
+		}
+		if !stopped && !stop.Stop() {
+			select { // a timer that fired as another case was chosen
+			case <-stop.C:
+			default:
+			}
 		}
 	}
 	sp.closeAll()
