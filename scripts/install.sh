@@ -23,7 +23,8 @@ fi
 need=()
 # gcc and libc6-dev build airlock-pkcs11, the one cgo binary (a PKCS#11 module is a C library).
 # runc runs the sandboxes of the runc runtime (Debian's, with libseccomp).
-for pair in mkfs.ext4:e2fsprogs ip:iproute2 update-ca-certificates:ca-certificates python3:python3 git:git curl:curl gcc:gcc runc:runc; do
+# mmdebstrap and umoci build the default template's image (below).
+for pair in mkfs.ext4:e2fsprogs ip:iproute2 update-ca-certificates:ca-certificates python3:python3 git:git curl:curl gcc:gcc runc:runc mmdebstrap:mmdebstrap umoci:umoci; do
   command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
 done
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
@@ -74,4 +75,37 @@ log "building airlock"
 (cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$PREFIX/bin/airlock-daemon" ./cmd/airlock-daemon)
 # The PKCS#11 helper for customer keys in an HSM or KMS (airlock up --pkcs11-module …).
 (cd "$here" && CGO_ENABLED=1 go build -trimpath -o "$PREFIX/bin/airlock-pkcs11" ./cmd/airlock-pkcs11)
-log "installed: $PREFIX/bin/airlock, $PREFIX/bin/airlock-daemon, $PREFIX/bin/airlock-pkcs11, $PREFIX/bin/runsc"
+# The default template: an immutable image of Debian 12 with what agents reach for, made from Debian's
+# packages (mmdebstrap, the machine's own apt sources) into an OCI archive (umoci). `airlock up` installs
+# it at start when the file changed (--default-image); sandboxes of "default" then boot it, not the
+# host's /usr. Rebuilt only when this recipe changes (a few minutes the first time). AIRLOCK_DEFAULT_IMAGE=none
+# skips it (deploy/Dockerfile: a container build cannot mount what mmdebstrap needs).
+image="$PREFIX/lib/airlock/default-image.tar"
+if [ "${AIRLOCK_DEFAULT_IMAGE:-}" = none ]; then image_skip=1; else image_skip=0; fi
+image_pkgs="python3,python3-pip,python3-venv,nodejs,npm,git,curl,wget,ca-certificates,build-essential,procps,less,unzip,xz-utils,jq"
+image_want="bookworm $image_pkgs no-recommends v1"
+if [ "$image_skip" = 0 ] && { [ ! -f "$image" ] || [ "$(cat "$image.recipe" 2>/dev/null)" != "$image_want" ]; }; then
+  log "building the default template's image (Debian 12 with python3, node, git, curl, build tools; a few minutes the first time)"
+  sources=/etc/apt/sources.list.d/debian.sources
+  [ -f "$sources" ] || sources=/etc/apt/sources.list
+  work=$(mktemp -d /var/tmp/airlock-image.XXXXXX)
+  trap 'rm -rf "$work"' EXIT
+  umoci init --layout "$work/oci"
+  umoci new --image "$work/oci:default"
+  umoci unpack --image "$work/oci:default" "$work/bundle"
+  # Into the bundle's (empty) root; without device nodes: a template holds none (the runtime makes /dev).
+  mmdebstrap --quiet --variant=apt --aptopt='APT::Install-Recommends "false"' --include="$image_pkgs" \
+    bookworm "$work/bundle/rootfs" "$sources"
+  rm -rf "$work/bundle/rootfs/dev" && mkdir -m 0755 "$work/bundle/rootfs/dev"
+  umoci repack --image "$work/oci:default" "$work/bundle"
+  umoci config --image "$work/oci:default" --config.env LANG=C.UTF-8
+  umoci gc --layout "$work/oci"
+  mkdir -p "$(dirname "$image")"
+  tar -C "$work/oci" -cf "$image.new" .
+  mv -f "$image.new" "$image"
+  printf '%s\n' "$image_want" >"$image.recipe"
+  rm -rf "$work"
+  trap - EXIT
+fi
+
+log "installed: $PREFIX/bin/airlock, $PREFIX/bin/airlock-daemon, $PREFIX/bin/airlock-pkcs11, $PREFIX/bin/runsc$([ "$image_skip" = 1 ] || echo ", $image")"

@@ -12,7 +12,8 @@ if ! curl -fsS "$URL/v1/health" >/dev/null 2>&1; then
   mkdir -p "$DATA_DIR" && chmod 700 "$DATA_DIR"
   echo "==> starting airlock up (log: $DATA_DIR/airlock.log)"
   nohup airlock up --data-dir "$DATA_DIR" >>"$DATA_DIR/airlock.log" 2>&1 &
-  for _ in $(seq 1 100); do
+  # The first start installs the default template's image (a few seconds) before it listens.
+  for _ in $(seq 1 600); do
     curl -fsS "$URL/v1/health" >/dev/null 2>&1 && break
     sleep 0.2
   done

@@ -20,8 +20,10 @@ const (
 
 // checkCommand validates the parts of an exec request shared by every kind of exec.
 func checkCommand(req *airlock.ExecRequest) error {
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return clientErr(errdefs.ErrInvalidArgument, "cmd is required: the argv of the process, e.g. [\"python3\", \"-c\", \"print(1)\"]")
+	// No cmd is the template's own command (an image's Entrypoint and Cmd); the sandbox refuses it if
+	// its template has none.
+	if len(req.Cmd) > 0 && req.Cmd[0] == "" {
+		return clientErr(errdefs.ErrInvalidArgument, "cmd[0] is empty: cmd is the argv of the process, e.g. [\"python3\", \"-c\", \"print(1)\"], or absent for the template's own command")
 	}
 	if len(req.Cmd) > 4096 {
 		return clientErr(errdefs.ErrInvalidArgument, "cmd has %d arguments; at most 4096 are allowed", len(req.Cmd))

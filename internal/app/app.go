@@ -144,6 +144,10 @@ type Config struct {
 	PruneInterval, GCInterval, GCGrace time.Duration
 	// ImageGCGrace is how long a template's image nothing uses stays on the node (zero: 1 hour).
 	ImageGCGrace time.Duration
+	// DefaultImage is the OCI archive the default template is installed from at start (see
+	// controlplane.InstallDefaultImage): "" is DefaultImagePath(); "none" keeps the built-in template
+	// (the host's /usr). A missing file keeps it too.
+	DefaultImage string
 	// PKCS11 configures the pkcs11 key provider, for tenants whose keys are in a customer's HSM or KMS.
 	// A zero Module: none (every tenant uses the local keyring).
 	PKCS11 PKCS11Config
@@ -255,6 +259,19 @@ func DefaultKeyFile() string {
 func InstanceTag(dataDir string) string {
 	sum := sha256.Sum256([]byte(dataDir))
 	return hex.EncodeToString(sum[:2])
+}
+
+// DefaultImageName is the default template's image that scripts/install.sh builds, in PREFIX/lib/airlock.
+const DefaultImageName = "default-image.tar"
+
+// DefaultImagePath is where scripts/install.sh puts the default template's image: lib/airlock/ beside
+// the bin/ directory of this executable.
+func DefaultImagePath() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(exe)), "lib", "airlock", DefaultImageName)
 }
 
 // FindDaemon returns the in-sandbox daemon's binary: DaemonName next to this executable (where
@@ -577,6 +594,24 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if err := cp.Start(ctx); err != nil {
 		return err
+	}
+	if !cfg.NoLocalNode && cfg.DefaultImage != "none" {
+		img := cfg.DefaultImage
+		if img == "" {
+			img = DefaultImagePath()
+		}
+		if img != "" {
+			t0 := time.Now()
+			t, installed, err := cp.InstallDefaultImage(ctx, img)
+			switch {
+			case err != nil:
+				return fmt.Errorf("install the default template: %w", err)
+			case installed:
+				fmt.Fprintf(cfg.Out, "Installed the default template from %s (%s, in %s).\n", img, t.Digest, time.Since(t0).Round(time.Millisecond))
+			case t.Digest == "":
+				log.Warn("no default template image: sandboxes of the default template boot the host's /usr (scripts/install.sh builds the image)", "path", img)
+			}
+		}
 	}
 
 	var clusterSrv *http.Server

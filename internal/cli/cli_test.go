@@ -418,9 +418,15 @@ func TestExec(t *testing.T) {
 		t.Errorf("exec without -t asked for a PTY")
 	}
 
-	code, _, errOut := run(t, url, "", "exec", sbA)
-	if code != 1 || !strings.Contains(errOut, "want a sandbox and a command") {
-		t.Errorf("exec without a command: exit %d, stderr %q", code, errOut)
+	code, _, errOut := run(t, url, "", "exec")
+	if code != 1 || !strings.Contains(errOut, "want a sandbox") {
+		t.Errorf("exec without a sandbox: exit %d, stderr %q", code, errOut)
+	}
+	// Without a command: the template's own, which the request leaves out.
+	run(t, url, "", "exec", sbA)
+	var sent map[string]any
+	if err := json.Unmarshal([]byte(f.body("EXEC")), &sent); err != nil || sent["cmd"] != nil {
+		t.Errorf("exec without a command sent %v (%v); want no cmd", sent, err)
 	}
 	code, _, errOut = run(t, url, "", "exec", "-t", sbA, "--", "bash")
 	if code != 1 || !strings.Contains(errOut, "needs a terminal") {

@@ -39,9 +39,10 @@ func (f *execFlags) register(cmd *cobra.Command, withTTY bool) {
 func newExecCmd(g *globals) *cobra.Command {
 	var f execFlags
 	cmd := &cobra.Command{
-		Use:   "exec [flags] SANDBOX [--] COMMAND [ARG...]",
+		Use:   "exec [flags] SANDBOX [--] [COMMAND [ARG...]]",
 		Short: "Run a command in a sandbox, streaming its input and output",
-		Long: `Run a command in a sandbox and stream its output here. Stdin is forwarded when it is a pipe or a
+		Long: `Run a command in a sandbox and stream its output here; with none, the template's own (an image's
+ENTRYPOINT and CMD). Stdin is forwarded when it is a pipe or a
 file (or with -i); a terminal on stdin is left alone unless -i or -t is given. The command's exit code
 becomes airlock's (128+n when signal n killed it). SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to
 the command; a third one makes airlock give up and leave the command running.`,
@@ -49,8 +50,8 @@ the command; a third one makes airlock give up and leave the command running.`,
   tar c src | airlock exec -w /home/user sb_… -- tar x
   airlock exec -t sb_… -- top`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(stripDash(args)) < 2 {
-				return errors.New("want a sandbox and a command: airlock exec SANDBOX -- COMMAND [ARG...]")
+			if len(stripDash(args)) < 1 {
+				return errors.New("want a sandbox, and a command unless its template has one: airlock exec SANDBOX [-- COMMAND [ARG...]]")
 			}
 			return nil
 		},

@@ -48,7 +48,7 @@ same name, or removing the name, never changes what it, its snapshots and its fo
 			now := time.Now()
 			for _, tp := range l.Templates {
 				digest, layers := tp.Digest, strconv.Itoa(tp.Layers)
-				if tp.Builtin {
+				if tp.Builtin && tp.Digest == "" {
 					digest, layers = "(built in: the host's /usr)", "-"
 				}
 				t.row(tp.Name, shortDigest(digest), layers, relTime(tp.UpdatedAt, now))
@@ -354,9 +354,12 @@ func shortDigest(d string) string {
 func printTemplate(w io.Writer, tp *airlock.Template) {
 	fmt.Fprintf(w, "name:        %s\n", tp.Name)
 	fmt.Fprintf(w, "ref:         %s\n", tp.Ref)
-	if tp.Builtin {
-		fmt.Fprintf(w, "built in:    the host's /usr under a generated /etc\n")
+	if tp.Builtin && tp.Digest == "" {
+		fmt.Fprintf(w, "built in:    the host's /usr under a generated /etc (scripts/install.sh builds an image for it)\n")
 		return
+	}
+	if tp.Builtin {
+		fmt.Fprintf(w, "built in:    the platform's image, installed at start (airlock up --default-image)\n")
 	}
 	fmt.Fprintf(w, "layers:      %d\n", tp.Layers)
 	if len(tp.Env) > 0 {

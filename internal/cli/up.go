@@ -37,7 +37,7 @@ func newServeCmd(g *globals, server bool) *cobra.Command {
 	var pinFile string
 	var keyCheck time.Duration
 	var s3cfg blobs3.Config
-	var postgresDSN, masterKeyFile, clusterListen string
+	var postgresDSN, masterKeyFile, clusterListen, defaultImage string
 	var ingressMax int
 	var allowPrivate []string
 	var keepAll, keepHourly, keepDaily, pruneEvery, gcEvery, gcGrace, imageGrace time.Duration
@@ -113,7 +113,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				NoLocalNode:      server,
 				S3:               s3,
 				Retention:        retention.Policy{KeepAll: keepAll, KeepHourly: keepHourly, KeepDaily: keepDaily},
-				PruneInterval:    pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace, ImageGCGrace: imageGrace,
+				PruneInterval:    pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace, ImageGCGrace: imageGrace, DefaultImage: defaultImage,
 				EgressAllowPrivate: open,
 			})
 		},
@@ -156,6 +156,7 @@ SIGINT or SIGTERM stops the replica; the nodes and their sandboxes run on.`
 	f.DurationVar(&gcEvery, "gc-interval", 0, "how often unreferenced snapshot data and template images are collected (default 10m)")
 	f.DurationVar(&gcGrace, "gc-grace", 0, "how old unreferenced snapshot data must be to be collected (default 1h)")
 	f.DurationVar(&imageGrace, "image-gc-grace", 0, "how long a template image nothing uses stays on the node (default 1h)")
+	f.StringVar(&defaultImage, "default-image", "", "the OCI archive the default template is installed from at start when it changed (default: ../lib/airlock/"+app.DefaultImageName+" beside this executable, which scripts/install.sh builds); none: the host's /usr")
 	return cmd
 }
 

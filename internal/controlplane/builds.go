@@ -325,7 +325,7 @@ func (s *builder) BuildTemplate(ctx context.Context, tenantID, name string, req 
 	if err := s.startSnapshot(ctx, tenantID, name, img, start, req); err != nil {
 		return Template{}, err
 	}
-	return s.placer.recordTemplateStart(ctx, name, img, start)
+	return s.placer.recordTemplateStart(ctx, name, img, start, "")
 }
 
 // startSnapshot boots image img of template name with start's command, waits until it is ready and

@@ -31,7 +31,8 @@ type Template struct {
 	Ref  string
 	// Digest is the image's manifest digest; "" for the built-in template.
 	Digest string
-	// Builtin marks the default template, built from the host's /usr.
+	// Builtin marks the default template: the platform's image (Digest set), or, where none is
+	// installed, the host's /usr under a generated /etc.
 	Builtin bool
 	// Config is what the image sets for its processes; Layers counts its layers.
 	Config oci.Config
@@ -49,11 +50,15 @@ type templateDoc struct {
 	Layers    int            `json:"layers"`
 	Start     *TemplateStart `json:"start,omitempty"`
 	CreatedAt time.Time      `json:"created_at"`
+	// Source identifies the file the default template's image was installed from (its size and
+	// modification time), so that a start installs it again only once the file changed.
+	Source string `json:"source,omitempty"`
 }
 
 const templateDocPrefix = "templates/"
 
-// builtinTemplate is the default template as ListTemplates shows it.
+// builtinTemplate is the default template where no image of it is installed: the host's /usr (also
+// what sandboxes, sessions and snapshots that recorded "default" with no digest boot, for good).
 var builtinTemplate = Template{Name: template.DefaultName, Ref: template.DefaultName, Builtin: true}
 
 // ListTemplates returns every template: the built-in one first, then by name.
@@ -69,6 +74,10 @@ func (s *placer) ListTemplates(ctx context.Context) ([]Template, error) {
 			s.log.Warn("skip a template record", "key", d.Key, "err", err)
 			continue
 		}
+		if t.Builtin {
+			out[0] = t
+			continue
+		}
 		out = append(out, t)
 	}
 	sort.Slice(out[1:], func(i, j int) bool { return out[1+i].Name < out[1+j].Name })
@@ -78,13 +87,15 @@ func (s *placer) ListTemplates(ctx context.Context) ([]Template, error) {
 // GetTemplate returns the template called name.
 func (s *placer) GetTemplate(ctx context.Context, name string) (Template, error) {
 	if template.IsDefault(name) {
-		return builtinTemplate, nil
-	}
-	if err := oci.CheckName(name); err != nil {
+		name = template.DefaultName
+	} else if err := oci.CheckName(name); err != nil {
 		return Template{}, err
 	}
 	d, err := s.store.GetDoc(ctx, templateDocPrefix+name)
 	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) && name == template.DefaultName {
+			return builtinTemplate, nil
+		}
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return Template{}, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
 		}
@@ -188,12 +199,13 @@ func (s *placer) ImportTemplate(ctx context.Context, name string, r io.Reader) (
 
 // recordTemplate points name at img, which a node holds now.
 func (s *placer) recordTemplate(ctx context.Context, name string, img oci.Image) (Template, error) {
-	return s.recordTemplateStart(ctx, name, img, nil)
+	return s.recordTemplateStart(ctx, name, img, nil, "")
 }
 
-// recordTemplateStart points name at img, with start command st (nil: none).
-func (s *placer) recordTemplateStart(ctx context.Context, name string, img oci.Image, st *TemplateStart) (Template, error) {
-	rec := templateDoc{Digest: img.Digest, Config: img.Config, Layers: len(img.Layers), Start: st, CreatedAt: s.now()}
+// recordTemplateStart points name at img, with start command st (nil: none) and, for the default
+// template, the source it was installed from.
+func (s *placer) recordTemplateStart(ctx context.Context, name string, img oci.Image, st *TemplateStart, source string) (Template, error) {
+	rec := templateDoc{Digest: img.Digest, Config: img.Config, Layers: len(img.Layers), Start: st, CreatedAt: s.now(), Source: source}
 	key := templateDocPrefix + name
 	for {
 		cur, err := s.store.GetDoc(ctx, key)
@@ -274,12 +286,6 @@ func (s *placer) resolveTemplate(ctx context.Context, ref string) (string, error
 	if err != nil {
 		return "", err
 	}
-	if name == template.DefaultName {
-		if digest != "" {
-			return "", fmt.Errorf("template %q: the built-in template has no digest: %w", ref, errdefs.ErrInvalidArgument)
-		}
-		return template.DefaultName, nil
-	}
 	if digest != "" {
 		return name + "@" + digest, nil
 	}
@@ -297,8 +303,8 @@ func templateOf(d store.Doc) (Template, error) {
 		return Template{}, fmt.Errorf("template record %s: %w", d.Key, err)
 	}
 	name := strings.TrimPrefix(d.Key, templateDocPrefix)
-	return Template{Name: name, Ref: name + "@" + rec.Digest, Digest: rec.Digest, Config: rec.Config, Layers: rec.Layers, Start: rec.Start,
-		CreatedAt: rec.CreatedAt, UpdatedAt: d.UpdatedAt}, nil
+	return Template{Name: name, Ref: name + "@" + rec.Digest, Digest: rec.Digest, Builtin: name == template.DefaultName, Config: rec.Config,
+		Layers: rec.Layers, Start: rec.Start, CreatedAt: rec.CreatedAt, UpdatedAt: d.UpdatedAt}, nil
 }
 
 // imageMaker is a node that can make images from stored ones (the in-process node): a build's steps.

@@ -66,6 +66,9 @@ type Config struct {
 	// WorkDir is the working directory of processes whose request names none, when it is a directory
 	// (an image template's WorkingDir). Empty: the user's home.
 	WorkDir string
+	// DefaultArgv is the command of processes whose request names none (an image template's Entrypoint
+	// followed by its Cmd). Empty: such a request is refused.
+	DefaultArgv []string
 	// Path is the PATH of processes whose request does not set one. Empty means DefaultPath.
 	Path string
 	// Env is the sandbox's base environment ("K=V"): every process gets it, over the defaults (PATH,

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/airlockrun/airlock/internal/daemon"
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
 )
 
 // TestWorkDir: an image's working directory is where a process without a cwd starts; one that is not
@@ -43,6 +45,46 @@ func TestWorkDir(t *testing.T) {
 				t.Errorf("workdir %q, cwd %q: pwd = %q; want %q", c.workDir, c.cwd, got, want)
 			}
 		})
+	}
+}
+
+// TestDefaultArgv: a process whose request names no command runs the image's (Entrypoint, then Cmd),
+// as an exec and as a started process, with the request's own arguments and environment; a request's
+// own argv wins; with no image command such a request is refused, saying why.
+func TestDefaultArgv(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.DefaultArgv = []string{"sh", "-c", `echo "from the image: $GREETING"`}
+	d := startDaemon(t, cfg)
+	c := d.dial(t, link.Options{})
+	ctx := testCtx(t)
+	res, err := c.Exec(ctx, proto.ExecRequest{Env: []string{"GREETING=hi"}})
+	if err != nil || string(res.Stdout) != "from the image: hi\n" {
+		t.Errorf("exec with no argv: %q, %v; want the image's command", res.Stdout, err)
+	}
+	if res, err := c.Exec(ctx, proto.ExecRequest{Argv: []string{"echo", "mine"}}); err != nil || string(res.Stdout) != "mine\n" {
+		t.Errorf("exec with an argv: %q, %v; want it", res.Stdout, err)
+	}
+	w := &gateWriter{open: make(chan struct{})}
+	close(w.open)
+	p, err := c.Start(ctx, proto.StartRequest{Env: []string{"GREETING=started"}}, link.ProcessOptions{Stdout: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w.n != int64(len("from the image: started\n")) {
+		t.Errorf("a started process with no argv wrote %d bytes; want the image's command's line", w.n)
+	}
+
+}
+
+// TestNoDefaultArgv: with no image command, a request that names no command is refused, saying why.
+func TestNoDefaultArgv(t *testing.T) {
+	d := startDaemon(t, testConfig(t))
+	_, err := d.dial(t, link.Options{}).Exec(testCtx(t), proto.ExecRequest{})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "Entrypoint and Cmd") {
+		t.Errorf("exec with no argv and no image command: %v; want invalid argument saying why", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +28,8 @@ import (
 //	                 instead of -user when the root's user database resolves it
 //	-workdir DIR     the working directory of processes whose request names none (an image
 //	                 template's WorkingDir); default the user's home
+//	-image-cmd JSON  the command of processes whose request names none, a JSON array (an image
+//	                 template's Entrypoint followed by its Cmd); default none (such requests fail)
 //	-log-level LEVEL debug, info, warn or error (default info); logs go to stderr
 //	-version         print the version and exit
 //
@@ -44,6 +47,7 @@ func Main(args []string) int {
 	home := fs.String("home", DefaultHome, "home directory of the default user")
 	imageUser := fs.String("image-user", "", "an image template's user: the default user when it resolves")
 	workDir := fs.String("workdir", "", "working directory of processes whose request names none")
+	imageCmd := fs.String("image-cmd", "", "the command of processes whose request names none, as a JSON array")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -64,6 +68,13 @@ func Main(args []string) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	var defaultArgv []string
+	if *imageCmd != "" {
+		if err := json.Unmarshal([]byte(*imageCmd), &defaultArgv); err != nil || len(defaultArgv) > 0 && defaultArgv[0] == "" {
+			log.Warn("the image's command does not decode; requests must name theirs", "image_cmd", *imageCmd, "err", err)
+			defaultArgv = nil
+		}
+	}
 	du := User{Name: *userName, UID: *uid, GID: *gid, Home: *home}
 	if *imageUser != "" {
 		if u, err := ImageUser(*imageUser); err != nil {
@@ -75,6 +86,7 @@ func Main(args []string) int {
 	return run(*socket, Config{
 		DefaultUser: du,
 		WorkDir:     *workDir,
+		DefaultArgv: defaultArgv,
 		Env:         os.Environ(),
 		ReapAll:     true,
 		Control:     *control,

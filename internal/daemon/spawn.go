@@ -243,6 +243,12 @@ func checkExecutable(p string) error {
 
 // spawn starts a process. The caller owns the result and must eventually close its files.
 func (s *server) spawn(spec spawnSpec) (_ *spawned, err error) {
+	if len(spec.argv) == 0 {
+		if len(s.cfg.DefaultArgv) == 0 {
+			return nil, invalidf("no command given, and the sandbox's template has none of its own (an image's Entrypoint and Cmd)")
+		}
+		spec.argv = s.cfg.DefaultArgv
+	}
 	id, err := s.lookupUser(spec.user)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/airlockrun/airlock/internal/app"
 	"github.com/airlockrun/airlock/internal/template/oci/ocitest"
 	"github.com/airlockrun/airlock/internal/testenv"
 	"github.com/airlockrun/airlock/internal/testenv/registrytest"
@@ -283,5 +285,172 @@ func TestTemplateGC(t *testing.T) {
 	}
 	if _, err := c.CreateSandbox(ctx, airlock.CreateSandboxRequest{Template: tpl.Ref}); err == nil {
 		t.Errorf("a sandbox of %s after its image was collected: created; want an error", tpl.Ref)
+	}
+}
+
+// TestDefaultImageTemplate: the default template is an image installed at start (from the archive
+// scripts/install.sh builds), no longer the host's live /usr, so a host upgrade no longer reaches
+// sessions. Sessions paused before: one of the built-in template from before any image (legacy), one
+// of the first default image and one of a custom template. Then the default image is rebuilt (a new
+// archive, installed at the next start) and a file under the host's /usr changes. Each session
+// resumes with its process alive: the image sessions on the image they booted, which the host's change
+// does not reach; the legacy one still on the host's /usr, which it does (the hazard, as a positive
+// control). New sandboxes of "default" boot the new image; an unchanged archive is not installed again.
+func TestDefaultImageTemplate(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	ctx := ctxT(t, 5*time.Minute)
+	dir, err := os.MkdirTemp("", "airlock-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	data := filepath.Join(dir, "data")
+	archive := filepath.Join(dir, "default-image.tar")
+	install := func(version string) {
+		t.Helper()
+		// Its command (Cmd) is what a process that names none runs.
+		img := ocitest.Image(t, v1.Config{WorkingDir: "/srv", Cmd: []string{"cat", "/srv/version"}},
+			ocitest.HostPrograms(t, "/usr/bin/bash", "/usr/bin/cat", "/usr/bin/id", "/usr/bin/sleep", "/usr/bin/nohup", "/usr/bin/setsid"),
+			ocitest.Layer(t, ocitest.Entry{Name: "srv/", Type: tar.TypeDir}, ocitest.Entry{Name: "srv/version", Body: version + "\n"}))
+		src := ocitest.WriteArchive(t, img, "airlock.test/default:"+version)
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(archive+".new", b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(archive+".new", archive); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// pausedWithProcess creates a session of tpl, starts a process in it and pauses it.
+	pausedWithProcess := func(e *testenv.Env, tpl string) *airlock.Session {
+		t.Helper()
+		se, err := e.Client.CreateSession(ctx, airlock.CreateSessionRequest{Template: tpl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Client.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"bash", "-c", "nohup setsid sleep 3600 >/dev/null 2>&1 & echo $! > /tmp/pid"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Client.PauseSession(ctx, se.ID); err != nil {
+			t.Fatal(err)
+		}
+		return se
+	}
+
+	// Before any image: the built-in template.
+	e := testenv.Start(t, testenv.Options{DataDir: data})
+	if tpl, err := e.Client.GetTemplate(ctx, "default"); err != nil || !tpl.Builtin || tpl.Digest != "" {
+		t.Fatalf("the default template with no image: %+v, %v; want the built-in one", tpl, err)
+	}
+	legacy := pausedWithProcess(e, "")
+	if legacy.Template != "default" {
+		t.Errorf("a session of the built-in template records %q; want default", legacy.Template)
+	}
+	host := create(t, e, airlock.CreateSandboxRequest{})
+	if _, err := e.Client.Exec(ctx, host.ID, airlock.ExecRequest{}); !isStatus(err, http.StatusBadRequest) || !strings.Contains(err.Error(), "Entrypoint and Cmd") {
+		t.Errorf("exec naming no command in a sandbox of the host template: %v; want 400 saying it has none", err)
+	}
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first image.
+	install("one")
+	e = testenv.Start(t, testenv.Options{DataDir: data, DefaultImage: archive})
+	first, err := e.Client.GetTemplate(ctx, "default")
+	if err != nil || !first.Builtin || first.Digest == "" || first.Ref != "default@"+first.Digest {
+		t.Fatalf("the default template after an image was installed: %+v, %v", first, err)
+	}
+	sb := create(t, e, airlock.CreateSandboxRequest{})
+	if sb.Template != first.Ref {
+		t.Errorf("a sandbox of the default template records %q; want %q", sb.Template, first.Ref)
+	}
+	if got := sh(t, e, sb.ID, "cat /srv/version; id -un; test -e /usr/bin/python3 && echo host-usr || echo own-usr").Stdout; got != "one\nuser\nown-usr\n" {
+		t.Errorf("a sandbox of the default image: %q; want its own root, as the sandbox user", got)
+	}
+	if res, err := e.Client.Exec(ctx, sb.ID, airlock.ExecRequest{}); err != nil || res.Stdout != "one\n" {
+		t.Errorf("exec naming no command: %+v, %v; want the image's Cmd", res, err)
+	}
+	ofImage := pausedWithProcess(e, "")
+	tiny := ocitest.WriteArchive(t, tinyImage(t, "custom", ""), "example.test/custom:1")
+	op := []string{"--url", e.URL, "--api-key", e.APIKey}
+	if code, out, errOut := runCLI(append(op, "template", "import", "custom", tiny)...); code != 0 {
+		t.Fatalf("template import: %d %q %s", code, out, errOut)
+	}
+	custom := pausedWithProcess(e, "custom")
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The default image is rebuilt; the host is upgraded.
+	install("two")
+	marker, err := os.MkdirTemp("/usr/share", "airlock-host-upgrade-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(marker) })
+	e = testenv.Start(t, testenv.Options{DataDir: data, DefaultImage: archive})
+	second, err := e.Client.GetTemplate(ctx, "default")
+	if err != nil || second.Digest == "" || second.Digest == first.Digest {
+		t.Fatalf("the default template after a new image: %+v, %v; want another digest than %s", second, err, first.Digest)
+	}
+	probe := fmt.Sprintf(`cat /srv/version 2>/dev/null || echo host; kill -0 $(cat /tmp/pid) && echo alive; test -e %s && echo upgraded || echo untouched`, marker)
+	for _, c := range []struct {
+		se   *airlock.Session
+		want string
+	}{
+		{ofImage, "one\nalive\nuntouched\n"},
+		{custom, "custom\nalive\nuntouched\n"},
+		{legacy, "host\nalive\nupgraded\n"}, // the built-in template: the host's live /usr
+	} {
+		if _, err := e.Client.ResumeSession(ctx, c.se.ID); err != nil {
+			t.Fatalf("resume %s (of %s): %v", c.se.ID, c.se.Template, err)
+		}
+		if got := sh(t, e, c.se.ID, probe).Stdout; got != c.want {
+			t.Errorf("session of %s resumed: %q; want %q", c.se.Template, got, c.want)
+		}
+	}
+	if got := sh(t, e, create(t, e, airlock.CreateSandboxRequest{}).ID, "cat /srv/version").Stdout; got != "two\n" {
+		t.Errorf("a new sandbox of the default template: %q; want the new image", got)
+	}
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// An unchanged archive is not installed again.
+	e = testenv.Start(t, testenv.Options{DataDir: data, DefaultImage: archive})
+	if again, err := e.Client.GetTemplate(ctx, "default"); err != nil || again.Digest != second.Digest || again.UpdatedAt == nil || second.UpdatedAt == nil || !again.UpdatedAt.Equal(*second.UpdatedAt) {
+		t.Errorf("the default template after a start with the same archive: %+v, %v; want it as it was (%s)", again, err, second.Digest)
+	}
+	if strings.Contains(e.Logs(), "default template installed") {
+		t.Errorf("the unchanged archive was installed again")
+	}
+}
+
+// TestInstalledDefaultImage: the default template's image that scripts/install.sh builds (Debian 12,
+// from Debian's packages) installs at start, and a sandbox of "default" boots it with what agents reach
+// for: python3 and pip, node and npm, git, curl, a C compiler; as the sandbox user, in its home.
+func TestInstalledDefaultImage(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	img := filepath.Join("/usr/local/lib/airlock", app.DefaultImageName)
+	if _, err := os.Stat(img); err != nil {
+		t.Skipf("needs the default template's image, which scripts/install.sh builds: %v", err)
+	}
+	e := testenv.Start(t, testenv.Options{DefaultImage: img})
+	ctx := ctxT(t, 2*time.Minute)
+	tpl, err := e.Client.GetTemplate(ctx, "default")
+	if err != nil || !tpl.Builtin || tpl.Digest == "" {
+		t.Fatalf("the default template: %+v, %v; want the installed image", tpl, err)
+	}
+	sb := create(t, e, airlock.CreateSandboxRequest{})
+	if sb.Template != tpl.Ref {
+		t.Errorf("the sandbox records %q; want %q", sb.Template, tpl.Ref)
+	}
+	res := sh(t, e, sb.ID, `python3 -c 'print(6*7)'; pip3 --version | cut -d' ' -f1; node -e 'console.log(6*7)'; npm --version >/dev/null && echo npm; `+
+		`git --version | cut -d' ' -f1-2; curl --version | cut -d' ' -f1 | head -1; printf 'int main(void){return 42;}' > /tmp/a.c && cc -o /tmp/a /tmp/a.c; /tmp/a; echo $?; id -un; pwd`)
+	if want := "42\npip\n42\nnpm\ngit version\ncurl\n42\nuser\n/home/user\n"; res.Stdout != want {
+		t.Errorf("a sandbox of the default image: %q (stderr %q); want %q", res.Stdout, res.Stderr, want)
 	}
 }

@@ -8,6 +8,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,10 +56,15 @@ func InitArgs(extra ...string) []string {
 }
 
 // templateArgs are the daemon's arguments an image template's config gives: its user (the default
-// user when it resolves in the image) and working directory. Each is one "-flag=value" argument, so a
-// value cannot be read as a flag of its own; the store checked both at import.
+// user when it resolves in the image), working directory and command (Entrypoint then Cmd, for a
+// process whose request names none). Each is one "-flag=value" argument, so a value cannot be read as
+// a flag of its own; the store checked them at import.
 func templateArgs(tpl template.Template) []string {
 	var args []string
+	if argv := append(append([]string(nil), tpl.Entrypoint...), tpl.Cmd...); len(argv) > 0 && argv[0] != "" {
+		b, _ := json.Marshal(argv)
+		args = append(args, "-image-cmd="+string(b))
+	}
 	if tpl.User != "" {
 		args = append(args, "-image-user="+tpl.User)
 	}

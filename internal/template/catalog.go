@@ -35,8 +35,9 @@ func NewCatalog(dir string) *Catalog {
 		OCI: &oci.Store{Dir: filepath.Join(dir, "oci"), Base: imageBase, BaseVersion: baseVersion}}
 }
 
-// ParseRef splits a template reference into its name and digest ("" if it names none). The default
-// template is "default" (or ""), and has no digest.
+// ParseRef splits a template reference into its name and digest ("" if it names none). "default" (or
+// "") is the built-in template, the host's /usr; "default@DIGEST" is an image the default template
+// points, or pointed, at (controlplane.InstallDefaultImage).
 func ParseRef(ref string) (name, digest string, err error) {
 	if IsDefault(ref) {
 		return DefaultName, "", nil
@@ -60,10 +61,8 @@ func (c *Catalog) Get(ctx context.Context, ref string) (Template, error) {
 	if err != nil {
 		return Template{}, err
 	}
-	if name == DefaultName {
-		if digest != "" {
-			return Template{}, fmt.Errorf("template %q: the default template has no digest: %w", ref, errdefs.ErrInvalidArgument)
-		}
+	if name == DefaultName && digest == "" {
+		// The built-in template: the host's /usr (the legacy default, once an image is installed).
 		return c.Host.Get(ctx, name)
 	}
 	if digest == "" {

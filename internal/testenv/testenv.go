@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -164,6 +165,9 @@ type Options struct {
 	// NoLocalNode runs a control plane only (airlock server; implies Cluster): sandboxes run on nodes
 	// StartNode starts.
 	NoLocalNode bool
+	// DefaultImage is the archive the default template is installed from at start; empty: none (the
+	// built-in template, the host's /usr, whatever the machine has installed).
+	DefaultImage string
 }
 
 // Start runs Airlock for the test and stops it (cleanly, as SIGTERM would) when the test ends.
@@ -225,6 +229,7 @@ func Start(t testing.TB, opts Options) *Env {
 			ClusterListen:    clusterListen,
 			ClusterReady:     func(addr string) { e.ClusterURL = "https://" + addr },
 			NoLocalNode:      opts.NoLocalNode,
+			DefaultImage:     cmp.Or(opts.DefaultImage, "none"),
 		})
 	}()
 	select {

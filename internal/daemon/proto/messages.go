@@ -682,8 +682,9 @@ func validateUser(u string) error {
 }
 
 func validateCommand(argv, env []string, cwd, user string) error {
-	if len(argv) == 0 || argv[0] == "" {
-		return fmt.Errorf("argv is empty: %w", errdefs.ErrInvalidArgument)
+	// No argv at all is the template's own command (the daemon's DefaultArgv).
+	if len(argv) > 0 && argv[0] == "" {
+		return fmt.Errorf("argv[0] is empty: %w", errdefs.ErrInvalidArgument)
 	}
 	total := 0
 	for _, a := range argv {

@@ -78,8 +78,9 @@ type SetTimeoutRequest struct {
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec (run to completion), and the first message of
 // the exec WebSocket stream.
 type ExecRequest struct {
-	// Cmd is the argv; Cmd[0] is looked up in PATH.
-	Cmd []string `json:"cmd"`
+	// Cmd is the argv; Cmd[0] is looked up in PATH. Empty runs the template's own command (an image's
+	// Entrypoint followed by its Cmd); an error if it has none.
+	Cmd []string `json:"cmd,omitempty"`
 	// Env adds to the sandbox's environment.
 	Env map[string]string `json:"env,omitempty"`
 	// Cwd is the working directory; "" is the user's home.
