@@ -312,7 +312,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 			return err
 		}
 		return cc.Heartbeat(ctx, nodeapi.Heartbeat{Addr: advertise, Boot: boot, Capacity: capacity, Sandboxes: len(ids),
-			Version: daemon.Version, Leaving: leaving, Runtimes: rts, Host: hostID, HostCapacity: &hostCap})
+			Version: daemon.Version, Leaving: leaving, Runtimes: rts, Host: hostID, HostCapacity: &hostCap, Images: nd.ImageDigests()})
 	}
 	// The first heartbeat says the node started anew (the control plane settles what a previous run
 	// left) before it serves: a control plane cannot reach it at that address before.

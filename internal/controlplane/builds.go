@@ -304,6 +304,11 @@ func (s *builder) BuildTemplate(ctx context.Context, tenantID, name string, req 
 	if err != nil {
 		return Template{}, err
 	}
+	if m, err := s.placer.maker(); err == nil {
+		if err := s.placer.shareImage(ctx, m, img.Digest); err != nil {
+			return Template{}, err
+		}
+	}
 	start := &TemplateStart{Cmd: shellCommand(req.StartCmd), ReadyCmd: shellCommand(req.ReadyCmd)}
 	if start.Cmd == nil {
 		start.Cmd = shellCommand(img.Config.Labels[StartCmdLabel])

@@ -38,7 +38,7 @@ func (s *placer) InstallDefaultImage(ctx context.Context, path string) (Template
 		return Template{}, false, fmt.Errorf("default image %s: not a regular file: %w", path, errdefs.ErrInvalidArgument)
 	}
 	source := fmt.Sprintf("%s %d %d", path, fi.Size(), fi.ModTime().UnixNano())
-	imp, err := s.importer()
+	imp, err := s.importer(ctx)
 	if err != nil {
 		return Template{}, false, fmt.Errorf("default image: %w", err)
 	}
@@ -59,6 +59,9 @@ func (s *placer) InstallDefaultImage(ctx context.Context, path string) (Template
 	img, err := imp.ImportImage(ctx, f)
 	if err != nil {
 		return Template{}, false, fmt.Errorf("default image %s: %w", path, err)
+	}
+	if err := s.shareImage(ctx, imp, img.Digest); err != nil {
+		return Template{}, false, err
 	}
 	t, err := s.recordTemplateStart(ctx, template.DefaultName, img, nil, source)
 	if err != nil {

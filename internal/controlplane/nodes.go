@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/template/oci"
 )
 
 // The nodes a control plane runs sandboxes on: its own (in-process, Config.Node), and the nodes in
@@ -126,6 +128,14 @@ func (s *nodeCalls) NodeHeartbeat(ctx context.Context, nodeID, fingerprint strin
 	}
 	if err := checkRuntimes(hb.Runtimes); err != nil {
 		return err
+	}
+	if len(hb.Images) > nodeapi.MaxImages {
+		return fmt.Errorf("heartbeat: %d images, at most %d: %w", len(hb.Images), nodeapi.MaxImages, errdefs.ErrInvalidArgument)
+	}
+	for _, d := range hb.Images {
+		if err := oci.CheckDigest(d); err != nil {
+			return fmt.Errorf("heartbeat: %w", err)
+		}
 	}
 	if err := hb.Capacity.Check(); err != nil {
 		return fmt.Errorf("heartbeat: %v: %w", err, errdefs.ErrInvalidArgument)
@@ -622,8 +632,10 @@ func (s *placer) sandboxesOnNode(ctx context.Context, nodeID string, states []st
 // place chooses the node for a new sandbox of spec that runs on runtime rt ("": any): of the nodes up
 // and not draining that have rt, with room for it (a bound of
 // sandboxes, and memory, counting those placed there and not stopped; CPU is shared, not reserved), prefer if it is one of them (the node
-// where the session's snapshot is), else the one with the most memory left, ties at random.
-func (s *placer) place(ctx context.Context, spec store.SandboxSpec, prefer, rt string) (placement, error) {
+// where the session's snapshot is), else one that holds the template image image (a digest, "": none)
+// if one has room (the others would fetch it from the blob store first), else the one with the most
+// memory left, ties at random.
+func (s *placer) place(ctx context.Context, spec store.SandboxSpec, prefer, rt, image string) (placement, error) {
 	caps, err := s.placeable(ctx)
 	if err != nil {
 		return placement{}, err
@@ -645,12 +657,18 @@ func (s *placer) place(ctx context.Context, spec store.SandboxSpec, prefer, rt s
 	if err != nil {
 		return placement{}, fmt.Errorf("place: %v: %w", err, errdefs.ErrUnavailable)
 	}
-	best, err := s.nodes.reserve(caps, func(id string) (int, int64) {
+	usedBy := func(id string) (int, int64) {
 		u := used[id]
 		return u.Sandboxes, u.MemoryMB
-	}, spec, prefer)
-	if err != nil {
-		return placement{}, err
+	}
+	best := ""
+	if holders := s.imageHolders(ctx, image, caps); prefer == "" && len(holders) > 0 && len(holders) < len(caps) {
+		best, _ = s.nodes.reserve(holders, usedBy, spec, "")
+	}
+	if best == "" {
+		if best, err = s.nodes.reserve(caps, usedBy, spec, prefer); err != nil {
+			return placement{}, err
+		}
 	}
 	release := sync.OnceFunc(func() { s.nodes.unreserve(best, spec) })
 	n, err := s.node(ctx, best)
@@ -659,6 +677,39 @@ func (s *placer) place(ctx context.Context, spec store.SandboxSpec, prefer, rt s
 		return placement{}, err
 	}
 	return placement{n: n, done: release}, nil
+}
+
+// imageOfRef returns the image digest of template reference ref ("" for the host template).
+func imageOfRef(ref string) string {
+	_, digest, _ := strings.Cut(ref, "@")
+	return digest
+}
+
+// imageHolders returns those of caps that hold image digest (none for ""): the in-process node if it
+// has it, and the nodes whose last heartbeat listed it.
+func (s *placer) imageHolders(ctx context.Context, digest string, caps map[string]node.Capacity) map[string]node.Capacity {
+	if digest == "" {
+		return nil
+	}
+	out := map[string]node.Capacity{}
+	if s.nodes.local != nil {
+		if c, ok := caps[s.nodes.local.ID()]; ok && s.holdsImage(digest) {
+			out[s.nodes.local.ID()] = c
+		}
+	}
+	if !s.nodes.clustered() {
+		return out
+	}
+	live, err := s.liveNodes(ctx)
+	if err != nil {
+		return out
+	}
+	for id, l := range live {
+		if c, ok := caps[id]; ok && slices.Contains(l.Images, digest) {
+			out[id] = c
+		}
+	}
+	return out
 }
 
 // reserve chooses a node for spec among caps (see place), given what each has placed already, and counts

@@ -170,7 +170,7 @@ func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req Crea
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	pl, err := s.placer.place(ctx, spec, "", rt.Name)
+	pl, err := s.placer.place(ctx, spec, "", rt.Name, imageOfRef(req.Template))
 	if err != nil {
 		return store.Sandbox{}, err
 	}

@@ -204,7 +204,7 @@ func (s *sessions) startSessionSandbox(ctx context.Context, se store.Session, en
 	if rt == "" {
 		rt = DefaultRuntime
 	}
-	pl, err := s.placer.place(ctx, spec, prefer, rt)
+	pl, err := s.placer.place(ctx, spec, prefer, rt, imageOfRef(se.Spec.Template))
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -1330,7 +1330,7 @@ func (s *snapshotBook) snapshotNode(ctx context.Context, tenantID, snapID string
 
 // checkTemplate reports whether a node that has room for a sandbox of memMB can boot template name.
 func (s *sessions) checkTemplate(ctx context.Context, name string, memMB int) error {
-	pl, err := s.placer.place(ctx, store.SandboxSpec{MemoryMB: memMB}, "", "")
+	pl, err := s.placer.place(ctx, store.SandboxSpec{MemoryMB: memMB}, "", "", imageOfRef(name))
 	if err != nil {
 		return err
 	}

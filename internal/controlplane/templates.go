@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -122,13 +125,54 @@ type PullRequest struct {
 	PasswordSecret string
 }
 
-// importer returns the node that takes images: the in-process one.
-func (s *placer) importer() (imageImporter, error) {
-	imp, ok := s.nodes.local.(imageImporter)
-	if s.nodes.local == nil || !ok {
-		return nil, fmt.Errorf("importing templates into a cluster's nodes is not supported yet (their layers are to travel through the blob store); import on a single-binary server: %w", errdefs.ErrFailedPrecondition)
+// importer returns the node that takes images: the in-process one, or, in a cluster without one, a
+// node that is up (and not draining). In a cluster the image then reaches the other nodes through the
+// blob store (shareImage).
+func (s *placer) importer(ctx context.Context) (imageImporter, error) {
+	if imp, ok := s.nodes.local.(imageImporter); s.nodes.local != nil && ok {
+		return imp, nil
+	}
+	if !s.nodes.clustered() {
+		return nil, fmt.Errorf("this server has no node to take template images: %w", errdefs.ErrFailedPrecondition)
+	}
+	caps, err := s.placeable(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := slices.Sorted(maps.Keys(caps))
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("no node is up to take the template image: %w", errdefs.ErrUnavailable)
+	}
+	n, err := s.node(ctx, ids[rand.IntN(len(ids))])
+	if err != nil {
+		return nil, err
+	}
+	imp, ok := n.(imageImporter)
+	if !ok {
+		return nil, fmt.Errorf("node %s takes no template images: %w", n.ID(), errdefs.ErrFailedPrecondition)
 	}
 	return imp, nil
+}
+
+// imagePublisher is a node that can write an image it holds into the blob store.
+type imagePublisher interface {
+	PublishImage(ctx context.Context, digest string) error
+}
+
+// shareImage has holder, the node that just took image digest, write it into the blob store when this
+// control plane has other nodes (a cluster): they fetch it from there when they are to boot it.
+func (s *placer) shareImage(ctx context.Context, holder any, digest string) error {
+	if !s.nodes.clustered() {
+		return nil
+	}
+	p, ok := holder.(imagePublisher)
+	if !ok {
+		return fmt.Errorf("the node that took image %s cannot share it: %w", digest, errdefs.ErrFailedPrecondition)
+	}
+	if err := p.PublishImage(ctx, digest); err != nil {
+		return fmt.Errorf("share image %s with the cluster's nodes: %w", digest, err)
+	}
+	return nil
 }
 
 // PullTemplate fetches an image from a registry and points name at it, as ImportTemplate does.
@@ -142,7 +186,7 @@ func (s *placer) PullTemplate(ctx context.Context, tenantID, name string, req Pu
 	if (req.Username == "") != (req.PasswordSecret == "") {
 		return Template{}, fmt.Errorf("username and password_secret go together: %w", errdefs.ErrInvalidArgument)
 	}
-	imp, err := s.importer()
+	imp, err := s.importer(ctx)
 	if err != nil {
 		return Template{}, err
 	}
@@ -158,6 +202,9 @@ func (s *placer) PullTemplate(ctx context.Context, tenantID, name string, req Pu
 	img, err := imp.PullImage(ctx, req.Image, opts)
 	if err != nil {
 		return Template{}, fmt.Errorf("pull template %s: %w", name, err)
+	}
+	if err := s.shareImage(ctx, imp, img.Digest); err != nil {
+		return Template{}, err
 	}
 	return s.recordTemplate(ctx, name, img)
 }
@@ -186,13 +233,16 @@ func (s *placer) ImportTemplate(ctx context.Context, name string, r io.Reader) (
 	if err := checkNewTemplateName(name); err != nil {
 		return Template{}, err
 	}
-	imp, err := s.importer()
+	imp, err := s.importer(ctx)
 	if err != nil {
 		return Template{}, err
 	}
 	img, err := imp.ImportImage(ctx, r)
 	if err != nil {
 		return Template{}, fmt.Errorf("import template %s: %w", name, err)
+	}
+	if err := s.shareImage(ctx, imp, img.Digest); err != nil {
+		return Template{}, err
 	}
 	return s.recordTemplate(ctx, name, img)
 }

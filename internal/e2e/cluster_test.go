@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/app"
 	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/template/oci/ocitest"
 	"github.com/airlockrun/airlock/internal/testenv"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
@@ -729,4 +730,73 @@ func atoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestClusterTemplates: in a cluster whose control plane has no node of its own, an image template
+// imported through the API lands on one node, which writes it into the blob store; sandboxes of it go
+// to that node while it has room (it need not fetch the image), and one placed on the other node
+// fetches the image from the blob store (checked against its digests) and boots it; a session of it
+// there pauses and resumes with its process.
+func TestClusterTemplates(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{NoLocalNode: true})
+	ctx := ctxT(t, 5*time.Minute)
+	a := testenv.StartNode(t, e, "node-a", testenv.NodeOptions{})
+	b := testenv.StartNode(t, e, "node-b", testenv.NodeOptions{})
+	testenv.WaitNodes(t, e, "up", a.ID, b.ID)
+
+	archive := ocitest.WriteArchive(t, tinyImage(t, "clustered", ""), "example.test/tiny:1")
+	if code, out, errOut := runCLI("--url", e.URL, "--api-key", e.APIKey, "template", "import", "tiny", archive); code != 0 {
+		t.Fatalf("template import into a cluster: %d %q %s", code, out, errOut)
+	}
+	// The holder's next heartbeat lists the image.
+	time.Sleep(4 * time.Second)
+	first := create(t, e, airlock.CreateSandboxRequest{Template: "tiny"})
+	holder := nodeOf(t, first.ID, a, b)
+	second := create(t, e, airlock.CreateSandboxRequest{Template: "tiny"})
+	if got := nodeOf(t, second.ID, a, b); got != holder {
+		t.Errorf("a second sandbox of the template went to %s; want %s, which holds its image", got, holder)
+	}
+	other := b
+	if holder == b.ID {
+		other = a
+	}
+	if _, err := os.Stat(filepath.Join(other.DataDir, "templates", "oci", "images")); err == nil {
+		if ls, _ := os.ReadDir(filepath.Join(other.DataDir, "templates", "oci", "images")); len(ls) != 0 {
+			t.Fatalf("node %s holds images %v before any sandbox of the template went to it", other.ID, ls)
+		}
+	}
+
+	// The holder at its bound: the next one goes to the other node, which fetches the image.
+	if _, err := e.Client.SetNodeBound(ctx, holder, airlock.NodeCapacity{MaxSandboxes: 2}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the holder's bound", func() bool {
+		n := nodeInfo(t, e, holder)
+		return n.Capacity != nil && n.Capacity.MaxSandboxes == 2
+	})
+	se, err := e.Client.CreateSession(ctx, airlock.CreateSessionRequest{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nodeOf(t, se.SandboxID, a, b); got != other.ID {
+		t.Fatalf("the session's sandbox is on %s; want %s", got, other.ID)
+	}
+	for _, id := range []string{first.ID, se.ID} {
+		if got := sh(t, e, id, "cat /srv/version; test -e /usr/bin/python3 && echo host-usr || echo own-usr").Stdout; got != "clustered\nown-usr\n" {
+			t.Errorf("%s: %q; want the image's root", id, got)
+		}
+	}
+	if _, err := e.Client.Exec(ctx, se.ID, airlock.ExecRequest{Cmd: []string{"bash", "-c", "nohup setsid sleep 3600 >/dev/null 2>&1 & echo $! > /tmp/pid"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Client.PauseSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Client.ResumeSession(ctx, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, e, se.ID, "cat /srv/version; kill -0 $(cat /tmp/pid) && echo alive").Stdout; got != "clustered\nalive\n" {
+		t.Errorf("the resumed session: %q", got)
+	}
 }

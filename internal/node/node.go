@@ -265,15 +265,16 @@ func (n *Local) AuditPath(id string) string {
 	return filepath.Join(n.cfg.DataDir, "audit", id+".jsonl")
 }
 
-// CheckTemplate reports whether the node has the template (building it on first use).
+// CheckTemplate reports whether the node has the template (building it, or fetching its image from the
+// blob store, on first use).
 func (n *Local) CheckTemplate(ctx context.Context, name string) error {
-	_, err := n.cfg.Templates.Get(ctx, name)
+	_, err := n.template(ctx, name)
 	return err
 }
 
 // TemplateRoot reports the host directory of the template's root filesystem.
 func (n *Local) TemplateRoot(ctx context.Context, name string) (string, error) {
-	t, err := n.cfg.Templates.Get(ctx, name)
+	t, err := n.template(ctx, name)
 	if err != nil {
 		return "", err
 	}
@@ -337,7 +338,7 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 	n.mu.Unlock()
 
 	start := time.Now()
-	tpl, err := n.cfg.Templates.Get(ctx, req.Template)
+	tpl, err := n.template(ctx, req.Template)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/template"
+	"github.com/airlockrun/airlock/internal/template/oci"
 )
 
 // dialTimeout bounds the connection and TLS handshake to a node.
@@ -151,6 +152,32 @@ func (c *Client) TemplateRoot(ctx context.Context, name string) (string, error) 
 		return "", err
 	}
 	return t.RootFS, nil
+}
+
+// ImportImage streams the image archive r to the node, which imports it (see node.Local.ImportImage).
+func (c *Client) ImportImage(ctx context.Context, r io.Reader) (oci.Image, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/node/v1/templates/images", r)
+	if err != nil {
+		return oci.Image{}, err
+	}
+	defer resp.Body.Close()
+	var img oci.Image
+	if err := decode(resp.Body, &img); err != nil {
+		return oci.Image{}, fmt.Errorf("%s: import image: %w", c.peer(), err)
+	}
+	return img, nil
+}
+
+// PullImage has the node pull the image ref from its registry (see node.Local.PullImage).
+func (c *Client) PullImage(ctx context.Context, ref string, opts oci.PullOptions) (oci.Image, error) {
+	var img oci.Image
+	err := c.call(ctx, http.MethodPost, "/node/v1/templates/images/pull", pullBody{Ref: ref, Insecure: opts.Insecure, Username: opts.Username, Password: opts.Password}, &img)
+	return img, err
+}
+
+// PublishImage has the node write the image digest into the blob store, for the other nodes.
+func (c *Client) PublishImage(ctx context.Context, digest string) error {
+	return c.call(ctx, http.MethodPost, "/node/v1/templates/images/publish", digestBody{Digest: digest}, nil)
 }
 
 // CreateSandbox boots a sandbox on the node.

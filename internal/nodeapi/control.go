@@ -79,7 +79,13 @@ type Heartbeat struct {
 	// from nodes that each have their own (empty: an older node).
 	Host         string         `json:"host,omitempty"`
 	HostCapacity *node.Capacity `json:"host_capacity,omitempty"`
+	// Images are the digests of the template images the node holds (at most MaxImages), so that
+	// placement prefers a node that need not fetch one from the blob store.
+	Images []string `json:"images,omitempty"`
 }
+
+// MaxImages bounds a heartbeat's Images.
+const MaxImages = 256
 
 // HeartbeatInterval is how often a node reports. A node that could not report for FenceAfter destroys
 // its sandboxes itself: a control plane gives a node up for gone later (controlplane.NodeDownAfter) and

@@ -18,6 +18,7 @@ import (
 	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/snapshot"
+	"github.com/airlockrun/airlock/internal/template/oci"
 )
 
 // Handler serves the node API for a Backend. Serve it over TLS with cluster.ServerTLS allowing control
@@ -44,6 +45,9 @@ func NewHandler(b Backend, log *slog.Logger) (*Handler, error) {
 	h.mux.HandleFunc("PUT /node/v1/sandboxes/{id}/network", h.setNetwork)
 	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/checkpoint", h.checkpoint)
 	h.mux.HandleFunc("POST /node/v1/images/store", h.storeImage)
+	h.mux.HandleFunc("POST /node/v1/templates/images", h.importImage)
+	h.mux.HandleFunc("POST /node/v1/templates/images/pull", h.pullImage)
+	h.mux.HandleFunc("POST /node/v1/templates/images/publish", h.publishImage)
 	h.mux.HandleFunc("POST /node/v1/images/drop", h.dropImages)
 	h.mux.HandleFunc("GET /node/v1/images/pending", h.pendingImages)
 	h.mux.HandleFunc("GET /node/v1/runtimes", h.runtimes)
@@ -212,6 +216,78 @@ func (h *Handler) storeImage(w http.ResponseWriter, r *http.Request) {
 	defer g.Clear()
 	stats, err := h.b.StoreImage(r.Context(), node.StoreRequest{TenantID: req.Tenant, SnapshotID: req.SnapshotID, Grant: g, Meta: req.Meta})
 	h.answer(w, r, stats, err)
+}
+
+// imageBackend is a node that takes template images and shares them (node.Local).
+type imageBackend interface {
+	ImportImage(ctx context.Context, r io.Reader) (oci.Image, error)
+	PullImage(ctx context.Context, ref string, opts oci.PullOptions) (oci.Image, error)
+	PublishImage(ctx context.Context, digest string) error
+}
+
+func (h *Handler) images() (imageBackend, error) {
+	ib, ok := h.b.(imageBackend)
+	if !ok {
+		return nil, fmt.Errorf("node %s takes no template images: %w", h.b.ID(), errdefs.ErrFailedPrecondition)
+	}
+	return ib, nil
+}
+
+// importImage imports the image archive the body streams (at most node.MaxImageUpload bytes).
+func (h *Handler) importImage(w http.ResponseWriter, r *http.Request) {
+	ib, err := h.images()
+	if err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	img, err := ib.ImportImage(r.Context(), r.Body)
+	h.answer(w, r, img, err)
+}
+
+// pullBody is a pull's request: the reference and how to reach the registry (the password only for
+// the pull).
+type pullBody struct {
+	Ref      string `json:"ref"`
+	Insecure bool   `json:"insecure,omitempty"`
+	Username string `json:"username,omitempty"`
+	Password []byte `json:"password,omitempty"`
+}
+
+func (h *Handler) pullImage(w http.ResponseWriter, r *http.Request) {
+	ib, err := h.images()
+	if err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	var b pullBody
+	if err := decode(r.Body, &b); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	defer clear(b.Password)
+	img, err := ib.PullImage(r.Context(), b.Ref, oci.PullOptions{Insecure: b.Insecure, Username: b.Username, Password: b.Password})
+	h.answer(w, r, img, err)
+}
+
+type digestBody struct {
+	Digest string `json:"digest"`
+}
+
+func (h *Handler) publishImage(w http.ResponseWriter, r *http.Request) {
+	ib, err := h.images()
+	if err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	var b digestBody
+	err = decode(r.Body, &b)
+	if err == nil {
+		err = oci.CheckDigest(b.Digest)
+	}
+	if err == nil {
+		err = ib.PublishImage(r.Context(), b.Digest)
+	}
+	h.answer(w, r, nil, err)
 }
 
 func (h *Handler) dropImages(w http.ResponseWriter, r *http.Request) {

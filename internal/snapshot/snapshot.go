@@ -311,6 +311,10 @@ func checkMeta(meta map[string]string) error {
 	return nil
 }
 
+// Blobs returns the blob store the snapshots are kept in (others share it under their own prefixes:
+// template images under templates/, see oci.Store.Publish).
+func (s *Store) Blobs() blob.Store { return s.blobs }
+
 // Blob keys.
 
 func tenantPrefix(tenantID string) string { return "tenants/" + tenantID + "/" }

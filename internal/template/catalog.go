@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/airlockrun/airlock/internal/blob"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/template/oci"
 )
@@ -213,6 +214,16 @@ func addAccounts(file []byte, add []string) string {
 		}
 	}
 	return out.String()
+}
+
+// Publish writes image digest's blobs into bs, for other nodes to fetch (see oci.Store.Publish).
+func (c *Catalog) Publish(ctx context.Context, bs blob.Store, digest string) error {
+	return c.OCI.Publish(ctx, bs, digest)
+}
+
+// Fetch adds image digest from bs, where another node published it (see oci.Store.Fetch).
+func (c *Catalog) Fetch(ctx context.Context, bs blob.Store, digest string) (oci.Image, error) {
+	return c.OCI.Fetch(ctx, bs, digest)
 }
 
 // Derive makes an image from the stored image parent (a digest, or oci.Scratch) and step (see
