@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,14 @@ func BenchmarkCreateFromStartTemplate(b *testing.B) {
 		createThenExec(b, e, airlock.CreateSandboxRequest{Template: "bench", TimeoutSeconds: 600}, connect...)
 	})
 	b.Run("start-snapshot", func(b *testing.B) {
+		createThenExec(b, e, airlock.CreateSandboxRequest{Template: "served", TimeoutSeconds: 600}, "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8000")
+	})
+	// A cold create of the start-command template itself: with its start snapshot gone, the node boots
+	// the image, starts the command and waits for the ready check, as on a runtime that cannot restore.
+	b.Run("cold-start-command", func(b *testing.B) {
+		if err := os.RemoveAll(filepath.Join(e.DataDir, "node", "starts")); err != nil {
+			b.Fatal(err)
+		}
 		createThenExec(b, e, airlock.CreateSandboxRequest{Template: "served", TimeoutSeconds: 600}, "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8000")
 	})
 	// What a template without a start snapshot costs until the server answers: a cold create of the
