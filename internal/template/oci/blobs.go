@@ -1,11 +1,14 @@
 package oci
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +16,9 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/fsutil"
@@ -28,8 +34,10 @@ const maxMetaBlob = 4 << 20
 
 func (s *Store) blobPath(h v1.Hash) string { return filepath.Join(s.Dir, "blobs", h.Algorithm, h.Hex) }
 
-// keepBlobs writes img's blobs the store lacks, leaving b.minFree free.
-func (s *Store) keepBlobs(img v1.Image, b *budget) error {
+// keepBlobs writes img's blobs the store lacks, leaving b.minFree free. A layer whose blob the store
+// lacks and whose contents it has not unpacked either (of diff ID diffIDs[i]) is kept and unpacked in
+// one read (keepAndUnpack).
+func (s *Store) keepBlobs(ctx context.Context, img v1.Image, diffIDs []v1.Hash, b *budget) error {
 	m, err := img.Manifest()
 	if err != nil {
 		return fmt.Errorf("manifest: %v: %w", err, errdefs.ErrInvalidArgument)
@@ -48,6 +56,12 @@ func (s *Store) keepBlobs(img v1.Image, b *budget) error {
 			return fmt.Errorf("layer %d size: %v: %w", i, err, errdefs.ErrInvalidArgument)
 		}
 		if s.hasBlob(d, size) {
+			continue
+		}
+		if i < len(diffIDs) && digestRE.MatchString(diffIDs[i].String()) && !s.hasLayer(diffIDs[i].String()) {
+			if err := s.keepAndUnpack(ctx, l, d, size, diffIDs[i].String(), b); err != nil {
+				return fmt.Errorf("layer %d (%s): %w", i, d, err)
+			}
 			continue
 		}
 		rc, err := l.Compressed()
@@ -79,6 +93,165 @@ func (s *Store) keepBlobs(img v1.Image, b *budget) error {
 		return fmt.Errorf("manifest: %w", err)
 	}
 	return nil
+}
+
+// hasLayer reports whether the store holds the unpacked layer of diff ID diffID.
+func (s *Store) hasLayer(diffID string) bool {
+	_, err := os.Lstat(filepath.Join(s.Dir, "layers", fileName(diffID)))
+	return err == nil
+}
+
+// keepAndUnpack stores layer l's blob (digest d, size bytes) and unpacks its contents, reading it once:
+// the compressed bytes go into the blob's file as they are decompressed and unpacked beside the
+// layer's place. The blob is checked against d and size and the tar against diffID before either is
+// renamed in; a layer that fails leaves neither.
+func (s *Store) keepAndUnpack(ctx context.Context, l v1.Layer, d v1.Hash, size int64, diffID string, b *budget) error {
+	if d.Algorithm != "sha256" || !digestRE.MatchString(d.String()) {
+		return fmt.Errorf("blob digest %s: only sha256 is taken: %w", d, errdefs.ErrInvalidArgument)
+	}
+	if size < 0 {
+		return fmt.Errorf("blob %s: size %d: %w", d, size, errdefs.ErrInvalidArgument)
+	}
+	final := s.blobPath(d)
+	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(final), ".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // gone after the rename
+	defer f.Close()
+	layers := filepath.Join(s.Dir, "layers")
+	if err := os.MkdirAll(layers, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(layers, ".tmp-")
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(tmp)
+		}
+	}()
+	rc, err := l.Compressed()
+	if err != nil {
+		return fmt.Errorf("%w: open: %v", ErrBadLayer, err)
+	}
+	defer rc.Close()
+	tee := &blobTee{r: rc, f: f, sum: sha256.New(), b: b, size: size, h: d}
+	br := bufio.NewReaderSize(tee, 64<<10)
+	ur, closeU, err := decompress(br)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadLayer, err)
+	}
+	defer closeU()
+	ur = badLayerReader{ur}
+	h := sha256.New()
+	if err := unpackLayer(ctx, io.TeeReader(ur, h), tmp, b); err != nil {
+		return err
+	}
+	// The rest of the tar (its end blocks, padding) counts toward the diff ID, and the rest of the
+	// compressed stream (a trailer) toward the blob.
+	if _, err := io.Copy(h, io.LimitReader(ur, 1<<20)); err != nil {
+		return fmt.Errorf("%w: read: %v", ErrBadLayer, err)
+	}
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		return fmt.Errorf("%w (blob %s)", err, d)
+	}
+	if tee.n != size {
+		return fmt.Errorf("%w: blob %s has %d bytes, not its %d", ErrBadLayer, d, tee.n, size)
+	}
+	if got := hex.EncodeToString(tee.sum.Sum(nil)); got != d.Hex {
+		return fmt.Errorf("%w: blob %s has the digest sha256:%s", ErrBadLayer, d, got)
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != diffID {
+		return fmt.Errorf("%w: its content's digest is %s, not the diff ID the image names", ErrBadLayer, got)
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(layers, fileName(diffID))); err != nil {
+		return err
+	}
+	ok = true
+	return os.Rename(f.Name(), final)
+}
+
+// blobTee reads a blob's compressed bytes from r, writing each into f and its digest as it goes,
+// refusing more than size bytes and checking every freeCheckEvery bytes (and first) that f's file
+// system keeps b.minFree free.
+type blobTee struct {
+	r    io.Reader
+	f    *os.File
+	sum  hash.Hash
+	b    *budget
+	h    v1.Hash
+	size int64
+	n    int64
+}
+
+func (t *blobTee) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if n > 0 {
+		if t.n+int64(n) > t.size {
+			return 0, fmt.Errorf("%w: blob %s is longer than its %d bytes", ErrBadLayer, t.h, t.size)
+		}
+		if t.n == 0 || t.n/freeCheckEvery != (t.n+int64(n))/freeCheckEvery {
+			if err := t.b.room(t.f, freeCheckEvery); err != nil {
+				return 0, err
+			}
+		}
+		if _, err := t.f.Write(p[:n]); err != nil {
+			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+				return 0, fmt.Errorf("the node's disk is full: %v: %w", err, errdefs.ErrResourceExhausted)
+			}
+			return 0, err
+		}
+		t.sum.Write(p[:n])
+		t.n += int64(n)
+	}
+	return n, err
+}
+
+// badLayerReader reads a layer's contents, reporting a stream that does not decompress as ErrBadLayer
+// (what the node could not do, such as find room on its disk, is passed on as it is).
+type badLayerReader struct{ r io.Reader }
+
+func (r badLayerReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, ErrBadLayer) && !errors.Is(err, errdefs.ErrResourceExhausted) {
+		err = fmt.Errorf("%w: %v", ErrBadLayer, err)
+	}
+	return n, err
+}
+
+// decompress returns the tar a layer blob holds: gunzipped, un-zstd'd, or as it is, by its first bytes.
+func decompress(br *bufio.Reader) (io.Reader, func(), error) {
+	magic, _ := br.Peek(4)
+	switch {
+	case len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, func() { zr.Close() }, nil
+	case len(magic) == 4 && magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd:
+		zr, err := zstd.NewReader(br)
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, zr.Close, nil
+	}
+	return br, func() {}, nil
 }
 
 // hasBlob reports whether the store holds blob h of size bytes (written whole: blobs are renamed in).

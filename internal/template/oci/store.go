@@ -330,7 +330,7 @@ func (s *Store) add(ctx context.Context, img v1.Image) (Image, error) {
 	b := &budget{bytes: lim.Bytes, entries: lim.Entries, minFree: lim.MinFree}
 	// The image's blobs are kept as they came (checked against their digests), and its layers unpacked
 	// from those copies: a registry's are fetched once.
-	if err := s.keepBlobs(img, b); err != nil {
+	if err := s.keepBlobs(ctx, img, cf.RootFS.DiffIDs, b); err != nil {
 		return Image{}, fmt.Errorf("image %s: %w", digest, err)
 	}
 	if img, err = s.stored(out.Digest); err != nil {
