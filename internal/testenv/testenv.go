@@ -170,6 +170,15 @@ type Options struct {
 	DefaultImage string
 }
 
+// startWait is how long Start waits for Airlock to listen: longer when it installs a default image
+// first (hundreds of MB to unpack).
+func startWait(opts Options) time.Duration {
+	if opts.DefaultImage != "" {
+		return 5 * time.Minute
+	}
+	return 60 * time.Second
+}
+
 // Start runs Airlock for the test and stops it (cleanly, as SIGTERM would) when the test ends.
 func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
@@ -238,9 +247,9 @@ func Start(t testing.TB, opts Options) *Env {
 	case err := <-e.done:
 		cancel()
 		t.Fatalf("airlock did not start: %v\n%s", err, logs.String())
-	case <-time.After(60 * time.Second):
+	case <-time.After(startWait(opts)):
 		cancel()
-		t.Fatalf("airlock did not start within 60s\n%s", logs.String())
+		t.Fatalf("airlock did not start within %s\n%s", startWait(opts), logs.String())
 	}
 	e.APIKey = opts.APIKey
 	if e.APIKey == "" {
