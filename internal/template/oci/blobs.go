@@ -106,36 +106,12 @@ func (s *Store) hasLayer(diffID string) bool {
 // layer's place. The blob is checked against d and size and the tar against diffID before either is
 // renamed in; a layer that fails leaves neither.
 func (s *Store) keepAndUnpack(ctx context.Context, l v1.Layer, d v1.Hash, size int64, diffID string, b *budget) error {
-	if d.Algorithm != "sha256" || !digestRE.MatchString(d.String()) {
-		return fmt.Errorf("blob digest %s: only sha256 is taken: %w", d, errdefs.ErrInvalidArgument)
-	}
-	if size < 0 {
-		return fmt.Errorf("blob %s: size %d: %w", d, size, errdefs.ErrInvalidArgument)
-	}
-	final := s.blobPath(d)
-	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(final), ".tmp-")
+	f, final, err := s.blobTemp(d, size)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name()) // gone after the rename
 	defer f.Close()
-	layers := filepath.Join(s.Dir, "layers")
-	if err := os.MkdirAll(layers, 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp(layers, ".tmp-")
-	if err != nil {
-		return err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			os.RemoveAll(tmp)
-		}
-	}()
 	rc, err := l.Compressed()
 	if err != nil {
 		return fmt.Errorf("%w: open: %v", ErrBadLayer, err)
@@ -148,16 +124,17 @@ func (s *Store) keepAndUnpack(ctx context.Context, l v1.Layer, d v1.Hash, size i
 		return fmt.Errorf("%w: %v", ErrBadLayer, err)
 	}
 	defer closeU()
-	ur = badLayerReader{ur}
-	h := sha256.New()
-	if err := unpackLayer(ctx, io.TeeReader(ur, h), tmp, b); err != nil {
+	tmp, err := s.unpackToTemp(ctx, badLayerReader{ur}, diffID, b)
+	if err != nil {
 		return err
 	}
-	// The rest of the tar (its end blocks, padding) counts toward the diff ID, and the rest of the
-	// compressed stream (a trailer) toward the blob.
-	if _, err := io.Copy(h, io.LimitReader(ur, 1<<20)); err != nil {
-		return fmt.Errorf("%w: read: %v", ErrBadLayer, err)
-	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(tmp)
+		}
+	}()
+	// The rest of the compressed stream (a trailer) counts toward the blob.
 	if _, err := io.Copy(io.Discard, br); err != nil {
 		return fmt.Errorf("%w (blob %s)", err, d)
 	}
@@ -167,23 +144,45 @@ func (s *Store) keepAndUnpack(ctx context.Context, l v1.Layer, d v1.Hash, size i
 	if got := hex.EncodeToString(tee.sum.Sum(nil)); got != d.Hex {
 		return fmt.Errorf("%w: blob %s has the digest sha256:%s", ErrBadLayer, d, got)
 	}
-	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != diffID {
-		return fmt.Errorf("%w: its content's digest is %s, not the diff ID the image names", ErrBadLayer, got)
-	}
 	if err := f.Sync(); err != nil {
 		return err
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(layers, fileName(diffID))); err != nil {
+	if err := os.Rename(tmp, filepath.Join(s.Dir, "layers", fileName(diffID))); err != nil {
 		return err
 	}
 	ok = true
 	return os.Rename(f.Name(), final)
+}
+
+// checkBlob reports whether blob h of size bytes is one the store takes: sha256, a size not negative.
+func checkBlob(h v1.Hash, size int64) error {
+	if h.Algorithm != "sha256" || !digestRE.MatchString(h.String()) {
+		return fmt.Errorf("blob digest %s: only sha256 is taken: %w", h, errdefs.ErrInvalidArgument)
+	}
+	if size < 0 {
+		return fmt.Errorf("blob %s: size %d: %w", h, size, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// blobTemp checks that blob h of size bytes is one the store takes and opens a temporary file beside
+// its place, returning it and the place.
+func (s *Store) blobTemp(h v1.Hash, size int64) (*os.File, string, error) {
+	if err := checkBlob(h, size); err != nil {
+		return nil, "", err
+	}
+	final := s.blobPath(h)
+	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
+		return nil, "", err
+	}
+	f, err := os.CreateTemp(filepath.Dir(final), ".tmp-")
+	if err != nil {
+		return nil, "", err
+	}
+	return f, final, nil
 }
 
 // blobTee reads a blob's compressed bytes from r, writing each into f and its digest as it goes,
@@ -263,20 +262,13 @@ func (s *Store) hasBlob(h v1.Hash, size int64) bool {
 // writeBlob stores the size bytes of r as blob h, unless the store has it: written beside its place,
 // checked against h and size, then renamed in.
 func (s *Store) writeBlob(h v1.Hash, size int64, r io.Reader, b *budget) error {
-	if h.Algorithm != "sha256" || !digestRE.MatchString(h.String()) {
-		return fmt.Errorf("blob digest %s: only sha256 is taken: %w", h, errdefs.ErrInvalidArgument)
-	}
-	if size < 0 {
-		return fmt.Errorf("blob %s: size %d: %w", h, size, errdefs.ErrInvalidArgument)
+	if err := checkBlob(h, size); err != nil {
+		return err
 	}
 	if s.hasBlob(h, size) {
 		return nil
 	}
-	final := s.blobPath(h)
-	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(final), ".tmp-")
+	f, final, err := s.blobTemp(h, size)
 	if err != nil {
 		return err
 	}

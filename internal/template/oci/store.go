@@ -370,12 +370,33 @@ func (s *Store) addLayer(ctx context.Context, l v1.Layer, diffID string, b *budg
 	if _, err := os.Lstat(final); err == nil {
 		return nil
 	}
-	if err := os.MkdirAll(layers, 0o700); err != nil {
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return fmt.Errorf("%w: open: %v", ErrBadLayer, err)
+	}
+	defer rc.Close()
+	tmp, err := s.unpackToTemp(ctx, rc, diffID, b)
+	if err != nil {
 		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	return nil
+}
+
+// unpackToTemp unpacks the layer tar r into a new directory beside the layers' places, checks that
+// the tar has the digest diffID, and returns the directory, ready to be renamed into place (nothing is
+// left behind on an error).
+func (s *Store) unpackToTemp(ctx context.Context, r io.Reader, diffID string, b *budget) (string, error) {
+	layers := filepath.Join(s.Dir, "layers")
+	if err := os.MkdirAll(layers, 0o700); err != nil {
+		return "", err
 	}
 	tmp, err := os.MkdirTemp(layers, ".tmp-")
 	if err != nil {
-		return err
+		return "", err
 	}
 	ok := false
 	defer func() {
@@ -383,30 +404,22 @@ func (s *Store) addLayer(ctx context.Context, l v1.Layer, diffID string, b *budg
 			os.RemoveAll(tmp)
 		}
 	}()
-	rc, err := l.Uncompressed()
-	if err != nil {
-		return fmt.Errorf("%w: open: %v", ErrBadLayer, err)
-	}
-	defer rc.Close()
 	h := sha256.New()
-	if err := unpackLayer(ctx, io.TeeReader(rc, h), tmp, b); err != nil {
-		return err
+	if err := unpackLayer(ctx, io.TeeReader(r, h), tmp, b); err != nil {
+		return "", err
 	}
 	// The rest of the tar (its end blocks, padding) counts toward the digest too.
-	if _, err := io.Copy(h, io.LimitReader(rc, 1<<20)); err != nil {
-		return fmt.Errorf("%w: read: %v", ErrBadLayer, err)
+	if _, err := io.Copy(h, io.LimitReader(r, 1<<20)); err != nil {
+		return "", fmt.Errorf("%w: read: %v", ErrBadLayer, err)
 	}
 	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != diffID {
-		return fmt.Errorf("%w: its content's digest is %s, not the diff ID the image names", ErrBadLayer, got)
+		return "", fmt.Errorf("%w: its content's digest is %s, not the diff ID the image names", ErrBadLayer, got)
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return err
+		return "", err
 	}
 	ok = true
-	return nil
+	return tmp, nil
 }
 
 // Get returns the image of digest the store holds (errdefs.ErrNotFound if none).
