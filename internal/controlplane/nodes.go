@@ -662,8 +662,11 @@ func (s *placer) place(ctx context.Context, spec store.SandboxSpec, prefer, rt, 
 		return u.Sandboxes, u.MemoryMB
 	}
 	best := ""
-	if holders := s.imageHolders(ctx, image, caps); prefer == "" && len(holders) > 0 && len(holders) < len(caps) {
-		best, _ = s.nodes.reserve(holders, usedBy, spec, "")
+	if prefer == "" && image != "" && len(caps) > 1 {
+		// Holders first, if some nodes are not.
+		if holders := s.imageHolders(ctx, image, caps); len(holders) > 0 && len(holders) < len(caps) {
+			best, _ = s.nodes.reserve(holders, usedBy, spec, "")
+		}
 	}
 	if best == "" {
 		if best, err = s.nodes.reserve(caps, usedBy, spec, prefer); err != nil {
