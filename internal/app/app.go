@@ -135,6 +135,9 @@ type Config struct {
 	// ImageCacheBytes bounds the node's cache of recent checkpoint images (fast resumes and forks).
 	// Zero: DefaultImageCacheBytes; negative: no cache.
 	ImageCacheBytes int64
+	// WarmPool is how many sandboxes the node keeps restored ahead per kind of create of a template's
+	// start snapshot (node.Config). Zero: node.DefaultWarmPool; negative: none.
+	WarmPool int
 	// Retention is the default snapshot retention (tenants and sessions override it). Zero fields:
 	// retention.Default's.
 	Retention retention.Policy
@@ -503,7 +506,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		var closeNode func() error
 		nd, closeNode, err = startHostNode(hostNode{id: node.LocalID, dataDir: dataDir, tag: tag, runsc: cfg.Runsc, daemon: cfg.DaemonBinary,
 			debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, guards: guards, log: log, keys: keyring, reg: reg,
-			snapshots: snaps, imageCacheBytes: cfg.ImageCacheBytes,
+			snapshots: snaps, imageCacheBytes: cfg.ImageCacheBytes, warmPool: cfg.WarmPool,
 			// In one process the node needs no check of which sandbox asks: the gateway asks only for
 			// its sandboxes' bindings.
 			secret: func(ctx context.Context, tenantID, _, name string) ([]byte, error) {
@@ -733,6 +736,8 @@ type hostNode struct {
 	// imageCacheBytes bounds its image cache (node.Config).
 	snapshots       *snapshot.Store
 	imageCacheBytes int64
+	// warmPool sizes its warm pool (node.Config).
+	warmPool int
 }
 
 // startHostNode starts the node of this host: its runtime, flow log, gateway and node. closeNode stops
@@ -819,11 +824,47 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 		Logger:          h.log,
 		Snapshots:       h.snapshots,
 		ImageCacheBytes: h.imageCacheBytes,
+		WarmPool:        h.warmPool,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
+	if h.reg != nil {
+		if err := registerStartMetrics(h.reg, nd); err != nil {
+			return nil, nil, err
+		}
+	}
 	return nd, closeNode, nil
+}
+
+// registerStartMetrics registers on reg the node's counts of the creates of templates' start
+// snapshots (node.StartStats):
+//
+//	airlock_start_creates_total{how="warm"|"restored"|"booted"}  creates, by how they were served
+//	airlock_warm_sandboxes                                       warm sandboxes ready now
+func registerStartMetrics(reg prometheus.Registerer, nd *node.Local) error {
+	for how, f := range map[string]func(node.StartStats) uint64{
+		"warm":     func(s node.StartStats) uint64 { return s.Warm },
+		"restored": func(s node.StartStats) uint64 { return s.Restored },
+		"booted":   func(s node.StartStats) uint64 { return s.Booted },
+	} {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "airlock_start_creates_total",
+			Help:        "Creates of templates' start snapshots on this node, by how they were served: warm (a sandbox restored ahead), restored (from the start snapshot when asked) or booted (the command started anew).",
+			ConstLabels: prometheus.Labels{"how": how},
+		}, func() float64 { return float64(f(nd.StartStats())) })
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register start metrics: %w", err)
+		}
+	}
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "airlock_warm_sandboxes",
+		Help: "Sandboxes this node keeps restored ahead from templates' start snapshots, ready for a create.",
+	}, func() float64 { return float64(nd.StartStats().Ready) })
+	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("register start metrics: %w", err)
+	}
+	return nil
 }
 
 // openBlobs opens the blob store of the snapshots: the S3 bucket, or else DATA/blobs.

@@ -96,6 +96,8 @@ type NodeConfig struct {
 	// ImageCacheBytes bounds the node's cache of checkpoint images (node.Config). Zero:
 	// DefaultImageCacheBytes; negative: none.
 	ImageCacheBytes int64
+	// WarmPool sizes the node's warm pool (node.Config). Zero: node.DefaultWarmPool; negative: none.
+	WarmPool int
 	// Logger receives logs. Nil: slog.Default().
 	Logger *slog.Logger
 	// Out receives what is meant for the person who started the node. Nil: os.Stdout.
@@ -273,7 +275,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 	// The interception CAs' keys are wrapped by the control plane, under their tenants' keys, bound to
 	// this node: a revoked tenant key means no CA, and the files here are of no use elsewhere.
 	nd, closeNode, err := startHostNode(hostNode{id: j.info.ID, dataDir: dataDir, tag: InstanceTag(dataDir), runsc: cfg.Runsc,
-		snapshots: snaps, imageCacheBytes: cfg.ImageCacheBytes,
+		snapshots: snaps, imageCacheBytes: cfg.ImageCacheBytes, warmPool: cfg.WarmPool,
 		daemon: cfg.DaemonBinary, debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, guards: guards, log: log,
 		keys: cc, secret: cc.Secret, token: cc.Token, audit: cc.Record, onExit: cc.SandboxExit,
 		sessionCA: cc.SessionCA, keepSessionCA: cc.KeepSessionCA})

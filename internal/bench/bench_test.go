@@ -96,6 +96,11 @@ func coldCreateFrom(b *testing.B, e *testenv.Env, req airlock.CreateSandboxReque
 // createThenExec times create to the end of a first exec of cmd (which must succeed) in sandboxes made
 // with req; the first, which builds or mounts the template, is not timed.
 func createThenExec(b *testing.B, e *testenv.Env, req airlock.CreateSandboxRequest, cmd ...string) {
+	createThenExecAfter(b, e, req, nil, cmd...)
+}
+
+// createThenExecAfter is createThenExec that calls before (if not nil), untimed, before each create.
+func createThenExecAfter(b *testing.B, e *testenv.Env, req airlock.CreateSandboxRequest, before func(), cmd ...string) {
 	ctx := context.Background()
 	create := func() *airlock.Sandbox {
 		sb, err := e.Client.CreateSandbox(ctx, req)
@@ -108,6 +113,11 @@ func createThenExec(b *testing.B, e *testenv.Env, req airlock.CreateSandboxReque
 	var tm timings
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		if before != nil {
+			b.StopTimer()
+			before()
+			b.StartTimer()
+		}
 		start := time.Now()
 		sb := create()
 		if res, err := e.Client.Exec(ctx, sb.ID, airlock.ExecRequest{Cmd: cmd}); err != nil || res.ExitCode != 0 {

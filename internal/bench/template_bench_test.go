@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,7 +130,26 @@ func BenchmarkCreateFromStartTemplate(b *testing.B) {
 	b.Run("cold", func(b *testing.B) {
 		createThenExec(b, e, airlock.CreateSandboxRequest{Template: "bench", TimeoutSeconds: 600}, connect...)
 	})
+	// Creates one after the other: each takes the sandbox the warm pool restored ahead if the pool
+	// refilled since the last one (a restore in the background), else restores one itself.
 	b.Run("start-snapshot", func(b *testing.B) {
+		createThenExec(b, e, airlock.CreateSandboxRequest{Template: "served", TimeoutSeconds: 600}, "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8000")
+	})
+	// Creates that find the pool filled (spaced out more than a restore takes): each takes a warm one.
+	b.Run("start-snapshot-warm", func(b *testing.B) {
+		createThenExecAfter(b, e, airlock.CreateSandboxRequest{Template: "served", TimeoutSeconds: 600}, func() { waitWarm(b, e) },
+			"bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8000")
+	})
+	// Without the pool (airlock up --warm-pool -1): every create restores from the start snapshot when
+	// asked. The same data directory, restarted; the variants after this one use it too.
+	restarted, top := false, b
+	b.Run("start-snapshot-restore", func(b *testing.B) {
+		if !restarted {
+			if err := e.Stop(); err != nil {
+				b.Fatal(err)
+			}
+			e, restarted = testenv.Start(top, testenv.Options{WarmPool: -1, DataDir: e.DataDir}), true
+		}
 		createThenExec(b, e, airlock.CreateSandboxRequest{Template: "served", TimeoutSeconds: 600}, "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8000")
 	})
 	// A cold create of the start-command template itself: with its start snapshot gone, the node boots
@@ -156,5 +177,30 @@ func importBench(b *testing.B, e *testenv.Env, img v1.Image) {
 	defer f.Close()
 	if _, err := e.Client.ImportTemplate(context.Background(), "bench", f); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// waitWarm waits until e's node has a warm sandbox ready (airlock_warm_sandboxes on /metrics).
+func waitWarm(b *testing.B, e *testenv.Env) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get(e.URL + "/metrics")
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(l, "airlock_warm_sandboxes "); ok && v != "0" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("no warm sandbox after a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

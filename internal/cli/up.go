@@ -40,6 +40,7 @@ func newServeCmd(g *globals, server bool) *cobra.Command {
 	var postgresDSN, masterKeyFile, clusterListen, defaultImage string
 	var ingressMax int
 	var allowPrivate []string
+	var warmPool int
 	var keepAll, keepHourly, keepDaily, pruneEvery, gcEvery, gcGrace, imageGrace time.Duration
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -114,6 +115,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				S3:               s3,
 				Retention:        retention.Policy{KeepAll: keepAll, KeepHourly: keepHourly, KeepDaily: keepDaily},
 				PruneInterval:    pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace, ImageGCGrace: imageGrace, DefaultImage: defaultImage,
+				WarmPool:           warmPool,
 				EgressAllowPrivate: open,
 			})
 		},
@@ -156,6 +158,7 @@ SIGINT or SIGTERM stops the replica; the nodes and their sandboxes run on.`
 	f.DurationVar(&gcEvery, "gc-interval", 0, "how often unreferenced snapshot data and template images are collected (default 10m)")
 	f.DurationVar(&gcGrace, "gc-grace", 0, "how old unreferenced snapshot data must be to be collected (default 1h)")
 	f.DurationVar(&imageGrace, "image-gc-grace", 0, "how long a template image nothing uses stays on the node (default 1h)")
+	f.IntVar(&warmPool, "warm-pool", 0, "sandboxes kept restored ahead for each kind of create of a template's start snapshot, so that a create only wakes one (default 1; -1: none)")
 	f.StringVar(&defaultImage, "default-image", "", "the OCI archive the default template is installed from at start when it changed (default: ../lib/airlock/"+app.DefaultImageName+" beside this executable, which scripts/install.sh builds); none: the host's /usr")
 	return cmd
 }

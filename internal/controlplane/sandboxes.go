@@ -187,11 +187,32 @@ func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req Crea
 			return store.Sandbox{}, fmt.Errorf("encode network policy: %w", err)
 		}
 	}
+	start := req.start
+	if start == nil {
+		start = s.placer.startFor(ctx, req.Template, rt.Name, pl.n.ID())
+	}
+	env := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	nreq := node.CreateRequest{
+		TenantID: tenantID,
+		Template: req.Template,
+		Runtime:  rt.Name,
+		Env:      env,
+		Limits: runtime.Limits{
+			CPUMillis:   int64(req.CPUMillicores),
+			MemoryBytes: int64(req.MemoryMB) << 20,
+			DiskBytes:   int64(req.DiskMB) << 20,
+		},
+		Network: netPolicy,
+		Start:   start,
+	}
 	now := s.now()
 	ends := now.Add(time.Duration(req.TimeoutSeconds) * time.Second)
 	sb, err := s.store.CreateSandbox(ctx, store.Sandbox{
 		NetworkPolicy: netJSON,
-		ID:            store.NewID("sb"),
+		ID:            s.placer.newSandboxID(ctx, pl.n, nreq),
 		TenantID:      tenantID,
 		NodeID:        pl.n.ID(),
 		Template:      req.Template,
@@ -207,10 +228,6 @@ func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req Crea
 	unlock := s.locks.Lock(sb.ID)
 	defer unlock()
 
-	start := req.start
-	if start == nil {
-		start = s.placer.startFor(ctx, req.Template, rt.Name, pl.n.ID())
-	}
 	// The boot goes on if the caller goes away: the record exists and must end in a settled state.
 	bootFor := 2 * time.Minute
 	if start != nil {
@@ -218,27 +235,11 @@ func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req Crea
 	}
 	bootCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bootFor)
 	defer cancel()
-	env := make([]string, 0, len(req.Env))
-	for k, v := range req.Env {
-		env = append(env, k+"="+v)
-	}
 	// The record counts on the node now (place).
 	pl.done()
 	s.placer.auditRuntime(tenantID, sb.ID, rt.Name, why)
-	berr := pl.n.CreateSandbox(bootCtx, node.CreateRequest{
-		ID:       sb.ID,
-		TenantID: sb.TenantID,
-		Template: req.Template,
-		Runtime:  rt.Name,
-		Env:      env,
-		Limits: runtime.Limits{
-			CPUMillis:   int64(req.CPUMillicores),
-			MemoryBytes: int64(req.MemoryMB) << 20,
-			DiskBytes:   int64(req.DiskMB) << 20,
-		},
-		Network: netPolicy,
-		Start:   start,
-	})
+	nreq.ID = sb.ID
+	berr := pl.n.CreateSandbox(bootCtx, nreq)
 	if berr != nil {
 		s.log.Error("boot sandbox", "sandbox", sb.ID, "err", berr)
 		reason := "boot failed"

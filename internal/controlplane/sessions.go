@@ -229,7 +229,20 @@ func (s *sessions) startSessionSandbox(ctx context.Context, se store.Session, en
 	}
 	// The session's lease goes to the new sandbox (failover.go); its token fences off orders of an
 	// earlier holder.
-	sbID := store.NewID("sb")
+	req := node.CreateRequest{
+		TenantID: se.TenantID,
+		Template: se.Spec.Template,
+		Runtime:  rt,
+		Env:      env,
+		Limits: runtime.Limits{CPUMillis: int64(se.Spec.CPUMillicores), MemoryBytes: int64(se.Spec.MemoryMB) << 20,
+			DiskBytes: int64(se.Spec.DiskMB) << 20},
+		Network: p,
+		CAID:    se.ID,
+	}
+	if src == nil {
+		req.Start = s.placer.startFor(ctx, se.Spec.Template, rt, n.ID())
+	}
+	sbID := s.placer.newSandboxID(ctx, n, req)
 	fence, err := s.takeSessionLease(ctx, se, sbID)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -252,21 +265,9 @@ func (s *sessions) startSessionSandbox(ctx context.Context, se store.Session, en
 	s.placer.auditRuntime(se.TenantID, sb.ID, rt, sb.Metadata[RuntimeReasonMetadataKey])
 	unlock := s.locks.Lock(sb.ID)
 	defer unlock()
-	req := node.CreateRequest{
-		ID:       sb.ID,
-		TenantID: se.TenantID,
-		Template: se.Spec.Template,
-		Runtime:  rt,
-		Env:      env,
-		Limits: runtime.Limits{CPUMillis: int64(se.Spec.CPUMillicores), MemoryBytes: int64(se.Spec.MemoryMB) << 20,
-			DiskBytes: int64(se.Spec.DiskMB) << 20},
-		Network: p,
-		CAID:    se.ID,
-		Fence:   fence,
-	}
+	req.ID, req.Fence = sb.ID, fence
 	pl.done() // the record counts on the node now
 	if src == nil {
-		req.Start = s.placer.startFor(ctx, se.Spec.Template, rt, n.ID())
 		err = n.CreateSandbox(ctx, req)
 	} else {
 		err = n.RestoreSandbox(ctx, req, src.ImageSource)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/template"
 )
 
@@ -86,4 +87,21 @@ func (s *placer) startFor(ctx context.Context, ref, rt, nodeID string) *node.Sta
 		return nil // another version: its start command is not this one's
 	}
 	return s.nodeStart(rec.Start, rec.Config.WorkingDir, rt, nodeID)
+}
+
+// warmTaker is a node that keeps sandboxes restored ahead for the creates of start snapshots (the
+// in-process node: node.Local.TakeWarm).
+type warmTaker interface {
+	TakeWarm(ctx context.Context, req node.CreateRequest) (string, bool)
+}
+
+// newSandboxID names the sandbox of create req (its ID unset) on node n: a sandbox n restored ahead for
+// it, if n keeps one (the create must then be of that ID), or a new ID.
+func (s *placer) newSandboxID(ctx context.Context, n Node, req node.CreateRequest) string {
+	if w, ok := n.(warmTaker); ok && req.Start != nil && req.Start.Key != "" {
+		if id, ok := w.TakeWarm(ctx, req); ok {
+			return id
+		}
+	}
+	return store.NewID("sb")
 }

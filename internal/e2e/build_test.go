@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -234,9 +236,15 @@ func writeTarDir(w *bytes.Buffer, dir string) error {
 // sandbox and session with the command already running and serving, restored from the build's start
 // snapshot (the process started before the sandbox was asked for), each with its own environment and
 // its own interception CA; a start command that exits before it is ready fails the build, naming it.
+// Creates after the first take a sandbox the warm pool restored ahead: the same, and it reached nothing
+// before a create took it (its gateway registration and policy come with the create).
 func TestTemplateStartCommand(t *testing.T) {
-	testenv.RequireSandboxes(t)
-	e := testenv.Start(t, testenv.Options{})
+	n := startNetEnv(t)
+	e := n.Env
+	before, err := testenv.TakeFootprint(e.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := ctxT(t, 10*time.Minute)
 	c := e.Client
 	op := []string{"--url", e.URL, "--api-key", e.APIKey}
@@ -252,7 +260,11 @@ func TestTemplateStartCommand(t *testing.T) {
 	}
 	dir := writeContext(t, "FROM startbase\nCOPY --chmod=0755 portserver /usr/local/bin/portserver\n", map[string]string{"portserver": string(server)})
 	code, out, errOut := runCLI(append(op, "template", "build", "served", dir,
-		"--start-cmd", `echo "$EPOCHREALTIME" > /tmp/started; exec portserver -http 127.0.0.1:8000 -name from-the-start`,
+		// With the server, a prober that asks the upstream through the gateway every 50 ms and notes
+		// when it first got through (only once a create's policy allows it).
+		"--start-cmd", `echo "$EPOCHREALTIME" > /tmp/started
+(until (exec 3<>/dev/tcp/`+n.up.IP.String()+`/80 && printf 'GET /warm HTTP/1.0\r\nHost: api.example.test\r\n\r\n' >&3 && while read -r l; do [[ $l == *`+upstreamMarker+`* ]] && exit 0; done <&3; exit 1); do sleep 0.05; done; echo "$EPOCHREALTIME" > /tmp/reached) >/dev/null 2>&1 &
+exec portserver -http 127.0.0.1:8000 -name from-the-start`,
 		"--ready-cmd", `exec 3<>/dev/tcp/127.0.0.1/8000`)...)
 	if code != 0 || !strings.Contains(out, "Start: ") {
 		t.Fatalf("template build with a start command: %d %q %s", code, out, errOut)
@@ -291,6 +303,42 @@ func TestTemplateStartCommand(t *testing.T) {
 	if len(cas) == 2 && cas[0][len("served\none\n"):] == cas[1][len("served\ntwo\n"):] {
 		t.Error("two sandboxes of the start snapshot share an interception CA")
 	}
+	// The warm pool has one ready by now (or soon): the next create takes it.
+	metrics := func() map[string]float64 { return scrapeMetrics(t, e.URL, "airlock_") }
+	for deadline := time.Now().Add(time.Minute); metrics()["airlock_warm_sandboxes"] < 1; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warm sandbox after a minute: %v", metrics())
+		}
+	}
+	warmBefore := metrics()[`airlock_start_creates_total{how="warm"}`]
+	asked := time.Now()
+	sb := create(t, e, airlock.CreateSandboxRequest{Template: "served", Env: map[string]string{"GREETING": "warm"},
+		Network: &airlock.NetworkPolicy{Rules: []airlock.NetworkRule{{Action: "allow", Host: "api.example.test", Ports: []airlock.PortRange{"80"}}}}})
+	if got := metrics()[`airlock_start_creates_total{how="warm"}`]; got != warmBefore+1 {
+		t.Errorf("warm creates %v then %v; want the create served warm", warmBefore, got)
+	}
+	res := sh(t, e, sb.ID, get+`; cat /tmp/started; for ((i = 0; i < 100; i++)); do [ -e /tmp/reached ] && break; sleep 0.05; done; cat /tmp/reached`)
+	const end = "-----END CERTIFICATE-----\n"
+	head, times, _ := strings.Cut(res.Stdout, end)
+	ca, ok := strings.CutPrefix(head, "served\nwarm\n")
+	if !ok || !strings.HasPrefix(ca, "-----BEGIN CERTIFICATE-----") || strings.Contains(cas[0]+cas[1], ca) {
+		t.Fatalf("a warm sandbox: %q (stderr %q); want the server answering, GREETING=warm, a CA of its own", res.Stdout, res.Stderr)
+	}
+	f := strings.Fields(times)
+	if len(f) != 2 {
+		t.Fatalf("a warm sandbox's start and first reach of the upstream: %q; want both (the create's policy lets it through)", times)
+	}
+	at := func(s string) time.Time {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatalf("a time in the sandbox %q: %v", s, err)
+		}
+		return time.Unix(0, int64(f*1e9))
+	}
+	if started, reached := at(f[0]), at(f[1]); !started.Before(asked) || reached.Before(asked) {
+		t.Errorf("warm sandbox: the command started at %s, reached the upstream at %s, the create asked at %s; "+
+			"want started before (restored ahead) and reached after (nothing got out before a create took it)", started, reached, asked)
+	}
 	se, err := c.CreateSession(ctx, airlock.CreateSessionRequest{Template: "served"})
 	if err != nil {
 		t.Fatal(err)
@@ -305,5 +353,23 @@ func TestTemplateStartCommand(t *testing.T) {
 	code, out, errOut = runCLI(append(op, "template", "build", "broken", dir, "--start-cmd", "exit 7", "--ready-cmd", "false")...)
 	if code == 0 || !strings.Contains(out+errOut, "exited (exit code 7) before the sandbox was ready") {
 		t.Errorf("a build whose start command exits: %d %q %s; want it refused, saying so", code, out, errOut)
+	}
+	// A stop leaves nothing of the warm pool behind (nor of anything else).
+	if metrics()["airlock_warm_sandboxes"] < 1 {
+		t.Logf("no warm sandbox ready at the stop: %v", metrics())
+	}
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := testenv.TakeFootprint(e.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The images' roots stay mounted, for the next start.
+	if after.Mounts = slices.DeleteFunc(after.Mounts, func(m string) bool { return strings.Contains(m, "/templates/oci/") }); len(after.Mounts) == 0 {
+		after.Mounts = nil
+	}
+	if d := before.Diff(after); d != "" {
+		t.Errorf("after the stop: %s", d)
 	}
 }

@@ -66,6 +66,12 @@ func waitFlows(t *testing.T, n *netEnv, id string, specs ...flowSpec) []airlock.
 // scrapeEgress reads the egress counters from /metrics, without an API key.
 func scrapeEgress(t *testing.T, base string) map[string]float64 {
 	t.Helper()
+	return scrapeMetrics(t, base, "airlock_egress_")
+}
+
+// scrapeMetrics reads the series whose names start with prefix from /metrics, without an API key.
+func scrapeMetrics(t *testing.T, base, prefix string) map[string]float64 {
+	t.Helper()
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +85,7 @@ func scrapeEgress(t *testing.T, base string) map[string]float64 {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "airlock_egress_") {
+		if !strings.HasPrefix(line, prefix) {
 			continue
 		}
 		name, val, ok := strings.Cut(line, " ")

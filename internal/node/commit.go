@@ -70,6 +70,9 @@ func (n *Local) RemoveImages(digests []string) (oci.GCStats, error) {
 	if err != nil {
 		return oci.GCStats{}, err
 	}
+	for _, dg := range digests {
+		n.dropWarmImage(dg)
+	}
 	st, err := d.RemoveImages(digests)
 	if err != nil {
 		return st, err

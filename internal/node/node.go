@@ -151,6 +151,9 @@ type Config struct {
 	// ImageCacheBytes bounds the images the node keeps after they are stored or fetched
 	// (DataDir/images/cache), for fast resumes and forks. Zero: DefaultImageCacheBytes; negative: none.
 	ImageCacheBytes int64
+	// WarmPool is how many sandboxes the node keeps restored ahead for each kind of create of a
+	// template's start snapshot (warm.go). Zero: DefaultWarmPool; negative: none.
+	WarmPool int
 	// OnExit is called, from a goroutine of the node, when a sandbox stops without being destroyed through
 	// the node: its daemon or runtime died, or it ran out of memory. Nil: ignored.
 	OnExit func(id, reason string)
@@ -178,6 +181,8 @@ type Local struct {
 	drv *drivers
 	// starts are the templates' start snapshots (start.go).
 	starts *starts
+	// warm is the pool of sandboxes restored ahead from start snapshots (warm.go).
+	warm *warmPool
 }
 
 // sandbox is the node's view of one running sandbox.
@@ -244,7 +249,7 @@ func New(cfg Config) (*Local, error) {
 		return nil, err
 	}
 	n := &Local{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), sandboxes: map[string]*sandbox{}, fences: map[string]int64{}, drv: drv,
-		starts: &starts{dir: filepath.Join(cfg.DataDir, "starts")}}
+		starts: &starts{dir: filepath.Join(cfg.DataDir, "starts")}, warm: newWarmPool(cfg.WarmPool)}
 	_ = n.starts.remove("") // what a crash cut off
 	if cfg.Snapshots != nil {
 		if n.images, err = newImages(filepath.Join(cfg.DataDir, "images"), cfg.Snapshots, cfg.ImageCacheBytes); err != nil {
@@ -346,9 +351,14 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 	if err != nil {
 		return err
 	}
-	// A template's start snapshot, where the node holds one and the runtime restores.
-	fromStart := false
-	if _, ok := drv.(runtime.Restorer); ok && imageDir == "" && req.Start != nil {
+	// A template's start snapshot, where the node holds one and the runtime restores: a sandbox the
+	// warm pool restored ahead, which TakeWarm reserved under this ID, or a restore now.
+	warm, err := n.claimWarm(req, drv, imageDir)
+	if err != nil {
+		return err
+	}
+	fromStart := warm != nil
+	if _, ok := drv.(runtime.Restorer); ok && imageDir == "" && req.Start != nil && warm == nil {
 		if dir, release, ok := n.starts.open(req.Start.Key); ok {
 			defer release()
 			imageDir, fromStart = dir, true
@@ -357,14 +367,18 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 	var c cleanup.Cleanup
 	defer c.Clean()
 	ns := n.netnsPath(req.ID)
-	if err := netns.Create(ns); err != nil {
-		return err
+	if warm == nil {
+		if err := netns.Create(ns); err != nil {
+			return err
+		}
 	}
 	c.Add(func() { _ = netns.Remove(ns) })
 	if gw := n.cfg.Gateway; gw != nil {
 		ifName := n.ifName(req.ID)
-		addr, err := hostnet.Attach(ns, ifName)
-		if err != nil {
+		var addr hostnet.Addr
+		if warm != nil {
+			addr = warm.addr
+		} else if addr, err = hostnet.Attach(ns, ifName); err != nil {
 			return err
 		}
 		c.Add(func() { _ = hostnet.Detach(ifName) })
@@ -378,32 +392,18 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 		c.Add(func() { gw.Unregister(req.ID) })
 	}
 
-	env := append(append([]string{}, tpl.Env...), req.Env...)
-	if n.cfg.Gateway != nil {
-		// The sandbox's interception CA is in the system bundle (installTrust); these point the usual
-		// runtimes at it whatever they would read by default.
-		env = append(env, "SSL_CERT_FILE="+trustBundle, "REQUESTS_CA_BUNDLE="+trustBundle, "CURL_CA_BUNDLE="+trustBundle,
-			"NODE_EXTRA_CA_CERTS="+sandboxCA)
-	}
-	spec := runtime.Spec{
-		ID:         req.ID,
-		RootFS:     tpl.RootFS,
-		Mounts:     tpl.Mounts,
-		Init:       InitArgs(append(append([]string(nil), n.cfg.DaemonArgs...), templateArgs(tpl)...)...),
-		LegacyInit: legacyInit,
-		ControlDir: ControlDir,
-		InitBinary: n.cfg.DaemonBinary,
-		Env:        env,
-		NetNS:      ns,
-		Limits:     req.Limits,
-	}
+	env := n.sandboxEnv(tpl, req)
+	spec := n.runtimeSpec(req.ID, tpl, env, ns, req.Limits)
 	if fromStart {
 		spec.ControlEnv = env // the daemon's, in place of the start snapshot's
 	}
 	tNetns := time.Since(start)
 	n.drv.track(req.ID, drv.Name())
 	c.Add(func() { n.drv.untrack(req.ID) })
-	if imageDir == "" {
+	if warm != nil {
+		c.Add(func() { _ = drv.Destroy(context.WithoutCancel(ctx), req.ID) })
+		err = drv.(runtime.WarmRestorer).Wake(ctx, req.ID, env)
+	} else if imageDir == "" {
 		_, err = drv.Create(ctx, spec)
 	} else if rs, ok := drv.(runtime.Restorer); ok {
 		_, err = rs.Restore(ctx, spec, imageDir)
@@ -426,15 +426,46 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 			return err
 		}
 	}
-	if imageDir == "" && req.Start != nil {
+	if imageDir == "" && warm == nil && req.Start != nil {
 		if err := n.runStart(ctx, req.ID, req.Start); err != nil {
 			n.forget(req.ID)
 			return fmt.Errorf("sandbox %s: %w", req.ID, err)
 		}
 	}
 	c.Release()
-	n.log.Debug("sandbox up", "sandbox", req.ID, "restored", imageDir != "", "start_snapshot", fromStart, "netns", tNetns, "driver", tDriver-tNetns, "link", time.Since(start)-tDriver)
+	if req.Start != nil && (imageDir == "" || fromStart) {
+		n.warm.countStart(warm != nil, fromStart)
+	}
+	n.log.Debug("sandbox up", "sandbox", req.ID, "restored", imageDir != "", "start_snapshot", fromStart, "warm", warm != nil, "netns", tNetns, "driver", tDriver-tNetns, "link", time.Since(start)-tDriver)
 	return nil
+}
+
+// sandboxEnv is the environment of the processes of sandbox req of template tpl.
+func (n *Local) sandboxEnv(tpl template.Template, req CreateRequest) []string {
+	env := append(append([]string{}, tpl.Env...), req.Env...)
+	if n.cfg.Gateway != nil {
+		// The sandbox's interception CA is in the system bundle (installTrust); these point the usual
+		// runtimes at it whatever they would read by default.
+		env = append(env, "SSL_CERT_FILE="+trustBundle, "REQUESTS_CA_BUNDLE="+trustBundle, "CURL_CA_BUNDLE="+trustBundle,
+			"NODE_EXTRA_CA_CERTS="+sandboxCA)
+	}
+	return env
+}
+
+// runtimeSpec is what the runtime boots sandbox id of template tpl with.
+func (n *Local) runtimeSpec(id string, tpl template.Template, env []string, ns string, limits runtime.Limits) runtime.Spec {
+	return runtime.Spec{
+		ID:         id,
+		RootFS:     tpl.RootFS,
+		Mounts:     tpl.Mounts,
+		Init:       InitArgs(append(append([]string(nil), n.cfg.DaemonArgs...), templateArgs(tpl)...)...),
+		LegacyInit: legacyInit,
+		ControlDir: ControlDir,
+		InitBinary: n.cfg.DaemonBinary,
+		Env:        env,
+		NetNS:      ns,
+		Limits:     limits,
+	}
 }
 
 // forget drops a sandbox from the node's table and stops its watcher, without destroying it.
@@ -729,6 +760,7 @@ func (n *Local) SetNetwork(ctx context.Context, id string, p policy.Policy) erro
 // whatever a crashed node left of a sandbox is removed too.
 func (n *Local) DestroySandbox(ctx context.Context, id string) error {
 	n.forget(id)
+	n.warm.forget(id)
 	err := n.drv.destroy(ctx, id)
 	n.drv.untrack(id)
 	if gw := n.cfg.Gateway; gw != nil {
@@ -783,7 +815,14 @@ func (n *Local) Sandboxes(ctx context.Context) ([]string, error) {
 		}
 	}
 	n.mu.Unlock()
-	return ids, nil
+	// But not the warm pool's, which are nobody's yet (warm.go).
+	mine := ids[:0]
+	for _, id := range ids {
+		if !n.warm.has(id) {
+			mine = append(mine, id)
+		}
+	}
+	return mine, nil
 }
 
 // Recover re-adopts the sandboxes a previous run of the node left running: for each ID in ids whose
@@ -852,6 +891,7 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) ([]string, e
 // Shutdown stops watching and closes every daemon channel. It does not destroy sandboxes: the control
 // plane decides that (and does, before calling Shutdown, in single-binary mode).
 func (n *Local) Shutdown(ctx context.Context) error {
+	n.closeWarm() // nobody's: no later run adopts them
 	n.mu.Lock()
 	n.closed = true
 	all := make([]*sandbox, 0, len(n.sandboxes))

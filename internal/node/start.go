@@ -107,6 +107,7 @@ func (n *Local) SaveStart(ctx context.Context, id, key string) error {
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}
+	n.dropWarm(func(k warmKind) bool { return k.start == key }) // restored from the one replaced
 	return syncDir(n.starts.dir)
 }
 

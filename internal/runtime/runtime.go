@@ -179,6 +179,21 @@ type Restorer interface {
 	Restore(ctx context.Context, spec Spec, imageDir string) (Sandbox, error)
 }
 
+// WarmRestorer is implemented by Restorers that can restore a sandbox ahead of its use: RestoreQuiesced
+// boots it like Restore, its processes running, but leaves its daemon quiesced (not listening, so
+// nothing can reach it) until Wake. The node keeps such sandboxes ready for the creates of a
+// template's start snapshot (a warm pool), and wakes one with the environment of the create that
+// takes it.
+type WarmRestorer interface {
+	Restorer
+	// RestoreQuiesced boots spec.ID from the image in imageDir, its daemon left quiesced; spec.ControlEnv
+	// is ignored (Wake gives it).
+	RestoreQuiesced(ctx context.Context, spec Spec, imageDir string) (Sandbox, error)
+	// Wake gives the daemon of a sandbox RestoreQuiesced booted env (as Spec.ControlEnv: it replaces
+	// the environment the image was made with; nil keeps that) and wakes it, returning once it listens.
+	Wake(ctx context.Context, id string, env []string) error
+}
+
 // Confined is implemented by drivers that run every process of their sandboxes, the runtime's own
 // included (runsc's sandbox, runc's container), in cgroups under one parent, so that a node's fence
 // keeper (internal/keeper) can stop them there without the driver, after the node process died.

@@ -168,6 +168,8 @@ type Options struct {
 	// DefaultImage is the archive the default template is installed from at start; empty: none (the
 	// built-in template, the host's /usr, whatever the machine has installed).
 	DefaultImage string
+	// WarmPool sizes the node's warm pool (app.Config); zero: the default.
+	WarmPool int
 }
 
 // startWait is how long Start waits for Airlock to listen: longer when it installs a default image
@@ -239,6 +241,7 @@ func Start(t testing.TB, opts Options) *Env {
 			ClusterReady:     func(addr string) { e.ClusterURL = "https://" + addr },
 			NoLocalNode:      opts.NoLocalNode,
 			DefaultImage:     cmp.Or(opts.DefaultImage, "none"),
+			WarmPool:         opts.WarmPool,
 		})
 	}()
 	select {

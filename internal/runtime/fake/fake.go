@@ -69,6 +69,7 @@ type Op string
 const (
 	OpCreate     Op = "create"
 	OpRestore    Op = "restore"
+	OpWake       Op = "wake"
 	OpCheckpoint Op = "checkpoint"
 	OpUnpause    Op = "unpause"
 	OpDestroy    Op = "destroy"
@@ -119,6 +120,8 @@ type sandbox struct {
 	up          chan struct{}
 	checkpoints int
 	unpauses    int
+	// serve starts the daemon of a sandbox RestoreQuiesced booted, until Wake calls it.
+	serve func(env []string) error
 }
 
 // New returns a driver with its state under cfg.StateDir, which it creates.
@@ -174,7 +177,7 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 	if err := d.failure(OpCreate, spec.ID); err != nil {
 		return runtime.Sandbox{}, err
 	}
-	return d.boot(spec, nil, "")
+	return d.boot(spec, nil, "", false)
 }
 
 // checkSpec refuses a spec a real driver would refuse for its form.
@@ -201,7 +204,7 @@ func checkSpec(spec runtime.Spec) error {
 
 // boot makes the sandbox's directory, fills its layer from the image in imageDir (if img is not nil)
 // and starts its daemon. On error nothing is left.
-func (d *Driver) boot(spec runtime.Spec, img *Image, imageDir string) (runtime.Sandbox, error) {
+func (d *Driver) boot(spec runtime.Spec, img *Image, imageDir string, quiesced bool) (runtime.Sandbox, error) {
 	if err := checkSpec(spec); err != nil {
 		return runtime.Sandbox{}, err
 	}
@@ -237,34 +240,43 @@ func (d *Driver) boot(spec runtime.Spec, img *Image, imageDir string) (runtime.S
 	if img != nil {
 		sb.checkpoints = img.Checkpoint
 	}
-	ln, err := d.listen(sb)
-	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("fake: sandbox %s: %w", spec.ID, err)
-	}
 	u := d.user
 	u.Home = layer
-	cfg := daemon.Config{
-		DefaultUser: u,
-		Env:         env,
-		Control:     ctl,
-		Wake:        sb.wake,
-		Listen:      func() (net.Listener, error) { return d.listen(sb) },
-	}
 	dctx, stop := context.WithCancel(context.Background())
 	sb.stop = stop
 	log := d.log.With("sandbox", spec.ID)
+	// serve starts the daemon, with environment env.
+	serve := func(env []string) error {
+		ln, err := d.listen(sb)
+		if err != nil {
+			return fmt.Errorf("fake: sandbox %s: %w", spec.ID, err)
+		}
+		cfg := daemon.Config{
+			DefaultUser: u,
+			Env:         env,
+			Control:     ctl,
+			Wake:        sb.wake,
+			Listen:      func() (net.Listener, error) { return d.listen(sb) },
+		}
+		go func() { // owner: sb; ends when sb.stop is called (Exit, Destroy, Close)
+			err := daemon.Serve(dctx, ln, cfg, log)
+			close(sb.served)
+			reason := "sandbox exited"
+			if err != nil {
+				reason = "sandbox daemon failed: " + err.Error()
+			}
+			d.markStopped(sb, reason)
+		}()
+		return nil
+	}
+	if quiesced {
+		sb.serve = serve
+	} else if err := serve(env); err != nil {
+		return runtime.Sandbox{}, err
+	}
 	d.mu.Lock()
 	d.sandboxes[spec.ID] = sb
 	d.mu.Unlock()
-	go func() { // owner: sb; ends when sb.stop is called (Exit, Destroy, Close)
-		err := daemon.Serve(dctx, ln, cfg, log)
-		close(sb.served)
-		reason := "sandbox exited"
-		if err != nil {
-			reason = "sandbox daemon failed: " + err.Error()
-		}
-		d.markStopped(sb, reason)
-	}()
 	c.Release()
 	return runtime.Sandbox{ID: spec.ID, PID: os.Getpid(), CreatedAt: sb.created}, nil
 }
@@ -362,6 +374,13 @@ func (d *Driver) markStopped(sb *sandbox, reason string) {
 func (d *Driver) halt(sb *sandbox, reason string) {
 	d.markStopped(sb, reason)
 	sb.stop()
+	d.mu.Lock()
+	never := sb.serve != nil // restored quiesced, never woken: no daemon to wait for
+	sb.serve = nil
+	d.mu.Unlock()
+	if never {
+		close(sb.served)
+	}
 	<-sb.served
 }
 

@@ -170,6 +170,16 @@ func (d *Driver) resume(ctx context.Context, sb *sandbox) error {
 // the image's record as RestoredFrom. Restoring one image into several IDs forks it. See
 // runtime.Restorer.
 func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string) (runtime.Sandbox, error) {
+	return d.restore(spec, imageDir, false)
+}
+
+// RestoreQuiesced is Restore with the daemon not started until Wake. See runtime.WarmRestorer.
+func (d *Driver) RestoreQuiesced(ctx context.Context, spec runtime.Spec, imageDir string) (runtime.Sandbox, error) {
+	return d.restore(spec, imageDir, true)
+}
+
+// restore boots spec.ID from the image in imageDir, its daemon started unless quiesced.
+func (d *Driver) restore(spec runtime.Spec, imageDir string, quiesced bool) (runtime.Sandbox, error) {
 	if err := d.failure(OpRestore, spec.ID); err != nil {
 		return runtime.Sandbox{}, err
 	}
@@ -177,7 +187,30 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string
 	if err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("fake: restore %s: %w", spec.ID, err)
 	}
-	return d.boot(spec, &img, imageDir)
+	return d.boot(spec, &img, imageDir, quiesced)
+}
+
+// Wake starts the daemon of a sandbox RestoreQuiesced booted, with env as its base environment (nil:
+// the image's). See runtime.WarmRestorer.
+func (d *Driver) Wake(ctx context.Context, id string, env []string) error {
+	if err := d.failure(OpWake, id); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	sb := d.sandboxes[id]
+	var serve func([]string) error
+	if sb != nil {
+		serve, sb.serve = sb.serve, nil
+		if env != nil {
+			sb.env = env
+		}
+		env = sb.env
+	}
+	d.mu.Unlock()
+	if serve == nil {
+		return fmt.Errorf("fake: wake %s: no sandbox restored quiesced: %w", id, errdefs.ErrNotFound)
+	}
+	return serve(env)
 }
 
 // writeLayerTar archives the directories, regular files and symbolic links under layer into a new

@@ -177,6 +177,11 @@ func (d *Driver) FilesPart() string { return ImageFSFile }
 // must describe the same template and init as the checkpointed sandbox's; its network namespace may be
 // another (the caller addresses it). See runtime.Restorer.
 func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string) (runtime.Sandbox, error) {
+	return d.restore(ctx, spec, imageDir, false)
+}
+
+// restore restores spec.ID from imageDir, waking its daemon unless quiesced.
+func (d *Driver) restore(ctx context.Context, spec runtime.Spec, imageDir string, quiesced bool) (runtime.Sandbox, error) {
 	if _, err := os.Stat(filepath.Join(imageDir, ImageMemoryDir, "checkpoint.img")); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: no checkpoint image in %s: %w", spec.ID, imageDir, errdefs.ErrInvalidArgument)
 	}
@@ -208,7 +213,7 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string
 			return fmt.Errorf("checkpoint image: %w", err)
 		}
 		return sandboxdir.ReadLayerTar(filepath.Join(imageDir, ImageFSFile), filepath.Join(dir, "disk", "upper"))
-	}, []string{"restore", "--detach", "--background", "--image-path", mem}, lnk)
+	}, []string{"restore", "--detach", "--background", "--image-path", mem}, lnk, quiesced)
 }
 
 // daemonName is what a daemon binary's file name may be.

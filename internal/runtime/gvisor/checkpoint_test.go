@@ -203,3 +203,71 @@ func dialLink(ctx context.Context, d *gvisor.Driver, id string) (*link.Client, e
 	}
 	return link.Connect(ctx, conn, link.Options{Key: key})
 }
+
+// TestRestoreQuiesced: a sandbox restored ahead of its use (a warm pool's) does not answer until Wake,
+// which gives it the environment of the create that takes it; its processes then go on where the image
+// was taken. Left longer than the park time, it is paused (nothing in it runs) and Wake resumes it.
+func TestRestoreQuiesced(t *testing.T) {
+	r := newRig(t)
+	gvisor.SetParkAfter(t, 2*time.Second)
+	ctx := context.Background()
+	specA, _ := r.spec(t, "warm-a")
+	a, err := r.d.Create(ctx, specA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.d.Destroy(context.Background(), "warm-a") })
+	ca := r.dial(t, a)
+	sh(t, ca, `setsid nohup sh -c 'n=0; while :; do n=$((n+1)); echo $n >> /tmp/count; sleep 0.05; done' >/dev/null 2>&1 &
+sleep 0.2`)
+	img := filepath.Join(r.dir, "img")
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := ca.Quiesce(qctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.Checkpoint(ctx, "warm-a", img, runtime.CheckpointOptions{LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id     string
+		wait   time.Duration
+		paused bool
+	}{{"warm-b", 300 * time.Millisecond, false}, {"warm-c", 3 * time.Second, true}} {
+		spec, _ := r.spec(t, tc.id)
+		spec.ControlEnv = []string{"IGNORED=1"} // Wake gives the environment, not the restore
+		b, err := r.d.RestoreQuiesced(ctx, spec, img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.d.Destroy(context.Background(), tc.id) })
+		time.Sleep(tc.wait)
+		if c, err := dialLink(ctx, r.d, tc.id); err == nil {
+			c.Close()
+			t.Fatalf("%s: the daemon of a quiesced restore answers before Wake", tc.id)
+		}
+		if st, err := r.d.Status(ctx, tc.id); err != nil || !st.Running || st.Paused != tc.paused {
+			t.Fatalf("%s: status after %v = %+v, %v; want running, paused %v", tc.id, tc.wait, st, err, tc.paused)
+		}
+		start := time.Now()
+		if err := r.d.Wake(ctx, tc.id, []string{"PATH=/usr/bin:/bin", "WARM=taken"}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: wake after %v: %v", tc.id, tc.wait, time.Since(start))
+		cb := r.dial(t, b)
+		if got := sh(t, cb, `echo "$WARM${IGNORED:-}"`); got != "taken" {
+			t.Errorf("%s: environment after Wake = %q; want the one Wake gave", tc.id, got)
+		}
+		if st, err := r.d.Status(ctx, tc.id); err != nil || st.Paused {
+			t.Errorf("%s: status after Wake = %+v, %v; want running", tc.id, st, err)
+		}
+		before := lastCount(t, sh(t, cb, "tail -n 1 /tmp/count"))
+		time.Sleep(300 * time.Millisecond)
+		if after := lastCount(t, sh(t, cb, "tail -n 1 /tmp/count")); after <= before {
+			t.Errorf("%s: the restored loop stopped: %d then %d", tc.id, before, after)
+		}
+	}
+	if err := r.d.Wake(ctx, "../warm-b", nil); err == nil {
+		t.Error("Wake of a bad ID succeeded")
+	}
+}

@@ -66,6 +66,10 @@ type Driver struct {
 	// settles are the sandboxes whose quota is still to be settled after their boot period (cgroups.go).
 	settleMu sync.Mutex
 	settles  map[string]chan struct{}
+	// parks are the sandboxes RestoreQuiesced restored and Wake has not woken yet (warm.go); guarded
+	// by parkMu.
+	parkMu sync.Mutex
+	parks  map[string]*park
 }
 
 var _ runtime.Driver = (*Driver)(nil)
@@ -117,14 +121,15 @@ func (d *Driver) cgroupPath(id string) string { return filepath.Join(d.cfg.Cgrou
 
 // Create boots spec as a runsc container. See runtime.Driver.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
-	return d.boot(ctx, spec, nil, []string{"run", "--detach"}, imageLink{Control: true})
+	return d.boot(ctx, spec, nil, []string{"run", "--detach"}, imageLink{Control: true}, false)
 }
 
 // boot prepares the sandbox's directory, disk and root, fills the writable layer with fill (if not
 // nil), makes the link directory with what lnk says it holds and a control directory if lnk says so,
 // and starts the container with the runsc command start ("run …" or "restore …"; the bundle and ID
-// are appended). On error nothing is left.
-func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir string) error, start []string, lnk imageLink) (runtime.Sandbox, error) {
+// are appended). A restore wakes the daemon and waits until it listens, unless quiesced. On error
+// nothing is left.
+func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir string) error, start []string, lnk imageLink, quiesced bool) (runtime.Sandbox, error) {
 	if !idPattern.MatchString(spec.ID) {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: bad sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
@@ -223,7 +228,7 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: runsc %s %s: %v: %s", start[0], spec.ID, err, sandboxdir.Tail(filepath.Join(dir, "console.log")))
 	}
 	tRun := time.Since(t0)
-	if start[0] == "restore" {
+	if start[0] == "restore" && !quiesced {
 		// The restored daemon waits, quiesced, for this to listen again.
 		if err := d.wake(ctx, spec.ID); err != nil {
 			return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
@@ -234,8 +239,10 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, fill func(dir stri
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
 	}
 	tState := time.Since(t0)
-	if err := d.waitForSocket(ctx, spec.ID, 15*time.Second); err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s daemon did not start: %w: %s", spec.ID, err, sandboxdir.Tail(filepath.Join(dir, "console.log")))
+	if !quiesced {
+		if err := d.waitForSocket(ctx, spec.ID, 15*time.Second); err != nil {
+			return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s daemon did not start: %w: %s", spec.ID, err, sandboxdir.Tail(filepath.Join(dir, "console.log")))
+		}
 	}
 	if err := d.settleAfterBoot(spec.ID); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
@@ -295,6 +302,7 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 		return fmt.Errorf("gvisor: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
 	}
 	d.stopSettle(id)
+	d.unpark(id)
 	var errs []error
 	if err := d.oci.Delete(ctx, id); err != nil {
 		errs = append(errs, err)
