@@ -450,7 +450,8 @@ func TestSessionCrashResumes(t *testing.T) {
 	e := testenv.Start(t, testenv.Options{})
 	ctx := ctxT(t, 5*time.Minute)
 	se := newSession(t, e, airlock.CreateSessionRequest{IdleTimeoutSeconds: never(), RollingIntervalSeconds: never()})
-	sh(t, e, se.ID, "nohup setsid bash -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &")
+	// The count is replaced whole (a rename), so that a snapshot never holds it half written.
+	sh(t, e, se.ID, "nohup setsid bash -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &")
 	time.Sleep(500 * time.Millisecond)
 	if _, err := e.Client.SnapshotSession(ctx, se.ID, airlock.CreateSnapshotRequest{}); err != nil {
 		t.Fatal(err)
