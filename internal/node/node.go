@@ -366,22 +366,14 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 	}
 	var c cleanup.Cleanup
 	defer c.Clean()
-	ns := n.netnsPath(req.ID)
-	if warm == nil {
-		if err := netns.Create(ns); err != nil {
-			return err
-		}
+	ns, addr := n.netnsPath(req.ID), hostnet.Addr{}
+	if warm != nil {
+		addr = warm.addr
+		n.undoNetwork(req.ID, &c)
+	} else if addr, err = n.makeNetwork(req.ID, &c); err != nil {
+		return err
 	}
-	c.Add(func() { _ = netns.Remove(ns) })
 	if gw := n.cfg.Gateway; gw != nil {
-		ifName := n.ifName(req.ID)
-		var addr hostnet.Addr
-		if warm != nil {
-			addr = warm.addr
-		} else if addr, err = hostnet.Attach(ns, ifName); err != nil {
-			return err
-		}
-		c.Add(func() { _ = hostnet.Detach(ifName) })
 		caID := req.CAID
 		if caID == "" {
 			caID = req.ID
@@ -438,6 +430,28 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 	}
 	n.log.Debug("sandbox up", "sandbox", req.ID, "restored", imageDir != "", "start_snapshot", fromStart, "warm", warm != nil, "netns", tNetns, "driver", tDriver-tNetns, "link", time.Since(start)-tDriver)
 	return nil
+}
+
+// makeNetwork makes sandbox id's network namespace (at n.netnsPath(id)) and, with a gateway, its veth to
+// the host, whose addresses it returns; c is given what undoes both.
+func (n *Local) makeNetwork(id string, c *cleanup.Cleanup) (hostnet.Addr, error) {
+	if err := netns.Create(n.netnsPath(id)); err != nil {
+		return hostnet.Addr{}, err
+	}
+	n.undoNetwork(id, c)
+	if n.cfg.Gateway == nil {
+		return hostnet.Addr{}, nil
+	}
+	return hostnet.Attach(n.netnsPath(id), n.ifName(id))
+}
+
+// undoNetwork gives c what removes sandbox id's network namespace and veth.
+func (n *Local) undoNetwork(id string, c *cleanup.Cleanup) {
+	ns, ifName := n.netnsPath(id), n.ifName(id)
+	c.Add(func() { _ = netns.Remove(ns) })
+	if n.cfg.Gateway != nil {
+		c.Add(func() { _ = hostnet.Detach(ifName) })
+	}
 }
 
 // sandboxEnv is the environment of the processes of sandbox req of template tpl.

@@ -12,7 +12,6 @@ import (
 	"github.com/airlockrun/airlock/internal/cleanup"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/hostnet"
-	"github.com/airlockrun/airlock/internal/netns"
 	"github.com/airlockrun/airlock/internal/runtime"
 )
 
@@ -324,21 +323,12 @@ func (n *Local) prewarm(ctx context.Context, req CreateRequest) (hostnet.Addr, e
 	defer release()
 	var c cleanup.Cleanup
 	defer c.Clean()
-	ns := n.netnsPath(req.ID)
-	if err := netns.Create(ns); err != nil {
+	if addr, err = n.makeNetwork(req.ID, &c); err != nil {
 		return addr, err
-	}
-	c.Add(func() { _ = netns.Remove(ns) })
-	if n.cfg.Gateway != nil {
-		ifName := n.ifName(req.ID)
-		if addr, err = hostnet.Attach(ns, ifName); err != nil {
-			return addr, err
-		}
-		c.Add(func() { _ = hostnet.Detach(ifName) })
 	}
 	n.drv.track(req.ID, drv.Name())
 	c.Add(func() { n.drv.untrack(req.ID) })
-	if _, err := wr.RestoreQuiesced(ctx, n.runtimeSpec(req.ID, tpl, n.sandboxEnv(tpl, req), ns, req.Limits), dir); err != nil {
+	if _, err := wr.RestoreQuiesced(ctx, n.runtimeSpec(req.ID, tpl, n.sandboxEnv(tpl, req), n.netnsPath(req.ID), req.Limits), dir); err != nil {
 		return addr, err
 	}
 	c.Release()
