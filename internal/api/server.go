@@ -96,6 +96,7 @@ func (s *Server) routes() []route {
 		{"DELETE", "/v1/sessions/{id}", s.auth(s.deleteSession)},
 		{"POST", "/v1/sessions/{id}/pause", s.auth(s.pauseSession)},
 		{"POST", "/v1/sessions/{id}/resume", s.auth(s.resumeSession)},
+		{"POST", "/v1/sessions/{id}/timeout", s.auth(s.setSessionTimeout)},
 		{"POST", "/v1/sessions/{id}/fork", s.auth(s.forkSession)},
 		{"POST", "/v1/sessions/{id}/snapshots", s.auth(s.createSnapshot)},
 		{"GET", "/v1/sessions/{id}/snapshots", s.auth(s.listSnapshots)},
@@ -502,7 +503,16 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
-	id, err := sandboxID(r)
+	s.timeoutCall(w, r, sandboxID, func(id string, secs int) (any, error) {
+		sb, err := s.cp.SetTimeout(r.Context(), tenantOf(r), id, secs)
+		return toAPI(sb), err
+	})
+}
+
+// timeoutCall serves a POST …/{id}/timeout: the {id} idOf accepts and the SetTimeoutRequest's seconds
+// go to set, whose result is the answer.
+func (s *Server) timeoutCall(w http.ResponseWriter, r *http.Request, idOf func(*http.Request) (string, error), set func(id string, secs int) (any, error)) {
+	id, err := idOf(r)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -512,10 +522,10 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	sb, err := s.cp.SetTimeout(r.Context(), tenantOf(r), id, req.TimeoutSeconds)
+	out, err := set(id, req.TimeoutSeconds)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toAPI(sb))
+	writeJSON(w, http.StatusOK, out)
 }

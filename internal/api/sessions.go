@@ -75,6 +75,10 @@ func sessionOf(se store.Session) airlock.Session {
 		RollingIntervalSeconds: se.RollingIntervalSeconds, Retention: fromRetention(se.Retention),
 		HeadSnapshotID: se.HeadSnapshotID, ParentSessionID: se.ParentSessionID, ForkedFromSnapshotID: se.ForkedFromSnapshotID,
 		CreatedAt: se.CreatedAt, UpdatedAt: se.UpdatedAt, LastActivityAt: se.LastActivityAt, PausedAt: se.PausedAt,
+		TimeoutSeconds: se.TimeoutSeconds, OnTimeout: string(se.OnTimeout), EndsAt: se.EndsAt,
+	}
+	if out.OnTimeout == "" {
+		out.OnTimeout = string(store.SessionTimeoutDelete)
 	}
 	if out.Metadata == nil {
 		out.Metadata = map[string]string{}
@@ -114,7 +118,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	s.idempotent(w, r, "POST /v1/sessions", body, func() (int, any, string, error) {
 		creq := controlplane.SessionRequest{
 			CreateRequest: controlplane.CreateRequest{Template: req.Template, Env: req.Env, CPUMillicores: req.CPU,
-				MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Metadata: req.Metadata, Runtime: req.Runtime},
+				MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Metadata: req.Metadata, Runtime: req.Runtime,
+				TimeoutSeconds: req.TimeoutSeconds},
+			OnTimeout:              store.SessionTimeoutAction(req.OnTimeout),
 			IdleTimeoutSeconds:     int(controlplane.DefaultIdleTimeout.Seconds()),
 			AutoResume:             true,
 			RollingIntervalSeconds: int(controlplane.DefaultRollingInterval.Seconds()),
@@ -321,4 +327,11 @@ func onlyEmptyBody(r *http.Request) error {
 		return clientErr(errdefs.ErrInvalidArgument, "this call takes no body")
 	}
 	return nil
+}
+
+func (s *Server) setSessionTimeout(w http.ResponseWriter, r *http.Request) {
+	s.timeoutCall(w, r, sessionID, func(id string, secs int) (any, error) {
+		se, err := s.cp.SetSessionTimeout(r.Context(), tenantOf(r), id, secs, false)
+		return s.toSession(r.Context(), tenantOf(r), se), err
+	})
 }

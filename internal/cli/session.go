@@ -24,6 +24,7 @@ resumes when work arrives. exec, shell, cp and ps take a session ID wherever the
 	cmd.AddCommand(newSessionCreateCmd(g), newSessionLsCmd(g), newSessionGetCmd(g),
 		newSessionActionCmd(g, "pause", "Snapshot a running session and destroy its sandbox", (*airlock.Client).PauseSession),
 		newSessionActionCmd(g, "resume", "Restore a paused session into a new sandbox", (*airlock.Client).ResumeSession),
+		newSessionTimeoutCmd(g),
 		newSessionRmCmd(g), newSessionForkCmd(g), newSessionSnapshotCmd(g), newSessionSnapshotsCmd(g),
 		newSessionTimelineCmd(g), newSessionRestoreCmd(g), newSessionPinCmd(g, true), newSessionPinCmd(g, false),
 		newSessionDiffCmd(g), newSessionCatCmd(g))
@@ -31,7 +32,7 @@ resumes when work arrives. exec, shell, cp and ps take a session ID wherever the
 }
 
 func newSessionCreateCmd(g *globals) *cobra.Command {
-	var idle, idemKey, rolling string
+	var idle, idemKey, rolling, timeout, onTimeout string
 	var retf retentionFlags
 	var rf resourceFlags
 	var noAutoResume bool
@@ -59,6 +60,12 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 				}
 				req.IdleTimeoutSeconds = &n
 			}
+			if timeout != "" && timeout != "0" {
+				if req.TimeoutSeconds, err = parseSeconds("--timeout", timeout); err != nil {
+					return err
+				}
+			}
+			req.OnTimeout = onTimeout
 			if noAutoResume {
 				f := false
 				req.AutoResume = &f
@@ -94,6 +101,8 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	rf.add(cmd, "the first sandbox's environment")
 	f.StringVar(&idle, "idle-timeout", "", "pause after this long without exec or file work: seconds or a duration (10m); 0 never; default 10m")
+	f.StringVar(&timeout, "timeout", "", "end each run (from create or a resume) this long after it began: seconds or a duration (1h); default none")
+	f.StringVar(&onTimeout, "on-timeout", "", `what the end of a run does: "delete" (the default) or "pause"`)
 	f.BoolVar(&noAutoResume, "no-auto-resume", false, "do not resume the paused session when work arrives for it")
 	f.StringVar(&rolling, "rolling-interval", "", "take a rolling snapshot this often while it runs and changes: seconds or a duration (1m); 0 never; at least 15s; default 1m")
 	retf.add(cmd, " (default: the tenant's; out of the box 1h, 24h, 168h)")
@@ -186,6 +195,49 @@ func newSessionActionCmd(g *globals, name, short string, call func(*airlock.Clie
 			return nil
 		},
 	}
+}
+
+func newSessionTimeoutCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "timeout SESSION SECONDS",
+		Short:   "End each run of a session SECONDS after it began (a running one: from now); 0 for no end",
+		Example: "  airlock session timeout se_… 2h\n  airlock session timeout se_… 0",
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			secs := 0
+			if args[1] != "0" {
+				var err error
+				if secs, err = parseSeconds("timeout", args[1]); err != nil {
+					return err
+				}
+			}
+			se, err := g.client().SetSessionTimeout(cmd.Context(), args[0], secs)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, se)
+			}
+			switch {
+			case se.EndsAt != nil:
+				fmt.Fprintf(g.Out, "%s ends at %s (%s), then %s\n", se.ID, se.EndsAt.Local().Format(time.DateTime), relTime(se.EndsAt, time.Now()), onTimeoutVerb(se.OnTimeout))
+			case secs > 0:
+				fmt.Fprintf(g.Out, "%s is %s; each run ends %ds after it begins\n", se.ID, se.State, secs)
+			default:
+				fmt.Fprintf(g.Out, "%s has no timeout\n", se.ID)
+			}
+			return nil
+		},
+	}
+}
+
+// onTimeoutVerb is what a session's timeout does, for people.
+func onTimeoutVerb(action string) string {
+	if action == "pause" {
+		return "pauses"
+	}
+	return "is deleted"
 }
 
 func newSessionRmCmd(g *globals) *cobra.Command {

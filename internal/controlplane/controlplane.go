@@ -89,7 +89,7 @@ type Config struct {
 	// PruneInterval how often retention is applied. Zero: 1s and 5 minutes.
 	RollInterval  time.Duration
 	PruneInterval time.Duration
-	// IdleInterval is how often idle sessions are looked for. Zero: 2s.
+	// IdleInterval is how often idle and timed-out sessions are looked for. Zero: 2s.
 	IdleInterval time.Duration
 	// GCInterval is how often the snapshot store's unreferenced chunks are collected, and the records
 	// of deleted sessions nothing needs any more dropped. Zero: 10 minutes.

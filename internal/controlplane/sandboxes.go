@@ -380,7 +380,7 @@ func (s *sandboxes) SetTimeout(ctx context.Context, tenantID, id string, secs in
 		return store.Sandbox{}, err
 	}
 	if se := sb.Metadata[SessionMetadataKey]; se != "" {
-		return sb, fmt.Errorf("sandbox %s runs session %s, which has no timeout (it pauses when idle): %w", id, se, errdefs.ErrConflict)
+		return sb, fmt.Errorf("sandbox %s runs session %s: set the session's timeout instead: %w", id, se, errdefs.ErrConflict)
 	}
 	return s.update(ctx, sb, func(sb *store.Sandbox) error {
 		if sb.State != store.StateRunning {
@@ -601,6 +601,7 @@ func (s *loops) Start(ctx context.Context) error {
 	s.every(leaderEvery, s.lead)
 	s.every(s.reap, s.ifLeader(s.sandboxes.reapExpired))
 	s.every(s.idle, s.ifLeader(s.sessions.pauseIdleSessions))
+	s.every(s.idle, s.ifLeader(s.sessions.endSessions))
 	s.every(s.gcEvery, s.ifLeader(s.accounts.expireRecords))
 	s.every(s.keysEvery, s.ifLeader(s.keyring.checkTenantKeys))
 	s.every(lostSweepEvery, s.ifLeader(s.sandboxes.sweepLost))

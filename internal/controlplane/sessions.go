@@ -43,10 +43,13 @@ const (
 	forkParallelism = 10
 )
 
-// SessionRequest asks for a new session. Zero fields take the defaults; TimeoutSeconds must be zero (a
-// session ends when deleted; it pauses when idle).
+// SessionRequest asks for a new session. Zero fields take the defaults. TimeoutSeconds, unlike a
+// sandbox's, is 0 (no bound: the session lives until deleted) unless given: then each run of the
+// session (from its create or a resume) ends that long after it began, as OnTimeout says.
 type SessionRequest struct {
 	CreateRequest
+	// OnTimeout is what a timeout does: delete the session ("" or SessionTimeoutDelete) or pause it.
+	OnTimeout store.SessionTimeoutAction
 	// IdleTimeoutSeconds pauses the session after that long without activity; 0 never does.
 	IdleTimeoutSeconds int
 	// AutoResume resumes the paused session when exec, file or port work arrives for it.
@@ -59,8 +62,15 @@ type SessionRequest struct {
 }
 
 func (r *SessionRequest) normalize() error {
-	if r.TimeoutSeconds != 0 {
-		return invalid("a session has no timeout_seconds: it lives until deleted and pauses after idle_timeout_seconds")
+	timeout := r.TimeoutSeconds
+	if err := checkTimeout(timeout, true); err != nil {
+		return err
+	}
+	if !r.OnTimeout.Valid() {
+		return invalid("on_timeout must be %q or %q, got %q", store.SessionTimeoutDelete, store.SessionTimeoutPause, r.OnTimeout)
+	}
+	if r.OnTimeout == "" {
+		r.OnTimeout = store.SessionTimeoutDelete
 	}
 	if r.IdleTimeoutSeconds < 0 || time.Duration(r.IdleTimeoutSeconds)*time.Second > MaxIdleTimeout {
 		return invalid("idle_timeout_seconds must be between 0 (never) and %d, got %d", int(MaxIdleTimeout/time.Second), r.IdleTimeoutSeconds)
@@ -74,7 +84,7 @@ func (r *SessionRequest) normalize() error {
 	if err := r.CreateRequest.normalize(); err != nil {
 		return err
 	}
-	r.TimeoutSeconds = 0
+	r.TimeoutSeconds = timeout // not the sandboxes' default: none
 	return nil
 }
 
@@ -157,6 +167,8 @@ func (s *sessions) CreateSession(ctx context.Context, tenantID string, req Sessi
 		AutoResume:             req.AutoResume,
 		RollingIntervalSeconds: req.RollingIntervalSeconds,
 		Retention:              req.Retention,
+		TimeoutSeconds:         req.TimeoutSeconds,
+		OnTimeout:              req.OnTimeout,
 		CreatedAt:              s.now(),
 	})
 	if err != nil {
@@ -185,6 +197,7 @@ func (s *sessions) CreateSession(ctx context.Context, tenantID string, req Sessi
 	return s.updateSession(bctx, se, func(se *store.Session) error {
 		se.SandboxID = sb.ID
 		se.LastActivityAt = s.now()
+		beginRun(se, s.now())
 		return setSessionState(se, store.SessionRunning, "")
 	})
 }
@@ -309,7 +322,20 @@ func setSessionState(se *store.Session, to store.SessionState, reason string) er
 	if reason != "" || to == store.SessionRunning {
 		se.Reason = reason
 	}
+	switch to {
+	case store.SessionPaused, store.SessionFailed, store.SessionDeleting, store.SessionDeleted:
+		se.EndsAt = nil // a run's end; the next run (beginRun) has its own
+	}
 	return nil
+}
+
+// beginRun sets the end of se's run beginning at now: TimeoutSeconds ahead, or none.
+func beginRun(se *store.Session, now time.Time) {
+	se.EndsAt = nil
+	if se.TimeoutSeconds > 0 {
+		end := now.Add(time.Duration(se.TimeoutSeconds) * time.Second)
+		se.EndsAt = &end
+	}
 }
 
 // updateSession applies f to the stored session and saves it, re-reading and retrying when another
@@ -637,6 +663,7 @@ func (s *sessions) resumeLocked(ctx context.Context, se store.Session) (store.Se
 		}
 		se.SandboxID = sb.ID
 		se.LastActivityAt = s.now()
+		beginRun(se, s.now())
 		return setSessionState(se, store.SessionRunning, "")
 	})
 	if err != nil {
@@ -813,6 +840,7 @@ func (s *sessions) ForkSession(ctx context.Context, tenantID, id string, count i
 			ID: store.NewID("se"), TenantID: tenantID, State: store.SessionResuming, Spec: parent.Spec,
 			Metadata: parent.Metadata, IdleTimeoutSeconds: parent.IdleTimeoutSeconds, AutoResume: parent.AutoResume,
 			RollingIntervalSeconds: parent.RollingIntervalSeconds, Retention: parent.Retention,
+			TimeoutSeconds: parent.TimeoutSeconds, OnTimeout: parent.OnTimeout,
 			HeadSnapshotID: snapID, ParentSessionID: parent.ID, ForkedFromSnapshotID: snapID, CreatedAt: s.now(),
 		})
 		if err != nil {
@@ -841,6 +869,7 @@ func (s *sessions) ForkSession(ctx context.Context, tenantID, id string, count i
 				child, _ = s.updateSession(ctx, child, func(se *store.Session) error {
 					se.SandboxID = sb.ID
 					se.LastActivityAt = s.now()
+					beginRun(se, s.now())
 					return setSessionState(se, store.SessionRunning, "")
 				})
 			}
@@ -963,16 +992,23 @@ func (s *sessions) sessionSandbox(ctx context.Context, tenantID, id string, touc
 }
 
 // pauseIdleSessions pauses the running sessions whose idle timeout passed.
-func (s *sessions) pauseIdleSessions() {
+func (s *sessions) pauseIdleSessions() { s.sweep("idle", s.store.ListIdleSessions, s.pauseIfIdle) }
+
+// endSessions ends the running sessions whose run's timeout passed: each is paused or deleted, as its
+// OnTimeout says.
+func (s *sessions) endSessions() { s.sweep("timed-out", s.store.ListEndedSessions, s.endIfTimedOut) }
+
+// sweep hands each session list reports due now (50 at a time) to handle.
+func (s *sessions) sweep(what string, list func(context.Context, time.Time, int) ([]store.Session, error), handle func(ctx context.Context, tenantID, id string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ses, err := s.store.ListIdleSessions(ctx, s.now(), 50)
+	ses, err := list(ctx, s.now(), 50)
 	if err != nil {
-		s.log.Error("list idle sessions", "err", err)
+		s.log.Error("list "+what+" sessions", "err", err)
 		return
 	}
 	for _, se := range ses {
-		s.pauseIfIdle(ctx, se.TenantID, se.ID)
+		handle(ctx, se.TenantID, se.ID)
 	}
 }
 
@@ -993,6 +1029,65 @@ func (s *sessions) pauseIfIdle(ctx context.Context, tenantID, id string) {
 			s.log.Warn("touch session", "session", id, "err", terr)
 		}
 	}
+}
+
+// SetSessionTimeout bounds the session's runs to secs seconds from now on (0: no bound): a running
+// session ends secs from now (with extendOnly, only if that is later than its end, if it has one); a
+// paused one's next run has the bound.
+func (s *sessions) SetSessionTimeout(ctx context.Context, tenantID, id string, secs int, extendOnly bool) (store.Session, error) {
+	if err := checkTimeout(secs, true); err != nil {
+		return store.Session{}, err
+	}
+	unlock := s.lockSession(id)
+	defer unlock()
+	se, err := s.GetSession(ctx, tenantID, id)
+	if err != nil {
+		return se, err
+	}
+	switch se.State {
+	case store.SessionDeleting, store.SessionDeleted:
+		return se, fmt.Errorf("session %s is %s: %w", id, se.State, errdefs.ErrConflict)
+	}
+	return s.updateSession(ctx, se, func(se *store.Session) error {
+		old := se.EndsAt
+		se.TimeoutSeconds = secs
+		if se.State != store.SessionRunning {
+			return nil
+		}
+		beginRun(se, s.now())
+		if extendOnly && old != nil && (se.EndsAt == nil || old.After(*se.EndsAt)) {
+			se.EndsAt = old
+		}
+		return nil
+	})
+}
+
+func (s *sessions) endIfTimedOut(ctx context.Context, tenantID, id string) {
+	unlock := s.lockSession(id)
+	defer unlock()
+	se, err := s.store.GetSession(ctx, tenantID, id)
+	if err != nil || se.State != store.SessionRunning || se.EndsAt == nil || se.EndsAt.After(s.now()) {
+		return // paused, deleted or given more time meanwhile
+	}
+	s.log.Info("session timed out", "session", id, "action", se.OnTimeout)
+	if se.OnTimeout == store.SessionTimeoutPause {
+		_, err = s.pauseLocked(ctx, se, "timeout")
+	} else {
+		err = s.deleteLocked(ctx, se)
+	}
+	if err == nil {
+		return
+	}
+	s.log.Error("end timed-out session", "session", id, "action", se.OnTimeout, "err", err)
+	// Try again in a minute, not at every tick (a sandbox that cannot be saved would be frozen,
+	// checkpointed and thawed over and over).
+	_, _ = s.updateSession(ctx, se, func(se *store.Session) error {
+		if se.State == store.SessionRunning && se.EndsAt != nil {
+			retry := s.now().Add(time.Minute)
+			se.EndsAt = &retry
+		}
+		return nil
+	})
 }
 
 // sessionSandboxExited records that a session's sandbox stopped by itself: the session fails, and can

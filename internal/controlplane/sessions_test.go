@@ -258,6 +258,94 @@ func TestSessionAutoResumeAndIdlePause(t *testing.T) {
 	}
 }
 
+func TestSessionTimeout(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	for _, bad := range []SessionRequest{
+		{CreateRequest: CreateRequest{TimeoutSeconds: -1}},
+		{CreateRequest: CreateRequest{TimeoutSeconds: int(MaxTimeout/time.Second) + 1}},
+		{OnTimeout: "explode"},
+	} {
+		if _, err := e.s.CreateSession(ctx, e.tenant, bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("CreateSession(%+v) = %v; want invalid argument", bad, err)
+		}
+	}
+
+	// No timeout: no end, whatever the time.
+	forever := e.create(t, SessionRequest{})
+	if forever.EndsAt != nil || forever.TimeoutSeconds != 0 || forever.OnTimeout != store.SessionTimeoutDelete {
+		t.Fatalf("a session made without a timeout: ends %v, timeout %d, on timeout %q", forever.EndsAt, forever.TimeoutSeconds, forever.OnTimeout)
+	}
+
+	paused := e.create(t, SessionRequest{CreateRequest: CreateRequest{TimeoutSeconds: 60}, OnTimeout: store.SessionTimeoutPause})
+	deleted := e.create(t, SessionRequest{CreateRequest: CreateRequest{TimeoutSeconds: 60}})
+	if want := e.clk.Now().Add(time.Minute); paused.EndsAt == nil || !paused.EndsAt.Equal(want) {
+		t.Fatalf("ends at %v; want %v", paused.EndsAt, want)
+	}
+	// Extending only moves an end later; setting moves it either way.
+	if _, err := e.s.SetSessionTimeout(ctx, e.tenant, deleted.ID, 10, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.s.GetSession(ctx, e.tenant, deleted.ID); !got.EndsAt.Equal(*deleted.EndsAt) || got.TimeoutSeconds != 10 {
+		t.Errorf("after extending to 10 s: ends %v, timeout %d; want the end kept at %v", got.EndsAt, got.TimeoutSeconds, deleted.EndsAt)
+	}
+	e.clk.Add(59 * time.Second)
+	e.s.endSessions()
+	for _, id := range []string{paused.ID, deleted.ID, forever.ID} {
+		if got, _ := e.s.GetSession(ctx, e.tenant, id); got.State != store.SessionRunning {
+			t.Fatalf("%s is %s before its end", id, got.State)
+		}
+	}
+	if _, err := e.s.SetSessionTimeout(ctx, e.tenant, deleted.ID, 120, false); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Add(2 * time.Second)
+	e.s.endSessions()
+	got, _ := e.s.GetSession(ctx, e.tenant, paused.ID)
+	if got.State != store.SessionPaused || got.Reason != "timeout" || got.EndsAt != nil {
+		t.Fatalf("at its end: %s %q ends %v; want paused (timeout), no end", got.State, got.Reason, got.EndsAt)
+	}
+	if got, _ := e.s.GetSession(ctx, e.tenant, deleted.ID); got.State != store.SessionRunning {
+		t.Fatalf("a session given 120 s more is %s", got.State)
+	}
+	// Its next run has its own end; a paused session's new timeout applies to it.
+	if _, err := e.s.SetSessionTimeout(ctx, e.tenant, paused.ID, 30, false); err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := e.s.ResumeSession(ctx, e.tenant, paused.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := e.clk.Now().Add(30 * time.Second); resumed.EndsAt == nil || !resumed.EndsAt.Equal(want) {
+		t.Fatalf("resumed: ends %v; want %v", resumed.EndsAt, want)
+	}
+	e.clk.Add(2 * time.Minute)
+	e.s.endSessions()
+	settle(t, e.s)
+	// Deleted: its record goes too, as for any delete.
+	if got, err := e.s.GetSession(ctx, e.tenant, deleted.ID); (err == nil && got.State != store.SessionDeleted) ||
+		(err != nil && !errors.Is(err, errdefs.ErrNotFound)) || e.n.isRunning(deleted.SandboxID) {
+		t.Fatalf("past its end with on_timeout delete: %s %v, sandbox running %v", got.State, err, e.n.isRunning(deleted.SandboxID))
+	}
+	if got, _ := e.s.GetSession(ctx, e.tenant, forever.ID); got.State != store.SessionRunning {
+		t.Fatalf("a session without a timeout is %s", got.State)
+	}
+	if _, err := e.s.SetSessionTimeout(ctx, e.tenant, deleted.ID, 60, false); !errors.Is(err, errdefs.ErrConflict) && !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("SetSessionTimeout(deleted) = %v; want conflict or not found", err)
+	}
+	if _, err := e.s.SetSessionTimeout(ctx, e.tenant, forever.ID, -5, false); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("SetSessionTimeout(-5) = %v; want invalid argument", err)
+	}
+	// Another tenant's session is not found.
+	other, _, _, err := e.s.CreateTenant(ctx, "other", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.SetSessionTimeout(ctx, other.ID, forever.ID, 60, false); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("SetSessionTimeout(other tenant) = %v; want not found", err)
+	}
+}
+
 func TestSessionFork(t *testing.T) {
 	e := setupSessions(t)
 	ctx := context.Background()

@@ -103,7 +103,11 @@ func TestSessionPauseResumeKeepsLiveState(t *testing.T) {
 	e := testenv.Start(t, testenv.Options{})
 	ctx := ctxT(t, 5*time.Minute)
 	mark := fmt.Sprintf("%x", time.Now().UnixNano())
-	se := newSession(t, e, airlock.CreateSessionRequest{MemoryMB: 1024, Env: map[string]string{"MARK": mark}, IdleTimeoutSeconds: never()})
+	se := newSession(t, e, airlock.CreateSessionRequest{MemoryMB: 1024, Env: map[string]string{"MARK": mark}, IdleTimeoutSeconds: never(),
+		TimeoutSeconds: 3600, OnTimeout: "pause"})
+	if se.EndsAt == nil || se.EndsAt.Before(time.Now().Add(59*time.Minute)) || se.OnTimeout != "pause" {
+		t.Fatalf("a session made with an hour's timeout: ends at %v, on timeout %q", se.EndsAt, se.OnTimeout)
+	}
 	before := startAgent(t, e, se.ID, 256<<20)
 	if before.SHA256 != before.AtStart || before.Env != mark {
 		t.Fatalf("agent state %+v", before)
@@ -143,11 +147,22 @@ func TestSessionPauseResumeKeepsLiveState(t *testing.T) {
 		}
 	}
 
-	// Pause again, idle, straight away: little new data.
+	// Pause again, idle, straight away, by its timeout (on_timeout pause): little new data.
 	first := snapshotOf(t, e, se.ID, paused.HeadSnapshotID)
-	again, err := e.Client.PauseSession(ctx, se.ID)
-	if err != nil {
+	if _, err := e.Client.SetSessionTimeout(ctx, se.ID, 1); err != nil {
 		t.Fatal(err)
+	}
+	var again *airlock.Session
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		if again, err = e.Client.GetSession(ctx, se.ID); err != nil {
+			t.Fatal(err)
+		}
+		if again.State == airlock.SessionPaused || time.Now().After(deadline) {
+			break
+		}
+	}
+	if again.State != airlock.SessionPaused || again.Reason != "timeout" || again.EndsAt != nil {
+		t.Fatalf("a minute after its timeout of 1 s: %s %q, ends at %v; want paused by the timeout", again.State, again.Reason, again.EndsAt)
 	}
 	second := snapshotOf(t, e, se.ID, again.HeadSnapshotID)
 	ratio := float64(second.StoredBytes) / float64(first.StoredBytes)
@@ -162,7 +177,11 @@ func TestSessionPauseResumeKeepsLiveState(t *testing.T) {
 			t.Errorf("%s holds the marker", db)
 		}
 	}
-	// Work on the paused session resumes it (auto-resume is the default).
+	// Work on the paused session resumes it (auto-resume is the default); without a bound now, its run
+	// has no end.
+	if _, err := e.Client.SetSessionTimeout(ctx, se.ID, 0); err != nil {
+		t.Fatal(err)
+	}
 	if st, ok := queryAgent(t, e, se.ID); !ok || st.SHA256 != before.SHA256 {
 		t.Errorf("after auto-resume: %+v %v", st, ok)
 	}

@@ -116,8 +116,15 @@ type Session struct {
 	// IdleTimeoutSeconds is how long a running session may go without activity (see TouchSession) before
 	// ListIdleSessions reports it for auto-pause; 0 means never.
 	IdleTimeoutSeconds int
-	AutoResume         bool   // resume a paused session when work arrives for it
-	SandboxID          string // the sandbox it runs in; "" when none
+	AutoResume         bool // resume a paused session when work arrives for it
+	// TimeoutSeconds bounds each run of the session: whenever it starts running (created or resumed),
+	// the control plane sets EndsAt that far ahead; 0 means no bound. The Store keeps it as given.
+	TimeoutSeconds int
+	// OnTimeout is what becomes of the session once EndsAt passes ("" is SessionTimeoutDelete).
+	OnTimeout SessionTimeoutAction
+	// EndsAt is when the running session times out (see ListEndedSessions); nil when it does not.
+	EndsAt    *time.Time
+	SandboxID string // the sandbox it runs in; "" when none
 	// RollingIntervalSeconds is how often a rolling snapshot (TriggerRolling) is taken while the session
 	// runs; 0 means never. The Store keeps it as given: the control plane applies defaults and minimums.
 	RollingIntervalSeconds int
@@ -140,7 +147,8 @@ type Session struct {
 
 // Validate checks the fields of se that every engine relies on, and returns an error wrapping
 // errdefs.ErrInvalidArgument naming the first bad one: ID and TenantID must be set, State must be a valid
-// state, Spec resources, IdleTimeoutSeconds and RollingIntervalSeconds must not be negative, Retention must
+// state, Spec resources, IdleTimeoutSeconds, RollingIntervalSeconds and TimeoutSeconds must not be
+// negative, OnTimeout must be "" or a SessionTimeoutAction, Retention must
 // be valid (see RetentionSpec.Validate), metadata keys must not be empty and Version must not be negative.
 // It does not judge state transitions (see CheckSessionTransition) nor whether the IDs it refers to exist.
 func (se Session) Validate() error {
@@ -160,6 +168,10 @@ func (se Session) Validate() error {
 		return bad("negative idle timeout %d", se.IdleTimeoutSeconds)
 	case se.RollingIntervalSeconds < 0:
 		return bad("negative rolling interval %d", se.RollingIntervalSeconds)
+	case se.TimeoutSeconds < 0:
+		return bad("negative timeout %d", se.TimeoutSeconds)
+	case !se.OnTimeout.Valid():
+		return bad("unknown timeout action %q", se.OnTimeout)
 	case se.Version < 0:
 		return bad("negative version %d", se.Version)
 	}
@@ -172,6 +184,20 @@ func (se Session) Validate() error {
 		}
 	}
 	return nil
+}
+
+// SessionTimeoutAction is what becomes of a running session whose EndsAt passed.
+type SessionTimeoutAction string
+
+// The timeout actions.
+const (
+	SessionTimeoutDelete SessionTimeoutAction = "delete" // its sandbox and snapshots are removed
+	SessionTimeoutPause  SessionTimeoutAction = "pause"  // it is paused (memory kept) and can be resumed
+)
+
+// Valid reports whether a is "" (SessionTimeoutDelete) or one of the timeout actions.
+func (a SessionTimeoutAction) Valid() bool {
+	return a == "" || a == SessionTimeoutDelete || a == SessionTimeoutPause
 }
 
 // InitialSessionState reports whether a session may be created in state s: creating (a new session),

@@ -178,6 +178,9 @@ type Store interface {
 	// IdleTimeoutSeconds above 0 and whose LastActivityAt plus IdleTimeoutSeconds is not after now, least
 	// recently active first (LastActivityAt, then ID). limit follows NormalizeLimit.
 	ListIdleSessions(ctx context.Context, now time.Time, limit int) ([]Session, error)
+	// ListEndedSessions returns up to limit sessions of every tenant that are running and whose EndsAt
+	// is set and not after now, soonest ended first (EndsAt, then ID). limit follows NormalizeLimit.
+	ListEndedSessions(ctx context.Context, now time.Time, limit int) ([]Session, error)
 	// DeleteSession removes a deleted session's record for good, with the records of all its snapshots and
 	// their names (garbage collection). A missing session (or another tenant's) is ErrNotFound; a session
 	// in any state but deleted is ErrConflict, so a record whose sandbox or data may still exist is never

@@ -217,4 +217,11 @@ CREATE TABLE docs (
 `,
 	// 5 (SQLite's 14): the sandboxes of one node.
 	`CREATE INDEX sandboxes_by_node ON sandboxes (node_id, id);`,
+	// 6 (SQLite's 15): a bound on each run of a session, and what its end does.
+	`
+ALTER TABLE sessions ADD COLUMN timeout_seconds BIGINT NOT NULL DEFAULT 0 CHECK (timeout_seconds >= 0);
+ALTER TABLE sessions ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'delete' CHECK (on_timeout IN ('delete', 'pause'));
+ALTER TABLE sessions ADD COLUMN ends_at BIGINT;
+CREATE INDEX sessions_by_end ON sessions (ends_at, id) WHERE ends_at IS NOT NULL;
+`,
 }

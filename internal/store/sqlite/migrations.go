@@ -265,6 +265,13 @@ CREATE TABLE docs (
 `,
 	// 14: the sandboxes of one node, for placement, failover and reconcile at any number of sandboxes.
 	`CREATE INDEX sandboxes_by_node ON sandboxes (node_id, id);`,
+	// 15: a bound on each run of a session, and what its end does.
+	`
+ALTER TABLE sessions ADD COLUMN timeout_seconds INTEGER NOT NULL DEFAULT 0 CHECK (timeout_seconds >= 0);
+ALTER TABLE sessions ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'delete' CHECK (on_timeout IN ('delete', 'pause'));
+ALTER TABLE sessions ADD COLUMN ends_at INTEGER;
+CREATE INDEX sessions_by_end ON sessions (ends_at, id) WHERE ends_at IS NOT NULL;
+`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in

@@ -345,10 +345,10 @@ VALUES ('sn_up', 'tn_a', 'se_run', '', 'first', 'rolling', 'uploading', '', 0, 1
 				NetworkPolicy: []byte(`{"default":"deny"}`)},
 			Metadata: map[string]string{"team": "ml"}, IdleTimeoutSeconds: 300, AutoResume: true, SandboxID: "sb_1",
 			HeadSnapshotID: "sn_up", CreatedAt: at, UpdatedAt: at.Add(10 * time.Microsecond),
-			LastActivityAt: at.Add(20 * time.Microsecond), Version: 3},
+			LastActivityAt: at.Add(20 * time.Microsecond), Version: 3, OnTimeout: store.SessionTimeoutDelete},
 		{ID: "se_paused", TenantID: "tn_b", State: store.SessionPaused, Metadata: map[string]string{},
 			CreatedAt: at.Add(time.Microsecond), UpdatedAt: at.Add(time.Microsecond), LastActivityAt: at.Add(time.Microsecond),
-			PausedAt: &paused, Version: 1},
+			PausedAt: &paused, Version: 1, OnTimeout: store.SessionTimeoutDelete}, // migration 15: no end
 	}
 	for _, want := range wantSessions {
 		got, err := s.GetSession(ctx, want.TenantID, want.ID)

@@ -18,7 +18,8 @@ import (
 const sessionCols = "id, tenant_id, state, reason, spec, network_policy, metadata, " +
 	"idle_timeout_seconds, auto_resume, sandbox_id, head_snapshot_id, parent_session_id, forked_from_snapshot_id, " +
 	"created_at, updated_at, last_activity_at, paused_at, version, " +
-	"rolling_interval_seconds, retention_keep_all_seconds, retention_keep_hourly_seconds, retention_keep_daily_seconds"
+	"rolling_interval_seconds, retention_keep_all_seconds, retention_keep_hourly_seconds, retention_keep_daily_seconds, " +
+	"timeout_seconds, on_timeout, ends_at"
 
 // sessionSpec is how a store.SessionSpec is kept in the spec column (the network policy has a column of
 // its own, as it does for sandboxes).
@@ -80,11 +81,12 @@ func (s *DB) CreateSession(ctx context.Context, se store.Session) (store.Session
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO sessions ("+sessionCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		_, err = tx.ExecContext(ctx, "INSERT INTO sessions ("+sessionCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 			se.ID, se.TenantID, string(se.State), se.Reason, spec, string(se.Spec.NetworkPolicy), meta,
 			se.IdleTimeoutSeconds, se.AutoResume, se.SandboxID, se.HeadSnapshotID, se.ParentSessionID, se.ForkedFromSnapshotID,
 			micros(se.CreatedAt), micros(se.UpdatedAt), micros(se.LastActivityAt), nullMicros(se.PausedAt), se.Version,
-			se.RollingIntervalSeconds, se.Retention.KeepAllSeconds, se.Retention.KeepHourlySeconds, se.Retention.KeepDailySeconds)
+			se.RollingIntervalSeconds, se.Retention.KeepAllSeconds, se.Retention.KeepHourlySeconds, se.Retention.KeepDailySeconds,
+			se.TimeoutSeconds, string(se.OnTimeout), nullMicros(se.EndsAt))
 		if err != nil {
 			return mapErr(err)
 		}
@@ -227,12 +229,14 @@ func (s *DB) UpdateSession(ctx context.Context, se store.Session) (store.Session
 	state = ?, reason = ?, spec = ?, network_policy = ?, metadata = ?,
 	idle_timeout_seconds = ?, auto_resume = ?, sandbox_id = ?, head_snapshot_id = ?,
 	updated_at = ?, last_activity_at = ?, paused_at = ?, version = ?,
-	rolling_interval_seconds = ?, retention_keep_all_seconds = ?, retention_keep_hourly_seconds = ?, retention_keep_daily_seconds = ?
+	rolling_interval_seconds = ?, retention_keep_all_seconds = ?, retention_keep_hourly_seconds = ?, retention_keep_daily_seconds = ?,
+	timeout_seconds = ?, on_timeout = ?, ends_at = ?
 WHERE id = ? AND tenant_id = ? AND version = ?`,
 			string(se.State), se.Reason, spec, string(se.Spec.NetworkPolicy), meta,
 			se.IdleTimeoutSeconds, se.AutoResume, se.SandboxID, se.HeadSnapshotID,
 			micros(se.UpdatedAt), micros(se.LastActivityAt), nullMicros(se.PausedAt), se.Version,
 			se.RollingIntervalSeconds, se.Retention.KeepAllSeconds, se.Retention.KeepHourlySeconds, se.Retention.KeepDailySeconds,
+			se.TimeoutSeconds, string(se.OnTimeout), nullMicros(se.EndsAt),
 			se.ID, se.TenantID, cur.Version)
 		if err := oneRow(res, err); err != nil {
 			return err
@@ -281,6 +285,22 @@ func (s *DB) ListIdleSessions(ctx context.Context, now time.Time, limit int) ([]
 	out, err := s.querySessions(ctx, query, string(store.SessionRunning), micros(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("list idle sessions: %w", err)
+	}
+	return out, nil
+}
+
+// ListEndedSessions implements store.Store.
+func (s *DB) ListEndedSessions(ctx context.Context, now time.Time, limit int) ([]store.Session, error) {
+	limit, err := store.NormalizeLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("list ended sessions: %w", err)
+	}
+	// "ends_at IS NOT NULL" repeats the condition of the sessions_by_end index, so it is used.
+	query := "SELECT " + sessionCols + " FROM sessions" +
+		" WHERE ends_at IS NOT NULL AND ends_at <= ? AND state = ? ORDER BY ends_at, id LIMIT ?"
+	out, err := s.querySessions(ctx, query, micros(now), string(store.SessionRunning), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list ended sessions: %w", err)
 	}
 	return out, nil
 }
@@ -349,6 +369,10 @@ func normalizeSession(se store.Session) store.Session {
 	se.UpdatedAt = store.NormalizeTime(se.UpdatedAt)
 	se.LastActivityAt = store.NormalizeTime(se.LastActivityAt)
 	se.PausedAt = store.NormalizeTimePtr(se.PausedAt)
+	se.EndsAt = store.NormalizeTimePtr(se.EndsAt)
+	if se.OnTimeout == "" {
+		se.OnTimeout = store.SessionTimeoutDelete
+	}
 	meta := make(map[string]string, len(se.Metadata))
 	maps.Copy(meta, se.Metadata)
 	se.Metadata = meta
@@ -380,12 +404,14 @@ func scanSession(row scanner) (store.Session, error) {
 		state, spec, netPolicy     string
 		meta                       string
 		created, updated, activity int64
-		paused                     sql.NullInt64
+		paused, ends               sql.NullInt64
+		onTimeout                  string
 	)
 	err := row.Scan(&se.ID, &se.TenantID, &state, &se.Reason, &spec, &netPolicy, &meta,
 		&se.IdleTimeoutSeconds, &se.AutoResume, &se.SandboxID, &se.HeadSnapshotID, &se.ParentSessionID, &se.ForkedFromSnapshotID,
 		&created, &updated, &activity, &paused, &se.Version,
-		&se.RollingIntervalSeconds, &se.Retention.KeepAllSeconds, &se.Retention.KeepHourlySeconds, &se.Retention.KeepDailySeconds)
+		&se.RollingIntervalSeconds, &se.Retention.KeepAllSeconds, &se.Retention.KeepHourlySeconds, &se.Retention.KeepDailySeconds,
+		&se.TimeoutSeconds, &onTimeout, &ends)
 	if err != nil {
 		return store.Session{}, err
 	}
@@ -409,5 +435,7 @@ func scanSession(row scanner) (store.Session, error) {
 	se.UpdatedAt = fromMicros(updated)
 	se.LastActivityAt = fromMicros(activity)
 	se.PausedAt = fromNullMicros(paused)
+	se.OnTimeout = store.SessionTimeoutAction(onTimeout)
+	se.EndsAt = fromNullMicros(ends)
 	return se, nil
 }

@@ -33,6 +33,9 @@ func testSessionCreateGet(t *testing.T, s store.Store) {
 		Retention:              store.RetentionSpec{KeepAllSeconds: 3600, KeepHourlySeconds: 2 * 86400, KeepDailySeconds: 1<<63 - 1},
 		SandboxID:              "sb_1",
 		PausedAt:               ptr(base.Add(-time.Hour)),
+		TimeoutSeconds:         600,
+		OnTimeout:              store.SessionTimeoutPause,
+		EndsAt:                 ptr(base.Add(10 * time.Minute)),
 	}
 	before := store.NormalizeTime(time.Now())
 	se, err := s.CreateSession(ctx, in)
@@ -133,6 +136,8 @@ func testSessionCreateGet(t *testing.T, s store.Store) {
 		{"negative memory", store.Session{TenantID: a.ID, Spec: store.SessionSpec{MemoryMB: -1}}, errdefs.ErrInvalidArgument},
 		{"negative idle timeout", store.Session{TenantID: a.ID, IdleTimeoutSeconds: -1}, errdefs.ErrInvalidArgument},
 		{"negative rolling interval", store.Session{TenantID: a.ID, RollingIntervalSeconds: -1}, errdefs.ErrInvalidArgument},
+		{"negative timeout", store.Session{TenantID: a.ID, TimeoutSeconds: -1}, errdefs.ErrInvalidArgument},
+		{"unknown timeout action", store.Session{TenantID: a.ID, OnTimeout: "explode"}, errdefs.ErrInvalidArgument},
 		{"negative retention keep all", store.Session{TenantID: a.ID, Retention: store.RetentionSpec{KeepAllSeconds: -1}}, errdefs.ErrInvalidArgument},
 		{"negative retention keep hourly", store.Session{TenantID: a.ID, Retention: store.RetentionSpec{KeepHourlySeconds: -1}}, errdefs.ErrInvalidArgument},
 		{"negative retention keep daily", store.Session{TenantID: a.ID, Retention: store.RetentionSpec{KeepDailySeconds: -86400}}, errdefs.ErrInvalidArgument},
@@ -231,6 +236,9 @@ func testSessionUpdate(t *testing.T, s store.Store) {
 	next.HeadSnapshotID = head.ID
 	next.LastActivityAt = base.Add(time.Hour)
 	next.PausedAt = ptr(base.Add(time.Second))
+	next.TimeoutSeconds = 30
+	next.OnTimeout = store.SessionTimeoutPause
+	next.EndsAt = ptr(base.Add(time.Minute))
 	next.ParentSessionID = "se_other"      // immutable: ignored
 	next.ForkedFromSnapshotID = "sn_other" // immutable: ignored
 	next.CreatedAt = base.Add(time.Hour)   // immutable: ignored
@@ -343,6 +351,8 @@ func testSessionUpdate(t *testing.T, s store.Store) {
 		{"negative disk", func(se *store.Session) { se.Spec.DiskMB = -1 }, errdefs.ErrInvalidArgument},
 		{"negative idle timeout", func(se *store.Session) { se.IdleTimeoutSeconds = -5 }, errdefs.ErrInvalidArgument},
 		{"negative rolling interval", func(se *store.Session) { se.RollingIntervalSeconds = -60 }, errdefs.ErrInvalidArgument},
+		{"negative timeout", func(se *store.Session) { se.TimeoutSeconds = -1 }, errdefs.ErrInvalidArgument},
+		{"unknown timeout action", func(se *store.Session) { se.OnTimeout = "later" }, errdefs.ErrInvalidArgument},
 		{"negative retention keep all", func(se *store.Session) { se.Retention.KeepAllSeconds = -1 }, errdefs.ErrInvalidArgument},
 		{"negative retention keep hourly", func(se *store.Session) { se.Retention.KeepHourlySeconds = -1 }, errdefs.ErrInvalidArgument},
 		{"negative retention keep daily", func(se *store.Session) { se.Retention.KeepDailySeconds = -1 }, errdefs.ErrInvalidArgument},
@@ -769,6 +779,62 @@ func testSessionListIdle(t *testing.T, s store.Store) {
 
 	_, err = s.ListIdleSessions(ctx, ref, -1)
 	wantErr(t, "ListIdleSessions(negative limit)", err, errdefs.ErrInvalidArgument)
+}
+
+// testSessionListEnded checks the timeout query against a controlled now: running, with an end that
+// passed; and that an update clearing the end (a pause) or moving it takes the session out.
+func testSessionListEnded(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
+	ref := time.Date(2024, 6, 1, 12, 0, 0, 0, time.UTC)
+	mk := func(id, tenant string, state store.SessionState, ends *time.Time) {
+		t.Helper()
+		se := mustSession(t, s, store.Session{ID: id, TenantID: tenant, TimeoutSeconds: 60, EndsAt: ends,
+			OnTimeout: store.SessionTimeoutPause, CreatedAt: ref.Add(-2 * time.Hour)})
+		driveSession(t, s, se, state)
+	}
+	mk("se_e1", a.ID, store.SessionRunning, ptr(ref)) // exactly at the end: ended
+	mk("se_e2", b.ID, store.SessionRunning, ptr(ref.Add(-time.Minute)))
+	mk("se_e3", a.ID, store.SessionRunning, ptr(ref.Add(time.Second)))
+	mk("se_e4", a.ID, store.SessionRunning, nil) // no end
+	mk("se_e5", a.ID, store.SessionPaused, ptr(ref.Add(-time.Hour)))
+	mk("se_e6", a.ID, store.SessionPausing, ptr(ref.Add(-time.Hour)))
+	mk("se_e7", b.ID, store.SessionCreating, ptr(ref.Add(-time.Hour)))
+
+	check := func(now time.Time, limit int, want []string) {
+		t.Helper()
+		got, err := s.ListEndedSessions(ctx, now, limit)
+		wantErr(t, "ListEndedSessions", err, nil)
+		if diff := cmp.Diff(want, sessionIDs(got), cmpOpts...); diff != "" {
+			t.Errorf("ListEndedSessions(%v, %d) IDs (-want +got):\n%s", now, limit, diff)
+		}
+		for _, se := range got {
+			if se.OnTimeout != store.SessionTimeoutPause || se.EndsAt == nil || se.EndsAt.Location() != time.UTC {
+				t.Errorf("ListEndedSessions: %s has OnTimeout %q, EndsAt %v; want pause and a UTC end", se.ID, se.OnTimeout, se.EndsAt)
+			}
+		}
+	}
+	check(ref, 0, []string{"se_e2", "se_e1"})
+	check(ref.In(time.FixedZone("x", 5*3600)), 0, []string{"se_e2", "se_e1"})
+	check(ref, 1, []string{"se_e2"})
+	check(ref.Add(-time.Microsecond), 0, []string{"se_e2"})
+	check(ref.Add(time.Second), 0, []string{"se_e2", "se_e1", "se_e3"})
+
+	// A later end (set timeout) or none (a pause clears it) takes a session out.
+	se, err := s.GetSession(ctx, b.ID, "se_e2")
+	wantErr(t, "GetSession(se_e2)", err, nil)
+	se.EndsAt = ptr(ref.Add(time.Hour))
+	_, err = s.UpdateSession(ctx, se)
+	wantErr(t, "UpdateSession(se_e2 later end)", err, nil)
+	se, err = s.GetSession(ctx, a.ID, "se_e1")
+	wantErr(t, "GetSession(se_e1)", err, nil)
+	se.State, se.EndsAt = store.SessionPausing, nil
+	_, err = s.UpdateSession(ctx, se)
+	wantErr(t, "UpdateSession(se_e1 pausing)", err, nil)
+	check(ref.Add(time.Second), 0, []string{"se_e3"})
+
+	_, err = s.ListEndedSessions(ctx, ref, -1)
+	wantErr(t, "ListEndedSessions(negative limit)", err, errdefs.ErrInvalidArgument)
 }
 
 func testSessionDelete(t *testing.T, s store.Store) {

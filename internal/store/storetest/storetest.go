@@ -80,6 +80,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) 
 		{"SessionList", testSessionList},
 		{"SessionListByState", testSessionListByState},
 		{"SessionListIdle", testSessionListIdle},
+		{"SessionListEnded", testSessionListEnded},
 		{"SessionDelete", testSessionDelete},
 		{"SnapshotCreateGet", testSnapshotCreateGet},
 		{"SnapshotNames", testSnapshotNames},

@@ -55,6 +55,16 @@ func (c *Client) PauseSession(ctx context.Context, id string) (*Session, error) 
 	return &se, nil
 }
 
+// SetSessionTimeout bounds the session's runs to seconds from now on (0: no bound): a running session
+// ends that long from now; a paused one's next run is bounded.
+func (c *Client) SetSessionTimeout(ctx context.Context, id string, seconds int) (*Session, error) {
+	var se Session
+	if err := c.doJSON(ctx, http.MethodPost, sessionPath(id, "timeout"), nil, SetTimeoutRequest{TimeoutSeconds: seconds}, &se, nil); err != nil {
+		return nil, fmt.Errorf("set timeout of session %s: %w", id, err)
+	}
+	return &se, nil
+}
+
 // ResumeSession restores the paused session into a new sandbox; its processes continue.
 func (c *Client) ResumeSession(ctx context.Context, id string) (*Session, error) {
 	var se Session

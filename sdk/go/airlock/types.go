@@ -479,6 +479,11 @@ type CreateSessionRequest struct {
 	// Runtime is as for sandboxes; "auto" gives a session gVisor, whose snapshots keep memory and
 	// processes. A runc session's snapshots hold its files only: a resume starts its processes anew.
 	Runtime string `json:"runtime,omitempty"`
+	// TimeoutSeconds bounds each run of the session (from its create, or a resume) to that long;
+	// 0, the default, does not: the session lives until deleted.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// OnTimeout is what the end of a run does: "delete" (the default) or "pause".
+	OnTimeout string `json:"on_timeout,omitempty"`
 }
 
 // Session states.
@@ -519,6 +524,10 @@ type Session struct {
 	UpdatedAt            time.Time  `json:"updated_at"`
 	LastActivityAt       time.Time  `json:"last_activity_at"`
 	PausedAt             *time.Time `json:"paused_at,omitempty"`
+	// TimeoutSeconds bounds each run (0: none); the running session ends at EndsAt, as OnTimeout says.
+	TimeoutSeconds int        `json:"timeout_seconds"`
+	OnTimeout      string     `json:"on_timeout"`
+	EndsAt         *time.Time `json:"ends_at,omitempty"`
 	// Runtime runs the session's sandboxes, chosen for RuntimeReason; Abilities as for sandboxes.
 	Runtime       string   `json:"runtime"`
 	RuntimeReason string   `json:"runtime_reason,omitempty"`
