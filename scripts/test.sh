@@ -23,6 +23,23 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# Node.js 20.18.1 or later with npm, for the tests that run the real e2b SDK from the npm registry
+# (internal/e2e/e2b_test.go). Debian 12's own Node.js is 18: then Node.js 22 comes from npm's node package.
+node_ok() {
+  command -v node >/dev/null && command -v npm >/dev/null &&
+    node -e 'const [a,b,c]=process.versions.node.split(".").map(Number); process.exit(a>20||(a==20&&(b>18||(b==18&&c>=1)))?0:1)'
+}
+if ! node_ok; then
+  echo "==> installing Node.js 22 (the e2b SDK's tests need 20.18.1 or later)"
+  if ! command -v npm >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  fi
+  npm install -g --no-audit --no-fund --loglevel=error node@22
+  hash -r
+  node_ok || { echo "Node.js 20.18.1 or later is needed; have $(node --version 2>&1)" >&2; exit 1; }
+fi
+
 # A real S3-compatible server for the S3 blob store's tests (internal/testenv/s3test): versitygw, built
 # from the Go module proxy at a pinned release (about a minute and a half).
 if ! command -v versitygw >/dev/null; then

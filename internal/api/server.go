@@ -62,6 +62,13 @@ func New(cp *controlplane.Service, log *slog.Logger, metrics http.Handler) *Serv
 	for _, r := range s.routes() {
 		s.mux.HandleFunc(r.Method+" "+r.Pattern, r.handler)
 	}
+	// E2B's API (e2b.go) is documented in docs/E2B.md, not in Airlock's OpenAPI document.
+	for _, r := range s.e2bRoutes() {
+		s.mux.HandleFunc(r.Method+" "+r.Pattern, r.handler)
+	}
+	s.mux.HandleFunc(e2bPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		s.e2bError(w, r, clientErr(errdefs.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})

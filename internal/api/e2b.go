@@ -1,0 +1,684 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/controlplane"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/httperr"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/template"
+)
+
+// E2B compatibility, the control plane: the REST API that E2B's SDKs call, under /e2b, so that
+// E2B_API_URL=<airlock>/e2b points them here. An E2B sandbox is an Airlock session (its ID is the
+// session's): pausing keeps memory, a timeout pauses it (autoPause) or deletes it, and connecting
+// resumes it. The API key is an Airlock API key, sent as X-API-KEY; the envd access token each create
+// or connect hands out is an Airlock access token for the session (exec, files, ports), which the data
+// plane (e2b_envd.go) takes as X-Access-Token. Tenancy, egress policy and credential bindings are the
+// tenant's, as on /v1. Errors are E2B's: {"code": <HTTP status>, "message": "…"}.
+
+const (
+	e2bPrefix = "/e2b"
+	// e2bEnvdVersion is the envd version reported: the SDKs gate features on it (0.5.7: uploads as
+	// application/octet-stream; above it, file metadata and watch options the data plane lacks).
+	e2bEnvdVersion = "0.5.7"
+	// e2bClientID fills the deprecated clientID the SDKs still require.
+	e2bClientID = "airlock"
+	// e2bDefaultTimeout is the lifetime of a sandbox whose create or connect names none, as E2B's.
+	e2bDefaultTimeout = 300
+	// e2bMaxList bounds a page of GET /v2/sandboxes.
+	e2bMaxList = 100
+	// e2bNoEnd is the endAt of a session that has no end (made on /v1 without a timeout).
+	e2bNoEnd = "9999-12-31T23:59:59Z"
+)
+
+// e2bRoutes are the E2B control plane's routes (the SDKs call both the v1 and v2 forms of create and
+// connect).
+func (s *Server) e2bRoutes() []route {
+	return []route{
+		{"POST", e2bPrefix + "/sandboxes", s.e2bAuth(s.e2bCreate)},
+		{"POST", e2bPrefix + "/v2/sandboxes", s.e2bAuth(s.e2bCreate)},
+		{"GET", e2bPrefix + "/sandboxes", s.e2bAuth(s.e2bListRunning)},
+		{"GET", e2bPrefix + "/v2/sandboxes", s.e2bAuth(s.e2bList)},
+		{"GET", e2bPrefix + "/sandboxes/{id}", s.e2bAuth(s.e2bGet)},
+		{"DELETE", e2bPrefix + "/sandboxes/{id}", s.e2bAuth(s.e2bKill)},
+		{"POST", e2bPrefix + "/sandboxes/{id}/connect", s.e2bAuth(s.e2bConnect)},
+		{"POST", e2bPrefix + "/v2/sandboxes/{id}/connect", s.e2bAuth(s.e2bConnect)},
+		{"POST", e2bPrefix + "/sandboxes/{id}/resume", s.e2bAuth(s.e2bConnect)},
+		{"POST", e2bPrefix + "/sandboxes/{id}/timeout", s.e2bAuth(s.e2bSetTimeout)},
+		{"POST", e2bPrefix + "/sandboxes/{id}/pause", s.e2bAuth(s.e2bPause)},
+		{"POST", e2bPrefix + "/sandboxes/{id}/fork", s.e2bAuth(s.e2bFork)},
+		{"PUT", e2bPrefix + "/sandboxes/{id}/network", s.e2bAuth(s.e2bNetwork)},
+	}
+}
+
+// e2bErrorBody is E2B's error shape; the SDKs read code (the HTTP status) from the body.
+type e2bErrorBody struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// e2bError writes err in E2B's shape, with the status and message /v1 would give.
+func (s *Server) e2bError(w http.ResponseWriter, r *http.Request, err error) {
+	status := httperr.Status(err)
+	writeJSON(w, status, e2bErrorBody{Code: status, Message: errorDetail(s.log, r, err).Message})
+}
+
+// e2bAuth serves h to API keys sent as X-API-KEY (or Authorization: Bearer): read scope for GET,
+// write for the rest. Access tokens are refused: they reach the data plane only.
+func (s *Server) e2bAuth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := strings.TrimSpace(r.Header.Get("X-API-Key"))
+		if key == "" {
+			key, _ = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			key = strings.TrimSpace(key)
+		}
+		if key == "" {
+			s.e2bError(w, r, clientErr(errdefs.ErrUnauthenticated, "missing API key: send an Airlock API key as X-API-KEY (E2B_API_KEY)"))
+			return
+		}
+		p, err := s.cp.Authenticate(r.Context(), key)
+		if err != nil {
+			s.e2bError(w, r, err)
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		need := store.ScopeWrite
+		if r.Method == http.MethodGet {
+			need = store.ScopeRead
+		}
+		s.audited(w, r, func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case p.Token != nil:
+				s.e2bError(w, r, clientErr(errdefs.ErrPermissionDenied, "an access token reaches only its sandbox's envd; %s %s needs an API key", r.Method, r.URL.Path))
+			case !p.Scope.Allows(need):
+				s.e2bError(w, r, clientErr(errdefs.ErrPermissionDenied, "this API key has scope %s; %s %s needs %s", p.Scope, r.Method, r.URL.Path, need))
+			default:
+				h(w, r)
+			}
+		})
+	}
+}
+
+// e2bNewSandbox is the body of a create (E2B's NewSandbox and NewSandboxV2; allow_internet_access is
+// snake case there too).
+type e2bNewSandbox struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int              `json:"timeout"`
+	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
+	AutoResume          *e2bAutoResume    `json:"autoResume"`
+	Secure              *bool             `json:"secure"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Network             *e2bNetwork       `json:"network"`
+	MCP                 json.RawMessage   `json:"mcp"`
+	IAM                 json.RawMessage   `json:"iam"`
+	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
+}
+
+type e2bAutoResume struct {
+	Enabled bool `json:"enabled"`
+}
+
+// e2bNetwork is E2B's sandbox network configuration. What Airlock's egress policy cannot express is
+// refused with a message, never dropped.
+type e2bNetwork struct {
+	AllowOut            []string        `json:"allowOut"`
+	DenyOut             []string        `json:"denyOut"`
+	AllowPublicTraffic  *bool           `json:"allowPublicTraffic"`
+	Rules               json.RawMessage `json:"rules"`
+	EgressProxy         json.RawMessage `json:"egressProxy"`
+	MaskRequestHost     *string         `json:"maskRequestHost"`
+	HTTPSPorts          json.RawMessage `json:"httpsPorts"`
+	AllowInternetAccess *bool           `json:"allow_internet_access"`
+}
+
+// e2bSandbox is what a create, connect or fork returns.
+type e2bSandbox struct {
+	SandboxID          string  `json:"sandboxID"`
+	TemplateID         string  `json:"templateID"`
+	Alias              string  `json:"alias,omitempty"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// e2bSandboxDetail is what GET /sandboxes/{id} and the list return.
+type e2bSandboxDetail struct {
+	SandboxID   string            `json:"sandboxID"`
+	TemplateID  string            `json:"templateID"`
+	Alias       string            `json:"alias,omitempty"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   string            `json:"startedAt"`
+	EndAt       string            `json:"endAt"`
+	State       string            `json:"state"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int               `json:"memoryMB"`
+	DiskSizeMB  int               `json:"diskSizeMB"`
+	EnvdVersion string            `json:"envdVersion"`
+	Metadata    map[string]string `json:"metadata"`
+	Lifecycle   e2bLifecycle      `json:"lifecycle"`
+}
+
+type e2bLifecycle struct {
+	OnTimeout  string `json:"onTimeout"` // "kill" or "pause"
+	AutoResume bool   `json:"autoResume"`
+}
+
+func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
+	var req e2bNewSandbox
+	if err := decodeE2BBody(w, r, &req, true); err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	for name, v := range map[string]json.RawMessage{"mcp": req.MCP, "iam": req.IAM, "volumeMounts": req.VolumeMounts} {
+		if len(v) > 0 && string(v) != "null" && string(v) != "[]" && string(v) != "{}" {
+			s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "%s is not supported by Airlock", name))
+			return
+		}
+	}
+	timeout := e2bDefaultTimeout
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
+	if timeout < 1 || time.Duration(timeout)*time.Second > controlplane.MaxTimeout {
+		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "timeout must be between 1 and %d seconds, got %d", int(controlplane.MaxTimeout/time.Second), timeout))
+		return
+	}
+	allow := req.AllowInternetAccess
+	if req.Network != nil && req.Network.AllowInternetAccess != nil {
+		allow = req.Network.AllowInternetAccess
+	}
+	p, err := e2bPolicy(allow, req.Network)
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	onTimeout := store.SessionTimeoutDelete
+	if req.AutoPause != nil && *req.AutoPause {
+		onTimeout = store.SessionTimeoutPause
+	}
+	tpl := req.TemplateID
+	creq := controlplane.SessionRequest{
+		CreateRequest: controlplane.CreateRequest{Template: tpl, Env: req.EnvVars, Metadata: req.Metadata,
+			TimeoutSeconds: timeout, Network: &p},
+		OnTimeout:  onTimeout,
+		AutoResume: req.AutoResume != nil && req.AutoResume.Enabled,
+		// E2B sandboxes neither pause when idle nor take rolling snapshots: they live until their timeout.
+	}
+	se, err := s.cp.CreateSession(r.Context(), tenantOf(r), creq)
+	if errors.Is(err, errdefs.ErrNotFound) && se.ID == "" && (tpl == "" || tpl == "base") {
+		// E2B's default template is "base": Airlock's is "default", unless the operator made a "base".
+		creq.Template = template.DefaultName
+		se, err = s.cp.CreateSession(r.Context(), tenantOf(r), creq)
+	}
+	if err != nil {
+		if se.ID != "" { // recorded, then failed to boot: nothing of it should linger
+			_ = s.cp.DeleteSession(context.WithoutCancel(r.Context()), tenantOf(r), se.ID)
+		}
+		s.e2bError(w, r, err)
+		return
+	}
+	out, err := s.e2bSandboxOf(r, se)
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// e2bSandboxOf is se as a create or connect returns it, with a new envd access token for it.
+func (s *Server) e2bSandboxOf(r *http.Request, se store.Session) (e2bSandbox, error) {
+	tok, _, err := s.cp.CreateAccessToken(r.Context(), tenantOf(r), principalOf(r).KeyID, controlplane.TokenRequest{
+		Name: "e2b-envd", SessionID: se.ID, Scopes: []store.TokenScope{store.TokenExec, store.TokenFiles, store.TokenPorts},
+		TTL: controlplane.MaxTokenTTL,
+	})
+	if err != nil {
+		return e2bSandbox{}, err
+	}
+	name := templateName(se.Spec.Template)
+	return e2bSandbox{SandboxID: se.ID, TemplateID: name, Alias: name, ClientID: e2bClientID, EnvdVersion: e2bEnvdVersion,
+		EnvdAccessToken: tok}, nil
+}
+
+// templateName is the name of a template reference (name@sha256:…).
+func templateName(ref string) string {
+	if name, _, err := template.ParseRef(ref); err == nil {
+		return name
+	}
+	return ref
+}
+
+// e2bPolicy is the egress policy of E2B's internet switch (nil: on) and network configuration.
+// allowOut entries are allowed, then denyOut entries denied; everything else follows the switch
+// (denyOut 0.0.0.0/0 turns it off). The address guards apply as to every sandbox.
+func e2bPolicy(allowInternet *bool, n *e2bNetwork) (policy.Policy, error) {
+	p := policy.Policy{Default: policy.ActionAllow}
+	if allowInternet != nil && !*allowInternet {
+		p.Default = policy.ActionDeny
+	}
+	if n == nil {
+		return p, nil
+	}
+	for name, v := range map[string]json.RawMessage{"network.rules": n.Rules, "network.egressProxy": n.EgressProxy, "network.httpsPorts": n.HTTPSPorts} {
+		if len(v) > 0 && string(v) != "null" && string(v) != "{}" && string(v) != "[]" {
+			return p, clientErr(errdefs.ErrInvalidArgument, "%s is not supported by Airlock: inject credentials with its secrets and bindings (/v1/secrets)", name)
+		}
+	}
+	if n.MaskRequestHost != nil && *n.MaskRequestHost != "" {
+		return p, clientErr(errdefs.ErrInvalidArgument, "network.maskRequestHost is not supported by Airlock")
+	}
+	add := func(action, entry string) error {
+		switch {
+		case entry == "0.0.0.0/0" || entry == "::/0":
+			if action == policy.ActionDeny {
+				p.Default = policy.ActionDeny
+				return nil
+			}
+			p.Rules = append(p.Rules, policy.Rule{Action: action, CIDRs: []string{entry}})
+		case strings.Contains(entry, "/"):
+			if _, err := netip.ParsePrefix(entry); err != nil {
+				return clientErr(errdefs.ErrInvalidArgument, "network: %q is neither an address, a CIDR nor a domain", truncate(entry, 64))
+			}
+			p.Rules = append(p.Rules, policy.Rule{Action: action, CIDRs: []string{entry}})
+		default:
+			if a, err := netip.ParseAddr(entry); err == nil {
+				p.Rules = append(p.Rules, policy.Rule{Action: action, CIDRs: []string{netip.PrefixFrom(a, a.BitLen()).String()}})
+				return nil
+			}
+			p.Rules = append(p.Rules, policy.Rule{Action: action, Host: entry})
+		}
+		return nil
+	}
+	for _, e := range n.AllowOut {
+		if err := add(policy.ActionAllow, e); err != nil {
+			return p, err
+		}
+	}
+	for _, e := range n.DenyOut {
+		if err := add(policy.ActionDeny, e); err != nil {
+			return p, err
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return p, fmt.Errorf("network: %w", err)
+	}
+	return p, nil
+}
+
+// decodeE2BBody reads a JSON body into v; an empty body is an empty object if optional. Unknown fields
+// are ignored: E2B's SDKs send some this server has no use for (secure, autoPauseMemory).
+func decodeE2BBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	dec := json.NewDecoder(r.Body)
+	if err := dec.Decode(v); err != nil {
+		if optional && errors.Is(err, io.EOF) {
+			return nil
+		}
+		return clientErr(errdefs.ErrInvalidArgument, "invalid JSON body: %v", err)
+	}
+	return nil
+}
+
+// e2bSession returns the session {id} names, or not found (in E2B's words) for any other ID, and for a
+// deleted session.
+func (s *Server) e2bSession(r *http.Request) (store.Session, error) {
+	id := r.PathValue("id")
+	if !sessionIDPattern.MatchString(id) {
+		return store.Session{}, clientErr(errdefs.ErrNotFound, "sandbox %q doesn't exist or you don't have access to it", truncate(id, 64))
+	}
+	se, err := s.cp.GetSession(r.Context(), tenantOf(r), id)
+	if err == nil && (se.State == store.SessionDeleting || se.State == store.SessionDeleted) {
+		err = errdefs.ErrNotFound
+	}
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return se, clientErr(errdefs.ErrNotFound, "sandbox %q doesn't exist or you don't have access to it", id)
+	}
+	return se, err
+}
+
+func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout *int `json:"timeout"`
+	}
+	if err := decodeE2BBody(w, r, &req, true); err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	timeout := e2bDefaultTimeout
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
+	if timeout < 1 || time.Duration(timeout)*time.Second > controlplane.MaxTimeout {
+		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "timeout must be between 1 and %d seconds, got %d", int(controlplane.MaxTimeout/time.Second), timeout))
+		return
+	}
+	se, err := s.e2bSession(r)
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	tenant, status := tenantOf(r), http.StatusOK
+	switch se.State {
+	case store.SessionRunning:
+		// A running sandbox's end only ever moves later on a connect.
+		se, err = s.cp.SetSessionTimeout(r.Context(), tenant, se.ID, timeout, true)
+	case store.SessionPaused, store.SessionFailed:
+		if se, err = s.cp.SetSessionTimeout(r.Context(), tenant, se.ID, timeout, false); err == nil {
+			se, err = s.cp.ResumeSession(r.Context(), tenant, se.ID)
+		}
+		status = http.StatusCreated
+	default:
+		err = clientErr(errdefs.ErrConflict, "sandbox %s is %s; try again in a moment", se.ID, se.State)
+	}
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	out, err := s.e2bSandboxOf(r, se)
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	writeJSON(w, status, out)
+}
+
+func (s *Server) e2bKill(w http.ResponseWriter, r *http.Request) {
+	se, err := s.e2bSession(r)
+	if err == nil {
+		err = s.cp.DeleteSession(r.Context(), tenantOf(r), se.ID)
+	}
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout *int `json:"timeout"`
+	}
+	if err := decodeE2BBody(w, r, &req, false); err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	if req.Timeout == nil || *req.Timeout < 1 || time.Duration(*req.Timeout)*time.Second > controlplane.MaxTimeout {
+		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "timeout must be between 1 and %d seconds", int(controlplane.MaxTimeout/time.Second)))
+		return
+	}
+	se, err := s.e2bSession(r)
+	if err == nil {
+		_, err = s.cp.SetSessionTimeout(r.Context(), tenantOf(r), se.ID, *req.Timeout, false)
+	}
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) e2bPause(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := decodeE2BBody(w, r, &req, true); err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	se, err := s.e2bSession(r)
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	if se.State == store.SessionPaused || se.State == store.SessionFailed {
+		s.e2bError(w, r, clientErr(errdefs.ErrConflict, "sandbox %s is already paused", se.ID))
+		return
+	}
+	if _, err := s.cp.PauseSession(r.Context(), tenantOf(r), se.ID); err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request) {
+	se, err := s.e2bSession(r)
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e2bDetailOf(se))
+}
+
+// e2bDetailOf is se as E2B describes a sandbox: running (also while it is created, paused or
+// resumed: it answers) or paused (also failed: a connect resumes it from its last snapshot).
+func e2bDetailOf(se store.Session) e2bSandboxDetail {
+	state := "running"
+	if se.State == store.SessionPaused || se.State == store.SessionFailed {
+		state = "paused"
+	}
+	end := e2bNoEnd
+	switch {
+	case se.EndsAt != nil:
+		end = se.EndsAt.UTC().Format(time.RFC3339Nano)
+	case state == "paused" && se.PausedAt != nil:
+		end = se.PausedAt.UTC().Format(time.RFC3339Nano)
+	}
+	onTimeout := "kill"
+	if se.OnTimeout == store.SessionTimeoutPause {
+		onTimeout = "pause"
+	}
+	meta := map[string]string{}
+	for k, v := range se.Metadata {
+		if !strings.HasPrefix(k, "airlock.") {
+			meta[k] = v
+		}
+	}
+	name := templateName(se.Spec.Template)
+	return e2bSandboxDetail{SandboxID: se.ID, TemplateID: name, Alias: name, ClientID: e2bClientID,
+		StartedAt: se.CreatedAt.UTC().Format(time.RFC3339Nano), EndAt: end, State: state,
+		CPUCount: int(math.Ceil(float64(se.Spec.CPUMillicores) / 1000)), MemoryMB: se.Spec.MemoryMB, DiskSizeMB: se.Spec.DiskMB,
+		EnvdVersion: e2bEnvdVersion, Metadata: meta, Lifecycle: e2bLifecycle{OnTimeout: onTimeout, AutoResume: se.AutoResume}}
+}
+
+// e2bListRunning is the deprecated GET /sandboxes: the running sandboxes, one page.
+func (s *Server) e2bListRunning(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	q.Set("state", "running")
+	r.URL.RawQuery = q.Encode()
+	s.e2bList(w, r)
+}
+
+// e2bList is GET /v2/sandboxes: metadata (E2B's query-encoded k=v&k=v), state (running, paused,
+// comma-separated or repeated), template, startedAfter, limit (1-100) and nextToken; the next page's
+// token is X-Next-Token. Sandboxes come oldest first, whatever order asks.
+func (s *Server) e2bList(w http.ResponseWriter, r *http.Request) {
+	f, err := e2bListFilter(r.URL.Query())
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	ses, next, err := s.cp.ListSessions(r.Context(), tenantOf(r), f)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrInvalidArgument) {
+			err = clientErr(errdefs.ErrInvalidArgument, "invalid nextToken")
+		}
+		s.e2bError(w, r, err)
+		return
+	}
+	// The template and start filters apply page by page: a page may come out short, never wrong.
+	q := r.URL.Query()
+	var after time.Time
+	if v := q.Get("startedAfter"); v != "" {
+		if after, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "startedAfter must be an RFC 3339 time, got %q", truncate(v, 40)))
+			return
+		}
+	}
+	out := make([]e2bSandboxDetail, 0, len(ses))
+	for _, se := range ses {
+		if (q.Get("template") != "" && templateName(se.Spec.Template) != q.Get("template")) || se.CreatedAt.Before(after) {
+			continue
+		}
+		out = append(out, e2bDetailOf(se))
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func e2bListFilter(q url.Values) (store.SessionFilter, error) {
+	f := store.SessionFilter{Limit: e2bMaxList, Cursor: q.Get("nextToken")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > e2bMaxList {
+			return f, clientErr(errdefs.ErrInvalidArgument, "limit must be between 1 and %d, got %q", e2bMaxList, truncate(v, 16))
+		}
+		f.Limit = n
+	}
+	var states []string
+	for _, v := range q["state"] {
+		states = append(states, strings.Split(v, ",")...)
+	}
+	if len(states) == 0 {
+		states = []string{"running", "paused"}
+	}
+	for _, st := range states {
+		switch strings.TrimSpace(st) {
+		case "running":
+			f.States = append(f.States, store.SessionCreating, store.SessionRunning, store.SessionPausing, store.SessionResuming)
+		case "paused":
+			f.States = append(f.States, store.SessionPaused, store.SessionFailed)
+		default:
+			return f, clientErr(errdefs.ErrInvalidArgument, "state must be running or paused, got %q", truncate(st, 32))
+		}
+	}
+	slices.Sort(f.States)
+	f.States = slices.Compact(f.States)
+	if raw := q.Get("metadata"); raw != "" {
+		dec, err := url.QueryUnescape(raw)
+		if err != nil {
+			return f, clientErr(errdefs.ErrInvalidArgument, "metadata: %v", err)
+		}
+		f.Metadata = map[string]string{}
+		for _, pair := range strings.Split(dec, "&") {
+			k, v, ok := strings.Cut(pair, "=")
+			if !ok || strings.Contains(v, "=") {
+				return f, clientErr(errdefs.ErrInvalidArgument, "metadata: want key=value pairs joined by &, got %q", truncate(pair, 64))
+			}
+			if k, err = url.QueryUnescape(k); err == nil {
+				v, err = url.QueryUnescape(v)
+			}
+			if err != nil || k == "" {
+				return f, clientErr(errdefs.ErrInvalidArgument, "metadata: bad pair %q", truncate(pair, 64))
+			}
+			f.Metadata[k] = v
+		}
+	}
+	return f, nil
+}
+
+// e2bForkEntry is one entry of a fork's answer: a sandbox or why it could not be made.
+type e2bForkEntry struct {
+	Sandbox *e2bSandbox   `json:"sandbox,omitempty"`
+	Error   *e2bErrorBody `json:"error,omitempty"`
+}
+
+func (s *Server) e2bFork(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout *int `json:"timeout"`
+		Count   *int `json:"count"`
+	}
+	if err := decodeE2BBody(w, r, &req, true); err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	count, timeout := 1, e2bDefaultTimeout
+	if req.Count != nil {
+		count = *req.Count
+	}
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
+	if count < 1 || count > controlplane.MaxFork {
+		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "count must be between 1 and %d, got %d", controlplane.MaxFork, count))
+		return
+	}
+	if timeout < 1 || time.Duration(timeout)*time.Second > controlplane.MaxTimeout {
+		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "timeout must be between 1 and %d seconds, got %d", int(controlplane.MaxTimeout/time.Second), timeout))
+		return
+	}
+	se, err := s.e2bSession(r)
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	forks, err := s.cp.ForkSession(r.Context(), tenantOf(r), se.ID, count, "")
+	if err != nil && len(forks) == 0 {
+		s.e2bError(w, r, err)
+		return
+	}
+	out := make([]e2bForkEntry, 0, len(forks))
+	for _, child := range forks {
+		if child.State == store.SessionRunning {
+			if child, err = s.cp.SetSessionTimeout(r.Context(), tenantOf(r), child.ID, timeout, false); err == nil {
+				var sb e2bSandbox
+				if sb, err = s.e2bSandboxOf(r, child); err == nil {
+					out = append(out, e2bForkEntry{Sandbox: &sb})
+					continue
+				}
+			}
+		} else {
+			err = clientErr(errdefs.ErrUnavailable, "fork %s could not start: %s", child.ID, child.Reason)
+		}
+		_ = s.cp.DeleteSession(context.WithoutCancel(r.Context()), tenantOf(r), child.ID)
+		status := httperr.Status(err)
+		out = append(out, e2bForkEntry{Error: &e2bErrorBody{Code: status, Message: errorDetail(s.log, r, err).Message}})
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func (s *Server) e2bNetwork(w http.ResponseWriter, r *http.Request) {
+	var req e2bNetwork
+	if err := decodeE2BBody(w, r, &req, false); err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	p, err := e2bPolicy(req.AllowInternetAccess, &req)
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	se, err := s.e2bSession(r)
+	if err == nil && se.State != store.SessionRunning {
+		err = clientErr(errdefs.ErrConflict, "sandbox %s is %s; connect to it first", se.ID, se.State)
+	}
+	if err == nil {
+		_, err = s.cp.SetNetwork(r.Context(), tenantOf(r), se.SandboxID, p)
+	}
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
