@@ -45,6 +45,14 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection (Hijack, Flush, deadlines).
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// Flush sends what was written so far, for handlers that assert http.Flusher (Connect's streams).
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
 // audited serves h and records the call (who, what, on what, with which status) in the tenant's
 // audit log. r carries the principal.
 func (s *Server) audited(w http.ResponseWriter, r *http.Request, h http.HandlerFunc) {

@@ -255,8 +255,14 @@ func (s *Server) e2bSandboxOf(r *http.Request, se store.Session) (e2bSandbox, er
 		return e2bSandbox{}, err
 	}
 	name := templateName(se.Spec.Template)
-	return e2bSandbox{SandboxID: se.ID, TemplateID: name, Alias: name, ClientID: e2bClientID, EnvdVersion: e2bEnvdVersion,
-		EnvdAccessToken: tok}, nil
+	out := e2bSandbox{SandboxID: se.ID, TemplateID: name, Alias: name, ClientID: e2bClientID, EnvdVersion: e2bEnvdVersion,
+		EnvdAccessToken: tok}
+	if s.ing.domain != "" {
+		// Without E2B_SANDBOX_URL the SDKs reach envd at https://49983-<id>.<domain>: the ingress's
+		// host form (behind TLS), which serves port 49983 of a session as its envd.
+		out.Domain = &s.ing.domain
+	}
+	return out, nil
 }
 
 // templateName is the name of a template reference (name@sha256:…).

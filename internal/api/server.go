@@ -44,6 +44,9 @@ type Server struct {
 
 	// ing forwards requests into sandboxes' ports (see ports.go).
 	ing ingress
+
+	// envdProcs are the processes E2B's data plane started and follows (e2b_envd.go).
+	envdProcs envdProcs
 }
 
 // Route is one route of the API: a method and a ServeMux path pattern.
@@ -63,7 +66,7 @@ func New(cp *controlplane.Service, log *slog.Logger, metrics http.Handler) *Serv
 		s.mux.HandleFunc(r.Method+" "+r.Pattern, r.handler)
 	}
 	// E2B's API (e2b.go) is documented in docs/E2B.md, not in Airlock's OpenAPI document.
-	for _, r := range s.e2bRoutes() {
+	for _, r := range append(s.e2bRoutes(), s.e2bEnvdRoutes()...) {
 		s.mux.HandleFunc(r.Method+" "+r.Pattern, r.handler)
 	}
 	s.mux.HandleFunc(e2bPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
@@ -220,6 +223,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id, port, ok, err := s.hostForm(r); ok {
 		if err != nil {
 			writeError(w, r, s.log, err)
+			return
+		}
+		if port == e2bEnvdPort && strings.HasPrefix(id, "se_") {
+			// E2B's envd of a session (an E2B sandbox), as the SDKs address it without E2B_SANDBOX_URL.
+			r.Header.Set("E2b-Sandbox-Id", id)
+			r.Header.Del("E2b-Sandbox-Port")
+			r.URL.Path, r.URL.RawPath = e2bPrefix+r.URL.Path, ""
+			s.mux.ServeHTTP(w, r)
 			return
 		}
 		s.servePortHost(w, r, id, port)

@@ -150,6 +150,8 @@ type StreamOptions struct {
 type Process interface {
 	// ID is the process's id in the sandbox, for AttachProcess and SignalProcess.
 	ID() string
+	// PID is its process ID in the sandbox's PID namespace.
+	PID() int
 	// Write sends p to the process's stdin (or terminal); it blocks while the sandbox's buffer is full.
 	Write(p []byte) (int, error)
 	// Resize changes the terminal size of a PTY process.
@@ -214,6 +216,7 @@ type linkProcess struct{ p *link.Process }
 var _ Process = linkProcess{}
 
 func (l linkProcess) ID() string                  { return l.p.ID() }
+func (l linkProcess) PID() int                    { return l.p.Info().PID }
 func (l linkProcess) Write(b []byte) (int, error) { return l.p.Write(b) }
 func (l linkProcess) CloseStdin() error           { return l.p.CloseStdin() }
 func (l linkProcess) Detach()                     { l.p.Detach() }

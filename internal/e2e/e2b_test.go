@@ -80,7 +80,11 @@ func TestE2BSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=spec", "--test-concurrency=1", "e2b.test.mjs")
+	args := []string{"--test", "--test-reporter=spec", "--test-concurrency=1"}
+	if p := os.Getenv("E2B_TEST_PATTERN"); p != "" { // to run some of them while working on them
+		args = append(args, "--test-name-pattern="+p)
+	}
+	cmd := exec.CommandContext(ctx, "node", append(args, "e2b.test.mjs")...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
 		"E2B_API_URL="+e.URL+"/e2b",

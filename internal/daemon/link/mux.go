@@ -48,6 +48,8 @@ type Mux struct {
 
 	done chan struct{}
 	wg   sync.WaitGroup
+	// writeFailed bounds, once, the reading of what is left when a write to the daemon failed.
+	writeFailed sync.Once
 }
 
 type muxRoute struct {
@@ -206,10 +208,18 @@ func (m *Mux) writeDaemon(f proto.Frame, op proto.Op) error {
 	err := proto.WriteFrame(m.daemon, f)
 	m.wmu.Unlock()
 	if err != nil {
-		m.fail(fmt.Errorf("write to daemon: %v: %w", err, errdefs.ErrUnavailable))
+		// The daemon's end is gone, but what it sent before it went is still to be read: the answer to
+		// a quiesce comes just before the daemon closes its end, and a frame another client wrote
+		// meanwhile must not lose it. The reader ends the Mux once it has read all (or in readDrain).
+		m.writeFailed.Do(func() { _ = m.daemon.SetReadDeadline(time.Now().Add(readDrain)) })
+		return fmt.Errorf("write to daemon: %v: %w", err, errdefs.ErrUnavailable)
 	}
-	return err
+	return nil
 }
+
+// readDrain is how long the reader may still take to read what the daemon sent once a write to it
+// failed.
+const readDrain = 2 * time.Second
 
 // readDaemon routes the daemon's frames to the clients whose streams they belong to.
 func (m *Mux) readDaemon() {
