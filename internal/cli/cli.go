@@ -136,6 +136,7 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 		newUsageCmd(g),
 		newEncryptionCmd(g),
 		newAuditCmd(g),
+		newMCPCmd(g),
 	)
 	return root
 }
