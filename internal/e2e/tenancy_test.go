@@ -296,6 +296,7 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"DELETE /v1/sessions/{id}":                              {},
 		"POST /v1/sessions/{id}/pause":                          {},
 		"POST /v1/sessions/{id}/resume":                         {},
+		"POST /v1/sessions/{id}/timeout":                        {body: `{"timeout_seconds":60}`},
 		"POST /v1/sessions/{id}/fork":                           {body: `{"count":1}`},
 		"POST /v1/sessions/{id}/snapshots":                      {body: `{"name":"b"}`},
 		"GET /v1/sessions/{id}/snapshots":                       {},

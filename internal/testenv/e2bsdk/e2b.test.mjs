@@ -211,7 +211,9 @@ test('a paused sandbox keeps its processes and files; its envd needs its token',
     const call = (token) => fetch(url, { method: 'POST', body: '{}', headers: {
       'Content-Type': 'application/json', 'E2b-Sandbox-Id': sbx.sandboxId, ...(token ? { 'X-Access-Token': token } : {}) } })
     assert.equal((await call(other.envdAccessToken)).status, 404)
+    assert.equal((await call(process.env.OTHER_API_KEY)).status, 404, "another tenant's key finds nothing")
     assert.equal((await call(undefined)).status, 401)
+    assert.equal((await call(sbx.envdAccessToken ?? back.envdAccessToken)).status, 200, 'positive control')
     await other.kill()
   } finally {
     await Sandbox.kill(sbx.sandboxId)
