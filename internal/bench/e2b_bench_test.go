@@ -53,16 +53,22 @@ func BenchmarkE2BCreateRun(b *testing.B) {
 		if err := cmd.Run(); err != nil {
 			b.Fatalf("node bench.mjs: %v\n%s", err, errOut.String())
 		}
-		var tm timings
-		for _, line := range strings.Fields(out.String()) {
-			ms, err := strconv.ParseFloat(line, 64)
-			if err != nil {
-				b.Fatalf("bench.mjs printed %q", line)
-			}
-			tm.add(time.Duration(ms * float64(time.Millisecond)))
-		}
-		tm.report(b)
+		reportPrinted(b, out.String())
 	})
+}
+
+// reportPrinted reports the percentiles of what a benchmark program printed: one duration in
+// milliseconds per line.
+func reportPrinted(b *testing.B, out string) {
+	var tm timings
+	for _, line := range strings.Fields(out) {
+		ms, err := strconv.ParseFloat(line, 64)
+		if err != nil {
+			b.Fatalf("the benchmark printed %q, not milliseconds", line)
+		}
+		tm.add(time.Duration(ms * float64(time.Millisecond)))
+	}
+	tm.report(b)
 }
 
 func never() *int { n := 0; return &n }
