@@ -71,7 +71,8 @@ func (s *Server) e2bEnvdRoutes() []route {
 	rpc := func(proc string, scope store.TokenScope, h http.Handler) route {
 		return route{"POST", e2bPrefix + proc, s.envd(scope, true, h.ServeHTTP)}
 	}
-	opts := connect.WithCodec(envdJSON{})
+	// A request message is small (a command, a path, a chunk of input): 8 MiB bounds what one may take.
+	opts := connect.WithHandlerOptions(connect.WithCodec(envdJSON{}), connect.WithReadMaxBytes(8<<20))
 	exec, files := store.TokenExec, store.TokenFiles
 	return []route{
 		{"GET", e2bPrefix + "/health", s.envd(exec, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })},
@@ -1150,7 +1151,8 @@ func (s *Server) envdWrites(w http.ResponseWriter, r *http.Request, t envdTarget
 			return nil, clientErr(errdefs.ErrInvalidArgument, "the body is not gzip: %v", err)
 		}
 		defer zr.Close()
-		body = zr
+		// What it unpacks to is bounded as an upload is: a small body must not unpack without end.
+		body = &capReader{r: zr, left: maxUpload}
 	default:
 		return nil, clientErr(errdefs.ErrInvalidArgument, "unsupported Content-Encoding %q: identity or gzip", truncate(enc, 32))
 	}
@@ -1225,6 +1227,28 @@ func (s *Server) envdWrites(w http.ResponseWriter, r *http.Request, t envdTarget
 		return out, nil
 	}
 	return nil, clientErr(errdefs.ErrInvalidArgument, "unsupported content type %q: multipart/form-data or application/octet-stream", truncate(ct, 64))
+}
+
+// capReader reads r until left bytes were read; one more is an error (ErrTooLarge).
+type capReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		var one [1]byte
+		if n, _ := c.r.Read(one[:]); n > 0 {
+			return 0, clientErr(errdefs.ErrTooLarge, "the upload unpacks to more than %d bytes", maxUpload)
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
 }
 
 // --- the codec ---

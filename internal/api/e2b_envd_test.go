@@ -4,7 +4,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,5 +117,21 @@ func TestEnvdJSON(t *testing.T) {
 	var empty envdStartRequest
 	if err := (envdJSON{}).Unmarshal(nil, &empty); err != nil {
 		t.Errorf("an empty body: %v", err)
+	}
+}
+
+func TestCapReader(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		left int64
+		ok   bool
+	}{{"0123456789", 10, true}, {"0123456789x", 10, false}, {"", 0, true}, {"x", 0, false}} {
+		b, err := io.ReadAll(&capReader{r: strings.NewReader(tt.in), left: tt.left})
+		switch {
+		case tt.ok && (err != nil || string(b) != tt.in):
+			t.Errorf("capReader(%q, %d) = %q, %v; want it all", tt.in, tt.left, b, err)
+		case !tt.ok && !errors.Is(err, errdefs.ErrTooLarge):
+			t.Errorf("capReader(%q, %d) = %q, %v; want too large", tt.in, tt.left, b, err)
+		}
 	}
 }
