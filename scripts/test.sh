@@ -59,7 +59,7 @@ if [ -n "$unformatted" ]; then
 fi
 echo "==> go test"
 # -p 1: sandbox-heavy packages share the machine's two cores and its loop devices.
-go test -race -p 1 -timeout 20m -count=1 ./... 2>&1 | tee /tmp/airlock-test.log
+go test -race -p 1 -timeout 30m -count=1 ./... 2>&1 | tee /tmp/airlock-test.log
 echo "==> go test (without the race detector: a simulated week of snapshots; the default template's real image)"
 go test -count=1 -run 'TestRetentionSimulatedWeek' ./internal/controlplane/ 2>&1 | tee -a /tmp/airlock-test.log
 go test -count=1 -run '^TestInstalledDefaultImage$' ./internal/e2e/ 2>&1 | tee -a /tmp/airlock-test.log

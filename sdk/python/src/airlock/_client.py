@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import json
 import os
+import socket
 import threading
 import urllib.parse
 from typing import (Any, AsyncIterator, Callable, Concatenate, Dict, Generic, Iterator, List, Mapping,
@@ -258,6 +260,46 @@ def _async(op: Callable[Concatenate[_Ops, P], _Call[R]]) -> Callable[Concatenate
     return call
 
 
+# Requests go out with TCP_NODELAY: httpx writes a request's head and body apart, and with Nagle's
+# algorithm the body waits for the server's delayed ACK of the head (40 ms a call on Linux).
+_NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+
+
+def _transport(asynchronous: bool) -> Any:
+    cls: Any = httpx.AsyncHTTPTransport if asynchronous else httpx.HTTPTransport
+    if "socket_options" in inspect.signature(cls.__init__).parameters:  # httpx 0.24 and later
+        return cls(socket_options=_NODELAY)
+    t = cls()
+    pool = getattr(t, "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if backend is not None:  # httpx 0.23 (Debian 12): wrap httpcore's backend
+        setattr(pool, "_network_backend", (_AsyncNoDelay if asynchronous else _NoDelay)(backend))
+    return t
+
+
+def _nodelay(stream: Any) -> Any:
+    sock = stream.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return stream
+
+
+class _NoDelay:
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+        return _nodelay(self._backend.connect_tcp(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+
+class _AsyncNoDelay(_NoDelay):
+    async def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return _nodelay(await self._backend.connect_tcp(*args, **kwargs))
+
+
 def _config(url: Optional[str], api_key: Optional[str]) -> Tuple[str, Dict[str, str]]:
     url = (url or os.environ.get("AIRLOCK_URL") or DEFAULT_URL).rstrip("/")
     key = api_key or os.environ.get("AIRLOCK_API_KEY") or ""
@@ -439,7 +481,7 @@ class Client(_Ops):
 
     def __init__(self, url: Optional[str] = None, api_key: Optional[str] = None, *, timeout: Any = _TIMEOUT) -> None:
         self.url, self._headers = _config(url, api_key)
-        self._http = httpx.Client(base_url=self.url, headers=self._headers, timeout=timeout)
+        self._http = httpx.Client(base_url=self.url, headers=self._headers, timeout=timeout, transport=_transport(False))
         self._loop: Optional[_Loop] = None
         self._lock = threading.Lock()
 
@@ -503,7 +545,7 @@ class AsyncClient(_Ops):
 
     def __init__(self, url: Optional[str] = None, api_key: Optional[str] = None, *, timeout: Any = _TIMEOUT) -> None:
         self.url, self._headers = _config(url, api_key)
-        self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=timeout)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=timeout, transport=_transport(True))
 
     async def _send(self, call: _Call[R]) -> R:
         return call.result(await self._http.request(call.method, call.path, **call.request()))
