@@ -195,12 +195,9 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	timeout := e2bDefaultTimeout
-	if req.Timeout != nil {
-		timeout = *req.Timeout
-	}
-	if timeout < 1 || time.Duration(timeout)*time.Second > controlplane.MaxTimeout {
-		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "timeout must be between 1 and %d seconds, got %d", int(controlplane.MaxTimeout/time.Second), timeout))
+	timeout, err := e2bTimeout(req.Timeout, true)
+	if err != nil {
+		s.e2bError(w, r, err)
 		return
 	}
 	allow := req.AllowInternetAccess
@@ -271,6 +268,22 @@ func templateName(ref string) string {
 		return name
 	}
 	return ref
+}
+
+// e2bTimeout is a request's timeout in seconds: e2bDefaultTimeout when absent and optional, else
+// between 1 and controlplane.MaxTimeout (invalid argument otherwise).
+func e2bTimeout(v *int, optional bool) (int, error) {
+	timeout := e2bDefaultTimeout
+	switch {
+	case v != nil:
+		timeout = *v
+	case !optional:
+		return 0, clientErr(errdefs.ErrInvalidArgument, "timeout is required")
+	}
+	if timeout < 1 || time.Duration(timeout)*time.Second > controlplane.MaxTimeout {
+		return 0, clientErr(errdefs.ErrInvalidArgument, "timeout must be between 1 and %d seconds, got %d", int(controlplane.MaxTimeout/time.Second), timeout)
+	}
+	return timeout, nil
 }
 
 // e2bPolicy is the egress policy of E2B's internet switch (nil: on) and network configuration.
@@ -369,12 +382,9 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 		s.e2bError(w, r, err)
 		return
 	}
-	timeout := e2bDefaultTimeout
-	if req.Timeout != nil {
-		timeout = *req.Timeout
-	}
-	if timeout < 1 || time.Duration(timeout)*time.Second > controlplane.MaxTimeout {
-		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "timeout must be between 1 and %d seconds, got %d", int(controlplane.MaxTimeout/time.Second), timeout))
+	timeout, err := e2bTimeout(req.Timeout, true)
+	if err != nil {
+		s.e2bError(w, r, err)
 		return
 	}
 	se, err := s.e2bSession(r)
@@ -427,13 +437,14 @@ func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request) {
 		s.e2bError(w, r, err)
 		return
 	}
-	if req.Timeout == nil || *req.Timeout < 1 || time.Duration(*req.Timeout)*time.Second > controlplane.MaxTimeout {
-		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "timeout must be between 1 and %d seconds", int(controlplane.MaxTimeout/time.Second)))
+	timeout, err := e2bTimeout(req.Timeout, false)
+	if err != nil {
+		s.e2bError(w, r, err)
 		return
 	}
 	se, err := s.e2bSession(r)
 	if err == nil {
-		_, err = s.cp.SetSessionTimeout(r.Context(), tenantOf(r), se.ID, *req.Timeout, false)
+		_, err = s.cp.SetSessionTimeout(r.Context(), tenantOf(r), se.ID, timeout, false)
 	}
 	if err != nil {
 		s.e2bError(w, r, err)
@@ -619,19 +630,17 @@ func (s *Server) e2bFork(w http.ResponseWriter, r *http.Request) {
 		s.e2bError(w, r, err)
 		return
 	}
-	count, timeout := 1, e2bDefaultTimeout
+	count := 1
 	if req.Count != nil {
 		count = *req.Count
-	}
-	if req.Timeout != nil {
-		timeout = *req.Timeout
 	}
 	if count < 1 || count > controlplane.MaxFork {
 		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "count must be between 1 and %d, got %d", controlplane.MaxFork, count))
 		return
 	}
-	if timeout < 1 || time.Duration(timeout)*time.Second > controlplane.MaxTimeout {
-		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "timeout must be between 1 and %d seconds, got %d", int(controlplane.MaxTimeout/time.Second), timeout))
+	timeout, err := e2bTimeout(req.Timeout, true)
+	if err != nil {
+		s.e2bError(w, r, err)
 		return
 	}
 	se, err := s.e2bSession(r)

@@ -589,60 +589,43 @@ func (s *Server) followProcess(ctx context.Context, h http.Header, t envdTarget,
 	}
 }
 
-// findProcess is the Airlock process ID of the sandbox's process with pid sel names; one that exited
-// is found only for !running (envd keeps no exited process but for its output and end).
-func (s *Server) findProcess(ctx context.Context, t envdTarget, sel *envdSelector, running bool) (string, int, error) {
+// findProcess is the sandbox's process with the pid sel names; one that exited is found only for
+// !running (envd keeps no exited process but for its output and end).
+func (s *Server) findProcess(ctx context.Context, t envdTarget, sel *envdSelector, running bool) (controlplane.ProcessInfo, error) {
 	if sel == nil || sel.PID == nil {
 		if sel != nil && sel.Tag != nil {
-			return "", 0, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %s not found", *sel.Tag))
+			return controlplane.ProcessInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %s not found", *sel.Tag))
 		}
-		return "", 0, connect.NewError(connect.CodeInvalidArgument, errors.New("process.pid is required"))
+		return controlplane.ProcessInfo{}, connect.NewError(connect.CodeInvalidArgument, errors.New("process.pid is required"))
 	}
 	procs, err := s.cp.Processes(ctx, t.tenant, t.sandbox)
 	if err != nil {
-		return "", 0, s.rpcErr(ctx, err)
+		return controlplane.ProcessInfo{}, s.rpcErr(ctx, err)
 	}
 	for _, p := range procs {
 		if p.PID == int(*sel.PID) && (p.Running || !running) {
-			return p.ID, p.PID, nil
+			return p, nil
 		}
 	}
-	return "", 0, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", *sel.PID))
+	return controlplane.ProcessInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", *sel.PID))
 }
 
 func (s *Server) envdConnect(ctx context.Context, req *connect.Request[envdConnectRequest], st *connect.ServerStream[envdProcessResponse]) error {
 	t := envdTargetOf(ctx)
-	id, _, err := s.findProcess(ctx, t, req.Msg.Process, false)
+	info, err := s.findProcess(ctx, t, req.Msg.Process, false)
 	if err != nil {
 		return err
 	}
 	snd := newSender(st)
-	proc, err := s.cp.AttachProcess(ctx, t.tenant, t.sandbox, id, controlplane.StreamOptions{Stdout: outputWriter{snd, 0}, Stderr: outputWriter{snd, 1}})
+	o := controlplane.StreamOptions{Stdout: outputWriter{snd, 0}, Stderr: outputWriter{snd, 1}}
+	if info.PTY { // a terminal's output is one stream, sent as pty data
+		o = controlplane.StreamOptions{Stdout: outputWriter{snd, 2}}
+	}
+	proc, err := s.cp.AttachProcess(ctx, t.tenant, t.sandbox, info.ID, o)
 	if err != nil {
 		return s.rpcErr(ctx, err)
 	}
-	if info, ok := s.processInfo(ctx, t, id); ok && info.PTY {
-		// A terminal's output is one stream: attach again with it as pty data. (The first attach
-		// delivered nothing yet: it waits for the start event.)
-		proc.Detach()
-		if proc, err = s.cp.AttachProcess(ctx, t.tenant, t.sandbox, id, controlplane.StreamOptions{Stdout: outputWriter{snd, 2}}); err != nil {
-			return s.rpcErr(ctx, err)
-		}
-	}
 	return s.followProcess(ctx, req.Header(), t, proc, snd, false)
-}
-
-func (s *Server) processInfo(ctx context.Context, t envdTarget, id string) (controlplane.ProcessInfo, bool) {
-	procs, err := s.cp.Processes(ctx, t.tenant, t.sandbox)
-	if err != nil {
-		return controlplane.ProcessInfo{}, false
-	}
-	for _, p := range procs {
-		if p.ID == id {
-			return p, true
-		}
-	}
-	return controlplane.ProcessInfo{}, false
 }
 
 type envdProcessInfo struct {
@@ -674,14 +657,14 @@ func (s *Server) envdList(ctx context.Context, _ *connect.Request[struct{}]) (*c
 // made for f.
 func (s *Server) withProcess(ctx context.Context, sel *envdSelector, f func(controlplane.Process) error) error {
 	t := envdTargetOf(ctx)
-	id, pid, err := s.findProcess(ctx, t, sel, true)
+	info, err := s.findProcess(ctx, t, sel, true)
 	if err != nil {
 		return err
 	}
-	if proc := s.envdProcs.get(procKey{t.sandbox, pid}); proc != nil {
+	if proc := s.envdProcs.get(procKey{t.sandbox, info.PID}); proc != nil {
 		return s.rpcErr(ctx, f(proc))
 	}
-	proc, err := s.cp.AttachProcess(ctx, t.tenant, t.sandbox, id, controlplane.StreamOptions{})
+	proc, err := s.cp.AttachProcess(ctx, t.tenant, t.sandbox, info.ID, controlplane.StreamOptions{})
 	if err != nil {
 		return s.rpcErr(ctx, err)
 	}
@@ -743,11 +726,11 @@ func (s *Server) envdSendSignal(ctx context.Context, req *connect.Request[envdSi
 		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("signal %q: only SIGNAL_SIGKILL and SIGNAL_SIGTERM", truncate(string(req.Msg.Signal), 32)))
 	}
 	t := envdTargetOf(ctx)
-	id, _, err := s.findProcess(ctx, t, req.Msg.Process, true)
+	info, err := s.findProcess(ctx, t, req.Msg.Process, true)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.cp.SignalProcess(ctx, t.tenant, t.sandbox, id, sig); err != nil {
+	if err := s.cp.SignalProcess(ctx, t.tenant, t.sandbox, info.ID, sig); err != nil {
 		return nil, s.rpcErr(ctx, err)
 	}
 	return connect.NewResponse(&struct{}{}), nil

@@ -108,6 +108,13 @@ test('commands: exit codes, stderr, streaming, background, kill, stdin, list', a
     assert.ok(bg.pid > 0)
     const listed = await sbx.commands.list()
     assert.ok(listed.some((p) => p.pid === bg.pid), `pid ${bg.pid} in ${JSON.stringify(listed)}`)
+    // Another client follows it by pid (commands.connect): its later output arrives.
+    let seen = ''
+    const ticker = await sbx.commands.run('for i in 1 2 3 4 5 6; do echo tick$i; sleep 0.2; done', { background: true })
+    const follower = await sbx.commands.connect(ticker.pid, { onStdout: (d) => (seen += d) })
+    const followed = await follower.wait()
+    assert.equal(followed.exitCode, 0)
+    assert.match(seen, /tick6/)
     assert.equal(await sbx.commands.kill(bg.pid), true)
     await assert.rejects(bg.wait(), (e) => e instanceof CommandExitError && e.exitCode === -1)
     assert.equal(await sbx.commands.kill(bg.pid), false, 'killing it again finds nothing')
