@@ -477,6 +477,11 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, a portAcces
 			s.portError(w, r, a, t, port, err)
 		},
 	}
+	// The transport may still be reading the request's body (to its end) when the sandbox's server has
+	// answered and the answer is being copied: an HTTP/1 handler's request body closes once its answer
+	// starts unless it is full duplex, which failed the transport's write and with it the answer (seen
+	// with E2B's code interpreter: a POST answered as soon as its body was read).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	rp.ServeHTTP(finalOnly{w}, r.WithContext(ctx))
 }
 
