@@ -222,9 +222,9 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		// E2B sandboxes neither pause when idle nor take rolling snapshots: they live until their timeout.
 	}
 	se, err := s.cp.CreateSession(r.Context(), tenantOf(r), creq)
-	if errors.Is(err, errdefs.ErrNotFound) && se.ID == "" && (tpl == "" || tpl == "base") {
-		// E2B's default template is "base": Airlock's is "default", unless the operator made a "base".
-		creq.Template = template.DefaultName
+	if alt, ok := e2bTemplates[tpl]; ok && errors.Is(err, errdefs.ErrNotFound) && se.ID == "" {
+		// E2B's names for the templates its SDKs default to, unless the operator made templates of them.
+		creq.Template = alt
 		se, err = s.cp.CreateSession(r.Context(), tenantOf(r), creq)
 	}
 	if err != nil {
@@ -242,6 +242,11 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, out)
 }
 
+// e2bTemplates are Airlock's templates for the names E2B's SDKs create with by default: "base" (the
+// e2b SDK's) is the default template; "code-interpreter-v1" (@e2b/code-interpreter's) is the template
+// the README builds from templates/code-interpreter.
+var e2bTemplates = map[string]string{"": template.DefaultName, "base": template.DefaultName, "code-interpreter-v1": "code-interpreter"}
+
 // e2bSandboxOf is se as a create or connect returns it, with a new envd access token for it.
 func (s *Server) e2bSandboxOf(r *http.Request, se store.Session) (e2bSandbox, error) {
 	tok, _, err := s.cp.CreateAccessToken(r.Context(), tenantOf(r), principalOf(r).KeyID, controlplane.TokenRequest{
@@ -253,7 +258,7 @@ func (s *Server) e2bSandboxOf(r *http.Request, se store.Session) (e2bSandbox, er
 	}
 	name := templateName(se.Spec.Template)
 	out := e2bSandbox{SandboxID: se.ID, TemplateID: name, Alias: name, ClientID: e2bClientID, EnvdVersion: e2bEnvdVersion,
-		EnvdAccessToken: tok}
+		EnvdAccessToken: tok, TrafficAccessToken: &tok}
 	if s.ing.domain != "" {
 		// Without E2B_SANDBOX_URL the SDKs reach envd at https://49983-<id>.<domain>: the ingress's
 		// host form (behind TLS), which serves port 49983 of a session as its envd.

@@ -108,10 +108,6 @@ func (s *Server) envd(scope store.TokenScope, rpc bool, h http.HandlerFunc) http
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("E2b-Sandbox-Id")
-		if port := r.Header.Get("E2b-Sandbox-Port"); port != "" && port != strconv.Itoa(e2bEnvdPort) {
-			fail(w, r, clientErr(errdefs.ErrNotFound, "port %s of sandbox %s is not served here: only envd's (%d)", truncate(port, 8), truncate(id, 64), e2bEnvdPort))
-			return
-		}
 		if !sessionIDPattern.MatchString(id) {
 			fail(w, r, clientErr(errdefs.ErrNotFound, "sandbox %q not found: name it in the E2b-Sandbox-Id header", truncate(id, 64)))
 			return
@@ -1250,4 +1246,28 @@ func (envdJSON) Unmarshal(b []byte, v any) error {
 		return nil
 	}
 	return json.Unmarshal(b, v)
+}
+
+// e2bPort serves a request to another port of an E2B sandbox than envd's, named by the E2b-Sandbox-Id
+// and E2b-Sandbox-Port headers under E2B_SANDBOX_URL (the code interpreter's /execute is one): the
+// ingress forwards it as it does a port's path form, authorized by the sandbox's token in E2B's
+// headers (or an API key), which never reach the sandbox.
+func (s *Server) e2bPort(w http.ResponseWriter, r *http.Request) {
+	id, v := r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port")
+	port, err := strconv.Atoi(v)
+	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != v {
+		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "invalid E2b-Sandbox-Port %q: want a number in 1..65535", truncate(v, 16)))
+		return
+	}
+	if !sessionIDPattern.MatchString(id) {
+		s.e2bError(w, r, clientErr(errdefs.ErrNotFound, "sandbox %q not found: name it in the E2b-Sandbox-Id header", truncate(id, 64)))
+		return
+	}
+	r.Header.Del("E2b-Sandbox-Id")
+	r.Header.Del("E2b-Sandbox-Port")
+	r.SetPathValue("id", id)
+	r.SetPathValue("port", v)
+	r.Pattern = r.Method + " " + e2bPrefix + "/{path...} (E2b-Sandbox-Port: /v1/sessions/{id}/ports/{port}/)"
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), e2bPrefix)
+	s.servePort(w, r, id, port, rest, e2bPrefix, false)
 }

@@ -272,6 +272,9 @@ func isAirlockCredential(v string) bool {
 	return strings.HasPrefix(v, controlplane.AccessTokenPrefix) || strings.HasPrefix(v, "ak_")
 }
 
+// e2bCredentialHeaders are the headers E2B's SDKs carry a sandbox's tokens in.
+var e2bCredentialHeaders = []string{"X-Access-Token", "E2B-Traffic-Access-Token"}
+
 // maxCookieTries bounds the airlock_token cookies tried: a sandbox may have planted some.
 const maxCookieTries = 4
 
@@ -282,6 +285,13 @@ const maxCookieTries = 4
 func portCredentials(r *http.Request, hostForm bool) (creds []string, from string) {
 	if b := bearers(r); len(b) > 0 {
 		return b[:1], "header"
+	}
+	// E2B's SDKs send a sandbox's tokens in headers of their own (X-Access-Token, the envd access
+	// token; E2B-Traffic-Access-Token), to its ports too (the code interpreter's).
+	for _, h := range e2bCredentialHeaders {
+		if v := strings.TrimSpace(r.Header.Get(h)); isAirlockCredential(v) {
+			return []string{v}, "header"
+		}
 	}
 	if v := r.URL.Query().Get(portTokenParam); strings.HasPrefix(v, controlplane.AccessTokenPrefix) {
 		return []string{v}, "query"
@@ -562,7 +572,8 @@ func withoutParam(raw, name string) string {
 }
 
 // stripCredentials removes every Airlock credential from a request bound for a sandbox: in any
-// Authorization header, the airlock_token cookie, and a Referer that carries a port URL's token.
+// Authorization header, E2B's token headers, the airlock_token cookie, and a Referer that carries a
+// port URL's token.
 func stripCredentials(r *http.Request) {
 	if vs := r.Header.Values("Authorization"); len(vs) > 0 {
 		r.Header.Del("Authorization")
@@ -587,6 +598,11 @@ func stripCredentials(r *http.Request) {
 		}
 		if len(kept) > 0 {
 			r.Header.Set("Cookie", strings.Join(kept, "; "))
+		}
+	}
+	for _, h := range e2bCredentialHeaders {
+		if isAirlockCredential(strings.TrimSpace(r.Header.Get(h))) {
+			r.Header.Del(h)
 		}
 	}
 	if ref := r.Header.Get("Referer"); strings.Contains(ref, portTokenParam) {

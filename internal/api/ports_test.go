@@ -46,6 +46,12 @@ func TestPortCredentials(t *testing.T) {
 	if creds, from := portCredentials(r, true); !slices.Equal(creds, []string{"ak_key"}) || from != "header" {
 		t.Errorf("header: %v %s", creds, from)
 	}
+	r = httptest.NewRequest("POST", "/e2b/execute", nil) // E2B's SDKs' headers
+	r.Header.Set("X-Access-Token", "not-ours")
+	r.Header.Set("E2B-Traffic-Access-Token", "at_traffic")
+	if creds, from := portCredentials(r, false); !slices.Equal(creds, []string{"at_traffic"}) || from != "header" {
+		t.Errorf("E2B's headers: %v %s", creds, from)
+	}
 	r = httptest.NewRequest("GET", "/x?airlock_token=ak_key", nil) // API keys never from a URL
 	r.AddCookie(&http.Cookie{Name: "airlock_token", Value: "ak_k2"})
 	if creds, _ := portCredentials(r, true); len(creds) != 0 {
@@ -86,7 +92,12 @@ func TestStripCredentials(t *testing.T) {
 	r.Header.Add("Cookie", "a=1; airlock_token=at_tok")
 	r.Header.Add("Cookie", `airlock_token=at_2;b="q v"`)
 	r.Header.Set("Referer", "http://h/p?x=1&airlock_token=at_tok&y=2")
+	r.Header.Set("X-Access-Token", "at_envd")
+	r.Header.Set("E2B-Traffic-Access-Token", "ak_key")
 	stripCredentials(r)
+	if r.Header.Get("X-Access-Token") != "" || r.Header.Get("E2B-Traffic-Access-Token") != "" {
+		t.Errorf("E2B's token headers reach the sandbox: %v", r.Header)
+	}
 	if got := r.Header.Values("Authorization"); !slices.Equal(got, []string{"Basic abc"}) {
 		t.Errorf("Authorization %v", got)
 	}

@@ -198,7 +198,13 @@ func (s *Server) routes() []route {
 	}{{"/v1/sandboxes/{id}", false}, {"/v1/sessions/{id}", true}} {
 		routes = append(routes,
 			route{"GET", kind.prefix + "/ports", s.work(read, store.TokenPorts, kind.session, s.listPorts)},
-			route{"GET", kind.prefix + "/tunnels/{port}", s.work(write, store.TokenPorts, kind.session, s.tunnel)})
+			route{"GET", kind.prefix + "/tunnels/{port}", s.work(write, store.TokenPorts, kind.session, s.tunnel)},
+			// The code interpreter (code.go): the interpreter server's port, reached as the ingress does.
+			route{"POST", kind.prefix + "/code/run", s.work(write, exec, kind.session, s.runCode)},
+			route{"GET", kind.prefix + "/code/contexts", s.work(read, exec, kind.session, s.listCodeContexts)},
+			route{"POST", kind.prefix + "/code/contexts", s.work(write, exec, kind.session, s.createCodeContext)},
+			route{"DELETE", kind.prefix + "/code/contexts/{ctx}", s.work(write, exec, kind.session, s.codeContextOp(false))},
+			route{"POST", kind.prefix + "/code/contexts/{ctx}/restart", s.work(write, exec, kind.session, s.codeContextOp(true))})
 		for _, m := range portMethods {
 			routes = append(routes, route{m, kind.prefix + "/ports/{port}/{path...}", s.portPath(kind.session)})
 		}
@@ -234,6 +240,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.servePortHost(w, r, id, port)
+		return
+	}
+	if p := r.Header.Get("E2b-Sandbox-Port"); p != "" && p != strconv.Itoa(e2bEnvdPort) && strings.HasPrefix(r.URL.Path, e2bPrefix+"/") {
+		// Another port of an E2B sandbox than envd's, as E2B_SANDBOX_URL routes it (the code
+		// interpreter's): the ingress's.
+		s.e2bPort(w, r)
 		return
 	}
 	s.mux.ServeHTTP(w, r)

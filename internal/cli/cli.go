@@ -137,6 +137,7 @@ Start the server with "airlock up" (as root), then create sandboxes and run comm
 		newEncryptionCmd(g),
 		newAuditCmd(g),
 		newMCPCmd(g),
+		newCodeCmd(g),
 	)
 	return root
 }

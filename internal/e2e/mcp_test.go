@@ -98,7 +98,7 @@ func TestMCP(t *testing.T) {
 		names = append(names, tl.Name)
 	}
 	for _, want := range []string{"create_sandbox", "create_session", "list", "delete", "run_command", "read_file", "write_file",
-		"list_files", "pause_session", "resume_session", "fork_session", "snapshot_session", "timeline", "restore_session", "diff", "port_url"} {
+		"list_files", "pause_session", "resume_session", "fork_session", "snapshot_session", "timeline", "restore_session", "diff", "port_url", "run_code"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("tool %s missing from %v", want, names)
 		}

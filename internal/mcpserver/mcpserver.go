@@ -9,6 +9,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -57,6 +58,9 @@ func New(c *airlock.Client, version string) *mcp.Server {
 	add(s, "restore_session", "Move a session back (or forward) to one of its snapshots, by id or by time (RFC 3339).", t.restore)
 	add(s, "diff", "What changed in a session's files between two of its snapshots (or one file's unified diff).", t.diff)
 	add(s, "port_url", "A URL that reaches a port of a sandbox or session from a browser, valid for ttl_seconds.", t.portURL)
+	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: "Run Python code in a stateful code context (variables and imports are kept " +
+		"between runs) of a sandbox or session of the code-interpreter template; returns stdout, stderr, the last expression's value, " +
+		"the error with its traceback, and charts (matplotlib) as images."}, t.runCode)
 	return s
 }
 
@@ -526,4 +530,103 @@ func (t tools) portURL(ctx context.Context, in PortIn) (PortOut, error) {
 		u = strings.TrimSuffix(t.c.BaseURL(), "/") + u
 	}
 	return PortOut{URL: u, ExpiresAt: tok.ExpiresAt}, nil
+}
+
+// Bounds of run_code.
+const (
+	DefaultCodeTimeout = 60 * time.Second
+	MaxCodeTimeout     = 10 * time.Minute
+	// maxCodeImages bounds the images run_code returns; maxCodeHTML what it keeps of a result's HTML.
+	maxCodeImages = 8
+	maxCodeHTML   = 64 << 10
+)
+
+// CodeIn asks to run code.
+type CodeIn struct {
+	ID             string            `json:"id" jsonschema:"the sandbox or session (of the code-interpreter template)"`
+	Code           string            `json:"code" jsonschema:"the Python code"`
+	ContextID      string            `json:"context_id,omitempty" jsonschema:"a code context (default: the sandbox's default one)"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables for this run only"`
+	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"interrupt the run past this (default 60, at most 600)"`
+	OutputBytes    int               `json:"output_bytes,omitempty" jsonschema:"at most this much of each of stdout and stderr, the end kept (default 65536, at most 1048576)"`
+}
+
+// CodeOut is a run's output; its charts come as the result's images.
+type CodeOut struct {
+	Stdout          string             `json:"stdout"`
+	Stderr          string             `json:"stderr"`
+	StdoutTruncated bool               `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool               `json:"stderr_truncated,omitempty"`
+	Text            string             `json:"text,omitempty" jsonschema:"the last expression's value"`
+	Results         []CodeResultOut    `json:"results,omitempty"`
+	Error           *airlock.CodeError `json:"error,omitempty"`
+	ExecutionCount  int                `json:"execution_count"`
+}
+
+// CodeResultOut is one result of a run, its images left to the tool result's image content.
+type CodeResultOut struct {
+	IsMainResult bool     `json:"is_main_result,omitempty"`
+	Text         string   `json:"text,omitempty"`
+	HTML         string   `json:"html,omitempty"`
+	Markdown     string   `json:"markdown,omitempty"`
+	JSON         any      `json:"json,omitempty"`
+	Formats      []string `json:"formats" jsonschema:"the representations it has (png: among the images)"`
+}
+
+func (t tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, in CodeIn) (*mcp.CallToolResult, CodeOut, error) {
+	timeout := DefaultCodeTimeout
+	if in.TimeoutSeconds != 0 {
+		timeout = time.Duration(in.TimeoutSeconds) * time.Second
+	}
+	if timeout <= 0 || timeout > MaxCodeTimeout {
+		return nil, CodeOut{}, fmt.Errorf("timeout_seconds must be between 1 and %d", int(MaxCodeTimeout/time.Second))
+	}
+	limit := DefaultOutputBytes
+	if in.OutputBytes != 0 {
+		limit = in.OutputBytes
+	}
+	if limit < 0 || limit > MaxOutputBytes {
+		return nil, CodeOut{}, fmt.Errorf("output_bytes must be between 1 and %d", MaxOutputBytes)
+	}
+	ex, err := t.c.RunCode(ctx, in.ID, airlock.RunCodeRequest{Code: in.Code, ContextID: in.ContextID, Env: in.Env,
+		TimeoutSeconds: int(timeout / time.Second)}, nil)
+	if err != nil {
+		return nil, CodeOut{}, err
+	}
+	out := CodeOut{Text: ex.Text(), Error: ex.Error, ExecutionCount: ex.ExecutionCount}
+	out.Stdout, out.StdoutTruncated = tail(strings.Join(ex.Stdout, ""), limit)
+	out.Stderr, out.StderrTruncated = tail(strings.Join(ex.Stderr, ""), limit)
+	res := &mcp.CallToolResult{}
+	var images []mcp.Content
+	for _, r := range ex.Results {
+		ro := CodeResultOut{IsMainResult: r.IsMainResult, Text: r.Text, Markdown: r.Markdown, Formats: []string{}}
+		ro.HTML, _ = tail(r.HTML, maxCodeHTML)
+		if len(r.JSON) > 0 {
+			ro.JSON = r.JSON
+		}
+		for _, f := range [][2]string{{"text", r.Text}, {"html", r.HTML}, {"markdown", r.Markdown}, {"svg", r.SVG}, {"png", r.PNG},
+			{"jpeg", r.JPEG}, {"pdf", r.PDF}, {"latex", r.LaTeX}, {"json", string(r.JSON)}, {"javascript", r.JavaScript}} {
+			if f[1] != "" {
+				ro.Formats = append(ro.Formats, f[0])
+			}
+		}
+		for _, img := range [][2]string{{"image/png", r.PNG}, {"image/jpeg", r.JPEG}} {
+			if img[1] == "" || len(images) == maxCodeImages {
+				continue
+			}
+			if b, err := base64.StdEncoding.DecodeString(strings.ReplaceAll(img[1], "\n", "")); err == nil {
+				images = append(images, &mcp.ImageContent{Data: b, MIMEType: img[0]})
+			}
+		}
+		out.Results = append(out.Results, ro)
+	}
+	if len(images) > 0 {
+		// The structured output as text first (what clients without structured content read), then the images.
+		b, err := json.Marshal(out)
+		if err != nil {
+			return nil, CodeOut{}, err
+		}
+		res.Content = append([]mcp.Content{&mcp.TextContent{Text: string(b)}}, images...)
+	}
+	return res, out, nil
 }

@@ -255,6 +255,11 @@ export declare class Airlock {
   restoreSession(id: string, o: { snapshotId?: string; at?: string }): Promise<Session>
   diff(id: string, from: string, to: string, path?: string): Promise<SnapshotDiff>
 
+  runCode(id: string, code: string, o?: RunCodeOptions): Promise<Execution>
+  createCodeContext(id: string, o?: { language?: string; cwd?: string }): Promise<CodeContext>
+  listCodeContexts(id: string): Promise<CodeContext[]>
+  restartCodeContext(id: string, contextId: string): Promise<void>
+  deleteCodeContext(id: string, contextId: string): Promise<void>
   createToken(o: { sandboxId?: string; sessionId?: string; scopes?: Array<'exec' | 'files' | 'ports'>; ttlSeconds?: number; name?: string; port?: number }): Promise<AccessToken>
   listTokens(o?: { sandboxId?: string; sessionId?: string }): Promise<AccessToken[]>
   revokeToken(id: string): Promise<void>
@@ -275,4 +280,59 @@ export declare class Process implements AsyncIterable<{ stream: 'stdout' | 'stde
   signal(signal: string): Promise<void>
   /** Stops following the process; it keeps running. */
   close(): Promise<void>
+}
+
+/** A code context of a sandbox: a kernel of its own, with its state. */
+export interface CodeContext {
+  id: string
+  language: string
+  cwd: string
+}
+
+export interface RunCodeOptions {
+  /** The context to run in; with neither it nor language, the default one. */
+  contextId?: string
+  language?: string
+  /** Environment variables for this run only. */
+  env?: Record<string, string>
+  /** Interrupts the run past it (default 300, at most 3600). */
+  timeoutSeconds?: number
+  signal?: AbortSignal
+  onStdout?: (text: string) => unknown
+  onStderr?: (text: string) => unknown
+  onResult?: (result: CodeResult) => unknown
+  onError?: (error: CodeError) => unknown
+}
+
+/** A value the code produced, in each representation it has (png and jpeg base64). */
+export interface CodeResult {
+  is_main_result: boolean
+  text?: string
+  html?: string
+  markdown?: string
+  svg?: string
+  png?: string
+  jpeg?: string
+  pdf?: string
+  latex?: string
+  json?: unknown
+  javascript?: string
+  extra?: Record<string, unknown>
+}
+
+/** An exception the code raised (or TimeoutError, InterpreterError). */
+export interface CodeError {
+  name: string
+  value: string
+  traceback: string
+}
+
+export class Execution {
+  results: CodeResult[]
+  stdout: string[]
+  stderr: string[]
+  error?: CodeError
+  execution_count: number
+  /** The main result's text (the last expression's value). */
+  readonly text: string | undefined
 }

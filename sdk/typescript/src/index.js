@@ -207,6 +207,90 @@ export class Airlock {
     return (await this.request('GET', '/v1/tokens', { query: { sandbox_id: o.sandboxId, session_id: o.sessionId } })).tokens
   }
   async revokeToken(id) { await this.request('DELETE', obj('tokens', id)) }
+
+  // --- the code interpreter (a sandbox or session of a code-interpreter template) ---
+
+  /**
+   * Runs code in a code context (the default one unless o.contextId or o.language names another) and
+   * returns its Execution; o.onStdout, onStderr, onResult and onError get the output as it comes. An
+   * exception in the code is execution.error, not thrown.
+   */
+  async runCode(id, code, o = {}) {
+    const headers = { 'Content-Type': 'application/json' }
+    if (this.apiKey) headers.Authorization = `Bearer ${this.apiKey}`
+    const res = await fetch(this.url + work(id, 'code', 'run'), {
+      method: 'POST', headers, signal: o.signal,
+      body: JSON.stringify(dropUndefined({ code, context_id: o.contextId, language: o.language, env: o.env,
+        timeout_seconds: o.timeoutSeconds })),
+    })
+    if (res.status >= 400) {
+      const text = await res.text()
+      let parsed = text
+      try { parsed = JSON.parse(text) } catch {}
+      throw errorFrom(res.status, parsed)
+    }
+    const execution = new Execution()
+    let ended = false
+    let rest = ''
+    const decoder = new TextDecoder()
+    const handle = async (line) => {
+      if (!line.trim()) return
+      const ev = JSON.parse(line)
+      switch (ev.type) {
+        case 'stdout': execution.stdout.push(ev.text ?? ''); await o.onStdout?.(ev.text ?? ''); break
+        case 'stderr': execution.stderr.push(ev.text ?? ''); await o.onStderr?.(ev.text ?? ''); break
+        case 'result': {
+          const { type, ...r } = ev
+          r.is_main_result = Boolean(r.is_main_result)
+          execution.results.push(r)
+          await o.onResult?.(r)
+          break
+        }
+        case 'error':
+          execution.error = { name: ev.name ?? '', value: ev.value ?? '', traceback: ev.traceback ?? '' }
+          await o.onError?.(execution.error)
+          break
+        case 'number_of_executions': execution.execution_count = ev.execution_count ?? 0; break
+        case 'end_of_execution': ended = true; break
+      }
+    }
+    for await (const chunk of res.body) {
+      rest += decoder.decode(chunk, { stream: true })
+      let i
+      while ((i = rest.indexOf('\n')) >= 0) {
+        const line = rest.slice(0, i)
+        rest = rest.slice(i + 1)
+        await handle(line)
+      }
+    }
+    await handle(rest + decoder.decode())
+    if (!ended) throw new AirlockError(0, 'unavailable', "the run's output ended before its end")
+    return execution
+  }
+  /** Starts a code context (a kernel of its own). */
+  createCodeContext(id, o = {}) {
+    return this.request('POST', work(id, 'code', 'contexts'), { json: dropUndefined({ language: o.language, cwd: o.cwd }) })
+  }
+  async listCodeContexts(id) { return (await this.request('GET', work(id, 'code', 'contexts'))).contexts }
+  /** Restarts a context's kernel: its state is lost. */
+  async restartCodeContext(id, contextId) {
+    await this.request('POST', work(id, 'code', 'contexts', encodeURIComponent(contextId), 'restart'))
+  }
+  async deleteCodeContext(id, contextId) { await this.request('DELETE', work(id, 'code', 'contexts', encodeURIComponent(contextId))) }
+}
+
+/** A run's output: its results, stdout and stderr as they came, its error and execution count. */
+export class Execution {
+  constructor() {
+    this.results = []
+    this.stdout = []
+    this.stderr = []
+    this.error = undefined
+    this.execution_count = 0
+  }
+
+  /** The main result's text (the last expression's value). */
+  get text() { return this.results.find((r) => r.is_main_result)?.text }
 }
 
 /**

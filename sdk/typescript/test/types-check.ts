@@ -1,5 +1,5 @@
 // Compiled with tsc --noEmit by internal/e2e/sdk_typescript_test.go: the types describe the SDK as used.
-import { Airlock, NotFoundError, type ExecResult, type Session } from 'airlock-sdk'
+import { Airlock, NotFoundError, type CodeContext, type ExecResult, type Execution, type Session } from 'airlock-sdk'
 
 async function main(): Promise<void> {
   const c = new Airlock({ url: 'http://127.0.0.1:7070' })
@@ -14,6 +14,11 @@ async function main(): Promise<void> {
   }
   const se: Session = await c.createSession({ timeoutSeconds: 3600, onTimeout: 'pause' })
   const forks: Session[] = await c.forkSession(se.id, 2)
+  const ctx: CodeContext = await c.createCodeContext(se.id, { cwd: '/tmp' })
+  const ex: Execution = await c.runCode(se.id, 'x = 1', { contextId: ctx.id, onStdout: (t: string) => void t })
+  const png: string | undefined = ex.results[0]?.png
+  const text: string | undefined = ex.text
+  void png, text, ex.error?.traceback
   try {
     await c.getSandbox('sb_x')
   } catch (e) {

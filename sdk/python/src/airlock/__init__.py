@@ -7,13 +7,13 @@ environment's AIRLOCK_URL and AIRLOCK_API_KEY).
 from ._client import DEFAULT_URL, AsyncClient, AsyncProcess, Client, Process
 from ._errors import (AirlockError, AuthenticationError, ConflictError, InvalidArgumentError, NotFoundError,
                       PermissionDeniedError, RateLimitError)
-from ._types import (AccessToken, ExecResult, ExitStatus, FileInfo, Flow, Sandbox, Session, Snapshot, SnapshotDiff,
-                     Timeline)
+from ._types import (AccessToken, CodeContext, CodeError, CodeResult, ExecResult, Execution, ExitStatus, FileInfo, Flow,
+                     Sandbox, Session, Snapshot, SnapshotDiff, Timeline)
 
 __all__ = [
     "DEFAULT_URL", "Client", "AsyncClient", "Process", "AsyncProcess",
     "AirlockError", "AuthenticationError", "ConflictError", "InvalidArgumentError", "NotFoundError",
     "PermissionDeniedError", "RateLimitError",
-    "AccessToken", "ExecResult", "ExitStatus", "FileInfo", "Flow", "Sandbox", "Session", "Snapshot", "SnapshotDiff",
+    "AccessToken", "CodeContext", "CodeError", "CodeResult", "Execution", "ExecResult", "ExitStatus", "FileInfo", "Flow", "Sandbox", "Session", "Snapshot", "SnapshotDiff",
     "Timeline",
 ]

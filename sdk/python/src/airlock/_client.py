@@ -21,8 +21,8 @@ import httpx
 import websockets
 
 from ._errors import AirlockError, error_from
-from ._types import (AccessToken, ExecResult, ExitStatus, FileInfo, Flow, Sandbox, Session, Snapshot,
-                     SnapshotDiff, Timeline, _from)
+from ._types import (AccessToken, CodeContext, CodeError, CodeResult, ExecResult, Execution, ExitStatus, FileInfo,
+                     Flow, Sandbox, Session, Snapshot, SnapshotDiff, Timeline, _from)
 
 DEFAULT_URL = "http://127.0.0.1:7070"
 _TIMEOUT = httpx.Timeout(300.0, connect=10.0)
@@ -244,6 +244,84 @@ class _Ops:
 
     def revoke_token(self, id: str) -> _Call[None]:
         return _Call("DELETE", _obj("tokens", id), parse=lambda v: None)
+
+    # --- the code interpreter (a sandbox or session of a code-interpreter template) ---
+
+    def create_code_context(self, id: str, *, language: Optional[str] = None, cwd: Optional[str] = None) -> _Call[CodeContext]:
+        """Starts a code context (a kernel of its own) in the sandbox or session id."""
+        return _Call("POST", _work(id, "code", "contexts"), json_body=_drop_none({"language": language, "cwd": cwd}),
+                     parse=lambda v: _from(CodeContext, v))
+
+    def list_code_contexts(self, id: str) -> _Call[List[CodeContext]]:
+        return _Call("GET", _work(id, "code", "contexts"), parse=lambda v: [_from(CodeContext, x) for x in v["contexts"]])
+
+    def restart_code_context(self, id: str, context_id: str) -> _Call[None]:
+        """Restarts a context's kernel: its state is lost."""
+        return _Call("POST", _work(id, "code", "contexts", urllib.parse.quote(context_id, safe=""), "restart"),
+                     parse=lambda v: None)
+
+    def delete_code_context(self, id: str, context_id: str) -> _Call[None]:
+        return _Call("DELETE", _work(id, "code", "contexts", urllib.parse.quote(context_id, safe="")), parse=lambda v: None)
+
+
+OnText = Optional[Callable[[str], Any]]
+
+
+def _code_request(code: str, context_id: Optional[str], language: Optional[str], env: Optional[Mapping[str, str]],
+                  timeout: Optional[int]) -> Dict[str, Any]:
+    return _drop_none({"code": code, "context_id": context_id, "language": language,
+                       "env": dict(env) if env else None, "timeout_seconds": timeout})
+
+
+class _CodeRun:
+    """Gathers a run's events into an Execution, calling the callbacks as they come."""
+
+    def __init__(self, on_stdout: OnText, on_stderr: OnText, on_result: Optional[Callable[[CodeResult], Any]],
+                 on_error: Optional[Callable[[CodeError], Any]]) -> None:
+        self.execution = Execution()
+        self.on_stdout, self.on_stderr, self.on_result, self.on_error = on_stdout, on_stderr, on_result, on_error
+        self.ended = False
+
+    def line(self, line: str) -> None:
+        if not line.strip():
+            return
+        ev = json.loads(line)
+        kind, ex = ev.get("type"), self.execution
+        if kind == "stdout":
+            ex.stdout.append(ev.get("text", ""))
+            if self.on_stdout:
+                self.on_stdout(ev.get("text", ""))
+        elif kind == "stderr":
+            ex.stderr.append(ev.get("text", ""))
+            if self.on_stderr:
+                self.on_stderr(ev.get("text", ""))
+        elif kind == "result":
+            r = _from(CodeResult, ev)
+            ex.results.append(r)
+            if self.on_result:
+                self.on_result(r)
+        elif kind == "error":
+            ex.error = _from(CodeError, ev)
+            if self.on_error:
+                self.on_error(ex.error)
+        elif kind == "number_of_executions":
+            ex.execution_count = int(ev.get("execution_count", 0))
+        elif kind == "end_of_execution":
+            self.ended = True
+
+    def result(self) -> Execution:
+        if not self.ended:
+            raise AirlockError(0, "unavailable", "the run's output ended before its end")
+        return self.execution
+
+
+def _raise_for(resp: httpx.Response, body: bytes) -> None:
+    if resp.status_code >= 400:
+        try:
+            parsed: Any = json.loads(body)
+        except ValueError:
+            parsed = body.decode(errors="replace")
+        raise error_from(resp.status_code, parsed)
 
 
 def _sync(op: Callable[Concatenate[_Ops, P], _Call[R]]) -> Callable[Concatenate["Client", P], R]:
@@ -498,6 +576,22 @@ class Client(_Ops):
         loop = self._loop
         return Process(loop, loop.run(_open_stream(self.url, self._headers, id, cmd, env, cwd, user, pty)))
 
+    def run_code(self, id: str, code: str, *, context_id: Optional[str] = None, language: Optional[str] = None,
+                 env: Optional[Mapping[str, str]] = None, timeout: Optional[int] = None, on_stdout: OnText = None,
+                 on_stderr: OnText = None, on_result: Optional[Callable[[CodeResult], Any]] = None,
+                 on_error: Optional[Callable[[CodeError], Any]] = None) -> Execution:
+        """Runs code in a code context of the sandbox or session id (its default one unless context_id
+        or language names another) and returns its output; the callbacks get it as it comes. An exception
+        in the code is Execution.error, not raised. timeout (seconds, default 300) interrupts the run."""
+        run = _CodeRun(on_stdout, on_stderr, on_result, on_error)
+        with self._http.stream("POST", _work(id, "code", "run"), json=_code_request(code, context_id, language, env, timeout),
+                               timeout=httpx.Timeout(None, connect=10.0)) as resp:
+            if resp.status_code >= 400:
+                _raise_for(resp, resp.read())
+            for line in resp.iter_lines():
+                run.line(line)
+        return run.result()
+
     def close(self) -> None:
         self._http.close()
         if self._loop is not None:
@@ -538,6 +632,10 @@ class Client(_Ops):
     create_token = _sync(_Ops.create_token)
     list_tokens = _sync(_Ops.list_tokens)
     revoke_token = _sync(_Ops.revoke_token)
+    create_code_context = _sync(_Ops.create_code_context)
+    list_code_contexts = _sync(_Ops.list_code_contexts)
+    restart_code_context = _sync(_Ops.restart_code_context)
+    delete_code_context = _sync(_Ops.delete_code_context)
 
 
 class AsyncClient(_Ops):
@@ -555,6 +653,20 @@ class AsyncClient(_Ops):
                           pty: Optional[Tuple[int, int]] = None) -> AsyncProcess:
         """Starts cmd and streams it (pty: (rows, cols) runs it on a terminal)."""
         return await _open_stream(self.url, self._headers, id, cmd, env, cwd, user, pty)
+
+    async def run_code(self, id: str, code: str, *, context_id: Optional[str] = None, language: Optional[str] = None,
+                       env: Optional[Mapping[str, str]] = None, timeout: Optional[int] = None, on_stdout: OnText = None,
+                       on_stderr: OnText = None, on_result: Optional[Callable[[CodeResult], Any]] = None,
+                       on_error: Optional[Callable[[CodeError], Any]] = None) -> Execution:
+        """Client.run_code on asyncio (the callbacks are plain functions)."""
+        run = _CodeRun(on_stdout, on_stderr, on_result, on_error)
+        async with self._http.stream("POST", _work(id, "code", "run"), json=_code_request(code, context_id, language, env, timeout),
+                                     timeout=httpx.Timeout(None, connect=10.0)) as resp:
+            if resp.status_code >= 400:
+                _raise_for(resp, await resp.aread())
+            async for line in resp.aiter_lines():
+                run.line(line)
+        return run.result()
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -594,3 +706,7 @@ class AsyncClient(_Ops):
     create_token = _async(_Ops.create_token)
     list_tokens = _async(_Ops.list_tokens)
     revoke_token = _async(_Ops.revoke_token)
+    create_code_context = _async(_Ops.create_code_context)
+    list_code_contexts = _async(_Ops.list_code_contexts)
+    restart_code_context = _async(_Ops.restart_code_context)
+    delete_code_context = _async(_Ops.delete_code_context)

@@ -218,3 +218,60 @@ class AccessToken:
     created_at: Optional[_dt.datetime] = None
     expires_at: Optional[_dt.datetime] = None
     revoked_at: Optional[_dt.datetime] = None
+
+
+@dataclasses.dataclass
+class CodeContext:
+    """A code context of a sandbox: a kernel of its own, with its state."""
+
+    id: str
+    language: str = "python"
+    cwd: str = ""
+
+
+@dataclasses.dataclass
+class CodeResult:
+    """A value the code produced: the last expression's (is_main_result) or one it displayed, in each
+    representation it has. png and jpeg are base64; json is the decoded value; extra holds other MIME
+    types."""
+
+    is_main_result: bool = False
+    text: Optional[str] = None
+    html: Optional[str] = None
+    markdown: Optional[str] = None
+    svg: Optional[str] = None
+    png: Optional[str] = None
+    jpeg: Optional[str] = None
+    pdf: Optional[str] = None
+    latex: Optional[str] = None
+    json: Any = None
+    javascript: Optional[str] = None
+    extra: Optional[Dict[str, Any]] = None
+
+
+@dataclasses.dataclass
+class CodeError:
+    """An exception the code raised (or TimeoutError, InterpreterError), with its traceback."""
+
+    name: str = ""
+    value: str = ""
+    traceback: str = ""
+
+
+@dataclasses.dataclass
+class Execution:
+    """A run's output: its results, stdout and stderr as they came, its error, the execution count."""
+
+    results: List[CodeResult] = dataclasses.field(default_factory=list)
+    stdout: List[str] = dataclasses.field(default_factory=list)
+    stderr: List[str] = dataclasses.field(default_factory=list)
+    error: Optional[CodeError] = None
+    execution_count: int = 0
+
+    @property
+    def text(self) -> Optional[str]:
+        """The main result's text (the last expression's value), None if none."""
+        for r in self.results:
+            if r.is_main_result:
+                return r.text
+        return None

@@ -1,0 +1,273 @@
+package airlock
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// The code interpreter: stateful code contexts (Jupyter kernels) in a sandbox or session of a
+// code-interpreter template. A context keeps its variables, imports and files between runs, and a
+// session's through a pause and resume.
+
+// CodeContext is one code context of a sandbox.
+type CodeContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+// CreateCodeContextRequest is the body of POST …/code/contexts.
+type CreateCodeContextRequest struct {
+	// Language is the context's language: "python" (the default).
+	Language string `json:"language,omitempty"`
+	// Cwd is its working directory (default /home/user).
+	Cwd string `json:"cwd,omitempty"`
+}
+
+// RunCodeRequest is the body of POST …/code/run.
+type RunCodeRequest struct {
+	Code string `json:"code"`
+	// ContextID is the context to run in; with neither it nor Language, the sandbox's default context.
+	ContextID string `json:"context_id,omitempty"`
+	// Language picks the default context of a language ("python").
+	Language string `json:"language,omitempty"`
+	// Env holds environment variables for this run only.
+	Env map[string]string `json:"env,omitempty"`
+	// TimeoutSeconds bounds the run (default 300, at most 3600); past it the run is interrupted and
+	// its output ends with a TimeoutError.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+}
+
+// Types of CodeEvent.
+const (
+	CodeEventStdout      = "stdout"
+	CodeEventStderr      = "stderr"
+	CodeEventResult      = "result"
+	CodeEventError       = "error"
+	CodeEventCount       = "number_of_executions"
+	CodeEventEnd         = "end_of_execution"
+	CodeErrorTimeout     = "TimeoutError"
+	CodeErrorInterpreter = "InterpreterError"
+)
+
+// CodeEvent is one line of a run's output (application/x-ndjson): stdout and stderr text as it comes,
+// results (the last expression's value, is_main_result, and what the code displayed: charts, tables),
+// an error, the execution count, and last end_of_execution.
+type CodeEvent struct {
+	Type string `json:"type"`
+	// Text is the output of stdout and stderr, and a result's text/plain.
+	Text string `json:"text,omitempty"`
+	// ExecutionCount is the context's count of runs (number_of_executions).
+	ExecutionCount int `json:"execution_count,omitempty"`
+	CodeResult
+	CodeError
+}
+
+// CodeResult is a value the code produced: each of its representations that it has.
+type CodeResult struct {
+	IsMainResult bool   `json:"is_main_result,omitempty"`
+	HTML         string `json:"html,omitempty"`
+	Markdown     string `json:"markdown,omitempty"`
+	SVG          string `json:"svg,omitempty"`
+	// PNG and JPEG are base64-encoded images (matplotlib's charts are PNG).
+	PNG        string          `json:"png,omitempty"`
+	JPEG       string          `json:"jpeg,omitempty"`
+	PDF        string          `json:"pdf,omitempty"`
+	LaTeX      string          `json:"latex,omitempty"`
+	JSON       json.RawMessage `json:"json,omitempty"`
+	JavaScript string          `json:"javascript,omitempty"`
+	// Extra holds representations of other MIME types, by type.
+	Extra map[string]json.RawMessage `json:"extra,omitempty"`
+}
+
+// CodeError is an exception the code raised (or TimeoutError, InterpreterError).
+type CodeError struct {
+	Name      string `json:"name,omitempty"`
+	Value     string `json:"value,omitempty"`
+	Traceback string `json:"traceback,omitempty"`
+}
+
+// Execution is a run's output, gathered.
+type Execution struct {
+	// Results are the values: the last expression's (IsMainResult) and what was displayed.
+	Results []Result `json:"results"`
+	Stdout  []string `json:"stdout"`
+	Stderr  []string `json:"stderr"`
+	// Error is the exception the code raised, nil if none.
+	Error          *CodeError `json:"error,omitempty"`
+	ExecutionCount int        `json:"execution_count"`
+}
+
+// Result is one value of an Execution: its text and other representations.
+type Result struct {
+	Text string `json:"text,omitempty"`
+	CodeResult
+}
+
+// Text is the main result's text (the last expression's value), "" if none.
+func (e *Execution) Text() string {
+	for _, r := range e.Results {
+		if r.IsMainResult {
+			return r.Text
+		}
+	}
+	return ""
+}
+
+// RunCodeOptions are callbacks for a run's output as it comes.
+type RunCodeOptions struct {
+	OnStdout func(text string)
+	OnStderr func(text string)
+	OnResult func(Result)
+	OnError  func(CodeError)
+}
+
+// RunCode runs code in a code context of the sandbox or session id and returns its output. An
+// exception in the code is not an error: see Execution.Error. A sandbox that runs no code interpreter
+// is a failed-precondition error.
+func (c *Client) RunCode(ctx context.Context, id string, req RunCodeRequest, opts *RunCodeOptions) (*Execution, error) {
+	if opts == nil {
+		opts = &RunCodeOptions{}
+	}
+	exec := &Execution{Results: []Result{}, Stdout: []string{}, Stderr: []string{}}
+	err := c.RunCodeStream(ctx, id, req, func(ev CodeEvent) error {
+		switch ev.Type {
+		case CodeEventStdout:
+			exec.Stdout = append(exec.Stdout, ev.Text)
+			if opts.OnStdout != nil {
+				opts.OnStdout(ev.Text)
+			}
+		case CodeEventStderr:
+			exec.Stderr = append(exec.Stderr, ev.Text)
+			if opts.OnStderr != nil {
+				opts.OnStderr(ev.Text)
+			}
+		case CodeEventResult:
+			r := Result{Text: ev.Text, CodeResult: ev.CodeResult}
+			exec.Results = append(exec.Results, r)
+			if opts.OnResult != nil {
+				opts.OnResult(r)
+			}
+		case CodeEventError:
+			e := ev.CodeError
+			exec.Error = &e
+			if opts.OnError != nil {
+				opts.OnError(e)
+			}
+		case CodeEventCount:
+			exec.ExecutionCount = ev.ExecutionCount
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return exec, nil
+}
+
+// maxCodeLine bounds one line of a run's output the client reads (a chart is a line).
+const maxCodeLine = 64 << 20
+
+// RunCodeStream runs code as RunCode does and passes each event of its output to fn as it comes; an
+// error from fn ends the run (and interrupts it). The last event is end_of_execution; a stream that
+// ends without it is an error.
+func (c *Client) RunCodeStream(ctx context.Context, id string, req RunCodeRequest, fn func(CodeEvent) error) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, request{method: http.MethodPost, path: workPath(id, "code", "run"), body: strings.NewReader(string(body)),
+		contentType: "application/json"})
+	if err != nil {
+		return fmt.Errorf("run code in %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for {
+		line, err := readLine(br, maxCodeLine)
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("run code in %s: the output ended early: %w", id, io.ErrUnexpectedEOF)
+		}
+		if err != nil {
+			return fmt.Errorf("run code in %s: %w", id, err)
+		}
+		var ev CodeEvent
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return fmt.Errorf("run code in %s: an invalid output line: %w", id, err)
+		}
+		if ev.Type == CodeEventEnd {
+			return nil
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+}
+
+// readLine reads one line (without its newline) of at most max bytes.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if len(line)+len(frag) > max+1 {
+			return nil, fmt.Errorf("a line of over %d bytes", max)
+		}
+		line = append(line, frag...)
+		switch {
+		case err == nil:
+			return line[:len(line)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(line) > 0:
+			return nil, io.ErrUnexpectedEOF
+		default:
+			return nil, err
+		}
+	}
+}
+
+// CreateCodeContext starts a new code context (a kernel of its own) in the sandbox or session id.
+func (c *Client) CreateCodeContext(ctx context.Context, id string, req CreateCodeContextRequest) (*CodeContext, error) {
+	var out CodeContext
+	if err := c.doJSON(ctx, http.MethodPost, workPath(id, "code", "contexts"), nil, req, &out, nil); err != nil {
+		return nil, fmt.Errorf("create a code context in %s: %w", id, err)
+	}
+	return &out, nil
+}
+
+// ListCodeContexts returns the code contexts of the sandbox or session id.
+func (c *Client) ListCodeContexts(ctx context.Context, id string) ([]CodeContext, error) {
+	var out CodeContextList
+	if err := c.doJSON(ctx, http.MethodGet, workPath(id, "code", "contexts"), nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("list the code contexts of %s: %w", id, err)
+	}
+	return out.Contexts, nil
+}
+
+// CodeContextList is the body of GET …/code/contexts.
+type CodeContextList struct {
+	Contexts []CodeContext `json:"contexts"`
+}
+
+// RestartCodeContext restarts the kernel of a code context: its state is lost.
+func (c *Client) RestartCodeContext(ctx context.Context, id, contextID string) error {
+	if err := c.doJSON(ctx, http.MethodPost, workPath(id, "code", "contexts", url.PathEscape(contextID), "restart"), nil, nil, nil, nil); err != nil {
+		return fmt.Errorf("restart code context %s of %s: %w", contextID, id, err)
+	}
+	return nil
+}
+
+// DeleteCodeContext stops a code context and its kernel.
+func (c *Client) DeleteCodeContext(ctx context.Context, id, contextID string) error {
+	if err := c.doJSON(ctx, http.MethodDelete, workPath(id, "code", "contexts", url.PathEscape(contextID)), nil, nil, nil, nil); err != nil {
+		return fmt.Errorf("delete code context %s of %s: %w", contextID, id, err)
+	}
+	return nil
+}

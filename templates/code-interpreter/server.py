@@ -1,0 +1,385 @@
+#!/usr/bin/env python3
+"""Airlock's code interpreter, run inside a sandbox: stateful Jupyter kernels behind an HTTP server.
+
+It speaks the protocol of E2B's code interpreter on port 49999, so that Airlock's API (/v1/.../code),
+its SDKs and the unmodified @e2b/code-interpreter SDK all drive the same kernels:
+
+  POST   /execute                {code, context_id?, language?, env_vars?}  -> NDJSON events
+  POST   /contexts               {language?, cwd?}                          -> {id, language, cwd}
+  GET    /contexts                                                          -> [{id, language, cwd}]
+  DELETE /contexts/{id}
+  POST   /contexts/{id}/restart
+  GET    /health                 200 once the default context is ready
+
+Events, one JSON object per line: number_of_executions {execution_count}, stdout/stderr {text,
+timestamp}, result {is_main_result, text, html, markdown, svg, png, jpeg, pdf, latex, json, javascript,
+extra}, error {name, value, traceback}, and last end_of_execution. A client that goes away interrupts
+its execution, so the context stays usable. Everything here is the sandbox's own: the host checks what
+it sends.
+
+`server.py --ready` exits 0 once a server answers /health (the template's ready check).
+"""
+
+import datetime
+import json
+import os
+import re
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PORT = int(os.environ.get("AIRLOCK_INTERPRETER_PORT", "49999"))
+HOME = os.environ.get("HOME") or "/home/user"
+MAX_BODY = 16 << 20  # a request's body: code and environment
+
+# Jupyter MIME types as the result's keys; others go under "extra".
+MIME = {
+    "text/plain": "text",
+    "text/html": "html",
+    "text/markdown": "markdown",
+    "image/svg+xml": "svg",
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "application/pdf": "pdf",
+    "text/latex": "latex",
+    "application/json": "json",
+    "application/javascript": "javascript",
+}
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class HTTPError(Exception):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def normalize_language(lang):
+    l = (lang or "python").strip().lower()
+    if l in ("python", "python3", "py"):
+        return "python"
+    raise HTTPError(400, "language %r is not available here: this interpreter runs python" % (lang,))
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
+def result_event(main, data):
+    out = {"type": "result", "is_main_result": bool(main)}
+    extra = {}
+    for mime, value in (data or {}).items():
+        key = MIME.get(mime)
+        if key is None:
+            extra[mime] = value
+            continue
+        if key == "text" and isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]  # a string's repr, as E2B's server gives it
+        out[key] = value
+    if extra:
+        out["extra"] = extra
+    return out
+
+
+class Gone(Exception):
+    """The client went away in the middle of an execution."""
+
+
+class Context:
+    """One kernel, its client and the lock that runs one execution at a time in it."""
+
+    def __init__(self, language, cwd):
+        from jupyter_client.manager import KernelManager
+
+        self.id = str(uuid.uuid4())
+        self.language = language
+        self.cwd = cwd
+        self.lock = threading.Lock()
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(cwd=cwd)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=300)
+
+    def info(self):
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
+
+    def shutdown(self):
+        try:
+            self.kc.stop_channels()
+        finally:
+            self.km.shutdown_kernel(now=True)
+
+    def restart(self):
+        with self.lock:
+            self.km.restart_kernel(now=True)
+            self.kc.wait_for_ready(timeout=300)
+
+    def _run(self, code, emit, silent=False):
+        """Runs code and passes each of its output messages to emit (which may raise Gone)."""
+        msg_id = self.kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=False)
+        gone = False
+        while True:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=1)
+            except Exception:  # queue.Empty: the kernel may have died
+                if not self.km.is_alive():
+                    if not gone:
+                        try:
+                            emit({"type": "error", "name": "KernelDied", "value": "the kernel died and was restarted; its state is lost", "traceback": ""})
+                        except Gone:
+                            pass
+                    self.km.restart_kernel(now=True)
+                    self.kc.wait_for_ready(timeout=300)
+                    return
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind, c = msg["msg_type"], msg["content"]
+            if kind == "status" and c.get("execution_state") == "idle":
+                break
+            ev = None
+            if kind == "execute_input":
+                ev = {"type": "number_of_executions", "execution_count": c.get("execution_count")}
+            elif kind == "stream":
+                ev = {"type": "stderr" if c.get("name") == "stderr" else "stdout", "text": c.get("text", ""), "timestamp": now()}
+            elif kind == "execute_result":
+                ev = result_event(True, c.get("data"))
+            elif kind == "display_data":
+                ev = result_event(False, c.get("data"))
+            elif kind == "error":
+                ev = {"type": "error", "name": c.get("ename", ""), "value": c.get("evalue", ""),
+                      "traceback": ANSI.sub("", "\n".join(c.get("traceback", [])))}
+            if ev is None or gone:
+                continue
+            try:
+                emit(ev)
+            except Gone:
+                gone = True
+                self.km.interrupt_kernel()
+        # The shell's reply to this execution: taken so that none pile up.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                reply = self.kc.get_shell_msg(timeout=1)
+            except Exception:
+                continue
+            if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                break
+
+    def execute(self, code, env, emit):
+        with self.lock:
+            if env:
+                # The variables hold for this execution only, as E2B's env_vars.
+                self._run("import os as _al_os\n_al_saved = {k: _al_os.environ.get(k) for k in %r}\n_al_os.environ.update(%r)" % (list(env), env),
+                          lambda ev: None, silent=True)
+            try:
+                self._run(code, emit)
+            finally:
+                if env:
+                    self._run("for _al_k, _al_v in _al_saved.items():\n"
+                              "    _al_os.environ.pop(_al_k, None) if _al_v is None else _al_os.environ.__setitem__(_al_k, _al_v)\n"
+                              "del _al_os, _al_saved", lambda ev: None, silent=True)
+
+
+class Contexts:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.by_id = {}
+        self.default = None  # the default python context's ID
+
+    def create(self, language, cwd):
+        ctx = Context(normalize_language(language), cwd or HOME)
+        with self.lock:
+            self.by_id[ctx.id] = ctx
+        return ctx
+
+    def get(self, cid):
+        with self.lock:
+            ctx = self.by_id.get(cid)
+        if ctx is None:
+            raise HTTPError(404, "Context %s not found" % (cid,))
+        return ctx
+
+    def default_context(self):
+        with self.lock:
+            ctx = self.by_id.get(self.default)
+            if ctx is not None:
+                return ctx
+            ctx = Context("python", HOME)
+            self.by_id[ctx.id] = ctx
+            self.default = ctx.id
+            return ctx
+
+    def remove(self, cid):
+        with self.lock:
+            ctx = self.by_id.pop(cid, None)
+        if ctx is None:
+            raise HTTPError(404, "Context %s not found" % (cid,))
+        ctx.shutdown()
+
+    def list(self):
+        with self.lock:
+            return [c.info() for c in self.by_id.values()]
+
+
+CONTEXTS = Contexts()
+READY = threading.Event()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "airlock-interpreter"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def _json(self, status, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _text(self, status, text):
+        body = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n > MAX_BODY:
+            raise HTTPError(413, "request body over %d bytes" % MAX_BODY)
+        raw = self.rfile.read(n) if n else b""
+        if not raw:
+            return {}
+        try:
+            v = json.loads(raw)
+        except ValueError as e:
+            raise HTTPError(400, "invalid JSON: %s" % e)
+        if not isinstance(v, dict):
+            raise HTTPError(400, "want a JSON object")
+        return v
+
+    def _serve(self, fn):
+        try:
+            fn()
+        except HTTPError as e:
+            self._text(e.status, e.message)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as e:  # an answer rather than a dropped connection
+            self._text(500, "%s: %s" % (type(e).__name__, e))
+
+    def do_GET(self):
+        def get():
+            if self.path == "/health":
+                if not READY.is_set():
+                    raise HTTPError(503, "starting")
+                self._json(200, {"status": "ok"})
+            elif self.path == "/contexts":
+                self._json(200, CONTEXTS.list())
+            else:
+                raise HTTPError(404, "not found")
+        self._serve(get)
+
+    def do_DELETE(self):
+        def delete():
+            m = re.fullmatch(r"/contexts/([A-Za-z0-9-]{1,64})", self.path)
+            if not m:
+                raise HTTPError(404, "not found")
+            CONTEXTS.remove(m.group(1))
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        self._serve(delete)
+
+    def do_POST(self):
+        def post():
+            req = self._body()
+            if self.path == "/execute":
+                self._execute(req)
+                return
+            if self.path == "/contexts":
+                ctx = CONTEXTS.create(req.get("language"), req.get("cwd"))
+                self._json(200, ctx.info())
+                return
+            m = re.fullmatch(r"/contexts/([A-Za-z0-9-]{1,64})/restart", self.path)
+            if m:
+                CONTEXTS.get(m.group(1)).restart()
+                self._json(200, {})
+                return
+            raise HTTPError(404, "not found")
+        self._serve(post)
+
+    def _execute(self, req):
+        code = req.get("code")
+        if not isinstance(code, str):
+            raise HTTPError(400, "code must be a string")
+        cid, language = req.get("context_id"), req.get("language")
+        if cid and language:
+            raise HTTPError(400, "Only one of context_id or language can be provided")
+        env = req.get("env_vars") or {}
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise HTTPError(400, "env_vars must map names to strings")
+        if cid:
+            ctx = CONTEXTS.get(cid)
+        else:
+            normalize_language(language)
+            ctx = CONTEXTS.default_context()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+
+        def emit(ev):
+            line = json.dumps(ev).encode() + b"\n"
+            try:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+            except OSError:
+                raise Gone()
+
+        try:
+            ctx.execute(code, env, emit)
+            emit({"type": "end_of_execution"})
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (Gone, OSError):
+            self.close_connection = True
+
+
+def ready():
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/health" % PORT, timeout=2) as r:
+            return r.status == 200
+    except Exception:
+        return False
+
+
+def main():
+    if sys.argv[1:] == ["--ready"]:
+        sys.exit(0 if ready() else 1)
+    server = ThreadingHTTPServer(("0.0.0.0", PORT), Handler)
+    server.daemon_threads = True
+
+    def warm():
+        CONTEXTS.default_context()
+        READY.set()
+
+    threading.Thread(target=warm, daemon=True).start()
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
