@@ -38,6 +38,10 @@ const (
 	// defaultCodeTimeout and maxCodeTimeout bound a run.
 	defaultCodeTimeout = 300
 	maxCodeTimeout     = 3600
+	// codeTimeoutGrace is how long past a run's timeout the API waits for the interpreter's own end
+	// (it interrupts the run at the timeout, and restarts a kernel that does not stop within 10 s)
+	// before it closes the connection and ends the run itself.
+	codeTimeoutGrace = 15 * time.Second
 	// maxCodeExtra bounds the representations of other MIME types one result may have.
 	maxCodeExtra = 32
 )
@@ -67,7 +71,8 @@ func (s *Server) codeRequest(ctx context.Context, t controlplane.PortTarget, met
 				t.SandboxID, interpreterPort)
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			// The caller's request ended (the client left), or the interpreter did not answer in time.
+			return nil, clientErr(errdefs.ErrDeadlineExceeded, "the code interpreter of %s did not answer in time", t.SandboxID)
 		}
 		return nil, clientErr(errdefs.ErrBadGateway, "the code interpreter of %s: %v", t.SandboxID, err)
 	}
@@ -129,12 +134,13 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "invalid context_id %q", truncate(req.ContextID, 64)))
 		return
 	case req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxCodeTimeout:
-		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "timeout_seconds must be between 1 and %d, got %d", maxCodeTimeout, req.TimeoutSeconds))
+		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "timeout_seconds must be between 1 and %d (0 or none: %d), got %d",
+			maxCodeTimeout, defaultCodeTimeout, req.TimeoutSeconds))
 		return
 	}
-	for k := range req.Env {
-		if !validEnvName(k) {
-			writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "invalid environment variable name %q", truncate(k, 64)))
+	for k, v := range req.Env {
+		if !validEnvName(k) || strings.ContainsRune(v, 0) {
+			writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "invalid environment variable %q: a name of letters, digits and _, a value without NUL", truncate(k, 64)))
 			return
 		}
 	}
@@ -148,18 +154,24 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 	}
 	defer end()
 	body, _ := json.Marshal(map[string]any{"code": req.Code, "context_id": nonEmpty(req.ContextID), "language": nonEmpty(req.Language),
-		"env_vars": req.Env})
-	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(timeout)*time.Second)
+		"env_vars": req.Env, "timeout": timeout})
+	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(timeout)*time.Second+codeTimeoutGrace)
 	defer cancel()
 	resp, err := s.codeRequest(ctx, t, http.MethodPost, "/execute", body)
 	if err != nil {
-		writeError(w, r, s.log, err)
+		if r.Context().Err() == nil {
+			writeError(w, r, s.log, err)
+		}
 		return
 	}
 	defer resp.Body.Close()
+	// A client that stops reading holds the run's buffers and the sandbox's activity no longer than the
+	// run may last.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Duration(timeout)*time.Second + 2*codeTimeoutGrace))
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // a chart's HTML as it came, not six bytes for each < and >
 	flush := func() {
 		if f, ok := w.(http.Flusher); ok {
 			f.Flush()
@@ -187,7 +199,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 			case r.Context().Err() != nil:
 				// The client went away: closing the connection interrupts the run.
 			case ctx.Err() != nil:
-				finish(airlock.CodeErrorTimeout, fmt.Sprintf("the run took over %d s and was interrupted", timeout))
+				finish(airlock.CodeErrorTimeout, fmt.Sprintf("the run took over %d s; the code interpreter did not end it", timeout))
 			case errors.As(err, &tl):
 				finish(airlock.CodeErrorInterpreter, fmt.Sprintf("the code interpreter sent %v; the run was ended", err))
 			default:

@@ -256,9 +256,17 @@ func (s *Server) e2bSandboxOf(r *http.Request, se store.Session) (e2bSandbox, er
 	if err != nil {
 		return e2bSandbox{}, err
 	}
+	// The traffic token is what E2B lets one share to reach the sandbox's ports only: a token of its own,
+	// with the ports scope alone.
+	traffic, _, err := s.cp.CreateAccessToken(r.Context(), tenantOf(r), principalOf(r).KeyID, controlplane.TokenRequest{
+		Name: "e2b-traffic", SessionID: se.ID, Scopes: []store.TokenScope{store.TokenPorts}, TTL: controlplane.MaxTokenTTL,
+	})
+	if err != nil {
+		return e2bSandbox{}, err
+	}
 	name := templateName(se.Spec.Template)
 	out := e2bSandbox{SandboxID: se.ID, TemplateID: name, Alias: name, ClientID: e2bClientID, EnvdVersion: e2bEnvdVersion,
-		EnvdAccessToken: tok, TrafficAccessToken: &tok}
+		EnvdAccessToken: tok, TrafficAccessToken: &traffic}
 	if s.ing.domain != "" {
 		// Without E2B_SANDBOX_URL the SDKs reach envd at https://49983-<id>.<domain>: the ingress's
 		// host form (behind TLS), which serves port 49983 of a session as its envd.

@@ -600,9 +600,15 @@ func stripCredentials(r *http.Request) {
 			r.Header.Set("Cookie", strings.Join(kept, "; "))
 		}
 	}
+	// E2B's token headers are never the sandbox's, whatever they hold and however many there are; an
+	// API key in E2B's API key header neither.
 	for _, h := range e2bCredentialHeaders {
-		if isAirlockCredential(strings.TrimSpace(r.Header.Get(h))) {
-			r.Header.Del(h)
+		r.Header.Del(h)
+	}
+	for _, v := range r.Header.Values("X-Api-Key") {
+		if isAirlockCredential(strings.TrimSpace(v)) {
+			r.Header.Del("X-Api-Key")
+			break
 		}
 	}
 	if ref := r.Header.Get("Referer"); strings.Contains(ref, portTokenParam) {

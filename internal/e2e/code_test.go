@@ -114,18 +114,35 @@ func TestCodeInterpreter(t *testing.T) {
 		t.Errorf("a run in a deleted context: %v; want 404", err)
 	}
 	for _, bad := range []airlock.RunCodeRequest{{Code: "1", ContextID: "a b"}, {Code: "1", ContextID: cc.ID, Language: "python"},
-		{Code: "1", TimeoutSeconds: 99999}, {Code: "1", Env: map[string]string{"A=B": "c"}}, {Code: "1", Language: "cobol"}} {
+		{Code: "1", TimeoutSeconds: 99999}, {Code: "1", Env: map[string]string{"A=B": "c"}}, {Code: "1", Env: map[string]string{"A": "a\x00b"}},
+		{Code: "1", Language: "cobol"}} {
 		if _, err := c.RunCode(ctx, se.ID, bad, nil); !isStatus(err, http.StatusBadRequest) {
 			t.Errorf("run %+v: %v; want 400", bad, err)
 		}
 	}
 
-	// A timeout interrupts the run; the context keeps its state and runs the next.
-	if ex := runIn(se.ID, airlock.RunCodeRequest{Code: "import time\ntime.sleep(60)", TimeoutSeconds: 2}); ex.Error == nil || ex.Error.Name != airlock.CodeErrorTimeout {
+	// A timeout interrupts the run (a sleep that would outlast the next run's own timeout); the context
+	// keeps its state and runs the next.
+	if ex := runIn(se.ID, airlock.RunCodeRequest{Code: "import time\ntime.sleep(600)", TimeoutSeconds: 2}); ex.Error == nil || ex.Error.Name != airlock.CodeErrorTimeout {
 		t.Errorf("a run past its timeout: %+v; want a TimeoutError", ex.Error)
 	}
-	if ex := run("x"); ex.Text() != "41" {
-		t.Errorf("after a timeout: %+v; want 41", ex)
+	if ex := runIn(se.ID, airlock.RunCodeRequest{Code: "x", TimeoutSeconds: 60}); ex.Text() != "41" {
+		t.Errorf("after a timeout: %+v; want 41 (the sleep interrupted)", ex)
+	}
+	// Code that will not stop when interrupted: its kernel is restarted (in a context of its own).
+	stubborn, err := c.CreateCodeContext(ctx, se.ID, airlock.CreateCodeContextRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex := runIn(se.ID, airlock.RunCodeRequest{ContextID: stubborn.ID, TimeoutSeconds: 2,
+		Code: "import time\nwhile True:\n    try:\n        time.sleep(100)\n    except KeyboardInterrupt:\n        pass"}); ex.Error == nil || ex.Error.Name != "KernelRestarted" {
+		t.Errorf("a run that ignores the interrupt: %+v; want its kernel restarted", ex.Error)
+	}
+	if ex := runIn(se.ID, airlock.RunCodeRequest{ContextID: stubborn.ID, Code: "1 + 1", TimeoutSeconds: 60}); ex.Text() != "2" {
+		t.Errorf("the restarted context: %+v; want it to run", ex)
+	}
+	if err := c.DeleteCodeContext(ctx, se.ID, stubborn.ID); err != nil {
+		t.Fatal(err)
 	}
 
 	// Through a pause and a resume: the memory, the kernel and its state come back.

@@ -338,6 +338,11 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"PUT /{kind}/{id}/ports/{port}/{path...}":               {body: "from-b"},
 		"PATCH /{kind}/{id}/ports/{port}/{path...}":             {body: "from-b"},
 		"DELETE /{kind}/{id}/ports/{port}/{path...}":            {},
+		"POST /{kind}/{id}/code/run":                            {body: `{"code":"1"}`},
+		"GET /{kind}/{id}/code/contexts":                        {},
+		"POST /{kind}/{id}/code/contexts":                       {body: `{}`},
+		"DELETE /{kind}/{id}/code/contexts/{ctx}":               {},
+		"POST /{kind}/{id}/code/contexts/{ctx}/restart":         {},
 	}
 	public := map[string]bool{"GET /v1/health": true, "GET /v1/openapi.yaml": true, "GET /metrics": true, "GET /v1/oauth/callback": true,
 		"POST /v1/nodes/join": true}
@@ -445,9 +450,10 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 }
 
 // isWork reports whether rest (the path after a sandbox's or session's ID) is a work route, served
-// alike for a sandbox and a session: exec, processes, files, and ports (the list, tunnels and the ingress).
+// alike for a sandbox and a session: exec, processes, files, ports (the list, tunnels and the ingress)
+// and the code interpreter.
 func isWork(rest string) bool {
-	for _, p := range []string{"/exec", "/processes", "/files", "/ports", "/tunnels/"} {
+	for _, p := range []string{"/exec", "/processes", "/files", "/ports", "/tunnels/", "/code/"} {
 		if strings.HasPrefix(rest, p) {
 			return true
 		}
@@ -474,7 +480,7 @@ func fill(p, sandbox, session, snapshot, pid, tenant, key, token string) string 
 		name = "tenant-a-conn"
 	}
 	return strings.NewReplacer("{id}", id, "{snapshot}", snapshot, "{pid}", pid, "{name}", name,
-		"{port}", "8080", "{path...}", "x").Replace(p)
+		"{port}", "8080", "{path...}", "x", "{ctx}", "ctx-1").Replace(p)
 }
 
 // call makes one request with key and returns the status and body. websocket asks for an upgrade.

@@ -593,15 +593,18 @@ func (t tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, in CodeIn) (
 	if err != nil {
 		return nil, CodeOut{}, err
 	}
-	out := CodeOut{Text: ex.Text(), Error: ex.Error, ExecutionCount: ex.ExecutionCount}
+	out := CodeOut{Error: ex.Error, ExecutionCount: ex.ExecutionCount}
+	out.Text, _ = tail(ex.Text(), limit)
 	out.Stdout, out.StdoutTruncated = tail(strings.Join(ex.Stdout, ""), limit)
 	out.Stderr, out.StderrTruncated = tail(strings.Join(ex.Stderr, ""), limit)
 	res := &mcp.CallToolResult{}
 	var images []mcp.Content
 	for _, r := range ex.Results {
-		ro := CodeResultOut{IsMainResult: r.IsMainResult, Text: r.Text, Markdown: r.Markdown, Formats: []string{}}
+		ro := CodeResultOut{IsMainResult: r.IsMainResult, Formats: []string{}}
+		ro.Text, _ = tail(r.Text, limit)
+		ro.Markdown, _ = tail(r.Markdown, maxCodeHTML)
 		ro.HTML, _ = tail(r.HTML, maxCodeHTML)
-		if len(r.JSON) > 0 {
+		if len(r.JSON) > 0 && len(r.JSON) <= maxCodeHTML {
 			ro.JSON = r.JSON
 		}
 		for _, f := range [][2]string{{"text", r.Text}, {"html", r.HTML}, {"markdown", r.Markdown}, {"svg", r.SVG}, {"png", r.PNG},

@@ -13,9 +13,10 @@ its SDKs and the unmodified @e2b/code-interpreter SDK all drive the same kernels
 
 Events, one JSON object per line: number_of_executions {execution_count}, stdout/stderr {text,
 timestamp}, result {is_main_result, text, html, markdown, svg, png, jpeg, pdf, latex, json, javascript,
-extra}, error {name, value, traceback}, and last end_of_execution. A client that goes away interrupts
-its execution, so the context stays usable. Everything here is the sandbox's own: the host checks what
-it sends.
+extra}, error {name, value, traceback}, and last end_of_execution. A client that goes away, or a run past
+its "timeout" (seconds; Airlock's API sends its own), interrupts the execution, and a kernel that does
+not stop within INTERRUPT_GRACE of that is restarted, so the context never stays stuck. Everything here
+is the sandbox's own: the host checks what it sends.
 
 `server.py --ready` exits 0 once a server answers /health (the template's ready check).
 """
@@ -24,6 +25,8 @@ import datetime
 import json
 import os
 import re
+import select
+import socket
 import sys
 import threading
 import time
@@ -34,6 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PORT = int(os.environ.get("AIRLOCK_INTERPRETER_PORT", "49999"))
 HOME = os.environ.get("HOME") or "/home/user"
 MAX_BODY = 16 << 20  # a request's body: code and environment
+INTERRUPT_GRACE = 10  # seconds a kernel has to stop after an interrupt before it is restarted
 
 # Jupyter MIME types as the result's keys; others go under "extra".
 MIME = {
@@ -90,6 +94,17 @@ class Gone(Exception):
     """The client went away in the middle of an execution."""
 
 
+def peer_closed(sock):
+    """Reports whether the client closed its side of sock (readable, and nothing to read)."""
+    try:
+        r, _, _ = select.select([sock], [], [], 0)
+        if not r:
+            return False
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
 class Context:
     """One kernel, its client and the lock that runs one execution at a time in it."""
 
@@ -100,11 +115,16 @@ class Context:
         self.language = language
         self.cwd = cwd
         self.lock = threading.Lock()
+        self.generation = 0  # counts restarts: a run whose kernel was restarted under it ends
         self.km = KernelManager(kernel_name="python3")
         self.km.start_kernel(cwd=cwd)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=300)
+        try:
+            self.kc = self.km.client()
+            self.kc.start_channels()
+            self.kc.wait_for_ready(timeout=300)
+        except BaseException:
+            self.km.shutdown_kernel(now=True)  # no kernel left behind that nothing tracks
+            raise
 
     def info(self):
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
@@ -116,17 +136,49 @@ class Context:
             self.km.shutdown_kernel(now=True)
 
     def restart(self):
+        # Not under the lock: a run that holds it is ended by the restart (its kernel goes away).
+        self.generation += 1
+        self.km.restart_kernel(now=True)
         with self.lock:
-            self.km.restart_kernel(now=True)
             self.kc.wait_for_ready(timeout=300)
 
-    def _run(self, code, emit, silent=False):
-        """Runs code and passes each of its output messages to emit (which may raise Gone)."""
+    def _run(self, code, emit, silent=False, deadline=None, gone_check=None):
+        """Runs code and passes each of its output messages to emit (which may raise Gone). Past
+        deadline (a time.monotonic()), or once gone_check() says the client left, the kernel is
+        interrupted, and restarted if it has not stopped INTERRUPT_GRACE seconds later."""
         msg_id = self.kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=False)
+        generation = self.generation
         gone = False
+        interrupted = None  # when the kernel was interrupted
+        timed_out = False
         while True:
+            now_ = time.monotonic()
+            if self.generation != generation:
+                if not gone:
+                    try:
+                        emit({"type": "error", "name": "KernelRestarted", "traceback": "",
+                              "value": "the context was restarted during the run; its state is lost"})
+                    except Gone:
+                        pass
+                return
+            if interrupted is None and (deadline is not None and now_ > deadline or gone_check is not None and not gone and gone_check()):
+                timed_out = deadline is not None and now_ > deadline
+                gone = gone or not timed_out
+                interrupted = now_
+                self.km.interrupt_kernel()
+            if interrupted is not None and now_ - interrupted > INTERRUPT_GRACE:
+                # It did not stop (a busy loop in C, or code that catches KeyboardInterrupt).
+                self.km.restart_kernel(now=True)
+                self.kc.wait_for_ready(timeout=300)
+                if not gone:
+                    try:
+                        emit({"type": "error", "name": "KernelRestarted", "traceback": "",
+                              "value": "the run did not stop when interrupted; the kernel was restarted and its state is lost"})
+                    except Gone:
+                        pass
+                return
             try:
-                msg = self.kc.get_iopub_msg(timeout=1)
+                msg = self.kc.get_iopub_msg(timeout=0.5)
             except Exception:  # queue.Empty: the kernel may have died
                 if not self.km.is_alive():
                     if not gone:
@@ -143,6 +195,8 @@ class Context:
             kind, c = msg["msg_type"], msg["content"]
             if kind == "status" and c.get("execution_state") == "idle":
                 break
+            if timed_out and kind == "error" and c.get("ename") == "KeyboardInterrupt":
+                c = {"ename": "TimeoutError", "evalue": "the run passed its timeout and was interrupted", "traceback": c.get("traceback", [])}
             ev = None
             if kind == "execute_input":
                 ev = {"type": "number_of_executions", "execution_count": c.get("execution_count")}
@@ -172,14 +226,14 @@ class Context:
             if reply.get("parent_header", {}).get("msg_id") == msg_id:
                 break
 
-    def execute(self, code, env, emit):
+    def execute(self, code, env, emit, deadline=None, gone_check=None):
         with self.lock:
             if env:
                 # The variables hold for this execution only, as E2B's env_vars.
                 self._run("import os as _al_os\n_al_saved = {k: _al_os.environ.get(k) for k in %r}\n_al_os.environ.update(%r)" % (list(env), env),
                           lambda ev: None, silent=True)
             try:
-                self._run(code, emit)
+                self._run(code, emit, deadline=deadline, gone_check=gone_check)
             finally:
                 if env:
                     self._run("for _al_k, _al_v in _al_saved.items():\n"
@@ -189,7 +243,8 @@ class Context:
 
 class Contexts:
     def __init__(self):
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # guards by_id and default; never held while a kernel starts
+        self.default_lock = threading.Lock()  # one default context made at a time
         self.by_id = {}
         self.default = None  # the default python context's ID
 
@@ -207,13 +262,15 @@ class Contexts:
         return ctx
 
     def default_context(self):
-        with self.lock:
-            ctx = self.by_id.get(self.default)
+        with self.default_lock:
+            with self.lock:
+                ctx = self.by_id.get(self.default)
             if ctx is not None:
                 return ctx
             ctx = Context("python", HOME)
-            self.by_id[ctx.id] = ctx
-            self.default = ctx.id
+            with self.lock:
+                self.by_id[ctx.id] = ctx
+                self.default = ctx.id
             return ctx
 
     def remove(self, cid):
@@ -329,8 +386,12 @@ class Handler(BaseHTTPRequestHandler):
         if cid and language:
             raise HTTPError(400, "Only one of context_id or language can be provided")
         env = req.get("env_vars") or {}
-        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise HTTPError(400, "env_vars must map names to strings")
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) and "\0" not in k + v for k, v in env.items()):
+            raise HTTPError(400, "env_vars must map names to strings (without NUL)")
+        timeout = req.get("timeout")
+        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0):
+            raise HTTPError(400, "timeout must be a positive number of seconds")
+        deadline = time.monotonic() + timeout if timeout else None
         if cid:
             ctx = CONTEXTS.get(cid)
         else:
@@ -351,7 +412,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise Gone()
 
         try:
-            ctx.execute(code, env, emit)
+            ctx.execute(code, env, emit, deadline=deadline, gone_check=lambda: peer_closed(self.connection))
             emit({"type": "end_of_execution"})
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()

@@ -40,6 +40,10 @@ test('runCode: state, output, errors, charts, tables, contexts, pause and connec
     r = await sbx.runCode('import os\nos.environ.get("ONLY_HERE")', { envs: { ONLY_HERE: 'yes' } })
     assert.equal(r.text, 'yes')
 
+    // A run the client gives up on is interrupted: the next one (its own timeout shorter than the sleep) runs.
+    await assert.rejects(sbx.runCode('import time\ntime.sleep(600)', { timeoutMs: 2_000 }))
+    assert.equal((await sbx.runCode('x', { timeoutMs: 60_000 })).text, '20')
+
     const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
     assert.equal(ctx.language, 'python')
     r = await sbx.runCode('import os\nos.getcwd()', { context: ctx })

@@ -172,7 +172,8 @@ func (c *Client) RunCode(ctx context.Context, id string, req RunCodeRequest, opt
 	return exec, nil
 }
 
-// maxCodeLine bounds one line of a run's output the client reads (a chart is a line).
+// maxCodeLine bounds one line of a run's output the client reads (a chart is a line): twice the
+// server's bound on a line, which its encoding can at most double (U+2028 and U+2029 escaped).
 const maxCodeLine = 64 << 20
 
 // RunCodeStream runs code as RunCode does and passes each event of its output to fn as it comes; an

@@ -22,6 +22,8 @@ class CodeTest(unittest.TestCase):
                 ex = c.run_code(se.id, "print('hi', y)", on_stdout=out.append)
                 self.assertEqual(out, ["hi 6\n"])
                 self.assertEqual(ex.stdout, ["hi 6\n"])
+                # Line separators other than \n inside the output (str.splitlines would split at them).
+                self.assertEqual(c.run_code(se.id, "print('a\\x85b\\u2028c')").stdout, ["a\x85b\u2028c\n"])
                 ex = c.run_code(se.id, "raise ValueError('no')")
                 assert ex.error is not None
                 self.assertEqual(ex.error.name, "ValueError")

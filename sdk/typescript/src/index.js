@@ -255,13 +255,16 @@ export class Airlock {
       }
     }
     for await (const chunk of res.body) {
-      rest += decoder.decode(chunk, { stream: true })
-      let i
-      while ((i = rest.indexOf('\n')) >= 0) {
-        const line = rest.slice(0, i)
-        rest = rest.slice(i + 1)
-        await handle(line)
+      const text = decoder.decode(chunk, { stream: true })
+      let i = text.indexOf('\n')
+      if (i < 0) { rest += text; continue } // no line ends here: nothing of rest is searched again
+      await handle(rest + text.slice(0, i))
+      let j
+      while ((j = text.indexOf('\n', i + 1)) >= 0) {
+        await handle(text.slice(i + 1, j))
+        i = j
       }
+      rest = text.slice(i + 1)
     }
     await handle(rest + decoder.decode())
     if (!ended) throw new AirlockError(0, 'unavailable', "the run's output ended before its end")

@@ -282,6 +282,14 @@ class _CodeRun:
         self.on_stdout, self.on_stderr, self.on_result, self.on_error = on_stdout, on_stderr, on_result, on_error
         self.ended = False
 
+    def feed(self, data: bytes) -> bytes:
+        """Handles the whole lines of data (split at newlines only: JSON text may hold U+0085 or
+        U+2028, which str.splitlines would split at) and returns what is left of it."""
+        *lines, rest = data.split(b"\n")
+        for ln in lines:
+            self.line(ln.decode())
+        return rest
+
     def line(self, line: str) -> None:
         if not line.strip():
             return
@@ -588,8 +596,10 @@ class Client(_Ops):
                                timeout=httpx.Timeout(None, connect=10.0)) as resp:
             if resp.status_code >= 400:
                 _raise_for(resp, resp.read())
-            for line in resp.iter_lines():
-                run.line(line)
+            rest = b""
+            for chunk in resp.iter_bytes():
+                rest = run.feed(rest + chunk)
+            run.line(rest.decode())
         return run.result()
 
     def close(self) -> None:
@@ -664,8 +674,10 @@ class AsyncClient(_Ops):
                                      timeout=httpx.Timeout(None, connect=10.0)) as resp:
             if resp.status_code >= 400:
                 _raise_for(resp, await resp.aread())
-            async for line in resp.aiter_lines():
-                run.line(line)
+            rest = b""
+            async for chunk in resp.aiter_bytes():
+                rest = run.feed(rest + chunk)
+            run.line(rest.decode())
         return run.result()
 
     async def close(self) -> None:
