@@ -63,6 +63,9 @@ func (s *Server) e2bRoutes() []route {
 		{"POST", e2bPrefix + "/sandboxes/{id}/pause", s.e2bAuth(s.e2bPause)},
 		{"POST", e2bPrefix + "/sandboxes/{id}/fork", s.e2bAuth(s.e2bFork)},
 		{"PUT", e2bPrefix + "/sandboxes/{id}/network", s.e2bAuth(s.e2bNetwork)},
+		{"POST", e2bPrefix + "/sandboxes/{id}/snapshots", s.e2bAuth(s.e2bCreateSnapshot)},
+		{"GET", e2bPrefix + "/snapshots", s.e2bAuth(s.e2bListSnapshots)},
+		{"DELETE", e2bPrefix + "/templates/{id}", s.e2bAuth(s.e2bDeleteTemplate)},
 	}
 }
 
@@ -214,6 +217,11 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		onTimeout = store.SessionTimeoutPause
 	}
 	tpl := req.TemplateID
+	if sessionIDPattern.MatchString(tpl) {
+		// A snapshot's ID (e2b_snapshots.go).
+		s.e2bCreateFromSnapshot(w, r, tpl, &req, timeout, onTimeout, p)
+		return
+	}
 	creq := controlplane.SessionRequest{
 		CreateRequest: controlplane.CreateRequest{Template: tpl, Env: req.EnvVars, Metadata: req.Metadata,
 			TimeoutSeconds: timeout, Network: &p},
@@ -227,6 +235,18 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		creq.Template = alt
 		se, err = s.cp.CreateSession(r.Context(), tenantOf(r), creq)
 	}
+	if errors.Is(err, errdefs.ErrNotFound) && se.ID == "" && tpl != "" {
+		// No template of that name: a snapshot's name, perhaps (templates come first).
+		if _, kerr := s.e2bKept(r, tpl); kerr == nil {
+			s.e2bCreateFromSnapshot(w, r, tpl, &req, timeout, onTimeout, p)
+			return
+		}
+	}
+	s.e2bCreated(w, r, se, err)
+}
+
+// e2bCreated answers a create of se: the sandbox, or err, after deleting se if it was recorded.
+func (s *Server) e2bCreated(w http.ResponseWriter, r *http.Request, se store.Session, err error) {
 	if err != nil {
 		if se.ID != "" { // recorded, then failed to boot: nothing of it should linger
 			_ = s.cp.DeleteSession(context.WithoutCancel(r.Context()), tenantOf(r), se.ID)
@@ -378,7 +398,8 @@ func (s *Server) e2bSession(r *http.Request) (store.Session, error) {
 		return store.Session{}, clientErr(errdefs.ErrNotFound, "sandbox %q doesn't exist or you don't have access to it", truncate(id, 64))
 	}
 	se, err := s.cp.GetSession(r.Context(), tenantOf(r), id)
-	if err == nil && (se.State == store.SessionDeleting || se.State == store.SessionDeleted) {
+	if err == nil && (se.State == store.SessionDeleting || se.State == store.SessionDeleted || controlplane.IsKept(se)) {
+		// A kept snapshot is a snapshot to E2B (e2b_snapshots.go), not a sandbox.
 		err = errdefs.ErrNotFound
 	}
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -566,7 +587,7 @@ func (s *Server) e2bList(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]e2bSandboxDetail, 0, len(ses))
 	for _, se := range ses {
-		if (q.Get("template") != "" && templateName(se.Spec.Template) != q.Get("template")) || se.CreatedAt.Before(after) {
+		if (q.Get("template") != "" && templateName(se.Spec.Template) != q.Get("template")) || se.CreatedAt.Before(after) || controlplane.IsKept(se) {
 			continue
 		}
 		out = append(out, e2bDetailOf(se))

@@ -111,10 +111,16 @@ func (r *CreateRequest) normalize() error {
 			return fmt.Errorf("network: %w", err)
 		}
 	}
-	if len(r.Metadata) > maxMetadataKeys {
-		return invalid("metadata has %d keys; at most %d are allowed", len(r.Metadata), maxMetadataKeys)
+	return checkMetadata(r.Metadata)
+}
+
+// checkMetadata checks a request's metadata: bounded, well-formed keys outside "airlock.", values
+// without NUL.
+func checkMetadata(meta map[string]string) error {
+	if len(meta) > maxMetadataKeys {
+		return invalid("metadata has %d keys; at most %d are allowed", len(meta), maxMetadataKeys)
 	}
-	for k, v := range r.Metadata {
+	for k, v := range meta {
 		if reservedMetadata(k) {
 			return invalid("metadata key %q: keys under \"airlock.\" are reserved", k)
 		}

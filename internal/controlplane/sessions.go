@@ -612,6 +612,9 @@ func (s *sessions) ResumeSession(ctx context.Context, tenantID, id string) (stor
 	if se.State == store.SessionRunning {
 		return se, nil
 	}
+	if IsKept(se) {
+		return se, refuseKept(se)
+	}
 	return s.resumeLocked(context.WithoutCancel(ctx), se)
 }
 
@@ -622,6 +625,9 @@ func (s *sessions) resumeLocked(ctx context.Context, se store.Session) (store.Se
 	}
 	if (se.State != store.SessionPaused && se.State != store.SessionFailed) || se.HeadSnapshotID == "" {
 		return se, fmt.Errorf("session %s is %s with no snapshot to resume from: %w", se.ID, se.State, errdefs.ErrConflict)
+	}
+	if IsKept(se) {
+		return se, refuseKept(se)
 	}
 	if err := s.keyring.checkKey(ctx, se.TenantID); err != nil {
 		return se, err
@@ -826,8 +832,12 @@ func (s *sessions) ForkSession(ctx context.Context, tenantID, id string, count i
 	if !snap.State.Usable() {
 		return nil, fmt.Errorf("snapshot %s is %s: %w", snapID, snap.State, errdefs.ErrConflict)
 	}
-	// The sandboxes restored from the snapshot trust the CA of the session that took it.
+	// The sandboxes restored from the snapshot trust the CA of the session that took it; a kept
+	// snapshot has a copy of its own, which outlives that session.
 	caFrom := snap.SessionID
+	if IsKept(parent) {
+		caFrom = parent.ID
+	}
 	start := s.now()
 	src, _, err := s.book.imageSource(ctx, tenantID, snapID)
 	if err != nil {
@@ -838,10 +848,10 @@ func (s *sessions) ForkSession(ctx context.Context, tenantID, id string, count i
 	for range count {
 		child, err := s.store.CreateSession(ctx, store.Session{
 			ID: store.NewID("se"), TenantID: tenantID, State: store.SessionResuming, Spec: parent.Spec,
-			Metadata: parent.Metadata, IdleTimeoutSeconds: parent.IdleTimeoutSeconds, AutoResume: parent.AutoResume,
+			Metadata: unkept(parent.Metadata), IdleTimeoutSeconds: parent.IdleTimeoutSeconds, AutoResume: parent.AutoResume,
 			RollingIntervalSeconds: parent.RollingIntervalSeconds, Retention: parent.Retention,
 			TimeoutSeconds: parent.TimeoutSeconds, OnTimeout: parent.OnTimeout,
-			HeadSnapshotID: snapID, ParentSessionID: parent.ID, ForkedFromSnapshotID: snapID, CreatedAt: s.now(),
+			HeadSnapshotID: snapID, ParentSessionID: snap.SessionID, ForkedFromSnapshotID: snapID, CreatedAt: s.now(),
 		})
 		if err != nil {
 			return forks, fmt.Errorf("fork session %s: %w", id, err)
@@ -857,28 +867,33 @@ func (s *sessions) ForkSession(ctx context.Context, tenantID, id string, count i
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			unlock := s.lockSession(forks[i].ID)
-			defer unlock()
-			child := forks[i]
-			sb, err := s.startSessionSandbox(ctx, child, nil, src, snap.Meta[snapshotNodeMeta], caFrom)
-			if err != nil {
-				child, _ = s.updateSession(ctx, child, func(se *store.Session) error {
-					return setSessionState(se, store.SessionPaused, truncateReason("fork could not start: "+err.Error()))
-				})
-			} else {
-				child, _ = s.updateSession(ctx, child, func(se *store.Session) error {
-					se.SandboxID = sb.ID
-					se.LastActivityAt = s.now()
-					beginRun(se, s.now())
-					return setSessionState(se, store.SessionRunning, "")
-				})
-			}
-			forks[i] = child
+			forks[i], _ = s.startFork(ctx, forks[i], src, snap, caFrom)
 		}()
 	}
 	wg.Wait()
 	s.log.Info("session forked", "session", id, "snapshot", snapID, "count", count, "took", s.now().Sub(start))
 	return forks, nil
+}
+
+// startFork boots child, a session recorded resuming, from snapshot snap (src opens it), with the
+// interception CA of session caFrom, and returns it running, or paused with the reason and the error.
+func (s *sessions) startFork(ctx context.Context, child store.Session, src *imageSource, snap store.Snapshot, caFrom string) (store.Session, error) {
+	unlock := s.lockSession(child.ID)
+	defer unlock()
+	sb, err := s.startSessionSandbox(ctx, child, nil, src, snap.Meta[snapshotNodeMeta], caFrom)
+	if err != nil {
+		child, _ = s.updateSession(ctx, child, func(se *store.Session) error {
+			return setSessionState(se, store.SessionPaused, truncateReason("fork could not start: "+err.Error()))
+		})
+		return child, err
+	}
+	child, uerr := s.updateSession(ctx, child, func(se *store.Session) error {
+		se.SandboxID = sb.ID
+		se.LastActivityAt = s.now()
+		beginRun(se, s.now())
+		return setSessionState(se, store.SessionRunning, "")
+	})
+	return child, uerr
 }
 
 // DeleteSession destroys the session's sandbox and the snapshots only it needs, and records it

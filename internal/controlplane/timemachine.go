@@ -366,6 +366,9 @@ func (s *sessions) RestoreSession(ctx context.Context, tenantID, id string, req 
 	if err != nil {
 		return se, err
 	}
+	if IsKept(se) {
+		return se, refuseKept(se)
+	}
 	target, err := s.restoreTarget(ctx, se, req)
 	if err != nil {
 		return se, err

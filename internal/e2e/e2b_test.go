@@ -13,7 +13,8 @@ import (
 // TestE2BSDK runs the real e2b SDK's calls against a real server, with only E2B_API_URL and
 // E2B_SANDBOX_URL pointing at Airlock (internal/testenv/e2bsdk/e2b.test.mjs): the lifecycle (create,
 // info, list, timeouts, pause, connect, kill), another tenant's key, bad input, commands, a PTY, files
-// and watches, and a hostile sandbox. E2B_TEST_PATTERN runs only the tests whose names match it.
+// and watches, snapshots (kept apart from their sandbox, new sandboxes made from them), and a hostile
+// sandbox. E2B_TEST_PATTERN runs only the tests whose names match it.
 func TestE2BSDK(t *testing.T) {
 	testenv.RequireSandboxes(t)
 	dir := testenv.E2BSDK(t)

@@ -227,6 +227,84 @@ test('a paused sandbox keeps its processes and files; its envd needs its token',
   }
 })
 
+test('snapshots: kept apart from their sandbox, new sandboxes start from them', async () => {
+  const name = `snap-${run}`
+  const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { run } })
+  const made = []
+  try {
+    await sbx.files.write('/home/user/state.json', '{"step": 1}')
+    // A process whose memory the snapshot holds: it counts on from where it was.
+    await sbx.commands.run('n=0; while true; do n=$((n+1)); echo $n > /tmp/c.new; mv /tmp/c.new /tmp/count; sleep 0.1; done', { background: true, timeoutMs: 0 })
+    await new Promise((r) => setTimeout(r, 500))
+    const snap = await sbx.createSnapshot({ name })
+    assert.ok(snap.snapshotId, 'an ID')
+    assert.deepEqual(snap.names, [name])
+    const unnamed = await Sandbox.createSnapshot(sbx.sandboxId)
+    assert.deepEqual(unnamed.names, [])
+    assert.equal((await sbx.getInfo()).state, 'running', 'the sandbox runs on')
+    await sbx.files.write('/home/user/state.json', '{"step": 2}')
+
+    // Listed, by sandbox and by name; not a sandbox.
+    const ids = (await sbx.listSnapshots().nextItems()).map((s) => s.snapshotId)
+    assert.deepEqual(ids.sort(), [snap.snapshotId, unnamed.snapshotId].sort())
+    assert.deepEqual((await Sandbox.listSnapshots({ name }).nextItems()).map((s) => s.snapshotId), [snap.snapshotId])
+    const page = Sandbox.listSnapshots({ sandboxId: sbx.sandboxId, limit: 1 })
+    assert.equal((await page.nextItems()).length, 1)
+    assert.equal(page.hasNext, true, 'paged')
+    assert.equal((await page.nextItems()).length, 1)
+    const listed = await Sandbox.list({ query: { metadata: { run } } }).nextItems()
+    assert.ok(!listed.some((s) => s.sandboxId === snap.snapshotId), 'a snapshot is not a sandbox')
+    await assert.rejects(Sandbox.connect(snap.snapshotId), SandboxNotFoundError)
+    await assert.rejects(Sandbox.getInfo(snap.snapshotId), SandboxNotFoundError)
+    // On /v1 it is a paused session that never runs.
+    const v1 = process.env.E2B_API_URL.replace(/\/e2b$/, '/v1')
+    const resume = await fetch(`${v1}/sessions/${snap.snapshotId}/resume`, { method: 'POST',
+      headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` } })
+    assert.equal(resume.status, 409, 'a kept snapshot is not resumed')
+    assert.match((await resume.json()).error.message, /kept snapshot/)
+
+    // The sandbox goes; its snapshot stays, and new sandboxes start from it, by ID and by name.
+    await sbx.kill()
+    const a = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000, metadata: { run, from: 'id' } })
+    made.push(a)
+    assert.equal((await a.files.read('/home/user/state.json')), '{"step": 1}', 'the files as they were')
+    const c1 = Number((await a.files.read('/tmp/count')).trim())
+    await new Promise((r) => setTimeout(r, 500))
+    const c2 = Number((await a.files.read('/tmp/count')).trim())
+    assert.ok(c1 > 0 && c2 > c1, `the process counts on: ${c1} then ${c2}`)
+    assert.equal((await a.getInfo()).metadata.from, 'id')
+    const b = await Sandbox.create(name, { timeoutMs: 60_000, metadata: { run } })
+    made.push(b)
+    await b.files.write('/home/user/state.json', 'b')
+    assert.equal((await a.files.read('/home/user/state.json')), '{"step": 1}', 'each its own')
+    assert.equal((await b.commands.run('cat /home/user/state.json')).stdout, 'b')
+    await assert.rejects(Sandbox.create(snap.snapshotId, { envs: { A: '1' } }), (e) => /400.*envVars/s.test(e.message))
+
+    // Another tenant finds none of it.
+    assert.deepEqual(await Sandbox.listSnapshots({ ...other }).nextItems(), [])
+    assert.deepEqual(await Sandbox.listSnapshots({ ...other, name }).nextItems(), [])
+    await assert.rejects(Sandbox.create(snap.snapshotId, { ...other, timeoutMs: 60_000 }), (e) => /404/.test(e.message))
+    await assert.rejects(Sandbox.create(name, { ...other, timeoutMs: 60_000 }), (e) => /404/.test(e.message))
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, other), false)
+    await assert.rejects(Sandbox.createSnapshot(a.sandboxId, other), SandboxNotFoundError)
+
+    // Bad input.
+    await assert.rejects(Sandbox.createSnapshot(a.sandboxId, { name: 'not a name' }), (e) => /400.*name/s.test(e.message))
+    await assert.rejects(Sandbox.listSnapshots({ limit: 1000 }).nextItems(), (e) => /400.*limit/s.test(e.message))
+
+    // Deleted, it starts nothing; the sandboxes made from it go on.
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
+    assert.equal(await Sandbox.deleteSnapshot(unnamed.snapshotId), true)
+    await assert.rejects(Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 }), (e) => /404/.test(e.message))
+    assert.deepEqual(await Sandbox.listSnapshots({ name }).nextItems(), [])
+    assert.equal((await a.commands.run('cat /home/user/state.json')).stdout, '{"step": 1}')
+  } finally {
+    for (const s of made) await s.kill()
+    await Sandbox.kill(sbx.sandboxId)
+  }
+})
+
 test('a hostile sandbox: floods and planted links reach no further than itself', async () => {
   const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { run } })
   try {

@@ -1,0 +1,186 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/airlockrun/airlock/internal/controlplane"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// E2B's snapshots are Airlock's kept snapshots (controlplane.KeepSnapshot): a sandbox's memory,
+// processes and files saved apart from it, until deleted, which new sandboxes start from
+// (Sandbox.create(snapshotId)). The snapshot's ID is the kept snapshot's session ID; its names are its
+// name, if it has one, which creates find too.
+
+// e2bSnapshotInfo is E2B's SnapshotInfo.
+type e2bSnapshotInfo struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
+func e2bSnapshotOf(kept store.Session) e2bSnapshotInfo {
+	names := []string{}
+	if n := kept.Metadata[controlplane.KeptNameMetadataKey]; n != "" {
+		names = append(names, n)
+	}
+	return e2bSnapshotInfo{SnapshotID: kept.ID, Names: names}
+}
+
+// e2bCreateSnapshot is POST /sandboxes/{id}/snapshots {name}: the sandbox runs on.
+func (s *Server) e2bCreateSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Name *string `json:"name"`
+	}
+	if err := decodeE2BBody(w, r, &req, true); err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	se, err := s.e2bSession(r)
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	name := ""
+	if req.Name != nil {
+		name = *req.Name
+	}
+	kept, err := s.cp.KeepSnapshot(r.Context(), tenantOf(r), se.ID, name)
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, e2bSnapshotOf(kept))
+}
+
+// e2bListSnapshots is GET /snapshots?sandboxID=&name=&limit=&nextToken=: the tenant's kept snapshots,
+// oldest first; name matches a name or an ID.
+func (s *Server) e2bListSnapshots(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.SessionFilter{States: []store.SessionState{store.SessionPaused, store.SessionFailed}, Limit: e2bMaxList, Cursor: q.Get("nextToken"),
+		Metadata: map[string]string{controlplane.KeptMetadataKey: controlplane.KeptMetadataValue}}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > e2bMaxList {
+			s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "limit must be between 1 and %d, got %q", e2bMaxList, truncate(v, 16)))
+			return
+		}
+		f.Limit = n
+	}
+	of := q.Get("sandboxID")
+	if of != "" {
+		f.Metadata[controlplane.KeptOfMetadataKey] = of
+	}
+	out := []e2bSnapshotInfo{}
+	name := q.Get("name")
+	if sessionIDPattern.MatchString(name) {
+		// An ID names one snapshot.
+		kept, err := s.e2bKept(r, name)
+		switch {
+		case err == nil && (of == "" || kept.Metadata[controlplane.KeptOfMetadataKey] == of):
+			out = append(out, e2bSnapshotOf(kept))
+		case err != nil && !errors.Is(err, errdefs.ErrNotFound):
+			s.e2bError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	if name != "" {
+		f.Metadata[controlplane.KeptNameMetadataKey] = name
+	}
+	ses, next, err := s.cp.ListSessions(r.Context(), tenantOf(r), f)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrInvalidArgument) {
+			err = clientErr(errdefs.ErrInvalidArgument, "invalid nextToken")
+		}
+		s.e2bError(w, r, err)
+		return
+	}
+	for _, se := range ses {
+		out = append(out, e2bSnapshotOf(se))
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// e2bDeleteTemplate is DELETE /templates/{id}, which the SDKs' deleteSnapshot calls: it deletes a kept
+// snapshot (by ID or name). Templates themselves are the operator's, on /v1.
+func (s *Server) e2bDeleteTemplate(w http.ResponseWriter, r *http.Request) {
+	kept, err := s.e2bKept(r, r.PathValue("id"))
+	if err == nil {
+		err = s.cp.DeleteSession(r.Context(), tenantOf(r), kept.ID)
+	}
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// e2bKept finds the tenant's kept snapshot ref names: by its ID, or the newest of that name; anything
+// else is not found.
+func (s *Server) e2bKept(r *http.Request, ref string) (store.Session, error) {
+	notFound := clientErr(errdefs.ErrNotFound, "snapshot %q doesn't exist or you don't have access to it", truncate(ref, 64))
+	if sessionIDPattern.MatchString(ref) {
+		se, err := s.cp.GetSession(r.Context(), tenantOf(r), ref)
+		switch {
+		case errors.Is(err, errdefs.ErrNotFound) || (err == nil && (!controlplane.IsKept(se) || se.State == store.SessionDeleting || se.State == store.SessionDeleted)):
+			return store.Session{}, notFound
+		case err != nil:
+			return store.Session{}, err
+		}
+		return se, nil
+	}
+	if ref == "" || len(ref) > 63 {
+		return store.Session{}, notFound
+	}
+	f := store.SessionFilter{States: []store.SessionState{store.SessionPaused, store.SessionFailed}, Limit: store.MaxListLimit,
+		Metadata: map[string]string{controlplane.KeptMetadataKey: controlplane.KeptMetadataValue, controlplane.KeptNameMetadataKey: ref}}
+	var newest store.Session
+	for {
+		ses, next, err := s.cp.ListSessions(r.Context(), tenantOf(r), f)
+		if err != nil {
+			return store.Session{}, err
+		}
+		if len(ses) > 0 {
+			newest = ses[len(ses)-1]
+		}
+		if next == "" {
+			break
+		}
+		f.Cursor = next
+	}
+	if newest.ID == "" {
+		return store.Session{}, notFound
+	}
+	return newest, nil
+}
+
+// e2bCreateFromSnapshot creates a sandbox restored from the kept snapshot ref names, with the create's
+// timeout, lifecycle and metadata; its egress policy is the snapshot's unless the create sets one.
+func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, ref string, req *e2bNewSandbox, timeout int,
+	onTimeout store.SessionTimeoutAction, p policy.Policy) {
+	if len(req.EnvVars) > 0 {
+		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument,
+			"envVars cannot be set on a sandbox started from snapshot %s: its processes and their environment are the snapshot's", truncate(ref, 64)))
+		return
+	}
+	kept, err := s.e2bKept(r, ref)
+	if err != nil {
+		s.e2bError(w, r, err)
+		return
+	}
+	fk := controlplane.FromKeptRequest{Metadata: req.Metadata, TimeoutSeconds: timeout, OnTimeout: onTimeout,
+		AutoResume: req.AutoResume != nil && req.AutoResume.Enabled}
+	if req.AllowInternetAccess != nil || req.Network != nil {
+		fk.Network = &p
+	}
+	se, err := s.cp.CreateFromKept(r.Context(), tenantOf(r), kept.ID, fk)
+	s.e2bCreated(w, r, se, err)
+}
