@@ -560,8 +560,8 @@ func (s *Server) e2bListRunning(w http.ResponseWriter, r *http.Request) {
 }
 
 // e2bList is GET /v2/sandboxes: metadata (E2B's query-encoded k=v&k=v), state (running, paused,
-// comma-separated or repeated), template, startedAfter, limit (1-100) and nextToken; the next page's
-// token is X-Next-Token. Sandboxes come oldest first, whatever order asks.
+// comma-separated or repeated), template, startedAfter, order (desc, newest first, unless asc), limit
+// (1-100) and nextToken; the next page's token is X-Next-Token.
 func (s *Server) e2bList(w http.ResponseWriter, r *http.Request) {
 	f, err := e2bListFilter(r.URL.Query())
 	if err != nil {
@@ -599,7 +599,14 @@ func (s *Server) e2bList(w http.ResponseWriter, r *http.Request) {
 }
 
 func e2bListFilter(q url.Values) (store.SessionFilter, error) {
-	f := store.SessionFilter{Limit: e2bMaxList, Cursor: q.Get("nextToken")}
+	f := store.SessionFilter{Limit: e2bMaxList, Cursor: q.Get("nextToken"), Descending: true}
+	switch q.Get("order") {
+	case "", "desc": // E2B's default: newest first
+	case "asc":
+		f.Descending = false
+	default:
+		return f, clientErr(errdefs.ErrInvalidArgument, "order must be asc or desc, got %q", truncate(q.Get("order"), 16))
+	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > e2bMaxList {

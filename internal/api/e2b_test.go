@@ -68,15 +68,18 @@ func TestE2BListFilter(t *testing.T) {
 		want  store.SessionFilter
 		err   bool
 	}{
-		{"", store.SessionFilter{Limit: 100}, false},
-		{"state=running", store.SessionFilter{Limit: 100}, false},
-		{"state=paused&limit=5&nextToken=abc", store.SessionFilter{Limit: 5, Cursor: "abc"}, false},
-		{"state=running,paused", store.SessionFilter{Limit: 100}, false},
+		{"", store.SessionFilter{Limit: 100, Descending: true}, false},
+		{"order=desc", store.SessionFilter{Limit: 100, Descending: true}, false},
+		{"order=asc", store.SessionFilter{Limit: 100}, false},
+		{"state=running", store.SessionFilter{Limit: 100, Descending: true}, false},
+		{"state=paused&limit=5&nextToken=abc", store.SessionFilter{Limit: 5, Cursor: "abc", Descending: true}, false},
+		{"state=running,paused", store.SessionFilter{Limit: 100, Descending: true}, false},
 		// As the SDK sends {user: "a b", app: "x&y"}: keys and values URI-encoded, then as a form
 		// (URLSearchParams), then the whole as one query value.
 		{"metadata=" + url.QueryEscape("user="+url.QueryEscape(url.QueryEscape("a b"))+"&app="+url.QueryEscape(url.QueryEscape("x&y"))),
-			store.SessionFilter{Limit: 100, Metadata: map[string]string{"user": "a b", "app": "x&y"}}, false},
+			store.SessionFilter{Limit: 100, Metadata: map[string]string{"user": "a b", "app": "x&y"}, Descending: true}, false},
 		{"state=stopped", store.SessionFilter{}, true},
+		{"order=newest", store.SessionFilter{}, true},
 		{"limit=0", store.SessionFilter{}, true},
 		{"limit=101", store.SessionFilter{}, true},
 		{"metadata=" + url.QueryEscape("novalue"), store.SessionFilter{}, true},

@@ -213,6 +213,9 @@ type SessionFilter struct {
 	Metadata map[string]string // every pair must be present with exactly this value; empty matches all
 	Limit    int               // page size; see NormalizeLimit
 	Cursor   string            // "" for the first page, else the cursor the previous page returned
+	// Descending lists newest first (CreatedAt, then ID, both descending) instead of oldest first. A
+	// cursor continues in the order of the listing that returned it.
+	Descending bool
 }
 
 // Validate checks f and returns an error wrapping errdefs.ErrInvalidArgument if a state is unknown, a

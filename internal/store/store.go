@@ -149,8 +149,8 @@ type Store interface {
 	// GetSessionAnyTenant returns the session with the given ID whatever its tenant, or ErrNotFound. It is
 	// for the lifecycle loops and node callbacks, never for a tenant's request.
 	GetSessionAnyTenant(ctx context.Context, id string) (Session, error)
-	// ListSessions returns one page of the tenant's sessions matching f, ordered by CreatedAt, then ID,
-	// and the cursor of the next page ("" when this page is the last). Pages are stable: paging through
+	// ListSessions returns one page of the tenant's sessions matching f, ordered by CreatedAt, then ID
+	// (both descending with f.Descending), and the cursor of the next page ("" when this page is the last). Pages are stable: paging through
 	// while sessions are created returns each session that existed throughout exactly once. A bad cursor,
 	// state or limit in f is ErrInvalidArgument. An unknown tenant has no sessions (an empty list).
 	ListSessions(ctx context.Context, tenantID string, f SessionFilter) ([]Session, string, error)

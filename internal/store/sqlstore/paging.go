@@ -14,9 +14,9 @@ import (
 
 // page builds the tenant-scoped, cursor-paged listings: tenant_id = ?, the conditions in where and
 // args, the metadata filter over metaTable (whose fkCol names the object) and the page after cursor,
-// ordered by created_at and id. The query asks for one row more than limit, to learn whether there is a
+// ordered by created_at and id (both descending if desc). The query asks for one row more than limit, to learn whether there is a
 // next page (see nextPage).
-func page(cols, table string, tenantID string, where []string, args []any, metaTable, fkCol string, metadata map[string]string, cursor string, limit int) (string, []any) {
+func page(cols, table string, tenantID string, where []string, args []any, metaTable, fkCol string, metadata map[string]string, cursor string, limit int, desc bool) (string, []any) {
 	where = append([]string{"tenant_id = ?"}, where...)
 	args = append([]any{tenantID}, args...)
 	for _, k := range slices.Sorted(maps.Keys(metadata)) {
@@ -26,11 +26,18 @@ func page(cols, table string, tenantID string, where []string, args []any, metaT
 	if cursor != "" {
 		c, _ := store.ParseCursor(cursor) // the filter's Validate checked it
 		us := micros(c.CreatedAt)
-		where = append(where, "(created_at > ? OR (created_at = ? AND id > ?))")
+		cmp := ">"
+		if desc {
+			cmp = "<"
+		}
+		where = append(where, "(created_at "+cmp+" ? OR (created_at = ? AND id "+cmp+" ?))")
 		args = append(args, us, us, c.ID)
 	}
-	return "SELECT " + cols + " FROM " + table + " WHERE " + strings.Join(where, " AND ") +
-		" ORDER BY created_at, id LIMIT ?", append(args, limit+1)
+	order := " ORDER BY created_at, id LIMIT ?"
+	if desc {
+		order = " ORDER BY created_at DESC, id DESC LIMIT ?"
+	}
+	return "SELECT " + cols + " FROM " + table + " WHERE " + strings.Join(where, " AND ") + order, append(args, limit+1)
 }
 
 // listByState lists up to limit rows of every tenant from table whose state is one of states (any when

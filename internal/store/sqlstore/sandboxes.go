@@ -103,7 +103,7 @@ func (s *DB) ListSandboxes(ctx context.Context, tenantID string, f store.Sandbox
 		w, a := in("state", f.States)
 		where, args = append(where, w), append(args, a...)
 	}
-	query, args := page(sandboxCols, "sandboxes", tenantID, where, args, "sandbox_metadata", "sandbox_id", f.Metadata, f.Cursor, limit)
+	query, args := page(sandboxCols, "sandboxes", tenantID, where, args, "sandbox_metadata", "sandbox_id", f.Metadata, f.Cursor, limit, false)
 	out, err := s.querySandboxes(ctx, query, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list sandboxes of tenant %s: %w", tenantID, err)

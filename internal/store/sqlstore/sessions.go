@@ -177,7 +177,7 @@ func (s *DB) ListSessions(ctx context.Context, tenantID string, f store.SessionF
 		w, a := in("state", f.States)
 		where, args = append(where, w), append(args, a...)
 	}
-	query, args := page(sessionCols, "sessions", tenantID, where, args, "session_metadata", "session_id", f.Metadata, f.Cursor, limit)
+	query, args := page(sessionCols, "sessions", tenantID, where, args, "session_metadata", "session_id", f.Metadata, f.Cursor, limit, f.Descending)
 	out, err := s.querySessions(ctx, query, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list sessions of tenant %s: %w", tenantID, err)

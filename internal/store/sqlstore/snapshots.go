@@ -124,7 +124,7 @@ func (s *DB) ListSnapshots(ctx context.Context, tenantID string, f store.Snapsho
 		w, a := in("state", f.States)
 		where, args = append(where, w), append(args, a...)
 	}
-	query, args := page(snapshotCols, "snapshots", tenantID, where, args, "", "", nil, f.Cursor, limit)
+	query, args := page(snapshotCols, "snapshots", tenantID, where, args, "", "", nil, f.Cursor, limit, false)
 	out, err := s.querySnapshots(ctx, query, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list snapshots of tenant %s: %w", tenantID, err)

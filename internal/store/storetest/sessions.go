@@ -574,6 +574,16 @@ func testSessionList(t *testing.T, s store.Store) {
 		if diff := cmp.Diff(all, got, cmpOpts...); diff != "" {
 			t.Errorf("limit %d: pages joined (-want +got):\n%s", limit, diff)
 		}
+		// Newest first: the same sessions, the other way round, in as many pages.
+		got, pages = pageThrough(t, "ListSessions", limit, func(cursor string) ([]store.Session, string, error) {
+			return s.ListSessions(ctx, a.ID, store.SessionFilter{Limit: limit, Cursor: cursor, Descending: true})
+		})
+		if wantPages := max(1, (60+limit-1)/limit); pages != wantPages {
+			t.Errorf("descending, limit %d: got %d pages; want %d", limit, pages, wantPages)
+		}
+		if diff := cmp.Diff(reversed(all), got, cmpOpts...); diff != "" {
+			t.Errorf("descending, limit %d: pages joined (-want +got):\n%s", limit, diff)
+		}
 	}
 
 	filters := []store.SessionFilter{
@@ -598,6 +608,11 @@ func testSessionList(t *testing.T, s store.Store) {
 			if diff := cmp.Diff(want, listAllSessions(t, s, a.ID, f), cmpOpts...); diff != "" {
 				t.Errorf("ListSessions(states %v, metadata %v, limit %d) (-want +got):\n%s", f.States, f.Metadata, limit, diff)
 			}
+			f.Descending = true
+			if diff := cmp.Diff(reversed(want), listAllSessions(t, s, a.ID, f), cmpOpts...); diff != "" {
+				t.Errorf("ListSessions(states %v, metadata %v, limit %d, descending) (-want +got):\n%s", f.States, f.Metadata, limit, diff)
+			}
+			f.Descending = false
 		}
 	}
 
@@ -1033,4 +1048,11 @@ func checkSessionUTC(t *testing.T, se store.Session) {
 			t.Errorf("session %s: %s location = %v; want UTC", se.ID, name, tm.Location())
 		}
 	}
+}
+
+// reversed is a copy of items in the other order.
+func reversed[T any](items []T) []T {
+	out := slices.Clone(items)
+	slices.Reverse(out)
+	return out
 }

@@ -26,6 +26,12 @@ test('create, info, list, timeout, pause, connect, kill', async () => {
   assert.deepEqual(page.map((s) => s.sandboxId), [sbx.sandboxId])
   assert.deepEqual(await Sandbox.list({ query: { metadata: { run, note: 'a b' } } }).nextItems(), [])
   assert.deepEqual(await Sandbox.list({ query: { metadata: { run }, state: ['paused'] } }).nextItems(), [])
+  // Newest first, as on E2B, unless asked otherwise.
+  const second = await Sandbox.create({ timeoutMs: 60_000, metadata: { run, note } })
+  const order = async (o) => (await Sandbox.list({ query: { metadata: { run, note } }, ...(o ? { order: o } : {}) }).nextItems()).map((s) => s.sandboxId)
+  assert.deepEqual(await order(), [second.sandboxId, sbx.sandboxId])
+  assert.deepEqual(await order('asc'), [sbx.sandboxId, second.sandboxId])
+  await second.kill()
 
   assert.equal(await sbx.pause(), true)
   assert.equal((await sbx.getInfo()).state, 'paused')
