@@ -118,7 +118,9 @@ func (s *sessions) KeepSnapshot(ctx context.Context, tenantID, id, name string) 
 	// The sandboxes restored from it trust the session's interception CA: the kept snapshot gets a copy,
 	// kept by the control plane and by the nodes that have the session's, since the session may go first.
 	if err := s.keyring.copySessionCA(ctx, tenantID, se.ID, kept.ID); err != nil {
+		unlock := s.lockSession(kept.ID)
 		_ = s.deleteLocked(ctx, kept)
+		unlock()
 		return store.Session{}, fmt.Errorf("keep a snapshot of session %s: interception CA: %w", id, err)
 	}
 	nodes, err := s.placer.reachableNodes(ctx)
