@@ -55,6 +55,8 @@ func (s *Server) e2bRoutes() []route {
 		{"GET", e2bPrefix + "/sandboxes", s.e2bAuth(s.e2bListRunning)},
 		{"GET", e2bPrefix + "/v2/sandboxes", s.e2bAuth(s.e2bList)},
 		{"GET", e2bPrefix + "/sandboxes/{id}", s.e2bAuth(s.e2bGet)},
+		{"GET", e2bPrefix + "/sandboxes/metrics", s.e2bAuth(s.e2bSandboxesMetrics)},
+		{"GET", e2bPrefix + "/sandboxes/{id}/metrics", s.e2bAuth(s.e2bSandboxMetrics)},
 		{"DELETE", e2bPrefix + "/sandboxes/{id}", s.e2bAuth(s.e2bKill)},
 		{"POST", e2bPrefix + "/sandboxes/{id}/connect", s.e2bAuth(s.e2bConnect)},
 		{"POST", e2bPrefix + "/v2/sandboxes/{id}/connect", s.e2bAuth(s.e2bConnect)},

@@ -82,6 +82,15 @@ func newFakeServer(t *testing.T) (*fakeServer, string) {
 				Decision: "deny", Rule: "default", Method: "POST", Path: "/v1/files"},
 		}})
 	})
+	metrics := func(w http.ResponseWriter, r *http.Request) {
+		f.record(r)
+		t := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		writeJSON(w, 200, airlock.MetricList{SandboxID: sbA, Metrics: []airlock.Metric{
+			{Time: t, CPUCount: 2, CPUUsedPct: 37.5, MemoryUsedBytes: 96 << 20, MemoryCacheBytes: 3 << 19, MemoryTotalBytes: 512 << 20,
+				DiskUsedBytes: 50 << 20, DiskTotalBytes: 1000 << 20}}})
+	}
+	mux.HandleFunc("GET /v1/sandboxes/{id}/metrics", metrics)
+	mux.HandleFunc("GET /v1/sessions/{id}/metrics", metrics)
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		f.record(r)
 		if r.PathValue("id") != sbA {

@@ -27,7 +27,7 @@ func newSandboxCmd(g *globals) *cobra.Command {
 		Aliases: []string{"sb"},
 		Short:   "Create, list, inspect and remove sandboxes",
 	}
-	cmd.AddCommand(newCreateCmd(g), newLsCmd(g), newGetCmd(g), newRmCmd(g), newTimeoutCmd(g), newNetworkCmd(g), newEgressCmd(g))
+	cmd.AddCommand(newCreateCmd(g), newLsCmd(g), newGetCmd(g), newRmCmd(g), newTimeoutCmd(g), newNetworkCmd(g), newEgressCmd(g), newMetricsCmd(g))
 	return cmd
 }
 

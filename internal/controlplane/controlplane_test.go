@@ -53,6 +53,8 @@ type fakeNode struct {
 	template string
 	// cpu is the CPU time SandboxCPU reports per sandbox.
 	cpu map[string]time.Duration
+	// metricsAsked records the SandboxMetrics calls: sandbox ID, start and end.
+	metricsAsked []metricsCall
 	// root is the template root TemplateRoot reports; checkpoints counts checkpoints, fetched the
 	// restores that fetched their image from the snapshot store.
 	root        string
@@ -195,6 +197,25 @@ func (n *fakeNode) SandboxCPU(ctx context.Context, id string) (time.Duration, er
 		return 0, errdefs.ErrNotFound
 	}
 	return n.cpu[id], nil
+}
+
+// metricsCall is one call of fakeNode.SandboxMetrics.
+type metricsCall struct {
+	id         string
+	start, end time.Time
+}
+
+// SandboxMetrics answers two readings of a running sandbox, their memory its ID's length and its
+// place among the calls, and records the call.
+func (n *fakeNode) SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]node.Sample, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.running[id] {
+		return nil, fmt.Errorf("sandbox %s is not running: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	n.metricsAsked = append(n.metricsAsked, metricsCall{id, start, end})
+	t := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	return []node.Sample{{Time: t, CPUCount: 1, MemUsed: 1}, {Time: t.Add(5 * time.Second), CPUCount: 1, MemUsed: int64(len(n.metricsAsked)), DiskUsed: int64(len(id))}}, nil
 }
 
 // CheckpointSandbox writes an image that names the sandbox into the node's pending images.

@@ -712,7 +712,8 @@ func (s *sandboxes) reconcileNode(ctx context.Context, n Node, createdSince time
 				continue // not adopted: failed below, and destroyed
 			}
 			running = append(running, node.RecoverRequest{ID: sb.ID, TenantID: sb.TenantID, Network: p, CAID: sb.Metadata[SessionMetadataKey],
-				Runtime: sb.Metadata[RuntimeMetadataKey]})
+				Runtime: sb.Metadata[RuntimeMetadataKey], Limits: runtime.Limits{CPUMillis: int64(sb.Spec.CPUMillicores),
+					MemoryBytes: int64(sb.Spec.MemoryMB) << 20, DiskBytes: int64(sb.Spec.DiskMB) << 20}})
 		case sb.State == store.StateCreating && !createdSince.IsZero() && !sb.CreatedAt.Before(createdSince):
 			keep[sb.ID] = true
 		}

@@ -316,6 +316,8 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"GET /v1/sandboxes/{id}/network":                        {},
 		"PUT /v1/sandboxes/{id}/network":                        {body: `{"default":"allow"}`},
 		"GET /v1/sandboxes/{id}/egress":                         {},
+		"GET /v1/sandboxes/{id}/metrics":                        {query: "start=0"},
+		"GET /v1/sessions/{id}/metrics":                         {query: "start=0"},
 		"POST /v1/sandboxes/{id}/timeout":                       {body: `{"timeout_seconds":60}`},
 		"POST /{kind}/{id}/exec":                                {body: `{"cmd":["true"]}`},
 		"GET /{kind}/{id}/exec/stream":                          {},
@@ -407,6 +409,14 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 	}
 	if walked < 60 {
 		t.Errorf("walked %d routes; the document has more", walked)
+	}
+	// E2B's routes that read a sandbox's (a session's) metrics, which the document does not describe:
+	// A's session is not found, or left out.
+	if status, body := call(t, ctx, "GET", e.URL+"/e2b/sandboxes/"+se.ID+"/metrics", bKey, "", false); status != http.StatusNotFound || !strings.Contains(body, `"code":404`) {
+		t.Errorf("E2B's GET /sandboxes/{id}/metrics with another tenant's key: %d %s; want E2B's 404", status, truncate(body))
+	}
+	if status, body := call(t, ctx, "GET", e.URL+"/e2b/sandboxes/metrics?sandbox_ids="+se.ID, bKey, "", false); status != http.StatusOK || strings.Contains(body, se.ID) {
+		t.Errorf("E2B's GET /sandboxes/metrics with another tenant's key: %d %s; want nothing of A's", status, truncate(body))
 	}
 
 	// A lost nothing.

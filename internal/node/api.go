@@ -60,6 +60,10 @@ type API interface {
 	TemplateRoot(ctx context.Context, name string) (string, error)
 	// SandboxCPU reports the CPU time a running sandbox used so far.
 	SandboxCPU(ctx context.Context, id string) (time.Duration, error)
+	// SandboxMetrics reports a running sandbox's resource use: the readings the node keeps taken in
+	// [start, end] (a zero bound is none), oldest first, and one taken now if end is zero or not before
+	// now (see Local.SandboxMetrics).
+	SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]Sample, error)
 	// Flows returns a sandbox's network flows that f selects, newest first, also once it is gone.
 	Flows(ctx context.Context, id string, f flowlog.Filter) ([]gateway.Flow, error)
 	// DialPort opens a TCP connection from the node into a running sandbox, to port on its own address;

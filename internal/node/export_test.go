@@ -7,3 +7,19 @@ import "time"
 func SetWarmTimes(n *Local, hold, idle time.Duration) {
 	n.warm.hold, n.warm.idle = hold, idle
 }
+
+// SetMetricsClock makes n's sampler read the time from now and sample every interval; call it before
+// the first sandbox.
+func SetMetricsClock(n *Local, now func() time.Time, interval time.Duration) {
+	n.metrics.now, n.metrics.interval = now, interval
+}
+
+// SampleAll takes one round of readings, as the sampling loop does every interval.
+func SampleAll(n *Local) { n.sampleAll() }
+
+// HasMetrics reports whether n keeps a ring of readings for sandbox id.
+func HasMetrics(n *Local, id string) bool {
+	n.metrics.mu.Lock()
+	defer n.metrics.mu.Unlock()
+	return n.metrics.rings[id] != nil
+}

@@ -113,6 +113,9 @@ type RecoverRequest struct {
 	Network policy.Policy
 	// CAID is the sandbox's CreateRequest.CAID.
 	CAID string
+	// Limits are the sandbox's CreateRequest.Limits, for what the node reports of its resource use (the
+	// node's record of them did not survive its restart).
+	Limits runtime.Limits
 }
 
 // Config configures a Local node.
@@ -183,6 +186,8 @@ type Local struct {
 	starts *starts
 	// warm is the pool of sandboxes restored ahead from start snapshots (warm.go).
 	warm *warmPool
+	// metrics samples the sandboxes' resource use (metrics.go).
+	metrics *sampler
 }
 
 // sandbox is the node's view of one running sandbox.
@@ -249,7 +254,7 @@ func New(cfg Config) (*Local, error) {
 		return nil, err
 	}
 	n := &Local{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), sandboxes: map[string]*sandbox{}, fences: map[string]int64{}, drv: drv,
-		starts: &starts{dir: filepath.Join(cfg.DataDir, "starts")}, warm: newWarmPool(cfg.WarmPool)}
+		starts: &starts{dir: filepath.Join(cfg.DataDir, "starts")}, warm: newWarmPool(cfg.WarmPool), metrics: newSampler()}
 	_ = n.starts.remove("") // what a crash cut off
 	if cfg.Snapshots != nil {
 		if n.images, err = newImages(filepath.Join(cfg.DataDir, "images"), cfg.Snapshots, cfg.ImageCacheBytes); err != nil {
@@ -425,6 +430,9 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 		}
 	}
 	c.Release()
+	// Its resource use counts from now: the node's work to hand it over (the trust store, the start
+	// command) is not the sandbox's.
+	n.registerMetrics(req.ID, req.Limits)
 	if req.Start != nil && (imageDir == "" || fromStart) {
 		n.warm.countStart(warm != nil, fromStart)
 	}
@@ -487,6 +495,7 @@ func (n *Local) forget(id string) {
 	n.mu.Lock()
 	s := n.sandboxes[id]
 	delete(n.sandboxes, id)
+	n.metrics.forget(id)
 	var cancel context.CancelFunc
 	var cl *link.Client
 	if s != nil {
@@ -897,6 +906,7 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) ([]string, e
 				n.log.Warn("re-adopt sandbox trust store", "sandbox", id, "err", err)
 			}
 		}
+		n.registerMetrics(id, r.Limits)
 		adopted = append(adopted, id)
 	}
 	return adopted, nil
@@ -906,6 +916,7 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) ([]string, e
 // plane decides that (and does, before calling Shutdown, in single-binary mode).
 func (n *Local) Shutdown(ctx context.Context) error {
 	n.closeWarm() // nobody's: no later run adopts them
+	n.metrics.close()
 	n.mu.Lock()
 	n.closed = true
 	all := make([]*sandbox, 0, len(n.sandboxes))

@@ -535,11 +535,15 @@ func TestRecover(t *testing.T) {
 	}
 	var reqs []node.RecoverRequest
 	for _, id := range []string{"sb_1", "sb_2", "sb_3", "sb_9"} {
-		reqs = append(reqs, node.RecoverRequest{ID: id, TenantID: "tn_1"})
+		reqs = append(reqs, node.RecoverRequest{ID: id, TenantID: "tn_1", Limits: runtime.Limits{CPUMillis: 2500}})
 	}
 	adopted, err := e.n.Recover(ctx, reqs)
 	if err != nil || !slices.Equal(adopted, []string{"sb_1", "sb_3"}) {
 		t.Fatalf("Recover = %v, %v; want [sb_1 sb_3]", adopted, err)
+	}
+	// Its metrics count the CPUs of the limits the request gave.
+	if ss, err := e.n.SandboxMetrics(ctx, "sb_3", time.Time{}, time.Time{}); err != nil || len(ss) != 1 || ss[0].CPUCount != 3 {
+		t.Errorf("the metrics of the adopted sb_3: %+v, %v; want one reading of 3 CPUs", ss, err)
 	}
 	if got := e.sh(t, "sb_1", "cat f"); got != "kept" {
 		t.Errorf("sb_1 after Recover: %q", got)

@@ -309,6 +309,29 @@ func (c *Client) SandboxCPU(ctx context.Context, id string) (time.Duration, erro
 	return time.Duration(out.Nanos), err
 }
 
+// SandboxMetrics reports a sandbox's resource use in [start, end] (a zero bound is none).
+func (c *Client) SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]node.Sample, error) {
+	q := url.Values{}
+	if !start.IsZero() {
+		q.Set("start", start.Format(time.RFC3339Nano))
+	}
+	if !end.IsZero() {
+		q.Set("end", end.Format(time.RFC3339Nano))
+	}
+	path := sandboxPath(id, "/metrics")
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out []node.Sample
+	if err := c.call(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []node.Sample{}
+	}
+	return out, nil
+}
+
 // Flows returns a sandbox's network flows.
 func (c *Client) Flows(ctx context.Context, id string, f flowlog.Filter) ([]gateway.Flow, error) {
 	var flows []gateway.Flow

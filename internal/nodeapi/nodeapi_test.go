@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/daemon"
 	"github.com/airlockrun/airlock/internal/daemon/link"
@@ -172,6 +174,20 @@ func (f *fakeNode) RewrapCAs(_ context.Context, tenant string) (int, error) {
 func (f *fakeNode) SandboxCPU(context.Context, string) (time.Duration, error) {
 	return 1500 * time.Millisecond, nil
 }
+
+// SandboxMetrics answers a sample at each bound given, so that the test sees them arrive.
+func (f *fakeNode) SandboxMetrics(_ context.Context, id string, start, end time.Time) ([]node.Sample, error) {
+	if id != "sb_1" {
+		return nil, fmt.Errorf("sandbox %s is not running: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	out := []node.Sample{}
+	for _, t := range []time.Time{start, end} {
+		if !t.IsZero() {
+			out = append(out, node.Sample{Time: t, CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 1 << 20, MemTotal: 256 << 20, DiskTotal: 1 << 30})
+		}
+	}
+	return out, nil
+}
 func (f *fakeNode) Flows(_ context.Context, id string, fl flowlog.Filter) ([]gateway.Flow, error) {
 	return []gateway.Flow{{SandboxID: id, Host: fl.Host, Decision: gateway.DecisionDeny}}, nil
 }
@@ -315,6 +331,19 @@ func TestCalls(t *testing.T) {
 	}
 	if d, err := c.SandboxCPU(ctx, "sb_1"); err != nil || d != 1500*time.Millisecond {
 		t.Errorf("SandboxCPU = %v, %v", d, err)
+	}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC)
+	if ss, err := c.SandboxMetrics(ctx, "sb_1", t0, t0.Add(time.Hour)); err != nil {
+		t.Errorf("SandboxMetrics: %v", err)
+	} else if want := []node.Sample{{Time: t0, CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 1 << 20, MemTotal: 256 << 20, DiskTotal: 1 << 30},
+		{Time: t0.Add(time.Hour), CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 1 << 20, MemTotal: 256 << 20, DiskTotal: 1 << 30}}; !cmp.Equal(ss, want) {
+		t.Errorf("SandboxMetrics = %+v; want %+v", ss, want)
+	}
+	if ss, err := c.SandboxMetrics(ctx, "sb_1", time.Time{}, time.Time{}); err != nil || ss == nil || len(ss) != 0 {
+		t.Errorf("SandboxMetrics without bounds = %#v, %v; want an empty list", ss, err)
+	}
+	if _, err := c.SandboxMetrics(ctx, "sb_9", time.Time{}, time.Time{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("SandboxMetrics of a sandbox not running = %v; want failed precondition", err)
 	}
 	if fl, err := c.Flows(ctx, "sb_1", flowlog.Filter{Host: "x.test"}); err != nil || len(fl) != 1 || fl[0].Host != "x.test" || fl[0].SandboxID != "sb_1" {
 		t.Errorf("Flows = %+v, %v", fl, err)

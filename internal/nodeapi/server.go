@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -53,6 +54,7 @@ func NewHandler(b Backend, log *slog.Logger) (*Handler, error) {
 	h.mux.HandleFunc("GET /node/v1/runtimes", h.runtimes)
 	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/unpause", h.unpause)
 	h.mux.HandleFunc("GET /node/v1/sandboxes/{id}/cpu", h.cpu)
+	h.mux.HandleFunc("GET /node/v1/sandboxes/{id}/metrics", h.metrics)
 	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/flows", h.flows)
 	h.mux.HandleFunc("GET /node/v1/sandboxes/{id}/link", h.link)
 	h.mux.HandleFunc("GET /node/v1/sandboxes/{id}/ports/{port}", h.port)
@@ -323,6 +325,23 @@ type cpuBody struct {
 func (h *Handler) cpu(w http.ResponseWriter, r *http.Request) {
 	d, err := h.b.SandboxCPU(r.Context(), r.PathValue("id"))
 	h.answer(w, r, cpuBody{Nanos: int64(d)}, err)
+}
+
+// metrics answers a sandbox's resource use in [start, end]: both optional, RFC 3339 times.
+func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
+	var bounds [2]time.Time
+	for i, k := range []string{"start", "end"} {
+		if v := r.URL.Query().Get(k); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				h.answer(w, r, nil, fmt.Errorf("%s %q: want an RFC 3339 time: %w", k, v, errdefs.ErrInvalidArgument))
+				return
+			}
+			bounds[i] = t
+		}
+	}
+	ss, err := h.b.SandboxMetrics(r.Context(), r.PathValue("id"), bounds[0], bounds[1])
+	h.answer(w, r, ss, err)
 }
 
 func (h *Handler) flows(w http.ResponseWriter, r *http.Request) {

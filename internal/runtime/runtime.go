@@ -207,3 +207,28 @@ type CPUMeter interface {
 	// CPUTime reports the CPU time the sandbox (its kernel and every process in it) used so far.
 	CPUTime(ctx context.Context, id string) (time.Duration, error)
 }
+
+// Stats is one reading of a sandbox's resource use, taken from the host: from what the host's kernel
+// counts for the sandbox, never from anything the sandbox could write.
+type Stats struct {
+	// CPUTime is the CPU time the sandbox used so far, as CPUMeter reports it.
+	CPUTime time.Duration
+	// MemoryUsed is the memory charged to the sandbox less what the kernel can drop at once (inactive
+	// file pages): the working set, as container tools count it. Under gVisor it includes the sandbox's
+	// kernel and its page cache (the sentry's memory).
+	MemoryUsed int64
+	// MemoryCache is the host page cache charged to the sandbox (files it read or wrote through the
+	// host), shared memory excluded.
+	MemoryCache int64
+	// MemoryLimit is the sandbox's memory limit.
+	MemoryLimit int64
+	// DiskUsed and DiskTotal are the bytes used and the size of the sandbox's writable disk, as its
+	// file system counts them (the total is the limit less the file system's own overhead).
+	DiskUsed, DiskTotal int64
+}
+
+// StatsReader is implemented by drivers that can read a sandbox's resource use.
+type StatsReader interface {
+	// Stats reads the sandbox's resource use now. An unknown sandbox is errdefs.ErrNotFound.
+	Stats(ctx context.Context, id string) (Stats, error)
+}

@@ -96,6 +96,7 @@ var (
 	_ runtime.Restorer     = (*Driver)(nil)
 	_ runtime.Pauser       = (*Driver)(nil)
 	_ runtime.ImageFiles   = (*Driver)(nil)
+	_ runtime.StatsReader  = (*Driver)(nil)
 )
 
 // sandbox is one sandbox of the driver.
@@ -120,6 +121,8 @@ type sandbox struct {
 	up          chan struct{}
 	checkpoints int
 	unpauses    int
+	// stats is what Stats reports (SetStats).
+	stats runtime.Stats
 	// serve starts the daemon of a sandbox RestoreQuiesced booted, until Wake calls it.
 	serve func(env []string) error
 }
@@ -529,6 +532,33 @@ func (d *Driver) running(id string) (*sandbox, error) {
 	default:
 		return sb, nil
 	}
+}
+
+// SetStats makes Stats report st for sandbox id, which must be the driver's.
+func (d *Driver) SetStats(id string, st runtime.Stats) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	sb := d.sandboxes[id]
+	if sb == nil {
+		return fmt.Errorf("fake: sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	sb.stats = st
+	return nil
+}
+
+// Stats reports what SetStats set for a running sandbox (the zero Stats until then): the fake measures
+// nothing. See runtime.StatsReader.
+func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	if !idPattern.MatchString(id) {
+		return runtime.Stats{}, fmt.Errorf("fake: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	sb, err := d.running(id)
+	if err != nil {
+		return runtime.Stats{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return sb.stats, nil
 }
 
 // Close stops every sandbox's daemon, as a restart of the host would: the sandboxes' directories stay,

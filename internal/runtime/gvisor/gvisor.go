@@ -426,7 +426,10 @@ func (d *Driver) ociSpec(spec runtime.Spec, dir string) (*specs.Spec, error) {
 	}, nil
 }
 
-var _ runtime.CPUMeter = (*Driver)(nil)
+var (
+	_ runtime.CPUMeter    = (*Driver)(nil)
+	_ runtime.StatsReader = (*Driver)(nil)
+)
 
 // CPUTime reads the CPU time of the sandbox's cgroup (cpuacct.usage). See runtime.CPUMeter.
 func (d *Driver) CPUTime(ctx context.Context, id string) (time.Duration, error) {
@@ -438,4 +441,17 @@ func (d *Driver) CPUTime(ctx context.Context, id string) (time.Duration, error) 
 		return 0, fmt.Errorf("gvisor: sandbox %s: %w", id, err)
 	}
 	return t, nil
+}
+
+// Stats reads the sandbox's CPU time and memory from its cgroup and its disk's use from the host's mount
+// of the disk image. See runtime.StatsReader.
+func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	if !idPattern.MatchString(id) {
+		return runtime.Stats{}, fmt.Errorf("gvisor: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	st, err := sandboxdir.Stats(d.cgroupPath(id), filepath.Join(d.dir(id), "disk"))
+	if err != nil {
+		return st, fmt.Errorf("gvisor: sandbox %s: %w", id, err)
+	}
+	return st, nil
 }

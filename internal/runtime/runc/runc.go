@@ -104,6 +104,7 @@ var (
 	_ runtime.Restorer     = (*Driver)(nil)
 	_ runtime.Pauser       = (*Driver)(nil)
 	_ runtime.CPUMeter     = (*Driver)(nil)
+	_ runtime.StatsReader  = (*Driver)(nil)
 	_ runtime.FilesOnly    = (*Driver)(nil)
 	_ runtime.ImageFiles   = (*Driver)(nil)
 )
@@ -469,4 +470,17 @@ func (d *Driver) CPUTime(ctx context.Context, id string) (time.Duration, error) 
 		return 0, fmt.Errorf("runc: sandbox %s: %w", id, err)
 	}
 	return t, nil
+}
+
+// Stats reads the sandbox's CPU time and memory from its cgroup and its disk's use from the host's mount
+// of the disk image. See runtime.StatsReader.
+func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	if !idPattern.MatchString(id) {
+		return runtime.Stats{}, fmt.Errorf("runc: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	st, err := sandboxdir.Stats(d.cgroupPath(id), filepath.Join(d.dir(id), "disk"))
+	if err != nil {
+		return st, fmt.Errorf("runc: sandbox %s: %w", id, err)
+	}
+	return st, nil
 }

@@ -58,6 +58,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ProcessLimit", s.testProcesses)
 	t.Run("DiskLimit", s.testDisk)
 	t.Run("CPULimit", s.testCPU)
+	t.Run("Stats", s.testStats)
 	t.Run("DestroyLeavesNothing", s.testDestroy)
 	t.Run("CheckpointRestore", s.testCheckpoint)
 	t.Run("FilesOnlyCheckpoint", s.testFilesOnly)
@@ -367,6 +368,71 @@ func (s *suite) testCPU(t *testing.T) {
 	t.Logf("CPU used %v in %v under a quarter of a core", used, wall)
 	if used > wall*45/100 {
 		t.Errorf("CPU used %v in %v; want about a quarter of it", used, wall)
+	}
+}
+
+// testStats: a driver that reads a sandbox's resource use sees its memory grow while a process holds
+// 64 MiB, its disk grow by a 48 MiB file, and its CPU time grow by a busy second; the totals are the
+// limits; a sandbox that is gone is not found.
+func (s *suite) testStats(t *testing.T) {
+	r, ok := s.h.Driver.(runtime.StatsReader)
+	if !ok {
+		t.Skip("the driver does not read resource use")
+	}
+	const memLimit, diskLimit = 384 << 20, 256 << 20
+	b := s.boot(t, runtime.Limits{MemoryBytes: memLimit, DiskBytes: diskLimit})
+	ctx := t.Context()
+	before, err := r.Stats(ctx, b.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("idle: %+v", before)
+	if before.MemoryLimit != memLimit {
+		t.Errorf("memory limit %d; want %d", before.MemoryLimit, memLimit)
+	}
+	// The file system's own overhead is a few percent of the image.
+	if before.DiskTotal > diskLimit || before.DiskTotal < diskLimit*9/10 {
+		t.Errorf("disk total %d; want a little under %d", before.DiskTotal, diskLimit)
+	}
+	if before.MemoryUsed <= 0 || before.MemoryUsed > memLimit || before.DiskUsed < 0 || before.DiskUsed > before.DiskTotal {
+		t.Errorf("idle readings out of range: %+v", before)
+	}
+	// A process that holds 64 MiB (every page touched) until it is killed, a 48 MiB file, a busy second.
+	sh(t, b.c, `(setsid nohup python3 -c "
+import time
+b = bytearray(64 << 20)
+b[::4096] = b'x' * len(b[::4096])
+open('/tmp/held', 'w').close()
+time.sleep(600)
+" >/dev/null 2>&1 &)
+while [ ! -e /tmp/held ]; do sleep 0.05; done
+dd if=/dev/urandom of=/home/user/stats-file bs=1M count=48 conv=fsync 2>/dev/null
+timeout 1 sh -c 'while :; do :; done'; true`)
+	after, err := r.Stats(ctx, b.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after: %+v", after)
+	if got := after.MemoryUsed - before.MemoryUsed; got < 48<<20 {
+		t.Errorf("memory used grew by %d MiB while a process held 64 MiB", got>>20)
+	}
+	if got := after.DiskUsed - before.DiskUsed; got < 44<<20 || got > 64<<20 {
+		t.Errorf("disk used grew by %d MiB after a 48 MiB file was written", got>>20)
+	}
+	if got := after.CPUTime - before.CPUTime; got < 500*time.Millisecond {
+		t.Errorf("CPU time grew by %v over a busy second", got)
+	}
+	if after.MemoryLimit != memLimit || after.DiskTotal != before.DiskTotal {
+		t.Errorf("the totals changed: %+v, then %+v", before, after)
+	}
+	if err := s.h.Driver.Destroy(ctx, b.id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Stats(ctx, b.id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Stats after destroy: %v; want not found", err)
+	}
+	if _, err := r.Stats(ctx, "../../etc"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Stats of a bad ID: %v; want invalid argument", err)
 	}
 }
 

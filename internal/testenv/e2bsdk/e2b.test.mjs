@@ -85,6 +85,32 @@ test('bad input gets E2B errors with a message', async () => {
   await assert.rejects(Sandbox.list({ apiKey: 'e2b_0000' }).nextItems(), (e) => e.name === 'AuthenticationError')
 })
 
+test('metrics: getMetrics, a window, and sandboxes that are not there', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { run } })
+  try {
+    await sbx.commands.run('dd if=/dev/zero of=/home/user/m bs=1M count=16 conv=fsync')
+    const ms = await sbx.getMetrics()
+    assert.ok(ms.length >= 1, 'at least the reading taken now')
+    const m = ms[ms.length - 1]
+    assert.ok(m.timestamp instanceof Date && Math.abs(Date.now() - m.timestamp.getTime()) < 30_000, `timestamp ${m.timestamp}`)
+    assert.equal(m.cpuCount, 1)
+    assert.ok(m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100, `cpuUsedPct ${m.cpuUsedPct}`)
+    assert.equal(m.memTotal, 512 * 2 ** 20)
+    assert.ok(m.memUsed > 0 && m.memUsed <= m.memTotal, `memUsed ${m.memUsed}`)
+    assert.ok(m.memCache >= 0, `memCache ${m.memCache}`)
+    assert.ok(m.diskTotal > 900 * 2 ** 20 && m.diskTotal <= 2 ** 30, `diskTotal ${m.diskTotal}`)
+    assert.ok(m.diskUsed >= 16 * 2 ** 20 && m.diskUsed <= m.diskTotal, `diskUsed ${m.diskUsed}`)
+    const window = await Sandbox.getMetrics(sbx.sandboxId, { start: new Date(Date.now() - 3_600_000), end: new Date() })
+    assert.ok(window.length >= 1, 'a window up to now ends with the reading taken now')
+    assert.deepEqual(await Sandbox.getMetrics(sbx.sandboxId, { start: new Date(Date.now() + 3_600_000) }), [])
+    await assert.rejects(Sandbox.getMetrics(sbx.sandboxId, other), SandboxNotFoundError)
+  } finally {
+    await sbx.kill()
+  }
+  await assert.rejects(Sandbox.getMetrics(sbx.sandboxId), SandboxNotFoundError, 'a killed sandbox')
+  await assert.rejects(Sandbox.getMetrics('se_nonexistent00000000000000'), SandboxNotFoundError)
+})
+
 test('commands: exit codes, stderr, streaming, background, kill, stdin, list', async () => {
   const sbx = await Sandbox.create({ timeoutMs: 300_000, metadata: { run } })
   try {

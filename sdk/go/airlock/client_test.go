@@ -157,6 +157,9 @@ func TestRequestShapes(t *testing.T) {
 		"GET /v1/sandboxes/" + testID + "/egress": {body: `{"flows":[{"start":"2026-01-02T03:04:05Z","end":"2026-01-02T03:04:06Z","duration_ms":1000,` +
 			`"sandbox_id":"` + testID + `","src_port":40000,"dst_ip":"203.0.113.2","dst_port":443,"host":"api.example.com","protocol":"tls",` +
 			`"decision":"allow","rule":"api","bytes_sent":517,"bytes_received":4096}]}`},
+		"GET /v1/sandboxes/" + testID + "/metrics": {body: `{"sandbox_id":"` + testID + `","metrics":[{"time":"2026-01-02T03:04:05Z","cpu_count":2,` +
+			`"cpu_used_pct":12.5,"memory_used_bytes":1,"memory_cache_bytes":2,"memory_total_bytes":3,"disk_used_bytes":4,"disk_total_bytes":5}]}`},
+		"GET /v1/sessions/se_1/metrics": {body: `{"metrics":[]}`},
 	}
 	ctx := context.Background()
 	base := "/v1/sandboxes/" + testID
@@ -258,6 +261,23 @@ func TestRequestShapes(t *testing.T) {
 		}, recorded{Method: "GET", Path: base + "/egress", Query: "decision=deny&host=api.example.com&host_contains=exa&limit=5&since=2026-01-02T03%3A04%3A05%2B01%3A00&until=2026-01-02T04%3A04%3A05%2B01%3A00"}},
 		{"egress zero", func(c *Client) error { _, err := c.Egress(ctx, testID, EgressOptions{}); return err },
 			recorded{Method: "GET", Path: base + "/egress"}},
+		{"metrics", func(c *Client) error {
+			start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			l, err := c.SandboxMetrics(ctx, testID, MetricsOptions{Start: start, End: start.Add(time.Minute)})
+			want := MetricList{SandboxID: testID, Metrics: []Metric{{Time: start, CPUCount: 2, CPUUsedPct: 12.5, MemoryUsedBytes: 1,
+				MemoryCacheBytes: 2, MemoryTotalBytes: 3, DiskUsedBytes: 4, DiskTotalBytes: 5}}}
+			if err == nil && !cmp.Equal(*l, want) {
+				t.Errorf("SandboxMetrics: got %+v; want %+v", l, want)
+			}
+			return err
+		}, recorded{Method: "GET", Path: base + "/metrics", Query: "end=2026-01-02T03%3A05%3A05Z&start=2026-01-02T03%3A04%3A05Z"}},
+		{"session metrics", func(c *Client) error {
+			l, err := c.SessionMetrics(ctx, "se_1", MetricsOptions{})
+			if err == nil && (l.SandboxID != "" || l.Metrics == nil || len(l.Metrics) != 0) {
+				t.Errorf("SessionMetrics of a paused session: got %+v; want none", l)
+			}
+			return err
+		}, recorded{Method: "GET", Path: "/v1/sessions/se_1/metrics"}},
 		{"upload tar", func(c *Client) error { return c.UploadTar(ctx, testID, "/d", strings.NewReader("TAR")) },
 			recorded{Method: "PUT", Path: base + "/files/tar", Query: "path=%2Fd", ContentType: "application/x-tar", Body: "TAR"}},
 	}

@@ -355,6 +355,35 @@ type FlowList struct {
 	Flows []Flow `json:"flows"`
 }
 
+// Metric is one reading of a sandbox's resource use, taken by its node from the host.
+type Metric struct {
+	// Time is when it was taken.
+	Time time.Time `json:"time"`
+	// CPUCount is the sandbox's CPU limit in whole cores, rounded up.
+	CPUCount int `json:"cpu_count"`
+	// CPUUsedPct is the CPU the sandbox used since the reading before, in percent of CPUCount cores
+	// over that interval: 0 to 100.
+	CPUUsedPct float64 `json:"cpu_used_pct"`
+	// MemoryUsedBytes is the memory charged to the sandbox less what the kernel can drop at once (its
+	// working set); MemoryCacheBytes the host page cache charged to it; MemoryTotalBytes its limit.
+	MemoryUsedBytes  int64 `json:"memory_used_bytes"`
+	MemoryCacheBytes int64 `json:"memory_cache_bytes"`
+	MemoryTotalBytes int64 `json:"memory_total_bytes"`
+	// DiskUsedBytes and DiskTotalBytes are the bytes used and the size of its writable disk, as its
+	// file system counts them (a little under the disk limit).
+	DiskUsedBytes  int64 `json:"disk_used_bytes"`
+	DiskTotalBytes int64 `json:"disk_total_bytes"`
+}
+
+// MetricList is the response of GET /v1/sandboxes/{id}/metrics and GET /v1/sessions/{id}/metrics:
+// readings oldest first.
+type MetricList struct {
+	// SandboxID names the sandbox the readings are of: for a session, the one that runs it now (empty
+	// when none does).
+	SandboxID string   `json:"sandbox_id,omitempty"`
+	Metrics   []Metric `json:"metrics"`
+}
+
 // CreateSecretRequest is the body of POST /v1/secrets. The value is write-only: no response ever
 // carries it.
 type CreateSecretRequest struct {
