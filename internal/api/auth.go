@@ -80,8 +80,8 @@ func (s *Server) withScope(need store.Scope, operator bool, h http.HandlerFunc) 
 }
 
 // work serves a work route ({id} is a sandbox, or a session if session is set) to API keys with scope
-// need, and to access tokens for that very sandbox or session with token scope tok (any scope if tok is
-// ""). A token for another object gets not found, as a foreign tenant's key does.
+// need, and to access tokens for that very sandbox or session with token scope tok. A token for another
+// object gets not found, as a foreign tenant's key does.
 func (s *Server) work(need store.Scope, tok store.TokenScope, session bool, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r = s.authenticate(w, r); r == nil {
@@ -105,7 +105,7 @@ func (s *Server) work(need store.Scope, tok store.TokenScope, session bool, h ht
 				writeError(w, r, s.log, clientErr(errdefs.ErrNotFound, "%s %s not found", kind, truncate(r.PathValue("id"), 64)))
 				return
 			}
-			if tok != "" && !p.Token.Allows(tok) {
+			if !p.Token.Allows(tok) {
 				writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this access token has scopes %s; %s %s needs %s",
 					joinTokenScopes(p.Token.Scopes), r.Method, r.URL.Path, tok))
 				return

@@ -221,7 +221,12 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 	tpl := req.TemplateID
 	if sessionIDPattern.MatchString(tpl) {
 		// A snapshot's ID (e2b_snapshots.go).
-		s.e2bCreateFromSnapshot(w, r, tpl, &req, timeout, onTimeout, p)
+		kept, err := s.e2bKept(r, tpl)
+		if err != nil {
+			s.e2bError(w, r, err)
+			return
+		}
+		s.e2bCreateFromSnapshot(w, r, kept, &req, timeout, onTimeout, p)
 		return
 	}
 	creq := controlplane.SessionRequest{
@@ -239,8 +244,8 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	if errors.Is(err, errdefs.ErrNotFound) && se.ID == "" && tpl != "" {
 		// No template of that name: a snapshot's name, perhaps (templates come first).
-		if _, kerr := s.e2bKept(r, tpl); kerr == nil {
-			s.e2bCreateFromSnapshot(w, r, tpl, &req, timeout, onTimeout, p)
+		if kept, kerr := s.e2bKept(r, tpl); kerr == nil {
+			s.e2bCreateFromSnapshot(w, r, kept, &req, timeout, onTimeout, p)
 			return
 		}
 	}

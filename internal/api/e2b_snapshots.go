@@ -140,40 +140,24 @@ func (s *Server) e2bKept(r *http.Request, ref string) (store.Session, error) {
 	if ref == "" || len(ref) > 63 {
 		return store.Session{}, notFound
 	}
-	f := store.SessionFilter{States: []store.SessionState{store.SessionPaused, store.SessionFailed}, Limit: store.MaxListLimit,
-		Metadata: map[string]string{controlplane.KeptMetadataKey: controlplane.KeptMetadataValue, controlplane.KeptNameMetadataKey: ref}}
-	var newest store.Session
-	for {
-		ses, next, err := s.cp.ListSessions(r.Context(), tenantOf(r), f)
-		if err != nil {
-			return store.Session{}, err
-		}
-		if len(ses) > 0 {
-			newest = ses[len(ses)-1]
-		}
-		if next == "" {
-			break
-		}
-		f.Cursor = next
+	ses, _, err := s.cp.ListSessions(r.Context(), tenantOf(r), store.SessionFilter{States: []store.SessionState{store.SessionPaused, store.SessionFailed},
+		Limit: 1, Descending: true, Metadata: map[string]string{controlplane.KeptMetadataKey: controlplane.KeptMetadataValue, controlplane.KeptNameMetadataKey: ref}})
+	if err != nil {
+		return store.Session{}, err
 	}
-	if newest.ID == "" {
+	if len(ses) == 0 {
 		return store.Session{}, notFound
 	}
-	return newest, nil
+	return ses[0], nil
 }
 
-// e2bCreateFromSnapshot creates a sandbox restored from the kept snapshot ref names, with the create's
+// e2bCreateFromSnapshot creates a sandbox restored from kept snapshot kept, with the create's
 // timeout, lifecycle and metadata; its egress policy is the snapshot's unless the create sets one.
-func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, ref string, req *e2bNewSandbox, timeout int,
+func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, kept store.Session, req *e2bNewSandbox, timeout int,
 	onTimeout store.SessionTimeoutAction, p policy.Policy) {
 	if len(req.EnvVars) > 0 {
 		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument,
-			"envVars cannot be set on a sandbox started from snapshot %s: its processes and their environment are the snapshot's", truncate(ref, 64)))
-		return
-	}
-	kept, err := s.e2bKept(r, ref)
-	if err != nil {
-		s.e2bError(w, r, err)
+			"envVars cannot be set on a sandbox started from snapshot %s: its processes and their environment are the snapshot's", kept.ID))
 		return
 	}
 	fk := controlplane.FromKeptRequest{Metadata: req.Metadata, TimeoutSeconds: timeout, OnTimeout: onTimeout,

@@ -159,9 +159,10 @@ func (s *Server) routes() []route {
 		{"PUT", "/v1/sandboxes/{id}/network", s.auth(s.setNetwork)},
 		{"GET", "/v1/sandboxes/{id}/egress", s.auth(s.egress)},
 		// Metrics (metrics.go): an API key with read scope, or an access token of the sandbox or session
-		// with any scope (what it may already do there tells more than its resource use).
-		{"GET", "/v1/sandboxes/{id}/metrics", s.work(store.ScopeRead, "", false, s.sandboxMetrics)},
-		{"GET", "/v1/sessions/{id}/metrics", s.work(store.ScopeRead, "", true, s.sessionMetrics)},
+		// with scope exec (which runs what they measure). A ports-only token, such as E2B's traffic
+		// token, is shared with those who should reach a server, not watch the sandbox.
+		{"GET", "/v1/sandboxes/{id}/metrics", s.work(store.ScopeRead, store.TokenExec, false, s.sandboxMetrics)},
+		{"GET", "/v1/sessions/{id}/metrics", s.work(store.ScopeRead, store.TokenExec, true, s.sessionMetrics)},
 	}
 	// Exec, process and file work, on a sandbox and on a session (which goes to the session's sandbox,
 	// resuming it if it is paused and resumes automatically).

@@ -61,40 +61,37 @@ func (s *sessions) KeepSnapshot(ctx context.Context, tenantID, id, name string) 
 		return store.Session{}, err
 	}
 	ctx = context.WithoutCancel(ctx)
+	// The session's lock is held until the kept snapshot has its CA: a delete of the session meanwhile
+	// would take the CA with it.
 	unlock := s.lockSession(id)
+	defer unlock()
 	se, err := s.GetSession(ctx, tenantID, id)
 	if err != nil {
-		unlock()
 		return store.Session{}, err
 	}
 	if IsKept(se) {
-		unlock()
 		return store.Session{}, fmt.Errorf("session %s is a kept snapshot already: %w", id, errdefs.ErrConflict)
 	}
-	if err := s.accounts.checkNewSessions(ctx, tenantID, 1); err != nil {
-		unlock()
+	// It never runs: only the sessions quota counts.
+	if err := s.accounts.checkSessions(ctx, tenantID, 1, false); err != nil {
 		return store.Session{}, fmt.Errorf("keep a snapshot of session %s: %w", id, err)
 	}
-	var snapID string
+	var snap store.Snapshot
 	switch {
 	case se.State == store.SessionRunning:
-		snap, err := s.snapshotRunningLocked(ctx, se, store.TriggerManual, "")
-		if err != nil {
-			unlock()
+		if snap, err = s.snapshotRunningLocked(ctx, se, store.TriggerManual, ""); err != nil {
 			return store.Session{}, err
 		}
-		snapID = snap.ID
 	case (se.State == store.SessionPaused || se.State == store.SessionFailed) && se.HeadSnapshotID != "":
 		if err := s.keyring.checkKey(ctx, tenantID); err != nil {
-			unlock()
 			return store.Session{}, err
 		}
-		snapID = se.HeadSnapshotID
+		if snap, err = s.store.GetSnapshot(ctx, tenantID, se.HeadSnapshotID); err != nil {
+			return store.Session{}, fmt.Errorf("keep a snapshot of session %s: %w", id, err)
+		}
 	default:
-		unlock()
 		return store.Session{}, fmt.Errorf("session %s is %s and has no snapshot to keep: %w", id, se.State, errdefs.ErrConflict)
 	}
-	unlock()
 	meta := map[string]string{KeptMetadataKey: KeptMetadataValue, KeptOfMetadataKey: se.ID}
 	if name != "" {
 		meta[KeptNameMetadataKey] = name
@@ -106,10 +103,12 @@ func (s *sessions) KeepSnapshot(ctx context.Context, tenantID, id, name string) 
 		}
 	}
 	now := s.now()
+	// Its lineage is the snapshot's session's: the session's own, or (a paused session that never
+	// snapshotted) the one it was forked from.
 	kept, err := s.store.CreateSession(ctx, store.Session{
 		ID: store.NewID("se"), TenantID: tenantID, State: store.SessionPaused, Spec: se.Spec, Metadata: meta,
 		TimeoutSeconds: se.TimeoutSeconds, OnTimeout: se.OnTimeout, Retention: se.Retention,
-		HeadSnapshotID: snapID, ParentSessionID: se.ID, ForkedFromSnapshotID: snapID, CreatedAt: now, PausedAt: &now,
+		HeadSnapshotID: snap.ID, ParentSessionID: snap.SessionID, ForkedFromSnapshotID: snap.ID, CreatedAt: now, PausedAt: &now,
 		Reason: "kept snapshot of session " + se.ID,
 	})
 	if err != nil {
@@ -117,24 +116,33 @@ func (s *sessions) KeepSnapshot(ctx context.Context, tenantID, id, name string) 
 	}
 	// The sandboxes restored from it trust the session's interception CA: the kept snapshot gets a copy,
 	// kept by the control plane and by the nodes that have the session's, since the session may go first.
-	if err := s.keyring.copySessionCA(ctx, tenantID, se.ID, kept.ID); err != nil {
+	if err := s.copyCA(ctx, tenantID, se.ID, kept.ID); err != nil {
 		unlock := s.lockSession(kept.ID)
 		_ = s.deleteLocked(ctx, kept)
 		unlock()
 		return store.Session{}, fmt.Errorf("keep a snapshot of session %s: interception CA: %w", id, err)
 	}
+	s.sessionChanged(kept)
+	s.log.Info("snapshot kept", "session", se.ID, "snapshot", snap.ID, "kept", kept.ID)
+	return kept, nil
+}
+
+// copyCA gives session to a copy of session from's interception CA, kept by the control plane and by
+// every node that has from's.
+func (s *sessions) copyCA(ctx context.Context, tenantID, from, to string) error {
+	if err := s.keyring.copySessionCA(ctx, tenantID, from, to); err != nil {
+		return err
+	}
 	nodes, err := s.placer.reachableNodes(ctx)
 	if err != nil {
-		s.log.Warn("copy a kept snapshot's interception CA", "session", se.ID, "err", err)
+		s.log.Warn("copy an interception CA", "from", from, "to", to, "err", err)
 	}
 	for _, n := range nodes {
-		if err := n.CopyCA(ctx, se.ID, kept.ID, tenantID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			s.log.Warn("copy a kept snapshot's interception CA", "session", se.ID, "node", n.ID(), "err", err)
+		if err := n.CopyCA(ctx, from, to, tenantID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Warn("copy an interception CA", "from", from, "to", to, "node", n.ID(), "err", err)
 		}
 	}
-	s.sessionChanged(kept)
-	s.log.Info("snapshot kept", "session", se.ID, "snapshot", snapID, "kept", kept.ID)
-	return kept, nil
+	return nil
 }
 
 // FromKeptRequest is how a session started from a kept snapshot differs from it. Its memory,
@@ -164,8 +172,18 @@ func (s *sessions) CreateFromKept(ctx context.Context, tenantID, keptID string, 
 	if err := s.sandboxes.checkNetwork(req.Network); err != nil {
 		return store.Session{}, err
 	}
+	ctx = context.WithoutCancel(ctx)
+	// The kept snapshot's lock is held until the new session has its CA, so that a delete of the kept
+	// snapshot meanwhile cannot take the CA first; the boot that follows needs nothing of it.
+	unlock := s.lockSession(keptID)
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 	kept, err := s.GetSession(ctx, tenantID, keptID)
-	if err == nil && !IsKept(kept) {
+	if err == nil && (!IsKept(kept) || kept.State == store.SessionDeleting || kept.State == store.SessionDeleted) {
 		err = errdefs.ErrNotFound
 	}
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -174,7 +192,7 @@ func (s *sessions) CreateFromKept(ctx context.Context, tenantID, keptID string, 
 	if err != nil {
 		return store.Session{}, err
 	}
-	if err := s.accounts.checkNewSessions(ctx, tenantID, 1); err != nil {
+	if err := s.accounts.checkSessions(ctx, tenantID, 1, true); err != nil {
 		return store.Session{}, fmt.Errorf("create a session from snapshot %s: %w", keptID, err)
 	}
 	if err := s.keyring.checkKey(ctx, tenantID); err != nil {
@@ -197,7 +215,6 @@ func (s *sessions) CreateFromKept(ctx context.Context, tenantID, keptID string, 
 	}
 	meta := unkept(kept.Metadata)
 	maps.Copy(meta, req.Metadata)
-	ctx = context.WithoutCancel(ctx)
 	src, _, err := s.book.imageSource(ctx, tenantID, snap.ID)
 	if err != nil {
 		return store.Session{}, fmt.Errorf("create a session from snapshot %s: %w", keptID, err)
@@ -213,8 +230,16 @@ func (s *sessions) CreateFromKept(ctx context.Context, tenantID, keptID string, 
 		return store.Session{}, fmt.Errorf("create a session from snapshot %s: %w", keptID, err)
 	}
 	s.sessionChanged(se)
+	if err := s.copyCA(ctx, tenantID, kept.ID, se.ID); err != nil {
+		se, _ = s.updateSession(ctx, se, func(se *store.Session) error {
+			return setSessionState(se, store.SessionPaused, truncateReason("could not start: interception CA: "+err.Error()))
+		})
+		return se, fmt.Errorf("create a session from snapshot %s: interception CA: %w", keptID, err)
+	}
+	unlock()
+	locked = false
 	start := s.now()
-	se, err = s.startFork(ctx, se, src, snap, kept.ID)
+	se, err = s.startFork(ctx, se, src, snap, "")
 	if err != nil {
 		return se, fmt.Errorf("create a session from snapshot %s: %w", keptID, err)
 	}

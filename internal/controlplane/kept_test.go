@@ -48,6 +48,24 @@ func TestKeptSnapshot(t *testing.T) {
 		}
 	}
 
+	// A kept snapshot never runs: the running sandboxes quota does not stop one.
+	if _, err := e.s.SetTenantQuotas(ctx, e.tenant, store.TenantQuotas{RunningSandboxes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	extra, err := e.s.KeepSnapshot(ctx, e.tenant, src.ID, "")
+	if err != nil {
+		t.Fatalf("keep at the running sandboxes quota: %v", err)
+	}
+	if _, err := e.s.SetTenantQuotas(ctx, e.tenant, store.TenantQuotas{}); err != nil {
+		t.Fatal(err)
+	}
+	// The source snapshots on past what was kept; its own latest snapshot goes with it, the kept one stays.
+	later, err := e.s.SnapshotSession(ctx, e.tenant, src.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle(t, e.s)
+
 	// The source goes; the snapshot stays.
 	if err := e.s.DeleteSession(ctx, e.tenant, src.ID); err != nil {
 		t.Fatal(err)
@@ -56,6 +74,12 @@ func TestKeptSnapshot(t *testing.T) {
 	e.s.snapshotBook.collectSnapshots(0)
 	if _, err := e.s.snapshotBook.snapshots.Manifest(ctx, e.tenant, kept.HeadSnapshotID); err != nil {
 		t.Fatalf("the kept snapshot's data after its session was deleted: %v", err)
+	}
+	if _, err := e.s.snapshotBook.snapshots.Manifest(ctx, e.tenant, later.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the deleted source's own latest snapshot: %v; want its data gone", err)
+	}
+	if err := e.s.DeleteSession(ctx, e.tenant, extra.ID); err != nil {
+		t.Fatal(err)
 	}
 
 	// New sessions start from it with their own settings.
@@ -73,6 +97,15 @@ func TestKeptSnapshot(t *testing.T) {
 	}
 	if !slices.Contains(e.n.cas, kept.ID+"->"+child.ID) {
 		t.Errorf("CA copies %v; want one from the kept snapshot to the new session", e.n.cas)
+	}
+	// A fork names a snapshot of its own session, never another's.
+	other := e.create(t, SessionRequest{})
+	otherSnap, err := e.s.SnapshotSession(ctx, e.tenant, other.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.ForkSession(ctx, e.tenant, child.ID, 1, otherSnap.ID); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("fork with another session's snapshot: %v; want invalid argument", err)
 	}
 	// A fork of it (/v1's way) is an ordinary session too.
 	forks, err := e.s.ForkSession(ctx, e.tenant, kept.ID, 1, "")

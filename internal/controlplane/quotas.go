@@ -45,6 +45,12 @@ func (s *accounts) checkSnapshotQuota(ctx context.Context, tenantID string) erro
 // they would take the tenant over its sessions or running sandboxes quota, before anything is made. The
 // Store checks each record again, atomically.
 func (s *accounts) checkNewSessions(ctx context.Context, tenantID string, n int) error {
+	return s.checkSessions(ctx, tenantID, n, true)
+}
+
+// checkSessions is checkNewSessions for n sessions that run (running) or never do (kept snapshots,
+// which only the sessions quota counts).
+func (s *accounts) checkSessions(ctx context.Context, tenantID string, n int, running bool) error {
 	q, u, err := s.Usage(ctx, tenantID)
 	if err != nil {
 		return err
@@ -53,7 +59,7 @@ func (s *accounts) checkNewSessions(ctx context.Context, tenantID string, n int)
 		return fmt.Errorf("%d more would give tenant %s %d sessions; its quota is %d: %w",
 			n, tenantID, u.Sessions+int64(n), q.Sessions, errdefs.ErrResourceExhausted)
 	}
-	if q.RunningSandboxes > 0 && u.RunningSandboxes+int64(n) > q.RunningSandboxes {
+	if running && q.RunningSandboxes > 0 && u.RunningSandboxes+int64(n) > q.RunningSandboxes {
 		return fmt.Errorf("%d more would give tenant %s %d running sandboxes; its quota is %d: %w",
 			n, tenantID, u.RunningSandboxes+int64(n), q.RunningSandboxes, errdefs.ErrResourceExhausted)
 	}

@@ -832,6 +832,9 @@ func (s *sessions) ForkSession(ctx context.Context, tenantID, id string, count i
 	if !snap.State.Usable() {
 		return nil, fmt.Errorf("snapshot %s is %s: %w", snapID, snap.State, errdefs.ErrConflict)
 	}
+	if snap.SessionID != parent.ID && snapID != parent.HeadSnapshotID && snapID != parent.ForkedFromSnapshotID {
+		return nil, fmt.Errorf("snapshot %s is not one of session %s's: %w", snapID, parent.ID, errdefs.ErrInvalidArgument)
+	}
 	// The sandboxes restored from the snapshot trust the CA of the session that took it; a kept
 	// snapshot has a copy of its own, which outlives that session.
 	caFrom := snap.SessionID
@@ -957,8 +960,13 @@ func (s *sessions) deleteLocked(ctx context.Context, se store.Session) error {
 		return err
 	}
 	s.forgetCA(ctx, se.TenantID, se.ID)
-	// Drop the record (and its remaining snapshots' records) unless a fork still resumes from one.
-	if err := s.store.DeleteSession(ctx, se.TenantID, se.ID); err == nil && head != "" && s.snapshots != nil {
+	// Drop the record (and its remaining snapshots' records) unless a fork or a kept snapshot still
+	// resumes from one; then the head goes on its own, unless it is that one.
+	dropped := s.store.DeleteSession(ctx, se.TenantID, se.ID) == nil
+	if !dropped && head != "" {
+		dropped = s.store.DeleteSnapshot(ctx, se.TenantID, head) == nil
+	}
+	if dropped && head != "" && s.snapshots != nil {
 		s.book.dropImages(head)
 		if err := s.snapshots.Delete(ctx, se.TenantID, head); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			s.log.Warn("delete snapshot data", "snapshot", head, "err", err)
@@ -1300,29 +1308,50 @@ func (s *sessions) pauseAllForShutdown(ctx context.Context) {
 
 // collectSnapshots drops the records of deleted sessions that no fork needs any more (with their last
 // snapshot's data), then deletes every tenant's unreferenced chunks older than grace.
+// maxCollectPages bounds the pages of deleted sessions one collection reads.
+const maxCollectPages = 10
+
 func (s *snapshotBook) collectSnapshots(grace time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	ses, err := s.store.ListSessionsByState(ctx, []store.SessionState{store.SessionDeleted}, store.MaxListLimit)
-	if err != nil {
-		s.log.Error("list deleted sessions", "err", err)
-		return
-	}
-	for _, se := range ses {
-		// The snapshots its deletion kept (one a fork resumed from, and its last) go with its record.
-		ids, err := s.snapshotIDs(ctx, se)
+	// Least recently updated first; one that must stay is updated (to the back of the line), so that
+	// many kept ones never hide the rest from later pages or runs.
+	seen := map[string]bool{}
+	for range maxCollectPages {
+		ses, err := s.store.ListSessionsByState(ctx, []store.SessionState{store.SessionDeleted}, store.MaxListLimit)
 		if err != nil {
-			s.log.Error("list snapshots of a deleted session", "session", se.ID, "err", err)
-			continue
+			s.log.Error("list deleted sessions", "err", err)
+			return
 		}
-		if err := s.store.DeleteSession(ctx, se.TenantID, se.ID); err != nil {
-			continue // a fork still resumes from one of its snapshots
-		}
-		s.dropImages(ids...)
-		for _, id := range ids {
-			if err := s.snapshots.Delete(ctx, se.TenantID, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-				s.log.Warn("delete snapshot data", "snapshot", id, "err", err)
+		fresh := 0
+		for _, se := range ses {
+			if seen[se.ID] {
+				continue // requeued by this run: every one since is too
 			}
+			seen[se.ID] = true
+			fresh++
+			// The snapshots its deletion kept (one a fork resumed from, and its last) go with its record.
+			ids, err := s.snapshotIDs(ctx, se)
+			if err != nil {
+				s.log.Error("list snapshots of a deleted session", "session", se.ID, "err", err)
+				continue
+			}
+			if err := s.store.DeleteSession(ctx, se.TenantID, se.ID); err != nil {
+				// A fork or a kept snapshot still resumes from one of its snapshots.
+				if _, err := s.store.UpdateSession(ctx, se); err != nil {
+					s.log.Warn("requeue a deleted session", "session", se.ID, "err", err)
+				}
+				continue
+			}
+			s.dropImages(ids...)
+			for _, id := range ids {
+				if err := s.snapshots.Delete(ctx, se.TenantID, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+					s.log.Warn("delete snapshot data", "snapshot", id, "err", err)
+				}
+			}
+		}
+		if len(ses) < store.MaxListLimit || fresh == 0 {
+			break
 		}
 	}
 	ts, err := s.store.ListTenants(ctx)

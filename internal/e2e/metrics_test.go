@@ -112,13 +112,21 @@ dd if=/dev/urandom of=/home/user/big bs=1M count=50 conv=fsync 2>/dev/null`)
 		t.Errorf("a bad start on /v1: %d %s; want a 400 naming start", status, body)
 	}
 
-	// An access token of the sandbox with any scope reads them; not another sandbox's.
-	tok, err := c.CreateAccessToken(ctx, airlock.CreateAccessTokenRequest{SandboxID: sb.ID, Scopes: []string{"ports"}})
+	// An access token of the sandbox with scope exec reads them; a ports-only one does not, nor another
+	// sandbox's.
+	tok, err := c.CreateAccessToken(ctx, airlock.CreateAccessTokenRequest{SandboxID: sb.ID, Scopes: []string{"exec"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if status, body := call(t, ctx, "GET", e.URL+"/v1/sandboxes/"+sb.ID+"/metrics", tok.Token, "", false); status != http.StatusOK || !strings.Contains(body, `"cpu_used_pct"`) {
 		t.Errorf("the sandbox's token: %d %s; want its metrics", status, body)
+	}
+	ports, err := c.CreateAccessToken(ctx, airlock.CreateAccessTokenRequest{SandboxID: sb.ID, Scopes: []string{"ports"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, body := call(t, ctx, "GET", e.URL+"/v1/sandboxes/"+sb.ID+"/metrics", ports.Token, "", false); status != http.StatusForbidden {
+		t.Errorf("a ports-only token: %d %s; want 403", status, body)
 	}
 
 	// A session's metrics are its sandbox's; a paused one has none.
