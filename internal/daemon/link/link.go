@@ -78,7 +78,9 @@ type Client struct {
 
 	done      chan struct{} // closed when the connection is gone
 	closeOnce sync.Once
-	readerEnd chan struct{} // closed when the reader goroutine returned
+	// writeFailed arms, once, the drop of a connection a write failed on (see writeFrame).
+	writeFailed sync.Once
+	readerEnd   chan struct{} // closed when the reader goroutine returned
 }
 
 // Dial connects to the daemon listening on the unix socket at socketPath (see Connect). ctx bounds the
@@ -324,7 +326,7 @@ func (c *Client) forget(id uint32) {
 }
 
 // writeFrame writes one frame of a call to op (args only for requests); a write error drops the
-// connection.
+// connection, a moment later.
 func (c *Client) writeFrame(t proto.Type, id uint32, payload []byte, op proto.Op, args any) error {
 	if c.audit != nil {
 		c.record(ToSandbox, proto.Frame{Type: t, Stream: id, Payload: payload}, op, args)
@@ -334,11 +336,18 @@ func (c *Client) writeFrame(t proto.Type, id uint32, payload []byte, op proto.Op
 	c.wmu.Unlock()
 	if err != nil {
 		err = fmt.Errorf("write to daemon: %v: %w", err, errdefs.ErrUnavailable)
-		c.shutdown(err)
+		// A node that moves a sandbox's channel says so (a go-away) before it closes it, and a write can
+		// fail on the close before the reader has read the go-away: the reader, which ends at the close,
+		// is left to tell the calls that never reached the daemon (ErrNotStarted) from those that may
+		// have. Should it not end, the connection is dropped here.
+		c.writeFailed.Do(func() { time.AfterFunc(writeFailGrace, func() { c.shutdown(err) }) })
 		return err
 	}
 	return nil
 }
+
+// writeFailGrace is how long a connection a write failed on is left to its reader.
+const writeFailGrace = time.Second
 
 // open starts a call: it registers a stream and sends the request.
 func (c *Client) open(op proto.Op, args any) (*stream, error) {
@@ -374,6 +383,7 @@ func (c *Client) open(op proto.Op, args any) (*stream, error) {
 	if err := c.writeFrame(proto.TypeRequest, st.id, payload, op, args); err != nil {
 		// The other side acts on whole frames only, and a write that failed did not hand all of this
 		// one over.
+		c.forget(st.id)
 		return nil, fmt.Errorf("%s: %v: %w", op, err, ErrNotStarted)
 	}
 	return st, nil
