@@ -23,3 +23,10 @@ func HasMetrics(n *Local, id string) bool {
 	defer n.metrics.mu.Unlock()
 	return n.metrics.rings[id] != nil
 }
+
+// InWarmPool reports whether the node's warm pool still has sandbox id (ready, reserved or dying).
+func InWarmPool(n *Local, id string) bool {
+	n.warm.mu.Lock()
+	defer n.warm.mu.Unlock()
+	return n.warm.byID[id] != nil
+}

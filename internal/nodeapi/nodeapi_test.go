@@ -567,8 +567,16 @@ func TestLinkThroughCheckpoints(t *testing.T) {
 			}
 		}()
 	}
+	// Three seconds of checkpoints between the calls, and on (a loaded machine may leave the sandbox idle
+	// seldom) until one went ahead while calls ran, for at most a minute.
 	checkpoints := 0
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	tested := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return checkpoints > 0 && ran > 0
+	}
+	start := time.Now()
+	for ; time.Since(start) < 3*time.Second || !tested() && time.Since(start) < time.Minute; time.Sleep(5 * time.Millisecond) {
 		_, err := c.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true, IfIdle: true})
 		switch {
 		case err == nil:
