@@ -31,6 +31,9 @@ import (
 //	-image-cmd JSON  the command of processes whose request names none, a JSON array (an image
 //	                 template's Entrypoint followed by its Cmd); default none (such requests fail)
 //	-log-level LEVEL debug, info, warn or error (default info); logs go to stderr
+//	-vm-link DEV     in a microVM: the virtio-serial port of the link (see proto.VMLinkPort),
+//	                 in place of -socket; with -vm-control DEV, the port of the node's control
+//	                 messages, which the daemon writes into the -control directory (VMInit passes both)
 //	-version         print the version and exit
 //
 // As PID 1 (or, otherwise, as a child subreaper) it reaps every child, including orphans. On SIGTERM or
@@ -49,6 +52,8 @@ func Main(args []string) int {
 	workDir := fs.String("workdir", "", "working directory of processes whose request names none")
 	imageCmd := fs.String("image-cmd", "", "the command of processes whose request names none, as a JSON array")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	vmLink := fs.String("vm-link", "", "in a microVM: the virtio-serial port of the link, in place of -socket")
+	vmControlPort := fs.String("vm-control", "", "in a microVM: the virtio-serial port of the node's control messages")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -57,7 +62,7 @@ func Main(args []string) int {
 		fmt.Println(Version)
 		return 0
 	}
-	if *socket == "" {
+	if *socket == "" && *vmLink == "" {
 		fmt.Fprintln(os.Stderr, "airlock-daemon: -socket is required")
 		fs.Usage()
 		return 2
@@ -83,7 +88,11 @@ func Main(args []string) int {
 			du = u
 		}
 	}
-	return run(*socket, Config{
+	if *vmLink != "" && (*vmControlPort == "" || *control == "") {
+		fmt.Fprintln(os.Stderr, "airlock-daemon: -vm-link needs -vm-control and -control")
+		return 2
+	}
+	return run(*socket, *vmLink, *vmControlPort, Config{
 		DefaultUser: du,
 		WorkDir:     *workDir,
 		DefaultArgv: defaultArgv,
@@ -93,14 +102,22 @@ func Main(args []string) int {
 	}, log)
 }
 
-func run(socket string, cfg Config, log *slog.Logger) int {
+func run(socket, vmLink, vmControlPort string, cfg Config, log *slog.Logger) int {
 	pid1 := os.Getpid() == 1
 	if !pid1 {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 			log.Warn("cannot become a child subreaper; orphans will not be reaped", "err", err)
 		}
 	}
-	ln, err := listen(socket)
+	var ln net.Listener
+	var err error
+	var vmc *vmControl
+	if vmLink != "" {
+		ln, vmc, err = listenVM(vmLink, vmControlPort, cfg.Control, log)
+		socket = vmLink
+	} else {
+		ln, err = listen(socket)
+	}
 	if err != nil {
 		log.Error("listen", "socket", socket, "err", err)
 		return 1
@@ -122,11 +139,20 @@ func run(socket string, cfg Config, log *slog.Logger) int {
 		}
 	}()
 	cfg.Listen = func() (net.Listener, error) { return listen(socket) }
+	if vmc != nil {
+		lnVM := ln.(*vportListener)
+		cfg.Listen = func() (net.Listener, error) { return lnVM.p.listener(log), nil }
+		vmc.wake = wake
+		go vmc.run() // owner: run; ends with the process
+		vmc.setListening(true)
+	}
 	cfg.Wake = wake
 
 	log.Info("airlock daemon serving", "version", Version, "socket", socket, "pid", os.Getpid())
 	err = Serve(ctx, ln, cfg, log)
-	os.Remove(socket)
+	if vmc == nil {
+		os.Remove(socket)
+	}
 	if pid1 {
 		// Kill what is left (orphans outside the tracked process groups) and reap it.
 		unix.Kill(-1, unix.SIGKILL)
@@ -174,4 +200,19 @@ func listen(path string) (net.Listener, error) {
 		ul.SetUnlinkOnClose(false)
 	}
 	return ln, nil
+}
+
+// listenVM opens a microVM's two ports: the link's, as a listener, and the control port, whose
+// messages go into the control directory dir.
+func listenVM(link, control, dir string, log *slog.Logger) (*vportListener, *vmControl, error) {
+	lp, err := openVPort(link)
+	if err != nil {
+		return nil, nil, err
+	}
+	cp, err := openVPort(control)
+	if err != nil {
+		lp.f.Close()
+		return nil, nil, err
+	}
+	return lp.listener(log), &vmControl{p: cp, dir: dir, log: log}, nil
 }
