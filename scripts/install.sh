@@ -24,7 +24,8 @@ need=()
 # gcc and libc6-dev build airlock-pkcs11, the one cgo binary (a PKCS#11 module is a C library).
 # runc runs the sandboxes of the runc runtime (Debian's, with libseccomp).
 # mmdebstrap and umoci build the default template's image (below).
-for pair in mkfs.ext4:e2fsprogs ip:iproute2 update-ca-certificates:ca-certificates python3:python3 git:git curl:curl gcc:gcc runc:runc mmdebstrap:mmdebstrap umoci:umoci; do
+# qemu-system-x86 runs the microVM sandboxes (the vm runtime), erofs-utils makes their templates' disks.
+for pair in mkfs.ext4:e2fsprogs ip:iproute2 update-ca-certificates:ca-certificates python3:python3 git:git curl:curl gcc:gcc runc:runc mmdebstrap:mmdebstrap umoci:umoci qemu-system-x86_64:qemu-system-x86 mkfs.erofs:erofs-utils; do
   command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
 done
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
@@ -67,6 +68,34 @@ if [ "$runsc_have" != "$runsc_want" ]; then
   rm -rf "$work"
   trap - EXIT
 fi
+
+# The microVMs' guest kernel: Debian's (the release linux-image-amd64 points at), unpacked into
+# $PREFIX/lib/airlock/guest (boot/vmlinuz-RELEASE and its modules) without installing it as this
+# machine's own kernel. Redone when Debian's release changes.
+guest="$PREFIX/lib/airlock/guest"
+kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+if [ -z "$kpkg" ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+fi
+kver=$(apt-cache policy "$kpkg" 2>/dev/null | awk '/Candidate:/{print $2}')
+if [ -n "$kpkg" ] && [ "$(cat "$guest/package" 2>/dev/null)" != "$kpkg $kver" ]; then
+  log "unpacking the microVMs' guest kernel ($kpkg $kver)"
+  work=$(mktemp -d /var/tmp/airlock-kernel.XXXXXX)
+  trap 'rm -rf "$work"' EXIT
+  chmod 0755 "$work"
+  (cd "$work" && apt-get download -q "$kpkg=$kver" >/dev/null 2>&1) ||
+    { echo "install.sh: could not download $kpkg $kver" >&2; exit 1; }
+  dpkg-deb -x "$work"/linux-image-*.deb "$work/x"
+  rm -rf "$guest.new" && mkdir -p "$guest.new/boot" "$guest.new/lib"
+  cp "$work"/x/boot/vmlinuz-* "$guest.new/boot/"
+  cp -r "$work"/x/lib/modules "$guest.new/lib/"
+  printf '%s\n' "$kpkg $kver" >"$guest.new/package"
+  rm -rf "$guest" && mv "$guest.new" "$guest"
+  rm -rf "$work"
+  trap - EXIT
+fi
+[ -n "$kpkg" ] || echo "install.sh: no Debian kernel package found; microVM sandboxes are unavailable" >&2
 
 log "building airlock"
 (cd "$here" && CGO_ENABLED=0 go build -trimpath -o "$PREFIX/bin/airlock" ./cmd/airlock)

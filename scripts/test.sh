@@ -66,7 +66,8 @@ echo "==> go test"
 snapshot_bulk='^(TestRoundTrip|TestDedupIdentical|TestDedupAfterChange|TestDedupScatteredPages|TestTamperedChunk|TestMissingChunk|TestSegmentedFile)$'
 go test -race -p 1 -timeout 45m -count=1 $(go list ./... | grep -v '/internal/snapshot$') 2>&1 | tee /tmp/airlock-test.log
 go test -race -timeout 30m -count=1 -skip "$snapshot_bulk" ./internal/snapshot/ 2>&1 | tee -a /tmp/airlock-test.log
-echo "==> go test (without the race detector: a simulated week of snapshots; the snapshot store's data volumes; the default template's real image)"
+echo "==> go test (without the race detector: a simulated week of snapshots; the snapshot store's data volumes; the default template's real image; microVMs under emulation)"
 go test -count=1 -run 'TestRetentionSimulatedWeek' ./internal/controlplane/ 2>&1 | tee -a /tmp/airlock-test.log
 go test -count=1 ./internal/snapshot/ 2>&1 | tee -a /tmp/airlock-test.log
 go test -count=1 -run '^TestInstalledDefaultImage$' ./internal/e2e/ 2>&1 | tee -a /tmp/airlock-test.log
+go test -count=1 ./internal/runtime/vm/qemu/ 2>&1 | tee -a /tmp/airlock-test.log

@@ -1,0 +1,146 @@
+package vm
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
+)
+
+// The node's side of a VM's two virtio-serial ports (see proto.VMLinkPort). The VMM listens on a unix
+// socket per port, made by the node in a directory of its own and handed to the VMM as a descriptor;
+// the node connects to it.
+
+// DialLink connects to the VM's link port at socket and makes the handshake, so that the connection
+// carries the link protocol from its first byte on.
+func DialLink(ctx context.Context, socket string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = conn.SetDeadline(deadline)
+	nonce := make([]byte, proto.VMNonceSize)
+	rand.Read(nonce)
+	if _, err := conn.Write(append(append([]byte(nil), proto.VMSync...), nonce...)); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("link handshake: %w", err)
+	}
+	if err := proto.SkipTo(conn, proto.VMAck, nonce); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("link handshake: %w", err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return conn, nil
+}
+
+// Control is the node's connection to a VM's control port: it sends proto.VMControl messages and
+// follows the daemon's reports. It is safe for concurrent use.
+type Control struct {
+	conn net.Conn
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	seq    int64            // guarded by mu: the last message sent
+	report proto.VMReport   // guarded by mu: the daemon's last report
+	errs   map[int64]string // guarded by mu: why messages were refused
+	err    error            // guarded by mu: why the connection ended
+	wmu    sync.Mutex       // serializes writes
+}
+
+// DialControl connects to the VM's control port at socket. Close ends it.
+func DialControl(ctx context.Context, socket string) (*Control, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, err
+	}
+	c := &Control{conn: conn, errs: map[int64]string{}}
+	c.cond = sync.NewCond(&c.mu)
+	go c.read() // owner: c; ends when the connection closes
+	return c, nil
+}
+
+func (c *Control) read() {
+	r := bufio.NewReaderSize(c.conn, 4096)
+	for {
+		var rep proto.VMReport
+		err := proto.ReadVMLine(r, &rep)
+		if errors.Is(err, errdefs.ErrInvalidArgument) {
+			continue // a bad line from the guest: skipped
+		}
+		c.mu.Lock()
+		if err != nil {
+			c.err = err
+			c.cond.Broadcast()
+			c.mu.Unlock()
+			return
+		}
+		if rep.Error != "" {
+			if len(c.errs) < 64 {
+				c.errs[rep.Seq] = rep.Error
+			}
+		} else {
+			c.report = rep
+		}
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	}
+}
+
+// Send sends m with the next sequence number and returns that number.
+func (c *Control) Send(m proto.VMControl) (int64, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	c.seq++
+	m.Seq = c.seq
+	c.mu.Unlock()
+	_ = c.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if err := proto.WriteVMLine(c.conn, m); err != nil {
+		return 0, fmt.Errorf("vm control: %w", err)
+	}
+	return m.Seq, nil
+}
+
+// Wait waits until the daemon reports that it applied message seq (or a later one) and, if listening,
+// that it accepts link connections. A message the daemon refused is an error.
+func (c *Control) Wait(ctx context.Context, seq int64, listening bool) error {
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	})
+	defer stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if e, ok := c.errs[seq]; ok {
+			return fmt.Errorf("the guest refused control message %d: %s: %w", seq, e, errdefs.ErrFailedPrecondition)
+		}
+		if c.report.Seq >= seq && (!listening || c.report.Listening) {
+			return nil
+		}
+		if c.err != nil {
+			return fmt.Errorf("vm control: %w", c.err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c.cond.Wait()
+	}
+}
+
+// Close closes the connection.
+func (c *Control) Close() error { return c.conn.Close() }

@@ -1,0 +1,82 @@
+package qemu
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"time"
+)
+
+// qmp is a client of QEMU's machine protocol (QMP) on a unix socket: one command at a time, events
+// skipped.
+type qmp struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+// dialQMP connects to QEMU's monitor socket and negotiates capabilities.
+func dialQMP(ctx context.Context, path string) (*qmp, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, err
+	}
+	q := &qmp{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	// The greeting, then capabilities.
+	if _, err := q.r.ReadBytes('\n'); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("qmp greeting: %w", err)
+	}
+	if _, err := q.Execute(ctx, "qmp_capabilities", nil); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// Execute runs command with args and returns its "return" value.
+func (q *qmp) Execute(ctx context.Context, command string, args any) (json.RawMessage, error) {
+	deadline := time.Now().Add(time.Minute)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = q.conn.SetDeadline(deadline)
+	req := map[string]any{"execute": command}
+	if args != nil {
+		req["arguments"] = args
+	}
+	b, _ := json.Marshal(req)
+	if _, err := q.conn.Write(append(b, '\n')); err != nil {
+		return nil, fmt.Errorf("qmp %s: %w", command, err)
+	}
+	for {
+		line, err := q.r.ReadBytes('\n')
+		if err != nil {
+			return nil, fmt.Errorf("qmp %s: %w", command, err)
+		}
+		var resp struct {
+			Return json.RawMessage `json:"return"`
+			Error  *struct {
+				Class string `json:"class"`
+				Desc  string `json:"desc"`
+			} `json:"error"`
+			Event string `json:"event"`
+		}
+		if err := json.Unmarshal(line, &resp); err != nil {
+			return nil, fmt.Errorf("qmp %s: %w", command, err)
+		}
+		if resp.Event != "" {
+			continue
+		}
+		if resp.Error != nil {
+			return nil, fmt.Errorf("qmp %s: %s: %s", command, resp.Error.Class, resp.Error.Desc)
+		}
+		return resp.Return, nil
+	}
+}
+
+// Close closes the connection.
+func (q *qmp) Close() error { return q.conn.Close() }
