@@ -28,6 +28,7 @@ type session struct {
 
 	mu      sync.Mutex
 	streams map[uint32]*stream // guarded by mu; streams not yet answered
+	last    uint32             // guarded by mu; the last stream the node opened
 
 	handlers sync.WaitGroup // stream handler goroutines
 }
@@ -44,9 +45,28 @@ func newSession(srv *server, conn net.Conn) *session {
 	}
 }
 
-// close ends the session: the connection is closed, which stops serve.
+// hangUpper is a connection whose far end cannot see it closed (a virtio-serial port stays open for
+// the VM's life): HangUp tells the node instead, with frame (a go-away), and ends it.
+type hangUpper interface {
+	HangUp(frame []byte)
+}
+
+// close ends the session: the connection is closed, which stops serve. Over a connection that cannot
+// show the node it closed, the node is first sent a go-away naming the last call it opened: none
+// after it reached the daemon.
 func (s *session) close() {
 	s.cancel()
+	if h, ok := s.conn.(hangUpper); ok {
+		s.mu.Lock()
+		last := s.last
+		s.mu.Unlock()
+		b, err := proto.AppendFrame(nil, proto.Frame{Type: proto.TypeGoAway, Payload: proto.EncodeGoAway(last)})
+		if err == nil {
+			s.wmu.Lock()
+			h.HangUp(b)
+			s.wmu.Unlock()
+		}
+	}
 	s.conn.Close()
 }
 
@@ -127,6 +147,7 @@ func (s *session) open(f proto.Frame) error {
 		return fmt.Errorf("stream id %d already in use: %w", f.Stream, errdefs.ErrAlreadyExists)
 	}
 	full := len(s.streams) >= MaxStreams
+	s.last = f.Stream
 	var st *stream
 	if decErr == nil && !full {
 		st = newStream(s, f.Stream, op)

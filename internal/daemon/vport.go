@@ -166,14 +166,15 @@ func (c *vportConn) ended() bool {
 
 func (c *vportConn) end() {
 	c.once.Do(func() {
-		close(c.done)
-		// Unblock a read or write in progress; the next connection clears the deadline.
-		_ = c.p.f.SetDeadline(time.Now())
 		c.p.mu.Lock()
 		if c.p.cur == c {
 			c.p.cur = nil
 		}
 		c.p.mu.Unlock()
+		// Unblock a read or write in progress, before Accept (waiting for done) starts the next
+		// connection's handshake, which sets deadlines of its own.
+		_ = c.p.f.SetDeadline(time.Now())
+		close(c.done)
 	})
 }
 
@@ -208,7 +209,20 @@ func (c *vportConn) Write(b []byte) (int, error) {
 	return n, err
 }
 
-func (c *vportConn) Close() error                     { c.end(); return nil }
+func (c *vportConn) Close() error { c.end(); return nil }
+
+// HangUp writes frame (the session's go-away) unless the connection already ended, giving up after a
+// moment if the node does not read, and ends the connection: the node closes its end when it reads
+// it, so that its next connection finds the port free.
+func (c *vportConn) HangUp(frame []byte) {
+	c.wmu.Lock()
+	if !c.ended() {
+		_ = c.p.f.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.p.f.Write(frame)
+	}
+	c.wmu.Unlock()
+	c.end()
+}
 func (c *vportConn) LocalAddr() net.Addr              { return vportAddr{} }
 func (c *vportConn) RemoteAddr() net.Addr             { return vportAddr{} }
 func (c *vportConn) SetDeadline(time.Time) error      { return nil }

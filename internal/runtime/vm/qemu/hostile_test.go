@@ -28,6 +28,12 @@ var bootSeq atomic.Int64
 // daemon.
 func boot(t testing.TB, name string) (string, *link.Client) {
 	t.Helper()
+	return bootWith(t, name, runtime.Limits{})
+}
+
+// bootWith boots as boot does, with limits.
+func bootWith(t testing.TB, name string, limits runtime.Limits) (string, *link.Client) {
+	t.Helper()
 	d, tpl, _ := newDriver(t)
 	dir := t.TempDir()
 	ns := filepath.Join(dir, "ns")
@@ -45,7 +51,7 @@ func boot(t testing.TB, name string) (string, *link.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if _, err := d.Create(ctx, runtime.Spec{ID: id, RootFS: tpl.RootFS, Init: node.InitArgs(), ControlDir: node.ControlDir,
-		InitBinary: testenv.DaemonBinary(t), NetNS: ns}); err != nil {
+		InitBinary: testenv.DaemonBinary(t), NetNS: ns, Limits: limits}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Destroy(context.Background(), id) })
@@ -150,4 +156,112 @@ func TestHostileGuest(t *testing.T) {
 		t.Errorf("destroy of the crashed VM left: %s", strings.Join(left, "; "))
 	}
 	_ = other
+}
+
+// restore restores the image at img as a new VM in a network namespace of its own and connects to it;
+// it returns the VM's ID, its address on its veth, and the client.
+func restore(t testing.TB, img string) (string, string, *link.Client) {
+	t.Helper()
+	d, tpl, _ := newDriver(t)
+	dir := t.TempDir()
+	ns := filepath.Join(dir, "ns")
+	if err := netns.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netns.Remove(ns) })
+	n := bootSeq.Add(1)
+	ifName := fmt.Sprintf("alvr%d-%d", os.Getpid()%1000, n%100)
+	addr, err := hostnet.Attach(ns, ifName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hostnet.Detach(ifName) })
+	id := fmt.Sprintf("vmr%d-%d", os.Getpid()%10000, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := d.Restore(ctx, runtime.Spec{ID: id, RootFS: tpl.RootFS, Init: node.InitArgs(), ControlDir: node.ControlDir,
+		InitBinary: testenv.DaemonBinary(t), NetNS: ns}, img); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Destroy(context.Background(), id) })
+	conn, key, err := d.DialLink(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := link.Connect(ctx, conn, link.Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return id, addr.Sandbox.String(), c
+}
+
+// TestForkIdentity: VMs restored from one checkpoint are each their own machine: their host name is
+// their ID, their address their own veth's, their machine ID and random numbers their own, their clock
+// the host's; the link key is new (the image's key is refused), and the original, paused by the
+// checkpoint, runs on after Unpause.
+func TestForkIdentity(t *testing.T) {
+	d, _, _ := newDriver(t)
+	id, c := boot(t, "f")
+	before := run(t, c, "cat /etc/machine-id").Stdout
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := c.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(t.TempDir(), "img")
+	if err := d.Checkpoint(ctx, id, img, runtime.CheckpointOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.Status(ctx, id); err != nil || !st.Paused {
+		t.Errorf("after a pausing checkpoint: %+v, %v; want paused", st, err)
+	}
+	seen := map[string]string{}
+	for range 2 {
+		fid, addr, fc := restore(t, img)
+		out := string(run(t, fc, `hostname; cat /etc/machine-id; python3 -c "import os; print(os.urandom(16).hex())"; python3 -c "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('100.64.0.1', 9)); print(s.getsockname()[0])"; date +%s`).Stdout)
+		f := strings.Fields(out)
+		if len(f) != 5 {
+			t.Fatalf("identity of %s: %q", fid, out)
+		}
+		if f[0] != fid {
+			t.Errorf("host name %q; want %s", f[0], fid)
+		}
+		if f[1] == strings.TrimSpace(string(before)) {
+			t.Errorf("the fork kept its parent's machine id")
+		}
+		if f[3] != addr {
+			t.Errorf("address %s; want its veth's %s", f[3], addr)
+		}
+		if now := time.Now().Unix(); atoi(f[4]) < now-30 || atoi(f[4]) > now+30 {
+			t.Errorf("the guest's clock says %s; the host's %d", f[4], now)
+		}
+		for _, v := range f[1:3] {
+			if other, dup := seen[v]; dup {
+				t.Errorf("%s and %s share %s", other, fid, v)
+			}
+			seen[v] = fid
+		}
+	}
+	if err := d.Unpause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	conn, key, err := d.DialLink(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc, err := link.Connect(ctx, conn, link.Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oc.Close()
+	if got := strings.TrimSpace(string(run(t, oc, "cat /etc/machine-id").Stdout)); got != strings.TrimSpace(string(before)) {
+		t.Errorf("the original after Unpause: machine id %q; want %q", got, before)
+	}
+}
+
+func atoi(s string) int64 {
+	var n int64
+	fmt.Sscan(s, &n)
+	return n
 }

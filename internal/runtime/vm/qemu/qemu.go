@@ -36,7 +36,7 @@ package qemu
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -180,6 +180,11 @@ const overhead = 192 << 20
 
 // Create boots spec as a VM. See runtime.Driver.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	return d.boot(ctx, spec, nil)
+}
+
+// boot boots spec as a VM: a new one, or one restored from an image. On error nothing is left.
+func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom) (runtime.Sandbox, error) {
 	if !sandboxdir.IDPattern.MatchString(spec.ID) {
 		return runtime.Sandbox{}, fmt.Errorf("qemu: bad sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
@@ -208,13 +213,33 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 	if err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s template image: %w", spec.ID, err)
 	}
-	initrd, err := vm.Initramfs(filepath.Join(d.cfg.StateDir, "initramfs"), d.kernel, spec.InitBinary)
-	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s initramfs: %w", spec.ID, err)
+	m := machine{
+		MemoryMiB: spec.Limits.MemoryBytes >> 20,
+		CPUs:      int((spec.Limits.CPUMillis + 999) / 1000),
+		MAC:       randomMAC(),
+		Kernel:    d.kernel.Image,
+		Root:      root,
 	}
 	disk := filepath.Join(dir, "disk.img")
-	if err := makeDisk(ctx, disk, spec.Limits.DiskBytes); err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s disk: %w", spec.ID, err)
+	if from == nil {
+		if m.Initramfs, err = vm.Initramfs(filepath.Join(d.cfg.StateDir, "initramfs"), d.kernel, spec.InitBinary); err != nil {
+			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s initramfs: %w", spec.ID, err)
+		}
+		if err := makeDisk(ctx, disk, spec.Limits.DiskBytes); err != nil {
+			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s disk: %w", spec.ID, err)
+		}
+	} else {
+		// The same machine as the image's: its RAM, vCPUs, MAC, kernel and initramfs (their sizes are
+		// part of the machine QEMU restores).
+		r := from.rec
+		m.MemoryMiB, m.CPUs, m.MAC, m.Kernel, m.Initramfs = r.MemoryMiB, r.CPUs, r.MAC, r.Kernel, r.Initramfs
+		if err := copySparse(filepath.Join(from.dir, DiskFile), disk); err != nil {
+			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s disk: %w", spec.ID, err)
+		}
+		if m.incoming, err = os.Open(filepath.Join(from.dir, MemoryFile)); err != nil {
+			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
+		}
+		defer m.incoming.Close()
 	}
 	key := make([]byte, proto.LinkKeySize)
 	rand.Read(key)
@@ -226,34 +251,33 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s network: %w", spec.ID, err)
 	}
 	defer tap.Close()
+	m.tap = tap
+	if err := writeJSON(filepath.Join(dir, "machine.json"), imageRecord{Driver: "qemu", MemoryMiB: m.MemoryMiB, CPUs: m.CPUs,
+		MAC: m.MAC, Network: tap != nil, Kernel: m.Kernel, Initramfs: m.Initramfs}); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("qemu: %w", err)
+	}
 	tPrep := time.Since(t0)
-	pid, err := d.start(ctx, spec, dir, root, initrd, disk, tap)
+	pid, err := d.start(ctx, spec, dir, m)
 	if err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
 	}
-	ctl, err := vm.DialControl(ctx, filepath.Join(dir, "ctl.sock"))
+	ctl, err := d.control(ctx, spec.ID)
 	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s control port: %w", spec.ID, err)
-	}
-	d.mu.Lock()
-	d.ctls[spec.ID] = ctl
-	d.mu.Unlock()
-	hostname := spec.Hostname
-	if hostname == "" {
-		hostname = spec.ID
-	}
-	first := proto.VMControl{Argv: spec.Init, Env: spec.Env, Key: key, ControlEnv: spec.ControlEnv, Hostname: hostname,
-		UnixNano: time.Now().UnixNano(), Seed: randBytes(64), MachineID: hex.EncodeToString(randBytes(16)), Processes: spec.Limits.Processes}
-	if addr.IsValid() {
-		first.Address, first.Gateway = addr.String(), addr.gateway.String()
-	}
-	if _, err := ctl.Send(first); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
 	}
 	bctx, cancel := context.WithTimeout(ctx, BootTimeout)
 	defer cancel()
 	waitErr := make(chan error, 1)
-	go func() { waitErr <- ctl.Wait(bctx, 0, true) }() // owner: Create; ends with bctx
+	if from == nil {
+		first := newIdentity(spec, key, addr)
+		first.Argv, first.Env, first.Processes = spec.Init, spec.Env, spec.Limits.Processes
+		if _, err := ctl.Send(first); err != nil {
+			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
+		}
+		go func() { waitErr <- ctl.Wait(bctx, 0, true) }() // owner: boot; ends with bctx
+	} else {
+		go func() { waitErr <- d.wake(bctx, spec.ID, newIdentity(spec, key, addr)) }() // owner: boot; ends with bctx
+	}
 	select {
 	case err = <-waitErr:
 	case <-exited(bctx, pid):
@@ -263,8 +287,20 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s did not boot: %w: %s", spec.ID, err, sandboxdir.Tail(filepath.Join(dir, "console.log")))
 	}
 	c.Release()
-	d.log.Debug("vm up", "sandbox", spec.ID, "prepare", tPrep, "boot", time.Since(t0)-tPrep)
+	d.log.Debug("vm up", "sandbox", spec.ID, "restored", from != nil, "prepare", tPrep, "boot", time.Since(t0)-tPrep)
 	return runtime.Sandbox{ID: spec.ID, PID: pid, CreatedAt: time.Now()}, nil
+}
+
+// machine is what QEMU is started with.
+type machine struct {
+	MemoryMiB int64
+	CPUs      int
+	MAC       string
+	Kernel    string
+	Initramfs string
+	Root      string
+	tap       *os.File // nil: no network
+	incoming  *os.File // the migration stream to restore, or nil
 }
 
 // exited closes its channel when process pid exits.
@@ -451,7 +487,8 @@ func listenUnix(path string) (*os.File, error) {
 }
 
 // start starts QEMU paused, puts it in its cgroups, and lets the guest run. It returns QEMU's PID.
-func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir, root, initrd, disk string, tap *os.File) (int, error) {
+func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m machine) (int, error) {
+	disk := filepath.Join(dir, "disk.img")
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -469,15 +506,15 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir, root, initrd
 		}
 		return fd(f), nil
 	}
-	kernelFD, err := open(d.kernel.Image, os.O_RDONLY)
+	kernelFD, err := open(m.Kernel, os.O_RDONLY)
 	if err != nil {
 		return 0, err
 	}
-	initrdFD, err := open(initrd, os.O_RDONLY)
+	initrdFD, err := open(m.Initramfs, os.O_RDONLY)
 	if err != nil {
 		return 0, err
 	}
-	rootFD, err := open(root, os.O_RDONLY)
+	rootFD, err := open(m.Root, os.O_RDONLY)
 	if err != nil {
 		return 0, err
 	}
@@ -500,8 +537,6 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir, root, initrd
 		socks[s] = fd(f)
 	}
 	l := spec.Limits
-	cpus := int((l.CPUMillis + 999) / 1000)
-	memMiB := l.MemoryBytes >> 20
 	accel := "tcg,tb-size=64"
 	if d.accel == "kvm" {
 		accel = "kvm"
@@ -511,14 +546,14 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir, root, initrd
 	args := []string{
 		"-name", "airlock-" + spec.ID, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-S",
 		"-M", "microvm,pit=on,pic=on,rtc=on,isa-serial=on", "-accel", accel, "-cpu", "max",
-		"-smp", strconv.Itoa(cpus), "-m", strconv.FormatInt(memMiB, 10) + "M",
+		"-smp", strconv.Itoa(m.CPUs), "-m", strconv.FormatInt(m.MemoryMiB, 10) + "M",
 		"-kernel", fmt.Sprintf("/proc/self/fd/%d", kernelFD), "-initrd", fmt.Sprintf("/proc/self/fd/%d", initrdFD),
 		"-append", appendArgs,
 		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
 		"-add-fd", fmt.Sprintf("fd=%d,set=1", rootFD), "-add-fd", fmt.Sprintf("fd=%d,set=2", diskFD), "-add-fd", fmt.Sprintf("fd=%d,set=2", diskROFD),
-		"-drive", "id=root,if=none,file=/dev/fdset/1,format=raw,readonly=on",
+		"-drive", "id=root,if=none,file=/dev/fdset/1,format=raw,readonly=on,file.locking=off",
 		"-device", "virtio-blk-device,drive=root,serial=" + "airlock-root",
-		"-drive", "id=disk,if=none,file=/dev/fdset/2,format=raw,discard=unmap",
+		"-drive", "id=disk,if=none,file=/dev/fdset/2,format=raw,discard=unmap,file.locking=off",
 		"-device", "virtio-blk-device,drive=disk,serial=" + "airlock-disk",
 		"-device", "virtio-serial-device,max_ports=3",
 		"-chardev", fmt.Sprintf("socket,id=link,fd=%d,server=on,wait=off", socks["link"]),
@@ -530,9 +565,21 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir, root, initrd
 		"-device", "virtio-rng-device",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 	}
-	if tap != nil {
+	if m.tap != nil {
+		// A dup: the caller closes its own.
+		tap, err := dupFile(m.tap)
+		if err != nil {
+			return 0, err
+		}
 		args = append(args, "-netdev", fmt.Sprintf("tap,id=net,fd=%d,vhost=off", fd(tap)),
-			"-device", "virtio-net-device,netdev=net,mac="+randomMAC())
+			"-device", "virtio-net-device,netdev=net,mac="+m.MAC)
+	}
+	if m.incoming != nil {
+		in, err := dupFile(m.incoming)
+		if err != nil {
+			return 0, err
+		}
+		args = append(args, "-incoming", fmt.Sprintf("fd:%d", fd(in)))
 	}
 	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -566,10 +613,52 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir, root, initrd
 		return pid, fmt.Errorf("monitor: %w: %s", err, sandboxdir.Tail(filepath.Join(dir, "console.log")))
 	}
 	defer q.Close()
+	if m.incoming != nil {
+		if err := waitIncoming(ctx, q); err != nil {
+			return pid, fmt.Errorf("restore: %w: %s", err, sandboxdir.Tail(filepath.Join(dir, "console.log")))
+		}
+	}
 	if _, err := q.Execute(ctx, "cont", nil); err != nil {
 		return pid, err
 	}
 	return pid, nil
+}
+
+// waitIncoming waits until QEMU took in the migration stream it restores.
+func waitIncoming(ctx context.Context, q *qmp) error {
+	for {
+		raw, err := q.Execute(ctx, "query-status", nil)
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return err
+		}
+		switch st.Status {
+		case "inmigrate":
+		case "paused", "prelaunch":
+			return nil
+		default:
+			return fmt.Errorf("QEMU is %s after taking in the image", st.Status)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// dupFile returns a new descriptor of f's file.
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
 // randomMAC is a locally administered unicast address.
@@ -648,7 +737,8 @@ func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) 
 		return runtime.Status{}, fmt.Errorf("qemu: sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	if _, ok := d.alive(id); ok {
-		return runtime.Status{Running: true}, nil
+		_, err := os.Stat(filepath.Join(d.dir(id), pausedFile))
+		return runtime.Status{Running: true, Paused: err == nil}, nil
 	}
 	return runtime.Status{Reason: d.stopReason(id)}, nil
 }

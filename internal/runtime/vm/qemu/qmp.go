@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // qmp is a client of QEMU's machine protocol (QMP) on a unix socket: one command at a time, events
@@ -52,6 +55,16 @@ func (q *qmp) Execute(ctx context.Context, command string, args any) (json.RawMe
 	if _, err := q.conn.Write(append(b, '\n')); err != nil {
 		return nil, fmt.Errorf("qmp %s: %w", command, err)
 	}
+	return q.read(command)
+}
+
+func (q *qmp) readReturn(command string) error {
+	_, err := q.read(command)
+	return err
+}
+
+// read reads the answer to command, skipping events.
+func (q *qmp) read(command string) (json.RawMessage, error) {
 	for {
 		line, err := q.r.ReadBytes('\n')
 		if err != nil {
@@ -80,3 +93,17 @@ func (q *qmp) Execute(ctx context.Context, command string, args any) (json.RawMe
 
 // Close closes the connection.
 func (q *qmp) Close() error { return q.conn.Close() }
+
+// SendFD gives QEMU a descriptor of f under name (QMP's getfd, the descriptor passed with the command).
+func (q *qmp) SendFD(ctx context.Context, name string, f *os.File) error {
+	uc, ok := q.conn.(*net.UnixConn)
+	if !ok {
+		return fmt.Errorf("qmp getfd: not a unix socket")
+	}
+	b, _ := json.Marshal(map[string]any{"execute": "getfd", "arguments": map[string]string{"fdname": name}})
+	_ = q.conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, _, err := uc.WriteMsgUnix(append(b, '\n'), unix.UnixRights(int(f.Fd())), nil); err != nil {
+		return fmt.Errorf("qmp getfd: %w", err)
+	}
+	return q.readReturn("getfd")
+}

@@ -1,0 +1,322 @@
+package qemu
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/cleanup"
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/runtime/sandboxdir"
+	"github.com/airlockrun/airlock/internal/runtime/vm"
+)
+
+// A checkpoint of a VM is QEMU's own: its migration stream (the guest's RAM and every device's state)
+// written to a file while the guest is stopped, and a copy of its writable disk taken at the same
+// moment. A restore starts a new QEMU of the same machine that takes the stream in (-incoming), over a
+// copy of the disk, and gives the guest its new identity (link key, address, host name, clock,
+// entropy) over the control port: several restores of one image are a fork.
+
+// Files of a checkpoint image.
+const (
+	ImageFile  = "qemu.json" // what the machine was: imageRecord
+	MemoryFile = "memory"    // the migration stream
+	DiskFile   = "disk.img"  // the writable disk, sparse
+)
+
+// imageRecord is the machine a checkpoint was made of: a restore must build the same one.
+type imageRecord struct {
+	Driver    string `json:"driver"`
+	MemoryMiB int64  `json:"memory_mib"`
+	CPUs      int    `json:"cpus"`
+	MAC       string `json:"mac"`
+	Network   bool   `json:"network"`
+	Kernel    string `json:"kernel"`
+	Initramfs string `json:"initramfs"`
+}
+
+var (
+	_ runtime.Checkpointer = (*Driver)(nil)
+	_ runtime.Restorer     = (*Driver)(nil)
+	_ runtime.Pauser       = (*Driver)(nil)
+)
+
+// pausedFile marks a VM a checkpoint left stopped.
+const pausedFile = "paused"
+
+// Checkpoint stops the guest, writes its memory and devices and its disk into imageDir, and lets it run
+// on with opts.LeaveRunning (then wakes its daemon); otherwise it stays stopped until Unpause or
+// Destroy. See runtime.Checkpointer.
+func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runtime.CheckpointOptions) error {
+	if !sandboxdir.IDPattern.MatchString(id) {
+		return fmt.Errorf("qemu: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	dir := d.dir(id)
+	var rec imageRecord
+	if err := readJSON(filepath.Join(dir, "machine.json"), &rec); err != nil {
+		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
+	}
+	if err := os.MkdirAll(imageDir, 0o700); err != nil {
+		return err
+	}
+	start := time.Now()
+	q, err := dialQMP(ctx, filepath.Join(dir, "qmp.sock"))
+	if err != nil {
+		return fmt.Errorf("qemu: checkpoint %s: monitor: %w", id, err)
+	}
+	defer q.Close()
+	if _, err := q.Execute(ctx, "stop", nil); err != nil {
+		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
+	}
+	resume := func() {
+		if _, err := q.Execute(context.WithoutCancel(ctx), "cont", nil); err != nil {
+			d.log.Warn("resume after a failed checkpoint", "sandbox", id, "err", err)
+		}
+	}
+	mem, err := os.OpenFile(filepath.Join(imageDir, MemoryFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		resume()
+		return err
+	}
+	err = d.migrate(ctx, q, mem)
+	mem.Close()
+	if err != nil {
+		resume()
+		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
+	}
+	tMem := time.Since(start)
+	if err := copySparse(filepath.Join(dir, "disk.img"), filepath.Join(imageDir, DiskFile)); err != nil {
+		resume()
+		return fmt.Errorf("qemu: checkpoint %s: disk: %w", id, err)
+	}
+	if err := writeJSON(filepath.Join(imageDir, ImageFile), rec); err != nil {
+		resume()
+		return err
+	}
+	if err := sandboxdir.SyncTree(imageDir); err != nil {
+		resume()
+		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
+	}
+	tDisk := time.Since(start) - tMem
+	if !opts.LeaveRunning {
+		if err := os.WriteFile(filepath.Join(dir, pausedFile), nil, 0o600); err != nil {
+			return err
+		}
+		d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "disk", tDisk)
+		return nil
+	}
+	if _, err := q.Execute(ctx, "cont", nil); err != nil {
+		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
+	}
+	if err := d.wake(ctx, id, proto.VMControl{}); err != nil {
+		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
+	}
+	d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "disk", tDisk, "resume", time.Since(start)-tMem-tDisk)
+	return nil
+}
+
+// migrate writes the stopped guest's migration stream to f and waits until it is complete.
+func (d *Driver) migrate(ctx context.Context, q *qmp, f *os.File) error {
+	// A stopped guest is copied in one pass; QEMU's default bandwidth cap (for live migration over a
+	// network) would make it take seconds.
+	if _, err := q.Execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(64) << 30}); err != nil {
+		return err
+	}
+	if err := q.SendFD(ctx, "migfile", f); err != nil {
+		return err
+	}
+	if _, err := q.Execute(ctx, "migrate", map[string]any{"uri": "fd:migfile"}); err != nil {
+		return err
+	}
+	for {
+		raw, err := q.Execute(ctx, "query-migrate", nil)
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Status    string `json:"status"`
+			ErrorDesc string `json:"error-desc"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return err
+		}
+		switch st.Status {
+		case "completed":
+			return nil
+		case "failed", "cancelled":
+			return fmt.Errorf("migration %s: %s", st.Status, st.ErrorDesc)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// wake sends the daemon m with Wake set (and whatever identity m gives) and waits until it applied it.
+func (d *Driver) wake(ctx context.Context, id string, m proto.VMControl) error {
+	ctl, err := d.control(ctx, id)
+	if err != nil {
+		return err
+	}
+	m.Wake = true
+	if m.UnixNano == 0 {
+		m.UnixNano = time.Now().UnixNano()
+	}
+	seq, err := ctl.Send(m)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return ctl.Wait(wctx, seq, false)
+}
+
+// control returns the VM's control connection, making it if the driver has none (after a restart).
+func (d *Driver) control(ctx context.Context, id string) (*vm.Control, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.ctls[id]; c != nil {
+		return c, nil
+	}
+	c, err := vm.DialControl(ctx, filepath.Join(d.dir(id), "ctl.sock"))
+	if err != nil {
+		return nil, fmt.Errorf("control port: %w", err)
+	}
+	d.ctls[id] = c
+	return c, nil
+}
+
+// Unpause lets a VM a checkpoint left stopped run again and wakes its daemon. See runtime.Pauser.
+func (d *Driver) Unpause(ctx context.Context, id string) error {
+	if !sandboxdir.IDPattern.MatchString(id) {
+		return fmt.Errorf("qemu: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	dir := d.dir(id)
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("qemu: sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	q, err := dialQMP(ctx, filepath.Join(dir, "qmp.sock"))
+	if err != nil {
+		return fmt.Errorf("qemu: unpause %s: monitor: %w", id, err)
+	}
+	defer q.Close()
+	if _, err := q.Execute(ctx, "cont", nil); err != nil {
+		return fmt.Errorf("qemu: unpause %s: %w", id, err)
+	}
+	os.Remove(filepath.Join(dir, pausedFile))
+	if err := d.wake(ctx, id, proto.VMControl{}); err != nil {
+		return fmt.Errorf("qemu: unpause %s: %w", id, err)
+	}
+	return nil
+}
+
+// Restore boots spec.ID from the checkpoint in imageDir: a new QEMU of the same machine takes in the
+// guest's memory and devices over a copy of its disk, then the guest gets spec's identity. The
+// machine's RAM and vCPUs are the image's, whatever spec.Limits say of them. See runtime.Restorer.
+func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string) (runtime.Sandbox, error) {
+	var rec imageRecord
+	err := readJSON(filepath.Join(imageDir, ImageFile), &rec)
+	if err == nil && rec.Driver != "qemu" {
+		err = errors.New("not made by the qemu driver")
+	}
+	if err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("qemu: restore %s: image %s: %v: %w", spec.ID, imageDir, err, errdefs.ErrInvalidArgument)
+	}
+	return d.boot(ctx, spec, &restoreFrom{dir: imageDir, rec: rec})
+}
+
+// restoreFrom is the image a boot restores.
+type restoreFrom struct {
+	dir string
+	rec imageRecord
+}
+
+// copySparse copies the file from into a new file to, leaving holes where from has them.
+func copySparse(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	c := cleanup.Make(func() { os.Remove(to) })
+	defer c.Clean()
+	defer dst.Close()
+	size := fi.Size()
+	if err := dst.Truncate(size); err != nil {
+		return err
+	}
+	fd := int(src.Fd())
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole from here on
+		}
+		if err != nil {
+			return err
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(io.NewOffsetWriter(dst, data), io.NewSectionReader(src, data, hole-data)); err != nil {
+			return err
+		}
+		off = hole
+	}
+	if err := dst.Sync(); err != nil {
+		return err
+	}
+	c.Release()
+	return nil
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// newIdentity is what a restored guest is told of itself: a fresh link key and the rest of spec's
+// identity.
+func newIdentity(spec runtime.Spec, key []byte, addr netAddr) proto.VMControl {
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.ID
+	}
+	m := proto.VMControl{Key: key, ControlEnv: spec.ControlEnv, Hostname: hostname, UnixNano: time.Now().UnixNano(),
+		Seed: randBytes(64), MachineID: hex.EncodeToString(randBytes(16))}
+	if addr.IsValid() {
+		m.Address, m.Gateway = addr.String(), addr.gateway.String()
+	}
+	return m
+}
