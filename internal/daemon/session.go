@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -57,6 +58,8 @@ type hangUpper interface {
 func (s *session) close() {
 	s.cancel()
 	if h, ok := s.conn.(hangUpper); ok {
+		// A write blocked on a node that does not read holds wmu: it gives up in a moment.
+		_ = s.conn.SetWriteDeadline(time.Now().Add(time.Second))
 		s.mu.Lock()
 		last := s.last
 		s.mu.Unlock()

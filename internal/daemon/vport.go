@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
 )
 
 // A microVM's daemon reaches its node over virtio-serial ports (see proto.VMLinkPort): one character
@@ -223,11 +224,19 @@ func (c *vportConn) HangUp(frame []byte) {
 	c.wmu.Unlock()
 	c.end()
 }
-func (c *vportConn) LocalAddr() net.Addr              { return vportAddr{} }
-func (c *vportConn) RemoteAddr() net.Addr             { return vportAddr{} }
-func (c *vportConn) SetDeadline(time.Time) error      { return nil }
-func (c *vportConn) SetReadDeadline(time.Time) error  { return nil }
-func (c *vportConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *vportConn) LocalAddr() net.Addr             { return vportAddr{} }
+func (c *vportConn) RemoteAddr() net.Addr            { return vportAddr{} }
+func (c *vportConn) SetDeadline(time.Time) error     { return nil }
+func (c *vportConn) SetReadDeadline(time.Time) error { return nil }
+
+// SetWriteDeadline bounds the writes in progress and to come (the port's; the next connection's
+// handshake sets its own).
+func (c *vportConn) SetWriteDeadline(t time.Time) error {
+	if c.ended() {
+		return nil
+	}
+	return c.p.f.SetWriteDeadline(t)
+}
 
 // vmControl reads the node's control messages (proto.VMControl) from the control port and applies
 // them: the link key, environment and wake file go into the control directory dir (a tmpfs of the
@@ -254,8 +263,13 @@ func (v *vmControl) run() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		if err != nil {
+		if errors.Is(err, errdefs.ErrInvalidArgument) {
 			v.log.Warn("control message", "err", err)
+			continue
+		}
+		if err != nil {
+			v.log.Debug("control port", "err", err)
+			time.Sleep(50 * time.Millisecond)
 			continue
 		}
 		if err := v.apply(&m); err != nil {

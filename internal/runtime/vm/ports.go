@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -33,9 +34,31 @@ func DialLink(ctx context.Context, socket string) (net.Conn, error) {
 	_ = conn.SetDeadline(deadline)
 	nonce := make([]byte, proto.VMNonceSize)
 	rand.Read(nonce)
-	if _, err := conn.Write(append(append([]byte(nil), proto.VMSync...), nonce...)); err != nil {
+	sync := append(append([]byte(nil), proto.VMSync...), nonce...)
+	// The sync goes out again every moment until the ack comes: the daemon may still have been
+	// reading the port for an earlier connection when the first one arrived.
+	stop := make(chan struct{})
+	defer close(stop)
+	var werr error
+	if _, werr = conn.Write(sync); werr == nil {
+		go func() { // owner: DialLink; ends with the handshake
+			t := time.NewTicker(300 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					if _, err := conn.Write(sync); err != nil {
+						return
+					}
+				}
+			}
+		}()
+	}
+	if werr != nil {
 		conn.Close()
-		return nil, fmt.Errorf("link handshake: %w", err)
+		return nil, fmt.Errorf("link handshake: %w", werr)
 	}
 	if err := proto.SkipTo(conn, proto.VMAck, nonce); err != nil {
 		conn.Close()
@@ -53,6 +76,7 @@ type Control struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	seq    int64            // guarded by mu: the last message sent
+	acked  int64            // guarded by mu: the connection's first seq, less one: reports below it are stale
 	report proto.VMReport   // guarded by mu: the daemon's last report
 	errs   map[int64]string // guarded by mu: why messages were refused
 	err    error            // guarded by mu: why the connection ended
@@ -66,7 +90,12 @@ func DialControl(ctx context.Context, socket string) (*Control, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Control{conn: conn, errs: map[int64]string{}}
+	// Sequence numbers start at a random point, so that no report of an earlier connection (or of
+	// the image a VM was restored from) answers a message of this one.
+	var b [4]byte
+	rand.Read(b[:])
+	base := int64(binary.BigEndian.Uint32(b[:])) << 16
+	c := &Control{conn: conn, errs: map[int64]string{}, seq: base, acked: base}
 	c.cond = sync.NewCond(&c.mu)
 	go c.read() // owner: c; ends when the connection closes
 	return c, nil
@@ -87,11 +116,17 @@ func (c *Control) read() {
 			c.mu.Unlock()
 			return
 		}
-		if rep.Error != "" {
-			if len(c.errs) < 64 {
+		switch {
+		case rep.Seq > c.seq || (rep.Seq != 0 && rep.Seq < c.acked):
+			// A report of a message never sent on this connection: a lie, or stale.
+		case rep.Error != "":
+			if len(c.errs) < 16 {
+				if len(rep.Error) > 256 {
+					rep.Error = rep.Error[:256]
+				}
 				c.errs[rep.Seq] = rep.Error
 			}
-		} else {
+		default:
 			c.report = rep
 		}
 		c.cond.Broadcast()
@@ -107,15 +142,17 @@ func (c *Control) Send(m proto.VMControl) (int64, error) {
 	c.seq++
 	m.Seq = c.seq
 	c.mu.Unlock()
-	_ = c.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	// A guest still booting reads its first message late.
+	_ = c.conn.SetWriteDeadline(time.Now().Add(BootWriteTimeout))
 	if err := proto.WriteVMLine(c.conn, m); err != nil {
 		return 0, fmt.Errorf("vm control: %w", err)
 	}
 	return m.Seq, nil
 }
 
-// Wait waits until the daemon reports that it applied message seq (or a later one) and, if listening,
-// that it accepts link connections. A message the daemon refused is an error.
+// Wait waits until the daemon reports that it applied message seq (or a later one; 0: any report)
+// and, if listening, that it accepts link connections. A message the daemon refused is an error.
+// Reports are the guest's word: they say when, never what.
 func (c *Control) Wait(ctx context.Context, seq int64, listening bool) error {
 	stop := context.AfterFunc(ctx, func() {
 		c.mu.Lock()
@@ -127,9 +164,10 @@ func (c *Control) Wait(ctx context.Context, seq int64, listening bool) error {
 	defer c.mu.Unlock()
 	for {
 		if e, ok := c.errs[seq]; ok {
-			return fmt.Errorf("the guest refused control message %d: %s: %w", seq, e, errdefs.ErrFailedPrecondition)
+			delete(c.errs, seq)
+			return fmt.Errorf("the guest refused control message %d: %q: %w", seq, e, errdefs.ErrFailedPrecondition)
 		}
-		if c.report.Seq >= seq && (!listening || c.report.Listening) {
+		if (seq == 0 || c.report.Seq >= seq) && (!listening || c.report.Listening) {
 			return nil
 		}
 		if c.err != nil {
@@ -141,6 +179,10 @@ func (c *Control) Wait(ctx context.Context, seq int64, listening bool) error {
 		c.cond.Wait()
 	}
 }
+
+// BootWriteTimeout bounds the writing of one control message, which a guest under emulation may start
+// to read only once it has booted.
+const BootWriteTimeout = time.Minute
 
 // Close closes the connection.
 func (c *Control) Close() error { return c.conn.Close() }

@@ -96,6 +96,11 @@ func TestControl(t *testing.T) {
 			}
 			got <- m
 			c.Write([]byte("garbage\n" + strings.Repeat("x", 100) + "\n"))
+			if m.Hostname == "forge" {
+				// A report of a message never sent, claiming the daemon listens.
+				proto.WriteVMLine(c, proto.VMReport{Seq: m.Seq + 1000, Listening: true})
+				continue
+			}
 			if m.Hostname == "refuse" {
 				proto.WriteVMLine(c, proto.VMReport{Seq: m.Seq, Error: "no"})
 				continue
@@ -109,19 +114,26 @@ func TestControl(t *testing.T) {
 	}
 	defer c.Close()
 	seq, err := c.Send(proto.VMControl{Hostname: "a"})
-	if err != nil || seq != 1 {
+	if err != nil || seq <= 0 {
 		t.Fatalf("Send: %d, %v", seq, err)
 	}
 	if err := c.Wait(t.Context(), seq, false); err != nil {
 		t.Fatal(err)
 	}
-	if m := <-got; m.Seq != 1 || m.Hostname != "a" {
+	if m := <-got; m.Seq != seq || m.Hostname != "a" {
 		t.Errorf("the guest got %+v", m)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	if err := c.Wait(ctx, seq, true); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Wait for listening before the daemon listens: %v", err)
+	}
+	fseq, _ := c.Send(proto.VMControl{Hostname: "forge"})
+	<-got
+	ctx2, cancel2 := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel2()
+	if err := c.Wait(ctx2, fseq, true); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait after a forged report: %v; want it to go on waiting", err)
 	}
 	seq, _ = c.Send(proto.VMControl{Wake: true})
 	if err := c.Wait(t.Context(), seq, true); err != nil {

@@ -79,7 +79,14 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
 	}
 	resume := func() {
-		if _, err := q.Execute(context.WithoutCancel(ctx), "cont", nil); err != nil {
+		// A migration that failed half-way may still run: cancel it first, or it would stop the
+		// guest again when it completes.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := cancelMigration(rctx, q); err != nil {
+			d.log.Warn("cancel a failed checkpoint's migration", "sandbox", id, "err", err)
+		}
+		if _, err := q.Execute(rctx, "cont", nil); err != nil {
 			d.log.Warn("resume after a failed checkpoint", "sandbox", id, "err", err)
 		}
 	}
@@ -118,15 +125,18 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 	if _, err := q.Execute(ctx, "cont", nil); err != nil {
 		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
 	}
-	if err := d.wake(ctx, id, proto.VMControl{}); err != nil {
-		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
-	}
+	d.wakeSoon(ctx, id)
 	d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "disk", tDisk, "resume", time.Since(start)-tMem-tDisk)
 	return nil
 }
 
+// migrationTimeout bounds a checkpoint's migration, for a QEMU that never finishes one.
+const migrationTimeout = 10 * time.Minute
+
 // migrate writes the stopped guest's migration stream to f and waits until it is complete.
 func (d *Driver) migrate(ctx context.Context, q *qmp, f *os.File) error {
+	ctx, cancel := context.WithTimeout(ctx, migrationTimeout)
+	defer cancel()
 	// A stopped guest is copied in one pass; QEMU's default bandwidth cap (for live migration over a
 	// network) would make it take seconds.
 	if _, err := q.Execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(64) << 30}); err != nil {
@@ -164,6 +174,46 @@ func (d *Driver) migrate(ctx context.Context, q *qmp, f *os.File) error {
 	}
 }
 
+// cancelMigration cancels a migration in progress, if any, and waits until it ended.
+func cancelMigration(ctx context.Context, q *qmp) error {
+	for i := 0; ; i++ {
+		raw, err := q.Execute(ctx, "query-migrate", nil)
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return err
+		}
+		switch st.Status {
+		case "", "none", "completed", "failed", "cancelled":
+			return nil
+		}
+		if i == 0 {
+			if _, err := q.Execute(ctx, "migrate_cancel", nil); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// wakeSoon wakes the daemon of a guest that runs again, as far as the guest lets it: a guest that does
+// not answer only stays unreachable itself, so its silence is logged, not an error.
+func (d *Driver) wakeSoon(ctx context.Context, id string) {
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := d.wake(wctx, id, proto.VMControl{}); err != nil {
+		d.log.Warn("the guest did not confirm its wake", "sandbox", id, "err", err)
+	}
+}
+
 // wake sends the daemon m with Wake set (and whatever identity m gives) and waits until it applied it.
 func (d *Driver) wake(ctx context.Context, id string, m proto.VMControl) error {
 	ctl, err := d.control(ctx, id)
@@ -186,15 +236,19 @@ func (d *Driver) wake(ctx context.Context, id string, m proto.VMControl) error {
 // control returns the VM's control connection, making it if the driver has none (after a restart).
 func (d *Driver) control(ctx context.Context, id string) (*vm.Control, error) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if c := d.ctls[id]; c != nil {
+	c := d.ctls[id]
+	d.mu.Unlock()
+	if c != nil {
 		return c, nil
 	}
+	// Dialled without the lock; calls for one ID are serialized by the caller.
 	c, err := vm.DialControl(ctx, filepath.Join(d.dir(id), "ctl.sock"))
 	if err != nil {
 		return nil, fmt.Errorf("control port: %w", err)
 	}
+	d.mu.Lock()
 	d.ctls[id] = c
+	d.mu.Unlock()
 	return c, nil
 }
 
@@ -212,13 +266,14 @@ func (d *Driver) Unpause(ctx context.Context, id string) error {
 		return fmt.Errorf("qemu: unpause %s: monitor: %w", id, err)
 	}
 	defer q.Close()
+	if err := cancelMigration(ctx, q); err != nil {
+		return fmt.Errorf("qemu: unpause %s: %w", id, err)
+	}
 	if _, err := q.Execute(ctx, "cont", nil); err != nil {
 		return fmt.Errorf("qemu: unpause %s: %w", id, err)
 	}
 	os.Remove(filepath.Join(dir, pausedFile))
-	if err := d.wake(ctx, id, proto.VMControl{}); err != nil {
-		return fmt.Errorf("qemu: unpause %s: %w", id, err)
-	}
+	d.wakeSoon(ctx, id)
 	return nil
 }
 

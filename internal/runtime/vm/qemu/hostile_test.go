@@ -79,7 +79,7 @@ func run(t testing.TB, c *link.Client, script string) proto.ExecResult {
 }
 
 // TestHostileGuest: root in a VM owns its guest kernel, so the boundary is QEMU and the host. QEMU runs
-// as no user of the host's, with no capability, under seccomp, in namespaces of its own (no network);
+// as no user of the host's (nor another VM's), with no capability, under seccomp, in namespaces of its own (no network);
 // the guest's root cannot take the daemon's ports; and a guest that crashes its own kernel stops only
 // itself, leaving nothing once destroyed, while a second VM runs on (the positive control, with the
 // first VM's exec before the attacks).
@@ -123,7 +123,15 @@ func TestHostileGuest(t *testing.T) {
 			}
 		}
 	}
-	for _, ns := range []string{"net", "mnt", "ipc", "uts"} {
+	otherPID, err := os.ReadFile(filepath.Join(dir, "runtime", "sandboxes", other, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherStatus, _ := os.ReadFile("/proc/" + strings.TrimSpace(string(otherPID)) + "/status")
+	if uidLine(status) == "" || uidLine(status) == uidLine(otherStatus) {
+		t.Errorf("two VMs' QEMUs share a uid: %q and %q", uidLine(status), uidLine(otherStatus))
+	}
+	for _, ns := range []string{"net", "mnt", "ipc", "uts", "pid"} {
 		mine, _ := os.Readlink("/proc/self/ns/" + ns)
 		its, err := os.Readlink("/proc/" + pid + "/ns/" + ns)
 		if err != nil || its == mine {
@@ -155,7 +163,16 @@ func TestHostileGuest(t *testing.T) {
 	if left := runtimetest.Leftovers(id, filepath.Join(dir, "runtime")); len(left) > 0 {
 		t.Errorf("destroy of the crashed VM left: %s", strings.Join(left, "; "))
 	}
-	_ = other
+}
+
+// uidLine is the Uid line of a /proc/PID/status.
+func uidLine(status []byte) string {
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "Uid:") {
+			return line
+		}
+	}
+	return ""
 }
 
 // restore restores the image at img as a new VM in a network namespace of its own and connects to it;

@@ -18,8 +18,8 @@
 //   - limits: the guest's RAM is the memory limit (a hard cap: the guest's kernel kills inside it),
 //     vCPUs and a CPU quota on QEMU's cgroup, the disk's size.
 //
-// QEMU itself runs unprivileged (Config.UID, never root), in new mount, network, IPC and UTS
-// namespaces (so with no network of its own), under its seccomp sandbox (-sandbox on with every
+// QEMU itself runs unprivileged, as a uid of its own (from Config.UIDBase, never root, never another
+// VM's), in new PID, mount, network, IPC and UTS namespaces (so with no network of its own), under its seccomp sandbox (-sandbox on with every
 // option denied), with no file of the host's opened by name but its binary, libraries and the
 // read-only kernel and firmware: every disk, socket and the tap are descriptors the node opened.
 //
@@ -39,12 +39,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -76,16 +79,20 @@ type Config struct {
 	DaemonBinary string
 	// CgroupParent is the cgroup under which each VM's QEMU gets its own. Empty: "/airlock-vm".
 	CgroupParent string
-	// UID is the host uid (and gid) QEMU runs as. Zero: DefaultUID.
-	UID int
+	// UIDBase is the first of the UIDCount host uids (and gids) QEMUs run as, one per VM. Zero:
+	// DefaultUIDBase.
+	UIDBase int
 	// Accel is "kvm", "tcg", or empty to probe (ProbeKVM).
 	Accel string
 	// Logger receives the driver's logs. Nil: slog.Default().
 	Logger *slog.Logger
 }
 
-// DefaultUID is the uid QEMU runs as: no user of the host's, and apart from runc's range.
-const DefaultUID = 1<<30 - 2
+// DefaultUIDBase is the first uid QEMUs run as: no user of the host's, and apart from runc's range.
+const DefaultUIDBase = 1 << 29
+
+// UIDCount is how many uids a node's VMs have: at most that many VMs at once.
+const UIDCount = 65536
 
 // BootTimeout bounds a boot, from QEMU's start to the daemon listening: under emulation a guest takes
 // seconds.
@@ -130,8 +137,11 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = "/airlock-vm"
 	}
-	if cfg.UID == 0 {
-		cfg.UID = DefaultUID
+	if cfg.UIDBase == 0 {
+		cfg.UIDBase = DefaultUIDBase
+	}
+	if cfg.UIDBase < 1<<16 || cfg.UIDBase > 1<<31-UIDCount {
+		return nil, fmt.Errorf("qemu: UIDBase %d is not a range of its own: %w", cfg.UIDBase, errdefs.ErrInvalidArgument)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -141,7 +151,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
 	cfg.StateDir = abs
-	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "sandboxes")} {
+	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "sandboxes"), filepath.Join(cfg.StateDir, "uids")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("qemu: %w", err)
 		}
@@ -232,7 +242,16 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom)
 		// The same machine as the image's: its RAM, vCPUs, MAC, kernel and initramfs (their sizes are
 		// part of the machine QEMU restores).
 		r := from.rec
-		m.MemoryMiB, m.CPUs, m.MAC, m.Kernel, m.Initramfs = r.MemoryMiB, r.CPUs, r.MAC, r.Kernel, r.Initramfs
+		m.MemoryMiB, m.CPUs, m.MAC = r.MemoryMiB, r.CPUs, r.MAC
+		if m.Kernel, m.Initramfs, err = d.imageBoot(r); err != nil {
+			return runtime.Sandbox{}, fmt.Errorf("qemu: restore %s: %w", spec.ID, err)
+		}
+		if r.MemoryMiB <= 0 || r.MemoryMiB > 1<<20 || r.CPUs <= 0 || r.CPUs > 64 {
+			return runtime.Sandbox{}, fmt.Errorf("qemu: restore %s: the image's machine (%d MiB, %d vCPUs) is out of range: %w", spec.ID, r.MemoryMiB, r.CPUs, errdefs.ErrInvalidArgument)
+		}
+		// The limits are the machine's: its RAM and vCPUs cannot change.
+		spec.Limits.MemoryBytes = r.MemoryMiB << 20
+		spec.Limits.CPUMillis = min(spec.Limits.CPUMillis, int64(r.CPUs)*1000)
 		if err := copySparse(filepath.Join(from.dir, DiskFile), disk); err != nil {
 			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s disk: %w", spec.ID, err)
 		}
@@ -251,13 +270,19 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom)
 		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s network: %w", spec.ID, err)
 	}
 	defer tap.Close()
-	m.tap = tap
+	m.tap, m.mtu = tap, addr.mtu
+	if from != nil && from.rec.Network != (tap != nil) {
+		return runtime.Sandbox{}, fmt.Errorf("qemu: restore %s: the image's machine had a network device %t, this one %t: %w", spec.ID, from.rec.Network, tap != nil, errdefs.ErrFailedPrecondition)
+	}
+	if m.uid, err = d.takeUID(spec.ID); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
+	}
 	if err := writeJSON(filepath.Join(dir, "machine.json"), imageRecord{Driver: "qemu", MemoryMiB: m.MemoryMiB, CPUs: m.CPUs,
-		MAC: m.MAC, Network: tap != nil, Kernel: m.Kernel, Initramfs: m.Initramfs}); err != nil {
+		MAC: m.MAC, Network: tap != nil, Kernel: filepath.Base(m.Kernel), Initramfs: filepath.Base(m.Initramfs)}); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("qemu: %w", err)
 	}
 	tPrep := time.Since(t0)
-	pid, err := d.start(ctx, spec, dir, m)
+	pid, done, err := d.start(ctx, spec, dir, m)
 	if err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
 	}
@@ -280,11 +305,11 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom)
 	}
 	select {
 	case err = <-waitErr:
-	case <-exited(bctx, pid):
+	case <-done:
 		err = errors.New("QEMU exited")
 	}
 	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s did not boot: %w: %s", spec.ID, err, sandboxdir.Tail(filepath.Join(dir, "console.log")))
+		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s did not boot: %w: %s", spec.ID, err, d.console(ctx, dir))
 	}
 	c.Release()
 	d.log.Debug("vm up", "sandbox", spec.ID, "restored", from != nil, "prepare", tPrep, "boot", time.Since(t0)-tPrep)
@@ -300,18 +325,48 @@ type machine struct {
 	Initramfs string
 	Root      string
 	tap       *os.File // nil: no network
+	mtu       int      // the tap's
 	incoming  *os.File // the migration stream to restore, or nil
+	uid       int      // QEMU's
 }
 
-// exited closes its channel when process pid exits.
-func exited(ctx context.Context, pid int) <-chan struct{} {
-	ch := make(chan struct{})
-	go func() { // owner: the caller's ctx
-		if sandboxdir.WaitPID(ctx, pid) == nil {
-			close(ch)
+// console returns the end of the guest's console (QEMU's ring buffer, if QEMU still runs) and of
+// QEMU's own messages, for an error message.
+func (d *Driver) console(ctx context.Context, dir string) string {
+	out := tail(filepath.Join(dir, "qemu.log"), 2000)
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if q, err := dialQMP(qctx, filepath.Join(dir, "qmp.sock")); err == nil {
+		defer q.Close()
+		if raw, err := q.Execute(qctx, "ringbuf-read", map[string]any{"device": "con", "size": consoleSize, "format": "utf8"}); err == nil {
+			var text string
+			if json.Unmarshal(raw, &text) == nil {
+				if len(text) > 2000 {
+					text = text[len(text)-2000:]
+				}
+				out += "\nconsole: " + text
+			}
 		}
-	}()
-	return ch
+	}
+	return out
+}
+
+// consoleSize is the guest console's ring buffer: the guest writes what it likes there, and the host
+// keeps only its end, in QEMU's memory.
+const consoleSize = 64 << 10
+
+// tail returns the last n bytes of the file at path, reading no more.
+func tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		f.Seek(fi.Size()-n, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, n))
+	return strings.TrimSpace(string(b))
 }
 
 func randBytes(n int) []byte {
@@ -343,6 +398,7 @@ func makeDisk(ctx context.Context, path string, size int64) error {
 type netAddr struct {
 	netip.Prefix
 	gateway netip.Addr
+	mtu     int
 }
 
 // wireNetwork prepares the network namespace at nsPath for a VM: it takes the address off the veth
@@ -364,6 +420,10 @@ func wireNetwork(nsPath string) (netAddr, *os.File, error) {
 	defer h.Close()
 	eth, err := h.LinkByName("eth0")
 	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return netAddr{}, nil, nil // a namespace without a veth: a VM without a network
+		}
 		return netAddr{}, nil, fmt.Errorf("eth0: %w", err)
 	}
 	addrs, err := h.AddrList(eth, netlink.FAMILY_V4)
@@ -404,6 +464,12 @@ func wireNetwork(nsPath string) (netAddr, *os.File, error) {
 	if err != nil {
 		return netAddr{}, nil, err
 	}
+	// The tap's MTU is the veth's, so that the bridge passes what the gateway sends; the guest learns
+	// it from the device (host_mtu).
+	if err := h.LinkSetMTU(tl, eth.Attrs().MTU); err != nil {
+		return netAddr{}, nil, fmt.Errorf("tap mtu: %w", err)
+	}
+	a.mtu = eth.Attrs().MTU
 	for _, l := range []netlink.Link{eth, tl} {
 		if err := h.LinkSetMaster(l, br); err != nil {
 			return netAddr{}, nil, fmt.Errorf("bridge %s: %w", l.Attrs().Name, err)
@@ -486,8 +552,9 @@ func listenUnix(path string) (*os.File, error) {
 	return f, err
 }
 
-// start starts QEMU paused, puts it in its cgroups, and lets the guest run. It returns QEMU's PID.
-func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m machine) (int, error) {
+// start starts QEMU paused, puts it in its cgroups, takes in the image it restores (if any), and lets
+// the guest run. It returns QEMU's PID and a channel closed when QEMU exits.
+func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m machine) (int, <-chan struct{}, error) {
 	disk := filepath.Join(dir, "disk.img")
 	var files []*os.File
 	defer func() {
@@ -506,33 +573,23 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m mac
 		}
 		return fd(f), nil
 	}
-	kernelFD, err := open(m.Kernel, os.O_RDONLY)
-	if err != nil {
-		return 0, err
+	var fds [5]int
+	var err error
+	// QEMU opens the writable disk read-write and, to probe it, read-only: a descriptor of each mode.
+	for i, f := range []struct {
+		path string
+		flag int
+	}{{m.Kernel, os.O_RDONLY}, {m.Initramfs, os.O_RDONLY}, {m.Root, os.O_RDONLY}, {disk, os.O_RDWR}, {disk, os.O_RDONLY}} {
+		if fds[i], err = open(f.path, f.flag); err != nil {
+			return 0, nil, err
+		}
 	}
-	initrdFD, err := open(m.Initramfs, os.O_RDONLY)
-	if err != nil {
-		return 0, err
-	}
-	rootFD, err := open(m.Root, os.O_RDONLY)
-	if err != nil {
-		return 0, err
-	}
-	// QEMU opens the writable disk read-write and, to probe and lock it, read-only: a descriptor of
-	// each mode in its set.
-	diskFD, err := open(disk, os.O_RDWR)
-	if err != nil {
-		return 0, err
-	}
-	diskROFD, err := open(disk, os.O_RDONLY)
-	if err != nil {
-		return 0, err
-	}
+	kernelFD, initrdFD, rootFD, diskFD, diskROFD := fds[0], fds[1], fds[2], fds[3], fds[4]
 	socks := map[string]int{}
 	for _, s := range []string{"link", "ctl", "qmp"} {
 		f, err := listenUnix(filepath.Join(dir, s+".sock"))
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		socks[s] = fd(f)
 	}
@@ -545,11 +602,13 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m mac
 		"random.trust_cpu=on -- vminit"
 	args := []string{
 		"-name", "airlock-" + spec.ID, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-S",
-		"-M", "microvm,pit=on,pic=on,rtc=on,isa-serial=on", "-accel", accel, "-cpu", "max",
+		// No guest memory in a core dump of QEMU.
+		"-M", "microvm,pit=on,pic=on,rtc=on,isa-serial=on,dump-guest-core=off", "-accel", accel, "-cpu", "max",
 		"-smp", strconv.Itoa(m.CPUs), "-m", strconv.FormatInt(m.MemoryMiB, 10) + "M",
 		"-kernel", fmt.Sprintf("/proc/self/fd/%d", kernelFD), "-initrd", fmt.Sprintf("/proc/self/fd/%d", initrdFD),
 		"-append", appendArgs,
-		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
+		// The guest's console: a ring in QEMU's memory, never a file the guest could fill.
+		"-chardev", fmt.Sprintf("ringbuf,id=con,size=%d", consoleSize), "-serial", "chardev:con",
 		"-add-fd", fmt.Sprintf("fd=%d,set=1", rootFD), "-add-fd", fmt.Sprintf("fd=%d,set=2", diskFD), "-add-fd", fmt.Sprintf("fd=%d,set=2", diskROFD),
 		"-drive", "id=root,if=none,file=/dev/fdset/1,format=raw,readonly=on,file.locking=off",
 		"-device", "virtio-blk-device,drive=root,serial=" + "airlock-root",
@@ -569,63 +628,89 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m mac
 		// A dup: the caller closes its own.
 		tap, err := dupFile(m.tap)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
-		args = append(args, "-netdev", fmt.Sprintf("tap,id=net,fd=%d,vhost=off", fd(tap)),
-			"-device", "virtio-net-device,netdev=net,mac="+m.MAC)
+		dev := "virtio-net-device,netdev=net,mac=" + m.MAC
+		if m.mtu > 0 {
+			dev += ",host_mtu=" + strconv.Itoa(m.mtu)
+		}
+		args = append(args, "-netdev", fmt.Sprintf("tap,id=net,fd=%d,vhost=off", fd(tap)), "-device", dev)
 	}
 	if m.incoming != nil {
-		in, err := dupFile(m.incoming)
-		if err != nil {
-			return 0, err
-		}
-		args = append(args, "-incoming", fmt.Sprintf("fd:%d", fd(in)))
+		// Taken in once QEMU is in its cgroups, so that the guest's memory is charged to them.
+		args = append(args, "-incoming", "defer")
 	}
-	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	qlog, err := os.OpenFile(filepath.Join(dir, "qemu.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	defer console.Close()
+	defer qlog.Close()
 	cmd := exec.Command(d.cfg.QEMU, args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, console, console
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, qlog, qlog
 	cmd.ExtraFiles = files
 	cmd.Env = []string{}
 	cmd.Dir = "/"
-	uid := uint32(d.cfg.UID)
+	groups := []uint32{}
+	if d.accel == "kvm" {
+		// /dev/kvm is the kvm group's.
+		var st unix.Stat_t
+		if unix.Stat("/dev/kvm", &st) == nil {
+			groups = append(groups, st.Gid)
+		}
+	}
+	uid := uint32(m.uid)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid:     true,
-		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
-		Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}},
+		Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+		Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: groups},
 	}
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start qemu: %w", err)
+		return 0, nil, fmt.Errorf("start qemu: %w", err)
 	}
 	pid := cmd.Process.Pid
-	go cmd.Wait() // owner: the VM; reaps QEMU when it exits
+	done := make(chan struct{})
+	go func() { // owner: the VM; reaps QEMU when it exits
+		cmd.Wait()
+		close(done)
+	}()
+	fail := func(err error) (int, <-chan struct{}, error) {
+		// Killed here: a QEMU whose PID or cgroup was not recorded would escape Destroy.
+		_ = cmd.Process.Kill()
+		<-done
+		return 0, nil, err
+	}
 	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)), 0o600); err != nil {
-		return pid, err
+		return fail(err)
 	}
 	if err := d.confine(spec.ID, pid, l); err != nil {
-		return pid, err
+		return fail(err)
 	}
 	q, err := dialQMP(ctx, filepath.Join(dir, "qmp.sock"))
 	if err != nil {
-		return pid, fmt.Errorf("monitor: %w: %s", err, sandboxdir.Tail(filepath.Join(dir, "console.log")))
+		return fail(fmt.Errorf("monitor: %w: %s", err, tail(filepath.Join(dir, "qemu.log"), 2000)))
 	}
 	defer q.Close()
 	if m.incoming != nil {
+		if err := q.SendFD(ctx, "incoming", m.incoming); err != nil {
+			return fail(err)
+		}
+		if _, err := q.Execute(ctx, "migrate-incoming", map[string]any{"uri": "fd:incoming"}); err != nil {
+			return fail(err)
+		}
 		if err := waitIncoming(ctx, q); err != nil {
-			return pid, fmt.Errorf("restore: %w: %s", err, sandboxdir.Tail(filepath.Join(dir, "console.log")))
+			return fail(fmt.Errorf("restore: %w: %s", err, tail(filepath.Join(dir, "qemu.log"), 2000)))
 		}
 	}
 	if _, err := q.Execute(ctx, "cont", nil); err != nil {
-		return pid, err
+		return fail(err)
 	}
-	return pid, nil
+	return pid, done, nil
 }
 
 // waitIncoming waits until QEMU took in the migration stream it restores.
 func waitIncoming(ctx context.Context, q *qmp) error {
+	ctx, cancel := context.WithTimeout(ctx, migrationTimeout)
+	defer cancel()
 	for {
 		raw, err := q.Execute(ctx, "query-status", nil)
 		if err != nil {
@@ -668,6 +753,10 @@ func randomMAC() string {
 	return net.HardwareAddr(b).String()
 }
 
+// qemuThreads bounds QEMU's threads (vCPUs, its I/O pool of up to 64, its own): a guest cannot make
+// more, and QEMU aborts when it cannot make one, so the bound is generous.
+const qemuThreads = 256
+
 // confine makes the VM's cgroups with its limits and moves QEMU (all its threads) into them.
 func (d *Driver) confine(id string, pid int, l runtime.Limits) error {
 	cg := d.cgroupPath(id)
@@ -695,7 +784,7 @@ func (d *Driver) confine(id string, pid int, l runtime.Limits) error {
 		return err
 	}
 	// QEMU's threads: vCPUs, I/O and its own; a guest cannot make more.
-	if err := write("pids", "pids.max", 64+int64(2*((l.CPUMillis+999)/1000))); err != nil {
+	if err := write("pids", "pids.max", qemuThreads); err != nil {
 		return err
 	}
 	for _, c := range cgroupControllers {
@@ -799,6 +888,7 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 	}
 	errs = append(errs, sandboxdir.RemoveCgroups(d.cgroupPath(id))...)
 	if len(errs) == 0 {
+		d.releaseUID(id)
 		if err := os.RemoveAll(d.dir(id)); err != nil {
 			errs = append(errs, err)
 		}
@@ -936,3 +1026,74 @@ func ProbeKVM(ctx context.Context, qemu, kernel string) bool {
 // kvmProbeTime is how long a KVM guest has to reach its kernel's panic: well under a second on a
 // working host.
 const kvmProbeTime = 8 * time.Second
+
+var (
+	kernelName    = regexp.MustCompile(`^vmlinuz-[A-Za-z0-9._+-]{1,64}$`)
+	initramfsName = regexp.MustCompile(`^initramfs-[0-9a-f]{24}\.cpio$`)
+)
+
+// imageBoot returns the kernel and initramfs a restore of an image made from r boots with: the files
+// the image names, by name only, in the guest kernel's directory and the driver's initramfs directory.
+// An image names no other host file.
+func (d *Driver) imageBoot(r imageRecord) (kernel, initramfs string, err error) {
+	if !kernelName.MatchString(r.Kernel) || !initramfsName.MatchString(r.Initramfs) {
+		return "", "", fmt.Errorf("the image names kernel %q and initramfs %q: %w", r.Kernel, r.Initramfs, errdefs.ErrInvalidArgument)
+	}
+	kernel = filepath.Join(filepath.Dir(d.kernel.Image), r.Kernel)
+	initramfs = filepath.Join(d.cfg.StateDir, "initramfs", r.Initramfs)
+	for _, p := range []string{kernel, initramfs} {
+		if _, err := os.Stat(p); err != nil {
+			return "", "", fmt.Errorf("the image's machine booted %s, which this node no longer has: %w", filepath.Base(p), errdefs.ErrFailedPrecondition)
+		}
+	}
+	return kernel, initramfs, nil
+}
+
+// takeUID gives sandbox id a uid of its own for QEMU: the first free one of the driver's range from a
+// point the ID chooses, claimed by a file of its number (holding the ID) under StateDir/uids.
+func (d *Driver) takeUID(id string) (int, error) {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	start := int(h.Sum32() % UIDCount)
+	for i := range UIDCount {
+		n := (start + i) % UIDCount
+		f, err := os.OpenFile(d.uidFile(n), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		_, err = f.WriteString(id)
+		f.Close()
+		if err != nil {
+			os.Remove(d.uidFile(n))
+			return 0, err
+		}
+		if err := os.WriteFile(filepath.Join(d.dir(id), "uid"), []byte(strconv.Itoa(n)), 0o600); err != nil {
+			os.Remove(d.uidFile(n))
+			return 0, err
+		}
+		return d.cfg.UIDBase + n, nil
+	}
+	return 0, fmt.Errorf("all %d uids of VMs are taken: %w", UIDCount, errdefs.ErrResourceExhausted)
+}
+
+func (d *Driver) uidFile(n int) string {
+	return filepath.Join(d.cfg.StateDir, "uids", strconv.Itoa(n))
+}
+
+// releaseUID frees the uid of sandbox id, if it holds one.
+func (d *Driver) releaseUID(id string) {
+	b, err := os.ReadFile(filepath.Join(d.dir(id), "uid"))
+	if err != nil {
+		return
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 0 || n >= UIDCount {
+		return
+	}
+	if owner, err := os.ReadFile(d.uidFile(n)); err == nil && string(owner) == id {
+		os.Remove(d.uidFile(n))
+	}
+}

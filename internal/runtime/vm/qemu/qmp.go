@@ -29,7 +29,7 @@ func dialQMP(ctx context.Context, path string) (*qmp, error) {
 	q := &qmp{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	// The greeting, then capabilities.
-	if _, err := q.r.ReadBytes('\n'); err != nil {
+	if _, err := q.readLine(); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("qmp greeting: %w", err)
 	}
@@ -66,7 +66,7 @@ func (q *qmp) readReturn(command string) error {
 // read reads the answer to command, skipping events.
 func (q *qmp) read(command string) (json.RawMessage, error) {
 	for {
-		line, err := q.r.ReadBytes('\n')
+		line, err := q.readLine()
 		if err != nil {
 			return nil, fmt.Errorf("qmp %s: %w", command, err)
 		}
@@ -106,4 +106,24 @@ func (q *qmp) SendFD(ctx context.Context, name string, f *os.File) error {
 		return fmt.Errorf("qmp getfd: %w", err)
 	}
 	return q.readReturn("getfd")
+}
+
+// maxQMPLine bounds a line of QEMU's: QEMU is the guest's first line of attack, so the node reads no
+// more of it than its answers need.
+const maxQMPLine = 1 << 20
+
+// readLine reads one line of at most maxQMPLine bytes.
+func (q *qmp) readLine() ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := q.r.ReadSlice('\n')
+		if len(line)+len(chunk) > maxQMPLine {
+			return nil, fmt.Errorf("qmp: a line of over %d bytes", maxQMPLine)
+		}
+		line = append(line, chunk...)
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return line, err
+	}
 }
