@@ -23,6 +23,19 @@ import (
 // the mount point without following a link; nothing inside the sandbox's file system is opened. A
 // cgroup that is not there is ErrNotFound.
 func Stats(cgroup, disk string) (runtime.Stats, error) {
+	st, err := CgroupStats(cgroup)
+	if err != nil {
+		return st, err
+	}
+	if st.DiskUsed, st.DiskTotal, err = DiskUsage(disk); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// CgroupStats reads the CPU and memory readings of Stats from cgroup (a path under each v1 hierarchy),
+// and the memory limit; the disk's are left zero.
+func CgroupStats(cgroup string) (runtime.Stats, error) {
 	var st runtime.Stats
 	var err error
 	if st.CPUTime, err = CPUTime(cgroup); err != nil {
@@ -46,9 +59,6 @@ func Stats(cgroup, disk string) (runtime.Stats, error) {
 	}
 	st.MemoryUsed = max(usage-ms["total_inactive_file"], 0)
 	st.MemoryCache = max(ms["total_cache"]-ms["total_shmem"], 0)
-	if st.DiskUsed, st.DiskTotal, err = DiskUsage(disk); err != nil {
-		return st, err
-	}
 	return st, nil
 }
 

@@ -148,60 +148,32 @@ func (d *Driver) migrate(ctx context.Context, q *qmp, f *os.File) error {
 	if _, err := q.Execute(ctx, "migrate", map[string]any{"uri": "fd:migfile"}); err != nil {
 		return err
 	}
-	for {
-		raw, err := q.Execute(ctx, "query-migrate", nil)
-		if err != nil {
-			return err
-		}
-		var st struct {
-			Status    string `json:"status"`
-			ErrorDesc string `json:"error-desc"`
-		}
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return err
-		}
-		switch st.Status {
+	return q.poll(ctx, "query-migrate", 10*time.Millisecond, func(status, desc string) (bool, error) {
+		switch status {
 		case "completed":
-			return nil
+			return true, nil
 		case "failed", "cancelled":
-			return fmt.Errorf("migration %s: %s", st.Status, st.ErrorDesc)
+			return true, fmt.Errorf("migration %s: %s", status, desc)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return false, nil
+	})
 }
 
 // cancelMigration cancels a migration in progress, if any, and waits until it ended.
 func cancelMigration(ctx context.Context, q *qmp) error {
-	for i := 0; ; i++ {
-		raw, err := q.Execute(ctx, "query-migrate", nil)
-		if err != nil {
-			return err
-		}
-		var st struct {
-			Status string `json:"status"`
-		}
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return err
-		}
-		switch st.Status {
+	asked := false
+	return q.poll(ctx, "query-migrate", 10*time.Millisecond, func(status, _ string) (bool, error) {
+		switch status {
 		case "", "none", "completed", "failed", "cancelled":
-			return nil
+			return true, nil
 		}
-		if i == 0 {
-			if _, err := q.Execute(ctx, "migrate_cancel", nil); err != nil {
-				return err
-			}
+		if !asked {
+			asked = true
+			_, err := q.Execute(ctx, "migrate_cancel", nil)
+			return false, err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return false, nil
+	})
 }
 
 // wakeSoon wakes the daemon of a guest that runs again, as far as the guest lets it: a guest that does

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/runtime"
 	"github.com/airlockrun/airlock/internal/runtime/runtimetest"
+	"github.com/airlockrun/airlock/internal/runtime/vm/qemu"
 	"github.com/airlockrun/airlock/internal/testenv"
 )
 
@@ -34,6 +35,15 @@ func boot(t testing.TB, name string) (string, *link.Client) {
 // bootWith boots as boot does, with limits.
 func bootWith(t testing.TB, name string, limits runtime.Limits) (string, *link.Client) {
 	t.Helper()
+	id, _, c := startVM(t, name, limits, "")
+	return id, c
+}
+
+// startVM creates a VM (or, with img, restores one from that image) in a network namespace of its own
+// with a veth, as the node does, and connects to its daemon; it returns the VM's ID, its address on
+// the veth, and the client. The test's cleanup destroys it.
+func startVM(t testing.TB, name string, limits runtime.Limits, img string) (string, string, *link.Client) {
+	t.Helper()
 	d, tpl, _ := newDriver(t)
 	dir := t.TempDir()
 	ns := filepath.Join(dir, "ns")
@@ -43,18 +53,33 @@ func bootWith(t testing.TB, name string, limits runtime.Limits) (string, *link.C
 	t.Cleanup(func() { _ = netns.Remove(ns) })
 	n := bootSeq.Add(1)
 	ifName := fmt.Sprintf("alvh%s%d-%d", name, os.Getpid()%1000, n%100)
-	if _, err := hostnet.Attach(ns, ifName); err != nil {
+	addr, err := hostnet.Attach(ns, ifName)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = hostnet.Detach(ifName) })
 	id := fmt.Sprintf("vmh%s%d-%d", name, os.Getpid()%10000, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := d.Create(ctx, runtime.Spec{ID: id, RootFS: tpl.RootFS, Init: node.InitArgs(), ControlDir: node.ControlDir,
-		InitBinary: testenv.DaemonBinary(t), NetNS: ns, Limits: limits}); err != nil {
+	spec := runtime.Spec{ID: id, RootFS: tpl.RootFS, Init: node.InitArgs(), ControlDir: node.ControlDir,
+		InitBinary: testenv.DaemonBinary(t), NetNS: ns, Limits: limits}
+	if img == "" {
+		_, err = d.Create(ctx, spec)
+	} else {
+		_, err = d.Restore(ctx, spec, img)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Destroy(context.Background(), id) })
+	return id, addr.Sandbox.String(), connect(t, d, id)
+}
+
+// connect connects to sandbox id's daemon as the node does: through the driver, proving the key.
+func connect(t testing.TB, d *qemu.Driver, id string) *link.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	conn, key, err := d.DialLink(ctx, id)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +89,7 @@ func bootWith(t testing.TB, name string, limits runtime.Limits) (string, *link.C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return id, c
+	return c
 }
 
 func run(t testing.TB, c *link.Client, script string) proto.ExecResult {
@@ -175,42 +200,10 @@ func uidLine(status []byte) string {
 	return ""
 }
 
-// restore restores the image at img as a new VM in a network namespace of its own and connects to it;
-// it returns the VM's ID, its address on its veth, and the client.
+// restore restores the image at img as a new VM (see startVM).
 func restore(t testing.TB, img string) (string, string, *link.Client) {
 	t.Helper()
-	d, tpl, _ := newDriver(t)
-	dir := t.TempDir()
-	ns := filepath.Join(dir, "ns")
-	if err := netns.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = netns.Remove(ns) })
-	n := bootSeq.Add(1)
-	ifName := fmt.Sprintf("alvr%d-%d", os.Getpid()%1000, n%100)
-	addr, err := hostnet.Attach(ns, ifName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hostnet.Detach(ifName) })
-	id := fmt.Sprintf("vmr%d-%d", os.Getpid()%10000, n)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if _, err := d.Restore(ctx, runtime.Spec{ID: id, RootFS: tpl.RootFS, Init: node.InitArgs(), ControlDir: node.ControlDir,
-		InitBinary: testenv.DaemonBinary(t), NetNS: ns}, img); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Destroy(context.Background(), id) })
-	conn, key, err := d.DialLink(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := link.Connect(ctx, conn, link.Options{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return id, addr.Sandbox.String(), c
+	return startVM(t, "r", runtime.Limits{}, img)
 }
 
 // TestForkIdentity: VMs restored from one checkpoint are each their own machine: their host name is
@@ -263,15 +256,7 @@ func TestForkIdentity(t *testing.T) {
 	if err := d.Unpause(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	conn, key, err := d.DialLink(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	oc, err := link.Connect(ctx, conn, link.Options{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer oc.Close()
+	oc := connect(t, d, id)
 	if got := strings.TrimSpace(string(run(t, oc, "cat /etc/machine-id").Stdout)); got != strings.TrimSpace(string(before)) {
 		t.Errorf("the original after Unpause: machine id %q; want %q", got, before)
 	}

@@ -711,30 +711,15 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m mac
 func waitIncoming(ctx context.Context, q *qmp) error {
 	ctx, cancel := context.WithTimeout(ctx, migrationTimeout)
 	defer cancel()
-	for {
-		raw, err := q.Execute(ctx, "query-status", nil)
-		if err != nil {
-			return err
-		}
-		var st struct {
-			Status string `json:"status"`
-		}
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return err
-		}
-		switch st.Status {
+	return q.poll(ctx, "query-status", 20*time.Millisecond, func(status, _ string) (bool, error) {
+		switch status {
 		case "inmigrate":
+			return false, nil
 		case "paused", "prelaunch":
-			return nil
-		default:
-			return fmt.Errorf("QEMU is %s after taking in the image", st.Status)
+			return true, nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return true, fmt.Errorf("QEMU is %s after taking in the image", status)
+	})
 }
 
 // dupFile returns a new descriptor of f's file.
@@ -966,39 +951,11 @@ func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	if !sandboxdir.IDPattern.MatchString(id) {
 		return runtime.Stats{}, fmt.Errorf("qemu: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
 	}
-	var st runtime.Stats
-	t, err := sandboxdir.CPUTime(d.cgroupPath(id))
+	st, err := sandboxdir.CgroupStats(d.cgroupPath(id))
 	if err != nil {
-		return st, err
+		return st, fmt.Errorf("qemu: sandbox %s: %w", id, err)
 	}
-	st.CPUTime = t
-	mem := filepath.Join("/sys/fs/cgroup/memory", d.cgroupPath(id))
-	read := func(name string) (int64, error) {
-		b, err := os.ReadFile(filepath.Join(mem, name))
-		if err != nil {
-			return 0, fmt.Errorf("qemu: sandbox %s: %w", id, errdefs.ErrNotFound)
-		}
-		return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	}
-	usage, err := read("memory.usage_in_bytes")
-	if err != nil {
-		return st, err
-	}
-	limit, err := read("memory.limit_in_bytes")
-	if err != nil {
-		return st, err
-	}
-	st.MemoryLimit = limit - overhead
-	b, err := os.ReadFile(filepath.Join(mem, "memory.stat"))
-	if err != nil {
-		return st, fmt.Errorf("qemu: sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	ms, err := sandboxdir.ParseMemoryStat(b)
-	if err != nil {
-		return st, err
-	}
-	st.MemoryUsed = max(usage-ms["total_inactive_file"], 0)
-	st.MemoryCache = max(ms["total_cache"]-ms["total_shmem"], 0)
+	st.MemoryLimit -= overhead // the guest's RAM
 	var s unix.Stat_t
 	if err := unix.Lstat(filepath.Join(d.dir(id), "disk.img"), &s); err != nil {
 		return st, fmt.Errorf("qemu: sandbox %s: %w", id, errdefs.ErrNotFound)

@@ -127,3 +127,29 @@ func (q *qmp) readLine() ([]byte, error) {
 		return line, err
 	}
 }
+
+// poll runs command (query-migrate, query-status) every interval until done, given the answer's status
+// and error description, says the answer is final or fails; ctx bounds it.
+func (q *qmp) poll(ctx context.Context, command string, every time.Duration, done func(status, desc string) (bool, error)) error {
+	for {
+		raw, err := q.Execute(ctx, command, nil)
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Status    string `json:"status"`
+			ErrorDesc string `json:"error-desc"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return fmt.Errorf("qmp %s: %w", command, err)
+		}
+		if ok, err := done(st.Status, st.ErrorDesc); ok || err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(every):
+		}
+	}
+}
