@@ -235,6 +235,13 @@ func (m *Mux) readDaemon() {
 			}
 			return
 		}
+		if f.Type == proto.TypeGoAway {
+			// The daemon ended its connection over a channel that cannot show a close (a VM's
+			// virtio-serial port, daemon.HangUp): what it sent before is delivered, as for a close.
+			bufs.Put(f.Payload)
+			m.fail(fmt.Errorf("connection to daemon closed by the daemon: %w", errdefs.ErrUnavailable))
+			return
+		}
 		m.mu.Lock()
 		r, ok := m.routes[f.Stream]
 		if ok && f.Type == proto.TypeResponse {

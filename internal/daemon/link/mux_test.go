@@ -159,6 +159,26 @@ func TestMuxDaemonGone(t *testing.T) {
 	}
 }
 
+// TestMuxDaemonGoAway: a daemon that ends its connection with a go-away (a VM's port cannot show the
+// close) ends the Mux as a close does, its answer before it delivered first.
+func TestMuxDaemonGoAway(t *testing.T) {
+	m, f, cs := newMux(t, 1)
+	done := make(chan error, 1)
+	go func() { done <- cs[0].Quiesce(context.Background()) }()
+	req := f.read()
+	f.write(proto.TypeResponse, req.Stream, proto.EncodeResponse(nil, nil))
+	f.write(proto.TypeGoAway, 0, proto.EncodeGoAway(req.Stream))
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("quiesce: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("quiesce still waits after the daemon's go-away")
+	}
+	<-m.Done()
+}
+
 // TestMuxSlowClientDropped: a client that does not read its frames is dropped once the bound is passed;
 // the daemon and the other clients are not held up.
 func TestMuxSlowClientDropped(t *testing.T) {
