@@ -69,5 +69,5 @@ go test -race -timeout 30m -count=1 -skip "$snapshot_bulk" ./internal/snapshot/ 
 echo "==> go test (without the race detector: a simulated week of snapshots; the snapshot store's data volumes; the default template's real image; microVMs under emulation)"
 go test -count=1 -run 'TestRetentionSimulatedWeek' ./internal/controlplane/ 2>&1 | tee -a /tmp/airlock-test.log
 go test -count=1 ./internal/snapshot/ 2>&1 | tee -a /tmp/airlock-test.log
-go test -count=1 -run '^TestInstalledDefaultImage$' ./internal/e2e/ 2>&1 | tee -a /tmp/airlock-test.log
+go test -count=1 -run '^(TestInstalledDefaultImage|TestVMs|TestRedTeamVM|TestEgressBypassAttemptsVM)$' ./internal/e2e/ 2>&1 | tee -a /tmp/airlock-test.log
 go test -count=1 ./internal/runtime/vm/qemu/ 2>&1 | tee -a /tmp/airlock-test.log

@@ -35,6 +35,9 @@ func toNode(n controlplane.NodeRecord) airlock.Node {
 		seen := l.SeenAt
 		out.Addr, out.LastSeenAt, out.ReportedSandboxes, out.Version, out.Host = l.Addr, &seen, l.Sandboxes, l.Version, l.Host
 		out.Capacity = toNodeCapacity(l.Capacity)
+		for _, r := range l.Runtimes {
+			out.Runtimes = append(out.Runtimes, airlock.NodeRuntime{Name: r.Name, Abilities: r.Abilities, Accel: r.Accel})
+		}
 		if l.Reported != (node.Capacity{}) {
 			out.Reported = toNodeCapacity(l.Reported)
 		}

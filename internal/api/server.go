@@ -128,6 +128,7 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/templates/{name}/pull", s.operator(s.pullTemplate)},
 		{"POST", "/v1/templates/{name}/build", s.operator(s.buildTemplate)},
 		{"GET", "/v1/templates/{name}/export", s.operator(s.exportTemplate)},
+		{"PUT", "/v1/templates/{name}/runtimes", s.operator(s.setTemplateRuntimes)},
 		{"GET", "/v1/nodes", s.operator(s.listNodes)},
 		{"DELETE", "/v1/nodes/{id}", s.operator(s.removeNode)},
 		{"PUT", "/v1/nodes/{id}/bound", s.operator(s.setNodeBound)},

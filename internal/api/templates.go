@@ -18,7 +18,7 @@ import (
 func toTemplate(t controlplane.Template) airlock.Template {
 	out := airlock.Template{Name: t.Name, Ref: t.Ref, Digest: t.Digest, Builtin: t.Builtin, Env: t.Config.Env,
 		WorkingDir: t.Config.WorkingDir, User: t.Config.User, Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, Layers: t.Layers,
-		Labels: t.Config.Labels}
+		Labels: t.Config.Labels, Runtimes: t.Runtimes}
 	if st := t.Start; st != nil {
 		out.Start = &airlock.TemplateStart{Cmd: st.Cmd, ReadyCmd: st.ReadyCmd, Snapshot: st.Key != ""}
 	}
@@ -79,6 +79,25 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	u := rm.Users
 	writeJSON(w, http.StatusOK, airlock.TemplateRemoval{Name: rm.Name, Digest: rm.Digest, Users: airlock.TemplateUsers{
 		Names: u.Names, Sandboxes: u.Sandboxes, Sessions: u.Sessions, SandboxCount: u.SandboxCount, SessionCount: u.SessionCount}})
+}
+
+// setTemplateRuntimes sets the runtimes the template's sandboxes may run on (operator only).
+func (s *Server) setTemplateRuntimes(w http.ResponseWriter, r *http.Request) {
+	var req airlock.TemplateRuntimesRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if req.Runtimes == nil {
+		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "runtimes is required (an empty list allows every runtime)"))
+		return
+	}
+	t, err := s.cp.SetTemplateRuntimes(r.Context(), r.PathValue("name"), req.Runtimes)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toTemplate(t))
 }
 
 // pullTemplate fetches the image the body names from its registry (operator only).

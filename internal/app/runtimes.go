@@ -8,10 +8,13 @@ import (
 	"github.com/airlockrun/airlock/internal/runtime"
 	"github.com/airlockrun/airlock/internal/runtime/gvisor"
 	"github.com/airlockrun/airlock/internal/runtime/runc"
+	"github.com/airlockrun/airlock/internal/runtime/vm"
+	"github.com/airlockrun/airlock/internal/runtime/vm/qemu"
 )
 
 // The runtime drivers a node can have, by name: the one place they are chosen. gVisor is every node's
-// default; the others are opened when their tools are installed (scripts/install.sh installs runc).
+// default; the others are opened when their tools are installed (scripts/install.sh installs runc,
+// QEMU and the guest kernel).
 var runtimeDrivers = []struct {
 	name string
 	// open opens the driver for node h; available reports whether its tools are on this host.
@@ -45,7 +48,29 @@ var runtimeDrivers = []struct {
 			return err == nil
 		},
 	},
+	{
+		name: "vm:qemu",
+		open: func(h hostNode) (runtime.Driver, func() error, error) {
+			d, err := qemu.New(qemu.Config{StateDir: filepath.Join(h.dataDir, "runtime-vm-qemu"), DaemonBinary: h.daemon, Logger: h.log,
+				CgroupParent: "/airlock-vm/" + h.tag, ProbeCache: KVMProbeCache})
+			if err != nil {
+				return nil, nil, err
+			}
+			return d, d.Close, nil
+		},
+		available: func(hostNode) bool {
+			_, err := exec.LookPath("qemu-system-x86_64")
+			if err != nil {
+				return false
+			}
+			_, err = vm.FindKernel("")
+			return err == nil
+		},
+	},
 }
+
+// KVMProbeCache keeps the answer of the VM drivers' KVM probe until the host reboots.
+const KVMProbeCache = "/run/airlock/kvm-probe"
 
 // openDrivers opens the node's runtime drivers: the first (gVisor) as its default, the others that
 // this host has. It returns what closes them.

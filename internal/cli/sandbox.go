@@ -116,7 +116,7 @@ func (rf *resourceFlags) add(cmd *cobra.Command, envWhere string) {
 	f.StringVar(&rf.disk, "disk", "", "size of the writable disk: MiB, or a size such as 4G; default 1 GiB")
 	f.StringArrayVarP(&rf.env, "env", "e", nil, "KEY=VALUE in "+envWhere+"; a bare KEY copies it from here (repeatable)")
 	f.StringArrayVarP(&rf.metadata, "metadata", "l", nil, "KEY=VALUE label (repeatable)")
-	f.StringVar(&rf.runtime, "runtime", "", `the runtime: gvisor (the default), runc (faster start, weaker isolation; the tenant must be allowed it) or auto (the server chooses)`)
+	f.StringVar(&rf.runtime, "runtime", "", `the runtime: gvisor (the default), runc (faster start, weaker isolation), vm (a microVM: vm:qemu, vm:firecracker) or auto (the server chooses); the tenant and the template must allow it`)
 }
 
 // resources are parsed resourceFlags.

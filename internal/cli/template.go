@@ -246,7 +246,47 @@ to stdout: "airlock template import" on another server, skopeo or podman take it
 		},
 	}
 	export.Flags().StringVarP(&exportOut, "output", "o", "", "the file to write (default: stdout)")
-	cmd.AddCommand(ls, get, imp, pullCmd, buildCmd, export, rm)
+	runtimes := &cobra.Command{
+		Use:   "runtimes NAME [RUNTIME...]",
+		Short: "Show or set the runtimes a template's sandboxes may run on",
+		Long: `With only a name, print the runtimes the template's sandboxes may run on; with runtimes, set them, in
+order of preference: the first is the default, and one alone forces it ("vm" is every VM runtime: vm:qemu,
+vm:firecracker). "*" alone allows every runtime again. A tenant must also be allowed the runtime.`,
+		Example: `  airlock template runtimes python vm
+  airlock template runtimes python gvisor vm:qemu
+  airlock template runtimes python '*'`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			var t airlock.Template
+			var err error
+			if len(args) == 1 {
+				var got *airlock.Template
+				if got, err = g.client().GetTemplate(cmd.Context(), args[0]); got != nil {
+					t = *got
+				}
+			} else {
+				names := args[1:]
+				if len(names) == 1 && names[0] == "*" {
+					names = []string{}
+				}
+				t, err = g.client().SetTemplateRuntimes(cmd.Context(), args[0], names)
+			}
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, t)
+			}
+			rs := "every runtime"
+			if len(t.Runtimes) > 0 {
+				rs = strings.Join(t.Runtimes, ", ")
+			}
+			fmt.Fprintf(g.Out, "template %s's sandboxes may run on: %s\n", t.Name, rs)
+			return nil
+		},
+	}
+	cmd.AddCommand(ls, get, imp, pullCmd, buildCmd, export, runtimes, rm)
 	return cmd
 }
 

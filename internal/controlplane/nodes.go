@@ -60,8 +60,14 @@ func checkRuntimes(rs []node.Runtime) error {
 		return fmt.Errorf("heartbeat: %d runtimes, at most 8: %w", len(rs), errdefs.ErrInvalidArgument)
 	}
 	for _, r := range rs {
-		if !runtimePattern.MatchString(r.Name) || r.Name == RuntimeAuto || len(r.Abilities) > 8 {
+		if checkRuntimeName(r.Name) != nil || r.Name == RuntimeVM || len(r.Abilities) > 8 {
 			return fmt.Errorf("heartbeat: runtime %q: %w", r.Name, errdefs.ErrInvalidArgument)
+		}
+		switch {
+		case r.Accel == "" && !isVM(r.Name):
+		case (r.Accel == node.AccelKVM || r.Accel == node.AccelTCG) && isVM(r.Name):
+		default:
+			return fmt.Errorf("heartbeat: runtime %s: accelerator %q: %w", r.Name, r.Accel, errdefs.ErrInvalidArgument)
 		}
 		for _, a := range r.Abilities {
 			switch a {

@@ -5,29 +5,37 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/template"
 )
 
 // Routing: which runtime runs a sandbox. A create names one (CreateRequest.Runtime: "gvisor", "runc",
-// …), asks for RuntimeAuto, or names none (DefaultRuntime). The tenant must be allowed it — the
-// operator's tenant may use every runtime, any other gVisor only until the operator allows more
-// (SetTenantRuntimes): runc is weaker isolation — and a node that is up must have it (nodes report
-// their runtimes in heartbeats). RuntimeAuto picks gVisor for a session (its pauses keep memory and
-// processes, which runc's do not) and for a sandbox the fastest to start the tenant may use. The choice
-// and its reason are in the sandbox's metadata (RuntimeMetadataKey, RuntimeReasonMetadataKey) and the
-// tenant's audit log.
+// "vm:qemu", "vm:firecracker", …), names the class RuntimeVM (the best VM runtime a node has), asks for
+// RuntimeAuto, or names none (the default). Two operator settings bound it: the runtimes a tenant may
+// use (SetTenantRuntimes: the operator's tenant every one, any other gVisor only until the operator
+// allows more, runc being weaker isolation) and the runtimes a template's sandboxes may run on
+// (SetTemplateRuntimes: none set, any). "vm" in either allows every VM runtime. A setting of one runtime
+// forces it: the default is the template's first runtime, else gVisor where the tenant may use it, else
+// the tenant's first. A node that is up must have the runtime (nodes report their runtimes, and a VM
+// runtime whether KVM runs its guests, in heartbeats). RuntimeAuto picks, of what the tenant and the
+// template allow and a node has, for a session a runtime whose pauses keep memory and processes (gVisor,
+// then VMs), for a sandbox the fastest to start (runc, gVisor, then VMs); VMs with KVM before those
+// emulated, Firecracker before QEMU. The choice and its reason are in the sandbox's metadata
+// (RuntimeMetadataKey, RuntimeReasonMetadataKey) and the tenant's audit log.
 
 // Runtime names a create may give.
 const (
 	RuntimeAuto    = "auto"
 	DefaultRuntime = "gvisor"
+	// RuntimeVM is the class of the microVM runtimes, named "vm:…" ("vm:qemu", "vm:firecracker").
+	RuntimeVM = "vm"
 	// AnyRuntime, in a tenant's allowed runtimes, allows every one.
 	AnyRuntime = "*"
 	// runtimeRunc is the runtime RuntimeAuto prefers for a sandbox, where the tenant may use it: it
@@ -44,7 +52,36 @@ const (
 	AbilitiesMetadataKey = "airlock.abilities"
 )
 
-var runtimePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+// runtimePattern is a runtime's name: a word, or a class and a word ("vm:qemu").
+var runtimePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}(:[a-z][a-z0-9-]{0,31})?$`)
+
+// isVM reports whether runtime name is a VM runtime.
+func isVM(name string) bool { return strings.HasPrefix(name, RuntimeVM+":") }
+
+// checkRuntimeName checks a runtime a setting names: a runtime's name, or the class RuntimeVM.
+func checkRuntimeName(n string) error {
+	if !runtimePattern.MatchString(n) || n == RuntimeAuto {
+		return invalid("runtime %q is not a runtime's name (gvisor, runc, vm, vm:qemu, vm:firecracker, …)", n)
+	}
+	if c, _, ok := strings.Cut(n, ":"); ok && c != RuntimeVM {
+		return invalid("runtime %q: the only class of runtimes is %s", n, RuntimeVM)
+	}
+	return nil
+}
+
+// allows reports whether a list of runtimes (nil: every one) allows runtime name: it names it, or
+// names its class.
+func allows(list []string, name string) bool {
+	if list == nil {
+		return true
+	}
+	for _, n := range list {
+		if n == name || (n == RuntimeVM && isVM(name)) {
+			return true
+		}
+	}
+	return false
+}
 
 // tenantRuntimesDoc is the Store document of a tenant's allowed runtimes.
 func tenantRuntimesDoc(tenantID string) string { return "tenant-runtimes/" + tenantID }
@@ -82,52 +119,123 @@ func (s *accounts) TenantRuntimes(ctx context.Context, tenantID string) (names [
 	return []string{DefaultRuntime}, true, nil
 }
 
-// SetTenantRuntimes sets the runtimes tenantID may use (the operator's call). An empty list restores
-// the default.
+// SetTenantRuntimes sets the runtimes tenantID may use (the operator's call), in order of preference
+// (the first is its default where gVisor is not among them). An empty list restores the default.
 func (s *accounts) SetTenantRuntimes(ctx context.Context, tenantID string, names []string) ([]string, error) {
 	if _, err := s.store.GetTenant(ctx, tenantID); err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{}
-	var clean []string
-	for _, n := range names {
-		if n != AnyRuntime && (!runtimePattern.MatchString(n) || n == RuntimeAuto) {
-			return nil, invalid("runtime %q is not a runtime's name (gvisor, runc, …, or * for every one)", n)
-		}
-		if !seen[n] {
-			seen[n] = true
-			clean = append(clean, n)
-		}
-	}
-	sort.Strings(clean)
-	if len(clean) == 0 {
-		cur, err := s.store.GetDoc(ctx, tenantRuntimesDoc(tenantID))
-		if err == nil {
-			err = s.store.DeleteDoc(ctx, tenantRuntimesDoc(tenantID), cur.Version)
-		}
-		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			return nil, err
-		}
-		got, _, err := s.TenantRuntimes(ctx, tenantID)
-		return got, err
-	}
-	b, err := json.Marshal(tenantRuntimes{Runtimes: clean})
+	clean, err := cleanRuntimes(names)
 	if err != nil {
 		return nil, err
 	}
+	if err := putRuntimes(ctx, s.store, tenantRuntimesDoc(tenantID), clean); err != nil {
+		return nil, err
+	}
+	if len(clean) == 0 {
+		got, _, err := s.TenantRuntimes(ctx, tenantID)
+		return got, err
+	}
+	return clean, nil
+}
+
+// cleanRuntimes checks a setting's runtimes and drops repeats, keeping the order.
+func cleanRuntimes(names []string) ([]string, error) {
+	if len(names) > 16 {
+		return nil, invalid("%d runtimes: at most 16", len(names))
+	}
+	var clean []string
+	for _, n := range names {
+		if n != AnyRuntime {
+			if err := checkRuntimeName(n); err != nil {
+				return nil, err
+			}
+		}
+		if !slices.Contains(clean, n) {
+			clean = append(clean, n)
+		}
+	}
+	return clean, nil
+}
+
+// putRuntimes writes a runtimes document (none: removes it).
+func putRuntimes(ctx context.Context, st store.Store, key string, names []string) error {
+	if len(names) == 0 {
+		cur, err := st.GetDoc(ctx, key)
+		if err == nil {
+			err = st.DeleteDoc(ctx, key, cur.Version)
+		}
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return err
+		}
+		return nil
+	}
+	b, err := json.Marshal(tenantRuntimes{Runtimes: names})
+	if err != nil {
+		return err
+	}
 	for attempt := 0; ; attempt++ {
-		cur, err := s.store.GetDoc(ctx, tenantRuntimesDoc(tenantID))
+		cur, err := st.GetDoc(ctx, key)
 		version := int64(0)
 		if err == nil {
 			version = cur.Version
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
-			return nil, err
+			return err
 		}
-		_, err = s.store.PutDoc(ctx, store.Doc{Key: tenantRuntimesDoc(tenantID), Value: b, Version: version})
+		_, err = st.PutDoc(ctx, store.Doc{Key: key, Value: b, Version: version})
 		if err == nil || !errors.Is(err, errdefs.ErrConflict) || attempt >= 5 {
-			return clean, err
+			return err
 		}
 	}
+}
+
+// templateRuntimesDoc is the Store document of the runtimes a template's sandboxes may run on. It is
+// the name's, apart from the template's own document: a new image under the name keeps it.
+func templateRuntimesDoc(name string) string { return "template-runtimes/" + name }
+
+// TemplateRuntimes reports the runtimes the operator set for the sandboxes of template name, in order
+// of preference; nil: every one.
+func (s *placer) TemplateRuntimes(ctx context.Context, name string) ([]string, error) {
+	if template.IsDefault(name) {
+		name = template.DefaultName
+	}
+	d, err := s.store.GetDoc(ctx, templateRuntimesDoc(name))
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var tr tenantRuntimes
+	if err := json.Unmarshal(d.Value, &tr); err != nil {
+		return nil, fmt.Errorf("runtimes of template %s: %w", name, err)
+	}
+	if slices.Contains(tr.Runtimes, AnyRuntime) {
+		return nil, nil
+	}
+	return tr.Runtimes, nil
+}
+
+// SetTemplateRuntimes sets the runtimes the sandboxes of template name may run on (the operator's
+// call), in order of preference: the first is their default, and one alone forces it. An empty list
+// (or "*") allows every one again.
+func (s *placer) SetTemplateRuntimes(ctx context.Context, name string, names []string) (Template, error) {
+	t, err := s.GetTemplate(ctx, name)
+	if err != nil {
+		return Template{}, err
+	}
+	clean, err := cleanRuntimes(names)
+	if err != nil {
+		return Template{}, err
+	}
+	if slices.Contains(clean, AnyRuntime) {
+		clean = nil
+	}
+	if err := putRuntimes(ctx, s.store, templateRuntimesDoc(t.Name), clean); err != nil {
+		return Template{}, err
+	}
+	t.Runtimes = clean
+	return t, nil
 }
 
 // nodeRuntimes reports the runtimes of the node with ID id as last heard (the in-process node's: now).
@@ -161,10 +269,16 @@ func (s *placer) runtimeOn(ctx context.Context, id, name string) (node.Runtime, 
 	return node.Runtime{}, false
 }
 
-// chooseRuntime decides the runtime of a new sandbox of tenantID (of a session, if session) from the
-// requested one, and says why.
-func (s *placer) chooseRuntime(ctx context.Context, tenantID, requested string, session bool) (rt node.Runtime, reason string, err error) {
+// chooseRuntime decides the runtime of a new sandbox of tenantID (of a session, if session) from
+// template ref tpl (a sandbox's record of it: NAME@DIGEST or "default") and the requested runtime, and
+// says why.
+func (s *placer) chooseRuntime(ctx context.Context, tenantID, tpl, requested string, session bool) (rt node.Runtime, reason string, err error) {
 	allowed, _, err := s.accounts.TenantRuntimes(ctx, tenantID)
+	if err != nil {
+		return node.Runtime{}, "", err
+	}
+	tplName, _, _ := strings.Cut(tpl, "@")
+	forTemplate, err := s.TemplateRuntimes(ctx, tplName)
 	if err != nil {
 		return node.Runtime{}, "", err
 	}
@@ -175,14 +289,19 @@ func (s *placer) chooseRuntime(ctx context.Context, tenantID, requested string, 
 	available := map[string]node.Runtime{}
 	for id := range caps {
 		for _, r := range s.nodeRuntimes(ctx, id) {
-			if _, seen := available[r.Name]; !seen {
+			// A VM runtime that some node runs with KVM counts as such.
+			if cur, seen := available[r.Name]; !seen || (r.Accel == node.AccelKVM && cur.Accel != node.AccelKVM) {
 				available[r.Name] = r
 			}
 		}
 	}
-	name, reason, err := pickRuntime(tenantID, requested, session, allowed, available, len(caps) > 0)
+	name, reason, err := pickRuntime(runtimeChoice{tenantID: tenantID, template: tplName, requested: requested, session: session,
+		tenant: allowed, forTemplate: forTemplate, available: available, anyUp: len(caps) > 0})
 	if err != nil {
 		return node.Runtime{}, "", err
+	}
+	if isVM(name) && imageOfRef(tpl) == "" {
+		return node.Runtime{}, "", invalid("the %s runtime boots image templates only, and template %q is the host's own files (install the default image, or use another template)", name, tplName)
 	}
 	if r, ok := available[name]; ok {
 		return r, reason, nil
@@ -190,34 +309,123 @@ func (s *placer) chooseRuntime(ctx context.Context, tenantID, requested string, 
 	return node.Runtime{Name: name, Abilities: []string{}}, reason, nil
 }
 
-// pickRuntime is chooseRuntime's decision, by name, from the runtimes the tenant may use (nil: every
-// one) and those the nodes up have (anyUp: there is a node up to judge by).
-func pickRuntime(tenantID, requested string, session bool, allowed []string, available map[string]node.Runtime, anyUp bool) (name, reason string, err error) {
-	may := func(n string) bool { return allowed == nil || slices.Contains(allowed, n) }
-	_, hasRunc := available[runtimeRunc]
-	switch requested {
+// runtimeChoice is what pickRuntime decides from.
+type runtimeChoice struct {
+	tenantID, template, requested string
+	session                       bool
+	// tenant and forTemplate are the runtimes the tenant may use and the template's sandboxes may run
+	// on (nil: every one).
+	tenant, forTemplate []string
+	// available are the runtimes the nodes up have; anyUp says whether there is a node up to judge by.
+	available map[string]node.Runtime
+	anyUp     bool
+}
+
+// pickRuntime is chooseRuntime's decision, by name.
+func pickRuntime(c runtimeChoice) (name, reason string, err error) {
+	may := func(n string) bool { return allows(c.tenant, n) && allows(c.forTemplate, n) }
+	has := func(n string) bool { _, ok := c.available[n]; return ok }
+	// bestVM is the VM runtime to run, of those allowed: one a node has, KVM first, then Firecracker;
+	// "" if none.
+	bestVM := func() string {
+		var vms []node.Runtime
+		for n, r := range c.available {
+			if isVM(n) && may(n) {
+				vms = append(vms, r)
+			}
+		}
+		slices.SortFunc(vms, func(a, b node.Runtime) int { return vmRank(a) - vmRank(b) })
+		if len(vms) == 0 {
+			return ""
+		}
+		return vms[0].Name
+	}
+	// resolve turns the class RuntimeVM into a VM runtime.
+	resolve := func(n string) string {
+		if n == RuntimeVM {
+			if vm := bestVM(); vm != "" {
+				return vm
+			}
+		}
+		return n
+	}
+	switch c.requested {
 	case "":
-		name, reason = DefaultRuntime, "the default runtime"
-	case RuntimeAuto:
 		switch {
-		case session:
-			name, reason = DefaultRuntime, "auto: a session's pauses keep memory and processes, which gvisor's snapshots do"
-		case may(runtimeRunc) && hasRunc:
-			name, reason = runtimeRunc, "auto: the fastest start the tenant may use"
+		case len(c.forTemplate) > 0:
+			name, reason = resolve(c.forTemplate[0]), fmt.Sprintf("the runtime the operator set for template %s", c.template)
+		case allows(c.tenant, DefaultRuntime):
+			name, reason = DefaultRuntime, "the default runtime"
 		default:
-			name, reason = DefaultRuntime, "auto: the tenant may not use runc, or no node has it"
+			name, reason = resolve(c.tenant[0]), "the runtime the operator set for the tenant"
+		}
+	case RuntimeVM:
+		name, reason = resolve(RuntimeVM), "requested a VM: "+vmReason
+	case RuntimeAuto:
+		prefer := []string{runtimeRunc, DefaultRuntime, RuntimeVM}
+		why := "auto: the fastest start the tenant and the template allow"
+		if c.session {
+			prefer = []string{DefaultRuntime, RuntimeVM, runtimeRunc}
+			why = "auto: a session's pauses keep memory and processes, which gvisor's and VMs' snapshots do"
+		}
+		for _, p := range prefer {
+			if n := resolve(p); may(n) && (has(n) || !c.anyUp && n == DefaultRuntime) {
+				name, reason = n, why
+				break
+			}
+		}
+		if name == "" {
+			name, reason = DefaultRuntime, "auto: nothing the tenant and the template allow is on a node that is up"
 		}
 	default:
-		name, reason = requested, "requested"
+		name, reason = c.requested, "requested"
 	}
-	if !may(name) {
+	if name == RuntimeVM {
+		// No VM runtime that is allowed is on a node: say which of the two it is.
+		vms := []string{"vm:qemu", "vm:firecracker"}
+		for _, l := range [][]string{c.tenant, c.forTemplate, slices.Collect(maps.Keys(c.available))} {
+			for _, n := range l {
+				if isVM(n) {
+					vms = append(vms, n)
+				}
+			}
+		}
+		if !slices.ContainsFunc(vms, may) {
+			return "", "", fmt.Errorf("tenant %s may not use VM runtimes with template %s; the operator allows runtimes per tenant and per template: %w",
+				c.tenantID, c.template, errdefs.ErrPermissionDenied)
+		}
+		if !c.anyUp {
+			return "", "", fmt.Errorf("no node is up to run a VM: %w", errdefs.ErrUnavailable)
+		}
+		return "", "", fmt.Errorf("no node that is up has a VM runtime: %w", errdefs.ErrUnavailable)
+	}
+	if !allows(c.tenant, name) {
 		return "", "", fmt.Errorf("tenant %s may not use the %s runtime (it may use %s); the operator allows runtimes per tenant: %w",
-			tenantID, name, strings.Join(allowed, ", "), errdefs.ErrPermissionDenied)
+			c.tenantID, name, strings.Join(c.tenant, ", "), errdefs.ErrPermissionDenied)
 	}
-	if _, ok := available[name]; !ok && anyUp {
+	if !allows(c.forTemplate, name) {
+		return "", "", fmt.Errorf("template %s's sandboxes may not run on the %s runtime (they may on %s); the operator sets runtimes per template: %w",
+			c.template, name, strings.Join(c.forTemplate, ", "), errdefs.ErrPermissionDenied)
+	}
+	if !has(name) && c.anyUp {
 		return "", "", fmt.Errorf("no node that is up has the %s runtime: %w", name, errdefs.ErrUnavailable)
 	}
 	return name, reason, nil
+}
+
+// vmReason says how pickRuntime ranks VM runtimes.
+const vmReason = "the best a node has (with KVM before emulated, Firecracker before QEMU)"
+
+// vmRank orders VM runtimes, best first: with KVM before emulated, then Firecracker before QEMU.
+func vmRank(r node.Runtime) int {
+	rank := 0
+	if r.Accel != node.AccelKVM {
+		rank += 10
+	}
+	if r.Name != "vm:firecracker" {
+		rank++
+	}
+	return rank
 }
 
 // withRuntime returns meta with the runtime chosen, why, and what it can do.

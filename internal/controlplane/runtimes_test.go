@@ -2,7 +2,9 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -101,6 +103,143 @@ func TestRuntimePlacement(t *testing.T) {
 	}
 	for _, bad := range [][]node.Runtime{{{Name: "runc", Abilities: []string{"root"}}}, {{Name: "Not A Name"}}, make([]node.Runtime, 9)} {
 		err := c.s.NodeHeartbeat(ctx, "node-b", "fp-node-b", nodeapi.Heartbeat{Addr: "10.0.0.1:7445", Boot: "b1", Capacity: capacity, Runtimes: bad})
+		if !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("a heartbeat reporting runtimes %+v: %v; want invalid argument", bad, err)
+		}
+	}
+}
+
+// TestVMRouting: "vm" picks the best VM runtime a node has (KVM first, then Firecracker); the operator
+// allows VM runtimes per tenant and per template, and a setting of one runtime forces it; auto knows
+// VMs (a tenant allowed only VMs gets one); a VM never boots the host template; heartbeats report
+// VMs' accelerators, checked.
+func TestVMRouting(t *testing.T) {
+	ctx := context.Background()
+	s, st, n, _, op := setup(t)
+	gvisor := node.Runtime{Name: "gvisor", Abilities: []string{node.AbilityMemorySnapshots, node.AbilityFork}}
+	qemu := node.Runtime{Name: "vm:qemu", Abilities: []string{node.AbilityMemorySnapshots, node.AbilityFork}, Accel: node.AccelTCG}
+	n.runtimes = []node.Runtime{gvisor, qemu}
+	// An image template (a VM boots images only).
+	b, _ := json.Marshal(templateDoc{Digest: "sha256:" + strings.Repeat("1", 64), Layers: 1})
+	if _, err := st.PutDoc(ctx, store.Doc{Key: templateDocPrefix + "app", Value: b}); err != nil {
+		t.Fatal(err)
+	}
+	create := func(tenant, tpl, rt string) (string, string, error) {
+		t.Helper()
+		sb, err := s.CreateSandbox(ctx, tenant, CreateRequest{Template: tpl, Runtime: rt})
+		return sb.Metadata[RuntimeMetadataKey], sb.Metadata[RuntimeReasonMetadataKey], err
+	}
+	for _, c := range []struct{ ask, want string }{{"vm", "vm:qemu"}, {"vm:qemu", "vm:qemu"}, {"", "gvisor"}, {"auto", "gvisor"}} {
+		if got, why, err := create(op, "app", c.ask); err != nil || got != c.want || why == "" {
+			t.Errorf("operator asks %q: %q (%q), %v; want %s", c.ask, got, why, err, c.want)
+		}
+	}
+	if _, _, err := create(op, "app", "vm:firecracker"); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("firecracker, which no node has: %v; want unavailable", err)
+	}
+	if _, _, err := create(op, "app", "vm:Bad"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a malformed VM runtime: %v; want invalid argument", err)
+	}
+	if _, _, err := create(op, "app", "container:runc"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a class that is not vm: %v; want invalid argument", err)
+	}
+	if _, _, err := create(op, "", "vm"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a VM of the host template: %v; want invalid argument", err)
+	}
+	// With KVM on one of two VM runtimes, that one first; Firecracker first among equals.
+	fc := node.Runtime{Name: "vm:firecracker", Abilities: qemu.Abilities, Accel: node.AccelKVM}
+	n.runtimes = []node.Runtime{gvisor, qemu, fc}
+	if got, _, err := create(op, "app", "vm"); err != nil || got != "vm:firecracker" {
+		t.Errorf("vm with firecracker on KVM: %q, %v", got, err)
+	}
+	n.runtimes = []node.Runtime{gvisor, {Name: "vm:qemu", Abilities: qemu.Abilities, Accel: node.AccelKVM}, {Name: "vm:firecracker", Accel: node.AccelTCG}}
+	if got, _, err := create(op, "app", "vm"); err != nil || got != "vm:qemu" {
+		t.Errorf("vm with qemu on KVM, firecracker not: %q, %v", got, err)
+	}
+	n.runtimes = []node.Runtime{gvisor, qemu}
+
+	// Another tenant: no VMs until the operator allows them; then only VMs forces them.
+	other, _, _, err := s.CreateTenant(ctx, "other", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := create(other.ID, "app", "vm"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("another tenant asks vm: %v; want permission denied", err)
+	}
+	if _, err := s.SetTenantRuntimes(ctx, other.ID, []string{"vm"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ask := range []string{"", "auto", "vm", "vm:qemu"} {
+		if got, why, err := create(other.ID, "app", ask); err != nil || got != "vm:qemu" {
+			t.Errorf("a tenant allowed only VMs asks %q: %q (%q), %v; want vm:qemu", ask, got, why, err)
+		}
+	}
+	if _, _, err := create(other.ID, "app", "gvisor"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a tenant allowed only VMs asks gvisor: %v; want permission denied", err)
+	}
+	if _, err := s.SetTenantRuntimes(ctx, other.ID, []string{"gvisor", "vm:qemu"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Per template: the operator forces VMs on py; its first runtime is the default.
+	if _, err := s.SetTemplateRuntimes(ctx, "app", []string{"vm", "auto"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a template allowed auto: %v; want invalid argument", err)
+	}
+	if _, err := s.SetTemplateRuntimes(ctx, "nope", []string{"vm"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("runtimes of a template that does not exist: %v; want not found", err)
+	}
+	tpl, err := s.SetTemplateRuntimes(ctx, "app", []string{"vm"})
+	if err != nil || len(tpl.Runtimes) != 1 {
+		t.Fatalf("SetTemplateRuntimes: %+v, %v", tpl, err)
+	}
+	if got, err := s.GetTemplate(ctx, "app"); err != nil || len(got.Runtimes) != 1 || got.Runtimes[0] != "vm" {
+		t.Errorf("GetTemplate after the setting: %v, %v", got.Runtimes, err)
+	}
+	for _, tenant := range []string{op, other.ID} {
+		if got, why, err := create(tenant, "app", ""); err != nil || got != "vm:qemu" || !strings.Contains(why, "template app") {
+			t.Errorf("default runtime of a VM template for %s: %q (%q), %v", tenant, got, why, err)
+		}
+		if got, _, err := create(tenant, "app", "auto"); err != nil || got != "vm:qemu" {
+			t.Errorf("auto of a VM template for %s: %q, %v", tenant, got, err)
+		}
+		if _, _, err := create(tenant, "app", "gvisor"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+			t.Errorf("gvisor asked of a VM template for %s: %v; want permission denied", tenant, err)
+		}
+	}
+	// auto for a session: gVisor first, then VMs, never runc while a VM is allowed.
+	avail := map[string]node.Runtime{"gvisor": gvisor, "runc": {Name: "runc"}, "vm:qemu": qemu}
+	for _, c := range []struct {
+		tenant []string
+		want   string
+	}{{nil, "gvisor"}, {[]string{"runc", "vm"}, "vm:qemu"}, {[]string{"runc"}, "runc"}} {
+		got, _, err := pickRuntime(runtimeChoice{requested: "auto", session: true, tenant: c.tenant, available: avail, anyUp: true})
+		if err != nil || got != c.want {
+			t.Errorf("auto for a session of a tenant allowed %v: %q, %v; want %s", c.tenant, got, err, c.want)
+		}
+	}
+	// A tenant without VMs cannot use the template at all, and is told why.
+	if _, err := s.SetTenantRuntimes(ctx, other.ID, []string{"gvisor"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := create(other.ID, "app", ""); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a tenant without VMs creates from a VM template: %v; want permission denied", err)
+	}
+	if _, err := s.SetTemplateRuntimes(ctx, "app", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := create(other.ID, "app", ""); err != nil || got != "gvisor" {
+		t.Errorf("after the template's setting is cleared: %q, %v", got, err)
+	}
+
+	// Heartbeats: a VM runtime says its accelerator, another runtime none; "vm" is no runtime's name.
+	c := newRemoteNodes(t, "node-a")
+	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 1 << 16, MaxSandboxes: 64}
+	good := []node.Runtime{gvisor, qemu}
+	if err := c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a1", Capacity: capacity, Runtimes: good}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]node.Runtime{{{Name: "vm:qemu", Accel: "fast"}}, {{Name: "vm:qemu"}}, {{Name: "gvisor", Accel: "kvm"}}, {{Name: "vm", Accel: "kvm"}}} {
+		err := c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a1", Capacity: capacity, Runtimes: bad})
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("a heartbeat reporting runtimes %+v: %v; want invalid argument", bad, err)
 		}

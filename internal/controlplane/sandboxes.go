@@ -63,8 +63,8 @@ func (r *CreateRequest) normalize() error {
 	if _, _, err := template.ParseRef(r.Template); err != nil {
 		return invalid("template %q: want a template's name (1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit), or NAME@sha256:<digest>", r.Template)
 	}
-	if r.Runtime != "" && !runtimePattern.MatchString(r.Runtime) {
-		return invalid("runtime %q must be gvisor, runc, auto or another runtime's name", r.Runtime)
+	if r.Runtime != "" && r.Runtime != RuntimeAuto && checkRuntimeName(r.Runtime) != nil {
+		return invalid("runtime %q must be gvisor, runc, vm, vm:qemu, vm:firecracker, auto or another runtime's name", r.Runtime)
 	}
 	if r.CPUMillicores == 0 {
 		r.CPUMillicores = DefaultCPU
@@ -172,7 +172,7 @@ func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req Crea
 	req.Template = ref // what the sandbox records: the image's digest, whatever the name points at later
 	spec := store.SandboxSpec{CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		TimeoutSeconds: req.TimeoutSeconds}
-	rt, why, err := s.placer.chooseRuntime(ctx, tenantID, req.Runtime, false)
+	rt, why, err := s.placer.chooseRuntime(ctx, tenantID, req.Template, req.Runtime, false)
 	if err != nil {
 		return store.Sandbox{}, err
 	}

@@ -152,7 +152,7 @@ func (s *sessions) CreateSession(ctx context.Context, tenantID string, req Sessi
 			return store.Session{}, fmt.Errorf("encode network policy: %w", err)
 		}
 	}
-	rt, why, err := s.placer.chooseRuntime(ctx, tenantID, req.Runtime, true)
+	rt, why, err := s.placer.chooseRuntime(ctx, tenantID, req.Template, req.Runtime, true)
 	if err != nil {
 		return store.Session{}, err
 	}

@@ -41,7 +41,10 @@ type Template struct {
 	Config oci.Config
 	Layers int
 	// Start is the template's start command, if it has one (templatestart.go).
-	Start     *TemplateStart
+	Start *TemplateStart
+	// Runtimes are the runtimes its sandboxes may run on, the first their default (SetTemplateRuntimes);
+	// nil: every one.
+	Runtimes  []string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -84,6 +87,11 @@ func (s *placer) ListTemplates(ctx context.Context) ([]Template, error) {
 		out = append(out, t)
 	}
 	sort.Slice(out[1:], func(i, j int) bool { return out[1+i].Name < out[1+j].Name })
+	for i := range out {
+		if out[i].Runtimes, err = s.TemplateRuntimes(ctx, out[i].Name); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
@@ -95,16 +103,23 @@ func (s *placer) GetTemplate(ctx context.Context, name string) (Template, error)
 		return Template{}, err
 	}
 	d, err := s.store.GetDoc(ctx, templateDocPrefix+name)
-	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) && name == template.DefaultName {
-			return builtinTemplate, nil
+	var t Template
+	switch {
+	case err == nil:
+		if t, err = templateOf(d); err != nil {
+			return Template{}, err
 		}
-		if errors.Is(err, errdefs.ErrNotFound) {
-			return Template{}, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
-		}
+	case errors.Is(err, errdefs.ErrNotFound) && name == template.DefaultName:
+		t = builtinTemplate
+	case errors.Is(err, errdefs.ErrNotFound):
+		return Template{}, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
+	default:
 		return Template{}, err
 	}
-	return templateOf(d)
+	if t.Runtimes, err = s.TemplateRuntimes(ctx, name); err != nil {
+		return Template{}, err
+	}
+	return t, nil
 }
 
 // imageImporter is a node that can import and pull OCI images (the in-process node).

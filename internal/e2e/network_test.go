@@ -19,28 +19,37 @@ import (
 type netEnv struct {
 	*testenv.Env
 	up *upstream
+	// runtime runs its sandboxes ("": the default).
+	runtime string
 }
 
 func startNetEnv(t *testing.T) *netEnv {
 	t.Helper()
 	testenv.RequireSandboxes(t)
+	return startNetEnvWith(t, "", testenv.Options{})
+}
+
+// startNetEnvWith is startNetEnv for sandboxes on runtime rt, with opts besides the network's.
+func startNetEnvWith(t *testing.T, rt string, opts testenv.Options) *netEnv {
+	t.Helper()
 	up := startUpstream(t)
-	e := testenv.Start(t, testenv.Options{Hosts: map[string][]netip.Addr{
+	opts.Hosts = map[string][]netip.Addr{
 		"api.example.test":      {up.IP},
 		"other.example.test":    {up.IP},
 		"bad.example.test":      {up.IP}, // the upstream's certificate does not name it
 		"metadata.example.test": {up.MetadataIP},
-	}, ExtraRootsPEM: up.CAPEM,
-		// The operator opens the metadata address to tenants' rules, so that one can name it, and
-		// loopback, where the tests' OAuth provider listens.
-		EgressAllowPrivate: []netip.Prefix{netip.MustParsePrefix(up.MetadataIP.String() + "/32"), netip.MustParsePrefix("127.0.0.1/32")}})
-	return &netEnv{Env: e, up: up}
+	}
+	opts.ExtraRootsPEM = up.CAPEM
+	// The operator opens the metadata address to tenants' rules, so that one can name it, and
+	// loopback, where the tests' OAuth provider listens.
+	opts.EgressAllowPrivate = []netip.Prefix{netip.MustParsePrefix(up.MetadataIP.String() + "/32"), netip.MustParsePrefix("127.0.0.1/32")}
+	return &netEnv{Env: testenv.Start(t, opts), up: up, runtime: rt}
 }
 
 // sandbox creates a sandbox with policy p and puts the probe script and the upstream's CA in it.
 func (n *netEnv) sandbox(t *testing.T, p *airlock.NetworkPolicy) *airlock.Sandbox {
 	t.Helper()
-	sb := create(t, n.Env, airlock.CreateSandboxRequest{Network: p})
+	sb := create(t, n.Env, airlock.CreateSandboxRequest{Network: p, Runtime: n.runtime})
 	ctx := ctxT(t, time.Minute)
 	probe, err := os.ReadFile("testdata/probe.py")
 	if err != nil {
@@ -84,7 +93,11 @@ func hostIPv4(t *testing.T) string {
 // TestEgressBypassAttempts: a sandbox with the default policy reaches nothing, and a sandbox allowed one
 // HTTPS host reaches that host and nothing else, however it tries.
 func TestEgressBypassAttempts(t *testing.T) {
-	n := startNetEnv(t)
+	egressBypass(t, startNetEnv(t))
+}
+
+// egressBypass runs TestEgressBypassAttempts's attempts in n.
+func egressBypass(t *testing.T, n *netEnv) {
 	hostIP := hostIPv4(t)
 	// A service of the host's own on its address, and the API's port.
 	hostLn, err := net.Listen("tcp4", hostIP+":0")

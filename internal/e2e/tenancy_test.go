@@ -261,6 +261,7 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"POST /v1/templates/{name}/pull":                        {body: `{"image":"127.0.0.1:1/x:y","insecure":true}`},
 		"POST /v1/templates/{name}/build":                       {body: "not a tar"},
 		"GET /v1/templates/{name}/export":                       {},
+		"PUT /v1/templates/{name}/runtimes":                     {body: `{"runtimes":["vm"]}`},
 		"DELETE /v1/nodes/{id}":                                 {},
 		"PUT /v1/nodes/{id}/bound":                              {body: `{"max_sandboxes":1}`},
 		"POST /v1/nodes/{id}/drain":                             {},

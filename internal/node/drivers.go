@@ -19,7 +19,19 @@ type Runtime struct {
 	// holds memory and processes: a resume continues them), AbilityFilesSnapshots (files only: a
 	// resume starts the processes anew), AbilityFork (a snapshot restores into several sandboxes).
 	Abilities []string `json:"abilities"`
+	// Accel, for a VM runtime, says how its guests run: AccelKVM (hardware virtualisation) or
+	// AccelTCG (emulated: slower, the same isolation).
+	Accel string `json:"accel,omitempty"`
 }
+
+// The accelerators a VM runtime may report.
+const (
+	AccelKVM = "kvm"
+	AccelTCG = "tcg"
+)
+
+// accelerated is a VM driver that reports its accelerator (AccelKVM or AccelTCG).
+type accelerated interface{ Accel() string }
 
 // The abilities a Runtime may declare.
 const (
@@ -50,6 +62,9 @@ func Describe(d runtime.Driver) Runtime {
 			r.Abilities = append(r.Abilities, AbilityMemorySnapshots)
 		}
 		r.Abilities = append(r.Abilities, AbilityFork)
+	}
+	if a, ok := d.(accelerated); ok {
+		r.Accel = a.Accel()
 	}
 	return r
 }

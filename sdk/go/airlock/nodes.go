@@ -68,6 +68,18 @@ type Node struct {
 	// Draining says no sandbox is placed on it any more (DrainNode); its State is "draining" while it
 	// is up.
 	Draining bool `json:"draining,omitempty"`
+	// Runtimes are the runtimes it has, from its latest heartbeat, its default first.
+	Runtimes []NodeRuntime `json:"runtimes,omitempty"`
+}
+
+// NodeRuntime is a runtime a node has.
+type NodeRuntime struct {
+	Name string `json:"name"`
+	// Abilities are what its sandboxes can do beyond running (memory_snapshots, files_snapshots, fork).
+	Abilities []string `json:"abilities"`
+	// Accel, for a VM runtime, says how its guests run: "kvm" (hardware virtualisation) or "tcg"
+	// (emulated).
+	Accel string `json:"accel,omitempty"`
 }
 
 // DrainReport is the response of POST /v1/nodes/{id}/drain: the node, now draining, and what was moved.

@@ -35,9 +35,12 @@ type Template struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// Start is the template's start command, if it has one: every sandbox of it has the command running
 	// when it is handed over.
-	Start     *TemplateStart `json:"start,omitempty"`
-	CreatedAt *time.Time     `json:"created_at,omitempty"`
-	UpdatedAt *time.Time     `json:"updated_at,omitempty"`
+	Start *TemplateStart `json:"start,omitempty"`
+	// Runtimes are the runtimes its sandboxes may run on, set by the operator: the first is their
+	// default, and one alone forces it ("vm" is every VM runtime). Empty: every one.
+	Runtimes  []string   `json:"runtimes,omitempty"`
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
 }
 
 // TemplateStart is a template's start command and ready check (argv), and whether a start snapshot
@@ -136,6 +139,25 @@ func (c *Client) DeleteTemplate(ctx context.Context, name string) (TemplateRemov
 	var out TemplateRemoval
 	if err := c.doJSON(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), nil, nil, &out, nil); err != nil {
 		return TemplateRemoval{}, fmt.Errorf("delete template %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// TemplateRuntimesRequest sets the runtimes a template's sandboxes may run on.
+type TemplateRuntimesRequest struct {
+	// Runtimes, in order of preference (the first is the default; one alone forces it): runtime names
+	// ("gvisor", "runc", "vm:qemu", …) or "vm" for every VM runtime. Empty allows every runtime again.
+	Runtimes []string `json:"runtimes"`
+}
+
+// SetTemplateRuntimes sets the runtimes the sandboxes of template name may run on (operator only).
+func (c *Client) SetTemplateRuntimes(ctx context.Context, name string, runtimes []string) (Template, error) {
+	if runtimes == nil {
+		runtimes = []string{}
+	}
+	var out Template
+	if err := c.doJSON(ctx, http.MethodPut, "/v1/templates/"+url.PathEscape(name)+"/runtimes", nil, TemplateRuntimesRequest{Runtimes: runtimes}, &out, nil); err != nil {
+		return Template{}, fmt.Errorf("set runtimes of template %s: %w", name, err)
 	}
 	return out, nil
 }

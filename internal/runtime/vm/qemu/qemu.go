@@ -84,6 +84,9 @@ type Config struct {
 	UIDBase int
 	// Accel is "kvm", "tcg", or empty to probe (ProbeKVM).
 	Accel string
+	// ProbeCache, if set, is a file that keeps the probe's answer for this host's QEMU, kernel and
+	// /dev/kvm, so that a later start need not probe again (e.g. under /run: until the host reboots).
+	ProbeCache string
 	// Logger receives the driver's logs. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -159,7 +162,7 @@ func New(cfg Config) (*Driver, error) {
 	accel := cfg.Accel
 	if accel == "" {
 		accel = "tcg"
-		if ProbeKVM(context.Background(), cfg.QEMU, k.Image) {
+		if probeKVMCached(cfg.ProbeCache, cfg.QEMU, k.Image) {
 			accel = "kvm"
 		}
 	}
@@ -169,8 +172,8 @@ func New(cfg Config) (*Driver, error) {
 	return d, nil
 }
 
-// Name reports "qemu".
-func (d *Driver) Name() string { return "qemu" }
+// Name reports "vm:qemu", the runtime's name in the class of VMs.
+func (d *Driver) Name() string { return "vm:qemu" }
 
 // Accel reports how guests run: "kvm" or "tcg".
 func (d *Driver) Accel() string { return d.accel }
@@ -978,6 +981,41 @@ func ProbeKVM(ctx context.Context, qemu, kernel string) bool {
 		"-kernel", kernel, "-append", "console=ttyS0 panic=-1 root=/dev/airlock-no-such")
 	out, _ := cmd.Output()
 	return strings.Contains(string(out), "Kernel panic")
+}
+
+// probeKVMCached is ProbeKVM, its answer kept in file cache ("": not kept) for the QEMU binary, kernel
+// and /dev/kvm it was found with.
+func probeKVMCached(cache, qemu, kernel string) bool {
+	key := ""
+	for _, p := range []string{qemu, kernel, "/dev/kvm"} {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			key += p + ":none;"
+			continue
+		}
+		key += fmt.Sprintf("%s:%d:%d:%d:%d;", p, st.Ino, st.Size, st.Mtim.Nano(), st.Rdev)
+	}
+	if cache != "" {
+		if b, err := os.ReadFile(cache); err == nil {
+			if k, v, ok := strings.Cut(string(b), "\n"); ok && k == key && (v == "kvm" || v == "tcg") {
+				return v == "kvm"
+			}
+		}
+	}
+	ok := ProbeKVM(context.Background(), qemu, kernel)
+	if cache != "" {
+		v := "tcg"
+		if ok {
+			v = "kvm"
+		}
+		if err := os.MkdirAll(filepath.Dir(cache), 0o755); err == nil {
+			tmp := cache + ".tmp" + strconv.Itoa(os.Getpid())
+			if os.WriteFile(tmp, []byte(key+"\n"+v), 0o644) == nil {
+				os.Rename(tmp, cache)
+			}
+		}
+	}
+	return ok
 }
 
 // kvmProbeTime is how long a KVM guest has to reach its kernel's panic: well under a second on a
