@@ -1,7 +1,8 @@
 // Package vm holds what the microVM runtime drivers (vm/qemu, later vm/firecracker) share: the guest
 // kernel and the initramfs made from its modules and the daemon binary (this file), the template's
-// root file system as a read-only disk image (rootfs.go), and the node's side of the daemon's two
-// virtio-serial ports (ports.go).
+// root file system as a read-only disk image (rootfs.go), the node's side of the daemon's two
+// virtio-serial ports (ports.go), the VM's writable disk (disk.go), its network (network.go), the
+// VMMs' uids (uids.go), a guest's identity (identity.go) and the KVM probe (probe.go).
 //
 // The guest kernel is Debian's (linux-image-amd64), unpacked by scripts/install.sh into
 // DefaultGuestDir without installing it as the host's: its bzImage and its modules. Debian builds the
