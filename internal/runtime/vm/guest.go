@@ -62,8 +62,11 @@ func FindKernel(dir string) (Kernel, error) {
 }
 
 // GuestModules are the modules a guest loads, with what they depend on: virtio over MMIO (microvm
-// has no PCI), its disks, network, serial ports and entropy, and the file systems of its root.
+// and Firecracker have no PCI), its disks, network, serial ports (QEMU) or vsock (Firecracker: the
+// transport loads harmlessly where there is no vsock device) and entropy, and the file systems of its
+// root.
 var GuestModules = []string{"virtio_mmio", "virtio_blk", "virtio_net", "virtio_console", "virtio_rng",
+	"vsock", "vmw_vsock_virtio_transport_common", "vmw_vsock_virtio_transport",
 	"crc32c_generic", "ext4", "erofs", "overlay"}
 
 // ModuleOrder lists the module files (paths under k.Modules) to load for names, dependencies first:
