@@ -26,8 +26,8 @@ import (
 // (VMDiskSerial) — with the daemon binary at its usual path and an empty control directory, reads the
 // node's first control message (the daemon's argv and environment, the sandbox's identity), and execs
 // the daemon in the new root as PID 1. Its channels to the node are virtio-serial ports, or vsock
-// ports where the kernel command line has proto.VMVsockParam (Firecracker). It returns only on failure (the kernel then panics, and the
-// node sees the VM stop).
+// ports where the kernel command line has proto.VMVsockParam (Firecracker). It returns only on
+// failure (the kernel then panics, and the node sees the VM stop).
 func VMInit() int {
 	if err := vmInit(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock vminit: %v\n", err)
