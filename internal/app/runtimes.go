@@ -9,12 +9,13 @@ import (
 	"github.com/airlockrun/airlock/internal/runtime/gvisor"
 	"github.com/airlockrun/airlock/internal/runtime/runc"
 	"github.com/airlockrun/airlock/internal/runtime/vm"
+	"github.com/airlockrun/airlock/internal/runtime/vm/firecracker"
 	"github.com/airlockrun/airlock/internal/runtime/vm/qemu"
 )
 
 // The runtime drivers a node can have, by name: the one place they are chosen. gVisor is every node's
 // default; the others are opened when their tools are installed (scripts/install.sh installs runc,
-// QEMU and the guest kernel).
+// QEMU and the guest kernel; Firecracker is the operator's to install).
 var runtimeDrivers = []struct {
 	name string
 	// open opens the driver for node h; available reports whether its tools are on this host.
@@ -64,6 +65,28 @@ var runtimeDrivers = []struct {
 				return false
 			}
 			_, err = vm.FindKernel("")
+			return err == nil
+		},
+	},
+	{
+		// Firecracker is not packaged by Debian: an operator installs firecracker and jailer (the
+		// same release) on PATH; New refuses a host where KVM guests do not run.
+		name: "vm:firecracker",
+		open: func(h hostNode) (runtime.Driver, func() error, error) {
+			d, err := firecracker.New(firecracker.Config{StateDir: filepath.Join(h.dataDir, "runtime-vm-firecracker"), DaemonBinary: h.daemon,
+				Logger: h.log, CgroupParent: "/airlock-fc/" + h.tag})
+			if err != nil {
+				return nil, nil, err
+			}
+			return d, d.Close, nil
+		},
+		available: func(hostNode) bool {
+			for _, b := range []string{"firecracker", "jailer"} {
+				if _, err := exec.LookPath(b); err != nil {
+					return false
+				}
+			}
+			_, err := vm.FindKernel("")
 			return err == nil
 		},
 	},

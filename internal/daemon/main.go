@@ -33,7 +33,9 @@ import (
 //	-log-level LEVEL debug, info, warn or error (default info); logs go to stderr
 //	-vm-link DEV     in a microVM: the virtio-serial port of the link (see proto.VMLinkPort),
 //	                 in place of -socket; with -vm-control DEV, the port of the node's control
-//	                 messages, which the daemon writes into the -control directory (VMInit passes both)
+//	                 messages, which the daemon writes into the -control directory (VMInit passes both).
+//	                 Either may be vsock:PORT instead, a vsock port to listen on (the control one
+//	                 as vsock:PORT,conn=FD with the node's connection VMInit accepted)
 //	-version         print the version and exit
 //
 // As PID 1 (or, otherwise, as a child subreaper) it reaps every child, including orphans. On SIGTERM or
@@ -111,9 +113,12 @@ func run(socket, vmLink, vmControlPort string, cfg Config, log *slog.Logger) int
 	}
 	var ln net.Listener
 	var err error
-	var vmc *vmControl
+	var vm *vmChannels
 	if vmLink != "" {
-		ln, vmc, err = listenVM(vmLink, vmControlPort, cfg.Control, log)
+		vm, err = listenVM(vmLink, vmControlPort, cfg.Control, log)
+		if err == nil {
+			ln = vm.ln
+		}
 		socket = vmLink
 	} else {
 		ln, err = listen(socket)
@@ -139,18 +144,17 @@ func run(socket, vmLink, vmControlPort string, cfg Config, log *slog.Logger) int
 		}
 	}()
 	cfg.Listen = func() (net.Listener, error) { return listen(socket) }
-	if vmc != nil {
-		lnVM := ln.(*vportListener)
-		cfg.Listen = func() (net.Listener, error) { return lnVM.p.listener(log), nil }
-		vmc.wake = wake
-		go vmc.run() // owner: run; ends with the process
-		vmc.setListening(true)
+	if vm != nil {
+		cfg.Listen = vm.listen
+		vm.ctl.wake = wake
+		go vm.serve() // owner: run; ends with the process
+		vm.ctl.setListening(true)
 	}
 	cfg.Wake = wake
 
 	log.Info("airlock daemon serving", "version", Version, "socket", socket, "pid", os.Getpid())
 	err = Serve(ctx, ln, cfg, log)
-	if vmc == nil {
+	if vm == nil {
 		os.Remove(socket)
 	}
 	if pid1 {
@@ -202,17 +206,57 @@ func listen(path string) (net.Listener, error) {
 	return ln, nil
 }
 
-// listenVM opens a microVM's two ports: the link's, as a listener, and the control port, whose
-// messages go into the control directory dir.
-func listenVM(link, control, dir string, log *slog.Logger) (*vportListener, *vmControl, error) {
-	lp, err := openVPort(link)
+// vmChannels are a microVM daemon's two channels to its node.
+type vmChannels struct {
+	ln     net.Listener                 // the link's
+	listen func() (net.Listener, error) // listens on the link again, after a quiesce
+	ctl    *vmControl
+	serve  func() // serves the control channel; runs for the daemon's life
+}
+
+// listenVM opens a microVM's two channels (virtio-serial ports or vsock ports, see parseVMAddr): the
+// link's, as a listener, and the control channel, whose messages go into the control directory dir.
+func listenVM(link, control, dir string, log *slog.Logger) (*vmChannels, error) {
+	la, err := parseVMAddr(link)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	cp, err := openVPort(control)
+	ca, err := parseVMAddr(control)
 	if err != nil {
-		lp.f.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return lp.listener(log), &vmControl{p: cp, dir: dir, log: log}, nil
+	vc := &vmChannels{ctl: &vmControl{dir: dir, log: log}}
+	if la.dev != "" {
+		lp, err := openVPort(la.dev)
+		if err != nil {
+			return nil, err
+		}
+		vc.ln = lp.listener(log)
+		vc.listen = func() (net.Listener, error) { return lp.listener(log), nil }
+	} else {
+		if vc.ln, err = listenVsock(la.port); err != nil {
+			return nil, err
+		}
+		vc.listen = func() (net.Listener, error) { return listenVsock(la.port) }
+	}
+	if ca.dev != "" {
+		cp, err := openVPort(ca.dev)
+		if err != nil {
+			vc.ln.Close()
+			return nil, err
+		}
+		vc.serve = func() { vc.ctl.run(cp.f) }
+		return vc, nil
+	}
+	cln, err := listenVsock(ca.port)
+	if err != nil {
+		vc.ln.Close()
+		return nil, err
+	}
+	var first net.Conn
+	if ca.connFD >= 0 {
+		first = newVsockConn(ca.connFD, ca.port)
+	}
+	vc.serve = func() { vc.ctl.serveVsock(cln, first) }
+	return vc, nil
 }

@@ -25,8 +25,9 @@ import (
 // (the disk of serial VMRootSerial) under an overlay whose writable layer is the VM's own disk
 // (VMDiskSerial) — with the daemon binary at its usual path and an empty control directory, reads the
 // node's first control message (the daemon's argv and environment, the sandbox's identity), and execs
-// the daemon in the new root as PID 1. It returns only on failure (the kernel then panics, and the
-// node sees the VM stop).
+// the daemon in the new root as PID 1. Its channels to the node are virtio-serial ports, or vsock
+// ports where the kernel command line has proto.VMVsockParam (Firecracker). It returns only on
+// failure (the kernel then panics, and the node sees the VM stop).
 func VMInit() int {
 	if err := vmInit(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock vminit: %v\n", err)
@@ -62,11 +63,11 @@ func vmInit() error {
 	if err := loadModules("/modules", strings.Fields(string(cmdline))); err != nil {
 		return err
 	}
-	root, err := waitDisk(VMRootSerial, 20*time.Second)
+	vsockLink, vsockCtl, overVsock, err := vsockParam(strings.Fields(string(cmdline)))
 	if err != nil {
 		return err
 	}
-	disk, err := waitDisk(VMDiskSerial, 20*time.Second)
+	root, disk, err := waitDisks("/sys/block", 20*time.Second)
 	if err != nil {
 		return err
 	}
@@ -88,13 +89,25 @@ func vmInit() error {
 		return fmt.Errorf("mount the root: %w", err)
 	}
 	// The first control message: the daemon's argv and the sandbox's identity.
-	ctlPath, err := waitVPort(proto.VMControlPort, 20*time.Second)
-	if err != nil {
-		return err
-	}
-	m, ctl, err := firstControl(ctlPath)
-	if err != nil {
-		return err
+	var m proto.VMControl
+	var ctl *os.File
+	var ctlArg string
+	if overVsock {
+		if m, ctl, err = acceptFirstControl(vsockCtl); err != nil {
+			return err
+		}
+		// The daemon serves the node's connection on: it waits there for the daemon's report.
+		if vsockCtl.connFD, err = inheritable(ctl); err != nil {
+			return err
+		}
+		ctlArg = vsockCtl.String()
+	} else {
+		if ctlArg, err = waitVPort(proto.VMControlPort, 20*time.Second); err != nil {
+			return err
+		}
+		if m, ctl, err = firstControl(ctlArg); err != nil {
+			return err
+		}
 	}
 	if len(m.Argv) == 0 || !filepath.IsAbs(m.Argv[0]) {
 		return fmt.Errorf("the first control message has no daemon argv")
@@ -159,12 +172,16 @@ func vmInit() error {
 			return fmt.Errorf("process limit: %w", err)
 		}
 	}
-	ctl.Close()
-	link, err := waitVPort(proto.VMLinkPort, 5*time.Second)
-	if err != nil {
-		return err
+	var link string
+	if overVsock {
+		link = vsockLink.String()
+	} else {
+		ctl.Close()
+		if link, err = waitVPort(proto.VMLinkPort, 5*time.Second); err != nil {
+			return err
+		}
 	}
-	argv := append(append([]string(nil), m.Argv...), "-vm-link", link, "-vm-control", ctlPath)
+	argv := append(append([]string(nil), m.Argv...), "-vm-link", link, "-vm-control", ctlArg)
 	return syscall.Exec(m.Argv[0], argv, m.Env)
 }
 
@@ -259,25 +276,62 @@ func loadModules(dir string, cmdline []string) error {
 	return nil
 }
 
-// waitDisk waits for the virtio disk whose serial is serial and returns its device.
-func waitDisk(serial string, timeout time.Duration) (string, error) {
+// waitDisks waits for the template's image and the writable disk among the virtio disks of sysBlock
+// (/sys/block) and returns their devices' names under /dev.
+func waitDisks(sysBlock string, timeout time.Duration) (root, disk string, err error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		blocks, _ := filepath.Glob("/sys/block/vd*")
-		for _, b := range blocks {
-			s, err := os.ReadFile(filepath.Join(b, "serial"))
-			if err == nil && strings.TrimSpace(string(s)) == serial {
-				dev := filepath.Join("/dev", filepath.Base(b))
-				if _, err := os.Stat(dev); err == nil {
-					return dev, nil
-				}
+		root, disk = pickDisks(sysBlock)
+		if root != "" && disk != "" {
+			r, d := filepath.Join("/dev", root), filepath.Join("/dev", disk)
+			_, err1 := os.Stat(r)
+			_, err2 := os.Stat(d)
+			if err1 == nil && err2 == nil {
+				return r, d, nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("no disk of serial %s", serial)
+			return "", "", fmt.Errorf("no disks of serials %s and %s, nor one read-only and one writable disk", VMRootSerial, VMDiskSerial)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// pickDisks finds the template's image and the writable disk among the virtio disks of sysBlock: by
+// their serials (VMRootSerial, VMDiskSerial: QEMU sets them), or, where neither has one (Firecracker's
+// serials are its own), the one disk the VMM marks read-only and the one it does not. It reports the
+// disks' names ("vda"), or "" for what it did not find.
+func pickDisks(sysBlock string) (root, disk string) {
+	blocks, _ := filepath.Glob(filepath.Join(sysBlock, "vd*"))
+	var ro, rw []string
+	for _, b := range blocks {
+		name := filepath.Base(b)
+		if s, err := os.ReadFile(filepath.Join(b, "serial")); err == nil {
+			switch strings.TrimSpace(string(s)) {
+			case VMRootSerial:
+				root = name
+				continue
+			case VMDiskSerial:
+				disk = name
+				continue
+			}
+		}
+		if f, err := os.ReadFile(filepath.Join(b, "ro")); err == nil {
+			switch strings.TrimSpace(string(f)) {
+			case "1":
+				ro = append(ro, name)
+			case "0":
+				rw = append(rw, name)
+			}
+		}
+	}
+	if root != "" || disk != "" {
+		return root, disk
+	}
+	if len(ro) == 1 && len(rw) == 1 {
+		return ro[0], rw[0]
+	}
+	return "", ""
 }
 
 // waitVPort waits for the virtio-serial port called name and returns its device.

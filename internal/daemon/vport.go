@@ -238,23 +238,39 @@ func (c *vportConn) SetWriteDeadline(t time.Time) error {
 	return c.p.f.SetWriteDeadline(t)
 }
 
-// vmControl reads the node's control messages (proto.VMControl) from the control port and applies
+// vmControl reads the node's control messages (proto.VMControl) from the control channel and applies
 // them: the link key, environment and wake file go into the control directory dir (a tmpfs of the
 // guest's, which the daemon reads as the container runtimes' host-written one), the rest to the guest.
-// A wake also sends on wake. It reports each applied message back. It runs for the daemon's life.
+// A wake also sends on wake. It reports each applied message back, on the channel it came from. It runs
+// for the daemon's life. The channel is a virtio-serial port (run) or the node's vsock connections
+// (serveVsock, vsock.go).
 type vmControl struct {
-	p    *vport
 	dir  string
 	wake chan<- struct{}
 	log  *slog.Logger
 
+	amu sync.Mutex // serializes applying messages
+
 	mu        sync.Mutex
-	seq       int64 // guarded by mu: the last message applied
-	listening bool  // guarded by mu
+	seq       int64      // guarded by mu: the last message applied
+	listening bool       // guarded by mu
+	out       vmWriter   // guarded by mu: where reports go
+	wmu       sync.Mutex // serializes reports
 }
 
-func (v *vmControl) run() {
-	r := bufio.NewReaderSize(v.p.f, 64<<10)
+// vmWriter is where a vmControl's reports go: the port, or the node's latest connection.
+type vmWriter interface {
+	io.Writer
+	SetWriteDeadline(time.Time) error
+}
+
+// run serves the control port f: one stream for the VM's life, which reads nothing while the node is
+// not connected.
+func (v *vmControl) run(f *os.File) {
+	v.mu.Lock()
+	v.out = f
+	v.mu.Unlock()
+	r := bufio.NewReaderSize(f, 64<<10)
 	for {
 		var m proto.VMControl
 		err := proto.ReadVMLine(r, &m)
@@ -272,16 +288,23 @@ func (v *vmControl) run() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		if err := v.apply(&m); err != nil {
-			v.log.Warn("control message not applied", "seq", m.Seq, "err", err)
-			v.report(proto.VMReport{Seq: m.Seq, Error: err.Error()})
-			continue
-		}
-		v.mu.Lock()
-		v.seq = m.Seq
-		v.mu.Unlock()
-		v.reportState()
+		v.handle(&m)
 	}
+}
+
+// handle applies m and reports the outcome.
+func (v *vmControl) handle(m *proto.VMControl) {
+	v.amu.Lock()
+	defer v.amu.Unlock()
+	if err := v.apply(m); err != nil {
+		v.log.Warn("control message not applied", "seq", m.Seq, "err", err)
+		v.report(proto.VMReport{Seq: m.Seq, Error: err.Error()})
+		return
+	}
+	v.mu.Lock()
+	v.seq = m.Seq
+	v.mu.Unlock()
+	v.reportState()
 }
 
 // setListening records whether the daemon accepts link connections, and reports it.
@@ -301,8 +324,16 @@ func (v *vmControl) reportState() {
 
 // report writes r to the node, giving up after a while if the node does not read.
 func (v *vmControl) report(r proto.VMReport) {
-	_ = v.p.f.SetWriteDeadline(time.Now().Add(2 * time.Second))
-	if err := proto.WriteVMLine(v.p.f, r); err != nil {
+	v.mu.Lock()
+	w := v.out
+	v.mu.Unlock()
+	if w == nil {
+		return // no node connected yet
+	}
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	_ = w.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	if err := proto.WriteVMLine(w, r); err != nil {
 		v.log.Debug("report to the node", "err", err)
 	}
 }

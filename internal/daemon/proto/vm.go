@@ -13,8 +13,8 @@ import (
 
 // # MicroVMs
 //
-// In a microVM sandbox (the vm runtime) the daemon talks to its node over two virtio-serial ports, each
-// a byte stream between the guest and a unix socket of the node's (there is no vsock on every host):
+// In a microVM sandbox (the vm runtime) the daemon talks to its node over two channels. Under QEMU they
+// are two virtio-serial ports, each a byte stream between the guest and a unix socket of the node's:
 //
 //   - VMLinkPort carries the link protocol above. A port is one stream for the VM's whole life, so each
 //     connection of the node starts with a handshake that finds its start in whatever a previous
@@ -31,6 +31,18 @@ import (
 const (
 	VMLinkPort    = "airlock.link"
 	VMControlPort = "airlock.ctl"
+)
+
+// Over virtio-vsock (Firecracker has no virtio-serial) the two channels are vsock ports the daemon
+// listens on, and each connection of the node is a stream of its own: the link needs no handshake,
+// and the control channel carries the same lines, each report on the connection the node last opened.
+// The node reaches them through its VMM (Firecracker's "CONNECT PORT" on a unix socket). The guest's
+// init learns that it is to use vsock, and the ports, from VMVsockParam on the kernel command line.
+const (
+	VMLinkVsockPort    = 1024
+	VMControlVsockPort = 1025
+	// VMVsockParam ("airlock.vsock=LINK,CONTROL") tells the guest's init to use those vsock ports.
+	VMVsockParam = "airlock.vsock"
 )
 
 // VMNonceSize is the size of a link handshake's nonce.

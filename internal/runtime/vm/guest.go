@@ -1,7 +1,8 @@
 // Package vm holds what the microVM runtime drivers (vm/qemu, later vm/firecracker) share: the guest
 // kernel and the initramfs made from its modules and the daemon binary (this file), the template's
-// root file system as a read-only disk image (rootfs.go), and the node's side of the daemon's two
-// virtio-serial ports (ports.go).
+// root file system as a read-only disk image (rootfs.go), the node's side of the daemon's two
+// virtio-serial ports (ports.go), the VM's writable disk (disk.go), its network (network.go), the
+// VMMs' uids (uids.go), a guest's identity (identity.go) and the KVM probe (probe.go).
 //
 // The guest kernel is Debian's (linux-image-amd64), unpacked by scripts/install.sh into
 // DefaultGuestDir without installing it as the host's: its bzImage and its modules. Debian builds the
@@ -61,8 +62,11 @@ func FindKernel(dir string) (Kernel, error) {
 }
 
 // GuestModules are the modules a guest loads, with what they depend on: virtio over MMIO (microvm
-// has no PCI), its disks, network, serial ports and entropy, and the file systems of its root.
+// and Firecracker have no PCI), its disks, network, serial ports (QEMU) or vsock (Firecracker: the
+// transport loads harmlessly where there is no vsock device) and entropy, and the file systems of its
+// root.
 var GuestModules = []string{"virtio_mmio", "virtio_blk", "virtio_net", "virtio_console", "virtio_rng",
+	"vsock", "vmw_vsock_virtio_transport_common", "vmw_vsock_virtio_transport",
 	"crc32c_generic", "ext4", "erofs", "overlay"}
 
 // ModuleOrder lists the module files (paths under k.Modules) to load for names, dependencies first:

@@ -17,7 +17,8 @@ import (
 
 // The node's side of a VM's two virtio-serial ports (see proto.VMLinkPort). The VMM listens on a unix
 // socket per port, made by the node in a directory of its own and handed to the VMM as a descriptor;
-// the node connects to it.
+// the node connects to it. (Over vsock, see VsockConnect, each connection is a stream of its own: the
+// link needs no handshake, and NewControl takes the control connection.)
 
 // DialLink connects to the VM's link port at socket and makes the handshake, so that the connection
 // carries the link protocol from its first byte on.
@@ -90,6 +91,12 @@ func DialControl(ctx context.Context, socket string) (*Control, error) {
 	if err != nil {
 		return nil, err
 	}
+	return NewControl(conn), nil
+}
+
+// NewControl makes a Control of conn, a connection to the VM's control channel, which it owns from now
+// on. Close ends it.
+func NewControl(conn net.Conn) *Control {
 	// Sequence numbers start at a random point, so that no report of an earlier connection (or of
 	// the image a VM was restored from) answers a message of this one.
 	var b [4]byte
@@ -98,7 +105,7 @@ func DialControl(ctx context.Context, socket string) (*Control, error) {
 	c := &Control{conn: conn, errs: map[int64]string{}, seq: base, acked: base}
 	c.cond = sync.NewCond(&c.mu)
 	go c.read() // owner: c; ends when the connection closes
-	return c, nil
+	return c
 }
 
 func (c *Control) read() {

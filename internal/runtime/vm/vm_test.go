@@ -211,3 +211,32 @@ func TestInitramfs(t *testing.T) {
 		t.Errorf("a new daemon: %s, %v; want a new archive", other, err)
 	}
 }
+
+// TestProbeCached: the probe's answer is kept for the files it depends on; a changed file probes again.
+func TestProbeCached(t *testing.T) {
+	dir := t.TempDir()
+	vmm, cache := filepath.Join(dir, "vmm"), filepath.Join(dir, "run", "probe")
+	if err := os.WriteFile(vmm, []byte("v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	probe := func() bool { calls++; return true }
+	if !ProbeCached(cache, []string{vmm}, probe) || !ProbeCached(cache, []string{vmm}, probe) || calls != 1 {
+		t.Fatalf("two calls: %d probes; want one, its answer kept", calls)
+	}
+	if err := os.WriteFile(vmm, []byte("version 2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if ProbeCached(cache, []string{vmm}, func() bool { calls++; return false }) || calls != 2 {
+		t.Errorf("after the VMM changed: %d probes; want a second one, its answer", calls)
+	}
+	if err := os.WriteFile(cache, []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ProbeCached(cache, []string{vmm}, probe); calls != 3 {
+		t.Errorf("over a garbled cache: %d probes; want a third", calls)
+	}
+	if ProbeCached("", []string{vmm}, probe); calls != 4 {
+		t.Errorf("without a cache: %d probes; want a fourth", calls)
+	}
+}

@@ -2,18 +2,13 @@ package qemu
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/airlockrun/airlock/internal/cleanup"
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/runtime"
@@ -102,7 +97,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
 	}
 	tMem := time.Since(start)
-	if err := copySparse(filepath.Join(dir, "disk.img"), filepath.Join(imageDir, DiskFile)); err != nil {
+	if err := vm.CopySparse(filepath.Join(dir, "disk.img"), filepath.Join(imageDir, DiskFile)); err != nil {
 		resume()
 		return fmt.Errorf("qemu: checkpoint %s: disk: %w", id, err)
 	}
@@ -270,53 +265,6 @@ type restoreFrom struct {
 	rec imageRecord
 }
 
-// copySparse copies the file from into a new file to, leaving holes where from has them.
-func copySparse(from, to string) error {
-	src, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	fi, err := src.Stat()
-	if err != nil {
-		return err
-	}
-	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	c := cleanup.Make(func() { os.Remove(to) })
-	defer c.Clean()
-	defer dst.Close()
-	size := fi.Size()
-	if err := dst.Truncate(size); err != nil {
-		return err
-	}
-	fd := int(src.Fd())
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break // only a hole from here on
-		}
-		if err != nil {
-			return err
-		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(io.NewOffsetWriter(dst, data), io.NewSectionReader(src, data, hole-data)); err != nil {
-			return err
-		}
-		off = hole
-	}
-	if err := dst.Sync(); err != nil {
-		return err
-	}
-	c.Release()
-	return nil
-}
-
 func readJSON(path string, v any) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -331,19 +279,4 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o600)
-}
-
-// newIdentity is what a restored guest is told of itself: a fresh link key and the rest of spec's
-// identity.
-func newIdentity(spec runtime.Spec, key []byte, addr netAddr) proto.VMControl {
-	hostname := spec.Hostname
-	if hostname == "" {
-		hostname = spec.ID
-	}
-	m := proto.VMControl{Key: key, ControlEnv: spec.ControlEnv, Hostname: hostname, UnixNano: time.Now().UnixNano(),
-		Seed: randBytes(64), MachineID: hex.EncodeToString(randBytes(16))}
-	if addr.IsValid() {
-		m.Address, m.Gateway = addr.String(), addr.gateway.String()
-	}
-	return m
 }

@@ -39,24 +39,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/cleanup"
@@ -92,10 +87,10 @@ type Config struct {
 }
 
 // DefaultUIDBase is the first uid QEMUs run as: no user of the host's, and apart from runc's range.
-const DefaultUIDBase = 1 << 29
+const DefaultUIDBase = vm.DefaultUIDBase
 
 // UIDCount is how many uids a node's VMs have: at most that many VMs at once.
-const UIDCount = 65536
+const UIDCount = vm.UIDCount
 
 // BootTimeout bounds a boot, from QEMU's start to the daemon listening: under emulation a guest takes
 // seconds.
@@ -107,6 +102,7 @@ type Driver struct {
 	log    *slog.Logger
 	kernel vm.Kernel
 	images *vm.RootImages
+	uids   vm.UIDs
 	accel  string
 
 	mu   sync.Mutex
@@ -162,12 +158,13 @@ func New(cfg Config) (*Driver, error) {
 	accel := cfg.Accel
 	if accel == "" {
 		accel = "tcg"
-		if probeKVMCached(cfg.ProbeCache, cfg.QEMU, k.Image) {
+		if vm.ProbeCached(cfg.ProbeCache, []string{cfg.QEMU, k.Image}, func() bool { return ProbeKVM(context.Background(), cfg.QEMU, k.Image) }) {
 			accel = "kvm"
 		}
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", "qemu"), kernel: k, accel: accel,
-		images: &vm.RootImages{Dir: filepath.Join(cfg.StateDir, "images")}, ctls: map[string]*vm.Control{}}
+		images: &vm.RootImages{Dir: filepath.Join(cfg.StateDir, "images")}, ctls: map[string]*vm.Control{},
+		uids: vm.UIDs{Dir: filepath.Join(cfg.StateDir, "uids"), Base: cfg.UIDBase}}
 	d.log.Info("qemu microvm driver", "accel", accel, "kernel", k.Release)
 	return d, nil
 }
@@ -229,7 +226,7 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom)
 	m := machine{
 		MemoryMiB: spec.Limits.MemoryBytes >> 20,
 		CPUs:      int((spec.Limits.CPUMillis + 999) / 1000),
-		MAC:       randomMAC(),
+		MAC:       vm.RandomMAC(),
 		Kernel:    d.kernel.Image,
 		Root:      root,
 	}
@@ -238,7 +235,7 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom)
 		if m.Initramfs, err = vm.Initramfs(filepath.Join(d.cfg.StateDir, "initramfs"), d.kernel, spec.InitBinary); err != nil {
 			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s initramfs: %w", spec.ID, err)
 		}
-		if err := makeDisk(ctx, disk, spec.Limits.DiskBytes); err != nil {
+		if err := vm.MakeDisk(ctx, disk, spec.Limits.DiskBytes); err != nil {
 			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s disk: %w", spec.ID, err)
 		}
 	} else {
@@ -255,7 +252,7 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom)
 		// The limits are the machine's: its RAM and vCPUs cannot change.
 		spec.Limits.MemoryBytes = r.MemoryMiB << 20
 		spec.Limits.CPUMillis = min(spec.Limits.CPUMillis, int64(r.CPUs)*1000)
-		if err := copySparse(filepath.Join(from.dir, DiskFile), disk); err != nil {
+		if err := vm.CopySparse(filepath.Join(from.dir, DiskFile), disk); err != nil {
 			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s disk: %w", spec.ID, err)
 		}
 		if m.incoming, err = os.Open(filepath.Join(from.dir, MemoryFile)); err != nil {
@@ -268,16 +265,16 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom)
 	if err := os.WriteFile(filepath.Join(dir, "key"), key, 0o600); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("qemu: %w", err)
 	}
-	addr, tap, err := wireNetwork(spec.NetNS)
+	addr, tap, err := vm.WireNetwork(spec.NetNS, -1)
 	if err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s network: %w", spec.ID, err)
 	}
 	defer tap.Close()
-	m.tap, m.mtu = tap, addr.mtu
+	m.tap, m.mtu = tap, addr.MTU
 	if from != nil && from.rec.Network != (tap != nil) {
 		return runtime.Sandbox{}, fmt.Errorf("qemu: restore %s: the image's machine had a network device %t, this one %t: %w", spec.ID, from.rec.Network, tap != nil, errdefs.ErrFailedPrecondition)
 	}
-	if m.uid, err = d.takeUID(spec.ID); err != nil {
+	if m.uid, err = d.uids.Take(spec.ID, dir); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
 	}
 	if err := writeJSON(filepath.Join(dir, "machine.json"), imageRecord{Driver: "qemu", MemoryMiB: m.MemoryMiB, CPUs: m.CPUs,
@@ -297,14 +294,14 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom)
 	defer cancel()
 	waitErr := make(chan error, 1)
 	if from == nil {
-		first := newIdentity(spec, key, addr)
+		first := vm.Identity(spec, key, addr)
 		first.Argv, first.Env, first.Processes = spec.Init, spec.Env, spec.Limits.Processes
 		if _, err := ctl.Send(first); err != nil {
 			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
 		}
 		go func() { waitErr <- ctl.Wait(bctx, 0, true) }() // owner: boot; ends with bctx
 	} else {
-		go func() { waitErr <- d.wake(bctx, spec.ID, newIdentity(spec, key, addr)) }() // owner: boot; ends with bctx
+		go func() { waitErr <- d.wake(bctx, spec.ID, vm.Identity(spec, key, addr)) }() // owner: boot; ends with bctx
 	}
 	select {
 	case err = <-waitErr:
@@ -370,177 +367,6 @@ func tail(path string, n int64) string {
 	}
 	b, _ := io.ReadAll(io.LimitReader(f, n))
 	return strings.TrimSpace(string(b))
-}
-
-func randBytes(n int) []byte {
-	b := make([]byte, n)
-	rand.Read(b)
-	return b
-}
-
-// makeDisk makes the writable disk: a sparse file of size bytes holding an empty ext4 file system.
-// The host only formats it; it never mounts what a guest wrote.
-func makeDisk(ctx context.Context, path string, size int64) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	err = f.Truncate(size)
-	f.Close()
-	if err != nil {
-		return err
-	}
-	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", path).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("mkfs.ext4: %v: %s", err, out)
-	}
-	return nil
-}
-
-// netAddr is the guest's address and prefix, and its gateway.
-type netAddr struct {
-	netip.Prefix
-	gateway netip.Addr
-	mtu     int
-}
-
-// wireNetwork prepares the network namespace at nsPath for a VM: it takes the address off the veth
-// eth0 (the guest takes it), bridges eth0 with a new tap, and returns the address, the gateway and
-// the tap's descriptor for QEMU. Without a namespace the VM gets no network device.
-func wireNetwork(nsPath string) (netAddr, *os.File, error) {
-	if nsPath == "" {
-		return netAddr{}, nil, nil
-	}
-	ns, err := netns.GetFromPath(nsPath)
-	if err != nil {
-		return netAddr{}, nil, err
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		return netAddr{}, nil, err
-	}
-	defer h.Close()
-	eth, err := h.LinkByName("eth0")
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return netAddr{}, nil, nil // a namespace without a veth: a VM without a network
-		}
-		return netAddr{}, nil, fmt.Errorf("eth0: %w", err)
-	}
-	addrs, err := h.AddrList(eth, netlink.FAMILY_V4)
-	if err != nil || len(addrs) == 0 {
-		return netAddr{}, nil, fmt.Errorf("eth0 has no address: %v", err)
-	}
-	routes, err := h.RouteList(eth, netlink.FAMILY_V4)
-	if err != nil {
-		return netAddr{}, nil, err
-	}
-	var a netAddr
-	ip, _ := netip.AddrFromSlice(addrs[0].IP.To4())
-	ones, _ := addrs[0].Mask.Size()
-	a.Prefix = netip.PrefixFrom(ip, ones)
-	for _, r := range routes {
-		if r.Gw != nil && (r.Dst == nil || r.Dst.IP.IsUnspecified()) {
-			a.gateway, _ = netip.AddrFromSlice(r.Gw.To4())
-		}
-	}
-	if !a.gateway.IsValid() {
-		return netAddr{}, nil, errors.New("eth0 has no default route")
-	}
-	tap, err := openTap(ns, "tap0")
-	if err != nil {
-		return netAddr{}, nil, err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			tap.Close()
-		}
-	}()
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
-	if err := h.LinkAdd(br); err != nil {
-		return netAddr{}, nil, fmt.Errorf("bridge: %w", err)
-	}
-	tl, err := h.LinkByName("tap0")
-	if err != nil {
-		return netAddr{}, nil, err
-	}
-	// The tap's MTU is the veth's, so that the bridge passes what the gateway sends; the guest learns
-	// it from the device (host_mtu).
-	if err := h.LinkSetMTU(tl, eth.Attrs().MTU); err != nil {
-		return netAddr{}, nil, fmt.Errorf("tap mtu: %w", err)
-	}
-	a.mtu = eth.Attrs().MTU
-	for _, l := range []netlink.Link{eth, tl} {
-		if err := h.LinkSetMaster(l, br); err != nil {
-			return netAddr{}, nil, fmt.Errorf("bridge %s: %w", l.Attrs().Name, err)
-		}
-	}
-	if err := h.AddrDel(eth, &addrs[0]); err != nil {
-		return netAddr{}, nil, fmt.Errorf("take eth0's address: %w", err)
-	}
-	for _, l := range []netlink.Link{tl, br} {
-		if err := h.LinkSetUp(l); err != nil {
-			return netAddr{}, nil, err
-		}
-	}
-	ok = true
-	return a, tap, nil
-}
-
-// openTap creates the tap device name in namespace ns and returns its descriptor.
-func openTap(ns netns.NsHandle, name string) (*os.File, error) {
-	type result struct {
-		f   *os.File
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		// setns changes only this thread: lock it, and let it die (never unlock) if it cannot go back.
-		goruntime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			ch <- result{err: err}
-			return
-		}
-		f, err := tunSetIff(name)
-		if err := netns.Set(orig); err != nil {
-			if f != nil {
-				f.Close()
-			}
-			ch <- result{err: err}
-			return
-		}
-		goruntime.UnlockOSThread()
-		ch <- result{f, err}
-	}()
-	r := <-ch
-	return r.f, r.err
-}
-
-func tunSetIff(name string) (*os.File, error) {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
-	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("TUNSETIFF %s: %w", name, err)
-	}
-	return os.NewFile(uintptr(fd), "/dev/net/tun"), nil
 }
 
 // listenUnix makes a listening unix socket at path, for QEMU to accept on.
@@ -734,13 +560,6 @@ func dupFile(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
-// randomMAC is a locally administered unicast address.
-func randomMAC() string {
-	b := randBytes(6)
-	b[0] = b[0]&0xfe | 0x02
-	return net.HardwareAddr(b).String()
-}
-
 // qemuThreads bounds QEMU's threads (vCPUs, its I/O pool of up to 64, its own): a guest cannot make
 // more, and QEMU aborts when it cannot make one, so the bound is generous.
 const qemuThreads = 256
@@ -876,7 +695,7 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 	}
 	errs = append(errs, sandboxdir.RemoveCgroups(d.cgroupPath(id))...)
 	if len(errs) == 0 {
-		d.releaseUID(id)
+		d.uids.Release(id, d.dir(id))
 		if err := os.RemoveAll(d.dir(id)); err != nil {
 			errs = append(errs, err)
 		}
@@ -969,58 +788,15 @@ func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 
 // ProbeKVM reports whether KVM guests make progress here. /dev/kvm can exist and accept a VM whose guest
 // then never runs (nested virtualisation without support), so the probe boots the guest kernel under
-// KVM with no root at all and waits a few seconds for the panic that ends a working boot at once.
+// KVM with no root at all and waits a few seconds for the panic that ends a working boot at once (see
+// vm.ProbeKVM).
 func ProbeKVM(ctx context.Context, qemu, kernel string) bool {
-	if _, err := os.Stat("/dev/kvm"); err != nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, kvmProbeTime)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, qemu, "-M", "microvm", "-accel", "kvm", "-cpu", "host", "-m", "128M",
-		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-serial", "stdio",
-		"-kernel", kernel, "-append", "console=ttyS0 panic=-1 root=/dev/airlock-no-such")
-	out, _ := cmd.Output()
-	return strings.Contains(string(out), "Kernel panic")
+	return vm.ProbeKVM(ctx, func(ctx context.Context) *exec.Cmd {
+		return exec.CommandContext(ctx, qemu, "-M", "microvm", "-accel", "kvm", "-cpu", "host", "-m", "128M",
+			"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-serial", "stdio",
+			"-kernel", kernel, "-append", "console=ttyS0 "+vm.ProbeKernelArgs)
+	})
 }
-
-// probeKVMCached is ProbeKVM, its answer kept in file cache ("": not kept) for the QEMU binary, kernel
-// and /dev/kvm it was found with.
-func probeKVMCached(cache, qemu, kernel string) bool {
-	key := ""
-	for _, p := range []string{qemu, kernel, "/dev/kvm"} {
-		var st unix.Stat_t
-		if err := unix.Stat(p, &st); err != nil {
-			key += p + ":none;"
-			continue
-		}
-		key += fmt.Sprintf("%s:%d:%d:%d:%d;", p, st.Ino, st.Size, st.Mtim.Nano(), st.Rdev)
-	}
-	if cache != "" {
-		if b, err := os.ReadFile(cache); err == nil {
-			if k, v, ok := strings.Cut(string(b), "\n"); ok && k == key && (v == "kvm" || v == "tcg") {
-				return v == "kvm"
-			}
-		}
-	}
-	ok := ProbeKVM(context.Background(), qemu, kernel)
-	if cache != "" {
-		v := "tcg"
-		if ok {
-			v = "kvm"
-		}
-		if err := os.MkdirAll(filepath.Dir(cache), 0o755); err == nil {
-			tmp := cache + ".tmp" + strconv.Itoa(os.Getpid())
-			if os.WriteFile(tmp, []byte(key+"\n"+v), 0o644) == nil {
-				os.Rename(tmp, cache)
-			}
-		}
-	}
-	return ok
-}
-
-// kvmProbeTime is how long a KVM guest has to reach its kernel's panic: well under a second on a
-// working host.
-const kvmProbeTime = 8 * time.Second
 
 var (
 	kernelName    = regexp.MustCompile(`^vmlinuz-[A-Za-z0-9._+-]{1,64}$`)
@@ -1042,53 +818,4 @@ func (d *Driver) imageBoot(r imageRecord) (kernel, initramfs string, err error) 
 		}
 	}
 	return kernel, initramfs, nil
-}
-
-// takeUID gives sandbox id a uid of its own for QEMU: the first free one of the driver's range from a
-// point the ID chooses, claimed by a file of its number (holding the ID) under StateDir/uids.
-func (d *Driver) takeUID(id string) (int, error) {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	start := int(h.Sum32() % UIDCount)
-	for i := range UIDCount {
-		n := (start + i) % UIDCount
-		f, err := os.OpenFile(d.uidFile(n), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, os.ErrExist) {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		_, err = f.WriteString(id)
-		f.Close()
-		if err != nil {
-			os.Remove(d.uidFile(n))
-			return 0, err
-		}
-		if err := os.WriteFile(filepath.Join(d.dir(id), "uid"), []byte(strconv.Itoa(n)), 0o600); err != nil {
-			os.Remove(d.uidFile(n))
-			return 0, err
-		}
-		return d.cfg.UIDBase + n, nil
-	}
-	return 0, fmt.Errorf("all %d uids of VMs are taken: %w", UIDCount, errdefs.ErrResourceExhausted)
-}
-
-func (d *Driver) uidFile(n int) string {
-	return filepath.Join(d.cfg.StateDir, "uids", strconv.Itoa(n))
-}
-
-// releaseUID frees the uid of sandbox id, if it holds one.
-func (d *Driver) releaseUID(id string) {
-	b, err := os.ReadFile(filepath.Join(d.dir(id), "uid"))
-	if err != nil {
-		return
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || n < 0 || n >= UIDCount {
-		return
-	}
-	if owner, err := os.ReadFile(d.uidFile(n)); err == nil && string(owner) == id {
-		os.Remove(d.uidFile(n))
-	}
 }

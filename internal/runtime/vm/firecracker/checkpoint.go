@@ -1,0 +1,199 @@
+package firecracker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/daemon/proto"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/runtime/sandboxdir"
+	"github.com/airlockrun/airlock/internal/runtime/vm"
+)
+
+// A checkpoint of a VM is Firecracker's full snapshot: the guest's memory and the VM's state (vCPUs,
+// devices, and the paths of its drives and vsock socket, the same in every jail), written by the
+// paused Firecracker into its jail and moved out by the node, with a copy of its writable disk taken
+// at the same moment. A restore starts a new jailed Firecracker, loads the snapshot (PUT
+// /snapshot/load, resumed at once) over a copy of the disk, and gives the guest its new identity over
+// the control channel: several restores of one image are a fork. A snapshot resets the VM's vsock
+// connections (Firecracker tells the guest's driver, which closes them as it runs again), so the node
+// dials its control channel anew after one.
+
+// Files of a checkpoint image.
+const (
+	ImageFile  = "firecracker.json" // what the machine was: imageRecord
+	StateFile  = "vmstate"          // Firecracker's VM state
+	MemoryFile = "memory"           // the guest's memory
+	DiskFile   = "disk.img"         // the writable disk, sparse
+)
+
+// imageRecord is the machine a VM was booted with, and that a checkpoint was made of.
+type imageRecord struct {
+	Driver    string `json:"driver"`
+	MemoryMiB int64  `json:"memory_mib"`
+	CPUs      int    `json:"cpus"`
+	MAC       string `json:"mac"`
+	Network   bool   `json:"network"`
+	// Root is the template image's name: a restore must give the guest the same image.
+	Root string `json:"root"`
+}
+
+// pausedFile marks a VM a checkpoint left paused.
+const pausedFile = "paused"
+
+// Checkpoint pauses the guest, has Firecracker write its snapshot, moves it into imageDir with a copy of
+// the disk, and lets the guest run on with opts.LeaveRunning (then wakes its daemon); otherwise it
+// stays paused until Unpause or Destroy. See runtime.Checkpointer.
+func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runtime.CheckpointOptions) error {
+	if !sandboxdir.IDPattern.MatchString(id) {
+		return fmt.Errorf("firecracker: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	dir := d.dir(id)
+	var rec imageRecord
+	if err := readJSON(filepath.Join(dir, "machine.json"), &rec); err != nil {
+		return fmt.Errorf("firecracker: checkpoint %s: %w", id, err)
+	}
+	j, ok := d.jailOf(id)
+	if !ok {
+		return fmt.Errorf("firecracker: sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err := os.MkdirAll(imageDir, 0o700); err != nil {
+		return err
+	}
+	start := time.Now()
+	a := d.api(j)
+	if err := a.pause(ctx); err != nil {
+		return fmt.Errorf("firecracker: checkpoint %s: %w", id, err)
+	}
+	resume := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := a.resume(rctx); err != nil {
+			d.log.Warn("resume after a failed checkpoint", "sandbox", id, "err", err)
+		}
+	}
+	if err := writeSnapshot(ctx, a, j, imageDir); err != nil {
+		resume()
+		return fmt.Errorf("firecracker: checkpoint %s: %w", id, err)
+	}
+	tMem := time.Since(start)
+	if err := vm.CopySparse(filepath.Join(dir, "disk.img"), filepath.Join(imageDir, DiskFile)); err != nil {
+		resume()
+		return fmt.Errorf("firecracker: checkpoint %s: disk: %w", id, err)
+	}
+	if err := writeJSON(filepath.Join(imageDir, ImageFile), rec); err != nil {
+		resume()
+		return err
+	}
+	if err := sandboxdir.SyncTree(imageDir); err != nil {
+		resume()
+		return fmt.Errorf("firecracker: checkpoint %s: %w", id, err)
+	}
+	tDisk := time.Since(start) - tMem
+	if !opts.LeaveRunning {
+		if err := os.WriteFile(filepath.Join(dir, pausedFile), nil, 0o600); err != nil {
+			return err
+		}
+		d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "disk", tDisk)
+		return nil
+	}
+	if err := a.resume(ctx); err != nil {
+		return fmt.Errorf("firecracker: checkpoint %s: %w", id, err)
+	}
+	d.wakeSoon(ctx, id)
+	d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "disk", tDisk, "resume", time.Since(start)-tMem-tDisk)
+	return nil
+}
+
+// writeSnapshot has the paused Firecracker of jail j write its snapshot into the jail and moves it
+// into imageDir.
+func writeSnapshot(ctx context.Context, a *api, j jail, imageDir string) error {
+	// What an earlier, failed checkpoint left.
+	for _, p := range []string{jailSnapState, jailSnapMem} {
+		os.Remove(j.path(p))
+	}
+	if err := a.snapshot(ctx); err != nil {
+		return err
+	}
+	if err := j.takeOut(jailSnapState, filepath.Join(imageDir, StateFile)); err != nil {
+		return err
+	}
+	return j.takeOut(jailSnapMem, filepath.Join(imageDir, MemoryFile))
+}
+
+// wakeSoon wakes the daemon of a guest that runs again, over a new control connection (the snapshot
+// reset the old one), as far as the guest lets it: a guest that does not answer only stays
+// unreachable itself, so its silence is logged, not an error.
+func (d *Driver) wakeSoon(ctx context.Context, id string) {
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d.mu.Lock()
+	if c := d.ctls[id]; c != nil {
+		c.Close()
+		delete(d.ctls, id)
+	}
+	d.mu.Unlock()
+	if err := d.tell(wctx, id, proto.VMControl{Wake: true, UnixNano: time.Now().UnixNano()}, false); err != nil {
+		d.log.Warn("the guest did not confirm its wake", "sandbox", id, "err", err)
+	}
+}
+
+// Unpause lets a VM a checkpoint left paused run again and wakes its daemon. See runtime.Pauser.
+func (d *Driver) Unpause(ctx context.Context, id string) error {
+	if !sandboxdir.IDPattern.MatchString(id) {
+		return fmt.Errorf("firecracker: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	j, ok := d.jailOf(id)
+	if !ok {
+		return fmt.Errorf("firecracker: sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err := d.api(j).resume(ctx); err != nil {
+		return fmt.Errorf("firecracker: unpause %s: %w", id, err)
+	}
+	os.Remove(filepath.Join(d.dir(id), pausedFile))
+	d.wakeSoon(ctx, id)
+	return nil
+}
+
+// Restore boots spec.ID from the checkpoint in imageDir: a new jailed Firecracker loads the guest's
+// memory and state over a copy of its disk, then the guest gets spec's identity. The machine's RAM and
+// vCPUs are the image's, whatever spec.Limits say of them. See runtime.Restorer.
+func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string) (runtime.Sandbox, error) {
+	var rec imageRecord
+	err := readJSON(filepath.Join(imageDir, ImageFile), &rec)
+	if err == nil && rec.Driver != d.Name() {
+		err = errors.New("not made by the firecracker driver")
+	}
+	if err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("firecracker: restore %s: image %s: %v: %w", spec.ID, imageDir, err, errdefs.ErrInvalidArgument)
+	}
+	return d.boot(ctx, spec, &restoreFrom{dir: imageDir, rec: rec})
+}
+
+// restoreFrom is the image a boot restores.
+type restoreFrom struct {
+	dir string
+	rec imageRecord
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
