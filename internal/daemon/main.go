@@ -115,6 +115,12 @@ func run(socket, vmLink, vmControlPort string, cfg Config, log *slog.Logger) int
 	var err error
 	var vm *vmChannels
 	if vmLink != "" {
+		// In a VM the daemon is the guest kernel's own root: what it starts must not be (the
+		// container runtimes give the same capabilities, from outside).
+		if err := confineChildren(); err != nil {
+			log.Error("confine the processes the daemon starts", "err", err)
+			return 1
+		}
 		vm, err = listenVM(vmLink, vmControlPort, cfg.Control, log)
 		if err == nil {
 			ln = vm.ln
@@ -245,6 +251,8 @@ func listenVM(link, control, dir string, log *slog.Logger) (*vmChannels, error) 
 			vc.ln.Close()
 			return nil, err
 		}
+		// Reports can go out at once (the first says the daemon listens), before serve runs.
+		vc.ctl.out = cp.f
 		vc.serve = func() { vc.ctl.run(cp.f) }
 		return vc, nil
 	}
@@ -255,7 +263,12 @@ func listenVM(link, control, dir string, log *slog.Logger) (*vmChannels, error) 
 	}
 	var first net.Conn
 	if ca.connFD >= 0 {
+		// VMInit handed it over an exec: no process the daemon starts may inherit it.
+		unix.CloseOnExec(ca.connFD)
 		first = newVsockConn(ca.connFD, ca.port)
+		if w, ok := first.(vmWriter); ok {
+			vc.ctl.out = w
+		}
 	}
 	vc.serve = func() { vc.ctl.serveVsock(cln, first) }
 	return vc, nil

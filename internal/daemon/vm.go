@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -163,6 +164,9 @@ func vmInit() error {
 		return err
 	}
 	if err := applyIdentity(&m, "/"); err != nil {
+		return err
+	}
+	if err := lockGuestKernel(); err != nil {
 		return err
 	}
 	if m.Processes > 0 {
@@ -543,6 +547,68 @@ func replaceDefaultRoute(gw netip.Addr, ifindex int) error {
 			if code := int32(binary.NativeEndian.Uint32(m.Data)); code != 0 {
 				return fmt.Errorf("default route: %w", syscall.Errno(-code))
 			}
+		}
+	}
+	return nil
+}
+
+// childCaps are the capabilities the processes a VM's daemon starts may have, root's included: those
+// gVisor's and runc's sandboxes get (a container's, without CAP_NET_RAW and CAP_MKNOD). Not
+// CAP_SYS_ADMIN (mounts, namespaces of all kinds, the guest's sysctls), nor CAP_SYS_PTRACE,
+// CAP_SYS_MODULE, CAP_NET_ADMIN, CAP_SYS_TIME or CAP_SYS_BOOT.
+var childCaps = []int{unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID, unix.CAP_KILL, unix.CAP_SETGID,
+	unix.CAP_SETUID, unix.CAP_SETPCAP, unix.CAP_NET_BIND_SERVICE, unix.CAP_SYS_CHROOT, unix.CAP_AUDIT_WRITE, unix.CAP_SETFCAP}
+
+// confineChildren drops from the daemon's bounding set every capability but childCaps, so that no
+// process it starts (root's included) gains another at exec, and makes the daemon undumpable, so that
+// no such process can ptrace it or read its memory (the link key) through /proc. The daemon keeps its
+// own capabilities: it sets the guest's identity after a restore.
+func confineChildren() error {
+	for c := 0; c <= 63; c++ {
+		if slices.Contains(childCaps, c) {
+			continue
+		}
+		// The bounding set is each thread's: drop it on every one of the process's (the Go runtime
+		// starts processes from any; the threads it makes later are clones of these).
+		if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); errno != 0 {
+			if errno == unix.EINVAL {
+				break // past the kernel's last capability
+			}
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, errno)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("make the daemon undumpable: %w", err)
+	}
+	return nil
+}
+
+// lockGuestKernel keeps what the daemon starts, root included, from the guest kernel's own levers,
+// as the container runtimes keep a sandbox from the host's: the helpers the kernel itself runs with
+// every capability (a core_pattern pipe, modprobe, the uevent helper) get childCaps at most, no module
+// loads any more, and /proc/sys, /proc/sysrq-trigger and /sys are read-only. Undoing any of it needs
+// capabilities only the daemon has (confineChildren).
+func lockGuestKernel() error {
+	var mask uint64
+	for _, c := range childCaps {
+		mask |= 1 << c
+	}
+	caps := fmt.Sprintf("%d\t%d", uint32(mask), uint32(mask>>32))
+	for _, w := range []struct{ path, value string }{
+		{"/proc/sys/kernel/usermodehelper/bset", caps},
+		{"/proc/sys/kernel/usermodehelper/inheritable", caps},
+		{"/proc/sys/kernel/modules_disabled", "1"},
+	} {
+		if err := os.WriteFile(w.path, []byte(w.value), 0); err != nil {
+			return fmt.Errorf("lock the guest kernel: %w", err)
+		}
+	}
+	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/sys"} {
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("lock %s: %w", p, err)
+		}
+		if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("make %s read-only: %w", p, err)
 		}
 	}
 	return nil
