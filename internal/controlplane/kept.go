@@ -195,6 +195,9 @@ func (s *sessions) CreateFromKept(ctx context.Context, tenantID, keptID string, 
 	if err := s.accounts.checkSessions(ctx, tenantID, 1, true); err != nil {
 		return store.Session{}, fmt.Errorf("create a session from snapshot %s: %w", keptID, err)
 	}
+	if err := s.placer.checkRuntimeAllowed(ctx, tenantID, kept.Spec.Template, kept.Spec.Runtime); err != nil {
+		return store.Session{}, fmt.Errorf("create a session from snapshot %s: %w", keptID, err)
+	}
 	if err := s.keyring.checkKey(ctx, tenantID); err != nil {
 		return store.Session{}, err
 	}

@@ -216,6 +216,62 @@ func (s *placer) TemplateRuntimes(ctx context.Context, name string) ([]string, e
 	return tr.Runtimes, nil
 }
 
+// templateRuntimeLists returns the runtime lists that bind a sandbox of template reference ref
+// (NAME@DIGEST or "default"): its name's (primary, the order of preference; where the name has none,
+// that of another template of the image), and those of every template whose image is ref's — a
+// reference may give an image under any name, and the lists of the image's templates bind it all the
+// same.
+func (s *placer) templateRuntimeLists(ctx context.Context, ref string) (primary []string, all [][]string, err error) {
+	name, digest, _ := strings.Cut(ref, "@")
+	if primary, err = s.TemplateRuntimes(ctx, name); err != nil {
+		return nil, nil, err
+	}
+	if digest == "" {
+		return primary, nil, nil
+	}
+	ts, err := s.ListTemplates(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, t := range ts {
+		if t.Digest == digest && t.Runtimes != nil {
+			all = append(all, t.Runtimes)
+		}
+	}
+	if primary == nil && len(all) > 0 {
+		primary = all[0]
+	}
+	return primary, all, nil
+}
+
+// checkRuntimeAllowed refuses (403) a new session of tenantID on runtime name from template ref
+// (a fork, a session from a kept snapshot) that the operator's lists no longer allow.
+func (s *placer) checkRuntimeAllowed(ctx context.Context, tenantID, ref, name string) error {
+	if name == "" {
+		name = DefaultRuntime
+	}
+	allowed, _, err := s.accounts.TenantRuntimes(ctx, tenantID)
+	if err != nil {
+		return err
+	}
+	if !allows(allowed, name) {
+		return fmt.Errorf("tenant %s may no longer use the %s runtime this session runs on (it may use %s): %w",
+			tenantID, name, strings.Join(allowed, ", "), errdefs.ErrPermissionDenied)
+	}
+	primary, all, err := s.templateRuntimeLists(ctx, ref)
+	if err != nil {
+		return err
+	}
+	for _, l := range append(all, primary) {
+		if !allows(l, name) {
+			tplName, _, _ := strings.Cut(ref, "@")
+			return fmt.Errorf("template %s's sandboxes may no longer run on the %s runtime this session runs on (they may on %s): %w",
+				tplName, name, strings.Join(l, ", "), errdefs.ErrPermissionDenied)
+		}
+	}
+	return nil
+}
+
 // SetTemplateRuntimes sets the runtimes the sandboxes of template name may run on (the operator's
 // call), in order of preference: the first is their default, and one alone forces it. An empty list
 // (or "*") allows every one again.
@@ -278,7 +334,7 @@ func (s *placer) chooseRuntime(ctx context.Context, tenantID, tpl, requested str
 		return node.Runtime{}, "", err
 	}
 	tplName, _, _ := strings.Cut(tpl, "@")
-	forTemplate, err := s.TemplateRuntimes(ctx, tplName)
+	forTemplate, templates, err := s.templateRuntimeLists(ctx, tpl)
 	if err != nil {
 		return node.Runtime{}, "", err
 	}
@@ -296,7 +352,7 @@ func (s *placer) chooseRuntime(ctx context.Context, tenantID, tpl, requested str
 		}
 	}
 	name, reason, err := pickRuntime(runtimeChoice{tenantID: tenantID, template: tplName, requested: requested, session: session,
-		tenant: allowed, forTemplate: forTemplate, available: available, anyUp: len(caps) > 0})
+		tenant: allowed, forTemplate: forTemplate, templates: templates, available: available, anyUp: len(caps) > 0})
 	if err != nil {
 		return node.Runtime{}, "", err
 	}
@@ -314,8 +370,10 @@ type runtimeChoice struct {
 	tenantID, template, requested string
 	session                       bool
 	// tenant and forTemplate are the runtimes the tenant may use and the template's sandboxes may run
-	// on (nil: every one).
+	// on (nil: every one); templates are the lists of every template of the same image, which bind
+	// too.
 	tenant, forTemplate []string
+	templates           [][]string
 	// available are the runtimes the nodes up have; anyUp says whether there is a node up to judge by.
 	available map[string]node.Runtime
 	anyUp     bool
@@ -323,7 +381,15 @@ type runtimeChoice struct {
 
 // pickRuntime is chooseRuntime's decision, by name.
 func pickRuntime(c runtimeChoice) (name, reason string, err error) {
-	may := func(n string) bool { return allows(c.tenant, n) && allows(c.forTemplate, n) }
+	byTemplates := func(n string) bool {
+		for _, l := range c.templates {
+			if !allows(l, n) {
+				return false
+			}
+		}
+		return allows(c.forTemplate, n)
+	}
+	may := func(n string) bool { return allows(c.tenant, n) && byTemplates(n) }
 	has := func(n string) bool { _, ok := c.available[n]; return ok }
 	// bestVM is the VM runtime to run, of those allowed: one a node has, KVM first, then Firecracker;
 	// "" if none.
@@ -334,7 +400,12 @@ func pickRuntime(c runtimeChoice) (name, reason string, err error) {
 				vms = append(vms, r)
 			}
 		}
-		slices.SortFunc(vms, func(a, b node.Runtime) int { return vmRank(a) - vmRank(b) })
+		slices.SortFunc(vms, func(a, b node.Runtime) int {
+			if d := vmRank(a) - vmRank(b); d != 0 {
+				return d
+			}
+			return strings.Compare(a.Name, b.Name)
+		})
 		if len(vms) == 0 {
 			return ""
 		}
@@ -349,15 +420,27 @@ func pickRuntime(c runtimeChoice) (name, reason string, err error) {
 		}
 		return n
 	}
+	// first is the first of list that is allowed and on a node that is up (or, with none up, allowed),
+	// else list's first.
+	first := func(list []string) string {
+		for _, n := range list {
+			if r := resolve(n); may(r) && (has(r) || !c.anyUp) {
+				return r
+			}
+		}
+		return resolve(list[0])
+	}
 	switch c.requested {
 	case "":
 		switch {
 		case len(c.forTemplate) > 0:
-			name, reason = resolve(c.forTemplate[0]), fmt.Sprintf("the runtime the operator set for template %s", c.template)
-		case allows(c.tenant, DefaultRuntime):
+			name, reason = first(c.forTemplate), fmt.Sprintf("the runtime the operator set for template %s", c.template)
+		case may(DefaultRuntime):
 			name, reason = DefaultRuntime, "the default runtime"
+		case len(c.tenant) > 0:
+			name, reason = first(c.tenant), "the runtime the operator set for the tenant"
 		default:
-			name, reason = resolve(c.tenant[0]), "the runtime the operator set for the tenant"
+			name, reason = DefaultRuntime, "the default runtime"
 		}
 	case RuntimeVM:
 		name, reason = resolve(RuntimeVM), "requested a VM: "+vmReason
@@ -375,7 +458,10 @@ func pickRuntime(c runtimeChoice) (name, reason string, err error) {
 			}
 		}
 		if name == "" {
-			name, reason = DefaultRuntime, "auto: nothing the tenant and the template allow is on a node that is up"
+			if c.anyUp && slices.ContainsFunc(append([]string{runtimeRunc, DefaultRuntime, "vm:qemu", "vm:firecracker"}, slices.Collect(maps.Keys(c.available))...), may) {
+				return "", "", fmt.Errorf("auto: no node that is up has a runtime that tenant %s and template %s may use: %w", c.tenantID, c.template, errdefs.ErrUnavailable)
+			}
+			name, reason = DefaultRuntime, "auto: the default runtime"
 		}
 	default:
 		name, reason = c.requested, "requested"
@@ -403,7 +489,7 @@ func pickRuntime(c runtimeChoice) (name, reason string, err error) {
 		return "", "", fmt.Errorf("tenant %s may not use the %s runtime (it may use %s); the operator allows runtimes per tenant: %w",
 			c.tenantID, name, strings.Join(c.tenant, ", "), errdefs.ErrPermissionDenied)
 	}
-	if !allows(c.forTemplate, name) {
+	if !byTemplates(name) {
 		return "", "", fmt.Errorf("template %s's sandboxes may not run on the %s runtime (they may on %s); the operator sets runtimes per template: %w",
 			c.template, name, strings.Join(c.forTemplate, ", "), errdefs.ErrPermissionDenied)
 	}
@@ -414,15 +500,16 @@ func pickRuntime(c runtimeChoice) (name, reason string, err error) {
 }
 
 // vmReason says how pickRuntime ranks VM runtimes.
-const vmReason = "the best a node has (with KVM before emulated, Firecracker before QEMU)"
+const vmReason = "the best a node has (with KVM before emulated, QEMU before Firecracker)"
 
-// vmRank orders VM runtimes, best first: with KVM before emulated, then Firecracker before QEMU.
+// vmRank orders VM runtimes, best first: with KVM before emulated, then QEMU before Firecracker (whose
+// driver has passed the conformance suite only against fakes so far), then by name.
 func vmRank(r node.Runtime) int {
 	rank := 0
 	if r.Accel != node.AccelKVM {
 		rank += 10
 	}
-	if r.Name != "vm:firecracker" {
+	if r.Name != "vm:qemu" {
 		rank++
 	}
 	return rank

@@ -146,7 +146,7 @@ func TestVMRouting(t *testing.T) {
 	if _, _, err := create(op, "", "vm"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("a VM of the host template: %v; want invalid argument", err)
 	}
-	// With KVM on one of two VM runtimes, that one first; Firecracker first among equals.
+	// With KVM on one of two VM runtimes, that one first; QEMU first among equals.
 	fc := node.Runtime{Name: "vm:firecracker", Abilities: qemu.Abilities, Accel: node.AccelKVM}
 	n.runtimes = []node.Runtime{gvisor, qemu, fc}
 	if got, _, err := create(op, "app", "vm"); err != nil || got != "vm:firecracker" {
@@ -155,6 +155,10 @@ func TestVMRouting(t *testing.T) {
 	n.runtimes = []node.Runtime{gvisor, {Name: "vm:qemu", Abilities: qemu.Abilities, Accel: node.AccelKVM}, {Name: "vm:firecracker", Accel: node.AccelTCG}}
 	if got, _, err := create(op, "app", "vm"); err != nil || got != "vm:qemu" {
 		t.Errorf("vm with qemu on KVM, firecracker not: %q, %v", got, err)
+	}
+	n.runtimes = []node.Runtime{gvisor, {Name: "vm:qemu", Abilities: qemu.Abilities, Accel: node.AccelKVM}, fc}
+	if got, _, err := create(op, "app", "vm"); err != nil || got != "vm:qemu" {
+		t.Errorf("vm with both on KVM: %q, %v; want qemu", got, err)
 	}
 	n.runtimes = []node.Runtime{gvisor, qemu}
 
@@ -195,6 +199,16 @@ func TestVMRouting(t *testing.T) {
 	if got, err := s.GetTemplate(ctx, "app"); err != nil || len(got.Runtimes) != 1 || got.Runtimes[0] != "vm" {
 		t.Errorf("GetTemplate after the setting: %v, %v", got.Runtimes, err)
 	}
+	// The image under another name is bound by the same list.
+	if _, _, err := create(other.ID, "alias@sha256:"+strings.Repeat("1", 64), "gvisor"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("the VM-only template's image under another name, on gvisor: %v; want permission denied", err)
+	}
+	if err := s.checkRuntimeAllowed(ctx, other.ID, "app@sha256:"+strings.Repeat("1", 64), "gvisor"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a fork of a gvisor session of the VM-only template: %v; want permission denied", err)
+	}
+	if err := s.checkRuntimeAllowed(ctx, other.ID, "app@sha256:"+strings.Repeat("1", 64), "vm:qemu"); err != nil {
+		t.Errorf("a fork of a VM session of the VM-only template: %v", err)
+	}
 	for _, tenant := range []string{op, other.ID} {
 		if got, why, err := create(tenant, "app", ""); err != nil || got != "vm:qemu" || !strings.Contains(why, "template app") {
 			t.Errorf("default runtime of a VM template for %s: %q (%q), %v", tenant, got, why, err)
@@ -223,6 +237,23 @@ func TestVMRouting(t *testing.T) {
 	}
 	if _, _, err := create(other.ID, "app", ""); !errors.Is(err, errdefs.ErrPermissionDenied) {
 		t.Errorf("a tenant without VMs creates from a VM template: %v; want permission denied", err)
+	}
+	if err := s.checkRuntimeAllowed(ctx, other.ID, "app@sha256:"+strings.Repeat("1", 64), "vm:qemu"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a fork of a VM session once the tenant may not use VMs: %v; want permission denied", err)
+	}
+	// A template preferring VMs, then gvisor: a tenant without VMs gets gvisor by default.
+	if _, err := s.SetTemplateRuntimes(ctx, "app", []string{"vm", "gvisor"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := create(other.ID, "app", ""); err != nil || got != "gvisor" {
+		t.Errorf("template vm then gvisor, tenant gvisor: %q, %v; want gvisor", got, err)
+	}
+	if got, _, err := create(op, "app", ""); err != nil || got != "vm:qemu" {
+		t.Errorf("template vm then gvisor, the operator: %q, %v; want vm:qemu", got, err)
+	}
+	// auto with nothing allowed on a node: unavailable, not a refusal.
+	if _, _, err := pickRuntime(runtimeChoice{requested: "auto", tenant: []string{"vm"}, available: map[string]node.Runtime{"gvisor": gvisor}, anyUp: true}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("auto for a VM-only tenant without VM nodes: %v; want unavailable", err)
 	}
 	if _, err := s.SetTemplateRuntimes(ctx, "app", nil); err != nil {
 		t.Fatal(err)

@@ -800,6 +800,10 @@ func (s *sessions) ForkSession(ctx context.Context, tenantID, id string, count i
 		unlock()
 		return nil, fmt.Errorf("fork session %s: %w", id, err)
 	}
+	if err := s.placer.checkRuntimeAllowed(ctx, tenantID, parent.Spec.Template, parent.Spec.Runtime); err != nil {
+		unlock()
+		return nil, fmt.Errorf("fork session %s: %w", id, err)
+	}
 	if err := s.keyring.checkKey(ctx, tenantID); err != nil {
 		unlock()
 		return nil, err

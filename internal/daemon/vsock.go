@@ -46,8 +46,9 @@ func parseVMAddr(s string) (vmAddr, error) {
 	}
 	portStr, opt, hasOpt := strings.Cut(rest, ",")
 	port, err := strconv.ParseUint(portStr, 10, 32)
-	// Ports below 1024 are privileged in the guest; -1 (VMADDR_PORT_ANY) is no port to listen on.
-	if err != nil || port < 1024 || port == unix.VMADDR_PORT_ANY {
+	// Only ports below 1024, which the guest's users cannot bind (only root, with
+	// CAP_NET_BIND_SERVICE), so that none takes the port while the daemon listens anew after a quiesce.
+	if err != nil || port == 0 || port >= 1024 {
 		return bad("bad vsock port")
 	}
 	a := vmAddr{port: uint32(port), connFD: -1}

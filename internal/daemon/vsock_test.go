@@ -25,17 +25,18 @@ func TestParseVMAddr(t *testing.T) {
 		bad  bool
 	}{
 		{in: "/dev/vport0p1", want: vmAddr{dev: "/dev/vport0p1", connFD: -1}},
-		{in: "vsock:1024", want: vmAddr{port: 1024, connFD: -1}},
-		{in: "vsock:1025,conn=3", want: vmAddr{port: 1025, connFD: 3}},
-		{in: "vsock:4294967294", want: vmAddr{port: 4294967294, connFD: -1}},
+		{in: "vsock:1022", want: vmAddr{port: 1022, connFD: -1}},
+		{in: "vsock:1023,conn=3", want: vmAddr{port: 1023, connFD: 3}},
+		{in: "vsock:1", want: vmAddr{port: 1, connFD: -1}},
+		{in: "vsock:1024", bad: true},       // a port the guest's users may bind
 		{in: "vsock:4294967295", bad: true}, // VMADDR_PORT_ANY
-		{in: "vsock:1023", bad: true},       // privileged
+		{in: "vsock:0", bad: true},
 		{in: "vsock:", bad: true},
 		{in: "vsock:x", bad: true},
 		{in: "vsock:-5", bad: true},
-		{in: "vsock:1025,conn=", bad: true},
-		{in: "vsock:1025,conn=2", bad: true}, // a standard descriptor
-		{in: "vsock:1025,fd=3", bad: true},
+		{in: "vsock:1023,conn=", bad: true},
+		{in: "vsock:1023,conn=2", bad: true}, // a standard descriptor
+		{in: "vsock:1023,fd=3", bad: true},
 		{in: "vport0p1", bad: true},
 		{in: "", bad: true},
 	} {
@@ -58,14 +59,14 @@ func TestParseVMAddr(t *testing.T) {
 }
 
 func TestVsockParam(t *testing.T) {
-	link, ctl, ok, err := vsockParam([]string{"console=ttyS0", "airlock.vsock=1024,1025", "--", "vminit"})
-	if err != nil || !ok || link.port != 1024 || ctl.port != 1025 || link.connFD != -1 {
+	link, ctl, ok, err := vsockParam([]string{"console=ttyS0", "airlock.vsock=1022,1023", "--", "vminit"})
+	if err != nil || !ok || link.port != 1022 || ctl.port != 1023 || link.connFD != -1 {
 		t.Fatalf("vsockParam = %+v, %+v, %t, %v", link, ctl, ok, err)
 	}
 	if _, _, ok, err := vsockParam([]string{"console=ttyS0", "virtio_mmio.device=4K@0xd0000000:5"}); ok || err != nil {
 		t.Fatalf("without the parameter: %t, %v; want false, nil", ok, err)
 	}
-	for _, bad := range []string{"airlock.vsock=1024", "airlock.vsock=1024,", "airlock.vsock=1024,1025,conn=3x", "airlock.vsock=80,1025"} {
+	for _, bad := range []string{"airlock.vsock=1022", "airlock.vsock=1022,", "airlock.vsock=1022,1023,conn=3x", "airlock.vsock=2000,1023"} {
 		if _, _, _, err := vsockParam([]string{bad}); err == nil {
 			t.Errorf("vsockParam(%q) took it", bad)
 		}

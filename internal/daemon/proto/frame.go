@@ -134,10 +134,10 @@ const (
 	TypeCancel   Type = 5 // client → daemon: abort the call (detach for attach streams); empty
 	TypeClose    Type = 6 // client → daemon: end of the client's data (EOF on stdin or upload); empty
 	TypeWindow   Type = 7 // both: flow-control credit; uint32 big-endian increment
-	// TypeGoAway comes from a node's multiplexer (link.Mux), never from a daemon: the client's connection
-	// is closing and every stream with an id after the uint32 big-endian one in the payload (0: none)
-	// never reached the daemon, so those calls may be sent again on a new connection. Its stream id is 0,
-	// the connection's own.
+	// TypeGoAway comes from a node's multiplexer (link.Mux), or from a microVM's daemon over a channel
+	// that cannot show a close (a virtio-serial port): the connection is closing and every stream with
+	// an id after the uint32 big-endian one in the payload (0: none) never reached the daemon, so those
+	// calls may be sent again on a new connection. Its stream id is 0, the connection's own.
 	TypeGoAway Type = 8
 )
 

@@ -39,8 +39,8 @@ const (
 // The node reaches them through its VMM (Firecracker's "CONNECT PORT" on a unix socket). The guest's
 // init learns that it is to use vsock, and the ports, from VMVsockParam on the kernel command line.
 const (
-	VMLinkVsockPort    = 1024
-	VMControlVsockPort = 1025
+	VMLinkVsockPort    = 1022
+	VMControlVsockPort = 1023
 	// VMVsockParam ("airlock.vsock=LINK,CONTROL") tells the guest's init to use those vsock ports.
 	VMVsockParam = "airlock.vsock"
 )

@@ -208,7 +208,7 @@ func (g *fakeGuest) serve(t *testing.T, sock string, uid int) {
 				defer c.Close()
 				r := bufio.NewReader(c)
 				line, _ := r.ReadString('\n')
-				if line != "CONNECT 1025\n" {
+				if line != "CONNECT 1023\n" {
 					return
 				}
 				g.mu.Lock()

@@ -22,7 +22,6 @@ import (
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/runtime"
 	"github.com/airlockrun/airlock/internal/runtime/vm"
-	"github.com/airlockrun/airlock/internal/testenv"
 )
 
 // The driver's boot, checkpoint, restore and destroy run here end to end with a fake jailer: this test
@@ -125,7 +124,7 @@ func guest(sock string, uid int) {
 				r := bufio.NewReader(c)
 				line, _ := r.ReadString('\n')
 				switch line {
-				case "CONNECT 1025\n":
+				case "CONNECT 1023\n":
 					io.WriteString(c, "OK 1073741825\n")
 					for {
 						var m proto.VMControl
@@ -138,7 +137,7 @@ func guest(sock string, uid int) {
 						}
 						proto.WriteVMLine(c, proto.VMReport{Seq: seq, Listening: true})
 					}
-				case "CONNECT 1024\n":
+				case "CONNECT 1022\n":
 					io.WriteString(c, "OK 1073741826\n")
 					io.Copy(c, r)
 				}
@@ -214,7 +213,7 @@ func TestBootWithFakeJailer(t *testing.T) {
 	rootfs := t.TempDir()
 	os.WriteFile(filepath.Join(rootfs, "hello"), []byte("hi"), 0o644)
 	spec := runtime.Spec{ID: "fcboot1", RootFS: rootfs, Init: []string{"/.airlock/init", "-control", "/.airlock/ctl"},
-		ControlDir: "/.airlock/ctl", InitBinary: testenv.DaemonBinary(t), Limits: runtime.Limits{MemoryBytes: 256 << 20, CPUMillis: 1500}}
+		ControlDir: "/.airlock/ctl", InitBinary: daemonStandIn(t), Limits: runtime.Limits{MemoryBytes: 256 << 20, CPUMillis: 1500}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := d.Create(ctx, spec); err != nil {
@@ -237,7 +236,7 @@ func TestBootWithFakeJailer(t *testing.T) {
 	if got := calls[1].Body; got != `{"mem_size_mib":256,"vcpu_count":2}` {
 		t.Errorf("machine config %s; want 256 MiB and 2 vCPUs", got)
 	}
-	if !strings.Contains(calls[0].Body, `airlock.vsock=1024,1025 vminit`) {
+	if !strings.Contains(calls[0].Body, `airlock.vsock=1022,1023 vminit`) {
 		t.Errorf("boot source %s; want the vsock ports and vminit", calls[0].Body)
 	}
 	cg := filepath.Join("/sys/fs/cgroup/cpu", cfg.CgroupParent, j.ID, "cpu.cfs_quota_us")
@@ -287,4 +286,15 @@ func TestBootWithFakeJailer(t *testing.T) {
 	if ents, _ := os.ReadDir(d.uids.Dir); len(ents) != 0 {
 		t.Errorf("uids left claimed: %v", ents)
 	}
+}
+
+// daemonStandIn is a file to put in the initramfs as the daemon: the fake jailer boots no guest, so any
+// binary does (the test's own; testenv's daemon would import the app, which imports this package).
+func daemonStandIn(t *testing.T) string {
+	t.Helper()
+	p, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -116,7 +116,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 func writeSnapshot(ctx context.Context, a *api, j jail, imageDir string) error {
 	// What an earlier, failed checkpoint left.
 	for _, p := range []string{jailSnapState, jailSnapMem} {
-		os.Remove(j.path(p))
+		j.remove(p)
 	}
 	if err := a.snapshot(ctx); err != nil {
 		return err

@@ -431,8 +431,9 @@ func (d *Driver) start(spec runtime.Spec, j jail, l limits) (int, <-chan struct{
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid: true,
 		// The jailer makes its own mount namespace and joins the sandbox's network namespace.
+		// No Pdeathsig: VMs outlive a node's restart (the node finds them again); the fence keeper
+		// stops them through their cgroups if the node is gone for good.
 		Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
-		Pdeathsig:  unix.SIGKILL,
 	}
 	if err := cmd.Start(); err != nil {
 		return 0, nil, fmt.Errorf("start the jailer: %w", err)

@@ -123,8 +123,10 @@ func (j jail) build(files []jailFile) error {
 	for _, f := range files {
 		dst := j.path(f.in)
 		if err := os.Link(f.host, dst); err != nil {
-			if !errors.Is(err, unix.EXDEV) {
-				return fmt.Errorf("jail %s: %w", f.in, err)
+			if !errors.Is(err, unix.EXDEV) || f.owned {
+				// The VM's own files (its disk) must be the node's, not copies: checkpoints and
+				// readings use the node's.
+				return fmt.Errorf("jail %s (the jail must be on the state directory's file system): %w", f.in, err)
 			}
 			if err := copyFile(f.host, dst); err != nil {
 				return fmt.Errorf("jail %s: %w", f.in, err)
@@ -217,6 +219,17 @@ func (j jail) takeOut(p, dst string) error {
 	}
 	defer dir.Close()
 	return unix.Unlinkat(int(dir.Fd()), filepath.Base(p), 0)
+}
+
+// remove removes p in the jail, if it is there, without following a link the VM's uid planted on the
+// way (its directories are the VM's).
+func (j jail) remove(p string) {
+	dir, err := j.openBeneath(filepath.Dir(p), unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return
+	}
+	defer dir.Close()
+	_ = unix.Unlinkat(int(dir.Fd()), filepath.Base(p), 0)
 }
 
 // copyFrom copies size bytes of f to the new file dst.
