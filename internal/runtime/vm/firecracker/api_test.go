@@ -265,7 +265,7 @@ func testDriver(t *testing.T, id string) (*Driver, *fakeFirecracker, *fakeGuest,
 		t.Fatal(err)
 	}
 	os.Chown(j.Root, j.UID, j.UID) // as the jailer does
-	writeJSON(filepath.Join(d.dir(id), "machine.json"), imageRecord{Driver: "vm:firecracker", MemoryMiB: 256, CPUs: 1, Root: "root.erofs"})
+	vm.WriteJSON(filepath.Join(d.dir(id), "machine.json"), imageRecord{Driver: "vm:firecracker", MemoryMiB: 256, CPUs: 1, Root: "root.erofs"})
 	f := &fakeFirecracker{t: t, jail: &j}
 	f.serve(j.path(jailAPI))
 	os.Chown(j.path(jailAPI), j.UID, j.UID)

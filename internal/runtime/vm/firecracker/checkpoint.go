@@ -2,7 +2,6 @@ package firecracker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -56,7 +55,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 	}
 	dir := d.dir(id)
 	var rec imageRecord
-	if err := readJSON(filepath.Join(dir, "machine.json"), &rec); err != nil {
+	if err := vm.ReadJSON(filepath.Join(dir, "machine.json"), &rec); err != nil {
 		return fmt.Errorf("firecracker: checkpoint %s: %w", id, err)
 	}
 	j, ok := d.jailOf(id)
@@ -87,7 +86,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runti
 		resume()
 		return fmt.Errorf("firecracker: checkpoint %s: disk: %w", id, err)
 	}
-	if err := writeJSON(filepath.Join(imageDir, ImageFile), rec); err != nil {
+	if err := vm.WriteJSON(filepath.Join(imageDir, ImageFile), rec); err != nil {
 		resume()
 		return err
 	}
@@ -166,7 +165,7 @@ func (d *Driver) Unpause(ctx context.Context, id string) error {
 // vCPUs are the image's, whatever spec.Limits say of them. See runtime.Restorer.
 func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string) (runtime.Sandbox, error) {
 	var rec imageRecord
-	err := readJSON(filepath.Join(imageDir, ImageFile), &rec)
+	err := vm.ReadJSON(filepath.Join(imageDir, ImageFile), &rec)
 	if err == nil && rec.Driver != d.Name() {
 		err = errors.New("not made by the firecracker driver")
 	}
@@ -180,20 +179,4 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string
 type restoreFrom struct {
 	dir string
 	rec imageRecord
-}
-
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o600)
 }

@@ -258,22 +258,13 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 
 // boot boots spec as a VM: a new one, or one restored from an image. On error nothing is left.
 func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom) (runtime.Sandbox, error) {
-	if !sandboxdir.IDPattern.MatchString(spec.ID) {
-		return runtime.Sandbox{}, fmt.Errorf("firecracker: bad sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
-	}
-	if len(spec.Init) == 0 || !filepath.IsAbs(spec.Init[0]) || !filepath.IsAbs(spec.ControlDir) {
-		return runtime.Sandbox{}, fmt.Errorf("firecracker: init and the control directory must be absolute paths inside the sandbox: %w", errdefs.ErrInvalidArgument)
-	}
-	if len(spec.Mounts) > 0 {
-		return runtime.Sandbox{}, fmt.Errorf("firecracker: the template shows host directories (%s), which a VM cannot: boot an image template: %w", spec.Mounts[0].Destination, errdefs.ErrFailedPrecondition)
+	if err := vm.CheckSpec("firecracker", spec); err != nil {
+		return runtime.Sandbox{}, err
 	}
 	spec.Limits = spec.Limits.WithDefaults()
 	dir := d.dir(spec.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return runtime.Sandbox{}, fmt.Errorf("firecracker: sandbox %s: %w", spec.ID, errdefs.ErrAlreadyExists)
-		}
-		return runtime.Sandbox{}, fmt.Errorf("firecracker: %w", err)
+	if err := vm.MakeSandboxDir("firecracker", dir, spec.ID); err != nil {
+		return runtime.Sandbox{}, err
 	}
 	c := cleanup.Make(func() {
 		if err := d.Destroy(context.WithoutCancel(ctx), spec.ID); err != nil {
@@ -345,7 +336,7 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom)
 	} else if rec.Network != addr.IsValid() {
 		return fail("restore", fmt.Errorf("the image's machine had a network device %t, this one %t: %w", rec.Network, addr.IsValid(), errdefs.ErrFailedPrecondition))
 	}
-	if err := writeJSON(filepath.Join(dir, "machine.json"), rec); err != nil {
+	if err := vm.WriteJSON(filepath.Join(dir, "machine.json"), rec); err != nil {
 		return fail("record", err)
 	}
 	tPrep := time.Since(t0)

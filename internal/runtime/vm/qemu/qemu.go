@@ -195,22 +195,13 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 
 // boot boots spec as a VM: a new one, or one restored from an image. On error nothing is left.
 func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom) (runtime.Sandbox, error) {
-	if !sandboxdir.IDPattern.MatchString(spec.ID) {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: bad sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
-	}
-	if len(spec.Init) == 0 || !filepath.IsAbs(spec.Init[0]) || !filepath.IsAbs(spec.ControlDir) {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: init and the control directory must be absolute paths inside the sandbox: %w", errdefs.ErrInvalidArgument)
-	}
-	if len(spec.Mounts) > 0 {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: the template shows host directories (%s), which a VM cannot: boot an image template: %w", spec.Mounts[0].Destination, errdefs.ErrFailedPrecondition)
+	if err := vm.CheckSpec("qemu", spec); err != nil {
+		return runtime.Sandbox{}, err
 	}
 	spec.Limits = spec.Limits.WithDefaults()
 	dir := d.dir(spec.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, errdefs.ErrAlreadyExists)
-		}
-		return runtime.Sandbox{}, fmt.Errorf("qemu: %w", err)
+	if err := vm.MakeSandboxDir("qemu", dir, spec.ID); err != nil {
+		return runtime.Sandbox{}, err
 	}
 	c := cleanup.Make(func() {
 		if err := d.Destroy(context.WithoutCancel(ctx), spec.ID); err != nil {
@@ -277,7 +268,7 @@ func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom)
 	if m.uid, err = d.uids.Take(spec.ID, dir); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
 	}
-	if err := writeJSON(filepath.Join(dir, "machine.json"), imageRecord{Driver: "qemu", MemoryMiB: m.MemoryMiB, CPUs: m.CPUs,
+	if err := vm.WriteJSON(filepath.Join(dir, "machine.json"), imageRecord{Driver: "qemu", MemoryMiB: m.MemoryMiB, CPUs: m.CPUs,
 		MAC: m.MAC, Network: tap != nil, Kernel: filepath.Base(m.Kernel), Initramfs: filepath.Base(m.Initramfs)}); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("qemu: %w", err)
 	}
