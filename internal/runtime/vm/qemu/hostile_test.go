@@ -4,13 +4,17 @@ package qemu_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/daemon/proto"
@@ -163,6 +167,46 @@ func TestHostileGuest(t *testing.T) {
 		if err != nil || its == mine {
 			t.Errorf("QEMU's %s namespace is the host's (%s, %v)", ns, its, err)
 		}
+	}
+
+	// QEMU's root is its jail, which holds only QEMU's files, the kernel and the initramfs: root's,
+	// none writable by QEMU's uid, no /proc, /sys, /etc or /tmp of the host's.
+	jail := filepath.Join(dir, "runtime", "sandboxes", id, "root")
+	if its, err := os.Readlink("/proc/" + pid + "/root"); err != nil || its != jail {
+		t.Errorf("QEMU's root is %q (%v), want its jail %s", its, err, jail)
+	}
+	files := 0
+	err = filepath.WalkDir(jail, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		rel := strings.TrimPrefix(p, jail)
+		switch {
+		case st.Uid != 0 || st.Mode&0o022 != 0:
+			t.Errorf("jail %s: uid %d, mode %o: QEMU could write it", rel, st.Uid, st.Mode&0o7777)
+		case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		case st.Mode&unix.S_IFMT == unix.S_IFREG:
+			files++
+		case rel == "/dev/kvm" && st.Mode&unix.S_IFMT == unix.S_IFCHR && d.Accel() == "kvm":
+		default:
+			t.Errorf("jail %s: mode %o is no regular file or directory", rel, st.Mode)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	for _, p := range []string{"/proc", "/sys", "/etc", "/tmp", "/var", "/dev/null"} {
+		if _, err := os.Lstat("/proc/" + pid + "/root" + p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("QEMU's jail has %s (%v)", p, err)
+		}
+	}
+	if files < 5 || files > 200 {
+		t.Errorf("QEMU's jail holds %d files", files)
 	}
 
 	// The daemon's ports are its own: root cannot open them beside it.

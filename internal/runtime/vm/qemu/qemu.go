@@ -19,9 +19,10 @@
 //     vCPUs and a CPU quota on QEMU's cgroup, the disk's size.
 //
 // QEMU itself runs unprivileged, as a uid of its own (from Config.UIDBase, never root, never another
-// VM's), in new PID, mount, network, IPC and UTS namespaces (so with no network of its own), under its seccomp sandbox (-sandbox on with every
-// option denied), with no file of the host's opened by name but its binary, libraries and the
-// read-only kernel and firmware: every disk, socket and the tap are descriptors the node opened.
+// VM's), in new PID, mount, network, IPC and UTS namespaces (so with no network of its own), under its
+// seccomp sandbox (-sandbox on with every option denied), chrooted into a jail of its own that holds
+// only the files it opens by name, read-only (see jail.go): every disk, socket and the tap are
+// descriptors the node opened.
 //
 // Host layout of one sandbox, all removed by Destroy:
 //
@@ -30,7 +31,8 @@
 //	  link.sock, ctl.sock, qmp.sock   the node's sockets of the ports and of QEMU's monitor
 //	  key           the link key
 //	  pid           QEMU's PID
-//	  console.log   QEMU's and the guest kernel's console
+//	  qemu.log      QEMU's own messages
+//	  root/         QEMU's jail: hard links of its binary, libraries, module, firmware, kernel, initramfs
 package qemu
 
 import (
@@ -104,6 +106,8 @@ type Driver struct {
 	images *vm.RootImages
 	uids   vm.UIDs
 	accel  string
+	qemu   qemuFiles // what every VM's jail holds of QEMU's
+	store  jailStore // the copies jails link to
 
 	mu   sync.Mutex
 	ctls map[string]*vm.Control // guarded by mu: the control connections of the VMs
@@ -162,9 +166,26 @@ func New(cfg Config) (*Driver, error) {
 			accel = "kvm"
 		}
 	}
+	qf, err := findQEMUFiles(cfg.QEMU)
+	if err != nil {
+		return nil, fmt.Errorf("qemu: the files of QEMU's jail: %w", err)
+	}
 	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", "qemu"), kernel: k, accel: accel,
 		images: &vm.RootImages{Dir: filepath.Join(cfg.StateDir, "images")}, ctls: map[string]*vm.Control{},
-		uids: vm.UIDs{Dir: filepath.Join(cfg.StateDir, "uids"), Base: cfg.UIDBase}}
+		uids: vm.UIDs{Dir: filepath.Join(cfg.StateDir, "uids"), Base: cfg.UIDBase},
+		qemu: qf, store: jailStore{dir: filepath.Join(cfg.StateDir, "jail", "files")}}
+	// The copies every jail links to, made now rather than at the first boot; those of files no longer
+	// used (an upgraded QEMU, an old kernel) that no VM holds go.
+	keep := []string{k.Image}
+	for _, f := range qf.files {
+		keep = append(keep, f.host)
+	}
+	for _, h := range keep {
+		if _, err := d.store.copyOf(h); err != nil {
+			return nil, fmt.Errorf("qemu: the files of QEMU's jail: %w", err)
+		}
+	}
+	d.store.prune(keep)
 	d.log.Info("qemu microvm driver", "accel", accel, "kernel", k.Release)
 	return d, nil
 }
@@ -393,18 +414,23 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m mac
 		}
 		return fd(f), nil
 	}
-	var fds [5]int
+	var fds [3]int
 	var err error
 	// QEMU opens the writable disk read-write and, to probe it, read-only: a descriptor of each mode.
 	for i, f := range []struct {
 		path string
 		flag int
-	}{{m.Kernel, os.O_RDONLY}, {m.Initramfs, os.O_RDONLY}, {m.Root, os.O_RDONLY}, {disk, os.O_RDWR}, {disk, os.O_RDONLY}} {
+	}{{m.Root, os.O_RDONLY}, {disk, os.O_RDWR}, {disk, os.O_RDONLY}} {
 		if fds[i], err = open(f.path, f.flag); err != nil {
 			return 0, nil, err
 		}
 	}
-	kernelFD, initrdFD, rootFD, diskFD, diskROFD := fds[0], fds[1], fds[2], fds[3], fds[4]
+	rootFD, diskFD, diskROFD := fds[0], fds[1], fds[2]
+	// The kernel and initramfs QEMU opens by name, in its jail.
+	jail := filepath.Join(dir, "root")
+	if err := d.makeJail(jail, m.Kernel, m.Initramfs, d.accel == "kvm"); err != nil {
+		return 0, nil, err
+	}
 	socks := map[string]int{}
 	for _, s := range []string{"link", "ctl", "qmp"} {
 		f, err := listenUnix(filepath.Join(dir, s+".sock"))
@@ -425,7 +451,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m mac
 		// No guest memory in a core dump of QEMU.
 		"-M", "microvm,pit=on,pic=on,rtc=on,isa-serial=on,dump-guest-core=off", "-accel", accel, "-cpu", "max",
 		"-smp", strconv.Itoa(m.CPUs), "-m", strconv.FormatInt(m.MemoryMiB, 10) + "M",
-		"-kernel", fmt.Sprintf("/proc/self/fd/%d", kernelFD), "-initrd", fmt.Sprintf("/proc/self/fd/%d", initrdFD),
+		"-kernel", jailKernel, "-initrd", jailInitramfs,
 		"-append", appendArgs,
 		// The guest's console: a ring in QEMU's memory, never a file the guest could fill.
 		"-chardev", fmt.Sprintf("ringbuf,id=con,size=%d", consoleSize), "-serial", "chardev:con",
@@ -465,10 +491,12 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m mac
 		return 0, nil, err
 	}
 	defer qlog.Close()
-	cmd := exec.Command(d.cfg.QEMU, args...)
+	// The binary's path is the same in the jail as on the host.
+	cmd := exec.Command(d.qemu.binary, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, qlog, qlog
 	cmd.ExtraFiles = files
-	cmd.Env = []string{}
+	// The jail has no loader cache: the loader finds the libraries where they were found on the host.
+	cmd.Env = []string{"LD_LIBRARY_PATH=" + d.qemu.libPath}
 	cmd.Dir = "/"
 	groups := []uint32{}
 	if d.accel == "kvm" {
@@ -481,6 +509,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m mac
 	uid := uint32(m.uid)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid:     true,
+		Chroot:     jail,
 		Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 		Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: groups},
 	}
