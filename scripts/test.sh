@@ -11,13 +11,15 @@ export PATH=/usr/local/go/bin:$PATH
 # Test-only Debian packages: SoftHSM2 (a real PKCS#11 token for the customer-key tests), opensc
 # (pkcs11-tool, to destroy a key in the token as its owner would), PostgreSQL (the tests start
 # throwaway servers of their own with its binaries: internal/testenv/pgtest), docker-registry (a
-# real OCI registry for template pulls: internal/testenv/registrytest), and httpx and websockets for
-# Python (the Python SDK's dependencies).
+# real OCI registry for template pulls: internal/testenv/registrytest), Chromium (a real browser for
+# the web console's tests, driven by Playwright: internal/e2e/console_test.go), and httpx and
+# websockets for Python (the Python SDK's dependencies).
 need=()
 [ -f /usr/lib/softhsm/libsofthsm2.so ] || need+=(softhsm2)
 command -v pkcs11-tool >/dev/null || need+=(opensc)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 command -v docker-registry >/dev/null || need+=(docker-registry)
+command -v chromium >/dev/null || need+=(chromium)
 # The Python SDK's dependencies, for its tests (internal/e2e/sdk_python_test.go runs them with Debian's python3).
 /usr/bin/python3 -c 'import httpx' 2>/dev/null || need+=(python3-httpx)
 /usr/bin/python3 -c 'import websockets' 2>/dev/null || need+=(python3-websockets)

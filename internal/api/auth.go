@@ -279,7 +279,8 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, airlock.Usage{Quotas: airlock.Quotas(q), Usage: airlock.Quotas(u)})
+	p := principalOf(r)
+	writeJSON(w, http.StatusOK, airlock.Usage{Quotas: airlock.Quotas(q), Usage: airlock.Quotas(u), Tenant: p.TenantID, Operator: p.Operator})
 }
 
 func (s *Server) listAPIKeys(w http.ResponseWriter, r *http.Request) {

@@ -20,6 +20,7 @@ import (
 	"sync"
 
 	apidoc "github.com/airlockrun/airlock/api"
+	"github.com/airlockrun/airlock/internal/console"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
@@ -69,6 +70,9 @@ func New(cp *controlplane.Service, log *slog.Logger, metrics http.Handler) *Serv
 	for _, r := range append(s.e2bRoutes(), s.e2bEnvdRoutes()...) {
 		s.mux.HandleFunc(r.Method+" "+r.Pattern, r.handler)
 	}
+	// The web console (internal/console): its files, and its page at /console.
+	s.mux.Handle(console.Prefix, console.Handler())
+	s.mux.Handle("GET /console", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently))
 	s.mux.HandleFunc(e2bPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		s.e2bError(w, r, clientErr(errdefs.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
@@ -246,6 +250,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.servePortHost(w, r, id, port)
+		return
+	}
+	if err := s.checkSameOrigin(r); err != nil {
+		writeError(w, r, s.log, err)
 		return
 	}
 	if p := r.Header.Get("E2b-Sandbox-Port"); p != "" && p != strconv.Itoa(e2bEnvdPort) && strings.HasPrefix(r.URL.Path, e2bPrefix+"/") {

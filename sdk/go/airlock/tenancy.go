@@ -75,6 +75,9 @@ type Quotas struct {
 type Usage struct {
 	Quotas Quotas `json:"quotas"`
 	Usage  Quotas `json:"usage"`
+	// Tenant is the ID of the key's tenant; Operator, whether that is the operator tenant.
+	Tenant   string `json:"tenant,omitempty"`
+	Operator bool   `json:"operator,omitempty"`
 }
 
 // TenantList is the response of GET /v1/tenants.

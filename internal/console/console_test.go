@@ -1,0 +1,54 @@
+package console
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// TestHandler: the page and its files are served with the console's headers (a CSP that allows only
+// this origin and no framing); nothing outside the embedded files is, and nothing but GET and HEAD.
+func TestHandler(t *testing.T) {
+	h := Handler()
+	get := func(method, path string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+		return w
+	}
+	for _, c := range []struct {
+		path, ctype, body string
+	}{
+		{"/console/", "text/html", `src="/console/app.js"`},
+		{"/console/index.html", "text/html", "<title>Airlock console</title>"},
+		{"/console/app.js", "javascript", "sessionStorage"},
+		{"/console/style.css", "text/css", "--accent"},
+	} {
+		w := get("GET", c.path)
+		if w.Code != 200 || !strings.Contains(w.Header().Get("Content-Type"), c.ctype) || !strings.Contains(w.Body.String(), c.body) {
+			t.Errorf("GET %s: %d %q, body has %q: %t", c.path, w.Code, w.Header().Get("Content-Type"), c.body, strings.Contains(w.Body.String(), c.body))
+		}
+		csp := w.Header().Get("Content-Security-Policy")
+		for _, want := range []string{"frame-ancestors 'none'", "script-src 'self'", "default-src 'none'", "connect-src 'self'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("GET %s: CSP %q lacks %q", c.path, csp, want)
+			}
+		}
+		if strings.Contains(csp, "unsafe") {
+			t.Errorf("GET %s: CSP %q allows unsafe sources", c.path, csp)
+		}
+		if w.Header().Get("X-Frame-Options") != "DENY" || w.Header().Get("Access-Control-Allow-Origin") != "" {
+			t.Errorf("GET %s: headers %v", c.path, w.Header())
+		}
+	}
+	for _, p := range []string{"/console/nope.js", "/console/../console.go", "/console/assets/app.js", "/console/%2e%2e/console.go"} {
+		if w := get("GET", p); w.Code != 404 {
+			t.Errorf("GET %s: %d, want 404", p, w.Code)
+		}
+	}
+	for _, m := range []string{"POST", "PUT", "DELETE"} {
+		if w := get(m, "/console/"); w.Code != http.StatusMethodNotAllowed {
+			t.Errorf("%s /console/: %d, want 405", m, w.Code)
+		}
+	}
+}

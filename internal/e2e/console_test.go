@@ -1,0 +1,54 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/testenv"
+)
+
+// TestConsole drives the web console in a real browser, Debian's Chromium under Playwright
+// (internal/testenv/console/console.test.mjs), against a real server: its headers, sign-in (a wrong
+// key's message shown, the key in no URL, cookie or local storage), a session created (a bad field's
+// API message next to it, the draft kept across a reload), its state following pause, resume and
+// fork, filters kept in the URL, delete; another tenant's key seeing none of it; a page of another
+// origin unable to call the API; and a list of 1,000 sessions rendered as a virtual list (its
+// figures logged as console-bench). AIRLOCK_CONSOLE_SCREENSHOTS keeps the screenshots there (the
+// README's are made so); otherwise they go to a temporary directory.
+func TestConsole(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is not installed: scripts/test.sh installs Debian's chromium for the console's tests")
+	}
+	dir := testenv.NodePackage(t, "console")
+	e := testenv.Start(t, testenv.Options{})
+	if !strings.Contains(e.URL, "127.0.0.1") {
+		t.Fatalf("the test reaches the server as another origin by the name localhost; its URL is %s", e.URL)
+	}
+	ctx := ctxT(t, 10*time.Minute)
+	other, err := e.Client.CreateTenant(ctx, "console-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shots := os.Getenv("AIRLOCK_CONSOLE_SCREENSHOTS")
+	if shots == "" {
+		shots = filepath.Join(t.TempDir(), "screenshots")
+	}
+	cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=spec", "--test-concurrency=1", "console.test.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "AIRLOCK_URL="+e.URL, "AIRLOCK_API_KEY="+e.APIKey, "OTHER_API_KEY="+other.APIKey.Key,
+		"CHROMIUM="+browser, "SCREENSHOTS="+shots)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	t.Logf("node --test console.test.mjs:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("the console's browser tests failed: %v", err)
+	}
+}
