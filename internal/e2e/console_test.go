@@ -13,7 +13,7 @@ import (
 )
 
 // TestConsole drives the web console in a real browser, Debian's Chromium under Playwright
-// (internal/testenv/console/console.test.mjs), against a real server: its headers, sign-in (a wrong
+// (internal/testenv/console/*.test.mjs), against a real server: its headers, sign-in (a wrong
 // key's message shown, the key in no URL, cookie or local storage), a session created (a bad field's
 // API message next to it, the draft kept across a reload), its state following pause, resume and
 // fork, filters kept in the URL, delete; another tenant's key seeing none of it; a page of another
@@ -40,14 +40,18 @@ func TestConsole(t *testing.T) {
 	if shots == "" {
 		shots = filepath.Join(t.TempDir(), "screenshots")
 	}
-	cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=spec", "--test-concurrency=1", "console.test.mjs")
+	tests, err := filepath.Glob(filepath.Join(dir, "*.test.mjs"))
+	if err != nil || len(tests) == 0 {
+		t.Fatalf("no browser tests in %s: %v", dir, err)
+	}
+	cmd := exec.CommandContext(ctx, "node", append([]string{"--test", "--test-reporter=spec", "--test-concurrency=1"}, tests...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "AIRLOCK_URL="+e.URL, "AIRLOCK_API_KEY="+e.APIKey, "OTHER_API_KEY="+other.APIKey.Key,
 		"CHROMIUM="+browser, "SCREENSHOTS="+shots)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
-	t.Logf("node --test console.test.mjs:\n%s", out.String())
+	t.Logf("node --test *.test.mjs:\n%s", out.String())
 	if err != nil {
 		t.Fatalf("the console's browser tests failed: %v", err)
 	}

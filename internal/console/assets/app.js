@@ -3,95 +3,11 @@
 // Pages are addressed by the URL's fragment (#/sessions?state=running), so a reload shows the same
 // page with the same filters; a form's draft is kept in session storage until it is sent.
 
-const KEY = "airlock.key";
+import { KEY, api, h, render, ago, bytes, go, onLeave, leave, confirmDialog } from "./lib.js";
+
 const main = document.getElementById("main");
 
-// ---- the API ----
-
-class APIError extends Error {
-  constructor(status, code, message) {
-    super(message);
-    this.status = status;
-    this.code = code;
-  }
-}
-
-async function api(method, path, body) {
-  const key = sessionStorage.getItem(KEY);
-  const headers = { Accept: "application/json" };
-  if (key) headers.Authorization = "Bearer " + key;
-  const init = { method, headers, credentials: "omit", cache: "no-store" };
-  if (body !== undefined) {
-    headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  let res;
-  try {
-    res = await fetch(path, init);
-  } catch (e) {
-    throw new APIError(0, "unavailable", "Airlock does not answer: " + e.message);
-  }
-  const text = await res.text();
-  let data = null;
-  if (text) {
-    try { data = JSON.parse(text); } catch { data = null; }
-  }
-  if (!res.ok) {
-    const err = (data && data.error) || {};
-    if (res.status === 401 && path !== "/v1/usage") {
-      sessionStorage.removeItem(KEY);
-      go("#/signin?expired=1");
-    }
-    throw new APIError(res.status, err.code || String(res.status), err.message || res.statusText || "request failed");
-  }
-  return data;
-}
-
-// ---- small DOM helpers ----
-
-function h(tag, attrs, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (v === undefined || v === null || v === false) continue;
-    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else if (k === "class") el.className = v;
-    else if (k === "text") el.textContent = v;
-    else el.setAttribute(k, v === true ? "" : String(v));
-  }
-  for (const c of children.flat()) {
-    if (c === null || c === undefined || c === false) continue;
-    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
-  return el;
-}
-
-function render(...nodes) {
-  main.replaceChildren(...nodes);
-}
-
-function ago(iso) {
-  if (!iso) return "";
-  const s = Math.round((Date.now() - Date.parse(iso)) / 1000);
-  if (s < 60) return s + " s ago";
-  if (s < 3600) return Math.round(s / 60) + " min ago";
-  if (s < 86400) return Math.round(s / 3600) + " h ago";
-  return Math.round(s / 86400) + " d ago";
-}
-
-function bytes(n) {
-  if (n === undefined || n === null) return "";
-  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let i = 0;
-  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
-  return (i ? n.toFixed(1) : n) + " " + u[i];
-}
-
 // ---- routing ----
-
-function go(hash) {
-  if (location.hash === hash) route();
-  else location.hash = hash;
-}
 
 function parseHash() {
   const raw = location.hash.replace(/^#/, "") || "/sessions";
@@ -99,11 +15,8 @@ function parseHash() {
   return { parts: path.split("/").filter(Boolean), query: new URLSearchParams(query || "") };
 }
 
-let stopPage = () => {};
-
 async function route() {
-  stopPage();
-  stopPage = () => {};
+  leave();
   const { parts, query } = parseHash();
   const signedIn = !!sessionStorage.getItem(KEY);
   document.getElementById("nav").hidden = !signedIn;
@@ -118,7 +31,11 @@ async function route() {
       case "signin": return signinPage(query);
       case "sessions":
         if (parts[1] === "new") return createSessionPage();
+        if (parts[1]) return (await import("./session.js")).sessionPage(parts[1], query);
         return listPage(sessionsKind, query);
+      case "terminal":
+        // #/terminal/sessions/ID or #/terminal/sandboxes/ID
+        return (await import("./terminal.js")).terminalPage(parts[1], parts[2], query);
       case "sandboxes": return listPage(sandboxesKind, query);
       case "usage": return usagePage();
       default: render(h("p", {}, "No such page. ", h("a", { href: "#/sessions" }, "Sessions")));
@@ -363,25 +280,13 @@ async function listPage(kind, query) {
   });
   window.addEventListener("resize", draw);
   const timer = setInterval(refresh, 3000);
-  stopPage = () => {
+  onLeave(() => {
     clearInterval(timer);
     window.removeEventListener("resize", draw);
-  };
+  });
   const t0 = performance.now();
   await more();
   main.dataset.firstRender = String(Math.round(performance.now() - t0));
-}
-
-function confirmDialog(text) {
-  return new Promise((resolve) => {
-    const d = h("dialog", { id: "confirm" }, h("p", {}, text),
-      h("div", { class: "actions" },
-        h("button", { type: "button", class: "danger", id: "confirm-yes", onclick: () => { d.close(); d.remove(); resolve(true); } }, "Yes"),
-        h("button", { type: "button", onclick: () => { d.close(); d.remove(); resolve(false); } }, "Cancel")));
-    d.addEventListener("cancel", () => { d.remove(); resolve(false); });
-    document.body.append(d);
-    d.showModal();
-  });
 }
 
 // ---- create a session ----

@@ -1,67 +1,8 @@
 // The web console in a real browser: Debian's Chromium, driven by Playwright, against a real Airlock
-// (internal/e2e/console_test.go starts it). AIRLOCK_URL, AIRLOCK_API_KEY, OTHER_API_KEY (another
-// tenant's), CHROMIUM (the browser) and SCREENSHOTS (a directory) come from the Go test.
-import { test, before, after } from "node:test";
+// (internal/e2e/console_test.go starts it; helpers.mjs has what the tests share).
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
-import { chromium } from "playwright-core";
-
-const base = process.env.AIRLOCK_URL;
-const key = process.env.AIRLOCK_API_KEY;
-const otherKey = process.env.OTHER_API_KEY;
-const shots = process.env.SCREENSHOTS;
-mkdirSync(shots, { recursive: true });
-
-let browser;
-before(async () => {
-  browser = await chromium.launch({ executablePath: process.env.CHROMIUM, args: ["--no-sandbox"] });
-});
-after(async () => {
-  await browser?.close();
-});
-
-async function newPage() {
-  const ctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-  const page = await ctx.newPage();
-  const problems = [];
-  page.on("pageerror", (e) => problems.push("page error: " + e.message));
-  page.on("console", (m) => {
-    if (m.type() === "error" && !/status of 4\d\d/.test(m.text())) problems.push("console error: " + m.text());
-  });
-  return { ctx, page, problems };
-}
-
-async function signIn(page, k) {
-  await page.goto(base + "/console");
-  await page.waitForURL(/#\/signin/);
-  await page.fill("#apikey", k);
-  await page.click("button[type=submit]");
-  await page.waitForURL(/#\/sessions/);
-}
-
-// apiCall calls the API from the test (not the browser), as a check of what the console shows.
-async function apiCall(method, path, k = key, body) {
-  const res = await fetch(base + path, {
-    method,
-    headers: { Authorization: "Bearer " + k, "Content-Type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : null };
-}
-
-function row(page, id) {
-  return page.locator(`.trow[data-id="${id}"]`);
-}
-
-async function waitState(page, id, state, timeout = 120_000) {
-  try {
-    await row(page, id).locator(`.state.${state}`).waitFor({ timeout });
-  } catch (e) {
-    const banner = await page.locator(".banner").allTextContents();
-    throw new Error(`${id} is not ${state}: ${e.message}; the page says ${JSON.stringify(banner)}`);
-  }
-}
+import { base, key, otherKey, shots, newPage, signIn, apiCall, row, waitState } from "./helpers.mjs";
 
 test("the console's headers: a strict CSP, no framing, no CORS", async () => {
   const res = await fetch(base + "/console/");

@@ -1,0 +1,117 @@
+// The console's shared parts: the API client, DOM helpers, formatting and navigation. The API key is
+// kept in this tab's session storage only.
+
+export const KEY = "airlock.key";
+
+// ---- the API ----
+
+export class APIError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+export async function api(method, path, body) {
+  const key = sessionStorage.getItem(KEY);
+  const headers = { Accept: "application/json" };
+  if (key) headers.Authorization = "Bearer " + key;
+  const init = { method, headers, credentials: "omit", cache: "no-store" };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let res;
+  try {
+    res = await fetch(path, init);
+  } catch (e) {
+    throw new APIError(0, "unavailable", "Airlock does not answer: " + e.message);
+  }
+  const text = await res.text();
+  let data = null;
+  if (text) {
+    try { data = JSON.parse(text); } catch { data = null; }
+  }
+  if (!res.ok) {
+    const err = (data && data.error) || {};
+    if (res.status === 401 && path !== "/v1/usage") {
+      sessionStorage.removeItem(KEY);
+      go("#/signin?expired=1");
+    }
+    throw new APIError(res.status, err.code || String(res.status), err.message || res.statusText || "request failed");
+  }
+  return data;
+}
+
+// ---- small DOM helpers ----
+
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else if (k === "text") el.textContent = v;
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+export function render(...nodes) {
+  document.getElementById("main").replaceChildren(...nodes);
+}
+
+export function ago(iso) {
+  if (!iso) return "";
+  const s = Math.round((Date.now() - Date.parse(iso)) / 1000);
+  if (s < 60) return s + " s ago";
+  if (s < 3600) return Math.round(s / 60) + " min ago";
+  if (s < 86400) return Math.round(s / 3600) + " h ago";
+  return Math.round(s / 86400) + " d ago";
+}
+
+export function bytes(n) {
+  if (n === undefined || n === null) return "";
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : n) + " " + u[i];
+}
+
+export function go(hash) {
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+
+// The page's clean-up (timers, listeners, connections), run when the user leaves it.
+let leaving = [];
+
+export function onLeave(fn) {
+  leaving.push(fn);
+}
+
+export function leave() {
+  const fns = leaving;
+  leaving = [];
+  for (const fn of fns) fn();
+}
+
+// confirmDialog asks a yes/no question in a modal dialog.
+export function confirmDialog(text) {
+  return new Promise((resolve) => {
+    const d = h("dialog", { id: "confirm" }, h("p", {}, text),
+      h("div", { class: "actions" },
+        h("button", { type: "button", class: "danger", id: "confirm-yes", onclick: () => { d.close(); d.remove(); resolve(true); } }, "Yes"),
+        h("button", { type: "button", onclick: () => { d.close(); d.remove(); resolve(false); } }, "Cancel")));
+    d.addEventListener("cancel", () => { d.remove(); resolve(false); });
+    document.body.append(d);
+    d.showModal();
+  });
+}
+
