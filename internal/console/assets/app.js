@@ -3,7 +3,7 @@
 // Pages are addressed by the URL's fragment (#/sessions?state=running), so a reload shows the same
 // page with the same filters; a form's draft is kept in session storage until it is sent.
 
-import { KEY, api, h, render, ago, bytes, go, onLeave, leave, confirmDialog } from "./lib.js";
+import { KEY, api, h, render, ago, bytes, go, onLeave, leave, confirmDialog, virtualList } from "./lib.js";
 
 const main = document.getElementById("main");
 
@@ -27,21 +27,26 @@ async function route() {
   }
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === parts[0]);
   try {
-    switch (parts[0]) {
-      case "signin": return signinPage(query);
-      case "sessions":
-        if (parts[1] === "new") return createSessionPage();
-        if (parts[1]) return (await import("./session.js")).sessionPage(parts[1], query);
-        return listPage(sessionsKind, query);
-      case "terminal":
-        // #/terminal/sessions/ID or #/terminal/sandboxes/ID
-        return (await import("./terminal.js")).terminalPage(parts[1], parts[2], query);
-      case "sandboxes": return listPage(sandboxesKind, query);
-      case "usage": return usagePage();
-      default: render(h("p", {}, "No such page. ", h("a", { href: "#/sessions" }, "Sessions")));
-    }
+    await page(parts, query);
   } catch (e) {
-    render(h("div", { class: "banner" }, e.message));
+    render(h("div", { class: "banner", role: "alert" }, e.message));
+  }
+}
+
+// page shows the page the fragment names; its errors are route's to show.
+async function page(parts, query) {
+  switch (parts[0]) {
+    case "signin": return signinPage(query);
+    case "sessions":
+      if (parts[1] === "new") return await createSessionPage();
+      if (parts[1]) return await (await import("./session.js")).sessionPage(parts[1], query);
+      return await listPage(sessionsKind, query);
+    case "terminal":
+      // #/terminal/sessions/ID or #/terminal/sandboxes/ID
+      return await (await import("./terminal.js")).terminalPage(parts[1], parts[2], query);
+    case "sandboxes": return await listPage(sandboxesKind, query);
+    case "usage": return await usagePage();
+    default: render(h("p", {}, "No such page. ", h("a", { href: "#/sessions" }, "Sessions")));
   }
 }
 
@@ -98,7 +103,7 @@ const sessionsKind = {
   cols: "minmax(0,2.3fr) 6rem minmax(0,1.2fr) 5rem minmax(0,1.4fr) 6rem 15rem",
   header: ["ID", "State", "Template", "Runtime", "Metadata", "Created", ""],
   cells: (s) => [
-    h("span", { class: "mono", title: s.id }, s.id),
+    h("span", { title: s.id }, h("a", { class: "mono", href: "#/sessions/" + s.id }, s.id)),
     h("span", {}, h("span", { class: "state " + s.state, title: s.reason || "" }, s.state)),
     h("span", { title: s.template }, s.template),
     h("span", {}, s.runtime || ""),
@@ -167,8 +172,6 @@ async function listPage(kind, query) {
   metaInput.addEventListener("keydown", (e) => { if (e.key === "Enter") applyFilters(); });
 
   const viewport = h("div", { class: "viewport", id: "rows" });
-  const spacer = h("div", { class: "spacer" });
-  viewport.append(spacer);
   const table = h("div", { class: "table" }, h("div", { class: "thead" }, kind.header.map((t) => h("span", {}, t))), viewport);
   table.style.setProperty("--cols", kind.cols);
   viewport.style.height = "calc(100vh - 220px)";
@@ -183,29 +186,24 @@ async function listPage(kind, query) {
   let loading = false;
   const busy = new Map(); // id -> what is being done to it
   const base = new URLSearchParams(query);
+  const nearEnd = () => viewport.scrollTop + viewport.clientHeight > items.length * ROW - 10 * ROW;
 
+  const list = virtualList(viewport, ROW, (it) => {
+    const act = (label, method, suffix, body, doing, confirmIt) => h("button", {
+      type: "button", class: (confirmIt ? "danger " : "") + (busy.get(it.id) === doing ? "busy" : ""), disabled: busy.has(it.id),
+      "data-action": label.toLowerCase(),
+      onclick: () => doAction(it, label, method, suffix, body, doing, confirmIt),
+    }, busy.get(it.id) === doing ? doing : label);
+    return h("div", { class: "trow", "data-id": it.id }, kind.cells(it), h("span", { class: "actions" }, kind.actions(it, act)));
+  }, () => {
+    if (nearEnd()) more();
+  });
+  const empty = h("p", { class: "muted", id: "empty" }, "Nothing here yet.");
   const draw = () => {
-    spacer.style.height = items.length * ROW + "px";
-    const first = Math.max(0, Math.floor(viewport.scrollTop / ROW) - 10);
-    const last = Math.min(items.length, first + Math.ceil(viewport.clientHeight / ROW) + 20);
-    const rows = [];
-    for (let i = first; i < last; i++) {
-      const it = items[i];
-      const act = (label, method, suffix, body, doing, confirmIt) => h("button", {
-        type: "button", class: (confirmIt ? "danger " : "") + (busy.get(it.id) === doing ? "busy" : ""), disabled: busy.has(it.id),
-        "data-action": label.toLowerCase(),
-        onclick: () => doAction(it, label, method, suffix, body, doing, confirmIt),
-      }, busy.get(it.id) === doing ? doing : label);
-      const row = h("div", { class: "trow", "data-id": it.id }, kind.cells(it), h("span", { class: "actions" }, kind.actions(it, act)));
-      row.style.position = "absolute";
-      row.style.top = i * ROW + "px";
-      row.style.left = "0";
-      row.style.right = "0";
-      rows.push(row);
-    }
-    spacer.replaceChildren(...rows);
+    list.set(items);
     count.textContent = items.length + (done ? "" : "+") + (items.length === 1 ? " item" : " items");
-    if (!items.length && done) spacer.replaceChildren(h("p", { class: "muted", id: "empty" }, "Nothing here yet."));
+    if (!items.length && done) viewport.append(empty);
+    else empty.remove();
   };
 
   const fetchPage = async (after, limit) => {
@@ -230,7 +228,7 @@ async function listPage(kind, query) {
       loading = false;
     }
     draw();
-    if (!done && viewport.scrollTop + viewport.clientHeight > items.length * ROW - 10 * ROW) more();
+    if (!done && nearEnd()) more();
   };
 
   // refresh reloads what is loaded (live states): the same number of items, from the start.
@@ -274,16 +272,8 @@ async function listPage(kind, query) {
     }
   }
 
-  viewport.addEventListener("scroll", () => {
-    draw();
-    if (viewport.scrollTop + viewport.clientHeight > items.length * ROW - 10 * ROW) more();
-  });
-  window.addEventListener("resize", draw);
   const timer = setInterval(refresh, 3000);
-  onLeave(() => {
-    clearInterval(timer);
-    window.removeEventListener("resize", draw);
-  });
+  onLeave(() => clearInterval(timer));
   const t0 = performance.now();
   await more();
   main.dataset.firstRender = String(Math.round(performance.now() - t0));
@@ -298,7 +288,7 @@ const DRAFT = "airlock.draft.session";
 const sessionFields = [
   { id: "template", label: "Template", api: ["template"] },
   { id: "runtime", label: "Runtime", api: ["runtime"] },
-  { id: "cpu", label: "vCPUs", api: ["cpu"], type: "number" },
+  { id: "cpu", label: "CPU (millicores)", api: ["cpu"], type: "number" },
   { id: "memory_mb", label: "Memory (MiB)", api: ["memory_mb", "memory"], type: "number" },
   { id: "disk_mb", label: "Disk (MiB)", api: ["disk_mb", "disk"], type: "number" },
   { id: "idle_timeout_seconds", label: "Pause when idle for (s)", api: ["idle_timeout_seconds", "idle"], type: "number" },

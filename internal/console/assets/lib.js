@@ -63,7 +63,7 @@ export function h(tag, attrs, ...children) {
 }
 
 export function render(...nodes) {
-  document.getElementById("main").replaceChildren(...nodes);
+  document.getElementById("main").replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
 }
 
 export function ago(iso) {
@@ -115,3 +115,75 @@ export function confirmDialog(text) {
   });
 }
 
+
+// virtualList draws, in viewport (a scrolling element), only the rows in view of a list of items of
+// fixed height, each made by renderRow(item, index). set(items) replaces the list; scrollTo(i)
+// brings a row into view.
+export function virtualList(viewport, rowHeight, renderRow, onScroll) {
+  const spacer = h("div", { class: "spacer" });
+  viewport.replaceChildren(spacer);
+  let items = [];
+  const draw = () => {
+    spacer.style.height = items.length * rowHeight + "px";
+    const first = Math.max(0, Math.floor(viewport.scrollTop / rowHeight) - 10);
+    const last = Math.min(items.length, first + Math.ceil(viewport.clientHeight / rowHeight) + 20);
+    const rows = [];
+    for (let i = first; i < last; i++) {
+      const row = renderRow(items[i], i);
+      row.style.position = "absolute";
+      row.style.top = i * rowHeight + "px";
+      row.style.left = "0";
+      row.style.right = "0";
+      rows.push(row);
+    }
+    spacer.replaceChildren(...rows);
+  };
+  viewport.addEventListener("scroll", () => {
+    draw();
+    if (onScroll) onScroll();
+  });
+  window.addEventListener("resize", draw);
+  onLeave(() => window.removeEventListener("resize", draw));
+  return {
+    set(next) {
+      items = next;
+      draw();
+    },
+    draw,
+    get length() {
+      return items.length;
+    },
+    scrollTo(i) {
+      const top = i * rowHeight;
+      if (top < viewport.scrollTop || top + rowHeight > viewport.scrollTop + viewport.clientHeight) {
+        viewport.scrollTop = Math.max(0, top - viewport.clientHeight / 2);
+      }
+      draw();
+    },
+  };
+}
+
+// elapsed shows on el the text of doing, with the seconds it has taken, until the returned function
+// is called: the progress of a long call.
+let running = 0;
+
+// busy reports whether a long call shown by elapsed is under way (a page holds its refresh then).
+export function busy() {
+  return running > 0;
+}
+
+export function elapsed(el, doing) {
+  running++;
+  const t0 = Date.now();
+  const tick = () => {
+    el.textContent = doing + "… " + Math.round((Date.now() - t0) / 1000) + " s";
+  };
+  tick();
+  const timer = setInterval(tick, 1000);
+  let stopped = false;
+  return () => {
+    if (!stopped) running--;
+    stopped = true;
+    clearInterval(timer);
+  };
+}
