@@ -45,6 +45,7 @@ async function page(parts, query) {
       // #/terminal/sessions/ID or #/terminal/sandboxes/ID
       return await (await import("./terminal.js")).terminalPage(parts[1], parts[2], query);
     case "sandboxes": return await listPage(sandboxesKind, query);
+    case "egress": return await (await import("./egress.js")).egressPage(parts[1], query);
     case "usage": return await usagePage();
     default: render(h("p", {}, "No such page. ", h("a", { href: "#/sessions" }, "Sessions")));
   }
@@ -125,7 +126,7 @@ const sandboxesKind = {
   hash: "#/sandboxes",
   field: "sandboxes",
   states: ["running", "paused", "stopped"],
-  cols: "minmax(0,2.3fr) 6rem minmax(0,1.2fr) 5rem minmax(0,1.4fr) 6rem 6rem",
+  cols: "minmax(0,2.3fr) 6rem minmax(0,1.2fr) 5rem minmax(0,1.4fr) 6rem 9rem",
   header: ["ID", "State", "Template", "Runtime", "Metadata", "Created", ""],
   cells: (s) => [
     h("span", { class: "mono", title: s.id }, s.id),
@@ -135,7 +136,10 @@ const sandboxesKind = {
     h("span", { class: "mono", title: meta(s.metadata) }, meta(s.metadata)),
     h("span", { title: s.created_at }, ago(s.created_at)),
   ],
-  actions: (s, act) => [act("Delete", "DELETE", "", undefined, "deleting", true)],
+  actions: (s, act) => [
+    h("a", { class: "button", href: "#/egress/" + s.id, "data-action": "egress" }, "Egress"),
+    act("Delete", "DELETE", "", undefined, "deleting", true),
+  ],
 };
 
 // meta shows the user's metadata (Airlock's own keys, airlock.*, are not shown in lists).
