@@ -47,6 +47,7 @@ async function page(parts, query) {
     case "sandboxes": return await listPage(sandboxesKind, query);
     case "egress": return await (await import("./egress.js")).egressPage(parts[1], query);
     case "usage": return await usagePage();
+    case "audit": return await (await import("./audit.js")).auditPage(query);
     default: render(h("p", {}, "No such page. ", h("a", { href: "#/sessions" }, "Sessions")));
   }
 }

@@ -13,6 +13,23 @@ export class APIError extends Error {
   }
 }
 
+// fetchAPI makes a call and returns the Response of a success, or throws the API's error.
+export async function fetchAPI(method, path) {
+  const key = sessionStorage.getItem(KEY);
+  let res;
+  try {
+    res = await fetch(path, { method, headers: key ? { Authorization: "Bearer " + key } : {}, credentials: "omit", cache: "no-store" });
+  } catch (e) {
+    throw new APIError(0, "unavailable", "Airlock does not answer: " + e.message);
+  }
+  if (!res.ok) {
+    let err = {};
+    try { err = (await res.json()).error || {}; } catch { /* not JSON */ }
+    throw new APIError(res.status, err.code || String(res.status), err.message || res.statusText || "request failed");
+  }
+  return res;
+}
+
 export async function api(method, path, body) {
   const key = sessionStorage.getItem(KEY);
   const headers = { Accept: "application/json" };
