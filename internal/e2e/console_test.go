@@ -27,7 +27,10 @@ func TestConsole(t *testing.T) {
 		t.Fatal("chromium is not installed: scripts/test.sh installs Debian's chromium for the console's tests")
 	}
 	dir := testenv.NodePackage(t, "console")
-	e := testenv.Start(t, testenv.Options{})
+	// A cluster port and one node of its own beside the server's: the operator's page lists it, and
+	// drains and undrains it.
+	e := testenv.Start(t, testenv.Options{Cluster: true})
+	testenv.StartNode(t, e, "console-node", testenv.NodeOptions{})
 	if !strings.Contains(e.URL, "127.0.0.1") {
 		t.Fatalf("the test reaches the server as another origin by the name localhost; its URL is %s", e.URL)
 	}

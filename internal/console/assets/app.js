@@ -48,6 +48,7 @@ async function page(parts, query) {
     case "egress": return await (await import("./egress.js")).egressPage(parts[1], query);
     case "usage": return await usagePage();
     case "audit": return await (await import("./audit.js")).auditPage(query);
+    case "operator": return await (await import("./operator.js")).operatorPage();
     default: render(h("p", {}, "No such page. ", h("a", { href: "#/sessions" }, "Sessions")));
   }
 }
@@ -85,10 +86,12 @@ function signinPage(query) {
 async function whoami() {
   const who = document.getElementById("who");
   who.textContent = "";
+  document.getElementById("nav-operator").hidden = true;
   if (!sessionStorage.getItem(KEY)) return;
   try {
     const u = await api("GET", "/v1/usage");
     who.textContent = "tenant " + (u.tenant || "") + (u.operator ? " (operator)" : "");
+    document.getElementById("nav-operator").hidden = !u.operator;
   } catch {
     // The header is only a hint.
   }
@@ -442,6 +445,7 @@ document.getElementById("signout").addEventListener("click", () => {
   sessionStorage.removeItem(KEY);
   sessionStorage.removeItem(DRAFT);
   document.getElementById("who").textContent = "";
+  document.getElementById("nav-operator").hidden = true;
   go("#/signin");
 });
 window.addEventListener("hashchange", route);
