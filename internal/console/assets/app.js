@@ -46,6 +46,7 @@ async function page(parts, query) {
       return await (await import("./terminal.js")).terminalPage(parts[1], parts[2], query);
     case "sandboxes": return await listPage(sandboxesKind, query);
     case "egress": return await (await import("./egress.js")).egressPage(parts[1], query);
+    case "files": return await (await import("./files.js")).filesPage(parts[1], parts[2], query);
     case "usage": return await usagePage();
     case "audit": return await (await import("./audit.js")).auditPage(query);
     case "operator": return await (await import("./operator.js")).operatorPage();
@@ -130,7 +131,7 @@ const sandboxesKind = {
   hash: "#/sandboxes",
   field: "sandboxes",
   states: ["running", "paused", "stopped"],
-  cols: "minmax(0,2.3fr) 6rem minmax(0,1.2fr) 5rem minmax(0,1.4fr) 6rem 9rem",
+  cols: "minmax(0,2.3fr) 6rem minmax(0,1.2fr) 5rem minmax(0,1.4fr) 6rem 13rem",
   header: ["ID", "State", "Template", "Runtime", "Metadata", "Created", ""],
   cells: (s) => [
     h("span", { class: "mono", title: s.id }, s.id),
@@ -141,6 +142,7 @@ const sandboxesKind = {
     h("span", { title: s.created_at }, ago(s.created_at)),
   ],
   actions: (s, act) => [
+    h("a", { class: "button", href: "#/files/sandboxes/" + s.id, "data-action": "files" }, "Files"),
     h("a", { class: "button", href: "#/egress/" + s.id, "data-action": "egress" }, "Egress"),
     act("Delete", "DELETE", "", undefined, "deleting", true),
   ],

@@ -106,6 +106,7 @@ export async function sessionPage(id) {
       h("span", { class: "state " + s.state, id: "session-state", title: s.reason || "" }, s.state),
       h("span", { class: "grow" }),
       s.state === "running" ? h("a", { class: "button", href: "#/terminal/sessions/" + encodeURIComponent(s.id), id: "open-terminal" }, "Terminal") : null,
+      s.state === "running" ? h("a", { class: "button", href: "#/files/sessions/" + encodeURIComponent(s.id), id: "open-files" }, "Files") : null,
       s.sandbox_id ? h("a", { class: "button", href: "#/egress/" + encodeURIComponent(s.sandbox_id), id: "open-egress" }, "Egress") : null,
       s.state === "running" ? act("Pause", "POST", "/pause", "Pausing") : null,
       s.state === "paused" ? act("Resume", "POST", "/resume", "Resuming") : null,
