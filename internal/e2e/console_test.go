@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"archive/tar"
 	"bytes"
 	"os"
 	"os/exec"
@@ -9,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/airlockrun/airlock/internal/template/oci/ocitest"
 	"github.com/airlockrun/airlock/internal/testenv"
 )
 
@@ -38,6 +42,14 @@ func TestConsole(t *testing.T) {
 	other, err := e.Client.CreateTenant(ctx, "console-other")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A base image for the build in templates.test.mjs.
+	base := ocitest.WriteArchive(t, ocitest.Image(t, v1.Config{WorkingDir: "/srv"},
+		ocitest.HostPrograms(t, "/usr/bin/sh", "/usr/bin/cat", "/usr/bin/sleep"),
+		ocitest.Layer(t, ocitest.Entry{Name: "srv/", Type: tar.TypeDir}, ocitest.Entry{Name: "tmp/", Type: tar.TypeDir, Mode: 0o1777})),
+		"example.test/consolebase:1")
+	if code, out, errOut := runCLI("--url", e.URL, "--api-key", e.APIKey, "template", "import", "consolebase", base); code != 0 {
+		t.Fatalf("import the base: %d %q %s", code, out, errOut)
 	}
 	shots := os.Getenv("AIRLOCK_CONSOLE_SCREENSHOTS")
 	if shots == "" {

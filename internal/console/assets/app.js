@@ -48,6 +48,7 @@ async function page(parts, query) {
     case "egress": return await (await import("./egress.js")).egressPage(parts[1], query);
     case "files": return await (await import("./files.js")).filesPage(parts[1], parts[2], query);
     case "usage": return await usagePage();
+    case "templates": return await (await import("./templates.js")).templatesPage();
     case "audit": return await (await import("./audit.js")).auditPage(query);
     case "operator": return await (await import("./operator.js")).operatorPage();
     default: render(h("p", {}, "No such page. ", h("a", { href: "#/sessions" }, "Sessions")));
