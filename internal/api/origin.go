@@ -12,8 +12,8 @@ import (
 // comes from a page of another origin: Sec-Fetch-Site other than same-origin or none (a user's own
 // navigation), or an Origin header that is neither this request's host nor the public URL's. Clients
 // that are not browsers send neither header and pass. The API's keys travel in a header, never a
-// cookie, so another site's page cannot borrow them anyway; this is the second lock, and it also holds
-// for pages a sandbox serves, whose origin is opaque ("null").
+// cookie, so another site's page cannot borrow them anyway; this is the second lock. Sandboxes' ports
+// (the ingress, and the path form /v1/…/ports/N/…) are the sandboxes' own traffic and are not checked.
 func (s *Server) checkSameOrigin(r *http.Request) error {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:

@@ -3,6 +3,7 @@ package api
 import (
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -42,5 +43,31 @@ func TestCheckSameOrigin(t *testing.T) {
 		if (err == nil) != c.ok {
 			t.Errorf("%s from %q (%q): %v, want ok %t", c.method, c.origin, c.site, err, c.ok)
 		}
+	}
+}
+
+// TestSameOriginSparesPorts: a sandbox's port through the path form is the sandbox's own traffic; the
+// API's other routes are checked before routing.
+func TestSameOriginSparesPorts(t *testing.T) {
+	for p, port := range map[string]bool{
+		"/v1/sessions/se_x/ports/8080/form":  true,
+		"/v1/sandboxes/sb_x/ports/3000":      true,
+		"/v1/sandboxes/sb_x/ports/3000/":     true,
+		"/v1/sessions/se_x/pause":            false,
+		"/v1/sessions/se_x/portsx/1":         false,
+		"/v1/sandboxes/sb_x/ports":           false,
+		"/v1/sandboxes/sb_x/files/ports/1/a": false,
+	} {
+		if got := portPathPattern.MatchString(p); got != port {
+			t.Errorf("%s: a port's path %t, want %t", p, got, port)
+		}
+	}
+	s := New(nil, nil, nil)
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("POST", "http://api.test/v1/sessions", nil)
+	r.Header.Set("Origin", "https://evil.example")
+	s.ServeHTTP(w, r)
+	if w.Code != 403 || !strings.Contains(w.Body.String(), "cross-origin") {
+		t.Errorf("a cross-origin POST: %d %s", w.Code, w.Body)
 	}
 }

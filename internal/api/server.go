@@ -252,20 +252,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.servePortHost(w, r, id, port)
 		return
 	}
-	if err := s.checkSameOrigin(r); err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
 	if p := r.Header.Get("E2b-Sandbox-Port"); p != "" && p != strconv.Itoa(e2bEnvdPort) && strings.HasPrefix(r.URL.Path, e2bPrefix+"/") {
 		// Another port of an E2B sandbox than envd's, as E2B_SANDBOX_URL routes it (the code
 		// interpreter's): the ingress's.
 		s.e2bPort(w, r)
 		return
 	}
+	// A sandbox's port through the path form is the sandbox's own web traffic (its pages, under an
+	// opaque origin, post to it), not a call of the API's.
+	if !portPathPattern.MatchString(r.URL.Path) {
+		if err := s.checkSameOrigin(r); err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+	}
 	s.mux.ServeHTTP(w, r)
 }
 
 var sandboxIDPattern = regexp.MustCompile(`^sb_[a-z2-7]{26}$`)
+
+// portPathPattern matches the path form of a sandbox's or session's port (see portPath).
+var portPathPattern = regexp.MustCompile(`^/v1/(sandboxes|sessions)/[^/]+/ports/[0-9]+(/|$)`)
 
 // sandboxID returns the {id} of the path, or an invalid-argument error.
 func sandboxID(r *http.Request) (string, error) {
