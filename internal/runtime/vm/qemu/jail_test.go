@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -117,5 +118,36 @@ func TestJailStore(t *testing.T) {
 		if (err == nil) != want {
 			t.Errorf("after prune %s exists %t, want %t", p, err == nil, want)
 		}
+	}
+}
+
+// BenchmarkMakeJail: a VM's jail, made at each boot and restore (its copies already in the store).
+func BenchmarkMakeJail(b *testing.B) {
+	bin, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		b.Skip("no qemu-system-x86_64 (scripts/install.sh installs it)")
+	}
+	q, err := findQEMUFiles(bin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	kernel := filepath.Join(dir, "vmlinuz")
+	initramfs := filepath.Join(dir, "initramfs.cpio")
+	os.WriteFile(kernel, make([]byte, 8<<20), 0o644)
+	os.WriteFile(initramfs, make([]byte, 16<<20), 0o644)
+	d := &Driver{qemu: q, store: jailStore{dir: filepath.Join(dir, "store")}}
+	if err := d.makeJail(filepath.Join(dir, "warm"), kernel, initramfs, false); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		root := filepath.Join(dir, "jail"+strconv.Itoa(i))
+		if err := d.makeJail(root, kernel, initramfs, false); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		os.RemoveAll(root)
+		b.StartTimer()
 	}
 }
