@@ -17,7 +17,8 @@ import (
 // key's message shown, the key in no URL, cookie or local storage), a session created (a bad field's
 // API message next to it, the draft kept across a reload), its state following pause, resume and
 // fork, filters kept in the URL, delete; another tenant's key seeing none of it; a page of another
-// origin unable to call the API; and a list of 1,000 sessions rendered as a virtual list (its
+// origin unable to call the API; a terminal into a session (resize, reconnecting to the same shell,
+// no CSP violation, refused to another tenant); and a list of 1,000 sessions rendered as a virtual list (its
 // figures logged as console-bench). AIRLOCK_CONSOLE_SCREENSHOTS keeps the screenshots there (the
 // README's are made so); otherwise they go to a temporary directory.
 func TestConsole(t *testing.T) {
