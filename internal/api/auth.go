@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"regexp"
@@ -19,17 +20,76 @@ type principalKey struct{}
 // authenticate checks the request's credential and returns the request with its principal in the
 // context, or writes the error and returns nil.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) *http.Request {
-	cred, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		cred = ""
-	}
-	p, err := s.cp.Authenticate(r.Context(), strings.TrimSpace(cred))
+	p, err := s.cp.Authenticate(r.Context(), credential(r))
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 		writeError(w, r, s.log, err)
 		return nil
 	}
 	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+}
+
+// StreamProtocol is the WebSocket subprotocol of the exec and attach streams. A client that offers
+// it (a browser must, to send its credential as bearerProtocolPrefix) gets it selected.
+const StreamProtocol = "airlock.v1"
+
+// bearerProtocolPrefix starts the WebSocket subprotocol that carries a credential: the prefix, then
+// the credential in unpadded base64url. A browser cannot set the Authorization header of a
+// WebSocket, and a credential must never travel in a URL, so the console offers two subprotocols,
+// StreamProtocol and this one. The server never selects it, so it is never echoed back, and takes
+// it only on a WebSocket upgrade that has no Authorization header.
+const bearerProtocolPrefix = "airlock.bearer."
+
+// credential returns the request's credential: the Authorization header's bearer credential, or, on
+// a WebSocket upgrade without an Authorization header, the one in its bearer subprotocol. It is ""
+// when there is none (or the subprotocol's is not valid base64url), which Authenticate refuses.
+func credential(r *http.Request) string {
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		cred, ok := strings.CutPrefix(auth, "Bearer ")
+		if !ok {
+			return ""
+		}
+		return strings.TrimSpace(cred)
+	}
+	if !isWebSocketUpgrade(r) {
+		return ""
+	}
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, proto := range strings.Split(v, ",") {
+			enc, ok := strings.CutPrefix(strings.TrimSpace(proto), bearerProtocolPrefix)
+			if !ok {
+				continue
+			}
+			b, err := base64.RawURLEncoding.DecodeString(enc)
+			if err != nil {
+				return ""
+			}
+			return string(b)
+		}
+	}
+	return ""
+}
+
+// isWebSocketUpgrade reports whether r asks for a WebSocket (RFC 6455 4.1): a GET with Upgrade:
+// websocket and Connection: upgrade.
+func isWebSocketUpgrade(r *http.Request) bool {
+	if r.Method != http.MethodGet || !headerHasToken(r.Header, "Upgrade", "websocket") {
+		return false
+	}
+	return headerHasToken(r.Header, "Connection", "upgrade")
+}
+
+// headerHasToken reports whether one of the comma-separated values of header name is token, ignoring
+// case.
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // auth serves h to API keys with read scope for GET and write scope for every other method. Access

@@ -572,9 +572,23 @@ func withoutParam(raw, name string) string {
 }
 
 // stripCredentials removes every Airlock credential from a request bound for a sandbox: in any
-// Authorization header, E2B's token headers, the airlock_token cookie, and a Referer that carries a
-// port URL's token.
+// Authorization header, a WebSocket's bearer subprotocol, E2B's token headers, the airlock_token
+// cookie, and a Referer that carries a port URL's token.
 func stripCredentials(r *http.Request) {
+	if vs := r.Header.Values("Sec-WebSocket-Protocol"); len(vs) > 0 {
+		r.Header.Del("Sec-WebSocket-Protocol")
+		var kept []string
+		for _, v := range vs {
+			for _, p := range strings.Split(v, ",") {
+				if p = strings.TrimSpace(p); p != "" && !strings.HasPrefix(p, bearerProtocolPrefix) {
+					kept = append(kept, p)
+				}
+			}
+		}
+		if len(kept) > 0 {
+			r.Header.Set("Sec-WebSocket-Protocol", strings.Join(kept, ", "))
+		}
+	}
 	if vs := r.Header.Values("Authorization"); len(vs) > 0 {
 		r.Header.Del("Authorization")
 		for _, v := range vs {

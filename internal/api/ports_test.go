@@ -97,7 +97,12 @@ func TestStripCredentials(t *testing.T) {
 	r.Header.Set("E2B-Traffic-Access-Token", "ak_key")
 	r.Header.Add("X-API-Key", "x")
 	r.Header.Add("X-API-Key", "ak_key")
+	r.Header.Add("Sec-WebSocket-Protocol", "chat, airlock.bearer.YWtfa2V5")
+	r.Header.Add("Sec-WebSocket-Protocol", "airlock.bearer.YXRfdG9r")
 	stripCredentials(r)
+	if got := r.Header.Values("Sec-WebSocket-Protocol"); !slices.Equal(got, []string{"chat"}) {
+		t.Errorf("Sec-WebSocket-Protocol %v", got)
+	}
 	if len(r.Header.Values("X-Access-Token"))+len(r.Header.Values("E2B-Traffic-Access-Token"))+len(r.Header.Values("X-API-Key")) != 0 {
 		t.Errorf("E2B's credential headers reach the sandbox: %v", r.Header)
 	}

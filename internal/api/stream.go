@@ -52,7 +52,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	conn, err := websocket.Accept(w, r, nil)
+	conn, err := acceptStream(w, r)
 	if err != nil {
 		return // Accept answered the client
 	}
@@ -136,9 +136,9 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrNotFound, "process %s not found", pid))
 		return
 	}
-	conn, err := websocket.Accept(w, r, nil)
+	conn, err := acceptStream(w, r)
 	if err != nil {
-		return
+		return // Accept answered the client
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(maxStreamMessage)
@@ -147,6 +147,14 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 		o.StdoutOffset, o.StderrOffset = offs[0], offs[1]
 		return s.cp.AttachProcess(ctx, tenant, id, pid, o)
 	}, false)
+}
+
+// acceptStream upgrades an exec or attach request to a WebSocket, selecting StreamProtocol if the
+// client offered it (a browser that offered subprotocols fails a connection that selects none) and
+// never the bearer subprotocol. It keeps the WebSocket library's check that a browser's page is of
+// this origin.
+func acceptStream(w http.ResponseWriter, r *http.Request) (*websocket.Conn, error) {
+	return websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{StreamProtocol}})
 }
 
 // wsWriter sends each write as a binary message prefixed with the stream byte.

@@ -23,6 +23,9 @@ func TestHandler(t *testing.T) {
 		{"/console/index.html", "text/html", "<title>Airlock console</title>"},
 		{"/console/app.js", "javascript", "sessionStorage"},
 		{"/console/style.css", "text/css", "--accent"},
+		{"/console/terminal.js", "javascript", `"airlock.bearer."`},
+		{"/console/vendor/xterm.js", "javascript", "Terminal"},
+		{"/console/vendor/xterm.css", "text/css", ".xterm"},
 	} {
 		w := get("GET", c.path)
 		if w.Code != 200 || !strings.Contains(w.Header().Get("Content-Type"), c.ctype) || !strings.Contains(w.Body.String(), c.body) {

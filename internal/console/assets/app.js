@@ -107,7 +107,7 @@ const sessionsKind = {
   hash: "#/sessions",
   field: "sessions",
   states: ["creating", "running", "pausing", "paused", "resuming", "failed", "deleting"],
-  cols: "minmax(0,2.3fr) 6rem minmax(0,1.2fr) 5rem minmax(0,1.4fr) 6rem 15rem",
+  cols: "minmax(0,2.3fr) 6rem minmax(0,1.2fr) 5rem minmax(0,1.4fr) 6rem 20rem",
   header: ["ID", "State", "Template", "Runtime", "Metadata", "Created", ""],
   cells: (s) => [
     h("span", { title: s.id }, h("a", { class: "mono", href: "#/sessions/" + s.id }, s.id)),
@@ -121,6 +121,7 @@ const sessionsKind = {
     s.state === "running" ? act("Pause", "POST", "/pause", undefined, "pausing") : null,
     s.state === "paused" ? act("Resume", "POST", "/resume", undefined, "resuming") : null,
     s.state === "running" || s.state === "paused" ? act("Fork", "POST", "/fork", { count: 1 }, "forking") : null,
+    s.state === "running" ? terminalLink("sessions", s.id) : null,
     act("Delete", "DELETE", "", undefined, "deleting", true),
   ],
   newLink: "#/sessions/new",
@@ -132,7 +133,7 @@ const sandboxesKind = {
   hash: "#/sandboxes",
   field: "sandboxes",
   states: ["running", "paused", "stopped"],
-  cols: "minmax(0,2.3fr) 6rem minmax(0,1.2fr) 5rem minmax(0,1.4fr) 6rem 13rem",
+  cols: "minmax(0,2.3fr) 6rem minmax(0,1.2fr) 5rem minmax(0,1.4fr) 6rem 17rem",
   header: ["ID", "State", "Template", "Runtime", "Metadata", "Created", ""],
   cells: (s) => [
     h("span", { class: "mono", title: s.id }, s.id),
@@ -143,11 +144,17 @@ const sandboxesKind = {
     h("span", { title: s.created_at }, ago(s.created_at)),
   ],
   actions: (s, act) => [
+    (s.state || "running") === "running" ? terminalLink("sandboxes", s.id) : null,
     h("a", { class: "button", href: "#/files/sandboxes/" + s.id, "data-action": "files" }, "Files"),
     h("a", { class: "button", href: "#/egress/" + s.id, "data-action": "egress" }, "Egress"),
     act("Delete", "DELETE", "", undefined, "deleting", true),
   ],
 };
+
+// terminalLink opens the terminal page (terminal.js) of a running session or sandbox.
+function terminalLink(kind, id) {
+  return h("a", { class: "button", href: `#/terminal/${kind}/${encodeURIComponent(id)}`, "data-action": "terminal" }, "Terminal");
+}
 
 // meta shows the user's metadata (Airlock's own keys, airlock.*, are not shown in lists).
 function meta(m) {

@@ -101,7 +101,8 @@ export function bytes(n) {
 }
 
 export function go(hash) {
-  if (location.hash === hash) route();
+  // The same address again: shown anew (the router listens for hashchange).
+  if (location.hash === hash) window.dispatchEvent(new HashChangeEvent("hashchange"));
   else location.hash = hash;
 }
 
