@@ -840,6 +840,9 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 	defer nc.Close()
 	if creds := bearers(r); len(creds) > 0 {
 		go s.recheck(ctx, cancel, portAccess{p: principalOf(r), cred: creds[0], from: "header"}, id, port)
+	} else if cred := credential(r); cred != "" {
+		// A browser's credential, in the WebSocket's subprotocol: held to the same rechecks.
+		go s.recheck(ctx, cancel, portAccess{p: principalOf(r), cred: cred, from: "header"}, id, port)
 	}
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(up, nc); done <- struct{}{} }()

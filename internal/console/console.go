@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"regexp"
 	"strings"
 )
 
@@ -22,10 +23,21 @@ var assets embed.FS
 // Prefix is where the console is served.
 const Prefix = "/console/"
 
-// csp is the console's Content-Security-Policy: nothing but this origin's files and API, no inline
-// script or style, no plugin, no framing by any page, no form posting elsewhere.
-const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; " +
-	"connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+// policy is the console's Content-Security-Policy for a request: scripts, styles and fonts from the
+// console's own files only (under Prefix, not anywhere on this origin: a sandbox's port is served
+// under /v1/…/ports/ on it), calls to this origin, no inline script or style, no plugin, no framing by
+// any page, no form posting elsewhere.
+func policy(r *http.Request) string {
+	files := "'none'"
+	if hostPattern.MatchString(r.Host) {
+		files = "http://" + r.Host + Prefix + " https://" + r.Host + Prefix
+	}
+	return "default-src 'none'; script-src " + files + "; style-src " + files + "; font-src " + files +
+		"; img-src 'self' data:; connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+}
+
+// hostPattern is a Host header fit to go into the policy: a name or an address, and a port.
+var hostPattern = regexp.MustCompile(`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?$`)
 
 // Handler serves the console under Prefix: its files by name, and its page for the console's own
 // path. Only GET and HEAD.
@@ -37,7 +49,7 @@ func Handler() http.Handler {
 	static := http.FileServerFS(files)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Content-Security-Policy", csp)
+		h.Set("Content-Security-Policy", policy(r))
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")

@@ -32,7 +32,8 @@ func TestHandler(t *testing.T) {
 			t.Errorf("GET %s: %d %q, body has %q: %t", c.path, w.Code, w.Header().Get("Content-Type"), c.body, strings.Contains(w.Body.String(), c.body))
 		}
 		csp := w.Header().Get("Content-Security-Policy")
-		for _, want := range []string{"frame-ancestors 'none'", "script-src 'self'", "default-src 'none'", "connect-src 'self'"} {
+		for _, want := range []string{"frame-ancestors 'none'", "script-src http://example.com/console/ https://example.com/console/;",
+			"style-src http://example.com/console/ https://example.com/console/;", "default-src 'none'", "connect-src 'self'"} {
 			if !strings.Contains(csp, want) {
 				t.Errorf("GET %s: CSP %q lacks %q", c.path, csp, want)
 			}
@@ -53,5 +54,20 @@ func TestHandler(t *testing.T) {
 		if w := get(m, "/console/"); w.Code != http.StatusMethodNotAllowed {
 			t.Errorf("%s /console/: %d, want 405", m, w.Code)
 		}
+	}
+}
+
+// TestPolicyHost: a Host header unfit for the policy gives no source at all for scripts and styles,
+// never a source it names.
+func TestPolicyHost(t *testing.T) {
+	r := httptest.NewRequest("GET", "/console/", nil)
+	r.Host = "evil.example; script-src *"
+	p := policy(r)
+	if !strings.Contains(p, "script-src 'none';") || strings.Contains(p, "evil") || strings.Contains(p, "*") {
+		t.Errorf("policy for a bad host: %q", p)
+	}
+	r.Host = "[::1]:8080"
+	if p := policy(r); !strings.Contains(p, "script-src http://[::1]:8080/console/ https://[::1]:8080/console/;") {
+		t.Errorf("policy for [::1]:8080: %q", p)
 	}
 }

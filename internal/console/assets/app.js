@@ -3,7 +3,7 @@
 // Pages are addressed by the URL's fragment (#/sessions?state=running), so a reload shows the same
 // page with the same filters; a form's draft is kept in session storage until it is sent.
 
-import { KEY, api, h, render, ago, bytes, go, onLeave, leave, confirmDialog, virtualList } from "./lib.js";
+import { KEY, api, h, render, ago, bytes, go, onLeave, leave, confirmDialog, virtualList, pageScope } from "./lib.js";
 
 const main = document.getElementById("main");
 
@@ -26,31 +26,37 @@ async function route() {
     return;
   }
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === parts[0]);
+  const scope = pageScope();
   try {
-    await page(parts, query);
+    await page(parts, query, scope);
   } catch (e) {
-    render(h("div", { class: "banner", role: "alert" }, e.message));
+    scope.render(h("div", { class: "banner", role: "alert" }, e.message));
   }
 }
 
 // page shows the page the fragment names; its errors are route's to show.
-async function page(parts, query) {
+async function page(parts, query, scope) {
+  // A page in a module of its own: loaded first, then shown unless the user went elsewhere meanwhile.
+  const lazy = async (file) => {
+    const m = await import(file);
+    return scope.stale ? null : m;
+  };
   switch (parts[0]) {
     case "signin": return signinPage(query);
     case "sessions":
       if (parts[1] === "new") return await createSessionPage();
-      if (parts[1]) return await (await import("./session.js")).sessionPage(parts[1], query);
+      if (parts[1]) return await (await lazy("./session.js"))?.sessionPage(parts[1], query);
       return await listPage(sessionsKind, query);
     case "terminal":
       // #/terminal/sessions/ID or #/terminal/sandboxes/ID
-      return await (await import("./terminal.js")).terminalPage(parts[1], parts[2], query);
+      return await (await lazy("./terminal.js"))?.terminalPage(parts[1], parts[2], query);
     case "sandboxes": return await listPage(sandboxesKind, query);
-    case "egress": return await (await import("./egress.js")).egressPage(parts[1], query);
-    case "files": return await (await import("./files.js")).filesPage(parts[1], parts[2], query);
+    case "egress": return await (await lazy("./egress.js"))?.egressPage(parts[1], query);
+    case "files": return await (await lazy("./files.js"))?.filesPage(parts[1], parts[2], query);
     case "usage": return await usagePage();
-    case "templates": return await (await import("./templates.js")).templatesPage();
-    case "audit": return await (await import("./audit.js")).auditPage(query);
-    case "operator": return await (await import("./operator.js")).operatorPage();
+    case "templates": return await (await lazy("./templates.js"))?.templatesPage();
+    case "audit": return await (await lazy("./audit.js"))?.auditPage(query);
+    case "operator": return await (await lazy("./operator.js"))?.operatorPage();
     default: render(h("p", {}, "No such page. ", h("a", { href: "#/sessions" }, "Sessions")));
   }
 }
@@ -315,6 +321,7 @@ const sessionFields = [
 ];
 
 async function createSessionPage() {
+  const scope = pageScope();
   const draft = JSON.parse(sessionStorage.getItem(DRAFT) || "{}");
   const inputs = {};
   const errors = {};
@@ -396,7 +403,7 @@ async function createSessionPage() {
     inputs[id].classList.add("invalid");
     inputs[id].focus();
   }
-  render(form);
+  scope.render(form);
 }
 
 class FieldError extends Error {
@@ -434,6 +441,7 @@ function sessionBody(inputs) {
 // ---- usage ----
 
 async function usagePage() {
+  const scope = pageScope();
   const u = await api("GET", "/v1/usage");
   const q = u.quotas || {};
   const n = u.usage || {};
@@ -446,7 +454,7 @@ async function usagePage() {
     return h("div", { class: "card", "data-quota": k }, h("div", { class: "muted" }, k.replaceAll("_", " ")),
       h("div", { class: "big" }, isBytes ? bytes(used) : used), h("div", { class: "muted" }, max ? "of " + (isBytes ? bytes(max) : max) : "no quota"), bar);
   });
-  render(h("h1", {}, "Usage and quotas"), h("div", { class: "cards" }, cards));
+  scope.render(h("h1", {}, "Usage and quotas"), h("div", { class: "cards" }, cards));
 }
 
 // ---- start ----

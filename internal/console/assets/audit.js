@@ -115,6 +115,6 @@ export async function auditPage(query) {
     status.textContent = "The log is empty.";
   } else {
     status.dataset.verified = "intact";
-    status.textContent = `Chain intact: ${entries.length} entries (seq 1..${seq}), verified in this browser; last hash ${prev.slice(0, 16)}…`;
+    status.textContent = `Chain intact up to entry ${seq}, the newest the server sent: ${entries.length} entries verified in this browser; last hash ${prev.slice(0, 16)}… (compare it with one you kept to see that no newer entry was cut off).`;
   }
 }

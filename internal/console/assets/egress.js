@@ -1,6 +1,6 @@
 // A sandbox's egress: its flow log as a live table (decision, rule, bytes) with a chart of its
 // traffic over time, and its policy's editor.
-import { api, h, render, ago, bytes, onLeave } from "./lib.js";
+import { api, h, pageScope, ago, bytes } from "./lib.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const WINDOWS = { "15m": 15 * 60e3, "1h": 3600e3, "24h": 86400e3 };
@@ -16,6 +16,7 @@ function svg(tag, attrs, ...children) {
 // egressPage shows sandbox id's flows and policy. A session's page links here with its current
 // sandbox.
 export async function egressPage(id, query) {
+  const scope = pageScope();
   const base = "/v1/sandboxes/" + encodeURIComponent(id);
   const decision = query.get("decision") || "";
   const hostContains = query.get("host") || "";
@@ -45,7 +46,7 @@ export async function egressPage(id, query) {
   const summary = h("span", { class: "muted", id: "flow-count" });
   const policy = h("div", { id: "policy" });
 
-  render(
+  scope.render(
     h("div", { class: "toolbar" }, h("h1", {}, "Egress of ", h("span", { class: "mono" }, id)), summary, h("span", { class: "grow" }), decisionSel, hostInput, winSel),
     banner, chart, h("div", { class: "table-scroll" }, table),
     h("h2", {}, "Policy"), policy);
@@ -184,5 +185,5 @@ export async function egressPage(id, query) {
   const timer = setInterval(() => {
     if (!document.hidden) load();
   }, 2000);
-  onLeave(() => clearInterval(timer));
+  scope.onLeave(() => clearInterval(timer));
 }

@@ -39,12 +39,15 @@ export async function filesPage(kind, id, query) {
   const mkdirBtn = h("button", { type: "button", id: "mkdir" }, "Make directory");
   mkdirBtn.addEventListener("click", async () => {
     mkdirErr.textContent = "";
+    mkdirBtn.disabled = true;
     try {
       await api("POST", base + "/mkdir", { path: join(mkdirName.value.trim()) });
       mkdirName.value = "";
       await load();
     } catch (e) {
       mkdirErr.textContent = e.message;
+    } finally {
+      mkdirBtn.disabled = false;
     }
   });
 

@@ -25,6 +25,10 @@ export async function fetchAPI(method, path) {
   if (!res.ok) {
     let err = {};
     try { err = (await res.json()).error || {}; } catch { /* not JSON */ }
+    if (res.status === 401) {
+      sessionStorage.removeItem(KEY);
+      go("#/signin?expired=1");
+    }
     throw new APIError(res.status, err.code || String(res.status), err.message || res.statusText || "request failed");
   }
   return res;
@@ -109,12 +113,33 @@ export function go(hash) {
 
 // The page's clean-up (timers, listeners, connections), run when the user leaves it.
 let leaving = [];
+let generation = 0; // one up each time a page is left
+
+// pageScope, called by a page before its first await, ties what it does later to it: once the user
+// has left it, its render does nothing and its clean-up runs at once (it would otherwise draw over
+// the next page, or leave its timers to the next page's leaving).
+export function pageScope() {
+  const g = generation;
+  return {
+    get stale() {
+      return g !== generation;
+    },
+    render(...nodes) {
+      if (g === generation) render(...nodes);
+    },
+    onLeave(fn) {
+      if (g === generation) onLeave(fn);
+      else fn();
+    },
+  };
+}
 
 export function onLeave(fn) {
   leaving.push(fn);
 }
 
 export function leave() {
+  generation++;
   const fns = leaving;
   leaving = [];
   for (const fn of fns) fn();
@@ -137,7 +162,7 @@ export function confirmDialog(text) {
 // virtualList draws, in viewport (a scrolling element), only the rows in view of a list of items of
 // fixed height, each made by renderRow(item, index). set(items) replaces the list; scrollTo(i)
 // brings a row into view.
-export function virtualList(viewport, rowHeight, renderRow, onScroll) {
+export function virtualList(viewport, rowHeight, renderRow, onScroll, scope) {
   const spacer = h("div", { class: "spacer" });
   viewport.replaceChildren(spacer);
   let items = [];
@@ -161,7 +186,7 @@ export function virtualList(viewport, rowHeight, renderRow, onScroll) {
     if (onScroll) onScroll();
   });
   window.addEventListener("resize", draw);
-  onLeave(() => window.removeEventListener("resize", draw));
+  (scope || { onLeave }).onLeave(() => window.removeEventListener("resize", draw));
   return {
     set(next) {
       items = next;

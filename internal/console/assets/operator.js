@@ -1,14 +1,15 @@
 // The operator's page (the operator tenant's admin keys only; the API answers others 404): tenants,
 // and nodes with their runtimes, capacity and use; a node can be drained (its sessions moved) and
 // undrained.
-import { api, h, render, ago, onLeave, confirmDialog, elapsed } from "./lib.js";
+import { api, h, pageScope, ago, confirmDialog, elapsed } from "./lib.js";
 
 export async function operatorPage() {
+  const scope = pageScope();
   const banner = h("div", { class: "banner", role: "alert", id: "operator-error" });
   const notice = h("div", { class: "banner info", role: "status", id: "notice" });
   const tenants = h("tbody", { id: "tenants" });
   const nodes = h("tbody", { id: "nodes" });
-  render(h("h1", {}, "Operator"), banner, notice,
+  scope.render(h("h1", {}, "Operator"), banner, notice,
     h("h2", {}, "Nodes"),
     h("div", { class: "table-scroll" }, h("table", { class: "flows" },
       h("thead", {}, h("tr", {}, ["Node", "State", "Runtimes", "Sandboxes", "CPU", "Memory", "Last seen", "Version", ""].map((t) => h("th", {}, t)))), nodes)),
@@ -80,5 +81,5 @@ export async function operatorPage() {
   const timer = setInterval(() => {
     if (!document.hidden) load();
   }, 5000);
-  onLeave(() => clearInterval(timer));
+  scope.onLeave(() => clearInterval(timer));
 }

@@ -2,13 +2,14 @@
 // with branches (one lane each), a slider that scrubs through time, restore-to and fork-from, pins and
 // names, and the diff of any two snapshots (the files changed, and one file's unified diff), read
 // from the snapshots without restoring them.
-import { api, h, render, ago, bytes, go, onLeave, confirmDialog, virtualList, elapsed, busy } from "./lib.js";
+import { api, h, pageScope, ago, bytes, go, confirmDialog, virtualList, elapsed, busy } from "./lib.js";
 
 const ROW = 34; // px, as .snap's height
 const LANE = 14; // px between lanes
 const MAX_LANES = 12; // lanes drawn; deeper branches share the last
 
 export async function sessionPage(id) {
+  const scope = pageScope();
   const base = "/v1/sessions/" + encodeURIComponent(id);
   let session = await api("GET", base);
   let timeline = { snapshots: [] };
@@ -58,7 +59,7 @@ export async function sessionPage(id) {
   const viewport = h("div", { class: "viewport", id: "timeline" });
   viewport.style.height = "calc(100vh - 430px)";
   viewport.style.minHeight = "200px";
-  const list = virtualList(viewport, ROW, (s, i) => snapRow(s, i));
+  const list = virtualList(viewport, ROW, (s, i) => snapRow(s, i), null, scope);
 
   // The diff.
   const diffHead = h("div", { id: "diff-head", class: "muted" });
@@ -67,7 +68,7 @@ export async function sessionPage(id) {
   const diffBtn = h("button", { type: "button", id: "compare" }, "Compare");
   diffBtn.addEventListener("click", () => compare());
 
-  render(
+  scope.render(
     head, info, banner, notice,
     h("h2", {}, "Timeline ", h("span", { class: "muted", id: "snapshot-count" })),
     h("div", { class: "toolbar" }, h("span", { class: "muted" }, "oldest"), slider, h("span", { class: "muted" }, "newest"), when),
@@ -290,6 +291,7 @@ export async function sessionPage(id) {
   async function reload() {
     try {
       [session, timeline] = await Promise.all([api("GET", base), api("GET", base + "/timeline")]);
+      if (scope.stale) return;
       banner.textContent = "";
     } catch (e) {
       banner.textContent = e.message;
@@ -315,5 +317,5 @@ export async function sessionPage(id) {
   const timer = setInterval(() => {
     if (!document.hidden && !busy()) reload();
   }, 10000);
-  onLeave(() => clearInterval(timer));
+  scope.onLeave(() => clearInterval(timer));
 }

@@ -73,6 +73,8 @@ export async function terminalPage(kind, id) {
   const status = h("span", { class: "term-status", id: "term-status", role: "status", "data-state": "connecting" }, "connecting…");
   const reconnectBtn = h("button", { type: "button", id: "reconnect", hidden: true }, "Reconnect");
   const newShellBtn = h("button", { type: "button", id: "new-shell", hidden: true }, "New shell");
+  // A shell starts on a click only: a page that sends this tab here does not start one by itself.
+  const startBtn = h("button", { type: "button", id: "start-shell", class: "primary", hidden: true }, "Start a shell");
   const banner = h("div", { class: "banner", role: "alert", id: "term-error" });
   const screen = h("div", { class: "screen" });
   const frame = h("div", { class: "term-frame", id: "terminal" }, screen);
@@ -82,7 +84,7 @@ export async function terminalPage(kind, id) {
     h("div", { class: "toolbar" },
       h("h1", {}, "Terminal"),
       h("a", { href: "#/" + kind, class: "mono", title: what + " " + id }, id),
-      status, h("span", { class: "grow" }), reconnectBtn, newShellBtn),
+      status, h("span", { class: "grow" }), startBtn, reconnectBtn, newShellBtn),
     banner, frame);
 
   let disposed = false;
@@ -113,13 +115,27 @@ export async function terminalPage(kind, id) {
   }
   if (disposed) return;
 
-  const uninstallShim = installStyleShim();
+  const removeShim = installStyleShim();
+  // Removed when the page is left, even if the terminal's set-up below throws.
+  let shimOn = true;
+  const uninstallShim = () => {
+    if (shimOn) removeShim();
+    shimOn = false;
+  };
+  onLeave(uninstallShim);
   const term = new xterm.Terminal({
     cursorBlink: true,
     fontFamily: "ui-monospace, SFMono-Regular, Menlo, Consolas, monospace",
     fontSize: 14,
     scrollback: 5000,
     theme: { background: "#1b1f24", foreground: "#e6edf3", cursor: "#e6edf3" },
+    // Links the shell prints (OSC 8) open only as http(s), in a window with no access to this one.
+    linkHandler: {
+      allowNonHttpProtocols: false,
+      activate: (_event, uri) => {
+        if (/^https?:\/\//i.test(uri)) window.open(uri, "_blank", "noopener,noreferrer");
+      },
+    },
   });
   const fit = new xterm.FitAddon();
   term.loadAddon(fit);
@@ -365,5 +381,12 @@ export async function terminalPage(kind, id) {
     if (disposed) return;
   }
   if (pid) attach();
-  else start();
+  else {
+    setStatus("idle", "no shell running");
+    startBtn.hidden = false;
+  }
+  startBtn.addEventListener("click", () => {
+    startBtn.hidden = true;
+    start();
+  });
 }

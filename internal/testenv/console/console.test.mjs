@@ -9,7 +9,10 @@ test("the console's headers: a strict CSP, no framing, no CORS", async () => {
   assert.equal(res.status, 200);
   const csp = res.headers.get("content-security-policy");
   assert.match(csp, /frame-ancestors 'none'/);
-  assert.match(csp, /script-src 'self'/);
+  // Scripts and styles from the console's own files only, not from anywhere on the origin (a
+  // sandbox's port is served under /v1/ on it).
+  assert.match(csp, /script-src http:\/\/[^ ;]+\/console\/ https:\/\/[^ ;]+\/console\/;/);
+  assert.match(csp, /style-src http:\/\/[^ ;]+\/console\/ https:\/\/[^ ;]+\/console\/;/);
   assert.doesNotMatch(csp, /unsafe/);
   assert.equal(res.headers.get("access-control-allow-origin"), null);
   const pre = await fetch(base + "/v1/sessions", {

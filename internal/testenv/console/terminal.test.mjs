@@ -61,6 +61,10 @@ test("a terminal into a session: a shell, resize, reconnect to the same process,
   // The running session's row links to its terminal.
   await page.locator(`.trow[data-id="${id}"] a[data-action=terminal]`).click();
   await page.waitForURL(new RegExp("#/terminal/sessions/" + id));
+  // No shell until asked for.
+  await page.locator("#start-shell").waitFor();
+  assert.equal(sockets.length, 0, "no socket before the click");
+  await page.click("#start-shell");
   await waitConnected(page);
   const pid = await page.evaluate(() => window.__airlockTerminal.pid);
 
