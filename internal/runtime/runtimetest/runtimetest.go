@@ -43,6 +43,9 @@ type Harness struct {
 	DaemonBinary string
 	// Scratch is a directory of the test's for network namespaces and images.
 	Scratch string
+	// DialTimeout bounds connecting to a booted sandbox's daemon and its handshake; zero: 15 s. An
+	// emulated VM held to a quarter of a core (CPULimit) needs longer.
+	DialTimeout time.Duration
 }
 
 // seq numbers the suite's sandboxes and veths across runs in one process.
@@ -177,13 +180,17 @@ func (s *suite) boot(t *testing.T, limits runtime.Limits) *box {
 // dial connects to sandbox id's daemon as the node does: through the driver, proving the key.
 func (s *suite) dial(t *testing.T, id string) *link.Client {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	timeout := s.h.DialTimeout
+	if timeout == 0 {
+		timeout = 15 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	for {
 		conn, key, err := s.h.Driver.DialLink(ctx, id)
 		if err == nil {
-			c, err := link.Connect(ctx, conn, link.Options{Key: key})
-			if err == nil {
+			var c *link.Client
+			if c, err = link.Connect(ctx, conn, link.Options{Key: key}); err == nil {
 				t.Cleanup(func() { _ = c.Close() })
 				return c
 			}

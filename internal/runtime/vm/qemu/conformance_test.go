@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -100,6 +101,12 @@ func newDriver(t testing.TB) (*qemu.Driver, template.Template, string) {
 func TestConformance(t *testing.T) {
 	d, tpl, dir := newDriver(t)
 	scratch := t.TempDir()
-	runtimetest.Run(t, runtimetest.Harness{Driver: d, StateDir: filepath.Join(dir, "runtime"), Template: tpl,
-		DaemonBinary: testenv.DaemonBinary(t), Scratch: scratch})
+	h := runtimetest.Harness{Driver: d, StateDir: filepath.Join(dir, "runtime"), Template: tpl,
+		DaemonBinary: testenv.DaemonBinary(t), Scratch: scratch}
+	if d.Accel() == "tcg" {
+		// An emulated guest held to a quarter of a core (CPULimit) answers its first handshake in
+		// tens of seconds on a busy machine.
+		h.DialTimeout = time.Minute
+	}
+	runtimetest.Run(t, h)
 }
