@@ -237,48 +237,50 @@ async function listPage(kind, query) {
     return api("GET", kind.path + "?" + q.toString());
   };
 
-  const more = async () => {
-    if (loading || done) return;
+  // load runs one loading of the list (not two at once), shows its error or clears the last, and
+  // draws; true if it loaded (false after an error, or if another loading was under way).
+  const load = async (fn) => {
+    if (loading) return false;
     loading = true;
+    let ok = false;
     try {
+      await fn();
+      banner.textContent = "";
+      ok = true;
+    } catch (e) {
+      banner.textContent = e.message;
+    } finally {
+      loading = false;
+    }
+    draw();
+    return ok;
+  };
+
+  const more = async () => {
+    if (done) return;
+    const loaded = await load(async () => {
       const page = await fetchPage(cursor, PAGE);
       items = items.concat(page[kind.field] || []);
       cursor = page.next_cursor || "";
       done = !cursor;
-      banner.textContent = "";
-    } catch (e) {
-      banner.textContent = e.message;
-    } finally {
-      loading = false;
-    }
-    draw();
-    if (!done && nearEnd()) more();
+    });
+    if (loaded && !done && nearEnd()) more();
   };
 
   // refresh reloads what is loaded (live states): the same number of items, from the start.
-  const refresh = async () => {
-    if (loading) return;
-    loading = true;
-    try {
-      let fresh = [];
-      let c = "";
-      const want = Math.max(items.length, 1);
-      do {
-        const page = await fetchPage(c, Math.min(1000, Math.max(PAGE, want - fresh.length)));
-        fresh = fresh.concat(page[kind.field] || []);
-        c = page.next_cursor || "";
-      } while (c && fresh.length < want);
-      items = fresh;
-      cursor = c;
-      done = !c;
-      banner.textContent = "";
-    } catch (e) {
-      banner.textContent = e.message;
-    } finally {
-      loading = false;
-    }
-    draw();
-  };
+  const refresh = () => load(async () => {
+    let fresh = [];
+    let c = "";
+    const want = Math.max(items.length, 1);
+    do {
+      const page = await fetchPage(c, Math.min(1000, Math.max(PAGE, want - fresh.length)));
+      fresh = fresh.concat(page[kind.field] || []);
+      c = page.next_cursor || "";
+    } while (c && fresh.length < want);
+    items = fresh;
+    cursor = c;
+    done = !c;
+  });
 
   async function doAction(it, label, method, suffix, body, doing, confirmIt) {
     if (confirmIt && !(await confirmDialog(label + " " + it.id + "? Everything in it is gone."))) return;

@@ -13,19 +13,23 @@ export class APIError extends Error {
   }
 }
 
-// fetchAPI makes a call and returns the Response of a success, or throws the API's error.
-export async function fetchAPI(method, path) {
+// fetchAPI makes a call with the signed-in key (body, if any, sent as type) and returns the Response
+// of a success, or throws the API's error; a 401 signs the tab out, but for the sign-in's own check.
+export async function fetchAPI(method, path, body, type) {
   const key = sessionStorage.getItem(KEY);
+  const headers = { Accept: "application/json" };
+  if (key) headers.Authorization = "Bearer " + key;
+  if (body !== undefined) headers["Content-Type"] = type;
   let res;
   try {
-    res = await fetch(path, { method, headers: key ? { Authorization: "Bearer " + key } : {}, credentials: "omit", cache: "no-store" });
+    res = await fetch(path, { method, headers, body, credentials: "omit", cache: "no-store" });
   } catch (e) {
     throw new APIError(0, "unavailable", "Airlock does not answer: " + e.message);
   }
   if (!res.ok) {
     let err = {};
     try { err = (await res.json()).error || {}; } catch { /* not JSON */ }
-    if (res.status === 401) {
+    if (res.status === 401 && path !== "/v1/usage") {
       sessionStorage.removeItem(KEY);
       go("#/signin?expired=1");
     }
@@ -34,35 +38,12 @@ export async function fetchAPI(method, path) {
   return res;
 }
 
+// api makes a call with a JSON body (if any) and returns its JSON answer (null if none).
 export async function api(method, path, body) {
-  const key = sessionStorage.getItem(KEY);
-  const headers = { Accept: "application/json" };
-  if (key) headers.Authorization = "Bearer " + key;
-  const init = { method, headers, credentials: "omit", cache: "no-store" };
-  if (body !== undefined) {
-    headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  let res;
-  try {
-    res = await fetch(path, init);
-  } catch (e) {
-    throw new APIError(0, "unavailable", "Airlock does not answer: " + e.message);
-  }
+  const res = await fetchAPI(method, path, body === undefined ? undefined : JSON.stringify(body), "application/json");
   const text = await res.text();
-  let data = null;
-  if (text) {
-    try { data = JSON.parse(text); } catch { data = null; }
-  }
-  if (!res.ok) {
-    const err = (data && data.error) || {};
-    if (res.status === 401 && path !== "/v1/usage") {
-      sessionStorage.removeItem(KEY);
-      go("#/signin?expired=1");
-    }
-    throw new APIError(res.status, err.code || String(res.status), err.message || res.statusText || "request failed");
-  }
-  return data;
+  if (!text) return null;
+  try { return JSON.parse(text); } catch { return null; }
 }
 
 // ---- small DOM helpers ----

@@ -1,6 +1,6 @@
 // Templates: the tenant's templates, and for the operator a Dockerfile build with its progress
 // streamed (each step, RUN output, cached steps) until the template or the error.
-import { KEY, api, h, render, ago, go } from "./lib.js";
+import { api, fetchAPI, h, render } from "./lib.js";
 
 const DRAFT = "airlock.draft.build";
 const MAX_LOG = 200_000; // characters of build output kept on the page
@@ -98,17 +98,13 @@ export async function templatesPage() {
     const t0 = Date.now();
     const tick = setInterval(() => { build.textContent = "Building… " + Math.round((Date.now() - t0) / 1000) + " s"; }, 1000);
     try {
-      const res = await fetch("/v1/templates/" + encodeURIComponent(name.value.trim()) + "/build" + (q.toString() ? "?" + q : ""), {
-        method: "POST", credentials: "omit", cache: "no-store",
-        headers: { Authorization: "Bearer " + sessionStorage.getItem(KEY), "Content-Type": "application/x-tar" },
-        body: tar({ Dockerfile: dockerfile.value }),
-      });
-      if (!res.ok) {
-        let msg = res.statusText;
-        try { msg = (await res.json()).error.message; } catch { /* not JSON */ }
-        if (res.status === 401) return go("#/signin?expired=1");
+      let res;
+      try {
+        res = await fetchAPI("POST", "/v1/templates/" + encodeURIComponent(name.value.trim()) + "/build" + (q.toString() ? "?" + q : ""),
+          tar({ Dockerfile: dockerfile.value }), "application/x-tar");
+      } catch (e) {
         // A bad name is the name's; the rest (parse errors, FROM not found) the Dockerfile's.
-        (/template name|name "/i.test(msg) || res.status === 404 && !/line \d/.test(msg) ? errs.name : errs.dockerfile).textContent = msg;
+        (/template name|name "/i.test(e.message) || e.status === 404 && !/line \d/.test(e.message) ? errs.name : errs.dockerfile).textContent = e.message;
         return;
       }
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
