@@ -18,15 +18,24 @@ import (
 type principalKey struct{}
 
 // authenticate checks the request's credential and returns the request with its principal in the
-// context, or writes the error and returns nil.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) *http.Request {
-	p, err := s.cp.Authenticate(r.Context(), credential(r))
+// context, held to its credential (see accessWatch) until the caller calls release; or it writes the
+// error and returns nil.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (_ *http.Request, release func()) {
+	cred := credential(r)
+	p, err := s.cp.Authenticate(r.Context(), cred)
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 		writeError(w, r, s.log, err)
-		return nil
+		return nil, nil
 	}
-	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+	return s.withPrincipal(r, p, cred, nil)
+}
+
+// withPrincipal returns r with p, who authenticated with cred, in its context, held to cred (and to
+// still, if not nil) until release is called.
+func (s *Server) withPrincipal(r *http.Request, p controlplane.Principal, cred string, still func(context.Context, controlplane.Principal) error) (_ *http.Request, release func()) {
+	ctx, release := s.watch.hold(r.Context(), cred, still)
+	return r.WithContext(context.WithValue(ctx, principalKey{}, p)), release
 }
 
 // StreamProtocol is the WebSocket subprotocol of the exec and attach streams. A client that offers
@@ -116,9 +125,11 @@ func (s *Server) operator(h http.HandlerFunc) http.HandlerFunc {
 
 func (s *Server) withScope(need store.Scope, operator bool, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r = s.authenticate(w, r); r == nil {
+		r, release := s.authenticate(w, r)
+		if r == nil {
 			return
 		}
+		defer release()
 		// Refusals are recorded too, except the operator routes' 404 to other tenants.
 		p := principalOf(r)
 		if operator && p.Token == nil && p.Scope.Allows(need) && !p.Operator {
@@ -144,9 +155,11 @@ func (s *Server) withScope(need store.Scope, operator bool, h http.HandlerFunc) 
 // object gets not found, as a foreign tenant's key does.
 func (s *Server) work(need store.Scope, tok store.TokenScope, session bool, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r = s.authenticate(w, r); r == nil {
+		r, release := s.authenticate(w, r)
+		if r == nil {
 			return
 		}
+		defer release()
 		s.audited(w, r, func(w http.ResponseWriter, r *http.Request) {
 			p := principalOf(r)
 			if p.Token == nil {
@@ -225,7 +238,7 @@ func toToken(t store.AccessToken) airlock.AccessToken {
 		scopes[i] = string(sc)
 	}
 	return airlock.AccessToken{ID: t.ID, Name: t.Name, SandboxID: t.SandboxID, SessionID: t.SessionID, Scopes: scopes,
-		Port: t.Port, Prefix: t.Prefix, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt}
+		Port: t.Port, Prefix: t.Prefix, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt}
 }
 
 func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
@@ -319,6 +332,7 @@ func (s *Server) updateTenant(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, s.log, err)
 			return
 		}
+		s.watch.kick()
 	}
 	if req.Runtimes != nil {
 		if _, err := s.cp.SetTenantRuntimes(r.Context(), id, *req.Runtimes); err != nil {
@@ -389,6 +403,7 @@ func (s *Server) revokeAPIKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
+	s.watch.kick() // its open streams end now, not at the next round
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -464,6 +479,7 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
+	s.watch.kick() // its open streams end now, not at the next round
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -101,7 +101,8 @@ func (s *Server) e2bAuth(h http.HandlerFunc) http.HandlerFunc {
 			s.e2bError(w, r, err)
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		r, release := s.withPrincipal(r, p, key, nil)
+		defer release()
 		need := store.ScopeWrite
 		if r.Method == http.MethodGet {
 			need = store.ScopeRead
@@ -274,9 +275,10 @@ func (s *Server) e2bCreated(w http.ResponseWriter, r *http.Request, se store.Ses
 // the README builds from templates/code-interpreter.
 var e2bTemplates = map[string]string{"": template.DefaultName, "base": template.DefaultName, "code-interpreter-v1": "code-interpreter"}
 
-// e2bSandboxOf is se as a create or connect returns it, with a new envd access token for it.
+// e2bSandboxOf is se as a create or connect returns it, with its envd access token: the same one on
+// every connect by the same API key (as E2B's is), until it comes within a day of its end.
 func (s *Server) e2bSandboxOf(r *http.Request, se store.Session) (e2bSandbox, error) {
-	tok, _, err := s.cp.CreateAccessToken(r.Context(), tenantOf(r), principalOf(r).KeyID, controlplane.TokenRequest{
+	tok, err := s.cp.StableAccessToken(r.Context(), tenantOf(r), principalOf(r).KeyID, controlplane.TokenRequest{
 		Name: "e2b-envd", SessionID: se.ID, Scopes: []store.TokenScope{store.TokenExec, store.TokenFiles, store.TokenPorts},
 		TTL: controlplane.MaxTokenTTL,
 	})
@@ -285,7 +287,7 @@ func (s *Server) e2bSandboxOf(r *http.Request, se store.Session) (e2bSandbox, er
 	}
 	// The traffic token is what E2B lets one share to reach the sandbox's ports only: a token of its own,
 	// with the ports scope alone.
-	traffic, _, err := s.cp.CreateAccessToken(r.Context(), tenantOf(r), principalOf(r).KeyID, controlplane.TokenRequest{
+	traffic, err := s.cp.StableAccessToken(r.Context(), tenantOf(r), principalOf(r).KeyID, controlplane.TokenRequest{
 		Name: "e2b-traffic", SessionID: se.ID, Scopes: []store.TokenScope{store.TokenPorts}, TTL: controlplane.MaxTokenTTL,
 	})
 	if err != nil {

@@ -122,7 +122,8 @@ func (s *Server) envd(scope store.TokenScope, rpc bool, h http.HandlerFunc) http
 			fail(w, r, err)
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		r, release := s.withPrincipal(r, p, cred, nil)
+		defer release()
 		r.SetPathValue("id", id) // for the audit log
 		s.audited(w, r, func(w http.ResponseWriter, r *http.Request) {
 			switch {
@@ -578,6 +579,9 @@ func (s *Server) followProcess(ctx context.Context, h http.Header, t envdTarget,
 		snd.mu.Lock()
 		snd.gone = true
 		snd.mu.Unlock()
+		if ae := accessEnded(ctx); ae != nil {
+			return s.rpcErr(ctx, clientErr(ae.Err, "%s", accessMessage(ae.Err)))
+		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return connect.NewError(connect.CodeDeadlineExceeded, errors.New("the command's timeout passed: it was killed"))
 		}
@@ -1001,6 +1005,9 @@ func (s *Server) envdWatchDir(ctx context.Context, req *connect.Request[envdWatc
 	for {
 		select {
 		case <-ctx.Done():
+			if ae := accessEnded(ctx); ae != nil {
+				return s.rpcErr(ctx, clientErr(ae.Err, "%s", accessMessage(ae.Err)))
+			}
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return connect.NewError(connect.CodeDeadlineExceeded, errors.New("the watch's timeout passed"))
 			}

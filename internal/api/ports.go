@@ -336,7 +336,11 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		p, err := s.cp.Authenticate(r.Context(), cred)
 		if err == nil {
 			if err = checkPortPrincipal(p, id, port, from); err == nil {
-				r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+				// Held to the credential, and to the port's staying open to it, while it lasts.
+				r, release := s.withPrincipal(r, p, cred, func(_ context.Context, p controlplane.Principal) error {
+					return checkPortPrincipal(p, id, port, from)
+				})
+				defer release()
 				s.audited(w, r, func(w http.ResponseWriter, r *http.Request) {
 					s.forwardPort(w, r, portAccess{p: p, cred: cred, from: from}, id, port, rest, prefix, hostForm)
 				})
@@ -433,8 +437,10 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, a portAcces
 	defer s.cp.BeginPortWork(t.TenantID, t.SessionID, t.SandboxID)()
 	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), portTargetKey{}, t))
 	defer cancel()
-	if r.Header.Get("Upgrade") != "" {
-		go s.recheck(ctx, cancel, a, id, port)
+	if a.public && r.Header.Get("Upgrade") != "" {
+		// A credential's requests are held to it (accessWatch); a public port's upgrades to the port's
+		// staying public.
+		go s.recheck(ctx, cancel, id, port)
 	}
 	h1, h2c := s.transports()
 	tr := h1
@@ -527,9 +533,9 @@ func privateCache(cc string) string {
 	return strings.Join(append([]string{"private"}, parts...), ", ")
 }
 
-// recheck checks a long connection's access every recheckEvery and calls cancel (which ends the
-// connection) once it no longer holds.
-func (s *Server) recheck(ctx context.Context, cancel context.CancelFunc, a portAccess, id string, port int) {
+// recheck checks a public port's long connection every recheckEvery and calls cancel (which ends the
+// connection) once the port is no longer public.
+func (s *Server) recheck(ctx context.Context, cancel context.CancelFunc, id string, port int) {
 	tick := time.NewTicker(recheckEvery)
 	defer tick.Stop()
 	for {
@@ -538,17 +544,9 @@ func (s *Server) recheck(ctx context.Context, cancel context.CancelFunc, a portA
 			return
 		case <-tick.C:
 		}
-		var err error
-		if a.public {
-			_, err = s.cp.PublicPort(ctx, id, port)
-		} else {
-			var p controlplane.Principal
-			if p, err = s.cp.Authenticate(ctx, a.cred); err == nil {
-				err = checkPortPrincipal(p, id, port, a.from)
-			}
-		}
+		_, err := s.cp.PublicPort(ctx, id, port)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, errdefs.ErrInternal) && !errors.Is(err, errdefs.ErrUnavailable) {
-			s.log.Info("ingress connection ended: its access no longer holds", "target", id, "port", port, "err", err)
+			s.log.Info("ingress connection ended: its port is no longer public", "target", id, "port", port, "err", err)
 			cancel()
 			return
 		}
@@ -809,7 +807,7 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this access token reaches port %d only, not %d", p.Token.Port, port))
 		return
 	}
-	id, t, ok := s.portTarget(w, r)
+	_, t, ok := s.portTarget(w, r)
 	if !ok {
 		return
 	}
@@ -836,14 +834,14 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(1 << 20)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
+	// The request is held to its credential (accessWatch): once that no longer holds, the tunnel closes
+	// saying why.
+	onAccessEnd(r.Context(), func(reason error) {
+		ws.Close(websocket.StatusPolicyViolation, closeReason(reason))
+		cancel()
+	})
 	nc := websocket.NetConn(ctx, ws, websocket.MessageBinary)
 	defer nc.Close()
-	if creds := bearers(r); len(creds) > 0 {
-		go s.recheck(ctx, cancel, portAccess{p: principalOf(r), cred: creds[0], from: "header"}, id, port)
-	} else if cred := credential(r); cred != "" {
-		// A browser's credential, in the WebSocket's subprotocol: held to the same rechecks.
-		go s.recheck(ctx, cancel, portAccess{p: principalOf(r), cred: cred, from: "header"}, id, port)
-	}
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(up, nc); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(nc, up); done <- struct{}{} }()

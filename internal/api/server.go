@@ -48,6 +48,9 @@ type Server struct {
 
 	// envdProcs are the processes E2B's data plane started and follows (e2b_envd.go).
 	envdProcs envdProcs
+
+	// watch ends the requests in progress whose credential stops holding (access.go).
+	watch accessWatch
 }
 
 // Route is one route of the API: a method and a ServeMux path pattern.
@@ -63,6 +66,10 @@ func New(cp *controlplane.Service, log *slog.Logger, metrics http.Handler) *Serv
 		log = slog.Default()
 	}
 	s := &Server{cp: cp, log: log, mux: http.NewServeMux(), metricsHandler: metrics, idemLocks: map[string]*sync.Mutex{}}
+	s.watch = accessWatch{every: AccessRecheckInterval, log: log,
+		auth: func(ctx context.Context, cred string) (controlplane.Principal, error) {
+			return s.cp.Authenticate(ctx, cred)
+		}}
 	for _, r := range s.routes() {
 		s.mux.HandleFunc(r.Method+" "+r.Pattern, r.handler)
 	}

@@ -206,6 +206,12 @@ func (s *Server) streamFail(ctx context.Context, conn *websocket.Conn, err error
 func (s *Server) bridge(ctx context.Context, conn *websocket.Conn, open func(controlplane.StreamOptions) (controlplane.Process, error), announce bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Once the credential no longer holds (revoked, expired), the stream says so and closes; the process
+	// is detached and lives on.
+	onAccessEnd(ctx, func(reason error) {
+		_ = s.sendMsg(ctx, conn, airlock.StreamMessage{Type: "error", Error: &airlock.ErrorDetail{Code: errdefs.Code(reason), Message: accessMessage(reason)}})
+		conn.Close(websocket.StatusPolicyViolation, closeReason(reason))
+	})
 	p, err := open(controlplane.StreamOptions{
 		Stdout: wsWriter{ctx, conn, airlock.StreamStdout},
 		Stderr: wsWriter{ctx, conn, airlock.StreamStderr},

@@ -328,10 +328,10 @@ revoked. Use it as the API key: AIRLOCK_API_KEY=<token> airlock exec ID -- …`,
 					return printJSON(g.Out, l)
 				}
 				now := time.Now()
-				t := newTable(g.Out, "ID", "FOR", "SCOPES", "NAME", "EXPIRES", "REVOKED")
+				t := newTable(g.Out, "ID", "FOR", "SCOPES", "NAME", "CREATED BY", "EXPIRES", "REVOKED")
 				for _, tok := range l.Tokens {
 					target := tok.SandboxID + tok.SessionID
-					t.row(tok.ID, target, strings.Join(tok.Scopes, ","), tok.Name, relTime(&tok.ExpiresAt, now), relTime(tok.RevokedAt, now))
+					t.row(tok.ID, target, strings.Join(tok.Scopes, ","), tok.Name, tok.CreatedBy, relTime(&tok.ExpiresAt, now), relTime(tok.RevokedAt, now))
 				}
 				return t.flush()
 			},

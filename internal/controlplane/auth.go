@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -207,49 +208,136 @@ type TokenRequest struct {
 	Port int
 }
 
+// Bounds of the live (neither revoked nor expired) access tokens: past one, a new token is refused
+// with ErrResourceExhausted (429).
+const (
+	MaxLiveTokensPerObject = 100
+	MaxLiveTokensPerTenant = 10000
+)
+
 // CreateAccessToken makes an access token for one of the tenant's sandboxes or sessions and returns it;
-// only its hash is stored. keyID names the API key that asked for it.
+// only its hash is stored. keyID names the API key that asked for it: the token dies with that key.
 func (s *accounts) CreateAccessToken(ctx context.Context, tenantID, keyID string, req TokenRequest) (string, store.AccessToken, error) {
-	if err := checkName("token", req.Name, false); err != nil {
+	tok, err := s.tokenOf(tenantID, keyID, req)
+	if err != nil {
 		return "", store.AccessToken{}, err
 	}
+	cred, err := newCredential(AccessTokenPrefix)
+	if err != nil {
+		return "", store.AccessToken{}, err
+	}
+	return s.storeToken(ctx, tok, cred)
+}
+
+// tokenOf checks req and returns the token it asks for, without ID, prefix and hash.
+func (s *accounts) tokenOf(tenantID, keyID string, req TokenRequest) (store.AccessToken, error) {
+	if err := checkName("token", req.Name, false); err != nil {
+		return store.AccessToken{}, err
+	}
 	if (req.SandboxID == "") == (req.SessionID == "") {
-		return "", store.AccessToken{}, fmt.Errorf("give exactly one of sandbox_id and session_id: %w", errdefs.ErrInvalidArgument)
+		return store.AccessToken{}, fmt.Errorf("give exactly one of sandbox_id and session_id: %w", errdefs.ErrInvalidArgument)
 	}
 	if len(req.Scopes) == 0 {
-		return "", store.AccessToken{}, fmt.Errorf("scopes are required: some of exec, files, ports: %w", errdefs.ErrInvalidArgument)
+		return store.AccessToken{}, fmt.Errorf("scopes are required: some of exec, files, ports: %w", errdefs.ErrInvalidArgument)
 	}
 	scopes := slices.Clone(req.Scopes)
 	slices.Sort(scopes)
 	scopes = slices.Compact(scopes)
 	for _, sc := range scopes {
 		if !sc.Valid() {
-			return "", store.AccessToken{}, fmt.Errorf("unknown scope %q: want exec, files or ports: %w", truncate(string(sc), 32), errdefs.ErrInvalidArgument)
+			return store.AccessToken{}, fmt.Errorf("unknown scope %q: want exec, files or ports: %w", truncate(string(sc), 32), errdefs.ErrInvalidArgument)
 		}
 	}
 	if req.Port != 0 && (req.Port < 1 || req.Port > 65535 || !slices.Contains(scopes, store.TokenPorts)) {
-		return "", store.AccessToken{}, fmt.Errorf("port %d: want a port in 1..65535 and the ports scope: %w", req.Port, errdefs.ErrInvalidArgument)
+		return store.AccessToken{}, fmt.Errorf("port %d: want a port in 1..65535 and the ports scope: %w", req.Port, errdefs.ErrInvalidArgument)
 	}
 	ttl := req.TTL
 	switch {
 	case ttl == 0:
 		ttl = DefaultTokenTTL
 	case ttl < time.Second || ttl > MaxTokenTTL:
-		return "", store.AccessToken{}, fmt.Errorf("ttl must be between 1 s and %s: %w", MaxTokenTTL, errdefs.ErrInvalidArgument)
-	}
-	cred, err := newCredential(AccessTokenPrefix)
-	if err != nil {
-		return "", store.AccessToken{}, err
+		return store.AccessToken{}, fmt.Errorf("ttl must be between 1 s and %s: %w", MaxTokenTTL, errdefs.ErrInvalidArgument)
 	}
 	now := s.now()
-	tok, err := s.store.CreateAccessToken(ctx, store.AccessToken{
+	return store.AccessToken{
 		TenantID: tenantID, Name: req.Name, SandboxID: req.SandboxID, SessionID: req.SessionID, Scopes: scopes, Port: req.Port,
-		Prefix: cred[:10], Hash: hashKey(cred), CreatedBy: keyID, CreatedAt: now, ExpiresAt: now.Add(ttl),
-	})
+		CreatedBy: keyID, CreatedAt: now, ExpiresAt: now.Add(ttl),
+	}, nil
+}
+
+// storeToken stores tok as the token of credential cred, within the bounds of live tokens.
+func (s *accounts) storeToken(ctx context.Context, tok store.AccessToken, cred string) (string, store.AccessToken, error) {
+	tok.Prefix, tok.Hash = cred[:10], hashKey(cred)
+	tok, err := s.store.CreateAccessToken(ctx, tok, store.TokenLimits{PerObject: MaxLiveTokensPerObject, PerTenant: MaxLiveTokensPerTenant})
 	if err != nil {
 		return "", store.AccessToken{}, err
 	}
 	return cred, tok, nil
+}
+
+// StableTokenMinLeft is the least time a token that StableAccessToken hands out again has left to live;
+// one closer to its end is replaced by a new one.
+const StableTokenMinLeft = 24 * time.Hour
+
+// StableAccessToken returns an access token as CreateAccessToken makes it, but the same one on each call
+// for the same tenant, key, name, object, scopes and port while that token lives at least
+// StableTokenMinLeft longer and is not revoked: E2B's connect hands out the sandbox's token again
+// instead of piling up new ones. Its credential is a MAC of its ID under the tenant's key, so any
+// replica makes it again and nothing stores it. Without the secrets store (no tenant keys) it makes a
+// new token each time and revokes the ones it replaces.
+func (s *accounts) StableAccessToken(ctx context.Context, tenantID, keyID string, req TokenRequest) (string, error) {
+	want, err := s.tokenOf(tenantID, keyID, req)
+	if err != nil {
+		return "", err
+	}
+	have, err := s.store.ListAccessTokens(ctx, tenantID, s.now(), store.AccessTokenFilter{SandboxID: req.SandboxID, SessionID: req.SessionID})
+	if err != nil {
+		return "", err
+	}
+	var same []store.AccessToken
+	for _, t := range have {
+		if t.RevokedAt == nil && t.Name == want.Name && t.CreatedBy == keyID && t.Port == want.Port && slices.Equal(t.Scopes, want.Scopes) {
+			same = append(same, t)
+		}
+	}
+	if s.secrets != nil {
+		// The newest first: the one most likely to live long enough.
+		for _, t := range slices.Backward(same) {
+			if t.ExpiresAt.Sub(s.now()) < StableTokenMinLeft {
+				break
+			}
+			cred, err := s.derivedCredential(ctx, tenantID, t.ID)
+			if err != nil {
+				return "", err
+			}
+			if bytes.Equal(hashKey(cred), t.Hash) {
+				return cred, nil
+			}
+		}
+		want.ID = store.NewID("tok")
+		cred, err := s.derivedCredential(ctx, tenantID, want.ID)
+		if err != nil {
+			return "", err
+		}
+		cred, _, err = s.storeToken(ctx, want, cred)
+		return cred, err
+	}
+	for _, t := range same {
+		if err := s.store.RevokeAccessToken(ctx, tenantID, t.ID, s.now()); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return "", err
+		}
+	}
+	cred, _, err := s.CreateAccessToken(ctx, tenantID, keyID, req)
+	return cred, err
+}
+
+// derivedCredential is the credential of the stable token id: the MAC of its ID under the tenant's key.
+func (s *accounts) derivedCredential(ctx context.Context, tenantID, id string) (string, error) {
+	m, err := s.secrets.MAC(ctx, tenantID, "access-token", []byte(id))
+	if err != nil {
+		return "", fmt.Errorf("access token %s: %w", id, err)
+	}
+	return AccessTokenPrefix + base64.RawURLEncoding.EncodeToString(m), nil
 }
 
 // ListAccessTokens lists the tenant's unexpired access tokens, of one sandbox or session if f says so.

@@ -98,6 +98,9 @@ func TestClusterAcceptance(t *testing.T) {
 		}
 	}
 	t.Logf("sessions per node: %d, %d, %d", len(perNode["node-1"]), len(perNode["node-2"]), len(perNode["node-3"]))
+	// A token revoked through one replica ends the stream it opened through the other within 2 s: each
+	// replica checks its streams' credentials in the Store (issue 40).
+	revokeAcrossReplicas(t, cl.Replicas[1].URL, c1, sessions[0].ID)
 	for _, n := range all {
 		if len(perNode[n.ID]) == 0 {
 			t.Errorf("no session was placed on %s: %v", n.ID, perNode)

@@ -426,3 +426,43 @@ func TestConcurrent(t *testing.T) {
 		}
 	})
 }
+
+// TestMAC: the same tenant, purpose and message give the same MAC (on another Store over the same
+// storage and keys too); any of them changed gives another; a revoked key gives none.
+func TestMAC(t *testing.T) {
+	storages(t, func(t *testing.T, e env) {
+		ctx, s := t.Context(), e.store
+		mac := func(tenant, purpose, msg string) []byte {
+			t.Helper()
+			m, err := s.MAC(ctx, tenant, purpose, []byte(msg))
+			if err != nil {
+				t.Fatalf("MAC(%s, %s, %s): %v", tenant, purpose, msg, err)
+			}
+			if len(m) != 32 {
+				t.Fatalf("MAC is %d bytes; want 32", len(m))
+			}
+			return m
+		}
+		first := mac("a", "p", "m")
+		if again := mac("a", "p", "m"); !bytes.Equal(first, again) {
+			t.Errorf("MAC(a, p, m) twice: %x, then %x; want the same", first, again)
+		}
+		other, err := secrets.New(secrets.Config{Keys: e.keyring, Storage: e.storage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := other.MAC(ctx, "a", "p", []byte("m")); err != nil || !bytes.Equal(m, first) {
+			t.Errorf("MAC on another Store over the same storage = %x, %v; want %x", m, err, first)
+		}
+		for _, c := range [][3]string{{"b", "p", "m"}, {"a", "q", "m"}, {"a", "p", "n"}} {
+			if m := mac(c[0], c[1], c[2]); bytes.Equal(m, first) {
+				t.Errorf("MAC(%s, %s, %s) equals MAC(a, p, m)", c[0], c[1], c[2])
+			}
+		}
+		if err := e.keyring.RevokeKey(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.MAC(ctx, "a", "p", []byte("m"))
+		wantErr(t, "MAC(revoked)", err, errdefs.ErrPermissionDenied)
+	})
+}

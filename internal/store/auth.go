@@ -116,6 +116,15 @@ func (t AccessToken) Validate() error {
 	return nil
 }
 
+// TokenLimits bounds the live access tokens (neither revoked nor expired) that CreateAccessToken lets
+// stand; a zero field is no bound.
+type TokenLimits struct {
+	// PerObject bounds the live tokens of one sandbox or session.
+	PerObject int
+	// PerTenant bounds the live tokens of one tenant.
+	PerTenant int
+}
+
 // AccessTokenFilter selects access tokens: zero fields select all.
 type AccessTokenFilter struct {
 	SandboxID string

@@ -64,8 +64,10 @@ type Store interface {
 	// TouchAPIKey records that the key was used at the given time. LastUsedAt only moves forward: an
 	// older time than the stored one is ignored. An unknown key (or another tenant's) is ErrNotFound.
 	TouchAPIKey(ctx context.Context, tenantID, id string, at time.Time) error
-	// RevokeAPIKey marks the key revoked at the given time. Revoking a revoked key succeeds and keeps
-	// the first RevokedAt. An unknown key (or another tenant's) is ErrNotFound.
+	// RevokeAPIKey marks the key revoked at the given time, and with it, in the same transaction, every
+	// access token the key made (CreatedBy) that was not revoked yet: a token dies with the key that
+	// minted it. Revoking a revoked key succeeds and keeps the first RevokedAt. An unknown key (or
+	// another tenant's) is ErrNotFound.
 	RevokeAPIKey(ctx context.Context, tenantID, id string, at time.Time) error
 	// ListAPIKeys returns the tenant's keys, revoked ones included, ordered by CreatedAt, then ID.
 	// An unknown tenant has no keys (an empty list, not an error).
@@ -74,8 +76,10 @@ type Store interface {
 	// CreateAccessToken stores tok and returns it as stored. An empty ID is assigned with NewID("tok"); a
 	// zero CreatedAt is set to now. tok must pass AccessToken.Validate (ErrInvalidArgument). An unknown
 	// tenant, or a SandboxID or SessionID that is not one of the tenant's, is ErrNotFound; a taken ID or
-	// Hash is ErrAlreadyExists.
-	CreateAccessToken(ctx context.Context, tok AccessToken) (AccessToken, error)
+	// Hash is ErrAlreadyExists. A CreatedBy that names a revoked API key is ErrPermissionDenied (the key
+	// was revoked while it asked). Past a bound of lim (the live tokens, unrevoked and unexpired at
+	// tok.CreatedAt, of the token's sandbox or session, or of its tenant) it is ErrResourceExhausted.
+	CreateAccessToken(ctx context.Context, tok AccessToken, lim TokenLimits) (AccessToken, error)
 	// GetAccessTokenByHash returns the token whose Hash equals hash, or ErrNotFound. Revoked and expired
 	// tokens are returned too: the caller checks RevokedAt and ExpiresAt.
 	GetAccessTokenByHash(ctx context.Context, hash []byte) (AccessToken, error)

@@ -224,4 +224,13 @@ ALTER TABLE sessions ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'delete' CHECK 
 ALTER TABLE sessions ADD COLUMN ends_at BIGINT;
 CREATE INDEX sessions_by_end ON sessions (ends_at, id) WHERE ends_at IS NOT NULL;
 `,
+	// 7 (SQLite's 16): an access token dies with the API key that made it: the tokens of keys revoked before are
+	// revoked now, and the tokens of one object, and of one key, are found by index (caps, cascades).
+	`
+UPDATE access_tokens SET revoked_at = (SELECT k.revoked_at FROM api_keys k WHERE k.id = access_tokens.created_by)
+	WHERE revoked_at IS NULL AND created_by IN (SELECT id FROM api_keys WHERE revoked_at IS NOT NULL);
+CREATE INDEX access_tokens_by_session ON access_tokens (tenant_id, session_id);
+CREATE INDEX access_tokens_by_sandbox ON access_tokens (tenant_id, sandbox_id);
+CREATE INDEX access_tokens_by_creator ON access_tokens (created_by);
+`,
 }

@@ -86,9 +86,18 @@ WHERE id = ? AND tenant_id = ?`, us, us, id, tenantID)
 
 // RevokeAPIKey implements store.Store.
 func (s *DB) RevokeAPIKey(ctx context.Context, tenantID, id string, at time.Time) error {
-	res, err := s.execW(ctx, "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND tenant_id = ?",
-		micros(at), id, tenantID)
-	if err := oneRow(res, err); err != nil {
+	err := s.write(ctx, func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND tenant_id = ?",
+			micros(at), id, tenantID)
+		if err := oneRow(res, err); err != nil {
+			return err
+		}
+		// The key's tokens die with it.
+		_, err = tx.ExecContext(ctx, "UPDATE access_tokens SET revoked_at = ? WHERE created_by = ? AND tenant_id = ? AND revoked_at IS NULL",
+			micros(at), id, tenantID)
+		return mapErr(err)
+	})
+	if err != nil {
 		return fmt.Errorf("revoke API key %s: %w", id, err)
 	}
 	return nil

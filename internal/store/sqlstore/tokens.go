@@ -16,7 +16,7 @@ import (
 const tokenCols = "id, tenant_id, name, sandbox_id, session_id, scopes, prefix, hash, created_by, created_at, expires_at, revoked_at, port"
 
 // CreateAccessToken implements store.Store.
-func (s *DB) CreateAccessToken(ctx context.Context, tok store.AccessToken) (store.AccessToken, error) {
+func (s *DB) CreateAccessToken(ctx context.Context, tok store.AccessToken, lim store.TokenLimits) (store.AccessToken, error) {
 	if tok.ID == "" {
 		tok.ID = store.NewID("tok")
 	}
@@ -53,6 +53,18 @@ func (s *DB) CreateAccessToken(ctx context.Context, tok store.AccessToken) (stor
 		if taken {
 			return fmt.Errorf("ID or hash in use: %w", errdefs.ErrAlreadyExists)
 		}
+		if tok.CreatedBy != "" {
+			revoked, err := exists(ctx, tx, "SELECT 1 FROM api_keys WHERE id = ? AND tenant_id = ? AND revoked_at IS NOT NULL", tok.CreatedBy, tok.TenantID)
+			if err != nil {
+				return err
+			}
+			if revoked {
+				return fmt.Errorf("API key %s was revoked: %w", tok.CreatedBy, errdefs.ErrPermissionDenied)
+			}
+		}
+		if err := checkTokenLimits(ctx, tx, tok, lim); err != nil {
+			return err
+		}
 		_, err = tx.ExecContext(ctx, "INSERT INTO access_tokens ("+tokenCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 			tok.ID, tok.TenantID, tok.Name, tok.SandboxID, tok.SessionID, joinScopes(tok.Scopes), tok.Prefix, tok.Hash,
 			tok.CreatedBy, micros(tok.CreatedAt), micros(tok.ExpiresAt), nullMicros(tok.RevokedAt), tok.Port)
@@ -62,6 +74,37 @@ func (s *DB) CreateAccessToken(ctx context.Context, tok store.AccessToken) (stor
 		return store.AccessToken{}, fmt.Errorf("create access token %s: %w", tok.ID, err)
 	}
 	return tok, nil
+}
+
+// checkTokenLimits fails with ErrResourceExhausted if another live token of tok's object, or of its
+// tenant, would pass a bound of lim.
+func checkTokenLimits(ctx context.Context, tx *Tx, tok store.AccessToken, lim store.TokenLimits) error {
+	live := " AND revoked_at IS NULL AND expires_at > ?"
+	at := micros(tok.CreatedAt)
+	if lim.PerObject > 0 {
+		col, id := "sandbox_id", tok.SandboxID
+		if tok.SessionID != "" {
+			col, id = "session_id", tok.SessionID
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM access_tokens WHERE tenant_id = ? AND "+col+" = ?"+live,
+			tok.TenantID, id, at).Scan(&n); err != nil {
+			return mapErr(err)
+		}
+		if n >= lim.PerObject {
+			return fmt.Errorf("%s has %d live access tokens, the most it may have (revoke some, or let them expire): %w", id, n, errdefs.ErrResourceExhausted)
+		}
+	}
+	if lim.PerTenant > 0 {
+		var n int
+		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM access_tokens WHERE tenant_id = ?"+live, tok.TenantID, at).Scan(&n); err != nil {
+			return mapErr(err)
+		}
+		if n >= lim.PerTenant {
+			return fmt.Errorf("the tenant has %d live access tokens, the most it may have (revoke some, or let them expire): %w", n, errdefs.ErrResourceExhausted)
+		}
+	}
+	return nil
 }
 
 // GetAccessTokenByHash implements store.Store.

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -168,7 +169,7 @@ func testAccessTokens(t *testing.T, s store.Store) {
 		CreatedAt: created,
 		ExpiresAt: created.Add(time.Hour),
 	}
-	t1, err := s.CreateAccessToken(ctx, in)
+	t1, err := s.CreateAccessToken(ctx, in, store.TokenLimits{})
 	wantErr(t, "CreateAccessToken(t1)", err, nil)
 	if !strings.HasPrefix(t1.ID, "tok_") {
 		t.Errorf("assigned token ID = %q; want prefix tok_", t1.ID)
@@ -203,7 +204,7 @@ func testAccessTokens(t *testing.T, s store.Store) {
 	seTok, err := s.CreateAccessToken(ctx, store.AccessToken{ID: "tok_2", TenantID: a.ID, SessionID: seA.ID,
 		Scopes: []store.TokenScope{store.TokenExec, store.TokenFiles, store.TokenPorts},
 		Prefix: "at_efgh", Hash: []byte("hash-2"), CreatedBy: "key_1",
-		CreatedAt: base.Add(time.Second), ExpiresAt: base.Add(2 * time.Hour)})
+		CreatedAt: base.Add(time.Second), ExpiresAt: base.Add(2 * time.Hour)}, store.TokenLimits{})
 	wantErr(t, "CreateAccessToken(session)", err, nil)
 	wantSe := store.AccessToken{ID: "tok_2", TenantID: a.ID, SessionID: seA.ID,
 		Scopes: []store.TokenScope{store.TokenExec, store.TokenFiles, store.TokenPorts},
@@ -221,7 +222,7 @@ func testAccessTokens(t *testing.T, s store.Store) {
 	// A zero CreatedAt is set to now.
 	before := store.NormalizeTime(time.Now())
 	tokB, err := s.CreateAccessToken(ctx, store.AccessToken{TenantID: b.ID, SessionID: seB.ID,
-		Scopes: []store.TokenScope{store.TokenPorts}, Hash: []byte("hash-b"), ExpiresAt: time.Now().Add(time.Hour)})
+		Scopes: []store.TokenScope{store.TokenPorts}, Hash: []byte("hash-b"), ExpiresAt: time.Now().Add(time.Hour)}, store.TokenLimits{})
 	wantErr(t, "CreateAccessToken(b)", err, nil)
 	if tokB.CreatedAt.Before(before) || tokB.CreatedAt.After(time.Now()) || tokB.CreatedAt.Location() != time.UTC {
 		t.Errorf("assigned CreatedAt = %v; want about now (after %v), in UTC", tokB.CreatedAt, before)
@@ -283,7 +284,7 @@ func testAccessTokens(t *testing.T, s store.Store) {
 		}), errdefs.ErrAlreadyExists},
 	}
 	for _, tt := range bad {
-		_, err := s.CreateAccessToken(ctx, tt.tok)
+		_, err := s.CreateAccessToken(ctx, tt.tok, store.TokenLimits{})
 		wantErr(t, "CreateAccessToken("+tt.name+")", err, tt.want)
 	}
 	_, err = s.GetAccessTokenByHash(ctx, []byte("hash-bad"))
@@ -291,7 +292,7 @@ func testAccessTokens(t *testing.T, s store.Store) {
 
 	mustToken := func(tok store.AccessToken) store.AccessToken {
 		t.Helper()
-		got, err := s.CreateAccessToken(ctx, tok)
+		got, err := s.CreateAccessToken(ctx, tok, store.TokenLimits{})
 		if err != nil {
 			t.Fatalf("CreateAccessToken(%s): %v", tok.ID, err)
 		}
@@ -444,4 +445,94 @@ func testTenantKeyProvider(t *testing.T, s store.Store) {
 	if got, _ := s.GetTenant(ctx, a.ID); got.KeyProvider != "pkcs11" {
 		t.Errorf("a refused update changed the key provider to %q", got.KeyProvider)
 	}
+}
+
+// testAccessTokensDieWithTheirKey: revoking an API key revokes the tokens it made (and no other key's),
+// and a revoked key makes no more.
+func testAccessTokensDieWithTheirKey(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a := mustTenant(t, s, "a")
+	sb := mustSandbox(t, s, store.Sandbox{TenantID: a.ID})
+	k1, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: a.ID, Name: "one", Scope: store.ScopeWrite, Prefix: "ak_1", Hash: []byte("k1")})
+	wantErr(t, "CreateAPIKey(one)", err, nil)
+	k2, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: a.ID, Name: "two", Scope: store.ScopeWrite, Prefix: "ak_2", Hash: []byte("k2")})
+	wantErr(t, "CreateAPIKey(two)", err, nil)
+	base := store.NormalizeTime(time.Now())
+	tok := func(by, hash string) store.AccessToken {
+		t.Helper()
+		got, err := s.CreateAccessToken(ctx, store.AccessToken{TenantID: a.ID, SandboxID: sb.ID, Scopes: []store.TokenScope{store.TokenExec},
+			Hash: []byte(hash), CreatedBy: by, CreatedAt: base, ExpiresAt: base.Add(time.Hour)}, store.TokenLimits{})
+		if err != nil {
+			t.Fatalf("CreateAccessToken(by %s): %v", by, err)
+		}
+		return got
+	}
+	tok(k1.ID, "t1")
+	of1b := tok(k1.ID, "t1b")
+	tok(k2.ID, "t2")
+	wantErr(t, "RevokeAccessToken(t1b)", s.RevokeAccessToken(ctx, a.ID, of1b.ID, base.Add(time.Second)), nil)
+	revokedAt := base.Add(time.Minute)
+	wantErr(t, "RevokeAPIKey(one)", s.RevokeAPIKey(ctx, a.ID, k1.ID, revokedAt), nil)
+	for _, tt := range []struct {
+		hash string
+		want *time.Time
+	}{{"t1", &revokedAt}, {"t1b", ptr(base.Add(time.Second))}, {"t2", nil}} {
+		got, err := s.GetAccessTokenByHash(ctx, []byte(tt.hash))
+		wantErr(t, "GetAccessTokenByHash("+tt.hash+")", err, nil)
+		if !cmp.Equal(got.RevokedAt, tt.want) {
+			t.Errorf("token %s after its key's revoke: RevokedAt = %v; want %v", tt.hash, got.RevokedAt, tt.want)
+		}
+	}
+	_, err = s.CreateAccessToken(ctx, store.AccessToken{TenantID: a.ID, SandboxID: sb.ID, Scopes: []store.TokenScope{store.TokenExec},
+		Hash: []byte("t3"), CreatedBy: k1.ID, CreatedAt: base, ExpiresAt: base.Add(time.Hour)}, store.TokenLimits{})
+	wantErr(t, "CreateAccessToken(by a revoked key)", err, errdefs.ErrPermissionDenied)
+	// Positive control: the other key still makes tokens.
+	tok(k2.ID, "t4")
+}
+
+// testAccessTokenLimits: CreateAccessToken refuses a token past the live tokens' bounds; revoked and
+// expired tokens do not count.
+func testAccessTokenLimits(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
+	sb1 := mustSandbox(t, s, store.Sandbox{TenantID: a.ID})
+	se := mustSession(t, s, store.Session{TenantID: a.ID})
+	sbB := mustSandbox(t, s, store.Sandbox{TenantID: b.ID})
+	base := store.NormalizeTime(time.Now())
+	n := 0
+	create := func(tenant, sandbox, session string, lim store.TokenLimits, at time.Time, ttl time.Duration) (store.AccessToken, error) {
+		n++
+		return s.CreateAccessToken(ctx, store.AccessToken{TenantID: tenant, SandboxID: sandbox, SessionID: session,
+			Scopes: []store.TokenScope{store.TokenExec}, Hash: fmt.Appendf(nil, "lim-%d", n), CreatedAt: at, ExpiresAt: at.Add(ttl)}, lim)
+	}
+	lim := store.TokenLimits{PerObject: 2, PerTenant: 3}
+	for i := range 2 {
+		if _, err := create(a.ID, sb1.ID, "", lim, base, time.Hour); err != nil {
+			t.Fatalf("token %d of the sandbox: %v", i, err)
+		}
+	}
+	_, err := create(a.ID, sb1.ID, "", lim, base, time.Hour)
+	wantErr(t, "CreateAccessToken(third of one sandbox)", err, errdefs.ErrResourceExhausted)
+	// Another object of the tenant has room, up to the tenant's bound.
+	third, err := create(a.ID, "", se.ID, lim, base, time.Hour)
+	wantErr(t, "CreateAccessToken(the session's first)", err, nil)
+	_, err = create(a.ID, "", se.ID, lim, base, time.Hour)
+	wantErr(t, "CreateAccessToken(fourth of the tenant)", err, errdefs.ErrResourceExhausted)
+	// Another tenant is not counted with this one.
+	_, err = create(b.ID, sbB.ID, "", lim, base, time.Hour)
+	wantErr(t, "CreateAccessToken(other tenant)", err, nil)
+	// A revoked token leaves room.
+	wantErr(t, "RevokeAccessToken", s.RevokeAccessToken(ctx, a.ID, third.ID, base), nil)
+	_, err = create(a.ID, "", se.ID, lim, base, time.Hour)
+	wantErr(t, "CreateAccessToken(after a revoke)", err, nil)
+	// Expired tokens leave room: two hours later every token so far has expired.
+	later := base.Add(2 * time.Hour)
+	for i := range 2 {
+		if _, err := create(a.ID, sb1.ID, "", lim, later, time.Hour); err != nil {
+			t.Fatalf("token %d of the sandbox, later: %v", i, err)
+		}
+	}
+	// Zero limits bound nothing.
+	_, err = create(a.ID, sb1.ID, "", store.TokenLimits{}, later, time.Hour)
+	wantErr(t, "CreateAccessToken(no limits)", err, nil)
 }

@@ -130,17 +130,18 @@ func testReopen(t *testing.T, s store.Store, reopen func(t *testing.T, s store.S
 	key, err := s.CreateAPIKey(ctx, store.APIKey{TenantID: tn.ID, Name: "ci", Scope: store.ScopeWrite, Prefix: "al_x", Hash: []byte("h")})
 	wantErr(t, "CreateAPIKey", err, nil)
 	wantErr(t, "TouchAPIKey", s.TouchAPIKey(ctx, tn.ID, key.ID, base), nil)
-	wantErr(t, "RevokeAPIKey", s.RevokeAPIKey(ctx, tn.ID, key.ID, base.Add(time.Second)), nil)
-	key.LastUsedAt, key.RevokedAt = ptr(base), ptr(base.Add(time.Second))
 	sb := mustSandbox(t, s, store.Sandbox{TenantID: tn.ID, Metadata: map[string]string{"k": "v"},
 		Spec: store.SandboxSpec{CPUMillicores: 100, MemoryMB: 1, DiskMB: 2, TimeoutSeconds: 3}, EndsAt: ptr(base)})
 	sb = drive(t, s, sb, store.StateRunning)
 	tok, err := s.CreateAccessToken(ctx, store.AccessToken{TenantID: tn.ID, Name: "agent", SandboxID: sb.ID,
 		Scopes: []store.TokenScope{store.TokenFiles, store.TokenPorts}, Prefix: "at_x", Hash: []byte("th"),
-		CreatedBy: key.ID, CreatedAt: base, ExpiresAt: base.Add(time.Hour)})
+		CreatedBy: key.ID, CreatedAt: base, ExpiresAt: base.Add(time.Hour)}, store.TokenLimits{})
 	wantErr(t, "CreateAccessToken", err, nil)
 	wantErr(t, "RevokeAccessToken", s.RevokeAccessToken(ctx, tn.ID, tok.ID, base.Add(time.Minute)), nil)
 	tok.RevokedAt = ptr(base.Add(time.Minute))
+	// The key is revoked after its token was (a revoke of the key revokes its live tokens).
+	wantErr(t, "RevokeAPIKey", s.RevokeAPIKey(ctx, tn.ID, key.ID, base.Add(time.Second)), nil)
+	key.LastUsedAt, key.RevokedAt = ptr(base), ptr(base.Add(time.Second))
 	rec := store.IdempotencyRecord{TenantID: tn.ID, Key: "k", Op: "op", RequestHash: []byte("r"), ResponseStatus: 201, ResponseBody: []byte("{}"), CreatedAt: base}
 	wantErr(t, "PutIdempotency", s.PutIdempotency(ctx, rec), nil)
 

@@ -54,6 +54,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) 
 		{"TenantKeyProvider", testTenantKeyProvider},
 		{"TenantQuotas", testTenantQuotas},
 		{"AccessTokens", testAccessTokens},
+		{"AccessTokensDieWithTheirKey", testAccessTokensDieWithTheirKey},
+		{"AccessTokenLimits", testAccessTokenLimits},
 		{"Leases", testLeases},
 		{"LeaseRace", testLeaseRace},
 		{"SandboxCreateGet", testSandboxCreateGet},

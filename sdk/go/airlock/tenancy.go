@@ -146,8 +146,10 @@ type AccessToken struct {
 	SessionID string   `json:"session_id,omitempty"`
 	Scopes    []string `json:"scopes"`
 	// Port, if not 0, is the one port the token reaches (scope ports).
-	Port      int        `json:"port,omitempty"`
-	Prefix    string     `json:"prefix"`
+	Port   int    `json:"port,omitempty"`
+	Prefix string `json:"prefix"`
+	// CreatedBy is the ID of the API key that made the token: the token dies with it.
+	CreatedBy string     `json:"created_by,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt time.Time  `json:"expires_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
