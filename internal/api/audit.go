@@ -131,7 +131,7 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
 	for {
 		for _, e := range page {
 			_ = enc.Encode(airlock.AuditEntry{Tenant: e.TenantID, Seq: e.Seq, Time: e.Time, Kind: e.Kind, Actor: e.Actor, Action: e.Action,
-				Target: e.Target, Result: e.Result, Detail: e.Detail, Prev: e.Prev, Hash: e.Hash})
+				Target: e.Target, Result: e.Result, Detail: e.Detail, Sealed: e.Sealed, Salt: e.Salt, Prev: e.Prev, Hash: e.Hash})
 			after = e.Seq
 		}
 		if len(page) < store.MaxListLimit {

@@ -461,6 +461,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	// The audit entries' payloads are sealed under their tenant's key: a revoked key leaves them unreadable.
+	auditLog.SetSealer(func(ctx context.Context, tenantID string) (audit.Sealer, error) {
+		return secretStore.Sealer(ctx, tenantID, controlplane.AuditSealPurpose, true)
+	})
 	// Bound now, so that the OAuth callback URL can name the port even when Listen asked for any.
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

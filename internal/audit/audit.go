@@ -3,7 +3,10 @@
 // `airlock audit verify` finds the first entry that was changed, removed or reordered.
 //
 // Entries are recorded without blocking the work they describe and written to the Store in batches (at
-// most every 100 ms), in the order they were recorded.
+// most every 100 ms), in the order they were recorded. With a sealer (SetSealer), each entry's payload
+// (who, what, on what, the result, the detail) is sealed under its tenant's key before it is written:
+// the Store keeps only the sealed payload, the chain covers it, and a revoked key leaves the payload
+// unreadable (store.AuditEntry.Sealed).
 package audit
 
 import (
@@ -44,10 +47,29 @@ type Recorder struct {
 	once    sync.Once
 	stop    chan struct{}
 
+	// sealer, if set, seals the entries' payloads (SetSealer).
+	sealer atomic.Pointer[SealerFunc]
+	// sealFailed counts the entries whose payload was discarded because it could not be sealed.
+	sealFailed atomic.Int64
+
 	mu sync.Mutex
 	// queued counts each tenant's entries in ch; guarded by mu.
 	queued map[string]*tenantQueued
 }
+
+// Sealer seals one tenant's entries: secrets.Sealer.
+type Sealer interface {
+	Seal(plaintext, aad []byte) ([]byte, error)
+}
+
+// SealerFunc returns the sealer of a tenant's entries, or an error if its key cannot seal now (revoked,
+// unavailable).
+type SealerFunc func(ctx context.Context, tenantID string) (Sealer, error)
+
+// SetSealer makes the recorder seal the payload of every entry it writes from now on with f's sealer of
+// the entry's tenant. An entry whose tenant's key cannot seal is written with its payload discarded
+// (store.AuditDiscarded): never in the clear.
+func (r *Recorder) SetSealer(f SealerFunc) { r.sealer.Store(&f) }
 
 // tenantQueued is one tenant's share of the queue.
 type tenantQueued struct {
@@ -256,6 +278,7 @@ func (r *Recorder) loop() {
 func (r *Recorder) write(batch []store.AuditEntry) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	r.seal(ctx, batch)
 	err := r.store.AppendAudit(ctx, batch)
 	if err == nil {
 		return
@@ -274,6 +297,50 @@ func (r *Recorder) write(batch []store.AuditEntry) {
 		}
 	}
 }
+
+// seal seals the payload of each entry of batch, in place, with its tenant's sealer (one per tenant
+// per batch).
+func (r *Recorder) seal(ctx context.Context, batch []store.AuditEntry) {
+	f := r.sealer.Load()
+	if f == nil {
+		return
+	}
+	type got struct {
+		s   Sealer
+		err error
+	}
+	sealers := map[string]got{}
+	for i, e := range batch {
+		g, ok := sealers[e.TenantID]
+		if !ok {
+			g.s, g.err = (*f)(ctx, e.TenantID)
+			sealers[e.TenantID] = g
+			if g.err != nil {
+				r.log.Warn("audit: the tenant's key cannot seal; its entries are written without their payload", "tenant", e.TenantID, "err", g.err)
+			}
+		}
+		var plain, sealed []byte
+		var commitment string
+		err := g.err
+		if err == nil {
+			plain, commitment, err = store.AuditPlaintext(e)
+		}
+		if err == nil {
+			sealed, err = g.s.Seal(plain, store.AuditAAD(e))
+		}
+		e.Actor, e.Action, e.Target, e.Result, e.Detail = "", "", "", "", ""
+		if err != nil {
+			r.sealFailed.Add(1)
+			e.Sealed = store.AuditDiscarded
+		} else {
+			e.Sealed = store.SealedAudit(commitment, sealed)
+		}
+		batch[i] = e
+	}
+}
+
+// Unsealed reports how many entries were written without their payload because it could not be sealed.
+func (r *Recorder) Unsealed() int64 { return r.sealFailed.Load() }
 
 // Func is how other packages hand entries to the audit log.
 type Func func(store.AuditEntry)

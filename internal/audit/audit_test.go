@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"github.com/airlockrun/airlock/internal/audit"
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/gateway"
+	"github.com/airlockrun/airlock/internal/keys/local"
+	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
@@ -181,5 +185,96 @@ func TestNoisyTenant(t *testing.T) {
 	}
 	if d := r.Dropped(); d != 0 {
 		t.Errorf("%d entries dropped; want none", d)
+	}
+}
+
+// TestRecorderSeals: with a sealer, the Store holds no payload in the clear, the chain verifies without
+// the key, the key opens every payload; a tenant whose key cannot seal gets its entries with the payload
+// discarded, never in the clear.
+func TestRecorderSeals(t *testing.T) {
+	st, tenant := newStore(t)
+	kr, err := local.New(filepath.Join(t.TempDir(), "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, err := secrets.New(secrets.Config{Keys: kr, Storage: secrets.NewMemStorage()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := audit.New(st, nil)
+	defer r.Close()
+	r.SetSealer(func(ctx context.Context, tenantID string) (audit.Sealer, error) {
+		return sec.Sealer(ctx, tenantID, "audit", true)
+	})
+	const marker = "argv-marker-31337"
+	for i := range 20 {
+		r.Record(store.AuditEntry{TenantID: tenant, Kind: store.AuditDaemon, Actor: "sb_x", Action: "exec",
+			Target: fmt.Sprintf("%s-%d", marker, i), Result: "ok", Detail: `{"argv":["echo","` + marker + `"]}`})
+	}
+	if err := r.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	all := list(t, st, tenant)
+	if len(all) != 20 {
+		t.Fatalf("%d entries; want 20", len(all))
+	}
+	if i, why := store.VerifyAudit(all, false); i >= 0 {
+		t.Fatalf("the sealed chain does not verify at %d: %s", i, why)
+	}
+	// A payload added in the clear to a sealed entry (in the Store, say) does not verify.
+	planted := slices.Clone(all)
+	planted[3].Actor = "someone-else"
+	if i, _ := store.VerifyAudit(planted, false); i != 3 {
+		t.Errorf("a sealed entry with a payload in the clear: VerifyAudit = %d; want 3", i)
+	}
+	x, err := sec.Sealer(t.Context(), tenant, "audit", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range all {
+		if strings.Contains(fmt.Sprintf("%+v", e), marker) || e.Sealed == "" || e.Sealed == store.AuditDiscarded {
+			t.Fatalf("entry %d as stored: %+v; want its payload sealed only", i, e)
+		}
+		ct, err := store.AuditCiphertext(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := x.Open(ct, store.AuditAAD(e))
+		if err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		got, err := store.OpenedAudit(e, p)
+		if err != nil || got.Target != fmt.Sprintf("%s-%d", marker, i) || got.Action != "exec" {
+			t.Errorf("entry %d opened to %+v, %v", i, got, err)
+		}
+		all[i] = got
+	}
+	// Opened, the log still verifies; a payload changed after opening does not.
+	if i, why := store.VerifyAudit(all, false); i >= 0 {
+		t.Fatalf("the opened chain does not verify at %d: %s", i, why)
+	}
+	edited := slices.Clone(all)
+	edited[7].Action += " (edited)"
+	if i, _ := store.VerifyAudit(edited, false); i != 7 {
+		t.Errorf("an opened entry's payload changed: VerifyAudit = %d; want 7", i)
+	}
+	// The key revoked: new entries keep their time and kind only.
+	if err := kr.RevokeKey(t.Context(), tenant); err != nil {
+		t.Fatal(err)
+	}
+	r.Record(store.AuditEntry{TenantID: tenant, Kind: store.AuditAPI, Action: "POST /v1/x", Target: marker})
+	if err := r.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	all = list(t, st, tenant)
+	last := all[len(all)-1]
+	if last.Sealed != store.AuditDiscarded || strings.Contains(fmt.Sprintf("%+v", last), marker) {
+		t.Errorf("an entry after the key's revoke: %+v; want its payload discarded", last)
+	}
+	if i, why := store.VerifyAudit(all, false); i >= 0 {
+		t.Fatalf("the chain does not verify at %d: %s", i, why)
+	}
+	if r.Unsealed() != 1 {
+		t.Errorf("Unsealed = %d; want 1", r.Unsealed())
 	}
 }

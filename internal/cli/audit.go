@@ -91,7 +91,7 @@ func verifyAudit(g *globals, in io.Reader, fromMiddle bool) error {
 			return &exitError{code: 1}
 		}
 		entries = append(entries, store.AuditEntry{TenantID: e.Tenant, Seq: e.Seq, Time: e.Time, Kind: e.Kind, Actor: e.Actor,
-			Action: e.Action, Target: e.Target, Result: e.Result, Detail: e.Detail, Prev: e.Prev, Hash: e.Hash})
+			Action: e.Action, Target: e.Target, Result: e.Result, Detail: e.Detail, Sealed: e.Sealed, Salt: e.Salt, Prev: e.Prev, Hash: e.Hash})
 		lines = append(lines, n)
 	}
 	if err := sc.Err(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -421,6 +422,48 @@ func (s *accounts) expireRecords() {
 }
 
 // ListAudit returns up to limit entries of the tenant's audit log after afterSeq, in order.
+// Sealed payloads are opened with the tenant's key; where it cannot open them (revoked, unavailable) the
+// entries keep Sealed and no payload: the chain and the times only.
 func (s *accounts) ListAudit(ctx context.Context, tenantID string, afterSeq int64, limit int) ([]store.AuditEntry, error) {
-	return s.store.ListAudit(ctx, tenantID, afterSeq, limit)
+	entries, err := s.store.ListAudit(ctx, tenantID, afterSeq, limit)
+	if err != nil || s.secrets == nil {
+		return entries, err
+	}
+	var x *secrets.Sealer
+	for i, e := range entries {
+		if e.Sealed == "" || e.Sealed == store.AuditDiscarded || e.Actor+e.Action+e.Target+e.Result+e.Detail != "" {
+			continue // in the clear (from before sealing), discarded, or changed in the Store: as it is
+		}
+		if x == nil {
+			if x, err = s.secrets.Sealer(ctx, tenantID, AuditSealPurpose, false); err != nil {
+				s.log.Info("audit entries read sealed: the tenant's key cannot open them", "tenant", tenantID, "err", err)
+				return entries, nil
+			}
+		}
+		ct, err := store.AuditCiphertext(e)
+		var p []byte
+		if err == nil {
+			p, err = x.Open(ct, store.AuditAAD(e))
+		}
+		if err == nil {
+			entries[i], err = store.OpenedAudit(e, p)
+		}
+		if err != nil {
+			// Left sealed: the chain's verification says whether it was tampered with.
+			s.log.Warn("audit entry does not open", "tenant", tenantID, "seq", e.Seq, "err", err)
+		}
+	}
+	return entries, nil
+}
+
+// AuditSealPurpose is the purpose of the key that seals the tenant's audit entries (secrets.Sealer).
+const AuditSealPurpose = "audit-log"
+
+// AuditSealer returns the sealer of the tenant's audit entries, for the audit recorder: the tenant's key
+// must be usable; without the secrets store there is none (ErrFailedPrecondition).
+func (s *accounts) AuditSealer(ctx context.Context, tenantID string) (*secrets.Sealer, error) {
+	if s.secrets == nil {
+		return nil, fmt.Errorf("no tenant keys: %w", errdefs.ErrFailedPrecondition)
+	}
+	return s.secrets.Sealer(ctx, tenantID, AuditSealPurpose, true)
 }

@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/app"
+	"github.com/airlockrun/airlock/internal/cli"
 	"github.com/airlockrun/airlock/internal/keys/pkcs11/softhsm"
 	"github.com/airlockrun/airlock/internal/testenv"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
@@ -198,9 +203,56 @@ func TestTenantKeyLocalRevokeAndRotate(t *testing.T) {
 	}
 	wrong := c.RevokeTenantKey(ctx, "tn_not_mine")
 	wantCode(t, "revoke without the right confirmation", wrong, http.StatusBadRequest)
+	// The audit log's payloads (here a command line) are sealed under the tenant's key: readable with it
+	// (the positive control), unreadable once it is revoked, and the chain verifies either way.
+	argv := "argv-marker-5e2a9"
+	if _, err := c.Exec(ctx, sb.ID, airlock.ExecRequest{Cmd: []string{"true", argv}}); err != nil {
+		t.Fatal(err)
+	}
+	exportAudit := func() string {
+		t.Helper()
+		rc, err := c.ExportAudit(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	verifyAudit := func() (int, string) {
+		var out bytes.Buffer
+		code := cli.Run(context.Background(), []string{"--url", e.URL, "--api-key", ct.APIKey.Key, "audit", "verify"},
+			cli.Streams{In: strings.NewReader(""), Out: &out, Err: &out})
+		return code, out.String()
+	}
+	if !eventually(10*time.Second, func() bool { return strings.Contains(exportAudit(), argv) }) {
+		t.Fatal("positive control: the command line is not in the audit export while the key lives")
+	}
+	if code, out := verifyAudit(); code != 0 {
+		t.Fatalf("audit verify with the key = %d %s", code, out)
+	}
 	start := time.Now()
 	if err := c.RevokeTenantKey(ctx, ct.Tenant.ID); err != nil {
 		t.Fatal(err)
+	}
+	after := exportAudit()
+	if strings.Contains(after, argv) {
+		t.Error("the audit export after the key's revoke holds the command line")
+	}
+	for _, line := range strings.Split(strings.TrimSpace(after), "\n") {
+		var en airlock.AuditEntry
+		if err := json.Unmarshal([]byte(line), &en); err != nil {
+			t.Fatalf("export line %q: %v", line, err)
+		}
+		if en.Sealed == "" || en.Action != "" || en.Target != "" || en.Detail != "" || en.Actor != "" {
+			t.Fatalf("an entry after the key's revoke: %+v; want the chain and times only", en)
+		}
+	}
+	if code, out := verifyAudit(); code != 0 || !strings.HasPrefix(out, "ok: ") {
+		t.Errorf("audit verify after the key's revoke = %d %s; want the chain intact", code, out)
 	}
 	waitStopped(t, c, sb.ID, 5*time.Second)
 	t.Logf("revoke through the API stopped the tenant's sandboxes in %s", time.Since(start).Round(10*time.Millisecond))

@@ -466,3 +466,62 @@ func TestMAC(t *testing.T) {
 		wantErr(t, "MAC(revoked)", err, errdefs.ErrPermissionDenied)
 	})
 }
+
+// TestSealer: a tenant's sealer opens what it (or another Store's for the same tenant and purpose)
+// sealed with the same aad, nothing else; a revoked key gives no sealer.
+func TestSealer(t *testing.T) {
+	storages(t, func(t *testing.T, e env) {
+		ctx, s := t.Context(), e.store
+		x, err := s.Sealer(ctx, "a", "audit", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed, err := x.Seal([]byte("argv marker"), []byte("aad"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(sealed, []byte("marker")) {
+			t.Fatal("the sealed record holds the plaintext")
+		}
+		other, err := secrets.New(secrets.Config{Keys: e.keyring, Storage: e.storage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := other.Sealer(ctx, "a", "audit", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := y.Open(sealed, []byte("aad")); err != nil || string(v) != "argv marker" {
+			t.Errorf("Open on another Store = %q, %v; want the plaintext", v, err)
+		}
+		wrong := func(name string, z *secrets.Sealer, sealed, aad []byte) {
+			t.Helper()
+			if v, err := z.Open(sealed, aad); err == nil {
+				t.Errorf("Open(%s) = %q; want an error", name, v)
+			}
+		}
+		wrong("other aad", x, sealed, []byte("other"))
+		flipped := bytes.Clone(sealed)
+		flipped[len(flipped)-1] ^= 1
+		wrong("tampered", x, flipped, []byte("aad"))
+		wrong("truncated", x, sealed[:5], []byte("aad"))
+		zb, err := s.Sealer(ctx, "b", "audit", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrong("other tenant", zb, sealed, []byte("aad"))
+		zp, err := s.Sealer(ctx, "a", "flows", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrong("other purpose", zp, sealed, []byte("aad"))
+		if _, err := s.Sealer(ctx, "nokey", "audit", false); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Sealer of a tenant without a data key, no create: %v; want not found", err)
+		}
+		if err := e.keyring.RevokeKey(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Sealer(ctx, "a", "audit", false)
+		wantErr(t, "Sealer(revoked)", err, errdefs.ErrPermissionDenied)
+	})
+}

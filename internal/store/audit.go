@@ -1,10 +1,13 @@
 package store
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -23,8 +26,89 @@ type AuditEntry struct {
 	Target   string // the object or destination acted on
 	Result   string // the HTTP status; "ok" or the error code; "allow" or "deny"
 	Detail   string // JSON (an object, by convention) with more, or ""
-	Prev     string // hex SHA-256 of the previous entry; "" for the first
-	Hash     string // hex SHA-256 of this entry (see AuditHash)
+	// Sealed, if not "", holds the entry's payload (Actor, Action, Target, Result and Detail) sealed under
+	// the tenant's key, and those fields are "" in the Store: "<commitment>.<ciphertext>" (see
+	// SealAudit). The hash chain covers Sealed, and so the commitment, which binds the payload: the log
+	// verifies without the key, and with it the payload is shown and checked. AuditDiscarded marks an
+	// entry whose payload was dropped because the tenant's key was unavailable.
+	Sealed string
+	// Salt is set (hex) on a sealed entry whose payload was opened: with the payload it gives the
+	// commitment. It is never stored.
+	Salt string
+	Prev string // hex SHA-256 of the previous entry; "" for the first
+	Hash string // hex SHA-256 of this entry (see AuditHash)
+}
+
+// AuditDiscarded is the Sealed value of an entry whose payload could not be sealed (the tenant's key
+// was revoked or unavailable) and was dropped: only its time and kind are kept.
+const AuditDiscarded = "-"
+
+// auditSaltSize is the size of a sealed payload's salt: enough that its commitment says nothing of a
+// payload that can be guessed.
+const auditSaltSize = 16
+
+// AuditPlaintext returns what a sealer seals of e (a fresh random salt, then the payload fields as a
+// JSON array) and the payload's commitment, hex SHA-256 of the same bytes.
+func AuditPlaintext(e AuditEntry) (plaintext []byte, commitment string, err error) {
+	salt := make([]byte, auditSaltSize)
+	if _, err := rand.Read(salt); err != nil {
+		return nil, "", err
+	}
+	plaintext = append(salt, auditPayload(e)...)
+	sum := sha256.Sum256(plaintext)
+	return plaintext, hex.EncodeToString(sum[:]), nil
+}
+
+func auditPayload(e AuditEntry) []byte {
+	b, _ := json.Marshal([]string{e.Actor, e.Action, e.Target, e.Result, e.Detail})
+	return b
+}
+
+// SealedAudit returns e.Sealed made of a commitment and a ciphertext.
+func SealedAudit(commitment string, ciphertext []byte) string {
+	return commitment + "." + base64.RawStdEncoding.EncodeToString(ciphertext)
+}
+
+// AuditCiphertext returns the ciphertext of a sealed entry.
+func AuditCiphertext(e AuditEntry) ([]byte, error) {
+	_, ct, ok := strings.Cut(e.Sealed, ".")
+	b, err := base64.RawStdEncoding.DecodeString(ct)
+	if !ok || err != nil {
+		return nil, fmt.Errorf("audit entry %d: malformed sealed payload: %w", e.Seq, errdefs.ErrInvalidArgument)
+	}
+	return b, nil
+}
+
+// OpenedAudit returns e with the payload of plaintext (from AuditPlaintext, opened) set, and its salt;
+// plaintext must match e's commitment.
+func OpenedAudit(e AuditEntry, plaintext []byte) (AuditEntry, error) {
+	commitment, _, _ := strings.Cut(e.Sealed, ".")
+	sum := sha256.Sum256(plaintext)
+	var f []string
+	if len(plaintext) < auditSaltSize || hex.EncodeToString(sum[:]) != commitment || json.Unmarshal(plaintext[auditSaltSize:], &f) != nil || len(f) != 5 {
+		return e, fmt.Errorf("audit entry %d: the sealed payload does not match its commitment: %w", e.Seq, errdefs.ErrInvalidArgument)
+	}
+	e.Actor, e.Action, e.Target, e.Result, e.Detail = f[0], f[1], f[2], f[3], f[4]
+	e.Salt = hex.EncodeToString(plaintext[:auditSaltSize])
+	return e, nil
+}
+
+// auditCommitted reports whether an opened sealed entry's payload and salt give its commitment.
+func auditCommitted(e AuditEntry) bool {
+	salt, err := hex.DecodeString(e.Salt)
+	if err != nil || len(salt) != auditSaltSize {
+		return false
+	}
+	commitment, _, _ := strings.Cut(e.Sealed, ".")
+	sum := sha256.Sum256(append(salt, auditPayload(e)...))
+	return hex.EncodeToString(sum[:]) == commitment
+}
+
+// AuditAAD is what a sealed payload is bound to: the entry's tenant, kind and time, so that a payload
+// moved to another entry does not open.
+func AuditAAD(e AuditEntry) []byte {
+	b, _ := json.Marshal([]any{"airlock-audit-v2", e.TenantID, e.Kind, NormalizeTime(e.Time).UnixMicro()})
+	return b
 }
 
 // Audit entry kinds.
@@ -42,7 +126,11 @@ func (e AuditEntry) Validate() error {
 		return fmt.Errorf("audit entry: tenant ID is required: %w", errdefs.ErrInvalidArgument)
 	case e.Kind != AuditAPI && e.Kind != AuditDaemon && e.Kind != AuditEgress:
 		return fmt.Errorf("audit entry: kind %q is not api, daemon or egress: %w", e.Kind, errdefs.ErrInvalidArgument)
-	case e.Action == "":
+	case e.Sealed != "" && e.Actor+e.Action+e.Target+e.Result+e.Detail != "":
+		return fmt.Errorf("audit entry: a sealed entry keeps no payload in the clear: %w", errdefs.ErrInvalidArgument)
+	case e.Salt != "":
+		return fmt.Errorf("audit entry: a sealed payload's salt is never stored: %w", errdefs.ErrInvalidArgument)
+	case e.Sealed == "" && e.Action == "":
 		return fmt.Errorf("audit entry: action is required: %w", errdefs.ErrInvalidArgument)
 	case e.Detail != "" && !json.Valid([]byte(e.Detail)):
 		return fmt.Errorf("audit entry: detail is not JSON: %w", errdefs.ErrInvalidArgument)
@@ -51,16 +139,22 @@ func (e AuditEntry) Validate() error {
 }
 
 // AuditHash is the hash an entry must carry: hex SHA-256 of the JSON array of its fields, Prev
-// included, Hash left out. Times are in UTC with microseconds (NormalizeTime), RFC 3339.
+// included, Hash left out. Times are in UTC with microseconds (NormalizeTime), RFC 3339. A sealed
+// entry's array (version 2) has Sealed in place of the payload, which it seals: the chain verifies
+// without the tenant's key.
 func AuditHash(e AuditEntry) string {
-	b, _ := json.Marshal([]any{"airlock-audit-v1", e.TenantID, e.Seq, NormalizeTime(e.Time).Format(time.RFC3339Nano),
-		e.Kind, e.Actor, e.Action, e.Target, e.Result, e.Detail, e.Prev})
+	t := NormalizeTime(e.Time).Format(time.RFC3339Nano)
+	b, _ := json.Marshal([]any{"airlock-audit-v1", e.TenantID, e.Seq, t, e.Kind, e.Actor, e.Action, e.Target, e.Result, e.Detail, e.Prev})
+	if e.Sealed != "" {
+		b, _ = json.Marshal([]any{"airlock-audit-v2", e.TenantID, e.Seq, t, e.Kind, e.Sealed, e.Prev})
+	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
 
 // VerifyAudit checks a tenant's entries, in order: each must follow the one before it (Seq one up,
-// Prev its Hash) and carry its own hash. The first entry must be the log's first (Seq 1, no Prev)
+// Prev its Hash) and carry its own hash; a sealed entry shown opened (with its Salt) must show the
+// payload it committed to. The first entry must be the log's first (Seq 1, no Prev)
 // unless fromMiddle is set, when its Seq and Prev are taken as given. It returns the index in entries
 // of the first entry that does not hold, or -1 if all do, and why.
 func VerifyAudit(entries []AuditEntry, fromMiddle bool) (int, string) {
@@ -76,6 +170,10 @@ func VerifyAudit(entries []AuditEntry, fromMiddle bool) (int, string) {
 			return i, "it does not carry the previous entry's hash"
 		case AuditHash(e) != e.Hash:
 			return i, "its hash does not match its content"
+		case e.Sealed != "" && e.Salt == "" && e.Actor+e.Action+e.Target+e.Result+e.Detail != "",
+			e.Sealed != "" && e.Salt != "" && !auditCommitted(e):
+			// Sealed: it shows nothing, or (opened) what it sealed.
+			return i, "its hash does not match its content (the payload shown is not the one sealed)"
 		}
 		prev, seq = e.Hash, e.Seq
 	}

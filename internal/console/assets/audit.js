@@ -13,11 +13,30 @@ function goJSON(v) {
   return JSON.stringify(v ?? "").replace(/[<>&\u2028\u2029]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
 }
 
-async function entryHash(e) {
-  const fields = ["airlock-audit-v1", e.tenant, e.seq, e.time, e.kind, e.actor, e.action, e.target, e.result, e.detail, e.prev];
-  const text = "[" + fields.map(goJSON).join(",") + "]";
-  const sum = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+async function sha256hex(bytes) {
+  const sum = await crypto.subtle.digest("SHA-256", bytes);
   return [...new Uint8Array(sum)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+// entryHash is the hash the entry must carry. A sealed entry (its payload sealed under the tenant's key)
+// is hashed with its sealed payload in place of the payload.
+async function entryHash(e) {
+  const fields = e.sealed
+    ? ["airlock-audit-v2", e.tenant, e.seq, e.time, e.kind, e.sealed, e.prev]
+    : ["airlock-audit-v1", e.tenant, e.seq, e.time, e.kind, e.actor, e.action, e.target, e.result, e.detail, e.prev];
+  return sha256hex(new TextEncoder().encode("[" + fields.map(goJSON).join(",") + "]"));
+}
+
+// committed reports whether a sealed entry shown opened (with its salt) shows the payload it sealed:
+// the SHA-256 of the salt, then the payload as a JSON array, is its commitment.
+async function committed(e) {
+  if (!e.sealed || e.sealed === "-" || !e.salt) return true;
+  const salt = new Uint8Array((e.salt.match(/../g) || []).map((x) => parseInt(x, 16)));
+  const payload = new TextEncoder().encode("[" + [e.actor, e.action, e.target, e.result, e.detail].map(goJSON).join(",") + "]");
+  const both = new Uint8Array(salt.length + payload.length);
+  both.set(salt);
+  both.set(payload, salt.length);
+  return (await sha256hex(both)) === e.sealed.split(".")[0];
 }
 
 export async function auditPage(query) {
@@ -48,7 +67,7 @@ export async function auditPage(query) {
     h("span", { class: "mono", title: e.time }, new Date(e.time).toLocaleString()),
     h("span", {}, e.kind),
     h("span", { class: "mono", title: e.actor }, e.actor || ""),
-    h("span", { title: e.action }, e.action),
+    h("span", { title: e.action }, e.action || (e.sealed ? "(sealed: the tenant's key is needed)" : "")),
     h("span", { class: "mono", title: e.target }, e.target || ""),
     h("span", { class: e.result && /^(2|ok|allow)/.test(e.result) ? "" : "muted" }, e.result || "")));
 
@@ -90,6 +109,7 @@ export async function auditPage(query) {
       if (e.seq !== seq + 1) broken = { seq: e.seq, why: `sequence number ${e.seq} follows ${seq}` };
       else if ((e.prev || "") !== prev) broken = { seq: e.seq, why: "it does not carry the previous entry's hash" };
       else if ((await entryHash(e)) !== e.hash) broken = { seq: e.seq, why: "its hash does not match its content" };
+      else if (!(await committed(e))) broken = { seq: e.seq, why: "its hash does not match its content (the payload shown is not the one sealed)" };
       prev = e.hash;
       seq = e.seq;
     }

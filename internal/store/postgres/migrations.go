@@ -233,4 +233,7 @@ CREATE INDEX access_tokens_by_session ON access_tokens (tenant_id, session_id);
 CREATE INDEX access_tokens_by_sandbox ON access_tokens (tenant_id, sandbox_id);
 CREATE INDEX access_tokens_by_creator ON access_tokens (created_by);
 `,
+	// 8 (SQLite's 17): a tenant's audit entries keep their payload sealed under the tenant's key (see
+	// store.AuditEntry.Sealed).
+	`ALTER TABLE audit_log ADD COLUMN sealed TEXT NOT NULL DEFAULT '';`,
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-const auditCols = "tenant_id, seq, time, kind, actor, action, target, result, detail, prev, hash"
+const auditCols = "tenant_id, seq, time, kind, actor, action, target, result, detail, prev, hash, sealed"
 
 // AppendAudit implements store.Store.
 func (s *DB) AppendAudit(ctx context.Context, entries []store.AuditEntry) error {
@@ -28,7 +28,7 @@ func (s *DB) AppendAudit(ctx context.Context, entries []store.AuditEntry) error 
 		}
 		heads := map[string]head{}
 		// One statement for the batch: parsing it for every entry cost more than the insert.
-		ins, err := tx.PrepareContext(ctx, "INSERT INTO audit_log ("+auditCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		ins, err := tx.PrepareContext(ctx, "INSERT INTO audit_log ("+auditCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 		if err != nil {
 			return mapErr(err)
 		}
@@ -47,7 +47,7 @@ func (s *DB) AppendAudit(ctx context.Context, entries []store.AuditEntry) error 
 			e.Seq, e.Prev, e.Time = h.seq+1, h.hash, store.NormalizeTime(e.Time)
 			e.Hash = store.AuditHash(e)
 			if _, err := ins.ExecContext(ctx,
-				e.TenantID, e.Seq, micros(e.Time), e.Kind, e.Actor, e.Action, e.Target, e.Result, e.Detail, e.Prev, e.Hash); err != nil {
+				e.TenantID, e.Seq, micros(e.Time), e.Kind, e.Actor, e.Action, e.Target, e.Result, e.Detail, e.Prev, e.Hash, e.Sealed); err != nil {
 				return mapErr(err)
 			}
 			heads[e.TenantID] = head{e.Seq, e.Hash}
@@ -75,7 +75,7 @@ func (s *DB) ListAudit(ctx context.Context, tenantID string, afterSeq int64, lim
 	for rows.Next() {
 		var e store.AuditEntry
 		var t int64
-		if err := rows.Scan(&e.TenantID, &e.Seq, &t, &e.Kind, &e.Actor, &e.Action, &e.Target, &e.Result, &e.Detail, &e.Prev, &e.Hash); err != nil {
+		if err := rows.Scan(&e.TenantID, &e.Seq, &t, &e.Kind, &e.Actor, &e.Action, &e.Target, &e.Result, &e.Detail, &e.Prev, &e.Hash, &e.Sealed); err != nil {
 			return nil, fmt.Errorf("list audit of tenant %s: %w", tenantID, mapErr(err))
 		}
 		e.Time = fromMicros(t)

@@ -32,6 +32,14 @@ func auditInput(tenantID string, i int) store.AuditEntry {
 	if i%2 == 1 {
 		e.Detail = fmt.Sprintf(`{"i":%d,"tenant":%q}`, i, tenantID)
 	}
+	switch i % 5 {
+	case 3: // sealed: its payload in Sealed only (the Store keeps what it is given)
+		e.Actor, e.Action, e.Target, e.Result, e.Detail = "", "", "", "", ""
+		e.Sealed = fmt.Sprintf("AWJhc2U2NC1zZWFsZWQt%d", i)
+	case 4: // its payload discarded
+		e.Actor, e.Action, e.Target, e.Result, e.Detail = "", "", "", "", ""
+		e.Sealed = store.AuditDiscarded
+	}
 	return e
 }
 
@@ -221,7 +229,7 @@ func testAudit(t *testing.T, s store.Store) {
 
 	// A bad entry fails the whole batch: nothing of it is appended, not even the good entries.
 	bad := func(mod func(*store.AuditEntry)) store.AuditEntry {
-		e := auditInput(a.ID, 999)
+		e := auditInput(a.ID, 1001) // in the clear (see auditInput)
 		mod(&e)
 		return e
 	}
@@ -229,13 +237,14 @@ func testAudit(t *testing.T, s store.Store) {
 		e    store.AuditEntry
 		want error
 	}{
-		"no tenant":       {bad(func(e *store.AuditEntry) { e.TenantID = "" }), errdefs.ErrInvalidArgument},
-		"no kind":         {bad(func(e *store.AuditEntry) { e.Kind = "" }), errdefs.ErrInvalidArgument},
-		"bad kind":        {bad(func(e *store.AuditEntry) { e.Kind = "API" }), errdefs.ErrInvalidArgument},
-		"no action":       {bad(func(e *store.AuditEntry) { e.Action = "" }), errdefs.ErrInvalidArgument},
-		"detail not JSON": {bad(func(e *store.AuditEntry) { e.Detail = `{"a":` }), errdefs.ErrInvalidArgument},
-		"detail text":     {bad(func(e *store.AuditEntry) { e.Detail = "denied" }), errdefs.ErrInvalidArgument},
-		"unknown tenant":  {bad(func(e *store.AuditEntry) { e.TenantID = "tn_missing" }), errdefs.ErrNotFound},
+		"no tenant":                          {bad(func(e *store.AuditEntry) { e.TenantID = "" }), errdefs.ErrInvalidArgument},
+		"no kind":                            {bad(func(e *store.AuditEntry) { e.Kind = "" }), errdefs.ErrInvalidArgument},
+		"bad kind":                           {bad(func(e *store.AuditEntry) { e.Kind = "API" }), errdefs.ErrInvalidArgument},
+		"no action":                          {bad(func(e *store.AuditEntry) { e.Action = "" }), errdefs.ErrInvalidArgument},
+		"detail not JSON":                    {bad(func(e *store.AuditEntry) { e.Detail = `{"a":` }), errdefs.ErrInvalidArgument},
+		"detail text":                        {bad(func(e *store.AuditEntry) { e.Detail = "denied" }), errdefs.ErrInvalidArgument},
+		"sealed with a payload in the clear": {bad(func(e *store.AuditEntry) { e.Sealed = "AWJhc2U2NA" }), errdefs.ErrInvalidArgument},
+		"unknown tenant":                     {bad(func(e *store.AuditEntry) { e.TenantID = "tn_missing" }), errdefs.ErrNotFound},
 	} {
 		for _, batch := range [][]store.AuditEntry{
 			{tc.e},
@@ -289,7 +298,8 @@ func testAuditConcurrent(t *testing.T, s store.Store) {
 				var batch []store.AuditEntry
 				for j := range 1 + i%3 {
 					e := auditInput(a.ID, i)
-					e.Actor, e.Action = fmt.Sprintf("g%d", g), fmt.Sprintf("g%d b%d e%d", g, i, j)
+					// Named in the clear, so that the order can be checked: never sealed here.
+					e.Actor, e.Action, e.Sealed = fmt.Sprintf("g%d", g), fmt.Sprintf("g%d b%d e%d", g, i, j), ""
 					batch = append(batch, e)
 					if g%2 == 0 && j == 0 {
 						batch = append(batch, auditInput(other.ID, i))

@@ -342,8 +342,13 @@ type AuditEntry struct {
 	Result string `json:"result,omitempty"`
 	// Detail is a JSON object, as a string (hashed as it is).
 	Detail string `json:"detail,omitempty"`
-	Prev   string `json:"prev"`
-	Hash   string `json:"hash"`
+	// Sealed is the payload above sealed under the tenant's key ("<commitment>.<ciphertext>"), which the
+	// hash covers; "-" where it was discarded. Without the key (revoked) the payload fields are empty.
+	Sealed string `json:"sealed,omitempty"`
+	// Salt, with the payload shown, gives the commitment (SHA-256 of the salt, then the payload).
+	Salt string `json:"salt,omitempty"`
+	Prev string `json:"prev"`
+	Hash string `json:"hash"`
 }
 
 // ExportAudit streams the caller's tenant's audit log from the entry after afterSeq, as JSON lines of
