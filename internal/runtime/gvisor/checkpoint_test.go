@@ -63,7 +63,7 @@ func (r *rig) spec(t *testing.T, id string) (runtime.Spec, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = hostnet.Detach(ifName) })
-	return runtime.Spec{ID: id, RootFS: r.tpl.RootFS, Mounts: r.tpl.Mounts,
+	return runtime.Spec{ID: id, RootFS: r.tpl.RootFS, Mounts: r.tpl.Mounts, Masks: r.tpl.Masks,
 		Init: node.InitArgs(), ControlDir: node.ControlDir,
 		InitBinary: r.bin, NetNS: ns, Limits: runtime.Limits{MemoryBytes: 512 << 20}}, addr.Sandbox.String()
 }
