@@ -2,10 +2,13 @@ package gvisor_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/runtime"
 	"github.com/airlockrun/airlock/internal/template"
@@ -102,5 +105,60 @@ func TestRestoreKeepsImageMasks(t *testing.T) {
 	boot(spec("mask-none-restored", scan()), img)
 	if got := sh(t, r.dial(t, runtime.Sandbox{ID: "mask-none-restored"}), "echo up"); got != "up" {
 		t.Errorf("restored from an image without masks: %q", got)
+	}
+}
+
+// BenchmarkCreateMasks: a create (until the daemon listens) of a sandbox whose spec hides n entries of
+// a host directory it shows, half files and half directories: what the default template's masks cost
+// a boot. The network namespace is made, and the sandbox destroyed, outside the timing.
+func BenchmarkCreateMasks(b *testing.B) {
+	r := newRig(b)
+	for _, n := range []int{0, 10, 100} {
+		b.Run(fmt.Sprintf("masks=%d", n), func(b *testing.B) {
+			host, err := os.MkdirTemp("", "gvisor-bench-masks-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { os.RemoveAll(host) })
+			if err := os.Chmod(host, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				p := filepath.Join(host, fmt.Sprintf("e%03d", i))
+				if i%2 == 0 {
+					err = os.WriteFile(p, []byte("secret"), 0o600)
+				} else {
+					err = os.Mkdir(p, 0o700)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			masks, err := template.ScanHidden(host, "/mnt/bench")
+			if err != nil || len(masks) != n {
+				b.Fatalf("scan: %d masks, %v; want %d", len(masks), err, n)
+			}
+			var times []time.Duration
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				id := fmt.Sprintf("bm%d-%d", n, i)
+				s, _ := r.spec(b, id)
+				s.Mounts = append(append([]runtime.Mount(nil), s.Mounts...), runtime.Mount{Source: host, Destination: "/mnt/bench", ReadOnly: true})
+				s.Masks = append(append([]runtime.Mask(nil), s.Masks...), masks...)
+				b.StartTimer()
+				start := time.Now()
+				if _, err := r.d.Create(context.Background(), s); err != nil {
+					b.Fatal(err)
+				}
+				times = append(times, time.Since(start))
+				b.StopTimer()
+				if err := r.d.Destroy(context.Background(), id); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			slices.Sort(times)
+			b.ReportMetric(float64(times[len(times)/2])/float64(time.Millisecond), "p50_ms")
+		})
 	}
 }
