@@ -544,6 +544,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}
 	templates := template.NewCatalog(filepath.Join(dataDir, "templates"))
+	templates.Host.Logger = log
+	defer templates.Close()
 	cpCfg := controlplane.Config{Store: st, Logger: log, Secrets: secretStore, Connections: conns,
 		Snapshots: snaps,
 		Retention: cfg.Retention, PruneInterval: cfg.PruneInterval, GCInterval: cfg.GCInterval, GCGrace: cfg.GCGrace,
@@ -811,6 +813,9 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 	if err := moveOldImages(h.dataDir, nodeDir, h.log); err != nil {
 		return nil, nil, err
 	}
+	templates := template.NewCatalog(filepath.Join(h.dataDir, "templates"))
+	templates.Host.Logger = h.log
+	closers = append(closers, templates.Close)
 	nd, err = node.New(node.Config{
 		ID:           h.id,
 		Gateway:      gw,
@@ -819,7 +824,7 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 		DataDir:      nodeDir,
 		Driver:       driver,
 		More:         more,
-		Templates:    template.NewCatalog(filepath.Join(h.dataDir, "templates")),
+		Templates:    templates,
 		DaemonBinary: h.daemon,
 		TenantAudit: func(tenantID, sandboxID string) link.Audit {
 			return audit.DaemonAudit{Tenant: tenantID, Sandbox: sandboxID, Sink: h.audit}

@@ -480,6 +480,7 @@ func (n *Local) runtimeSpec(id string, tpl template.Template, env []string, ns s
 		ID:         id,
 		RootFS:     tpl.RootFS,
 		Mounts:     tpl.Mounts,
+		Masks:      tpl.Masks,
 		Init:       InitArgs(append(append([]string(nil), n.cfg.DaemonArgs...), templateArgs(tpl)...)...),
 		LegacyInit: legacyInit,
 		ControlDir: ControlDir,

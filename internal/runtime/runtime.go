@@ -22,6 +22,17 @@ type Mount struct {
 	ReadOnly bool
 }
 
+// Mask hides a path inside the sandbox, typically one of a Mount's host entries that not every host
+// user may read, under an empty, read-only entry of its kind: its content and, for a directory, its
+// entries are not readable in the sandbox, by root included.
+type Mask struct {
+	// Path is the absolute path inside the sandbox.
+	Path string
+	// Dir reports that Path is a directory (hidden under an empty directory); otherwise it is a file of
+	// any other kind (hidden under an empty file).
+	Dir bool
+}
+
 // Limits are the resource limits of one sandbox. Zero values mean the driver's default, never unlimited.
 type Limits struct {
 	// CPUMillis is the CPU quota in thousandths of a core (1000 = one core). Zero: 1000.
@@ -60,6 +71,9 @@ type Spec struct {
 	RootFS string
 	// Mounts are extra mounts, e.g. the template's read-only binds of host directories.
 	Mounts []Mount
+	// Masks hide paths under Mounts, after them (the template's host entries not every host user may
+	// read). A driver that cannot hide them refuses the spec.
+	Masks []Mask
 	// Init is the argv of the sandbox's first process: the in-sandbox daemon. Args[0] is a path inside
 	// the sandbox. A restore keeps the argv its image was made with (runsc requires it unchanged).
 	Init []string

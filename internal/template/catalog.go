@@ -36,6 +36,9 @@ func NewCatalog(dir string) *Catalog {
 		OCI: &oci.Store{Dir: filepath.Join(dir, "oci"), Base: imageBase, BaseVersion: baseVersion}}
 }
 
+// Close releases what the default template holds on the host (HostRegistry.Close).
+func (c *Catalog) Close() error { return c.Host.Close() }
+
 // ParseRef splits a template reference into its name and digest ("" if it names none). "default" (or
 // "") is the built-in template, the host's /usr; "default@DIGEST" is an image the default template
 // points, or pointed, at (controlplane.InstallDefaultImage).

@@ -11,11 +11,13 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/runtime"
@@ -32,6 +34,9 @@ type Template struct {
 	RootFS string
 	// Mounts are read-only host directories the template shows inside (e.g. /usr).
 	Mounts []runtime.Mount
+	// Masks hide the entries of Mounts that not every host user may read (hidden.go), as of the Get
+	// that returned the template.
+	Masks []runtime.Mask
 	// Env is the template's base environment for processes.
 	Env []string
 	// WorkingDir, User, Entrypoint and Cmd are an image template's defaults for its processes.
@@ -69,10 +74,20 @@ type HostRegistry struct {
 	Dir string
 	// HostRoot is the host root to take /usr and friends from. Empty: "/".
 	HostRoot string
+	// RescanEvery is how old the list of the host entries the template hides may grow before a Get
+	// walks the host directories again, on a host that cannot watch them for changes (hidden.go).
+	// Zero: DefaultRescanEvery.
+	RescanEvery time.Duration
+	// Logger receives the registry's logs. Nil: slog.Default().
+	Logger *slog.Logger
 
-	once sync.Once
-	tpl  Template
-	err  error
+	once   sync.Once
+	tpl    Template
+	err    error
+	hidden *hiddenList // made by build, shared with the process's other registries of the same trees
+
+	closeMu sync.Mutex
+	closed  bool // guarded by closeMu
 }
 
 // NewHostRegistry returns a registry that keeps its templates under dir.
@@ -81,7 +96,8 @@ func NewHostRegistry(dir string) *HostRegistry { return &HostRegistry{Dir: dir} 
 // List reports the default template.
 func (r *HostRegistry) List(ctx context.Context) ([]string, error) { return []string{DefaultName}, nil }
 
-// Get returns the default template, building it the first time. Other names are not found.
+// Get returns the default template, building it the first time. Other names are not found. Its Masks
+// are the host entries to hide as they are now (hidden.go); when they cannot be known, Get fails.
 func (r *HostRegistry) Get(ctx context.Context, name string) (Template, error) {
 	if name == "" {
 		name = DefaultName
@@ -90,7 +106,35 @@ func (r *HostRegistry) Get(ctx context.Context, name string) (Template, error) {
 		return Template{}, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
 	}
 	r.once.Do(func() { r.tpl, r.err = r.build() })
-	return r.tpl, r.err
+	if r.err != nil {
+		return Template{}, r.err
+	}
+	r.closeMu.Lock()
+	closed := r.closed
+	r.closeMu.Unlock()
+	if closed {
+		return Template{}, fmt.Errorf("template %s: registry closed", DefaultName)
+	}
+	masks, err := r.hidden.current()
+	if err != nil {
+		return Template{}, fmt.Errorf("template %s: %w", DefaultName, err)
+	}
+	tpl := r.tpl
+	tpl.Masks = masks
+	return tpl, nil
+}
+
+// Close releases the watches on the host directories (when no other registry of the process shares
+// them). Get fails after Close.
+func (r *HostRegistry) Close() error {
+	r.once.Do(func() { r.err = fmt.Errorf("template %s: registry closed", DefaultName) })
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	if r.hidden == nil || r.closed {
+		return nil
+	}
+	r.closed = true
+	return releaseHiddenList(r.hidden)
 }
 
 // hostDirs are the top-level host directories a template shows: bind-mounted read-only when the host has
@@ -114,6 +158,7 @@ func (r *HostRegistry) build() (Template, error) {
 		},
 	}
 	var mounts []runtime.Mount
+	var roots []scanRoot
 	for _, d := range hostDirs {
 		p := filepath.Join(hostRoot, d)
 		fi, err := os.Lstat(p)
@@ -122,9 +167,15 @@ func (r *HostRegistry) build() (Template, error) {
 		}
 		if fi.Mode().IsDir() {
 			mounts = append(mounts, runtime.Mount{Source: p, Destination: "/" + d, ReadOnly: true})
+			roots = append(roots, scanRoot{host: p, dest: "/" + d})
 		}
 	}
 	tpl.Mounts = mounts
+	log := r.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	r.hidden = acquireHiddenList(roots, r.RescanEvery, log.With("template", DefaultName))
 
 	if b, err := os.ReadFile(filepath.Join(base, "version")); err == nil && string(b) == version {
 		return tpl, nil

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -204,6 +205,20 @@ func (d *Driver) restore(ctx context.Context, spec runtime.Spec, imageDir string
 	case !lnk.Control && len(spec.LegacyInit) > 0:
 		spec.Init = spec.LegacyInit
 	}
+	// runsc restores only with the mounts the image was made with: the masks too, those the sandbox was
+	// booted with (none for an image made before they were recorded). Host entries hidden since are not
+	// hidden from it, as they were not while it ran, until it boots anew.
+	masks := make([]runtime.Mask, 0, len(lnk.Masks))
+	for _, m := range lnk.Masks {
+		if !filepath.IsAbs(m.Path) {
+			return runtime.Sandbox{}, fmt.Errorf("gvisor: restore %s: the image's mask %q is not an absolute path: %w", spec.ID, m.Path, errdefs.ErrInvalidArgument)
+		}
+		masks = append(masks, runtime.Mask{Path: m.Path, Dir: m.Dir})
+	}
+	if !slices.Equal(masks, spec.Masks) {
+		d.log.Info("restored with the masks of its image", "sandbox", spec.ID, "image", len(masks), "now", len(spec.Masks))
+	}
+	spec.Masks = masks
 	// runsc loads the memory in the background after the sandbox runs again (--background), reading
 	// the image for a while: it gets its own hard-linked copy in the sandbox's directory, removed with
 	// the sandbox, so the caller may drop imageDir (and restore it into other sandboxes) at once.

@@ -32,7 +32,7 @@ type rig struct {
 	next int
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	testenv.RequireSandboxes(t)
 	dir := t.TempDir()
 	d, err := gvisor.New(gvisor.Config{StateDir: filepath.Join(dir, "runtime"), CgroupParent: "/airlock-test-ckpt",
@@ -50,7 +50,7 @@ func newRig(t *testing.T) *rig {
 
 // spec makes a network namespace with a veth for sandbox id and returns its spec and the sandbox's
 // address.
-func (r *rig) spec(t *testing.T, id string) (runtime.Spec, string) {
+func (r *rig) spec(t testing.TB, id string) (runtime.Spec, string) {
 	r.next++
 	ns := filepath.Join(r.dir, "ns-"+id)
 	if err := netns.Create(ns); err != nil {
@@ -63,12 +63,12 @@ func (r *rig) spec(t *testing.T, id string) (runtime.Spec, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = hostnet.Detach(ifName) })
-	return runtime.Spec{ID: id, RootFS: r.tpl.RootFS, Mounts: r.tpl.Mounts,
+	return runtime.Spec{ID: id, RootFS: r.tpl.RootFS, Mounts: r.tpl.Mounts, Masks: r.tpl.Masks,
 		Init: node.InitArgs(), ControlDir: node.ControlDir,
 		InitBinary: r.bin, NetNS: ns, Limits: runtime.Limits{MemoryBytes: 512 << 20}}, addr.Sandbox.String()
 }
 
-func (r *rig) dial(t *testing.T, sb runtime.Sandbox) *link.Client {
+func (r *rig) dial(t testing.TB, sb runtime.Sandbox) *link.Client {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	// The daemon may still be between bind and listen (after a wake): retry briefly, as the node does.

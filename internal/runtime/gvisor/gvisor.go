@@ -103,6 +103,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	_, err = os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
 	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", "gvisor"), cpuV1: err == nil}
+	if err := makeMaskFile(d.maskFile()); err != nil {
+		return nil, fmt.Errorf("gvisor: %w", err)
+	}
 	d.oci = sandboxdir.OCI{Name: "gvisor", Command: d.runsc}
 	return d, nil
 }
@@ -116,6 +119,46 @@ func (d *Driver) CgroupParent() string { return d.cfg.CgroupParent }
 var idPattern = sandboxdir.IDPattern
 
 func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.StateDir, "sandboxes", id) }
+
+// maskFile is the empty, unreadable file bound over each file a spec masks (runtime.Spec.Masks).
+func (d *Driver) maskFile() string { return filepath.Join(d.cfg.StateDir, "mask") }
+
+// maskSource names the tmpfs of a directory's mask in the spec (a tmpfs has no source; this one tells
+// it from the sandbox's other tmpfs mounts).
+const maskSource = "airlock-mask"
+
+// specMasks reports the masks an OCI spec the driver wrote hides (runtime.Spec.Masks), in its order.
+func (d *Driver) specMasks(spec specs.Spec) []runtime.Mask {
+	var out []runtime.Mask
+	for _, m := range spec.Mounts {
+		switch {
+		case m.Type == "tmpfs" && m.Source == maskSource:
+			out = append(out, runtime.Mask{Path: m.Destination, Dir: true})
+		case m.Type == "bind" && m.Source == d.maskFile():
+			out = append(out, runtime.Mask{Path: m.Destination})
+		}
+	}
+	return out
+}
+
+// makeMaskFile makes p an empty regular file of mode 0 (emptied if it was not), never through a link.
+func makeMaskFile(p string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("mask file: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("mask file %s: not a regular file (%v)", p, err)
+	}
+	if err := f.Truncate(0); err != nil {
+		return fmt.Errorf("mask file: %w", err)
+	}
+	if err := f.Chmod(0); err != nil {
+		return fmt.Errorf("mask file: %w", err)
+	}
+	return nil
+}
 
 func (d *Driver) cgroupPath(id string) string { return filepath.Join(d.cfg.CgroupParent, id) }
 
@@ -381,6 +424,20 @@ func (d *Driver) ociSpec(spec runtime.Spec, dir string) (*specs.Spec, error) {
 			opts = append(opts, "ro")
 		}
 		mounts = append(mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
+	}
+	// What the mounts show that not every host user may read, hidden after them: the sentry and its
+	// gofer read host files as host root would (CAP_DAC_OVERRIDE), so a mode alone keeps nothing from
+	// root inside. A directory under an empty read-only tmpfs (the sentry's own memory, no host file), a
+	// file under the driver's empty one.
+	for _, m := range spec.Masks {
+		if !filepath.IsAbs(m.Path) {
+			return nil, fmt.Errorf("gvisor: mask %q: not an absolute path: %w", m.Path, errdefs.ErrInvalidArgument)
+		}
+		if m.Dir {
+			mounts = append(mounts, specs.Mount{Destination: m.Path, Type: "tmpfs", Source: maskSource, Options: []string{"ro", "nosuid", "nodev", "noexec", "mode=000"}})
+		} else {
+			mounts = append(mounts, specs.Mount{Destination: m.Path, Type: "bind", Source: d.maskFile(), Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		}
 	}
 	// The share of the CPU over a long period while it boots; settleCPUQuota shortens it (cgroups.go).
 	period := uint64(bootCPUPeriod)

@@ -37,6 +37,15 @@ type imageLink struct {
 	Init []string `json:"init,omitempty"`
 	// Entries are what the link directory held, parents before children.
 	Entries []linkEntry `json:"entries,omitempty"`
+	// Masks are the paths the sandbox was booted with hidden (runtime.Spec.Masks), which its restore
+	// must repeat: runsc restores only with the mounts the image was made with.
+	Masks []imageMask `json:"masks,omitempty"`
+}
+
+// imageMask is one of imageLink.Masks.
+type imageMask struct {
+	Path string `json:"path"`
+	Dir  bool   `json:"dir,omitempty"`
 }
 
 // linkEntry is one file of the link directory.
@@ -113,8 +122,15 @@ func (d *Driver) wake(ctx context.Context, id string) error {
 // the directory's descriptor, follows no link, and opens only regular files, without blocking.
 func (d *Driver) saveLinkDir(id, imageDir string) error {
 	rec := imageLink{Control: d.hasControl(id)}
-	if spec, err := d.readSpec(id); err == nil && spec.Process != nil {
+	spec, err := d.readSpec(id)
+	if err != nil {
+		return fmt.Errorf("spec of %s: %w", id, err)
+	}
+	if spec.Process != nil {
 		rec.Init = spec.Process.Args
+	}
+	for _, m := range d.specMasks(spec) {
+		rec.Masks = append(rec.Masks, imageMask{Path: m.Path, Dir: m.Dir})
 	}
 	dir, err := d.sdir(id).ReadLinkDir()
 	if err != nil {

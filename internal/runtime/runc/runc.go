@@ -368,12 +368,24 @@ func (d *Driver) ociSpec(spec runtime.Spec, pub string) *specs.Spec {
 				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
 				Pids:   &specs.LinuxPids{Limit: pids},
 			},
-			Seccomp: Profile(),
-			MaskedPaths: []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
-				"/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap"},
+			Seccomp:       Profile(),
+			MaskedPaths:   maskedPaths(spec.Masks),
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
 	}
+}
+
+// maskedPaths are the paths runc hides in the container (under /dev/null or an empty read-only tmpfs):
+// the kernel's files no container needs, and the template's host entries not every host user may
+// read. (Root inside is a host user of the sandbox range, so a mode keeps host root's files from it
+// already; the masks keep from it, too, the files of a host user who happens to be in that range.)
+func maskedPaths(masks []runtime.Mask) []string {
+	paths := []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
+		"/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap"}
+	for _, m := range masks {
+		paths = append(paths, m.Path)
+	}
+	return paths
 }
 
 // runc builds a runc command with the driver's global flags.

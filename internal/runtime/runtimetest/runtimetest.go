@@ -56,6 +56,7 @@ func Run(t *testing.T, h Harness) {
 	s := &suite{h: h}
 	t.Run("Boot", s.testBoot)
 	t.Run("Files", s.testFiles)
+	t.Run("HiddenHostEntries", s.testHidden)
 	t.Run("Network", s.testNetwork)
 	t.Run("MemoryLimit", s.testMemory)
 	t.Run("ProcessLimit", s.testProcesses)
@@ -160,7 +161,7 @@ func (s *suite) spec(t *testing.T, limits runtime.Limits) (runtime.Spec, string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = hostnet.Detach(ifName) })
-	return runtime.Spec{ID: id, RootFS: s.h.Template.RootFS, Mounts: s.h.Template.Mounts, Init: node.InitArgs(),
+	return runtime.Spec{ID: id, RootFS: s.h.Template.RootFS, Mounts: s.h.Template.Mounts, Masks: s.h.Template.Masks, Init: node.InitArgs(),
 		ControlDir: node.ControlDir, InitBinary: s.h.DaemonBinary, NetNS: ns, Limits: limits}, addr.Sandbox.String()
 }
 
@@ -168,6 +169,13 @@ func (s *suite) spec(t *testing.T, limits runtime.Limits) (runtime.Spec, string)
 func (s *suite) boot(t *testing.T, limits runtime.Limits) *box {
 	t.Helper()
 	spec, addr := s.spec(t, limits)
+	return s.bootSpec(t, spec, addr)
+}
+
+// bootSpec creates a sandbox of spec (from s.spec, with its address addr) and connects to its daemon;
+// the test's cleanup destroys it.
+func (s *suite) bootSpec(t *testing.T, spec runtime.Spec, addr string) *box {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := s.h.Driver.Create(ctx, spec); err != nil {
@@ -283,6 +291,62 @@ func (s *suite) testFiles(t *testing.T) {
 	o := s.boot(t, runtime.Limits{})
 	if res := run(t, o.c, "root", "cat /etc/runtimetest-marker"); res.ExitCode == 0 {
 		t.Errorf("another sandbox sees the first one's file")
+	}
+}
+
+// testHidden: what a template's host directory holds that not every host user may read is hidden from
+// root inside by the spec's masks (a file others may not read, a directory others may not enter), and
+// the rest of the directory is shown.
+func (s *suite) testHidden(t *testing.T) {
+	if len(s.h.Template.Mounts) == 0 {
+		t.Skip("the template shows no host directory")
+	}
+	// Outside the test's private directories: the sandbox's root (a host user for some drivers) must
+	// reach it to mount it.
+	host, err := os.MkdirTemp("", "rtt-hidden-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(host) })
+	for _, f := range []struct {
+		path string
+		mode os.FileMode
+	}{{"open", 0o644}, {"secret", 0o600}, {"private/inner", 0o644}, {"sub/key", 0o640}} {
+		p := filepath.Join(host, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("content of "+f.path+"\n"), f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, mode := range map[string]os.FileMode{"": 0o755, "private": 0o700} {
+		if err := os.Chmod(filepath.Join(host, p), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const dest = "/mnt/rtt-hidden"
+	masks, err := template.ScanHidden(host, dest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(masks) != 3 {
+		t.Fatalf("the scan hides %v; want private, secret and sub/key", masks)
+	}
+	spec, addr := s.spec(t, runtime.Limits{})
+	spec.Mounts = append(append([]runtime.Mount(nil), spec.Mounts...), runtime.Mount{Source: host, Destination: dest, ReadOnly: true})
+	spec.Masks = append(append([]runtime.Mask(nil), spec.Masks...), masks...)
+	b := s.bootSpec(t, spec, addr)
+	// Positive control: the directory is there, with what everyone may read.
+	if got := sh(t, b.c, "cat "+dest+"/open; ls "+dest+" | tr '\\n' ' '"); got != "content of open\nopen private secret sub" {
+		t.Errorf("the host directory shows %q; want its readable file and its four entries", got)
+	}
+	for _, script := range []string{"cat " + dest + "/secret", "cat " + dest + "/sub/key", "cat " + dest + "/private/inner",
+		"ls -A " + dest + "/private", "python3 -c 'import os,sys; print(open(sys.argv[1]).read())' " + dest + "/secret"} {
+		res := run(t, b.c, "root", script)
+		if strings.Contains(string(res.Stdout), "content of") || strings.Contains(string(res.Stdout), "inner") {
+			t.Errorf("root reads a hidden host entry: %q: %q", script, res.Stdout)
+		}
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 )
 
 // CheckSpec checks what a VM driver (named driver, for errors) can boot of spec: a sandbox ID, init and
-// control directory as absolute paths in the guest, and no host directories (a VM boots image
-// templates only).
+// control directory as absolute paths in the guest, and no host directories nor masks over them (a VM
+// boots image templates only).
 func CheckSpec(driver string, spec runtime.Spec) error {
 	if !sandboxdir.IDPattern.MatchString(spec.ID) {
 		return fmt.Errorf("%s: bad sandbox id %q: %w", driver, spec.ID, errdefs.ErrInvalidArgument)
@@ -24,6 +24,9 @@ func CheckSpec(driver string, spec runtime.Spec) error {
 	}
 	if len(spec.Mounts) > 0 {
 		return fmt.Errorf("%s: the template shows host directories (%s), which a VM cannot: boot an image template: %w", driver, spec.Mounts[0].Destination, errdefs.ErrFailedPrecondition)
+	}
+	if len(spec.Masks) > 0 {
+		return fmt.Errorf("%s: the spec hides paths (%s), which a VM cannot: boot an image template: %w", driver, spec.Masks[0].Path, errdefs.ErrFailedPrecondition)
 	}
 	return nil
 }
