@@ -2,8 +2,10 @@ package api
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"path"
+	"strconv"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/controlplane"
@@ -141,13 +143,19 @@ func (s *Server) readSnapshotFile(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		defer v.Close()
-		data, err := v.ReadFile(p, controlplane.MaxSnapshotFileBytes)
+		// Streamed: a large file of the layer is read from the snapshot store again, not held.
+		rc, size, err := v.Open(p, controlplane.MaxSnapshotFileBytes)
 		if err != nil {
 			return err
 		}
+		defer rc.Close()
 		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(data)
+		if _, err := io.Copy(w, rc); err != nil {
+			// The status is sent: the client sees a body shorter than its Content-Length.
+			s.log.Warn("read snapshot file: cut short", "session", id, "snapshot", snapID, "err", err)
+		}
 		return nil
 	})
 }

@@ -25,7 +25,8 @@ SANDBOX:/absolute/path, the other a local path ("-" for stdin or stdout).
 
 Like cp -r: when DST is an existing directory the copy goes inside it, otherwise it is created with
 DST's name. Directories travel as tar archives; symlinks are copied as links. Files copied out of a
-sandbox lose setuid, setgid and sticky bits, and nothing from it can land outside DST.`,
+sandbox lose setuid, setgid and sticky bits; nothing from it lands outside what it is copied to, no
+link it made is followed, and its contents stream to disk.`,
 		Example: `  airlock cp ./src sb_…:/home/user/           # → /home/user/src
   airlock cp sb_…:/home/user/out.json .
   airlock cp sb_…:/home/user/results - | tar t  # a directory to stdout is a tar archive
@@ -142,7 +143,13 @@ func (g *globals) download(ctx context.Context, c *airlock.Client, id, src, dst 
 			return err
 		}
 		if info, err := os.Stat(dst); err == nil && info.IsDir() {
-			return extractTar(rc, dst, "")
+			// Into DST/<src's name>: every entry is renamed under it, so that an archive naming
+			// something else (DST/.bashrc) cannot write beside the copy.
+			base := path.Base(src)
+			if base == "/" {
+				base = ""
+			}
+			return extractTar(rc, dst, base)
 		}
 		parent := filepath.Dir(dst)
 		if info, err := os.Stat(parent); err != nil || !info.IsDir() {

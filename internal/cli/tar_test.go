@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // tree describes the files of a directory: path → content ("dir/" entries are directories, "->target"
@@ -165,6 +169,23 @@ func TestExtractHostile(t *testing.T) {
 			{name: "d/out/escaped", typ: tar.TypeReg, body: "x"},
 		}},
 		{"hard link out", []entry{{name: "d/h", typ: tar.TypeLink, link: "../escaped"}}},
+		// Links that stay inside the destination are not followed either: what an entry names is
+		// where it lands.
+		{"file through a link inside", []entry{
+			{name: "d/", typ: tar.TypeDir},
+			{name: "d/up", typ: tar.TypeSymlink, link: ".."},
+			{name: "d/up/escaped", typ: tar.TypeReg, body: "x"},
+		}},
+		{"directory through a link inside", []entry{
+			{name: "d/", typ: tar.TypeDir},
+			{name: "d/up", typ: tar.TypeSymlink, link: ".."},
+			{name: "d/up/escaped/", typ: tar.TypeDir},
+		}},
+		{"link as a directory", []entry{
+			{name: "d", typ: tar.TypeSymlink, link: "."},
+			{name: "d/", typ: tar.TypeDir},
+			{name: "d/escaped", typ: tar.TypeReg, body: "x"},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -231,4 +252,61 @@ func FuzzEntryPath(f *testing.F) {
 			t.Errorf("entryPath(%q, %q) = %q leaves the destination", name, rename, p)
 		}
 	})
+}
+
+// TestExtractLinkInsideNotFollowed: a link an entry made pointing inside the destination is not
+// followed by a later entry (positive control: the same entries without the link land where named).
+func TestExtractLinkInsideNotFollowed(t *testing.T) {
+	dst := t.TempDir()
+	err := extractTar(archive(t, entry{name: "d/", typ: tar.TypeDir}, entry{name: "d/l", typ: tar.TypeSymlink, link: "."},
+		entry{name: "d/l/f", typ: tar.TypeReg, body: "x"}), dst, "")
+	if err == nil || !strings.Contains(err.Error(), "a symbolic link is not followed") {
+		t.Errorf("extractTar: got %v; want a refusal naming the link", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "d", "f")); err == nil {
+		t.Errorf("d/l/f was written through the link into d/f")
+	}
+	ok := t.TempDir()
+	if err := extractTar(archive(t, entry{name: "d/", typ: tar.TypeDir}, entry{name: "d/l/", typ: tar.TypeDir},
+		entry{name: "d/l/f", typ: tar.TypeReg, body: "x", mode: 0o640}), ok, ""); err != nil {
+		t.Fatalf("extractTar: %v", err)
+	}
+	fi, err := os.Lstat(filepath.Join(ok, "d", "l", "f"))
+	if err != nil || fi.Mode() != 0o640 {
+		t.Errorf("d/l/f: %v, %v; want a 0640 file", fi, err)
+	}
+}
+
+// TestCpDownConfined: a directory copied into an existing local directory lands in DST/<its name>,
+// whatever names its archive (a sandbox's) uses; positive control: its own entries land there.
+func TestCpDownConfined(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files/stat", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, airlock.FileInfo{Name: "proj", Path: "/home/user/proj", Type: "dir", Mode: "0755"})
+	})
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files/tar", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(archive(t,
+			entry{name: "proj/", typ: tar.TypeDir},
+			entry{name: "proj/ok.txt", typ: tar.TypeReg, body: "ok"},
+			entry{name: "escaped.txt", typ: tar.TypeReg, body: "x"},   // beside the copy
+			entry{name: "other/escaped", typ: tar.TypeReg, body: "x"}, // another top directory
+		).Bytes())
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	out := t.TempDir()
+	code, _, errOut := run(t, srv.URL, "", "cp", sbA+":/home/user/proj", out)
+	var outside []string
+	_ = filepath.WalkDir(out, func(p string, d fs.DirEntry, err error) error {
+		if rel, _ := filepath.Rel(out, p); err == nil && rel != "." && rel != "proj" && !strings.HasPrefix(rel, "proj"+string(filepath.Separator)) {
+			outside = append(outside, rel)
+		}
+		return nil
+	})
+	if len(outside) > 0 {
+		t.Errorf("cp wrote beside the copy: %q (exit %d, stderr %q)", outside, code, errOut)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "proj", "ok.txt")); err != nil || string(b) != "ok" {
+		t.Errorf("proj/ok.txt: %q, %v (exit %d, stderr %q)", b, err, code, errOut)
+	}
 }

@@ -2,9 +2,11 @@ package controlplane
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -62,6 +64,9 @@ type fakeNode struct {
 	fetched     int
 	// noFiles makes checkpoints name no file layer, as a driver without one (runtime.ImageFiles).
 	noFiles bool
+	// bigFile, if set, adds /home/user/big of that many bytes to each checkpoint's layer: the
+	// checkpoint's number, as a byte, repeated.
+	bigFile int64
 	// runtimes, if set, are what Runtimes reports.
 	runtimes []node.Runtime
 	// snaps is the snapshot store the node writes and reads images with (nil: none, as a node started
@@ -263,7 +268,7 @@ func (n *fakeNode) checkpoint(id, imageDir string, leaveRunning bool) error {
 	}
 	// The writable layer: /home/user/note.txt says which image it is.
 	n.checkpoints++
-	if err := writeFakeLayer(filepath.Join(imageDir, "fs.tar"), fmt.Sprintf("checkpoint %d\n%s\n", n.checkpoints, content)); err != nil {
+	if err := writeFakeLayer(filepath.Join(imageDir, "fs.tar"), fmt.Sprintf("checkpoint %d\n%s\n", n.checkpoints, content), n.bigFile, byte(n.checkpoints)); err != nil {
 		return err
 	}
 	if !leaveRunning {
@@ -751,24 +756,33 @@ func TestEgress(t *testing.T) {
 	}
 }
 
-// writeFakeLayer writes a writable-layer archive holding /home/user/note.txt with note.
-func writeFakeLayer(path, note string) error {
+// writeFakeLayer writes a writable-layer archive holding /home/user/note.txt with note and, if big > 0,
+// /home/user/big: big bytes of fill.
+func writeFakeLayer(path, note string, big int64, fill byte) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	tw := tar.NewWriter(f)
-	for _, h := range []*tar.Header{
+	hdrs := []*tar.Header{
 		{Name: "home/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX},
 		{Name: "home/user/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX},
 		{Name: "home/user/note.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(note)), Format: tar.FormatPAX},
-	} {
+	}
+	if big > 0 {
+		hdrs = append(hdrs, &tar.Header{Name: "home/user/big", Typeflag: tar.TypeReg, Mode: 0o644, Size: big, Format: tar.FormatPAX})
+	}
+	for _, h := range hdrs {
 		if err := tw.WriteHeader(h); err != nil {
 			f.Close()
 			return err
 		}
+		body := io.Reader(strings.NewReader(note))
+		if h.Name == "home/user/big" {
+			body = bytes.NewReader(bytes.Repeat([]byte{fill}, int(big)))
+		}
 		if h.Typeflag == tar.TypeReg {
-			if _, err := tw.Write([]byte(note)); err != nil {
+			if _, err := io.Copy(tw, body); err != nil {
 				f.Close()
 				return err
 			}

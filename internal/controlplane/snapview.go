@@ -16,8 +16,16 @@ import (
 // Reading a snapshot's files without restoring it: its writable layer (the image's file its node's
 // driver named, snapshotFilesMeta, from the snapshot store) over its template, as a snapfs.View.
 
-// maxLayerBytes bounds the writable layer a view loads into memory.
-const maxLayerBytes = 512 << 20
+// What a view of a snapshot holds in memory of its writable layer: the index (names and link targets,
+// snapfs.EntryOverhead per entry) up to maxLayerIndexBytes, and the contents of files of at most
+// maxHeldFile bytes up to maxHeldBytes in all. The rest of what the sandbox wrote is read again from
+// the snapshot store, as a stream, when a file is read; a diff compares it by the digests taken while
+// indexing.
+const (
+	maxLayerIndexBytes = 256 << 20
+	maxHeldBytes       = 32 << 20
+	maxHeldFile        = snapfs.MaxTextSize
+)
 
 // MaxSnapshotFileBytes bounds a file read from a snapshot.
 const MaxSnapshotFileBytes = 64 << 20
@@ -26,7 +34,8 @@ const MaxSnapshotFileBytes = 64 << 20
 const maxDiffChanges = 10000
 
 // SnapshotView opens a view of the files of one snapshot in the session's timeline (its own, or its
-// fork source). The caller closes it.
+// fork source). The caller closes it; ctx also bounds reading the View's files (large ones are read
+// from the snapshot store again), so the View is used within ctx.
 func (s *snapshotBook) SnapshotView(ctx context.Context, tenantID, sessionID, snapID string) (*snapfs.View, error) {
 	snaps, err := s.snapshotStore()
 	if err != nil {
@@ -72,10 +81,19 @@ func (s *snapshotBook) loadLayer(ctx context.Context, snaps *snapshot.Store, sn 
 	case noFilesPart:
 		return nil, fmt.Errorf("snapshot %s was taken by a runtime that keeps no file layer to read: %w", sn.ID, errdefs.ErrFailedPrecondition)
 	}
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(snaps.ReadFile(ctx, sn.TenantID, sn.ID, part, pw)) }()
-	defer pr.Close()
-	return loadLayerFrom(pr, sn.ID)
+	// reopen streams the layer from the store; the goroutine ends when the reader is closed or read to
+	// its end (the pipe's writer fails once the reader is closed), or when ctx ends.
+	reopen := func() (io.ReadCloser, error) {
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(snaps.ReadFile(ctx, sn.TenantID, sn.ID, part, pw)) }()
+		return pr, nil
+	}
+	rc, err := reopen()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return loadLayerFrom(rc, sn.ID, reopen)
 }
 
 // storedWait bounds how long a read of a snapshot's files waits for its node to store it.
@@ -106,8 +124,9 @@ func (s *snapshotBook) waitStored(ctx context.Context, sn store.Snapshot) (store
 	}
 }
 
-func loadLayerFrom(r io.Reader, snapID string) (*snapfs.Layer, error) {
-	l, err := snapfs.Load(r, maxLayerBytes)
+func loadLayerFrom(r io.Reader, snapID string, reopen func() (io.ReadCloser, error)) (*snapfs.Layer, error) {
+	l, err := snapfs.LoadWith(r, snapfs.LoadOptions{MaxIndexBytes: maxLayerIndexBytes, MaxHeldBytes: maxHeldBytes,
+		MaxHeldFile: maxHeldFile, Reopen: reopen})
 	if err != nil {
 		if errors.Is(err, errdefs.ErrFailedPrecondition) {
 			return nil, fmt.Errorf("files of snapshot %s: %w", snapID, err)

@@ -30,8 +30,11 @@ const (
 	// DefaultOutputBytes and MaxOutputBytes cap what run_command returns of each of stdout and stderr.
 	DefaultOutputBytes = 64 << 10
 	MaxOutputBytes     = 1 << 20
-	// MaxFileBytes caps what read_file returns and write_file takes.
+	// MaxFileBytes caps what read_file returns and write_file takes; read_file reads no more than one
+	// byte past it.
 	MaxFileBytes = 4 << 20
+	// MaxListEntries caps the entries list_files returns.
+	MaxListEntries = 10000
 )
 
 // New returns the MCP server whose tools call Airlock through c; version is the server's.
@@ -275,14 +278,12 @@ type FileOut struct {
 }
 
 func (t tools) readFile(ctx context.Context, in PathIn) (FileOut, error) {
-	st, err := t.c.Stat(ctx, in.ID, in.Path)
-	if err != nil {
-		return FileOut{}, err
+	// Bounded while reading, not by a Stat first: the sandbox can grow the file (or make it sparse and
+	// huge) between the two.
+	b, err := t.c.ReadFileLimit(ctx, in.ID, in.Path, MaxFileBytes)
+	if errors.Is(err, airlock.ErrTooLarge) {
+		return FileOut{}, fmt.Errorf("%s is larger than %d bytes; read_file returns at most %d (run_command with head or tail)", in.Path, MaxFileBytes, MaxFileBytes)
 	}
-	if st.Size > MaxFileBytes {
-		return FileOut{}, fmt.Errorf("%s is %d bytes; read_file returns at most %d (run_command with head or tail)", in.Path, st.Size, MaxFileBytes)
-	}
-	b, err := t.c.ReadFile(ctx, in.ID, in.Path)
 	if err != nil {
 		return FileOut{}, err
 	}
@@ -352,7 +353,8 @@ func parentDir(p string) string {
 
 // Entries lists a directory.
 type Entries struct {
-	Entries []FileEntry `json:"entries"`
+	Entries   []FileEntry `json:"entries"`
+	Truncated bool        `json:"truncated,omitempty" jsonschema:"the directory has more entries than the list (at most 10000)"`
 }
 
 func (t tools) listFiles(ctx context.Context, in PathIn) (Entries, error) {
@@ -360,8 +362,12 @@ func (t tools) listFiles(ctx context.Context, in PathIn) (Entries, error) {
 	if err != nil {
 		return Entries{}, err
 	}
-	out := Entries{Entries: make([]FileEntry, 0, len(l.Entries))}
+	out := Entries{Entries: make([]FileEntry, 0, min(len(l.Entries), MaxListEntries))}
 	for _, fi := range l.Entries {
+		if len(out.Entries) == MaxListEntries {
+			out.Truncated = true
+			break
+		}
 		out.Entries = append(out.Entries, entry(fi))
 	}
 	return out, nil

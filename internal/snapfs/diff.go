@@ -2,7 +2,7 @@ package snapfs
 
 import (
 	"bytes"
-	"errors"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"slices"
@@ -182,19 +182,15 @@ func (d *differ) differs(an, bn *node, ea, eb *Entry) (bool, error) {
 	case ea.Size != eb.Size:
 		return true, nil
 	case an.up != nil && bn.up != nil:
-		return !bytes.Equal(an.up.data, bn.up.data), nil
+		return an.up.sum != bn.up.sum, nil
 	}
-	ra, err := d.a.openContents(an)
-	if err != nil {
-		return false, err
+	// One side is the template's file, the other the layer's: compare the template's digest, read in
+	// a stream, with the one the layer keeps.
+	up, lo, v := an.up, bn, d.b
+	if up == nil {
+		up, lo, v = bn.up, an, d.a
 	}
-	defer ra.Close()
-	rb, err := d.b.openContents(bn)
-	if err != nil {
-		return false, err
-	}
-	defer rb.Close()
-	same, err := sameContents(ra, rb)
+	same, err := v.lowerHas(lo.rel, up.size, up.sum)
 	if err != nil {
 		return false, fmt.Errorf("compare %s: %w", ea.Path, err)
 	}
@@ -231,50 +227,22 @@ func (v *View) lowerNames(rel string) ([]string, error) {
 	return names, nil
 }
 
-// openContents opens the regular file n.
-func (v *View) openContents(n *node) (io.ReadCloser, error) {
-	if n.up != nil {
-		return io.NopCloser(bytes.NewReader(n.up.data)), nil
-	}
-	f, _, err := v.openLower(n.rel)
+// lowerHas reports whether the template's regular file at rel holds size bytes whose SHA-256 is sum,
+// reading it as a stream.
+func (v *View) lowerHas(rel string, size int64, sum [32]byte) (bool, error) {
+	f, n, err := v.openLower(rel)
 	if err != nil {
-		return nil, fmt.Errorf("template /%s: %w", n.rel, err)
+		return false, fmt.Errorf("template /%s: %w", rel, err)
 	}
-	return f, nil
-}
-
-// sameContents reports whether a and b read the same bytes.
-func sameContents(a, b io.Reader) (bool, error) {
-	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
-	for {
-		na, erra := io.ReadFull(a, ba)
-		nb, errb := io.ReadFull(b, bb)
-		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
-			return false, nil
-		}
-		aDone, err := readDone(erra)
-		if err != nil {
-			return false, err
-		}
-		bDone, err := readDone(errb)
-		if err != nil {
-			return false, err
-		}
-		if aDone || bDone {
-			return aDone == bDone, nil
-		}
-	}
-}
-
-// readDone reports whether an io.ReadFull error means the end of the input.
-func readDone(err error) (bool, error) {
-	if err == nil {
+	defer f.Close()
+	if n != size {
 		return false, nil
 	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return true, nil
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(f, size)); err != nil {
+		return false, fmt.Errorf("template /%s: %w", rel, err)
 	}
-	return false, err
+	return [32]byte(h.Sum(nil)) == sum, nil
 }
 
 // MaxTextSize is the largest file UnifiedDiff compares.

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"io"
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -94,4 +95,32 @@ func walk(t *testing.T, v *View, dir string) int {
 		}
 	}
 	return n
+}
+
+// FuzzLoadWith is FuzzLoad holding almost nothing in memory: every file but the tiniest is read from
+// the archive again, and must read back as it was indexed.
+func FuzzLoadWith(f *testing.F) {
+	for _, seed := range fuzzSeeds(f) {
+		f.Add(seed)
+	}
+	lower := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		reopen := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+		l, err := LoadWith(bytes.NewReader(data), LoadOptions{MaxIndexBytes: 1 << 20, MaxHeldBytes: 2, MaxHeldFile: 1, Reopen: reopen})
+		if err != nil {
+			if !errors.Is(err, errdefs.ErrFailedPrecondition) {
+				t.Fatalf("LoadWith: %v; want an error matching %v", err, errdefs.ErrFailedPrecondition)
+			}
+			return
+		}
+		v, err := NewView(l, lower)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v.Close()
+		walk(t, v, "/")
+		if changes, err := Diff(v, v); err != nil || len(changes) != 0 {
+			t.Errorf("Diff(view, view) = %v, %v; want none", changes, err)
+		}
+	})
 }

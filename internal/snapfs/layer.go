@@ -6,7 +6,8 @@
 // internal/runtime/gvisor: names relative to the upper root, directories ending in "/", whiteouts as
 // character devices 0/0, opaque directories with the SCHILY.xattr.trusted.overlay.opaque=y record,
 // hard links as tar.TypeLink). Load indexes such an archive into a Layer; NewView lays a Layer over
-// the template directory the way overlayfs does; Diff compares two Views.
+// the template directory the way overlayfs does; Diff compares two Views. LoadWith keeps only small
+// files' contents in memory, and reads the archive again for the others when they are read.
 //
 // Everything that comes from outside is treated as hostile: archive contents come from the sandbox and
 // paths from API users. Archive names must be clean and relative, paths given to a View must be
@@ -17,8 +18,10 @@ package snapfs
 
 import (
 	"archive/tar"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"path"
@@ -57,7 +60,11 @@ type layerEntry struct {
 	mode     fs.FileMode
 	modTime  time.Time
 	target   string   // kindSymlink: the link's target, unresolved
-	data     []byte   // kindFile: contents, shared between hard links
+	data     []byte   // kindFile: contents when held (shared between hard links), nil otherwise
+	held     bool     // kindFile: data holds the contents
+	size     int64    // kindFile: the contents' length
+	sum      [32]byte // kindFile: the contents' SHA-256
+	ord      int      // kindFile: the archive entry (counted from 0) holding the contents
 	opaque   bool     // kindDir: hides the template directory under it
 	children []string // kindDir: names of the entries directly inside, sorted
 }
@@ -76,10 +83,31 @@ func (e *layerEntry) typ() string {
 }
 
 // Layer is the upper layer of one snapshot, indexed from its tar archive, with the contents of its
-// regular files in memory. A Layer is immutable and safe for concurrent use.
+// regular files in memory (Load) or those of its small files only (LoadWith). A Layer is immutable
+// and safe for concurrent use.
 type Layer struct {
 	entries map[string]*layerEntry // by clean relative name; "" is the root directory
-	bytes   int64                  // what the layer costs against Load's maxBytes
+	opts    LoadOptions
+	bytes   int64 // what the index (and, for Load, the contents) costs against MaxIndexBytes
+	held    int64 // contents held in memory, against MaxHeldBytes (LoadWith)
+	ord     int   // archive entries read so far
+}
+
+// LoadOptions bound what LoadWith keeps in memory of a layer archive.
+type LoadOptions struct {
+	// MaxIndexBytes caps the index: for every entry, the length of its name and link target plus
+	// EntryOverhead. Past it LoadWith fails with an error matching errdefs.ErrFailedPrecondition.
+	MaxIndexBytes int64
+	// MaxHeldBytes caps the contents of regular files held in memory, hard links counted once, and
+	// MaxHeldFile the largest file held. Any other file is kept as its size and SHA-256 only: Diff
+	// compares it by those, and View.ReadFile and View.Open read it from the archive again (Reopen).
+	MaxHeldBytes, MaxHeldFile int64
+	// Reopen reads the archive again from its start, for the contents of files not held. Nil: those
+	// cannot be read (errdefs.ErrFailedPrecondition), only compared.
+	Reopen func() (io.ReadCloser, error)
+
+	// all holds every file's contents, charged to MaxIndexBytes, failing past it (Load).
+	all bool
 }
 
 // Load reads a layer archive from r, once, to its end, and keeps everything needed to serve it,
@@ -92,7 +120,15 @@ type Layer struct {
 // the archive before it (the writer emits parents first), a duplicate, a hard link to anything but an
 // earlier regular file, or an unsupported entry type. Errors reading r are returned wrapped as they are.
 func Load(r io.Reader, maxBytes int64) (*Layer, error) {
-	l := &Layer{entries: map[string]*layerEntry{"": {kind: kindDir}}}
+	return LoadWith(r, LoadOptions{MaxIndexBytes: maxBytes, all: true})
+}
+
+// LoadWith reads a layer archive from r, once, to its end, as Load does, but holds in memory only the
+// index and the contents of the files o allows (small ones, up to a total); of the others it keeps the
+// size, the SHA-256 and where they are in the archive, so that the memory a Layer takes does not grow
+// with what the sandbox wrote. It fails as Load does, and past o.MaxIndexBytes.
+func LoadWith(r io.Reader, o LoadOptions) (*Layer, error) {
+	l := &Layer{entries: map[string]*layerEntry{"": {kind: kindDir}}, opts: o}
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -102,9 +138,10 @@ func Load(r io.Reader, maxBytes int64) (*Layer, error) {
 		if err != nil {
 			return nil, readError(err)
 		}
-		if err := l.add(tr, hdr, maxBytes); err != nil {
+		if err := l.add(tr, hdr); err != nil {
 			return nil, err
 		}
+		l.ord++
 	}
 	for _, e := range l.entries {
 		slices.Sort(e.children)
@@ -113,7 +150,7 @@ func Load(r io.Reader, maxBytes int64) (*Layer, error) {
 }
 
 // add indexes the archive entry hdr, reading its contents from tr.
-func (l *Layer) add(tr *tar.Reader, hdr *tar.Header, maxBytes int64) error {
+func (l *Layer) add(tr *tar.Reader, hdr *tar.Header) error {
 	name, err := cleanName(hdr.Name)
 	if err != nil {
 		return err
@@ -131,7 +168,7 @@ func (l *Layer) add(tr *tar.Reader, hdr *tar.Header, maxBytes int64) error {
 		old.mode, old.modTime, old.opaque = hdr.FileInfo().Mode(), hdr.ModTime, hdr.PAXRecords[opaqueRecord] == "y"
 		return nil
 	}
-	if err := l.charge(EntryOverhead+int64(len(name)+len(hdr.Linkname)), maxBytes); err != nil {
+	if err := l.charge(EntryOverhead + int64(len(name)+len(hdr.Linkname))); err != nil {
 		return err
 	}
 	e := &layerEntry{mode: hdr.FileInfo().Mode(), modTime: hdr.ModTime}
@@ -139,12 +176,9 @@ func (l *Layer) add(tr *tar.Reader, hdr *tar.Header, maxBytes int64) error {
 	case tar.TypeDir:
 		e.kind, e.opaque = kindDir, hdr.PAXRecords[opaqueRecord] == "y"
 	case tar.TypeReg:
-		if err := l.charge(hdr.Size, maxBytes); err != nil {
+		e.kind, e.size, e.ord = kindFile, hdr.Size, l.ord
+		if err := l.contents(tr, hdr, e); err != nil {
 			return err
-		}
-		e.kind, e.data = kindFile, make([]byte, hdr.Size)
-		if _, err := io.ReadFull(tr, e.data); err != nil {
-			return readError(fmt.Errorf("archive entry %q: %w", hdr.Name, err))
 		}
 	case tar.TypeLink:
 		target, err := cleanName(hdr.Linkname)
@@ -177,14 +211,120 @@ func (l *Layer) add(tr *tar.Reader, hdr *tar.Header, maxBytes int64) error {
 	return nil
 }
 
-// charge adds n bytes to what l costs and fails once that exceeds maxBytes.
-func (l *Layer) charge(n, maxBytes int64) error {
+// contents reads the contents of the regular file entry hdr into e: the data if l holds it, and its
+// SHA-256 either way.
+func (l *Layer) contents(tr *tar.Reader, hdr *tar.Header, e *layerEntry) error {
+	if hdr.Size < 0 {
+		return corrupt("archive entry %q has a negative size", hdr.Name)
+	}
+	switch {
+	case l.opts.all:
+		if err := l.charge(hdr.Size); err != nil {
+			return err
+		}
+		e.held = true
+	case hdr.Size <= l.opts.MaxHeldFile && hdr.Size <= l.opts.MaxHeldBytes-l.held:
+		l.held += hdr.Size
+		e.held = true
+	}
+	h := sha256.New()
+	var w io.Writer = h
+	var buf bytesWriter
+	if e.held {
+		buf.b = make([]byte, 0, hdr.Size)
+		w = io.MultiWriter(h, &buf)
+	}
+	// The tar reader ends the entry at hdr.Size: nothing past it is read, nothing of it held unless e is.
+	if _, err := io.CopyN(w, tr, hdr.Size); err != nil {
+		return readError(fmt.Errorf("archive entry %q: %w", hdr.Name, err))
+	}
+	e.data = buf.b
+	h.Sum(e.sum[:0])
+	return nil
+}
+
+// bytesWriter appends to a slice allocated to its final size.
+type bytesWriter struct{ b []byte }
+
+func (w *bytesWriter) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	return len(p), nil
+}
+
+// charge adds n bytes to what l's index costs and fails once that exceeds MaxIndexBytes.
+func (l *Layer) charge(n int64) error {
+	maxBytes := l.opts.MaxIndexBytes
 	if n < 0 || n > maxBytes-l.bytes {
 		return fmt.Errorf("snapshot layer is larger than %d bytes: %w", maxBytes, errdefs.ErrFailedPrecondition)
 	}
 	l.bytes += n
 	return nil
 }
+
+// openEntry reads the archive again and returns a reader of the contents of e, a file l does not
+// hold, checked against its size and SHA-256 as it is read. The caller closes it.
+func (l *Layer) openEntry(e *layerEntry) (io.ReadCloser, error) {
+	if l.opts.Reopen == nil {
+		return nil, fmt.Errorf("the contents of a large file of this layer are not kept: %w", errdefs.ErrFailedPrecondition)
+	}
+	rc, err := l.opts.Reopen()
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot layer again: %w", err)
+	}
+	tr := tar.NewReader(rc)
+	for i := 0; ; i++ {
+		hdr, err := tr.Next()
+		if err != nil {
+			rc.Close()
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, readError(fmt.Errorf("read snapshot layer again: %w", err))
+		}
+		if i < e.ord {
+			continue
+		}
+		if hdr.Typeflag != tar.TypeReg || hdr.Size != e.size {
+			rc.Close()
+			return nil, corrupt("archive entry %q is not what it was when the layer was indexed", hdr.Name)
+		}
+		return &checkedReader{r: tr, c: rc, left: e.size, want: e.sum, h: sha256.New()}, nil
+	}
+}
+
+// checkedReader reads the contents of an archive entry read again and fails, at its end, if they are
+// not what the index holds.
+type checkedReader struct {
+	r    io.Reader
+	c    io.Closer
+	left int64
+	want [32]byte
+	h    hash.Hash
+}
+
+func (c *checkedReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		if [32]byte(c.h.Sum(nil)) != c.want {
+			return 0, corrupt("a file's contents differ from when the layer was indexed")
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.h.Write(p[:n])
+	c.left -= int64(n)
+	if err == io.EOF && c.left > 0 {
+		return n, readError(io.ErrUnexpectedEOF)
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	return n, err
+}
+
+func (c *checkedReader) Close() error { return c.c.Close() }
 
 // cleanName checks that an archive name (or hard link target) is clean and relative, and returns it
 // without a trailing slash.

@@ -1,6 +1,7 @@
 package snapfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -76,40 +77,73 @@ func (v *View) Stat(p string) (Entry, error) {
 // if the entry is not a regular file (or path is malformed) and with errdefs.ErrFailedPrecondition if
 // the file is larger than max bytes. The caller owns the returned slice.
 func (v *View) ReadFile(p string, max int64) ([]byte, error) {
-	if max < 0 {
-		return nil, fmt.Errorf("read %s: negative size limit: %w", p, errdefs.ErrInvalidArgument)
-	}
-	n, err := v.lookup(p)
+	rc, size, err := v.Open(p, max)
 	if err != nil {
 		return nil, err
 	}
-	if n.typ() != TypeFile {
-		return nil, fmt.Errorf("read %s: not a regular file: %w", p, errdefs.ErrInvalidArgument)
+	defer rc.Close()
+	data := make([]byte, size)
+	if _, err := io.ReadFull(rc, data); err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
 	}
-	tooLarge := fmt.Errorf("read %s: larger than %d bytes: %w", p, max, errdefs.ErrFailedPrecondition)
-	if n.up != nil {
-		if int64(len(n.up.data)) > max {
-			return nil, tooLarge
+	// Reading on to the end checks what was read again from the archive against its digest.
+	if _, err := rc.Read(make([]byte, 1)); err != io.EOF {
+		if err == nil {
+			err = errors.New("longer than its size")
 		}
-		return slices.Clone(n.up.data), nil
-	}
-	f, size, err := v.openLower(n.rel)
-	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	defer f.Close()
-	if size > max {
-		return nil, tooLarge
-	}
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	if int64(len(data)) > max {
-		return nil, tooLarge
 	}
 	return data, nil
 }
+
+// Open opens the regular file at path for reading and reports its size; the reader holds nothing of
+// a file the Layer does not hold in memory (it reads the archive again) and yields at most size bytes.
+// It fails as ReadFile does, before anything is read. The caller closes the reader.
+func (v *View) Open(p string, max int64) (io.ReadCloser, int64, error) {
+	if max < 0 {
+		return nil, 0, fmt.Errorf("read %s: negative size limit: %w", p, errdefs.ErrInvalidArgument)
+	}
+	n, err := v.lookup(p)
+	if err != nil {
+		return nil, 0, err
+	}
+	if n.typ() != TypeFile {
+		return nil, 0, fmt.Errorf("read %s: not a regular file: %w", p, errdefs.ErrInvalidArgument)
+	}
+	tooLarge := func(size int64) error {
+		return fmt.Errorf("read %s: %d bytes, larger than %d: %w", p, size, max, errdefs.ErrFailedPrecondition)
+	}
+	if u := n.up; u != nil {
+		switch {
+		case u.size > max:
+			return nil, 0, tooLarge(u.size)
+		case u.held:
+			return io.NopCloser(bytes.NewReader(u.data)), u.size, nil
+		}
+		rc, err := v.layer.openEntry(u)
+		if err != nil {
+			return nil, 0, fmt.Errorf("read %s: %w", p, err)
+		}
+		return rc, u.size, nil
+	}
+	f, size, err := v.openLower(n.rel)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", p, err)
+	}
+	if size > max {
+		f.Close()
+		return nil, 0, tooLarge(size)
+	}
+	return &limitedFile{Reader: io.LimitReader(f, size), f: f}, size, nil
+}
+
+// limitedFile is a template file read up to a bound.
+type limitedFile struct {
+	io.Reader
+	f *os.File
+}
+
+func (l *limitedFile) Close() error { return l.f.Close() }
 
 // ReadDir lists the directory at path, sorted by name: the layer's entries and the template's, minus
 // those the layer deleted (whiteouts) and, under an opaque directory, all the template's. It fails with
@@ -265,7 +299,7 @@ func (v *View) entry(n *node) (Entry, error) {
 		e.Type, e.Mode, e.ModTime, e.Target, e.FromLayer = u.typ(), u.mode, u.modTime, u.target, true
 		switch u.kind {
 		case kindFile:
-			e.Size = int64(len(u.data))
+			e.Size = u.size
 		case kindSymlink:
 			e.Size = int64(len(u.target))
 		}

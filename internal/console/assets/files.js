@@ -4,6 +4,11 @@ import { KEY, api, fetchAPI, h, render, ago, bytes, go, confirmDialog } from "./
 
 const KINDS = { sessions: "/v1/sessions/", sandboxes: "/v1/sandboxes/" };
 
+// MAX_DOWNLOAD bounds what a download holds in the browser while it reads: a sandbox's file can be any
+// size (a sparse 64 GiB file costs it nothing) and grow while it is read. Past it, `airlock cp` streams
+// the file to disk.
+export const MAX_DOWNLOAD = 256 * 1024 * 1024;
+
 export async function filesPage(kind, id, query) {
   if (!KINDS[kind]) throw new Error("no such page");
   const base = KINDS[kind] + encodeURIComponent(id) + "/files";
@@ -88,7 +93,20 @@ export async function filesPage(kind, id, query) {
   async function download(path, name) {
     try {
       const res = await fetchAPI("GET", base + "?path=" + encodeURIComponent(path));
-      const url = URL.createObjectURL(await res.blob());
+      const reader = res.body.getReader();
+      const chunks = [];
+      let n = 0;
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        n += value.byteLength;
+        if (n > MAX_DOWNLOAD) {
+          await reader.cancel().catch(() => {});
+          throw new Error(`larger than ${bytes(MAX_DOWNLOAD)}, more than a browser download holds; use airlock cp ${id}:${path} .`);
+        }
+        chunks.push(value);
+      }
+      const url = URL.createObjectURL(new Blob(chunks));
       const a = h("a", { href: url, download: name });
       document.body.append(a);
       a.click();

@@ -31,6 +31,14 @@ test("browse, download, upload, mkdir and delete a session's files", async () =>
   assert.equal(dl.suggestedFilename(), "hello.txt");
   assert.equal(await readFile(await dl.path(), "utf8"), "hello from inside\n");
 
+  // A file the sandbox made sparse and huge: the download stops at its bound and says so.
+  await sh(id, "truncate -s 64G /home/user/data/huge");
+  await page.reload();
+  await page.locator('#entries tr[data-name="huge"]').waitFor();
+  await page.click('#entries tr[data-name="huge"] button[data-action="download"]');
+  await page.locator("#files-error").filter({ hasText: /Download huge: larger than 256\.0 MiB/ }).waitFor({ timeout: 120_000 });
+  await sh(id, "rm /home/user/data/huge");
+
   // Upload, read back from inside.
   const payload = Buffer.from("uploaded through the browser\n".repeat(1000));
   await page.setInputFiles("#upload", { name: "up.txt", mimeType: "text/plain", buffer: payload });

@@ -34,6 +34,7 @@ type Client struct {
 	apiKey  string
 	hc      *http.Client
 	ua      string
+	maxRead int64 // the most held in memory of one response; see WithMaxReadBytes
 }
 
 // Option configures a Client.
@@ -67,7 +68,7 @@ func New(baseURL string, opts ...Option) *Client {
 	if baseURL == "" {
 		baseURL = DefaultBaseURL
 	}
-	c := &Client{baseURL: strings.TrimRight(baseURL, "/"), hc: http.DefaultClient, ua: userAgent}
+	c := &Client{baseURL: strings.TrimRight(baseURL, "/"), hc: http.DefaultClient, ua: userAgent, maxRead: DefaultMaxReadBytes}
 	for _, o := range opts {
 		o(c)
 	}
@@ -179,8 +180,8 @@ func (c *Client) doJSONHeader(ctx context.Context, method, path string, q url.Va
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return resp.Header, nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return resp.Header, fmt.Errorf("decode %s %s response: %w", method, path, err)
+	if err := c.decodeJSON(resp.Body, out); err != nil {
+		return resp.Header, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	return resp.Header, nil
 }
@@ -210,9 +211,14 @@ func objectPath(prefix, id string, rest ...string) string {
 	return b.String()
 }
 
-// decodeJSON decodes one JSON value of a response body into v.
-func decodeJSON(r io.Reader, v any) error {
-	if err := json.NewDecoder(r).Decode(v); err != nil {
+// decodeJSON decodes one JSON value of a response body into v, reading at most the client's bound
+// (WithMaxReadBytes) of it: past that, an error matching ErrTooLarge.
+func (c *Client) decodeJSON(r io.Reader, v any) error {
+	lr := &limitReader{r: r, max: c.maxRead}
+	if err := json.NewDecoder(lr).Decode(v); err != nil {
+		if lr.read > lr.max {
+			return fmt.Errorf("the response is %w", lr.tooLarge())
+		}
 		return fmt.Errorf("decode response: %w", err)
 	}
 	return nil

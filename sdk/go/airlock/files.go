@@ -17,15 +17,26 @@ import (
 
 func pathQuery(path string) url.Values { return url.Values{"path": {path}} }
 
-// ReadFile returns the contents of the file at path in the sandbox id. ReadFileStream does not hold the
-// whole file in memory.
+// ReadFile returns the contents of the file at path in the sandbox id: ReadFileLimit with the client's
+// bound (DefaultMaxReadBytes unless WithMaxReadBytes). ReadFileStream does not hold the file in memory.
 func (c *Client) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+	return c.ReadFileLimit(ctx, id, path, c.maxRead)
+}
+
+// ReadFileLimit returns the contents of the file at path in the sandbox id if it holds at most max
+// bytes, and otherwise fails with an error matching ErrTooLarge having read at most max+1 bytes: the
+// bound holds while reading, so a file the sandbox grows (or makes sparse and huge) after a Stat
+// cannot make it read more. max must be positive.
+func (c *Client) ReadFileLimit(ctx context.Context, id, path string, max int64) ([]byte, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("read file %s in sandbox %s: the bound must be positive, not %d: %w", path, id, max, ErrInvalidArgument)
+	}
 	rc, err := c.ReadFileStream(ctx, id, path)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(rc)
+	b, err := readAllLimit(rc, max)
 	if err != nil {
 		return nil, fmt.Errorf("read file %s in sandbox %s: %w", path, id, err)
 	}
@@ -60,7 +71,7 @@ func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, mo
 	}
 	defer resp.Body.Close()
 	var fi FileInfo
-	if err := decodeJSON(resp.Body, &fi); err != nil {
+	if err := c.decodeJSON(resp.Body, &fi); err != nil {
 		return nil, fmt.Errorf("write file %s in sandbox %s: %w", path, id, err)
 	}
 	return &fi, nil

@@ -85,7 +85,7 @@ func (c *Client) ImportTemplate(ctx context.Context, name string, archive io.Rea
 	}
 	defer resp.Body.Close()
 	var out Template
-	if err := decodeJSON(resp.Body, &out); err != nil {
+	if err := c.decodeJSON(resp.Body, &out); err != nil {
 		return nil, fmt.Errorf("import template %s: %w", name, err)
 	}
 	return &out, nil

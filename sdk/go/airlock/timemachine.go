@@ -3,7 +3,6 @@ package airlock
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"time"
@@ -112,15 +111,26 @@ func (c *Client) DiffSnapshotFile(ctx context.Context, sessionID, from, to, path
 	return &d, nil
 }
 
-// ReadSnapshotFile returns a file as a snapshot saved it, without restoring the snapshot.
+// ReadSnapshotFile returns a file as a snapshot saved it, without restoring the snapshot:
+// ReadSnapshotFileLimit with the client's bound (DefaultMaxReadBytes unless WithMaxReadBytes).
 func (c *Client) ReadSnapshotFile(ctx context.Context, sessionID, snapshotID, path string) ([]byte, error) {
+	return c.ReadSnapshotFileLimit(ctx, sessionID, snapshotID, path, c.maxRead)
+}
+
+// ReadSnapshotFileLimit returns a file as a snapshot saved it if it holds at most max bytes, and
+// otherwise fails with an error matching ErrTooLarge having read at most max+1 bytes. max must be
+// positive.
+func (c *Client) ReadSnapshotFileLimit(ctx context.Context, sessionID, snapshotID, path string, max int64) ([]byte, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("read %s from snapshot %s: the bound must be positive, not %d: %w", path, snapshotID, max, ErrInvalidArgument)
+	}
 	p := sessionPath(sessionID, "snapshots", url.PathEscape(snapshotID), "files")
 	resp, err := c.do(ctx, request{method: http.MethodGet, path: p, query: pathQuery(path)})
 	if err != nil {
 		return nil, fmt.Errorf("read %s from snapshot %s: %w", path, snapshotID, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := readAllLimit(resp.Body, max)
 	if err != nil {
 		return nil, fmt.Errorf("read %s from snapshot %s: %w", path, snapshotID, err)
 	}

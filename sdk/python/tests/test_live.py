@@ -72,6 +72,18 @@ class SyncClient(unittest.TestCase):
         with self.assertRaises(airlock.NotFoundError):
             self.c.stat(self.sb.id, "/tmp/py")
 
+    def test_bounded_read(self):
+        # As root, the sandbox makes a 64 GiB sparse file: read_file stops at its bound.
+        r = self.c.exec(self.sb.id, ["truncate", "-s", "64G", "/tmp/huge"], user="root")
+        self.assertEqual(r.exit_code, 0, r.stderr)
+        with self.assertRaises(airlock.TooLargeError) as cm:
+            self.c.read_file(self.sb.id, "/tmp/huge", max_bytes=1 << 20)
+        self.assertIn("larger than 1048576 bytes", str(cm.exception))
+        # Positive control: a file within the bound reads whole.
+        self.c.write_file(self.sb.id, "/tmp/small", b"s" * 1000)
+        self.assertEqual(self.c.read_file(self.sb.id, "/tmp/small", max_bytes=1000), b"s" * 1000)
+        self.c.remove(self.sb.id, "/tmp/huge")
+
     def test_errors(self):
         with self.assertRaises(airlock.NotFoundError) as e:
             self.c.get_sandbox("sb_" + "a" * 26)
@@ -154,6 +166,9 @@ class Async(unittest.IsolatedAsyncioTestCase):
                 r, _ = await asyncio.gather(c.exec(sb.id, ["echo", "one"]), c.write_file(sb.id, "/tmp/x", b"two"))
                 self.assertEqual(r.stdout, "one\n")
                 self.assertEqual(await c.read_file(sb.id, "/tmp/x"), b"two")
+                await c.exec(sb.id, ["truncate", "-s", "64G", "/tmp/huge"], user="root")
+                with self.assertRaises(airlock.TooLargeError):
+                    await c.read_file(sb.id, "/tmp/huge", max_bytes=1 << 20)
                 async with await c.exec_stream(sb.id, ["bash", "-c", "echo a; sleep 0.2; echo b"]) as p:
                     chunks = [d async for _, d in p]
                     self.assertEqual((await p.wait()).exit_code, 0)

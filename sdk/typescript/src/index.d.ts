@@ -1,6 +1,8 @@
 // Types of Airlock's JavaScript SDK. Objects are the API's JSON as it is (snake_case); options are camelCase.
 
 export declare const DEFAULT_URL: string
+/** The most readFile holds of a file unless maxBytes says otherwise (256 MiB). */
+export declare const DEFAULT_MAX_READ_BYTES: number
 
 export declare class AirlockError extends Error {
   constructor(status: number, code: string, message: string)
@@ -17,6 +19,8 @@ export declare class PermissionDeniedError extends AirlockError {}
 export declare class NotFoundError extends AirlockError {}
 export declare class ConflictError extends AirlockError {}
 export declare class RateLimitError extends AirlockError {}
+/** 413: too large; also thrown by readFile when a file is larger than its bound. */
+export declare class TooLargeError extends AirlockError {}
 
 export interface NetworkRule {
   action: 'allow' | 'deny'
@@ -226,8 +230,12 @@ export declare class Airlock {
   /** Runs cmd (an argv) to completion; a non-zero exit is exit_code, not an error. id: a sandbox or a session. */
   exec(id: string, cmd: string[], o?: ExecOptions): Promise<ExecResult>
   execStream(id: string, cmd: string[], o?: StreamOptions): Promise<Process>
-  readFile(id: string, path: string): Promise<Uint8Array>
-  readText(id: string, path: string): Promise<string>
+  /**
+   * The file's contents, read as a stream holding at most maxBytes (default DEFAULT_MAX_READ_BYTES): a
+   * larger file, or one the sandbox grows while it is read, throws TooLargeError having read no more.
+   */
+  readFile(id: string, path: string, o?: { maxBytes?: number }): Promise<Uint8Array>
+  readText(id: string, path: string, o?: { maxBytes?: number }): Promise<string>
   writeFile(id: string, path: string, data: string | Uint8Array, o?: { mode?: number }): Promise<FileInfo>
   stat(id: string, path: string): Promise<FileInfo>
   listFiles(id: string, path: string): Promise<FileInfo[]>

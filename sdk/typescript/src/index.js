@@ -2,6 +2,12 @@
 
 export const DEFAULT_URL = 'http://127.0.0.1:7070'
 
+/**
+ * The most readFile holds of a file unless maxBytes says otherwise: what a sandbox wrote can be any size,
+ * and grow while it is read, so the bound holds while reading, not from a size announced first.
+ */
+export const DEFAULT_MAX_READ_BYTES = 256 * 1024 * 1024
+
 /** An error answer of the API: its HTTP status, code (not_found, conflict, …) and message. */
 export class AirlockError extends Error {
   constructor(status, code, message) {
@@ -18,6 +24,8 @@ export class PermissionDeniedError extends AirlockError {}
 export class NotFoundError extends AirlockError {}
 export class ConflictError extends AirlockError {}
 export class RateLimitError extends AirlockError {}
+/** 413: too large; also thrown by readFile when a file is larger than its bound. */
+export class TooLargeError extends AirlockError {}
 
 const byStatus = {
   400: InvalidArgumentError,
@@ -26,6 +34,7 @@ const byStatus = {
   404: NotFoundError,
   409: ConflictError,
   412: ConflictError,
+  413: TooLargeError,
   429: RateLimitError,
 }
 
@@ -77,7 +86,7 @@ export class Airlock {
     this.timeoutMs = opts.timeoutMs ?? 300_000
   }
 
-  async request(method, path, { query, json, body, raw } = {}) {
+  async request(method, path, { query, json, body, raw, stream } = {}) {
     const url = new URL(this.url + path)
     for (const [k, v] of Object.entries(query ?? {})) {
       if (v !== undefined && v !== null && v !== '') url.searchParams.set(k, String(v))
@@ -101,6 +110,7 @@ export class Airlock {
       } catch {}
       throw errorFrom(res.status, parsed)
     }
+    if (stream) return res
     if (raw) return new Uint8Array(await res.arrayBuffer())
     if (res.status === 204) return undefined
     const text = await res.text()
@@ -130,8 +140,36 @@ export class Airlock {
       json: dropUndefined({ cmd, env: o.env, cwd: o.cwd, user: o.user, stdin: o.stdin, timeout_seconds: o.timeoutSeconds }),
     })
   }
-  readFile(id, path) { return this.request('GET', work(id, 'files'), { query: { path }, raw: true }) }
-  async readText(id, path) { return new TextDecoder().decode(await this.readFile(id, path)) }
+  async readFile(id, path, o = {}) {
+    const max = o.maxBytes ?? DEFAULT_MAX_READ_BYTES
+    if (!(max > 0)) throw new RangeError(`maxBytes must be positive, not ${max}`)
+    const res = await this.request('GET', work(id, 'files'), { query: { path }, stream: true })
+    const chunks = []
+    let n = 0
+    if (res.body) {
+      const reader = res.body.getReader()
+      for (;;) {
+        const { done, value } = await reader.read()
+        if (done) break
+        n += value.byteLength
+        if (n > max) {
+          await reader.cancel().catch(() => {})
+          const e = new TooLargeError(413, 'too_large', `${path} is larger than ${max} bytes (readFile's maxBytes)`)
+          e.name = 'TooLargeError'
+          throw e
+        }
+        chunks.push(value)
+      }
+    }
+    const out = new Uint8Array(n)
+    let at = 0
+    for (const c of chunks) {
+      out.set(c, at)
+      at += c.byteLength
+    }
+    return out
+  }
+  async readText(id, path, o) { return new TextDecoder().decode(await this.readFile(id, path, o)) }
   writeFile(id, path, data, o = {}) {
     const body = typeof data === 'string' ? new TextEncoder().encode(data) : data
     return this.request('PUT', work(id, 'files'), { query: { path, mode: o.mode?.toString(8).padStart(4, '0') }, body })

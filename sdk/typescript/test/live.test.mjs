@@ -1,7 +1,7 @@
 // The SDK against a real server (AIRLOCK_URL, AIRLOCK_API_KEY); run by internal/e2e/sdk_typescript_test.go.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Airlock, NotFoundError, InvalidArgumentError, AuthenticationError, PermissionDeniedError } from 'airlock-sdk'
+import { Airlock, NotFoundError, InvalidArgumentError, AuthenticationError, PermissionDeniedError, TooLargeError } from 'airlock-sdk'
 
 const c = new Airlock()
 let sb
@@ -64,6 +64,18 @@ test('files', async () => {
   assert.equal(await c.readText(sb.id, '/tmp/ts/c.txt'), 'hello')
   await c.remove(sb.id, '/tmp/ts', { recursive: true })
   await assert.rejects(c.stat(sb.id, '/tmp/ts'), NotFoundError)
+})
+
+test('a bounded read of a huge sparse file', async () => {
+  // As root, the sandbox makes a 64 GiB sparse file: readFile stops at its bound.
+  const r = await c.exec(sb.id, ['truncate', '-s', '64G', '/tmp/huge'], { user: 'root' })
+  assert.equal(r.exit_code, 0, r.stderr)
+  await assert.rejects(c.readFile(sb.id, '/tmp/huge', { maxBytes: 1024 * 1024 }),
+    (e) => e instanceof TooLargeError && /larger than 1048576 bytes/.test(e.message))
+  // Positive control: a file within the bound reads whole.
+  await c.writeFile(sb.id, '/tmp/small', 's'.repeat(1000))
+  assert.equal(await c.readText(sb.id, '/tmp/small', { maxBytes: 1000 }), 's'.repeat(1000))
+  await c.remove(sb.id, '/tmp/huge')
 })
 
 test('errors, tokens', async () => {

@@ -1,5 +1,5 @@
 // Compiled with tsc --noEmit by internal/e2e/sdk_typescript_test.go: the types describe the SDK as used.
-import { Airlock, NotFoundError, type CodeContext, type ExecResult, type Execution, type Session } from 'airlock-sdk'
+import { Airlock, NotFoundError, TooLargeError, DEFAULT_MAX_READ_BYTES, type CodeContext, type ExecResult, type Execution, type Session } from 'airlock-sdk'
 
 async function main(): Promise<void> {
   const c = new Airlock({ url: 'http://127.0.0.1:7070' })
@@ -23,6 +23,13 @@ async function main(): Promise<void> {
     await c.getSandbox('sb_x')
   } catch (e) {
     if (e instanceof NotFoundError) void e.status
+  }
+  try {
+    const data: Uint8Array = await c.readFile(sb.id, '/f', { maxBytes: DEFAULT_MAX_READ_BYTES / 2 })
+    const t: string = await c.readText(sb.id, '/f', { maxBytes: 1024 })
+    void data, t
+  } catch (e) {
+    if (e instanceof TooLargeError) void e.code
   }
   void n, forks
 }

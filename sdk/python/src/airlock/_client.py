@@ -20,11 +20,14 @@ from typing import (Any, AsyncIterator, Callable, Concatenate, Dict, Generic, It
 import httpx
 import websockets
 
-from ._errors import AirlockError, error_from
+from ._errors import AirlockError, TooLargeError, error_from
 from ._types import (AccessToken, CodeContext, CodeError, CodeResult, ExecResult, Execution, ExitStatus, FileInfo,
                      Flow, Sandbox, Session, Snapshot, SnapshotDiff, Timeline, _from)
 
 DEFAULT_URL = "http://127.0.0.1:7070"
+# The most read_file holds of a file unless max_bytes says otherwise: what a sandbox wrote can be any size,
+# and grow while it is read, so the bound holds while reading, not from a size announced first.
+DEFAULT_MAX_READ_BYTES = 256 << 20
 _TIMEOUT = httpx.Timeout(300.0, connect=10.0)
 
 R = TypeVar("R")
@@ -75,6 +78,22 @@ def _obj(kind: str, id: str, *rest: str) -> str:
 
 def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
+
+
+class _Bounded:
+    """A file's contents as they are read, failing past max_bytes (default DEFAULT_MAX_READ_BYTES)."""
+
+    def __init__(self, path: str, max_bytes: Optional[int]) -> None:
+        if max_bytes is None:
+            max_bytes = DEFAULT_MAX_READ_BYTES
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
+        self.path, self.max, self.buf = path, max_bytes, bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        if len(self.buf) + len(chunk) > self.max:
+            raise TooLargeError(413, "too_large", f"{self.path} is larger than {self.max} bytes (read_file's max_bytes)")
+        self.buf += chunk
 
 
 def _network(allow_hosts: Optional[Sequence[str]], network: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -134,9 +153,6 @@ class _Ops:
         body = _drop_none({"cmd": list(cmd), "env": env, "cwd": cwd, "user": user, "stdin": stdin,
                            "timeout_seconds": timeout_seconds})
         return _Call("POST", _work(id, "exec"), json_body=body, parse=lambda v: _from(ExecResult, v))
-
-    def read_file(self, id: str, path: str) -> _Call[bytes]:
-        return _Call("GET", _work(id, "files"), params={"path": path}, raw=True, parse=lambda b: b)
 
     def write_file(self, id: str, path: str, data: Union[bytes, str], *, mode: Optional[int] = None) -> _Call[FileInfo]:
         """Writes data (str: as UTF-8) to path, replacing it; mode is its permission bits (default 0644)."""
@@ -584,6 +600,18 @@ class Client(_Ops):
         loop = self._loop
         return Process(loop, loop.run(_open_stream(self.url, self._headers, id, cmd, env, cwd, user, pty)))
 
+    def read_file(self, id: str, path: str, *, max_bytes: Optional[int] = None) -> bytes:
+        """The file's contents, read as a stream holding at most max_bytes (default
+        DEFAULT_MAX_READ_BYTES): a larger file, or one the sandbox grows while it is read, raises
+        TooLargeError having read no more than that."""
+        bound = _Bounded(path, max_bytes)
+        with self._http.stream("GET", _work(id, "files"), params={"path": path}) as resp:
+            if resp.status_code >= 400:
+                _raise_for(resp, resp.read())
+            for chunk in resp.iter_bytes():
+                bound.add(chunk)
+        return bytes(bound.buf)
+
     def run_code(self, id: str, code: str, *, context_id: Optional[str] = None, language: Optional[str] = None,
                  env: Optional[Mapping[str, str]] = None, timeout: Optional[int] = None, on_stdout: OnText = None,
                  on_stderr: OnText = None, on_result: Optional[Callable[[CodeResult], Any]] = None,
@@ -620,7 +648,6 @@ class Client(_Ops):
     set_timeout = _sync(_Ops.set_timeout)
     egress = _sync(_Ops.egress)
     exec = _sync(_Ops.exec)
-    read_file = _sync(_Ops.read_file)
     write_file = _sync(_Ops.write_file)
     stat = _sync(_Ops.stat)
     list_files = _sync(_Ops.list_files)
@@ -664,6 +691,16 @@ class AsyncClient(_Ops):
         """Starts cmd and streams it (pty: (rows, cols) runs it on a terminal)."""
         return await _open_stream(self.url, self._headers, id, cmd, env, cwd, user, pty)
 
+    async def read_file(self, id: str, path: str, *, max_bytes: Optional[int] = None) -> bytes:
+        """Client.read_file on asyncio."""
+        bound = _Bounded(path, max_bytes)
+        async with self._http.stream("GET", _work(id, "files"), params={"path": path}) as resp:
+            if resp.status_code >= 400:
+                _raise_for(resp, await resp.aread())
+            async for chunk in resp.aiter_bytes():
+                bound.add(chunk)
+        return bytes(bound.buf)
+
     async def run_code(self, id: str, code: str, *, context_id: Optional[str] = None, language: Optional[str] = None,
                        env: Optional[Mapping[str, str]] = None, timeout: Optional[int] = None, on_stdout: OnText = None,
                        on_stderr: OnText = None, on_result: Optional[Callable[[CodeResult], Any]] = None,
@@ -696,7 +733,6 @@ class AsyncClient(_Ops):
     set_timeout = _async(_Ops.set_timeout)
     egress = _async(_Ops.egress)
     exec = _async(_Ops.exec)
-    read_file = _async(_Ops.read_file)
     write_file = _async(_Ops.write_file)
     stat = _async(_Ops.stat)
     list_files = _async(_Ops.list_files)

@@ -35,6 +35,10 @@ class ConflictError(AirlockError):
     """409: the object's state forbids the call (a paused session, a name taken)."""
 
 
+class TooLargeError(AirlockError):
+    """413: too large; also raised by the client when a file it reads is larger than its bound."""
+
+
 class RateLimitError(AirlockError):
     """429: a quota or rate limit was hit."""
 
@@ -46,6 +50,7 @@ _BY_STATUS: Dict[int, Type[AirlockError]] = {
     404: NotFoundError,
     409: ConflictError,
     412: ConflictError,
+    413: TooLargeError,
     429: RateLimitError,
 }
 
