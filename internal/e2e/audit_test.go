@@ -37,19 +37,7 @@ func TestAuditLog(t *testing.T) {
 		t.Fatal("a missing sandbox was found")
 	}
 
-	export := func() []byte {
-		t.Helper()
-		rc, err := c.ExportAudit(ctx, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		b, err := io.ReadAll(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	export := func() []byte { return exportAudit(t, c) }
 	var data []byte
 	kinds := map[string]bool{}
 	sawGet := false
@@ -130,4 +118,19 @@ func TestAuditLog(t *testing.T) {
 	if code, out := verify(); code != 1 || !strings.Contains(out, "(seq 2)") {
 		t.Errorf("verify after entry 2 was changed in the database = %d %q; want it to name seq 2", code, out)
 	}
+}
+
+// exportAudit returns c's tenant's whole audit export.
+func exportAudit(t *testing.T, c *airlock.Client) []byte {
+	t.Helper()
+	rc, err := c.ExportAudit(ctxT(t, time.Minute), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

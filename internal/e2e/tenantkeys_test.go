@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -209,26 +208,14 @@ func TestTenantKeyLocalRevokeAndRotate(t *testing.T) {
 	if _, err := c.Exec(ctx, sb.ID, airlock.ExecRequest{Cmd: []string{"true", argv}}); err != nil {
 		t.Fatal(err)
 	}
-	exportAudit := func() string {
-		t.Helper()
-		rc, err := c.ExportAudit(ctx, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		b, err := io.ReadAll(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
+
 	verifyAudit := func() (int, string) {
 		var out bytes.Buffer
 		code := cli.Run(context.Background(), []string{"--url", e.URL, "--api-key", ct.APIKey.Key, "audit", "verify"},
 			cli.Streams{In: strings.NewReader(""), Out: &out, Err: &out})
 		return code, out.String()
 	}
-	if !eventually(10*time.Second, func() bool { return strings.Contains(exportAudit(), argv) }) {
+	if !eventually(10*time.Second, func() bool { return strings.Contains(string(exportAudit(t, c)), argv) }) {
 		t.Fatal("positive control: the command line is not in the audit export while the key lives")
 	}
 	if code, out := verifyAudit(); code != 0 {
@@ -238,7 +225,7 @@ func TestTenantKeyLocalRevokeAndRotate(t *testing.T) {
 	if err := c.RevokeTenantKey(ctx, ct.Tenant.ID); err != nil {
 		t.Fatal(err)
 	}
-	after := exportAudit()
+	after := string(exportAudit(t, c))
 	if strings.Contains(after, argv) {
 		t.Error("the audit export after the key's revoke holds the command line")
 	}
