@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -303,26 +304,19 @@ func revokeAcrossReplicas(t *testing.T, url string, c *airlock.Client, sessionID
 
 // lockedBuffer is a bytes.Buffer safe for one writer and readers.
 type lockedBuffer struct {
-	mu  chan struct{}
+	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) lock() {
-	if b.mu == nil {
-		b.mu = make(chan struct{}, 1)
-	}
-	b.mu <- struct{}{}
-}
-
 func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.lock()
-	defer func() { <-b.mu }()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
 func (b *lockedBuffer) String() string {
-	b.lock()
-	defer func() { <-b.mu }()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return b.buf.String()
 }
 
