@@ -269,8 +269,8 @@ func (n *Local) ID() string { return n.cfg.ID }
 
 func (n *Local) netnsPath(id string) string { return filepath.Join(n.cfg.DataDir, "netns", id) }
 
-// AuditPath is the host path of a sandbox's audit log: every message on its daemon channel, one JSON
-// object a line. It outlives the sandbox.
+// AuditPath is the host path of a sandbox's channel log: every message on its daemon channel, one JSON
+// object a line, without the requests' arguments (see shapeOnly). It outlives the sandbox.
 func (n *Local) AuditPath(id string) string {
 	return filepath.Join(n.cfg.DataDir, "audit", id+".jsonl")
 }
@@ -572,7 +572,7 @@ func (n *Local) attach(ctx context.Context, id, tenantID string) error {
 	if n.cfg.TenantAudit != nil {
 		channel = n.cfg.TenantAudit(tenantID, id)
 	}
-	cl, err := n.dialWithRetry(ctx, id, link.Options{Audit: channel, Logger: n.log.With("sandbox", id), Shared: true, MuxAudit: audit})
+	cl, err := n.dialWithRetry(ctx, id, link.Options{Audit: channel, Logger: n.log.With("sandbox", id), Shared: true, MuxAudit: shapeOnly{audit}})
 	if err != nil {
 		audit.Close()
 		return fmt.Errorf("sandbox %s: connect to daemon: %w", id, err)
@@ -592,6 +592,18 @@ func (n *Local) attach(ctx context.Context, id, tenantID string) error {
 	n.wg.Add(1)
 	go n.watch(wctx, s, cl)
 	return nil
+}
+
+// shapeOnly records a frame's shape (direction, stream, type, operation, size, error) in the node's
+// channel log, never a request's arguments: command lines and paths are the tenant's, and stay in its
+// audit log, sealed under its key (a revoked key makes them unreadable there; a plain file on the node
+// would keep them).
+type shapeOnly struct{ link.Audit }
+
+// Record implements link.Audit.
+func (a shapeOnly) Record(e link.Entry) {
+	e.Args = nil
+	a.Audit.Record(e)
 }
 
 // dialWithRetry dials the daemon of sandbox id, retrying briefly while the daemon starts listening. A

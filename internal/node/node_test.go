@@ -264,6 +264,13 @@ func TestCreateExecDestroy(t *testing.T) {
 	if _, err := os.Stat(e.n.AuditPath("sb_1")); err != nil {
 		t.Errorf("the audit log does not outlive the sandbox: %v", err)
 	}
+	// The channel log records the frames (the exec above among them), never their arguments: a command
+	// line is the tenant's, sealed in its own audit log.
+	if raw, err := os.ReadFile(e.n.AuditPath("sb_1")); err != nil || !bytes.Contains(raw, []byte(`"op":"exec"`)) {
+		t.Errorf("the channel log has no exec request (%v):\n%.2000s", err, raw)
+	} else if bytes.Contains(raw, []byte("echo still")) {
+		t.Errorf("the channel log holds a command line:\n%.2000s", raw)
+	}
 	for _, id := range []string{"sb_1", "sb_never"} {
 		if err := e.n.DestroySandbox(ctx, id); err != nil {
 			t.Errorf("DestroySandbox(%s) = %v; want success", id, err)
