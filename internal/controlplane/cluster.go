@@ -233,6 +233,7 @@ func (s *placer) JoinNode(ctx context.Context, req JoinRequest) (Joined, error) 
 		}
 		return Joined{}, err
 	}
+	s.nodes.rejoined(req.NodeID)
 	s.log.Info("node joined", "node", req.NodeID, "hosts", req.Hosts, "join_token", rec.JoinToken, "by", how)
 	return j, nil
 }

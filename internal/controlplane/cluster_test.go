@@ -3,18 +3,23 @@ package controlplane
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/cluster"
+	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
 
@@ -29,7 +34,7 @@ type joinCluster struct {
 }
 
 // newJoinCluster starts a joinCluster whose control plane reaches nodes with dial (nil: fake nodes).
-func newJoinCluster(t *testing.T, dial func(c *joinCluster, id, addr string) (Node, error)) *joinCluster {
+func newJoinCluster(t *testing.T, dial func(c *joinCluster, id, addr string, pinned func(string) error) (Node, error)) *joinCluster {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"))
@@ -39,10 +44,10 @@ func newJoinCluster(t *testing.T, dial func(c *joinCluster, id, addr string) (No
 	t.Cleanup(func() { st.Close() })
 	c := &joinCluster{t: t, ca: testClusterCA(t, st), clk: &clock{t: time.Now()}, hosts: []string{"10.0.0.5"}}
 	if dial == nil {
-		dial = func(*joinCluster, string, string) (Node, error) { return newFakeNode(t), nil }
+		dial = func(*joinCluster, string, string, func(string) error) (Node, error) { return newFakeNode(t), nil }
 	}
 	c.s, err = New(Config{Store: st, Now: c.clk.Now, ReapInterval: time.Hour, Logger: slog.New(slog.DiscardHandler), Cluster: c.ca,
-		DialNode: func(id, addr string) (Node, error) { return dial(c, id, addr) }})
+		DialNode: func(id, addr string, pinned func(string) error) (Node, error) { return dial(c, id, addr, pinned) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,5 +280,112 @@ func TestNodeIdentityIsTheNodes(t *testing.T) {
 	d := &host{}
 	if _, err := c.join(d, c.request(d, "node-d", fresh, false, false)); err != nil {
 		t.Errorf("a fresh node joins with its own token after a bad request with it: %v", err)
+	}
+}
+
+// tlsCert is h's key and certificate, to serve with.
+func (h *host) tlsCert(t *testing.T) tls.Certificate {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(h.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(h.certPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// linklessNode is a fake node served over the node API (no daemon channels).
+type linklessNode struct{ *fakeNode }
+
+func (linklessNode) LinkMux(context.Context, string) (*link.Mux, error) {
+	return nil, fmt.Errorf("no daemon channels here: %w", errdefs.ErrFailedPrecondition)
+}
+
+// TestDialPinsTheRecordedCertificate: the control plane's connections to a node take only the
+// certificate recorded for it, not any certificate the cluster's CA issued for its ID: one of node-a's
+// that is not recorded (as from before it joined again), at the address node-a reports, gets no call
+// (positive control: the recorded one does, before and after node-a re-joined).
+func TestDialPinsTheRecordedCertificate(t *testing.T) {
+	ctx := context.Background()
+	var cpCert tls.Certificate
+	c := newJoinCluster(t, func(c *joinCluster, id, addr string, pinned func(string) error) (Node, error) {
+		return nodeapi.NewClient(nodeapi.ClientConfig{NodeID: id, Addr: addr, Cert: cpCert, Roots: c.ca.Pool(), Pinned: pinned,
+			Logger: slog.New(slog.DiscardHandler)})
+	})
+	var err error
+	if cpCert, err = c.ca.IssueTLS(cluster.Identity{Role: cluster.RoleControlPlane, ID: "cp-1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.hosts = []string{"127.0.0.1"}
+	serve := func(cert tls.Certificate) string {
+		h, err := nodeapi.NewHandler(linklessNode{newFakeNode(t)}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewUnstartedServer(h)
+		srv.TLS = cluster.ServerTLS(cert, c.ca.Pool(), cluster.RoleControlPlane)
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		return srv.Listener.Addr().String()
+	}
+	a := &host{}
+	j, err := c.join(a, c.request(a, "node-a", c.token(cluster.JoinTokenOptions{}), false, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 2048, MaxSandboxes: 3}
+	// reported has node-a report addr (with the certificate it was given) and returns the control
+	// plane's client of it, once it looked again.
+	reported := func(addr string) Node {
+		t.Helper()
+		if err := c.s.NodeHeartbeat(ctx, "node-a", j.Node.CertFingerprint, nodeapi.Heartbeat{Addr: addr, Boot: "b1", Capacity: capacity}); err != nil {
+			t.Fatal(err)
+		}
+		c.clk.Add(nodeapi.HeartbeatInterval)
+		n, err := c.s.node(ctx, "node-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	good := serve(a.tlsCert(t))
+	if _, err := reported(good).Sandboxes(ctx); err != nil {
+		t.Fatalf("a call to node-a, which presents its recorded certificate: %v", err)
+	}
+
+	// Another certificate of node-a's, from the cluster's CA, that is not recorded.
+	stale := &host{}
+	key, csr, err := cluster.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale.certPEM, err = c.ca.IssueCSR(cluster.Identity{Role: cluster.RoleNode, ID: "node-a"}, csr, c.hosts); err != nil {
+		t.Fatal(err)
+	}
+	stale.key = key
+	impostor := reported(serve(stale.tlsCert(t)))
+	if _, err := impostor.Sandboxes(ctx); err == nil || !strings.Contains(err.Error(), "not the one it was last given") {
+		t.Errorf("a call to an address that presents a certificate of node-a's not recorded: %v; want refused", err)
+	}
+	if err := impostor.CreateSandbox(ctx, node.CreateRequest{ID: "sb_1", TenantID: "tn_1"}); err == nil || !strings.Contains(err.Error(), "not the one it was last given") {
+		t.Errorf("a create sent to a certificate of node-a's not recorded: %v; want refused", err)
+	}
+	if _, err := impostor.Link(ctx, "sb_1"); err == nil || !strings.Contains(err.Error(), "not the one it was last given") {
+		t.Errorf("a daemon channel to a certificate of node-a's not recorded: %v; want refused", err)
+	}
+
+	// node-a re-joins (the proof of its key): its new certificate is taken, the one before is not.
+	before := a.tlsCert(t)
+	if j, err = c.join(a, c.request(a, "node-a", "", true, false)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reported(serve(a.tlsCert(t))).Sandboxes(ctx); err != nil {
+		t.Errorf("a call to node-a after it re-joined, with its new certificate: %v", err)
+	}
+	if _, err := reported(serve(before)).Sandboxes(ctx); err == nil || !strings.Contains(err.Error(), "not the one it was last given") {
+		t.Errorf("a call to node-a's certificate from before it re-joined: %v; want refused", err)
 	}
 }
