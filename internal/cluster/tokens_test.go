@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -112,7 +113,34 @@ func TestJoinTokenUses(t *testing.T) {
 		})
 	}
 
-	// A wrong secret, or a token revoked, uses nothing up.
+	// A token made before uses were counted (no uses, no IDs in its record) joins one more node.
+	legacy, legacyRec, err := cluster.CreateJoinToken(ctx, st, cluster.JoinTokenOptions{TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := st.GetDoc(ctx, "cluster/join/"+legacyRec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old map[string]any
+	if err := json.Unmarshal(d.Value, &old); err != nil {
+		t.Fatal(err)
+	}
+	delete(old, "uses")
+	if d.Value, err = json.Marshal(old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutDoc(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.UseJoinToken(ctx, st, legacy, "node-a", false); err != nil {
+		t.Errorf("a token from before uses were counted: %v", err)
+	}
+	if _, err := cluster.UseJoinToken(ctx, st, legacy, "node-b", false); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a token from before uses were counted, a second node: %v; want ErrPermissionDenied", err)
+	}
+
+	// A wrong secret is refused.
 	tok := mk(cluster.JoinTokenOptions{})
 	rec, err := cluster.CheckJoinToken(ctx, st, tok)
 	if err != nil {

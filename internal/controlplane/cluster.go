@@ -212,7 +212,8 @@ func (s *placer) JoinNode(ctx context.Context, req JoinRequest) (Joined, error) 
 			req.NodeID, req.NodeID, errdefs.ErrAlreadyExists)
 	default:
 		if req.Token == "" {
-			return Joined{}, fmt.Errorf("no join token: a node that has not joined needs one (node %s has no record to prove): %w", req.NodeID, errdefs.ErrPermissionDenied)
+			return Joined{}, fmt.Errorf("no join token: node %s needs one to join (a new node) or to be replaced; only a node that joined "+
+				"re-joins without one, with the proof of its key: %w", req.NodeID, errdefs.ErrPermissionDenied)
 		}
 		tok, err := cluster.UseJoinToken(ctx, s.store, req.Token, req.NodeID, prev != nil)
 		if err != nil {
