@@ -83,7 +83,7 @@ func TestWebSocketBearer(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cp, err := controlplane.New(controlplane.Config{Store: st, Logger: log, ReapInterval: time.Hour,
-		DialNode: func(id, addr string) (controlplane.Node, error) {
+		DialNode: func(id, addr string, _ func(string) error) (controlplane.Node, error) {
 			return nil, errors.New("no nodes in this test")
 		}})
 	if err != nil {

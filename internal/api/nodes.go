@@ -18,7 +18,12 @@ var joinTokenIDPattern = regexp.MustCompile(`^[a-z2-7]{16}$`)
 const defaultJoinTokenTTL = 24 * time.Hour
 
 func toJoinToken(t cluster.JoinToken) airlock.JoinToken {
-	return airlock.JoinToken{ID: t.ID, Description: t.Description, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt}
+	joined := t.Joined
+	if joined == nil {
+		joined = []string{}
+	}
+	return airlock.JoinToken{ID: t.ID, Description: t.Description, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
+		NodeIDs: t.NodeIDs, NodePrefix: t.NodePrefix, Uses: t.MaxUses(), Joined: joined, Replace: t.Replace}
 }
 
 func toNode(n controlplane.NodeRecord) airlock.Node {
@@ -136,7 +141,8 @@ func (s *Server) createJoinToken(w http.ResponseWriter, r *http.Request) {
 		}
 		ttl = time.Duration(req.TTLSeconds) * time.Second
 	}
-	tok, t, err := s.cp.CreateJoinToken(r.Context(), ttl, req.Description)
+	tok, t, err := s.cp.CreateJoinToken(r.Context(), cluster.JoinTokenOptions{TTL: ttl, Description: req.Description,
+		NodeIDs: req.NodeIDs, NodePrefix: req.NodePrefix, Uses: req.Uses, Replace: req.Replace})
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -196,15 +202,20 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// joinNode takes no API key: the join token in the body is the credential.
+// joinNode takes no API key: the join token in the body is the credential, or the proof of the key of
+// the certificate the node was last given.
 func (s *Server) joinNode(w http.ResponseWriter, r *http.Request) {
 	var req airlock.JoinRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
+	var proof *cluster.JoinProof
+	if p := req.Proof; p != nil {
+		proof = &cluster.JoinProof{CertPEM: []byte(p.Certificate), SignedAt: p.SignedAt, Signature: p.Signature}
+	}
 	j, err := s.cp.JoinNode(r.Context(), controlplane.JoinRequest{Token: req.Token, NodeID: req.NodeID, CSR: []byte(req.CSR),
-		Hosts: req.Hosts, Replace: req.Replace})
+		Hosts: req.Hosts, Proof: proof, Replace: req.Replace})
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return

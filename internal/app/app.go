@@ -564,8 +564,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if self != nil {
 		cpCfg.ReplicaID = self.Identity().ID
-		cpCfg.DialNode = func(id, addr string) (controlplane.Node, error) {
-			return nodeapi.NewClient(nodeapi.ClientConfig{NodeID: id, Addr: addr, Self: self, Roots: clusterCA.Pool(), Templates: templates, Logger: log,
+		cpCfg.DialNode = func(id, addr string, pinned func(string) error) (controlplane.Node, error) {
+			return nodeapi.NewClient(nodeapi.ClientConfig{NodeID: id, Addr: addr, Self: self, Roots: clusterCA.Pool(), Pinned: pinned, Templates: templates, Logger: log,
 				LinkAudit: func(ctx context.Context, sandboxID string) link.Audit {
 					sb, err := st.GetSandboxAnyTenant(ctx, sandboxID)
 					if err != nil {

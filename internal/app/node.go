@@ -187,7 +187,8 @@ func loadJoined(dataDir string) (joined, error) {
 		return j, fmt.Errorf("the node's certificate names %v, not node %s", id, j.info.ID)
 	}
 	if time.Now().After(j.cert.Leaf.NotAfter) {
-		return j, fmt.Errorf("the node's certificate expired at %s: join again (airlock node join --replace)", j.cert.Leaf.NotAfter.Format(time.RFC3339))
+		return j, fmt.Errorf("the node's certificate expired at %s: join again from this host with the same data directory (airlock node join --id %s: its key here proves it is the node; no token needed)",
+			j.cert.Leaf.NotAfter.Format(time.RFC3339), j.info.ID)
 	}
 	return j, nil
 }

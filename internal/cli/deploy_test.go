@@ -123,3 +123,67 @@ func TestDeployExamples(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonSetJoinsAsItself: the Kubernetes DaemonSet joins each host's pod under an ID of its own,
+// never with --replace, with the join token the manifest tells the operator to make: one for IDs of a
+// prefix only (which no other node's ID has), that replaces nothing. (internal/e2e TestDeployManifestJoins
+// runs the join script against a cluster.)
+func TestDaemonSetJoinsAsItself(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(deployDir, "kubernetes", "airlock.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	tokenCmd := regexp.MustCompile(`(?m)^#\s+airlock (node token create .*)$`).FindStringSubmatch(text)
+	if tokenCmd == nil {
+		t.Fatal("the manifest does not say how to make the nodes' join token (# airlock node token create …)")
+	}
+	args := strings.Fields(tokenCmd[1])
+	checkCommandLine(t, "the join token", args)
+	var prefix string
+	for i, a := range args {
+		switch {
+		case a == "--replace":
+			t.Errorf("the nodes' join token is made with --replace: %s", tokenCmd[1])
+		case a == "--node-prefix" && i+1 < len(args):
+			prefix = args[i+1]
+		}
+	}
+	if prefix == "" {
+		t.Fatalf("the nodes' join token names no --node-prefix: %s", tokenCmd[1])
+	}
+	var ds struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					InitContainers []struct {
+						Name string   `yaml:"name"`
+						Args []string `yaml:"args"`
+					} `yaml:"initContainers"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	for _, part := range strings.Split(text, "\n---\n") {
+		if strings.Contains(part, "\nkind: DaemonSet\n") {
+			if err := yaml.Unmarshal([]byte(part), &ds); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var script string
+	for _, c := range ds.Spec.Template.Spec.InitContainers {
+		if c.Name == "join" {
+			script = strings.Join(c.Args, " ")
+		}
+	}
+	if !strings.Contains(script, "node join") {
+		t.Fatalf("the DaemonSet has no join init container running node join: %q", script)
+	}
+	if strings.Contains(script, "--replace") {
+		t.Errorf("the DaemonSet joins with --replace: %q", script)
+	}
+	if !strings.Contains(script, `id="`+prefix) || !strings.Contains(script, `--id "$id"`) {
+		t.Errorf("the DaemonSet's join does not join as %s<host>: %q", prefix, script)
+	}
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"crypto/ecdsa"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
@@ -57,31 +58,60 @@ The join writes the node's key, certificate and the cluster CA's to <data dir>/c
 	}
 	token := &cobra.Command{Use: "token", Short: "Manage join tokens (operator tenant's admin key)"}
 	var ttl time.Duration
-	var description string
+	var description, nodePrefix string
+	var tokenNodeIDs []string
+	var uses int
+	var tokenReplace bool
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Make a join token and print it (shown only once)",
-		Args:  cobra.NoArgs,
+		Long: `Make a join token and print it (shown only once). A token joins each node once, and one node unless
+--uses says more; a token for more than one node must name the IDs they may join as (--node-id, repeat)
+or what their IDs start with (--node-prefix), so that its holder cannot join as any node it likes.
+
+No token takes the place of a node that joined: its ID is its own. The node itself re-joins from its host
+(node join finds its key in the data directory and proves it holds it). To put a node's ID on a new host
+(its old host lost with its key), make a token for that ID with --replace: your approval of the new host.
+
+    airlock node token create --ttl 1h                                   (one node)
+    airlock node token create --ttl 720h --node-prefix k8s- --uses 50    (a DaemonSet: k8s-<host>)
+    airlock node token create --ttl 1h --node-id node-a --replace        (node-a on a new host)`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			ct, err := g.client().CreateJoinToken(cmd.Context(), airlock.CreateJoinTokenRequest{TTLSeconds: int64(ttl / time.Second), Description: description})
+			ct, err := g.client().CreateJoinToken(cmd.Context(), airlock.CreateJoinTokenRequest{TTLSeconds: int64(ttl / time.Second), Description: description,
+				NodeIDs: tokenNodeIDs, NodePrefix: nodePrefix, Uses: uses, Replace: tokenReplace})
 			if err != nil {
 				return err
 			}
 			if g.json {
 				return printJSON(g.Out, ct)
 			}
-			fmt.Fprintf(g.Err, "Join token %s, good until %s, shown only now; nodes join (over the API, --url), then run\n"+
+			id, replace := "<id>", ""
+			switch {
+			case len(ct.NodeIDs) == 1:
+				id = ct.NodeIDs[0]
+			case ct.NodePrefix != "":
+				id = ct.NodePrefix + "<name>"
+			}
+			if ct.Replace {
+				replace = " --replace"
+			}
+			fmt.Fprintf(g.Err, "Join token %s, for %s, good until %s, shown only now; nodes join (over the API, --url), then run\n"+
 				"(reporting to the cluster port, --control-plane), with the same data directory, as root:\n"+
-				"    airlock --data-dir /var/lib/airlock-node node join --url %s --ca-fingerprint %s --token <token> --id <id> --host <address>\n"+
+				"    airlock --data-dir /var/lib/airlock-node node join --url %s --ca-fingerprint %s --token <token> --id %s --host <address>%s\n"+
 				"    airlock --data-dir /var/lib/airlock-node node run --control-plane https://<control plane>:<cluster port, 7443>\n",
-				ct.ID, ct.ExpiresAt.Local().Format(time.DateTime), g.url, ct.CAFingerprint)
+				ct.ID, tokenScope(ct.JoinToken), ct.ExpiresAt.Local().Format(time.DateTime), g.url, ct.CAFingerprint, id, replace)
 			fmt.Fprintln(g.Out, ct.Token)
 			return nil
 		},
 	}
 	create.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "how long nodes may join with it (at most 720h)")
 	create.Flags().StringVar(&description, "description", "", "what the token is for")
+	create.Flags().StringArrayVar(&tokenNodeIDs, "node-id", nil, "an ID a node may join with it as (repeat; default: any ID, for one node)")
+	create.Flags().StringVar(&nodePrefix, "node-prefix", "", "what the IDs of the nodes that join with it must start with")
+	create.Flags().IntVar(&uses, "uses", 0, "how many nodes may join with it (default: one, or one for each --node-id; more than one needs --node-id or --node-prefix)")
+	create.Flags().BoolVar(&tokenReplace, "replace", false, "let it take the place of the node of its one --node-id, which joined before: approve a new host for it")
 	token.AddCommand(create,
 		&cobra.Command{
 			Use:     "ls",
@@ -97,13 +127,17 @@ The join writes the node's key, certificate and the cluster CA's to <data dir>/c
 				if g.json {
 					return printJSON(g.Out, l)
 				}
-				t := newTable(g.Out, "ID", "EXPIRES", "DESCRIPTION")
+				t := newTable(g.Out, "ID", "EXPIRES", "FOR", "JOINED", "DESCRIPTION")
 				for _, jt := range l.JoinTokens {
 					exp := jt.ExpiresAt.Local().Format(time.DateTime)
 					if !time.Now().Before(jt.ExpiresAt) {
 						exp += " (expired)"
 					}
-					t.row(jt.ID, exp, jt.Description)
+					joined := fmt.Sprintf("%d/%d", len(jt.Joined), jt.Uses)
+					if len(jt.Joined) > 0 {
+						joined += " " + strings.Join(jt.Joined, ",")
+					}
+					t.row(jt.ID, exp, tokenScope(jt), joined, jt.Description)
 				}
 				return t.flush()
 			},
@@ -127,15 +161,20 @@ The join writes the node's key, certificate and the cluster CA's to <data dir>/c
 		Short: "Join this host to a cluster as a node: get its certificate with a join token",
 		Long: `Join makes the node's private key here (it never leaves the host), sends a certificate signing request with
 the join token to the control plane at --url, and saves the key, the node's certificate and the cluster
-CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOIN_TOKEN.`,
+CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOIN_TOKEN.
+
+A node that joined before re-joins the same way, from its host: join finds its key and certificate in the
+data directory, keeps the key, and proves it holds it; no token is needed (its certificate may have
+expired). Another host cannot take a node's ID, with or without a token: only with one the operator made
+to replace that node (node token create --node-id ID --replace), and --replace.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			if joinToken == "" {
 				joinToken = os.Getenv(EnvJoinToken)
 			}
-			if joinToken == "" || nodeID == "" {
-				return fmt.Errorf("--token (or %s) and --id are required", EnvJoinToken)
+			if nodeID == "" {
+				return errors.New("--id is required")
 			}
 			if err := cluster.CheckID(nodeID); err != nil {
 				return fmt.Errorf("--id: %w", err)
@@ -143,11 +182,33 @@ CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOI
 			if err := checkJoinURL(g.url); err != nil {
 				return err
 			}
-			key, csr, err := cluster.NewKey()
-			if err != nil {
-				return err
+			dir := filepath.Join(g.dataDir, NodeClusterDir)
+			own, ownCert := joinedKey(dir, nodeID)
+			if joinToken == "" && own == nil {
+				return fmt.Errorf("--token (or %s) is required: %s holds no key of node %s to re-join with", EnvJoinToken, dir, nodeID)
 			}
-			res, err := airlock.New(g.url).JoinNode(cmd.Context(), airlock.JoinRequest{Token: joinToken, NodeID: nodeID, CSR: string(csr), Hosts: hosts, Replace: replace})
+			req := airlock.JoinRequest{Token: joinToken, NodeID: nodeID, Hosts: hosts, Replace: replace}
+			key := own
+			if own != nil {
+				// The node itself, joining again: the key stays, and proves whose the ID is.
+				csr, err := cluster.NewCSR(own)
+				if err != nil {
+					return err
+				}
+				p, err := cluster.SignJoinProof(own, ownCert, nodeID, csr, hosts, time.Now())
+				if err != nil {
+					return err
+				}
+				req.CSR, req.Proof = string(csr), &airlock.JoinProof{Certificate: string(p.CertPEM), SignedAt: p.SignedAt, Signature: p.Signature}
+			} else {
+				var csr []byte
+				var err error
+				if key, csr, err = cluster.NewKey(); err != nil {
+					return err
+				}
+				req.CSR = string(csr)
+			}
+			res, err := airlock.New(g.url).JoinNode(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
@@ -165,7 +226,6 @@ CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOI
 			if err != nil {
 				return err
 			}
-			dir := filepath.Join(g.dataDir, NodeClusterDir)
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return err
 			}
@@ -180,14 +240,18 @@ CA's certificate in <data dir>/cluster. The token may also come from AIRLOCK_JOI
 			if g.json {
 				return printJSON(g.Out, res.Node)
 			}
-			fmt.Fprintf(g.Out, "Node %s joined; its certificate (valid until %s) and key are in %s\n", nodeID, res.Node.CertExpiresAt.Local().Format(time.DateTime), dir)
+			how := "joined"
+			if own != nil {
+				how = "joined again with its key"
+			}
+			fmt.Fprintf(g.Out, "Node %s %s; its certificate (valid until %s) and key are in %s\n", nodeID, how, res.Node.CertExpiresAt.Local().Format(time.DateTime), dir)
 			return nil
 		},
 	}
-	join.Flags().StringVar(&joinToken, "token", "", "the join token (env "+EnvJoinToken+", which keeps it out of the process list)")
+	join.Flags().StringVar(&joinToken, "token", "", "the join token (env "+EnvJoinToken+", which keeps it out of the process list); a node that joined before re-joins without one")
 	join.Flags().StringVar(&nodeID, "id", "", "the node's ID: 1 to 64 of a-z, 0-9 and -")
 	join.Flags().StringArrayVar(&hosts, "host", nil, "a DNS name or IP address control planes reach this node at (repeat)")
-	join.Flags().BoolVar(&replace, "replace", false, "take the ID of a node that joined before (with the token it joined with)")
+	join.Flags().BoolVar(&replace, "replace", false, "take the place of the node of this ID that joined before on another host, with a join token the operator made to replace it")
 	join.Flags().StringVar(&caFingerprint, "ca-fingerprint", "", `the cluster CA's fingerprint ("sha256:<hex>", printed by "node token create"): the join is refused if the control plane presents another CA`)
 
 	var controlPlanes, allowPrivate []string
@@ -425,6 +489,62 @@ for good, forget it (airlock node rm). airlock node undrain takes it back.`,
 			},
 		})
 	return cmd
+}
+
+// tokenScope says which nodes a join token is for.
+func tokenScope(t airlock.JoinToken) string {
+	var out string
+	switch {
+	case len(t.NodeIDs) > 0:
+		out = strings.Join(t.NodeIDs, ",")
+	case t.NodePrefix != "":
+		out = t.NodePrefix + "*"
+	default:
+		out = "any ID"
+	}
+	if t.Uses == 1 {
+		out = "one node: " + out
+	} else {
+		out = fmt.Sprintf("%d nodes: %s", t.Uses, out)
+	}
+	if t.Replace {
+		out += " (replaces)"
+	}
+	return out
+}
+
+// joinedKey returns the key and certificate (PEM) of node nodeID that a join left in dir, if there are
+// ones that belong together (the certificate may have expired); nil if not.
+func joinedKey(dir, nodeID string) (*ecdsa.PrivateKey, []byte) {
+	b, err := os.ReadFile(filepath.Join(dir, NodeInfoFile))
+	if err != nil {
+		return nil, nil
+	}
+	var info NodeInfo
+	if json.Unmarshal(b, &info) != nil || info.ID != nodeID {
+		return nil, nil
+	}
+	certPEM, err := os.ReadFile(filepath.Join(dir, NodeCertFile))
+	if err != nil {
+		return nil, nil
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, NodeKeyFile))
+	if err != nil {
+		return nil, nil
+	}
+	defer clear(keyPEM)
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, nil
+	}
+	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, nil
+	}
+	if id, err := cluster.IdentityOf(pair.Leaf); err != nil || id != (cluster.Identity{Role: cluster.RoleNode, ID: nodeID}) {
+		return nil, nil
+	}
+	return key, certPEM
 }
 
 // checkJoinURL refuses to send a join token in the clear off this host: https, or http to loopback.

@@ -242,16 +242,14 @@ func (ca *CA) Issue(id Identity, pub crypto.PublicKey, hosts []string) ([]byte, 
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		URIs:         []*url.URL{id.URI()},
 	}
-	if len(hosts) > 16 {
-		return nil, fmt.Errorf("issue certificate: %d hosts; at most 16: %w", len(hosts), errdefs.ErrInvalidArgument)
+	if err := CheckHosts(hosts); err != nil {
+		return nil, fmt.Errorf("issue certificate: %w", err)
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else if len(h) <= 253 && dnsName.MatchString(h) {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		} else {
-			return nil, fmt.Errorf("issue certificate: host %q: want an IP address or a DNS name (no wildcards): %w", h, errdefs.ErrInvalidArgument)
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key)
@@ -261,9 +259,23 @@ func (ca *CA) Issue(id Identity, pub crypto.PublicKey, hosts []string) ([]byte, 
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 
-// IssueCSR is Issue for the key of a certificate signing request, which must carry a valid signature
-// (proof that the requester holds the key). Nothing else of the request is used.
-func (ca *CA) IssueCSR(id Identity, csrPEM []byte, hosts []string) ([]byte, error) {
+// CheckHosts reports whether hosts can be a certificate's further names: at most 16 IP addresses or DNS
+// names without wildcards (ErrInvalidArgument otherwise).
+func CheckHosts(hosts []string) error {
+	if len(hosts) > 16 {
+		return fmt.Errorf("%d hosts; at most 16: %w", len(hosts), errdefs.ErrInvalidArgument)
+	}
+	for _, h := range hosts {
+		if net.ParseIP(h) == nil && (len(h) > 253 || !dnsName.MatchString(h)) {
+			return fmt.Errorf("host %q: want an IP address or a DNS name (no wildcards): %w", h, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// ParseCSR parses a PEM certificate signing request and checks its signature (proof that the requester
+// holds the key); anything wrong with it is ErrInvalidArgument.
+func ParseCSR(csrPEM []byte) (*x509.CertificateRequest, error) {
 	block, _ := pem.Decode(csrPEM)
 	if block == nil || block.Type != "CERTIFICATE REQUEST" {
 		return nil, fmt.Errorf("certificate request: not a PEM CERTIFICATE REQUEST: %w", errdefs.ErrInvalidArgument)
@@ -274,6 +286,16 @@ func (ca *CA) IssueCSR(id Identity, csrPEM []byte, hosts []string) ([]byte, erro
 	}
 	if err := csr.CheckSignature(); err != nil {
 		return nil, fmt.Errorf("certificate request: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return csr, nil
+}
+
+// IssueCSR is Issue for the key of a certificate signing request, which must carry a valid signature
+// (proof that the requester holds the key). Nothing else of the request is used.
+func (ca *CA) IssueCSR(id Identity, csrPEM []byte, hosts []string) ([]byte, error) {
+	csr, err := ParseCSR(csrPEM)
+	if err != nil {
+		return nil, err
 	}
 	return ca.Issue(id, csr.PublicKey, hosts)
 }

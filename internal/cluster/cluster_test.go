@@ -223,7 +223,7 @@ func TestMutualTLS(t *testing.T) {
 func TestJoinTokens(t *testing.T) {
 	ctx := t.Context()
 	st := newStore(t)
-	tok, rec, err := cluster.CreateJoinToken(ctx, st, time.Hour, "rack 4")
+	tok, rec, err := cluster.CreateJoinToken(ctx, st, cluster.JoinTokenOptions{TTL: time.Hour, Description: "rack 4"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,9 +233,9 @@ func TestJoinTokens(t *testing.T) {
 	if got, err := cluster.CheckJoinToken(ctx, st, tok); err != nil || got.ID != rec.ID {
 		t.Fatalf("CheckJoinToken: %+v, %v", got, err)
 	}
-	// Good until it expires or is deleted: more than one node may join with it.
+	// Checking it does not use it up (UseJoinToken does: TestJoinTokenUses).
 	if _, err := cluster.CheckJoinToken(ctx, st, tok); err != nil {
-		t.Fatalf("second use: %v", err)
+		t.Fatalf("second check: %v", err)
 	}
 	for _, bad := range []string{"", "alj_", "alj_x.y", tok + "x", strings.Replace(tok, ".", ".a", 1), "alj_../../etc.x", tok[:len(tok)-1]} {
 		if _, err := cluster.CheckJoinToken(ctx, st, bad); !errors.Is(err, errdefs.ErrPermissionDenied) {
@@ -264,7 +264,7 @@ func TestJoinTokens(t *testing.T) {
 	}
 
 	// An expired token is refused.
-	short, _, err := cluster.CreateJoinToken(ctx, st, 50*time.Millisecond, "")
+	short, _, err := cluster.CreateJoinToken(ctx, st, cluster.JoinTokenOptions{TTL: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestJoinTokens(t *testing.T) {
 		t.Errorf("an expired token: %v; want ErrPermissionDenied", err)
 	}
 	for _, ttl := range []time.Duration{0, -time.Second, cluster.MaxJoinTokenTTL + time.Second} {
-		if _, _, err := cluster.CreateJoinToken(ctx, st, ttl, ""); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, _, err := cluster.CreateJoinToken(ctx, st, cluster.JoinTokenOptions{TTL: ttl}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("CreateJoinToken(ttl %v): %v; want ErrInvalidArgument", ttl, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -23,11 +24,20 @@ func NewKey() (*ecdsa.PrivateKey, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "airlock"}}, key)
+	csr, err := NewCSR(key)
 	if err != nil {
 		return nil, nil, err
 	}
-	return key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+	return key, csr, nil
+}
+
+// NewCSR makes a certificate signing request (PEM) for key: a node's that keeps its key.
+func NewCSR(key crypto.Signer) ([]byte, error) {
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "airlock"}}, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
 }
 
 // ServerTLS returns the configuration of a listener that takes only clients with a certificate roots

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/cluster"
@@ -53,14 +54,21 @@ type NodeRecord struct {
 
 // JoinRequest is a node asking to join the cluster.
 type JoinRequest struct {
+	// Token is the join token (cluster.UseJoinToken); a node that proves it is the node of its ID
+	// (Proof) needs none.
 	Token  string
 	NodeID string
 	// CSR is a PEM certificate signing request for the node's key.
 	CSR []byte
 	// Hosts are the names and addresses control planes reach the node at, put in its certificate.
 	Hosts []string
-	// Replace lets a node take the ID of a node that joined before (the same host, set up again), with
-	// the join token that node joined with: another token's holder cannot take a node's identity.
+	// Proof, if set, proves that the node holds the key of the certificate recorded for NodeID: the
+	// node itself re-joins (the same host, set up again, or its certificate expired), and keeps what the
+	// operator set of it (its bound, draining).
+	Proof *cluster.JoinProof
+	// Replace asks to take the place of a node that joined with NodeID before, without its key: only
+	// with a join token the operator made for that ID to replace it (the operator's approval). Another
+	// token's holder cannot take a node's identity.
 	Replace bool
 }
 
@@ -77,12 +85,15 @@ func (s *placer) clusterCA() (*cluster.CA, error) {
 	return s.ca, nil
 }
 
-// CreateJoinToken makes a join token good for ttl, with which nodes join the cluster.
-func (s *placer) CreateJoinToken(ctx context.Context, ttl time.Duration, description string) (string, cluster.JoinToken, error) {
+// CreateJoinToken makes a join token as o says (cluster.CreateJoinToken), with which nodes join the cluster.
+func (s *placer) CreateJoinToken(ctx context.Context, o cluster.JoinTokenOptions) (string, cluster.JoinToken, error) {
 	if _, err := s.clusterCA(); err != nil {
 		return "", cluster.JoinToken{}, err
 	}
-	return cluster.CreateJoinToken(ctx, s.store, ttl, description)
+	if slices.Contains(o.NodeIDs, node.LocalID) {
+		return "", cluster.JoinToken{}, fmt.Errorf("node ID %s is the control plane's own node's: %w", node.LocalID, errdefs.ErrInvalidArgument)
+	}
+	return cluster.CreateJoinToken(ctx, s.store, o)
 }
 
 // ListJoinTokens reports the join tokens, expired ones included.
@@ -142,14 +153,13 @@ func (s *placer) RemoveNode(ctx context.Context, id string) error {
 	return nil
 }
 
-// JoinNode checks a node's join token, records the node, and issues its certificate. An ID another
-// node joined with is ErrAlreadyExists unless the request says Replace.
+// JoinNode records a node and issues its certificate. A new node ID needs a join token that lets it join
+// (cluster.UseJoinToken), which it uses up. An ID a node joined with is the node's: it re-joins with the
+// proof of the key of the certificate recorded for it (req.Proof), keeping its bound and draining; anyone
+// else is refused, ErrAlreadyExists (409) without Replace and ErrPermissionDenied (403) with it, unless
+// the join token is one the operator made to replace that ID.
 func (s *placer) JoinNode(ctx context.Context, req JoinRequest) (Joined, error) {
 	ca, err := s.clusterCA()
-	if err != nil {
-		return Joined{}, err
-	}
-	tok, err := cluster.CheckJoinToken(ctx, s.store, req.Token)
 	if err != nil {
 		return Joined{}, err
 	}
@@ -161,43 +171,106 @@ func (s *placer) JoinNode(ctx context.Context, req JoinRequest) (Joined, error) 
 		// for its sandboxes (nodecalls.go).
 		return Joined{}, fmt.Errorf("node ID %s is the control plane's own node's: %w", req.NodeID, errdefs.ErrInvalidArgument)
 	}
+	// What is wrong with the request is said before any token is used up.
+	if _, err := cluster.ParseCSR(req.CSR); err != nil {
+		return Joined{}, err
+	}
+	if err := cluster.CheckHosts(req.Hosts); err != nil {
+		return Joined{}, err
+	}
 	key := nodeDocPrefix + req.NodeID
 	old, err := s.store.GetDoc(ctx, key)
+	var prev *NodeRecord
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
 		old = store.Doc{Key: key}
 	case err != nil:
 		return Joined{}, fmt.Errorf("node %s: %w", req.NodeID, err)
-	case !req.Replace:
-		return Joined{}, fmt.Errorf("a node with ID %s joined already (join with replace to take its place): %w", req.NodeID, errdefs.ErrAlreadyExists)
 	default:
-		var prev NodeRecord
-		if err := json.Unmarshal(old.Value, &prev); err != nil {
+		prev = new(NodeRecord)
+		if err := json.Unmarshal(old.Value, prev); err != nil {
 			return Joined{}, fmt.Errorf("node record %s: %w", key, err)
 		}
-		if prev.JoinToken != tok.ID {
-			return Joined{}, fmt.Errorf("node %s joined with another join token; only that one can replace it: %w", req.NodeID, errdefs.ErrPermissionDenied)
+	}
+	rec := NodeRecord{ID: req.NodeID, Hosts: append([]string{}, req.Hosts...), JoinedAt: s.now().UTC(),
+		CertExpiresAt: s.now().UTC().Add(cluster.CertLifetime)}
+	how := "token"
+	var proofErr error
+	if prev != nil && req.Proof != nil {
+		if proofErr = s.checkJoinProof(*prev, req); proofErr == nil {
+			// The node itself: what the operator set of it stays.
+			how, rec.JoinToken, rec.Bound, rec.Draining = "proof", prev.JoinToken, prev.Bound, prev.Draining
 		}
 	}
-	id := cluster.Identity{Role: cluster.RoleNode, ID: req.NodeID}
-	certPEM, err := ca.IssueCSR(id, req.CSR, req.Hosts)
+	switch {
+	case how == "proof":
+	case prev != nil && !req.Replace && proofErr != nil:
+		return Joined{}, proofErr
+	case prev != nil && !req.Replace:
+		return Joined{}, fmt.Errorf("a node with ID %s joined already: it re-joins from its host (node join finds its key in the data directory "+
+			"and proves it), or the operator approves a new host for it with a join token made to replace it (node token create --node-id %s --replace): %w",
+			req.NodeID, req.NodeID, errdefs.ErrAlreadyExists)
+	default:
+		if req.Token == "" {
+			return Joined{}, fmt.Errorf("no join token: node %s needs one to join (a new node) or to be replaced; only a node that joined "+
+				"re-joins without one, with the proof of its key: %w", req.NodeID, errdefs.ErrPermissionDenied)
+		}
+		tok, err := cluster.UseJoinToken(ctx, s.store, req.Token, req.NodeID, prev != nil)
+		if err != nil {
+			return Joined{}, err
+		}
+		rec.JoinToken = tok.ID
+		if prev != nil {
+			how = "replace"
+		}
+	}
+	j, err := s.recordJoin(ctx, ca, old, rec, req.CSR)
+	if err != nil {
+		if how != "proof" {
+			// The join did not go through: the token's use is given back.
+			if rerr := cluster.ReleaseJoinToken(context.WithoutCancel(ctx), s.store, rec.JoinToken, req.NodeID); rerr != nil {
+				s.log.Warn("give back a join token's use", "join_token", rec.JoinToken, "node", req.NodeID, "err", rerr)
+			}
+		}
+		return Joined{}, err
+	}
+	s.nodes.rejoined(req.NodeID)
+	s.log.Info("node joined", "node", req.NodeID, "hosts", req.Hosts, "join_token", rec.JoinToken, "by", how)
+	return j, nil
+}
+
+// checkJoinProof checks a join's proof that the node holds the key of the certificate recorded for it:
+// its current one, or the one it renewed from (its own until it first used the new one).
+func (s *placer) checkJoinProof(rec NodeRecord, req JoinRequest) error {
+	fp, err := cluster.VerifyJoinProof(*req.Proof, req.NodeID, req.CSR, req.Hosts, s.now())
+	if err != nil {
+		return fmt.Errorf("node %s: %w", req.NodeID, err)
+	}
+	if cur, prev := rec.certIs(fp); !cur && !prev {
+		return fmt.Errorf("node %s: join proof: its certificate is not the one node %s was last given (it joined again since, or was replaced): %w",
+			req.NodeID, req.NodeID, errdefs.ErrPermissionDenied)
+	}
+	return nil
+}
+
+// recordJoin issues the certificate of a node that may join, and records rec with its fingerprint in old
+// (compare-and-swap: of nodes joining with one ID at once, one wins).
+func (s *placer) recordJoin(ctx context.Context, ca *cluster.CA, old store.Doc, rec NodeRecord, csr []byte) (Joined, error) {
+	certPEM, err := ca.IssueCSR(cluster.Identity{Role: cluster.RoleNode, ID: rec.ID}, csr, rec.Hosts)
 	if err != nil {
 		return Joined{}, err
 	}
 	block, _ := pem.Decode(certPEM)
-	rec := NodeRecord{ID: req.NodeID, Hosts: append([]string{}, req.Hosts...), JoinedAt: s.now().UTC(), JoinToken: tok.ID,
-		CertExpiresAt: s.now().UTC().Add(cluster.CertLifetime), CertFingerprint: cluster.CertFingerprint(block.Bytes)}
+	rec.CertFingerprint = cluster.CertFingerprint(block.Bytes)
 	if old.Value, err = json.Marshal(rec); err != nil {
 		return Joined{}, err
 	}
-	// Compare-and-swap: of nodes joining with one ID at once, one wins.
 	if _, err := s.store.PutDoc(ctx, old); err != nil {
-		if errors.Is(err, errdefs.ErrAlreadyExists) || errors.Is(err, errdefs.ErrConflict) {
-			return Joined{}, fmt.Errorf("another node joined as %s meanwhile: %w", req.NodeID, errdefs.ErrAlreadyExists)
+		if errors.Is(err, errdefs.ErrAlreadyExists) || errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrNotFound) {
+			return Joined{}, fmt.Errorf("another node joined as %s meanwhile (or it was removed): %w", rec.ID, errdefs.ErrAlreadyExists)
 		}
-		return Joined{}, fmt.Errorf("record node %s: %w", req.NodeID, err)
+		return Joined{}, fmt.Errorf("record node %s: %w", rec.ID, err)
 	}
-	s.log.Info("node joined", "node", req.NodeID, "hosts", req.Hosts, "join_token", tok.ID, "replaced", req.Replace)
 	return Joined{CertPEM: certPEM, CAPEM: ca.CertPEM(), Node: rec}, nil
 }
 

@@ -57,8 +57,9 @@ type Config struct {
 	// DialNode reaches. One of Node and DialNode is required.
 	Node Node
 	// DialNode, if set, returns a client of a node in a process of its own that joined the cluster,
-	// at the address of its API it reported (nodes.go). Nil: only Node runs sandboxes.
-	DialNode func(id, addr string) (Node, error)
+	// at the address of its API it reported (nodes.go), whose connections check the node's certificate
+	// with pinned (nodeapi.ClientConfig.Pinned): the one recorded for it. Nil: only Node runs sandboxes.
+	DialNode func(id, addr string, pinned func(fingerprint string) error) (Node, error)
 	// TemplateRoot reports the directory, on this host, of a template's root filesystem (reading a
 	// snapshot's files needs the template it was taken on). Nil: the in-process node's; with none,
 	// reading snapshots' files answers failed precondition.

@@ -100,7 +100,7 @@ func TestNodeCalls(t *testing.T) {
 	srv.TLS = cluster.ServerTLS(cpCert, ca.Pool(), cluster.RoleNode)
 	srv.StartTLS()
 	defer srv.Close()
-	tok, _, err := s.CreateJoinToken(ctx, time.Hour, "")
+	tok, _, err := s.CreateJoinToken(ctx, cluster.JoinTokenOptions{TTL: time.Hour, NodeIDs: []string{"node-a", "node-b"}})
 	if err != nil {
 		t.Fatal(err)
 	}

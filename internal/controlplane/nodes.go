@@ -389,11 +389,14 @@ func (s *placer) liveNodes(ctx context.Context) (map[string]NodeLive, error) {
 // latest heartbeat and made again when a node's address changes.
 type nodeSet struct {
 	local Node
-	dial  func(id, addr string) (Node, error)
+	dial  func(id, addr string, pinned func(fingerprint string) error) (Node, error)
 
-	mu      sync.Mutex
-	remote  map[string]remoteNode // guarded by mu
-	placing map[string]placing    // placements in progress in this process, by node; guarded by mu
+	mu     sync.Mutex
+	remote map[string]remoteNode // guarded by mu
+	// pins are the certificates each remote node's record named when last read, which connections to
+	// it must present (pinned); guarded by mu.
+	pins    map[string]nodePin
+	placing map[string]placing // placements in progress in this process, by node; guarded by mu
 	// beats limits each node's heartbeats; settling holds the nodes being settled after a restart, each
 	// with the start of one more to settle after (zero: none). Both guarded by mu.
 	beats    map[string]*rate.Limiter
@@ -423,9 +426,26 @@ func (ns *nodeSet) allowHeartbeat(id string, now time.Time) bool {
 type remoteNode struct {
 	addr string
 	n    Node
-	// checked is when addr was last compared with the node's heartbeat.
+	// joinedAt is when the node last joined as its record said when n was made: a node that joined
+	// again (or was replaced) since is dialed anew.
+	joinedAt time.Time
+	// checked is when addr and joinedAt were last compared with the node's heartbeat and record.
 	checked time.Time
 }
+
+// nodePin is what a node's record said of its certificates when read at at: its current one, and the
+// one it renewed from (its own until it first used the new one).
+type nodePin struct {
+	cur, prev string
+	at        time.Time
+}
+
+// pinFor is how long a node's recorded certificates are taken as read before a connection to it is
+// checked against its record anew.
+const pinFor = nodeapi.HeartbeatInterval
+
+// pinTimeout bounds the read of a node's record for a connection to it.
+const pinTimeout = 10 * time.Second
 
 // placing counts what this process is placing on a node and has not recorded yet.
 type placing struct {
@@ -433,8 +453,8 @@ type placing struct {
 	memMB int64
 }
 
-func newNodeSet(local Node, dial func(id, addr string) (Node, error)) *nodeSet {
-	return &nodeSet{local: local, dial: dial, remote: map[string]remoteNode{}, placing: map[string]placing{},
+func newNodeSet(local Node, dial func(id, addr string, pinned func(fingerprint string) error) (Node, error)) *nodeSet {
+	return &nodeSet{local: local, dial: dial, remote: map[string]remoteNode{}, pins: map[string]nodePin{}, placing: map[string]placing{},
 		beats: map[string]*rate.Limiter{}, settling: map[string]time.Time{}}
 }
 
@@ -472,6 +492,21 @@ func (ns *nodeSet) forget(id string) {
 	r, ok := ns.remote[id]
 	delete(ns.remote, id)
 	delete(ns.beats, id)
+	delete(ns.pins, id)
+	ns.mu.Unlock()
+	if ok {
+		closeNode(r.n)
+	}
+}
+
+// rejoined drops the client of node id, which joined again (or was replaced), and what was read of its
+// certificates: its next call dials it anew, pinned to the certificate now recorded. (Other replicas see
+// the new join within nodeapi.HeartbeatInterval: node.)
+func (ns *nodeSet) rejoined(id string) {
+	ns.mu.Lock()
+	r, ok := ns.remote[id]
+	delete(ns.remote, id)
+	delete(ns.pins, id)
 	ns.mu.Unlock()
 	if ok {
 		closeNode(r.n)
@@ -506,7 +541,7 @@ func (s *placer) node(ctx context.Context, id string) (Node, error) {
 	if ok && now.Sub(r.checked) < nodeapi.HeartbeatInterval {
 		return r.n, nil
 	}
-	// Its address may have changed (a heartbeat to another replica).
+	// Its address may have changed (a heartbeat to another replica), and it may have joined again.
 	l, err := s.nodeLive(ctx, id)
 	if err != nil {
 		if ok {
@@ -514,7 +549,15 @@ func (s *placer) node(ctx context.Context, id string) (Node, error) {
 		}
 		return nil, fmt.Errorf("node %s has not reported: %v: %w", id, err, errdefs.ErrUnavailable)
 	}
-	if ok && r.addr == l.Addr {
+	rec, err := s.nodeRecord(ctx, id)
+	if err != nil {
+		if ok && !errors.Is(err, errdefs.ErrNotFound) {
+			return r.n, nil
+		}
+		return nil, fmt.Errorf("node %s: %v: %w", id, err, errdefs.ErrUnavailable)
+	}
+	ns.setPin(id, rec, now)
+	if ok && r.addr == l.Addr && r.joinedAt.Equal(rec.JoinedAt) {
 		ns.mu.Lock()
 		if cur, still := ns.remote[id]; still && cur.n == r.n {
 			cur.checked = now
@@ -523,23 +566,67 @@ func (s *placer) node(ctx context.Context, id string) (Node, error) {
 		ns.mu.Unlock()
 		return r.n, nil
 	}
-	n, err := ns.dial(id, l.Addr)
+	n, err := ns.dial(id, l.Addr, s.pinned(id))
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", id, err)
 	}
 	ns.mu.Lock()
 	cur, exists := ns.remote[id]
-	if exists && cur.addr == l.Addr { // another call dialed it first
+	if exists && cur.addr == l.Addr && cur.joinedAt.Equal(rec.JoinedAt) { // another call dialed it first
 		ns.mu.Unlock()
 		closeNode(n)
 		return cur.n, nil
 	}
-	ns.remote[id] = remoteNode{addr: l.Addr, n: n, checked: now}
+	ns.remote[id] = remoteNode{addr: l.Addr, n: n, joinedAt: rec.JoinedAt, checked: now}
 	ns.mu.Unlock()
 	if exists {
 		closeNode(cur.n)
 	}
 	return n, nil
+}
+
+// setPin notes the certificates rec names for node id, read at now.
+func (ns *nodeSet) setPin(id string, rec NodeRecord, now time.Time) {
+	ns.mu.Lock()
+	ns.pins[id] = nodePin{cur: rec.CertFingerprint, prev: rec.PrevCertFingerprint, at: now}
+	ns.mu.Unlock()
+}
+
+// pinHolds reports whether the certificate of fingerprint is one node id's record named when read
+// within pinFor of now.
+func (ns *nodeSet) pinHolds(id, fingerprint string, now time.Time) bool {
+	ns.mu.Lock()
+	p, ok := ns.pins[id]
+	ns.mu.Unlock()
+	if !ok || now.Sub(p.at) >= pinFor || now.Before(p.at) {
+		return false
+	}
+	cur, prev := NodeRecord{CertFingerprint: p.cur, PrevCertFingerprint: p.prev}.certIs(fingerprint)
+	return cur || prev
+}
+
+// pinned returns the check of node id's certificate on each connection to it (nodeapi.ClientConfig.Pinned):
+// it must be the one the node's record names (or the one it renewed from), not merely one the cluster's CA
+// issued for its ID; a certificate from before the node last joined (or was replaced) is refused.
+func (s *placer) pinned(id string) func(fingerprint string) error {
+	return func(fingerprint string) error {
+		now := s.now()
+		if s.nodes.pinHolds(id, fingerprint, now) {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pinTimeout)
+		defer cancel()
+		rec, err := s.nodeRecord(ctx, id)
+		if err != nil {
+			return fmt.Errorf("node %s: its record, to check its certificate against: %w", id, err)
+		}
+		s.nodes.setPin(id, rec, now)
+		if cur, prev := rec.certIs(fingerprint); cur || prev {
+			return nil
+		}
+		s.log.Warn("a node presented a certificate that is not the one it was last given; not connected", "node", id, "fingerprint", fingerprint)
+		return fmt.Errorf("node %s presented the certificate %s, not the one it was last given: %w", id, fingerprint, errdefs.ErrPermissionDenied)
+	}
 }
 
 // nodeGone reports whether node id is known to be down: not this process's, and not heard from within

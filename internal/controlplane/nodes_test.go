@@ -200,7 +200,7 @@ func newRemoteNodes(t *testing.T, ids ...string) *remoteNodes {
 		}
 	}
 	ca := testClusterCA(t, st)
-	c.s, err = New(Config{Store: st, Now: c.clk.Now, ReapInterval: time.Hour, Logger: slog.New(slog.DiscardHandler), Cluster: ca, ReplicaID: "r-self", DialNode: func(id, addr string) (Node, error) {
+	c.s, err = New(Config{Store: st, Now: c.clk.Now, ReapInterval: time.Hour, Logger: slog.New(slog.DiscardHandler), Cluster: ca, ReplicaID: "r-self", DialNode: func(id, addr string, _ func(string) error) (Node, error) {
 		c.dialed[id] = addr
 		return c.fakes[id], nil
 	}})
@@ -560,7 +560,7 @@ func TestSessionCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := New(Config{Store: st, ReapInterval: time.Hour, KeyProvider: keyring,
-		DialNode: func(id, addr string) (Node, error) { return newFakeNode(t), nil }})
+		DialNode: func(id, addr string, _ func(string) error) (Node, error) { return newFakeNode(t), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,10 +54,22 @@ func TestNodeJoin(t *testing.T) {
 			"--host", "127.0.0.1", "--host", "node-a.internal"}, extra...)...)
 	}
 	// A pinned fingerprint that is not the cluster's, and a join token sent in the clear off this host,
-	// are refused before anything is saved.
+	// are refused before anything is saved. (The control plane that answered recorded the join, and
+	// its token is spent: the operator removes the node.)
 	wrongPin := "sha256:" + strings.Repeat("0", 64)
-	if code, _, errOut := join("--ca-fingerprint", wrongPin); code == 0 || !strings.Contains(errOut, "not to be trusted") {
+	pinTok, err := e.Client.CreateJoinToken(ctx, airlock.CreateJoinTokenRequest{TTLSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI("--url", e.URL, "--data-dir", nodeDir, "node", "join", "--token", pinTok.Token, "--id", "node-pin",
+		"--ca-fingerprint", wrongPin); code == 0 || !strings.Contains(errOut, "not to be trusted") {
 		t.Errorf("join with a wrong CA fingerprint: %d %s; want refused", code, errOut)
+	}
+	if err := e.Client.RemoveNode(ctx, "node-pin"); err != nil {
+		t.Errorf("remove the node of the join with a wrong CA fingerprint: %v", err)
+	}
+	if err := e.Client.DeleteJoinToken(ctx, pinTok.ID); err != nil {
+		t.Fatal(err)
 	}
 	if code, _, errOut := runCLI("--url", "http://192.0.2.1:7070", "--data-dir", nodeDir, "node", "join", "--token", tok, "--id", "node-x"); code == 0 || !strings.Contains(errOut, "https") {
 		t.Errorf("join over plain http off this host: %d %s; want refused", code, errOut)
@@ -65,7 +77,7 @@ func TestNodeJoin(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(nodeDir, cli.NodeClusterDir)); !os.IsNotExist(err) {
 		t.Fatalf("a refused join saved files (%v)", err)
 	}
-	if code, out, errOut := join("--ca-fingerprint", fingerprint, "--replace"); code != 0 || !strings.Contains(out, "node-a joined") {
+	if code, out, errOut := join("--ca-fingerprint", fingerprint); code != 0 || !strings.Contains(out, "node-a joined") {
 		t.Fatalf("node join: %d %s %s", code, out, errOut)
 	}
 	dir := filepath.Join(nodeDir, cli.NodeClusterDir)
@@ -147,19 +159,26 @@ func TestNodeJoin(t *testing.T) {
 		t.Errorf("node ls: %d %s", code, out)
 	}
 
-	// The same ID again only with --replace.
-	if code, _, errOut := join(); code == 0 || !strings.Contains(errOut, "joined already") {
-		t.Errorf("joining with a taken ID: %d %s; want refused", code, errOut)
+	// The same ID again: from another host, not with node-a's token (with or without --replace); from
+	// node-a's host, whose key proves it (the token is spent: it joins one node once).
+	if code, _, errOut := runCLI("--url", e.URL, "--data-dir", t.TempDir(), "node", "join", "--token", tok, "--id", "node-a"); code == 0 || !strings.Contains(errOut, "joined already") {
+		t.Errorf("another host joins with node-a's ID and token: %d %s; want refused", code, errOut)
 	}
-	if code, _, errOut := join("--replace"); code != 0 {
-		t.Errorf("joining with --replace: %d %s", code, errOut)
+	if code, _, errOut := runCLI("--url", e.URL, "--data-dir", t.TempDir(), "node", "join", "--token", tok, "--id", "node-a", "--replace"); code == 0 || !strings.Contains(errOut, "may not take the place") {
+		t.Errorf("another host replaces node-a with its token: %d %s; want refused", code, errOut)
+	}
+	if code, out, errOut := join(); code != 0 || !strings.Contains(out, "joined again with its key") {
+		t.Errorf("node-a re-joins from its host: %d %s %s", code, out, errOut)
+	}
+	if again, _ := os.ReadFile(filepath.Join(dir, cli.NodeKeyFile)); !bytes.Equal(again, keyPEM) {
+		t.Error("node-a's key changed when it re-joined; want it kept")
 	}
 	// Another token's holder cannot take node-a's identity.
 	other, err := e.Client.CreateJoinToken(ctx, airlock.CreateJoinTokenRequest{TTLSeconds: 600})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errOut := runCLI("--url", e.URL, "--data-dir", t.TempDir(), "node", "join", "--token", other.Token, "--id", "node-a", "--replace"); code == 0 || !strings.Contains(errOut, "another join token") {
+	if code, _, errOut := runCLI("--url", e.URL, "--data-dir", t.TempDir(), "node", "join", "--token", other.Token, "--id", "node-a", "--replace"); code == 0 || !strings.Contains(errOut, "may not take the place") {
 		t.Errorf("replacing node-a with another token: %d %s; want refused", code, errOut)
 	}
 	if err := e.Client.DeleteJoinToken(ctx, other.ID); err != nil {

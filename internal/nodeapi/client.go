@@ -41,6 +41,12 @@ type ClientConfig struct {
 	Cert  tls.Certificate
 	Self  *cluster.SelfCert
 	Roots *x509.CertPool
+	// Pinned, if set, is asked about the certificate of every connection to the node, by fingerprint
+	// (cluster.CertFingerprint), once its chain and identity checked out: an error refuses the
+	// connection. The control plane pins the certificate it recorded for the node, so that another
+	// certificate the cluster's CA issued for the node's ID (one from before it last joined) does not
+	// get the node's calls.
+	Pinned func(fingerprint string) error
 	// LinkAudit, if set, gives the audit that records the frames this control plane exchanges with a
 	// sandbox's daemon (the tenant's audit log). Nil: not recorded here (the node records every frame in
 	// its own audit file either way).
@@ -79,10 +85,22 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	want := cluster.Identity{Role: cluster.RoleNode, ID: cfg.NodeID}
 	clientTLS := func() *tls.Config {
+		var c *tls.Config
 		if cfg.Self != nil {
-			return cfg.Self.ClientTLS(cfg.Roots, want)
+			c = cfg.Self.ClientTLS(cfg.Roots, want)
+		} else {
+			c = cluster.ClientTLS(cfg.Cert, cfg.Roots, want)
 		}
-		return cluster.ClientTLS(cfg.Cert, cfg.Roots, want)
+		if pinned := cfg.Pinned; pinned != nil {
+			verify := c.VerifyConnection
+			c.VerifyConnection = func(cs tls.ConnectionState) error {
+				if err := verify(cs); err != nil {
+					return err
+				}
+				return pinned(cluster.CertFingerprint(cs.PeerCertificates[0].Raw))
+			}
+		}
+		return c
 	}
 	tr := &http.Transport{
 		TLSClientConfig:     clientTLS(),

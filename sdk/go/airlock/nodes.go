@@ -9,18 +9,32 @@ import (
 )
 
 // JoinToken is a token with which nodes join the cluster (operator tenant only). Its secret is shown
-// once, when it is created.
+// once, when it is created. It joins each node once and at most Uses nodes; NodeIDs or NodePrefix, if
+// set, are the IDs they may join as; Joined are those that did. Only a token made to Replace (for one
+// node ID) takes the place of a node that joined before.
 type JoinToken struct {
 	ID          string    `json:"id"`
 	Description string    `json:"description,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 	ExpiresAt   time.Time `json:"expires_at"`
+	NodeIDs     []string  `json:"node_ids,omitempty"`
+	NodePrefix  string    `json:"node_prefix,omitempty"`
+	Uses        int       `json:"uses"`
+	Joined      []string  `json:"joined"`
+	Replace     bool      `json:"replace,omitempty"`
 }
 
-// CreateJoinTokenRequest asks for a join token good for TTLSeconds (default one day, at most 30 days).
+// CreateJoinTokenRequest asks for a join token good for TTLSeconds (default one day, at most 30 days),
+// for Uses nodes (default: one, or one for each of NodeIDs). A token for more than one node must name
+// the NodeIDs or a NodePrefix they may join as. Replace (with exactly one NodeIDs) approves a new host
+// for a node that joined before: the token takes that node's place.
 type CreateJoinTokenRequest struct {
-	TTLSeconds  int64  `json:"ttl_seconds,omitempty"`
-	Description string `json:"description,omitempty"`
+	TTLSeconds  int64    `json:"ttl_seconds,omitempty"`
+	Description string   `json:"description,omitempty"`
+	NodeIDs     []string `json:"node_ids,omitempty"`
+	NodePrefix  string   `json:"node_prefix,omitempty"`
+	Uses        int      `json:"uses,omitempty"`
+	Replace     bool     `json:"replace,omitempty"`
 }
 
 // CreatedJoinToken is a new join token and its secret form, given to nodes ("alj_…"), with the
@@ -116,13 +130,25 @@ type NodeList struct {
 }
 
 // JoinRequest is a node asking to join: its join token, its ID, a PEM certificate signing request for
-// its key, and the names and addresses control planes reach it at.
+// its key, and the names and addresses control planes reach it at. A node that joined before re-joins
+// with Proof (and needs no token); Replace takes the place of a node that joined before with a join
+// token made to replace it.
 type JoinRequest struct {
-	Token   string   `json:"token"`
-	NodeID  string   `json:"node_id"`
-	CSR     string   `json:"csr"`
-	Hosts   []string `json:"hosts"`
-	Replace bool     `json:"replace,omitempty"`
+	Token   string     `json:"token,omitempty"`
+	NodeID  string     `json:"node_id"`
+	CSR     string     `json:"csr"`
+	Hosts   []string   `json:"hosts"`
+	Proof   *JoinProof `json:"proof,omitempty"`
+	Replace bool       `json:"replace,omitempty"`
+}
+
+// JoinProof proves that a node re-joining holds the key of the certificate it was last given: Signature
+// is that key's ECDSA signature (ASN.1) over the request and SignedAt (Unix seconds), as the airlock CLI
+// makes it (node join).
+type JoinProof struct {
+	Certificate string `json:"certificate"`
+	SignedAt    int64  `json:"signed_at"`
+	Signature   []byte `json:"signature"`
 }
 
 // JoinResponse is the node's certificate and the cluster CA's, both PEM.
