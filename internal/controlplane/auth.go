@@ -456,6 +456,25 @@ func (s *accounts) ListAudit(ctx context.Context, tenantID string, afterSeq int6
 	return entries, nil
 }
 
+// flowKey is the tenant's flow key (flowlog.KeySize bytes), which seals its sandboxes' flow logs on the
+// nodes: a MAC under the tenant's key, so that any replica makes it again, a node holds it only while it
+// runs the tenant's sandboxes, and a revoked tenant key leaves the flow logs unreadable. Without the
+// secrets store it is nil (flows in the clear).
+func (s *accounts) flowKey(ctx context.Context, tenantID string) ([]byte, error) {
+	if s.secrets == nil {
+		return nil, nil
+	}
+	k, err := s.secrets.MAC(ctx, tenantID, "flow-log", []byte("flow key v1"))
+	switch {
+	case errors.Is(err, errdefs.ErrPermissionDenied) && !errors.Is(err, errdefs.ErrKeyUnavailable):
+		// Revoked: as the key checks say it.
+		return nil, fmt.Errorf("the key of tenant %s is unavailable, so nothing of it can be encrypted or decrypted: %v: %w", tenantID, err, errdefs.ErrKeyUnavailable)
+	case err != nil:
+		return nil, fmt.Errorf("the tenant's flow key: %w", err)
+	}
+	return k, nil
+}
+
 // AuditSealPurpose is the purpose of the key that seals the tenant's audit entries (secrets.Sealer).
 const AuditSealPurpose = "audit-log"
 

@@ -214,6 +214,9 @@ func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req Crea
 		Network: netPolicy,
 		Start:   start,
 	}
+	if nreq.FlowKey, err = s.accounts.flowKey(ctx, tenantID); err != nil {
+		return store.Sandbox{}, err
+	}
 	now := s.now()
 	ends := now.Add(time.Duration(req.TimeoutSeconds) * time.Second)
 	sb, err := s.store.CreateSandbox(ctx, store.Sandbox{
@@ -491,6 +494,9 @@ func (s *sandboxes) Egress(ctx context.Context, tenantID, id string, f flowlog.F
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: egress flows: %w", id, err)
 	}
+	if f.Key, err = s.accounts.flowKey(ctx, tenantID); err != nil {
+		return nil, fmt.Errorf("sandbox %s: egress flows: %w", id, err)
+	}
 	flows, err := n.Flows(ctx, sb.ID, f)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: egress flows: %w", id, err)
@@ -711,9 +717,19 @@ func (s *sandboxes) reconcileNode(ctx context.Context, n Node, createdSince time
 				s.log.Error("reconcile", "sandbox", sb.ID, "err", err)
 				continue // not adopted: failed below, and destroyed
 			}
+			key, err := s.accounts.flowKey(ctx, sb.TenantID)
+			if errors.Is(err, errdefs.ErrKeyUnavailable) {
+				// The tenant's key is gone: its sandbox runs no longer (failed below, and destroyed).
+				s.log.Error("reconcile", "sandbox", sb.ID, "err", err)
+				continue
+			}
+			if err != nil {
+				// Not known now (the Store, say): fail nothing, try again later.
+				return fmt.Errorf("reconcile: %w", err)
+			}
 			running = append(running, node.RecoverRequest{ID: sb.ID, TenantID: sb.TenantID, Network: p, CAID: sb.Metadata[SessionMetadataKey],
 				Runtime: sb.Metadata[RuntimeMetadataKey], Limits: runtime.Limits{CPUMillis: int64(sb.Spec.CPUMillicores),
-					MemoryBytes: int64(sb.Spec.MemoryMB) << 20, DiskBytes: int64(sb.Spec.DiskMB) << 20}})
+					MemoryBytes: int64(sb.Spec.MemoryMB) << 20, DiskBytes: int64(sb.Spec.DiskMB) << 20}, FlowKey: key})
 		case sb.State == store.StateCreating && !createdSince.IsZero() && !sb.CreatedAt.Before(createdSince):
 			keep[sb.ID] = true
 		}

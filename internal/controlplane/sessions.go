@@ -252,6 +252,9 @@ func (s *sessions) startSessionSandbox(ctx context.Context, se store.Session, en
 		Network: p,
 		CAID:    se.ID,
 	}
+	if req.FlowKey, err = s.accounts.flowKey(ctx, se.TenantID); err != nil {
+		return store.Sandbox{}, err
+	}
 	if src == nil {
 		req.Start = s.placer.startFor(ctx, se.Spec.Template, rt, n.ID())
 	}

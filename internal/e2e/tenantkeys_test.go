@@ -196,9 +196,23 @@ func TestTenantKeyLocalRevokeAndRotate(t *testing.T) {
 		t.Errorf("restored from before the rotation: %+v, %v", res, err)
 	}
 
-	sb, err := c.CreateSandbox(ctx, airlock.CreateSandboxRequest{})
+	// A host rule on port 80 sends that port's connections to the gateway, which refuses the private
+	// address below and records the flow (sealed under the tenant's key on the node).
+	sb, err := c.CreateSandbox(ctx, airlock.CreateSandboxRequest{Network: &airlock.NetworkPolicy{Rules: []airlock.NetworkRule{
+		{Action: "allow", Host: "api.example.test", Ports: []airlock.PortRange{"80"}}}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	const flowDst = "10.255.255.1"
+	if _, err := c.Exec(ctx, sb.ID, airlock.ExecRequest{Cmd: []string{"python3", "-c",
+		"import socket; s=socket.socket(); s.settimeout(3)\ntry: s.connect(('" + flowDst + "', 80))\nexcept Exception: pass"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(10*time.Second, func() bool {
+		l, err := c.Egress(ctx, sb.ID, airlock.EgressOptions{})
+		return err == nil && len(l.Flows) > 0 && l.Flows[0].DstIP == flowDst
+	}) {
+		t.Fatal("positive control: the refused connection is not in the sandbox's flow log while the key lives")
 	}
 	wrong := c.RevokeTenantKey(ctx, "tn_not_mine")
 	wantCode(t, "revoke without the right confirmation", wrong, http.StatusBadRequest)
@@ -257,4 +271,8 @@ func TestTenantKeyLocalRevokeAndRotate(t *testing.T) {
 		t.Errorf("a keyring file is in the data directory (%v); want the keys in the Store", err)
 	}
 	assertNotInDir(t, e.DataDir, marker)
+	// The flow log is sealed under the tenant's key: unreadable now, through the API and on the node.
+	_, err = c.Egress(ctx, sb.ID, airlock.EgressOptions{})
+	wantKeyUnavailable(t, "the flow log after revoke", err)
+	assertNotInDir(t, filepath.Join(e.DataDir, "node", "flows"), flowDst)
 }

@@ -101,6 +101,9 @@ type CreateRequest struct {
 	// Start, for a create of a template with a start command, has the sandbox handed over with the
 	// command running and ready (start.go). A restore from a snapshot ignores it.
 	Start *Start
+	// FlowKey, if set, seals the sandbox's flow log (flowlog.Log.SetKey): its tenant's flow key, which
+	// the node holds while the sandbox runs here and never stores.
+	FlowKey []byte
 }
 
 // RecoverRequest names a sandbox a previous run of the node left running, with its owner and its egress
@@ -116,6 +119,8 @@ type RecoverRequest struct {
 	// Limits are the sandbox's CreateRequest.Limits, for what the node reports of its resource use (the
 	// node's record of them did not survive its restart).
 	Limits runtime.Limits
+	// FlowKey is the sandbox's CreateRequest.FlowKey.
+	FlowKey []byte
 }
 
 // Config configures a Local node.
@@ -388,6 +393,12 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 		}
 		c.Add(func() { gw.Unregister(req.ID) })
 	}
+	if err := n.sealFlows(req.ID, req.FlowKey); err != nil {
+		return err
+	}
+	if fl := n.cfg.FlowLog; fl != nil && req.FlowKey != nil {
+		c.Add(func() { fl.Forget(req.ID) })
+	}
 
 	env := n.sandboxEnv(tpl, req)
 	spec := n.runtimeSpec(req.ID, tpl, env, ns, req.Limits)
@@ -592,6 +603,14 @@ func (n *Local) attach(ctx context.Context, id, tenantID string) error {
 	n.wg.Add(1)
 	go n.watch(wctx, s, cl)
 	return nil
+}
+
+// sealFlows has the flow log seal sandbox id's flows under key, if there is a key and a flow log.
+func (n *Local) sealFlows(id string, key []byte) error {
+	if key == nil || n.cfg.FlowLog == nil {
+		return nil
+	}
+	return n.cfg.FlowLog.SetKey(id, key)
 }
 
 // shapeOnly records a frame's shape (direction, stream, type, operation, size, error) in the node's
@@ -908,6 +927,10 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) ([]string, e
 				n.log.Warn("re-adopt sandbox network", "sandbox", id, "err", err)
 				continue
 			}
+		}
+		if err := n.sealFlows(id, r.FlowKey); err != nil {
+			n.log.Warn("re-adopt sandbox flow log", "sandbox", id, "err", err)
+			continue
 		}
 		if err := n.attach(ctx, id, r.TenantID); err != nil {
 			n.log.Warn("re-adopt sandbox", "sandbox", id, "err", err)

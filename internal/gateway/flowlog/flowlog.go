@@ -3,12 +3,19 @@
 // (metrics.go) counts them for Prometheus.
 //
 // A sandbox's file is DIR/<sandbox-id>.jsonl, mode 0600, one gateway.Flow a line, in the order the flows
-// ended. Readers take the file as it is when they open it and never see a line being written.
+// ended. Readers take the file as it is when they open it and never see a line being written. With the
+// sandbox's key set (SetKey: its tenant's flow key, which the control plane derives from the tenant's
+// key), each line is the flow sealed under it instead ({"sealed": base64}), so that a revoked tenant
+// key leaves the sandbox's destinations, methods and paths unreadable; reads open them with the key the
+// filter brings.
 package flowlog
 
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,7 +61,13 @@ type Filter struct {
 	Until time.Time
 	// Limit is the most flows returned, 1 to MaxLimit; 0 is DefaultLimit.
 	Limit int
+	// Key opens the sandbox's sealed flows (KeySize bytes, its tenant's flow key). A read of a file that
+	// holds sealed flows without it fails with errdefs.ErrKeyUnavailable.
+	Key []byte `json:"key,omitempty"`
 }
+
+// KeySize is the size of a flow key (AES-256).
+const KeySize = 32
 
 // Validate reports an error wrapping errdefs.ErrInvalidArgument if f is not a valid filter.
 func (f Filter) Validate() error {
@@ -69,6 +82,9 @@ func (f Filter) Validate() error {
 	}
 	if len(f.Host) > 255 || len(f.HostContains) > 255 {
 		return fmt.Errorf("host filters are at most 255 bytes: %w", errdefs.ErrInvalidArgument)
+	}
+	if f.Key != nil && len(f.Key) != KeySize {
+		return fmt.Errorf("a flow key has %d bytes: %w", KeySize, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -106,6 +122,10 @@ type Log struct {
 	mu sync.Mutex
 	// open holds the files appended to lately, by sandbox ID, at most maxOpen; guarded by mu.
 	open map[string]*openFile
+	// keys seal the flows of the sandboxes that have one (SetKey), by sandbox ID; guarded by mu.
+	keys map[string]cipher.AEAD
+	// keyGrace is how long Forget keeps a sandbox's key.
+	keyGrace time.Duration
 	// closed is set by Close; guarded by mu.
 	closed bool
 	// lastErr is when a write error was last logged, to log at most one a minute; guarded by mu.
@@ -121,7 +141,53 @@ func Open(dir string, log *slog.Logger) (*Log, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("flow log: %w", err)
 	}
-	return &Log{dir: dir, log: log.With("component", "flowlog"), open: map[string]*openFile{}, maxBytes: DefaultMaxFileBytes}, nil
+	return &Log{dir: dir, log: log.With("component", "flowlog"), open: map[string]*openFile{}, keys: map[string]cipher.AEAD{},
+		keyGrace: time.Minute, maxBytes: DefaultMaxFileBytes}, nil
+}
+
+// SetKey makes Record seal sandbox id's flows under key (KeySize bytes) from now on, until Forget.
+func (l *Log) SetKey(id string, key []byte) error {
+	aead, err := newAEAD(key)
+	if err != nil {
+		return fmt.Errorf("flow log of %s: %w", id, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.keys[id] = aead
+	return nil
+}
+
+func newAEAD(key []byte) (cipher.AEAD, error) {
+	if len(key) != KeySize {
+		return nil, fmt.Errorf("a flow key has %d bytes: %w", KeySize, errdefs.ErrInvalidArgument)
+	}
+	b, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(b)
+}
+
+// sealedLine is a line of a sealed flow: the flow's JSON, sealed under the sandbox's key with the
+// sandbox's ID as additional data (a nonce, then the ciphertext).
+type sealedLine struct {
+	Sealed []byte `json:"sealed"`
+}
+
+func seal(aead cipher.AEAD, id string, flow []byte) ([]byte, error) {
+	nonce := make([]byte, aead.NonceSize(), aead.NonceSize()+len(flow)+aead.Overhead())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
+	return json.Marshal(sealedLine{Sealed: aead.Seal(nonce, nonce, flow, []byte(id))})
+}
+
+func open(aead cipher.AEAD, id string, sealed []byte) ([]byte, error) {
+	n := aead.NonceSize()
+	if len(sealed) < n {
+		return nil, errors.New("sealed flow too short")
+	}
+	return aead.Open(nil, sealed[:n], sealed[n:], []byte(id))
 }
 
 // DefaultMaxFileBytes is the size past which a sandbox's flow file is rotated: a sandbox's flows take
@@ -158,12 +224,18 @@ func (l *Log) Record(f gateway.Flow) {
 		l.fail(f.SandboxID, fmt.Errorf("encode flow: %w", err))
 		return
 	}
-	line = append(line, '\n')
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return
 	}
+	if aead := l.keys[f.SandboxID]; aead != nil {
+		if line, err = seal(aead, f.SandboxID, line); err != nil {
+			l.failLocked(f.SandboxID, fmt.Errorf("seal flow: %w", err))
+			return
+		}
+	}
+	line = append(line, '\n')
 	file, err := l.fileLocked(f.SandboxID)
 	if err == nil {
 		var n int
@@ -239,11 +311,22 @@ func (l *Log) failLocked(id string, err error) {
 	}
 }
 
-// Forget closes the file of sandbox id if it is open; a later Record opens it again. The node calls it
-// once the sandbox is gone.
+// Forget closes the file of sandbox id if it is open, and drops its key a little later (keyGrace: the
+// flows of its last connections are still sealed); a later Record opens the file again. The node calls
+// it once the sandbox is gone.
 func (l *Log) Forget(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if aead := l.keys[id]; aead != nil {
+		// The connections that end as the sandbox goes still have their flows sealed.
+		time.AfterFunc(l.keyGrace, func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.keys[id] == aead {
+				delete(l.keys, id)
+			}
+		})
+	}
 	if f := l.open[id]; f != nil {
 		f.f.Close()
 		delete(l.open, id)
@@ -284,8 +367,14 @@ func (l *Log) Read(ctx context.Context, id string, f Filter) ([]gateway.Flow, er
 	host := strings.ToLower(strings.TrimSuffix(f.Host, "."))
 	ip, _ := netip.ParseAddr(f.Host)
 	contains := strings.ToLower(f.HostContains)
+	var aead cipher.AEAD
+	if f.Key != nil {
+		if aead, err = newAEAD(f.Key); err != nil {
+			return nil, err
+		}
+	}
 	out := []gateway.Flow{}
-	lines := 0
+	lines, locked := 0, false
 	// The current file, then the rotated one: newest first throughout.
 	for _, p := range []string{path, path + ".1"} {
 		if len(out) >= limit {
@@ -307,6 +396,20 @@ func (l *Log) Read(ctx context.Context, id string, f Filter) ([]gateway.Flow, er
 			if lines++; lines%4096 == 0 && ctx.Err() != nil {
 				return false
 			}
+			if bytes.HasPrefix(line, []byte(`{"sealed":`)) {
+				var sl sealedLine
+				if json.Unmarshal(line, &sl) != nil {
+					return true
+				}
+				if aead == nil {
+					locked = true
+					return false
+				}
+				var err error
+				if line, err = open(aead, id, sl.Sealed); err != nil {
+					return true // not this sandbox's, or damaged: skipped as a line that does not decode
+				}
+			}
 			var fl gateway.Flow
 			if json.Unmarshal(line, &fl) != nil || fl.SandboxID != id {
 				return true
@@ -319,6 +422,9 @@ func (l *Log) Read(ctx context.Context, id string, f Filter) ([]gateway.Flow, er
 		file.Close()
 		if err != nil {
 			return nil, fmt.Errorf("read flow log of %s: %w", id, err)
+		}
+		if locked {
+			return nil, fmt.Errorf("the flows of %s are sealed under its tenant's key, which is not available: %w", id, errdefs.ErrKeyUnavailable)
 		}
 	}
 	if err := ctx.Err(); err != nil {

@@ -411,3 +411,74 @@ func TestRotation(t *testing.T) {
 		t.Errorf("the other sandbox's flows: %v, %v; want its one flow", seqs(other), err)
 	}
 }
+
+// TestSealedFlows: with its key set, a sandbox's flows are on disk sealed (no host, address or path in
+// the clear); a read with the key gets them back and filters them as before, one without it (or with
+// another key) gets none, and the flows from before the key (in the clear) still read.
+func TestSealedFlows(t *testing.T) {
+	l, dir := openLog(t)
+	key := bytes.Repeat([]byte{7}, KeySize)
+	before := flow(sb1, 1, gateway.DecisionAllow, "before.example", "192.0.2.1")
+	l.Record(before)
+	if err := l.SetKey(sb1, key); err != nil {
+		t.Fatal(err)
+	}
+	secret := flow(sb1, 2, gateway.DecisionDeny, "secret-host.example", "192.0.2.77")
+	secret.Method, secret.Path = "POST", "/v1/secret-path"
+	l.Record(secret)
+	l.Record(flow(sb1, 3, gateway.DecisionAllow, "other.example", "192.0.2.3"))
+	l.Record(flow(sb2, 4, gateway.DecisionAllow, "unkeyed.example", "192.0.2.4")) // another sandbox, no key
+	raw, err := os.ReadFile(filepath.Join(dir, sb1+".jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"secret-host", "192.0.2.77", "secret-path", "other.example"} {
+		if bytes.Contains(raw, []byte(s)) {
+			t.Errorf("the sealed flow log holds %q in the clear", s)
+		}
+	}
+	if !bytes.Contains(raw, []byte("before.example")) {
+		t.Error("positive control: the flow from before the key is not in the clear")
+	}
+	got, err := l.Read(t.Context(), sb1, Filter{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int{3, 2, 1}, seqs(got)); diff != "" {
+		t.Errorf("read with the key (-want +got):\n%s", diff)
+	}
+	if got[1].Path != "/v1/secret-path" || got[1].Host != "secret-host.example" {
+		t.Errorf("the sealed flow opened to %+v", got[1])
+	}
+	if got, err := l.Read(t.Context(), sb1, Filter{Key: key, Host: "secret-host.example"}); err != nil || !cmp.Equal(seqs(got), []int{2}) {
+		t.Errorf("a host filter over sealed flows = %v, %v; want [2]", seqs(got), err)
+	}
+	if _, err := l.Read(t.Context(), sb1, Filter{}); !errors.Is(err, errdefs.ErrKeyUnavailable) {
+		t.Errorf("a read of sealed flows without the key = %v; want key unavailable", err)
+	}
+	other := bytes.Repeat([]byte{8}, KeySize)
+	if got, err := l.Read(t.Context(), sb1, Filter{Key: other}); err != nil || !cmp.Equal(seqs(got), []int{1}) {
+		t.Errorf("a read with another key = %v, %v; want only the flow in the clear", seqs(got), err)
+	}
+	if got, err := l.Read(t.Context(), sb2, Filter{}); err != nil || !cmp.Equal(seqs(got), []int{4}) {
+		t.Errorf("another sandbox's flows without a key = %v, %v", seqs(got), err)
+	}
+	if _, err := l.Read(t.Context(), sb1, Filter{Key: []byte("short")}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a short key = %v; want invalid argument", err)
+	}
+	// Forgotten, the sandbox's flows are still sealed for a grace period (its last connections end),
+	// then its key is dropped.
+	l.keyGrace = 100 * time.Millisecond
+	l.Forget(sb1)
+	l.Record(flow(sb1, 5, gateway.DecisionAllow, "late-host.example", "192.0.2.5"))
+	if raw, _ := os.ReadFile(filepath.Join(dir, sb1+".jsonl")); bytes.Contains(raw, []byte("late-host")) {
+		t.Error("a flow recorded just after Forget is in the clear")
+	}
+	time.Sleep(500 * time.Millisecond)
+	l.mu.Lock()
+	_, kept := l.keys[sb1]
+	l.mu.Unlock()
+	if kept {
+		t.Error("Forget kept the sandbox's key past its grace")
+	}
+}
