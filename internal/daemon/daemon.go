@@ -109,7 +109,8 @@ type Config struct {
 	// IdentityRoot is the directory under which the daemon writes a sandbox's identity
 	// (proto.IdentityFile, proto.MachineIDFile) and finds its hooks (proto.IdentityHooks). Empty: "/",
 	// and only then does it also set the host name and feed the kernel's random pool, which are the
-	// whole kernel's (tests set a directory of their own).
+	// whole kernel's; a daemon that is not PID 1 (not a sandbox's init) then refuses identities
+	// (daemons served in tests set a directory of their own).
 	IdentityRoot string
 }
 

@@ -41,6 +41,10 @@ func (s *server) identityRoot() string {
 func (s *server) setIdentity(ctx context.Context, req *proto.IdentityRequest) error {
 	s.identityMu.Lock()
 	defer s.identityMu.Unlock()
+	if s.cfg.IdentityRoot == "" && os.Getpid() != 1 {
+		// Not a sandbox's init: this / is not a sandbox's to rename (a daemon served in a test).
+		return fmt.Errorf("identity: this daemon is not a sandbox's init and has no identity root of its own: %w", errdefs.ErrFailedPrecondition)
+	}
 	if s.cfg.IdentityRoot == "" {
 		if err := feedEntropy(req.Seed); err != nil {
 			s.log.Debug("the kernel's random pool takes no entropy from the daemon; it has its own", "err", err)
