@@ -396,8 +396,17 @@ func checkPortPrincipal(p controlplane.Principal, id string, port int, from stri
 		return clientErr(errdefs.ErrPermissionDenied, "this access token reaches port %d only, not %d", p.Token.Port, port)
 	case from != "header" && len(p.Token.Scopes) != 1:
 		return clientErr(errdefs.ErrPermissionDenied, "a token in a URL or a cookie must have the ports scope only (this one has %s): the page it opens could read it", joinTokenScopes(p.Token.Scopes))
+	case port == interpreterPort && !p.Token.Allows(store.TokenExec):
+		return interpreterRefusal(p.Token.Scopes)
 	}
 	return nil
+}
+
+// interpreterRefusal is the answer to a token without exec scope for the code interpreter's port: the
+// interpreter runs code for whoever reaches it, so reaching it takes what running code takes.
+func interpreterRefusal(scopes []store.TokenScope) error {
+	return clientErr(errdefs.ErrPermissionDenied, "port %d is the code interpreter's, which runs code: reaching it needs scopes exec and ports (this access token has %s); "+
+		"run code with …/code/run", interpreterPort, joinTokenScopes(scopes))
 }
 
 // Response headers that act on the whole origin. The path form serves every sandbox under the API's
@@ -411,10 +420,24 @@ const recheckEvery = 10 * time.Second
 
 // forwardPort resolves the sandbox (resuming a paused session) and proxies the request to port.
 func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, a portAccess, id string, port int, rest, prefix string, hostForm bool) {
+	if port == interpreterPort && a.public {
+		// A public port is anyone's; the code interpreter runs code only for those who may.
+		writeError(w, r, s.log, s.publicErr(a, port, id, clientErr(errdefs.ErrPermissionDenied, "port %d is the code interpreter's and is never public", port)))
+		return
+	}
 	t, err := s.cp.ResolvePort(r.Context(), a.p.TenantID, id)
 	if err != nil {
 		writeError(w, r, s.log, s.publicErr(a, port, id, err))
 		return
+	}
+	// The interpreter's key, for a caller that may run code (checkPortPrincipal let no other reach
+	// its port).
+	var interpreterKey string
+	if port == interpreterPort {
+		if interpreterKey, err = s.cp.InterpreterKey(r.Context(), t); err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
 	}
 	if hostForm && a.from == "query" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		// A port URL opened in a browser: keep the token in a cookie, and take it out of the address, where
@@ -471,9 +494,13 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, a portAcces
 				pr.Out.Header.Del("Cookie")
 			}
 			stripCredentials(pr.Out)
+			if interpreterKey != "" {
+				pr.Out.Header.Set(interpreterKeyHeader, interpreterKey)
+			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			h := resp.Header
+			h.Del(interpreterKeyHeader) // a server that echoes it gives the caller nothing it may keep
 			dropCookie(h, hostForm)
 			if !hostForm {
 				for _, k := range originWideHeaders {
@@ -613,10 +640,11 @@ func stripCredentials(r *http.Request) {
 		}
 	}
 	// E2B's token headers are never the sandbox's, whatever they hold and however many there are; an
-	// API key in E2B's API key header neither.
+	// API key in E2B's API key header neither. The interpreter's key is the API's to add.
 	for _, h := range e2bCredentialHeaders {
 		r.Header.Del(h)
 	}
+	r.Header.Del(interpreterKeyHeader)
 	for _, v := range r.Header.Values("X-Api-Key") {
 		if isAirlockCredential(strings.TrimSpace(v)) {
 			r.Header.Del("X-Api-Key")
@@ -805,6 +833,9 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	if p := principalOf(r); p.Token != nil && !p.Token.AllowsPort(port) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this access token reaches port %d only, not %d", p.Token.Port, port))
+		return
+	} else if p.Token != nil && port == interpreterPort && !p.Token.Allows(store.TokenExec) {
+		writeError(w, r, s.log, interpreterRefusal(p.Token.Scopes))
 		return
 	}
 	_, t, ok := s.portTarget(w, r)
