@@ -30,8 +30,9 @@ import (
 
 const (
 	// interpreterPort is the port of the interpreter server in the sandbox (E2B's code interpreter's).
-	// It runs code for whoever reaches it with the sandbox's interpreter key, so the ingress lets only
-	// callers that may run code (exec scope) reach it, and adds the key for them alone (ports.go).
+	// It runs code for whoever reaches it with the sandbox's interpreter key, so the ingress adds the key
+	// for callers that may run code (exec scope) alone, and lets others reach only the routes that run
+	// nothing of theirs (ports.go: checkInterpreterPort).
 	interpreterPort = 49999
 	// interpreterKeyHeader carries the sandbox's interpreter key (proto.IdentityFile) to its
 	// interpreter. Only the API sets it: a client's is removed (stripCredentials).

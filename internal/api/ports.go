@@ -332,13 +332,19 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 	creds, from := portCredentials(r, hostForm)
 	var refusal error
 	var refused *controlplane.Principal
+	check := func(p controlplane.Principal) error {
+		if err := checkPortPrincipal(p, id, port, from); err != nil {
+			return err
+		}
+		return checkInterpreterPort(p, port, r.Method, rest, r.URL.RawQuery)
+	}
 	for _, cred := range creds {
 		p, err := s.cp.Authenticate(r.Context(), cred)
 		if err == nil {
-			if err = checkPortPrincipal(p, id, port, from); err == nil {
+			if err = check(p); err == nil {
 				// Held to the credential, and to the port's staying open to it, while it lasts.
 				r, release := s.withPrincipal(r, p, cred, func(_ context.Context, p controlplane.Principal) error {
-					return checkPortPrincipal(p, id, port, from)
+					return check(p)
 				})
 				defer release()
 				s.audited(w, r, func(w http.ResponseWriter, r *http.Request) {
@@ -396,17 +402,52 @@ func checkPortPrincipal(p controlplane.Principal, id string, port int, from stri
 		return clientErr(errdefs.ErrPermissionDenied, "this access token reaches port %d only, not %d", p.Token.Port, port)
 	case from != "header" && len(p.Token.Scopes) != 1:
 		return clientErr(errdefs.ErrPermissionDenied, "a token in a URL or a cookie must have the ports scope only (this one has %s): the page it opens could read it", joinTokenScopes(p.Token.Scopes))
-	case port == interpreterPort && !p.Token.Allows(store.TokenExec):
-		return interpreterRefusal(p.Token.Scopes)
 	}
 	return nil
 }
 
-// interpreterRefusal is the answer to a token without exec scope for the code interpreter's port: the
-// interpreter runs code for whoever reaches it, so reaching it takes what running code takes.
+// mayRunCode reports whether p may run code in its sandbox: an API key (reaching a port takes write
+// scope) or an access token with scope exec.
+func mayRunCode(p controlplane.Principal) bool {
+	return p.Token == nil || p.Token.Allows(store.TokenExec)
+}
+
+// interpreterRoutes are the code interpreter's routes that run nothing of the caller's: its health and
+// its contexts (a kernel starts in a directory only root writes; see server.py). E2B's SDK reaches them
+// with its traffic token, a token without exec.
+var interpreterRoutes = regexp.MustCompile(`^/(health|contexts(/[A-Za-z0-9-]{1,64}(/restart)?)?)$`)
+
+// checkInterpreterPort checks a request for the code interpreter's port (anything else passes): a
+// caller that may run code may send anything; one that may not, only a request for interpreterRoutes
+// (rest, the escaped path, matched whole; no query), never an /execute. The interpreter demands its key
+// of /execute besides.
+func checkInterpreterPort(p controlplane.Principal, port int, method, rest, rawQuery string) error {
+	if port != interpreterPort || mayRunCode(p) {
+		return nil
+	}
+	ok := withoutParam(rawQuery, portTokenParam) == "" && interpreterRoutes.MatchString(rest)
+	switch {
+	case !ok:
+	case rest == "/health":
+		ok = method == http.MethodGet || method == http.MethodHead
+	case rest == "/contexts":
+		ok = method == http.MethodGet || method == http.MethodPost
+	case strings.HasSuffix(rest, "/restart"):
+		ok = method == http.MethodPost
+	default:
+		ok = method == http.MethodDelete
+	}
+	if ok {
+		return nil
+	}
+	return interpreterRefusal(p.Token.Scopes)
+}
+
+// interpreterRefusal is the answer to a token without exec scope that would run code through the code
+// interpreter's port (or reach it by a tunnel, which the API cannot look into).
 func interpreterRefusal(scopes []store.TokenScope) error {
-	return clientErr(errdefs.ErrPermissionDenied, "port %d is the code interpreter's, which runs code: reaching it needs scopes exec and ports (this access token has %s); "+
-		"run code with …/code/run", interpreterPort, joinTokenScopes(scopes))
+	return clientErr(errdefs.ErrPermissionDenied, "port %d is the code interpreter's, which runs code: that needs scopes exec and ports (this access token has %s; "+
+		"without exec it reaches the interpreter's contexts only); run code with …/code/run", interpreterPort, joinTokenScopes(scopes))
 }
 
 // Response headers that act on the whole origin. The path form serves every sandbox under the API's
@@ -430,15 +471,6 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, a portAcces
 		writeError(w, r, s.log, s.publicErr(a, port, id, err))
 		return
 	}
-	// The interpreter's key, for a caller that may run code (checkPortPrincipal let no other reach
-	// its port).
-	var interpreterKey string
-	if port == interpreterPort {
-		if interpreterKey, err = s.cp.InterpreterKey(r.Context(), t); err != nil {
-			writeError(w, r, s.log, err)
-			return
-		}
-	}
 	if hostForm && a.from == "query" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		// A port URL opened in a browser: keep the token in a cookie, and take it out of the address, where
 		// the page's scripts and its Referer would carry it into the sandbox.
@@ -450,6 +482,14 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, a portAcces
 		u.Scheme, u.Host, u.RawQuery = "", "", withoutParam(r.URL.RawQuery, portTokenParam)
 		http.Redirect(w, r, u.String(), http.StatusSeeOther)
 		return
+	}
+	// The interpreter's key, for a caller that may run code, and no other.
+	var interpreterKey string
+	if port == interpreterPort && !a.public && mayRunCode(a.p) {
+		if interpreterKey, err = s.cp.InterpreterKey(r.Context(), t); err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
 	}
 	release, err := s.ing.acquire(t.SandboxID, a.public)
 	if err != nil {
@@ -834,7 +874,7 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 	if p := principalOf(r); p.Token != nil && !p.Token.AllowsPort(port) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this access token reaches port %d only, not %d", p.Token.Port, port))
 		return
-	} else if p.Token != nil && port == interpreterPort && !p.Token.Allows(store.TokenExec) {
+	} else if port == interpreterPort && !mayRunCode(p) {
 		writeError(w, r, s.log, interpreterRefusal(p.Token.Scopes))
 		return
 	}

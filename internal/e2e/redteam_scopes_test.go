@@ -21,13 +21,15 @@ import (
 // with the template built as the README builds it.
 //
 // scopes: the interpreter on port 49999 runs Python for whoever reaches it. A ports-only token (E2B's
-// trafficAccessToken, `--scope ports`, a port URL's) tries it through the path form, the host form, a
-// URL token, a tunnel, and E2B's port header and host; anyone tries a public 49999; a raw request
-// through an exec token's tunnel comes without the key. None of them runs code, nor does a ports-only
-// token that sends the real key. Positive controls: an exec token runs code through the port (its
-// guessed key replaced by the API's) and with the key through a tunnel, an API key and an exec-only
-// token through …/code/run, E2B's envd token through E2B's port header; a ports-only token and anyone
-// (a public port) reach another port's server. The key never reaches a client, the server's log or the
+// trafficAccessToken, `--scope ports`, a port URL's) tries /execute through the path form (also
+// escaped, and behind a context's path), the host form, a URL token, a tunnel, and E2B's port header
+// and host; anyone tries a public 49999; a raw request through an exec token's tunnel comes without the
+// key. None of them runs code, nor does a ports-only token that sends the real key. E2B's traffic token
+// still manages contexts (as E2B's SDK does), and a context it makes in a directory where a module was
+// planted does not run it. Positive controls: an exec token runs code through the port (its guessed
+// key replaced by the API's) and with the key through a tunnel, an API key and an exec-only token
+// through …/code/run, E2B's envd token through E2B's port header; a ports-only token and anyone (a
+// public port) reach another port's server. The key never reaches a client, the server's log or the
 // audit logs.
 //
 // identity: every sandbox of the template is restored from one start snapshot with its kernel running,
@@ -133,6 +135,8 @@ func redTeamInterpreterScopes(t *testing.T, e *testenv.Env) {
 		{"host form, ports-only token", hostURL(e, se.ID, 49999, "/execute"), portsOnly, jsonCT, hc, se.ID},
 		{"E2B port header, traffic token", e.URL + "/e2b/execute", "", e2bPort("E2B-Traffic-Access-Token", e2b.TrafficAccessToken), http.DefaultClient, e2b.SandboxID},
 		{"E2B host, traffic token", hostURL(e, e2b.SandboxID, 49999, "/execute"), "", with(jsonCT, "E2B-Traffic-Access-Token", e2b.TrafficAccessToken), hc, e2b.SandboxID},
+		{"path form, ports-only token, execute escaped", path(se.ID, 49999, "/%65xecute"), portsOnly, jsonCT, http.DefaultClient, se.ID},
+		{"path form, ports-only token, execute behind contexts", path(se.ID, 49999, "/contexts/%2e%2e/execute"), portsOnly, jsonCT, http.DefaultClient, se.ID},
 	} {
 		mark := strings.NewReplacer(" ", "-", ",", "", "'", "").Replace(a.name)
 		status, body, resp := do(t, a.client, "POST", a.url, a.cred, a.hdr, pwn(mark))
@@ -203,8 +207,34 @@ func redTeamInterpreterScopes(t *testing.T, e *testenv.Env) {
 	if status != http.StatusOK {
 		t.Errorf("a ports-only token to port 8080: %d %q; want the server's answer", status, truncate(body))
 	}
-	if status, body, _ := do(t, hc, "GET", hostURL(e, e2b.SandboxID, 49999, "/health"), "", with(nil, "E2B-Traffic-Access-Token", e2b.TrafficAccessToken), nil); status != http.StatusForbidden {
-		t.Errorf("the traffic token to the interpreter's /health: %d %q; want 403 (the port needs exec)", status, truncate(body))
+
+	// E2B's SDK manages contexts with its traffic token alone: that reaches the interpreter's context
+	// routes, which run nothing of the caller's. A kernel starts where only root writes and then moves
+	// to its directory, so a module planted in that directory (by any process of the sandbox: /tmp is
+	// everyone's) does not run when a context is made there.
+	sh(t, e, e2b.SandboxID, `mkdir -p /tmp/evil && printf 'open("/tmp/pwned-context", "w").write("x")\n' > /tmp/evil/json.py`)
+	status, body, resp = do(t, http.DefaultClient, "POST", e.URL+"/e2b/contexts", "", e2bPort("E2B-Traffic-Access-Token", e2b.TrafficAccessToken),
+		[]byte(`{"cwd":"/tmp/evil"}`))
+	answers = append(answers, resp)
+	var made struct {
+		ID  string `json:"id"`
+		Cwd string `json:"cwd"`
+	}
+	if status != http.StatusOK || decodeJSONInto(body, &made) != nil || made.Cwd != "/tmp/evil" || ran(e2b.SandboxID, "context") {
+		t.Errorf("the traffic token makes a context in a directory with a planted module: %d %q, the module ran: %v; want the context, and nothing run",
+			status, truncate(body), ran(e2b.SandboxID, "context"))
+	}
+	if made.ID != "" {
+		ex, err := c.RunCode(ctx, e2b.SandboxID, airlock.RunCodeRequest{ContextID: made.ID, Code: "import os\nos.getcwd()"}, nil)
+		if err != nil || ex.Text() != "'/tmp/evil'" && ex.Text() != "/tmp/evil" {
+			t.Errorf("the context made by the traffic token: %+v, %v; want it working in /tmp/evil", ex, err)
+		}
+		if status, body, _ := do(t, http.DefaultClient, "DELETE", e.URL+"/e2b/contexts/"+made.ID, "", e2bPort("E2B-Traffic-Access-Token", e2b.TrafficAccessToken), nil); status != http.StatusNoContent {
+			t.Errorf("the traffic token removes the context: %d %q; want 204", status, truncate(body))
+		}
+	}
+	if status, body, _ := do(t, hc, "GET", hostURL(e, e2b.SandboxID, 49999, "/health"), "", with(nil, "E2B-Traffic-Access-Token", e2b.TrafficAccessToken), nil); status != http.StatusOK {
+		t.Errorf("the traffic token to the interpreter's /health: %d %q; want its answer", status, truncate(body))
 	}
 
 	// The key goes nowhere but the interpreter.

@@ -52,8 +52,8 @@ const (
 	// TokenFiles reads and writes files. It writes as root, so it can plant code that root or the
 	// template's processes run: it is as strong as TokenExec.
 	TokenFiles TokenScope = "files"
-	// TokenPorts reaches the ports the sandbox listens on, but the code interpreter's, which runs code
-	// and so needs TokenExec as well.
+	// TokenPorts reaches the ports the sandbox listens on; running code through the code interpreter's
+	// needs TokenExec as well.
 	TokenPorts TokenScope = "ports"
 )
 

@@ -18,10 +18,13 @@ its "timeout" (seconds; Airlock's API sends its own), interrupts the execution, 
 not stop within INTERRUPT_GRACE of that is restarted, so the context never stays stuck. Everything here
 is the sandbox's own: the host checks what it sends.
 
-Every request but GET /health must carry the sandbox's interpreter key in the X-Airlock-Interpreter-Key
+POST /execute runs code, so it must carry the sandbox's interpreter key in the X-Airlock-Interpreter-Key
 header: the key is in the sandbox's identity file (/etc/airlock/identity, readable by the template's
 user only), and Airlock's API adds it for callers that may run code (exec scope) and no one else, so a
 token that reaches the sandbox's ports but not exec, a tunnel or a public port cannot run code here.
+The context routes take no key (E2B's SDK reaches them with its traffic token), and run nothing of the
+caller's: every kernel starts in START_DIR, which only root writes (Python puts the directory a kernel
+starts in first on its import path while it starts), and then moves to its context's directory.
 
 Every sandbox of the template is restored from one start snapshot, with this server and its default
 kernel already running: before it runs code after a restore, a context whose kernel was started before
@@ -51,6 +54,7 @@ HOME = os.environ.get("HOME") or "/home/user"
 MAX_BODY = 16 << 20  # a request's body: code and environment
 INTERRUPT_GRACE = 10  # seconds a kernel has to stop after an interrupt before it is restarted
 IDENTITY_FILE = os.environ.get("AIRLOCK_IDENTITY_FILE", "/etc/airlock/identity")
+START_DIR = "/"  # where kernels start: a directory only root writes
 KEY_HEADER = "X-Airlock-Interpreter-Key"
 
 # Jupyter MIME types as the result's keys; others go under "extra".
@@ -184,11 +188,11 @@ class Context:
         self.generation = 0  # counts restarts: a run whose kernel was restarted under it ends
         self.epoch = IDENTITY.epoch()  # the identity the kernel's generators were seeded under
         self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=cwd)
+        self.km.start_kernel(cwd=START_DIR)
         try:
             self.kc = self.km.client()
             self.kc.start_channels()
-            self.kc.wait_for_ready(timeout=300)
+            self._started()
         except BaseException:
             self.km.shutdown_kernel(now=True)  # no kernel left behind that nothing tracks
             raise
@@ -202,13 +206,19 @@ class Context:
         finally:
             self.km.shutdown_kernel(now=True)
 
+    def _started(self):
+        """Waits for a kernel just (re)started in START_DIR and moves it to the context's directory."""
+        self.kc.wait_for_ready(timeout=300)
+        self.epoch = IDENTITY.epoch()  # a new kernel process seeds itself
+        if self.cwd != START_DIR:
+            self._run("import os as _al_os\n_al_os.chdir(%r)\ndel _al_os" % self.cwd, lambda ev: None, silent=True)
+
     def restart(self):
         # Not under the lock: a run that holds it is ended by the restart (its kernel goes away).
         self.generation += 1
-        self.epoch = IDENTITY.epoch()  # a new kernel process seeds itself
         self.km.restart_kernel(now=True)
         with self.lock:
-            self.kc.wait_for_ready(timeout=300)
+            self._started()
 
     def _run(self, code, emit, silent=False, deadline=None, gone_check=None):
         """Runs code and passes each of its output messages to emit (which may raise Gone). Past
@@ -237,7 +247,7 @@ class Context:
             if interrupted is not None and now_ - interrupted > INTERRUPT_GRACE:
                 # It did not stop (a busy loop in C, or code that catches KeyboardInterrupt).
                 self.km.restart_kernel(now=True)
-                self.kc.wait_for_ready(timeout=300)
+                self._started()
                 if not gone:
                     try:
                         emit({"type": "error", "name": "KernelRestarted", "traceback": "",
@@ -255,7 +265,7 @@ class Context:
                         except Gone:
                             pass
                     self.km.restart_kernel(now=True)
-                    self.kc.wait_for_ready(timeout=300)
+                    self._started()
                     return
                 continue
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
@@ -327,7 +337,11 @@ class Contexts:
         self.default = None  # the default python context's ID
 
     def create(self, language, cwd):
-        ctx = Context(normalize_language(language), cwd or HOME)
+        language = normalize_language(language)
+        cwd = cwd or HOME
+        if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
+            raise HTTPError(400, "cwd %r is not a directory" % (cwd,))
+        ctx = Context(language, cwd)
         with self.lock:
             self.by_id[ctx.id] = ctx
         return ctx
@@ -417,10 +431,8 @@ class Handler(BaseHTTPRequestHandler):
         raise HTTPError(403, "this code interpreter runs code only for callers that may run code in the sandbox "
                              "(exec scope): Airlock's API adds its key for them")
 
-    def _serve(self, fn, keyed=True):
+    def _serve(self, fn):
         try:
-            if keyed:
-                self._check_key()
             fn()
         except HTTPError as e:
             self._text(e.status, e.message)
@@ -439,7 +451,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._json(200, CONTEXTS.list())
             else:
                 raise HTTPError(404, "not found")
-        self._serve(get, keyed=self.path != "/health")
+        self._serve(get)
 
     def do_DELETE(self):
         def delete():
@@ -454,6 +466,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         def post():
+            if self.path == "/execute":
+                self._check_key()  # before the body is read: it runs code
             req = self._body()
             if self.path == "/execute":
                 self._execute(req)
