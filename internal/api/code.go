@@ -30,7 +30,13 @@ import (
 
 const (
 	// interpreterPort is the port of the interpreter server in the sandbox (E2B's code interpreter's).
+	// It runs code for whoever reaches it with the sandbox's interpreter key, so the ingress adds the key
+	// for callers that may run code (exec scope) alone, and lets others reach only the routes that run
+	// nothing of theirs (ports.go: checkInterpreterPort).
 	interpreterPort = 49999
+	// interpreterKeyHeader carries the sandbox's interpreter key (proto.IdentityFile) to its
+	// interpreter. Only the API sets it: a client's is removed (stripCredentials).
+	interpreterKeyHeader = "X-Airlock-Interpreter-Key"
 	// maxCodeLine bounds one line of a run's output from the interpreter (a chart is one line).
 	maxCodeLine = 32 << 20
 	// maxCodeOutput bounds the output of one run passed on from the interpreter.
@@ -62,6 +68,13 @@ func (s *Server) codeRequest(ctx context.Context, t controlplane.PortTarget, met
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	key, err := s.cp.InterpreterKey(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if key != "" {
+		req.Header.Set(interpreterKeyHeader, key)
 	}
 	h1, _ := s.transports()
 	resp, err := h1.RoundTrip(req)

@@ -332,13 +332,19 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 	creds, from := portCredentials(r, hostForm)
 	var refusal error
 	var refused *controlplane.Principal
+	check := func(p controlplane.Principal) error {
+		if err := checkPortPrincipal(p, id, port, from); err != nil {
+			return err
+		}
+		return checkInterpreterPort(p, port, r.Method, rest, r.URL.RawQuery)
+	}
 	for _, cred := range creds {
 		p, err := s.cp.Authenticate(r.Context(), cred)
 		if err == nil {
-			if err = checkPortPrincipal(p, id, port, from); err == nil {
+			if err = check(p); err == nil {
 				// Held to the credential, and to the port's staying open to it, while it lasts.
 				r, release := s.withPrincipal(r, p, cred, func(_ context.Context, p controlplane.Principal) error {
-					return checkPortPrincipal(p, id, port, from)
+					return check(p)
 				})
 				defer release()
 				s.audited(w, r, func(w http.ResponseWriter, r *http.Request) {
@@ -400,6 +406,50 @@ func checkPortPrincipal(p controlplane.Principal, id string, port int, from stri
 	return nil
 }
 
+// mayRunCode reports whether p may run code in its sandbox: an API key (reaching a port takes write
+// scope) or an access token with scope exec.
+func mayRunCode(p controlplane.Principal) bool {
+	return p.Token == nil || p.Token.Allows(store.TokenExec)
+}
+
+// interpreterRoutes are the code interpreter's routes that run nothing of the caller's: its health and
+// its contexts (a kernel starts in a directory only root writes; see server.py). E2B's SDK reaches them
+// with its traffic token, a token without exec.
+var interpreterRoutes = regexp.MustCompile(`^/(health|contexts(/[A-Za-z0-9-]{1,64}(/restart)?)?)$`)
+
+// checkInterpreterPort checks a request for the code interpreter's port (anything else passes): a
+// caller that may run code may send anything; one that may not, only a request for interpreterRoutes
+// (rest, the escaped path, matched whole; no query), never an /execute. The interpreter demands its key
+// of /execute besides.
+func checkInterpreterPort(p controlplane.Principal, port int, method, rest, rawQuery string) error {
+	if port != interpreterPort || mayRunCode(p) {
+		return nil
+	}
+	ok := withoutParam(rawQuery, portTokenParam) == "" && interpreterRoutes.MatchString(rest)
+	switch {
+	case !ok:
+	case rest == "/health":
+		ok = method == http.MethodGet || method == http.MethodHead
+	case rest == "/contexts":
+		ok = method == http.MethodGet || method == http.MethodPost
+	case strings.HasSuffix(rest, "/restart"):
+		ok = method == http.MethodPost
+	default:
+		ok = method == http.MethodDelete
+	}
+	if ok {
+		return nil
+	}
+	return interpreterRefusal(p.Token.Scopes)
+}
+
+// interpreterRefusal is the answer to a token without exec scope that would run code through the code
+// interpreter's port (or reach it by a tunnel, which the API cannot look into).
+func interpreterRefusal(scopes []store.TokenScope) error {
+	return clientErr(errdefs.ErrPermissionDenied, "port %d is the code interpreter's, which runs code: that needs scopes exec and ports (this access token has %s; "+
+		"without exec it reaches the interpreter's contexts only); run code with …/code/run", interpreterPort, joinTokenScopes(scopes))
+}
+
 // Response headers that act on the whole origin. The path form serves every sandbox under the API's
 // origin, so a sandbox's answer must not set them there.
 var originWideHeaders = []string{"Set-Cookie", "Clear-Site-Data", "Service-Worker-Allowed", "Strict-Transport-Security",
@@ -411,6 +461,11 @@ const recheckEvery = 10 * time.Second
 
 // forwardPort resolves the sandbox (resuming a paused session) and proxies the request to port.
 func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, a portAccess, id string, port int, rest, prefix string, hostForm bool) {
+	if port == interpreterPort && a.public {
+		// A public port is anyone's; the code interpreter runs code only for those who may.
+		writeError(w, r, s.log, s.publicErr(a, port, id, clientErr(errdefs.ErrPermissionDenied, "port %d is the code interpreter's and is never public", port)))
+		return
+	}
 	t, err := s.cp.ResolvePort(r.Context(), a.p.TenantID, id)
 	if err != nil {
 		writeError(w, r, s.log, s.publicErr(a, port, id, err))
@@ -427,6 +482,14 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, a portAcces
 		u.Scheme, u.Host, u.RawQuery = "", "", withoutParam(r.URL.RawQuery, portTokenParam)
 		http.Redirect(w, r, u.String(), http.StatusSeeOther)
 		return
+	}
+	// The interpreter's key, for a caller that may run code, and no other.
+	var interpreterKey string
+	if port == interpreterPort && !a.public && mayRunCode(a.p) {
+		if interpreterKey, err = s.cp.InterpreterKey(r.Context(), t); err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
 	}
 	release, err := s.ing.acquire(t.SandboxID, a.public)
 	if err != nil {
@@ -471,9 +534,13 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, a portAcces
 				pr.Out.Header.Del("Cookie")
 			}
 			stripCredentials(pr.Out)
+			if interpreterKey != "" {
+				pr.Out.Header.Set(interpreterKeyHeader, interpreterKey)
+			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			h := resp.Header
+			h.Del(interpreterKeyHeader) // a server that echoes it gives the caller nothing it may keep
 			dropCookie(h, hostForm)
 			if !hostForm {
 				for _, k := range originWideHeaders {
@@ -613,10 +680,11 @@ func stripCredentials(r *http.Request) {
 		}
 	}
 	// E2B's token headers are never the sandbox's, whatever they hold and however many there are; an
-	// API key in E2B's API key header neither.
+	// API key in E2B's API key header neither. The interpreter's key is the API's to add.
 	for _, h := range e2bCredentialHeaders {
 		r.Header.Del(h)
 	}
+	r.Header.Del(interpreterKeyHeader)
 	for _, v := range r.Header.Values("X-Api-Key") {
 		if isAirlockCredential(strings.TrimSpace(v)) {
 			r.Header.Del("X-Api-Key")
@@ -805,6 +873,9 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	if p := principalOf(r); p.Token != nil && !p.Token.AllowsPort(port) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this access token reaches port %d only, not %d", p.Token.Port, port))
+		return
+	} else if port == interpreterPort && !mayRunCode(p) {
+		writeError(w, r, s.log, interpreterRefusal(p.Token.Scopes))
 		return
 	}
 	_, t, ok := s.portTarget(w, r)

@@ -1,10 +1,15 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"testing"
+
+	"github.com/airlockrun/airlock/internal/controlplane"
+	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/store"
 )
 
 func TestHostForm(t *testing.T) {
@@ -99,7 +104,11 @@ func TestStripCredentials(t *testing.T) {
 	r.Header.Add("X-API-Key", "ak_key")
 	r.Header.Add("Sec-WebSocket-Protocol", "chat, airlock.bearer.YWtfa2V5")
 	r.Header.Add("Sec-WebSocket-Protocol", "airlock.bearer.YXRfdG9r")
+	r.Header.Add("X-Airlock-Interpreter-Key", "a client's guess")
 	stripCredentials(r)
+	if got := r.Header.Values("X-Airlock-Interpreter-Key"); len(got) != 0 {
+		t.Errorf("a client's interpreter key reaches the sandbox: %v", got)
+	}
 	if got := r.Header.Values("Sec-WebSocket-Protocol"); !slices.Equal(got, []string{"chat"}) {
 		t.Errorf("Sec-WebSocket-Protocol %v", got)
 	}
@@ -142,6 +151,47 @@ func TestDropCookieAndCache(t *testing.T) {
 	for in, want := range map[string]string{"": "private", "public, max-age=60": "private, max-age=60", "no-store": "no-store", "private": "private", "max-age=5": "private, max-age=5"} {
 		if got := privateCache(in); got != want {
 			t.Errorf("privateCache(%q) = %q; want %q", in, got, want)
+		}
+	}
+}
+
+// TestCheckInterpreterPort: on the code interpreter's port a caller that may run code sends anything; a
+// token without exec reaches the routes that run nothing of its own (health, contexts) and nothing
+// else, however the path is spelt; other ports are not its business.
+func TestCheckInterpreterPort(t *testing.T) {
+	portsOnly := controlplane.Principal{Token: &store.AccessToken{Scopes: []store.TokenScope{store.TokenPorts}}}
+	execPorts := controlplane.Principal{Token: &store.AccessToken{Scopes: []store.TokenScope{store.TokenExec, store.TokenPorts}}}
+	apiKey := controlplane.Principal{Scope: store.ScopeWrite}
+	for _, c := range []struct {
+		p                 controlplane.Principal
+		port              int
+		method, rest, qry string
+		ok                bool
+	}{
+		{portsOnly, 49999, "POST", "/execute", "", false},
+		{portsOnly, 49999, "POST", "/%65xecute", "", false},
+		{portsOnly, 49999, "POST", "//execute", "", false},
+		{portsOnly, 49999, "POST", "/contexts/../execute", "", false},
+		{portsOnly, 49999, "POST", "/contexts/%2e%2e/execute", "", false},
+		{portsOnly, 49999, "POST", "/contexts/a/execute", "", false},
+		{portsOnly, 49999, "POST", "/contexts", "x=1", false},
+		{portsOnly, 49999, "PUT", "/contexts", "", false},
+		{portsOnly, 49999, "GET", "/contexts/abc", "", false},
+		{portsOnly, 49999, "DELETE", "/contexts", "", false},
+		{portsOnly, 49999, "POST", "/health", "", false},
+		{portsOnly, 49999, "GET", "/health", "", true},
+		{portsOnly, 49999, "GET", "/contexts", "", true},
+		{portsOnly, 49999, "POST", "/contexts", "", true},
+		{portsOnly, 49999, "POST", "/contexts", "airlock_token=at_x", true},
+		{portsOnly, 49999, "DELETE", "/contexts/0b1c-2d", "", true},
+		{portsOnly, 49999, "POST", "/contexts/0b1c-2d/restart", "", true},
+		{portsOnly, 8080, "POST", "/execute", "", true},
+		{execPorts, 49999, "POST", "/execute", "", true},
+		{apiKey, 49999, "POST", "/execute", "x=1", true},
+	} {
+		err := checkInterpreterPort(c.p, c.port, c.method, c.rest, c.qry)
+		if (err == nil) != c.ok || err != nil && !errors.Is(err, errdefs.ErrPermissionDenied) {
+			t.Errorf("%v on port %d: %s %s?%s: %v; want allowed %v", c.p.Token != nil && c.p.Token.Allows(store.TokenExec), c.port, c.method, c.rest, c.qry, err, c.ok)
 		}
 	}
 }

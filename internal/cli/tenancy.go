@@ -300,7 +300,7 @@ revoked. Use it as the API key: AIRLOCK_API_KEY=<token> airlock exec ID -- …`,
 			return nil
 		},
 	}
-	create.Flags().StringArrayVar(&scopes, "scope", []string{airlock.TokenScopeExec, airlock.TokenScopeFiles}, "exec, files or ports (repeat)")
+	create.Flags().StringArrayVar(&scopes, "scope", []string{airlock.TokenScopeExec, airlock.TokenScopeFiles}, "exec, files or ports (repeat); files writes as root, so it can plant code: as strong as exec")
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token lasts (at most 168h)")
 	create.Flags().StringVar(&name, "name", "", "a label for the token")
 	create.Flags().IntVar(&port, "port", 0, "with scope ports: the one port the token reaches (default: every port)")

@@ -43,8 +43,10 @@ type fakeNode struct {
 	tenants map[string]string
 	// frozen holds the sandboxes a checkpoint left stopped; restored maps a restored sandbox to the
 	// image content it came from; failCheckpoint fails the next checkpoints; cas records CopyCA.
-	frozen         map[string]bool
-	restored       map[string]string
+	frozen   map[string]bool
+	restored map[string]string
+	// newIdentity records CreateRequest.NewIdentity of each restore; guarded by mu.
+	newIdentity    map[string]bool
 	failCheckpoint error
 	// afterCheckpoint runs after each checkpoint that saved an image (without n.mu); onRecover runs at
 	// the start of each Recover (without n.mu).
@@ -85,7 +87,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 	}
 	t.Cleanup(func() { l.Close() })
 	return &fakeNode{running: map[string]bool{}, tenants: map[string]string{}, frozen: map[string]bool{},
-		restored: map[string]string{}, cpu: map[string]time.Duration{}, root: t.TempDir(), flows: l, images: t.TempDir()}
+		restored: map[string]string{}, newIdentity: map[string]bool{}, cpu: map[string]time.Duration{}, root: t.TempDir(), flows: l, images: t.TempDir()}
 }
 
 func (n *fakeNode) ID() string {
@@ -381,6 +383,7 @@ func (n *fakeNode) RestoreSandbox(ctx context.Context, req node.CreateRequest, s
 	n.running[req.ID] = true
 	n.tenants[req.ID] = req.TenantID
 	n.restored[req.ID] = string(b)
+	n.newIdentity[req.ID] = req.NewIdentity
 	return nil
 }
 

@@ -95,6 +95,9 @@ func TestKeptSnapshot(t *testing.T) {
 	if got := e.n.restored[child.SandboxID]; got != "image of "+src.SandboxID {
 		t.Errorf("restored from %q; want the source's image", got)
 	}
+	if !e.n.newIdentity[child.SandboxID] {
+		t.Error("a session from a kept snapshot was restored without an identity of its own")
+	}
 	if !slices.Contains(e.n.cas, kept.ID+"->"+child.ID) {
 		t.Errorf("CA copies %v; want one from the kept snapshot to the new session", e.n.cas)
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -149,6 +151,30 @@ func (s *sandboxes) ListeningPorts(ctx context.Context, t PortTarget) ([]Listeni
 		return a.Address.Compare(b.Address)
 	})
 	return slices.Compact(out), nil
+}
+
+// InterpreterKey reports the interpreter key of t's sandbox (proto.IdentityFile), which its code
+// interpreter demands of every request; "" for a sandbox without one (its daemon predates identities).
+// The file is the sandbox's: it is read bounded, and what it says binds that sandbox only.
+func (s *sandboxes) InterpreterKey(ctx context.Context, t PortTarget) (string, error) {
+	n, err := s.placer.sandboxNode(ctx, t.Sandbox)
+	if err != nil {
+		return "", err
+	}
+	buf := &cappedBuffer{max: proto.MaxIdentityFile}
+	err = retryNotStarted(ctx, func(ctx context.Context) (*link.Client, error) { return n.Link(ctx, t.SandboxID) },
+		func(cl *link.Client) error { return cl.ReadFile(ctx, proto.IdentityFile, buf) })
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("sandbox %s: read its interpreter key: %w", t.SandboxID, err)
+	}
+	var id proto.IdentityFileContents
+	if err := json.Unmarshal(buf.b.Bytes(), &id); err != nil {
+		return "", fmt.Errorf("sandbox %s: its identity file does not decode: %w", t.SandboxID, errdefs.ErrFailedPrecondition)
+	}
+	return id.InterpreterKey, nil
 }
 
 // maxProcNet bounds what ListeningPorts reads of a sandbox's /proc/net/tcp*: about 6000 sockets.

@@ -257,6 +257,10 @@ func (s *sessions) startSessionSandbox(ctx context.Context, se store.Session, en
 	}
 	if src == nil {
 		req.Start = s.placer.startFor(ctx, se.Spec.Template, rt, n.ID())
+	} else {
+		// Another session's snapshot (a fork's, a kept one's): its processes seeded themselves in that
+		// session; this one gets an identity of its own. A session's own resume keeps the one it had.
+		req.NewIdentity = src.session != se.ID
 	}
 	sbID := s.placer.newSandboxID(ctx, n, req)
 	fence, err := s.takeSessionLease(ctx, se, sbID)
@@ -686,11 +690,12 @@ func (s *sessions) resumeLocked(ctx context.Context, se store.Session) (store.Se
 	return se, err
 }
 
-// imageSource is a snapshot to restore, with the grant that opens it (the caller clears it) and
-// whether the snapshot store holds it (if not, only its node has its image).
+// imageSource is a snapshot to restore, with the grant that opens it (the caller clears it), whether
+// the snapshot store holds it (if not, only its node has its image) and the session that took it.
 type imageSource struct {
 	node.ImageSource
-	stored bool
+	stored  bool
+	session string
 }
 
 // imageSource returns what a node needs to restore tenantID's snapshot snapID, and the snapshot. Making
@@ -714,7 +719,7 @@ func (s *snapshotBook) imageSource(ctx context.Context, tenantID, snapID string)
 	default:
 		return nil, sn, fmt.Errorf("snapshot %s: %w", snapID, err)
 	}
-	return &imageSource{ImageSource: node.ImageSource{SnapshotID: snapID, Grant: g}, stored: sn.State == store.SnapshotComplete}, sn, nil
+	return &imageSource{ImageSource: node.ImageSource{SnapshotID: snapID, Grant: g}, stored: sn.State == store.SnapshotComplete, session: sn.SessionID}, sn, nil
 }
 
 // SnapshotSession checkpoints the running session into a new snapshot, named (or not), while it keeps

@@ -369,6 +369,9 @@ func TestSessionFork(t *testing.T) {
 		if got := e.n.restored[f.SandboxID]; got != "image of "+parent.SandboxID {
 			t.Errorf("fork restored from %q", got)
 		}
+		if !e.n.newIdentity[f.SandboxID] {
+			t.Errorf("fork %s restored without an identity of its own", f.ID)
+		}
 	}
 	// The parent runs on; the fork's snapshot is its head now.
 	p, _ := e.s.GetSession(ctx, e.tenant, parent.ID)
@@ -392,8 +395,12 @@ func TestSessionFork(t *testing.T) {
 	if _, err := e.s.PauseSession(ctx, e.tenant, f.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.s.ResumeSession(ctx, e.tenant, f.ID); err != nil {
+	resumed, err := e.s.ResumeSession(ctx, e.tenant, f.ID)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if e.n.newIdentity[resumed.SandboxID] {
+		t.Errorf("a fork's resume of its own snapshot gave it a new identity: it keeps its own")
 	}
 	f2 := forks[1]
 	if _, err := e.s.PauseSession(ctx, e.tenant, f2.ID); err != nil {

@@ -106,6 +106,12 @@ type Config struct {
 	// in it (OpHello; without Control, hello is refused) and a change of its wake file wakes the
 	// quiesced daemon as Wake does. Empty: neither.
 	Control string
+	// IdentityRoot is the directory under which the daemon writes a sandbox's identity
+	// (proto.IdentityFile, proto.MachineIDFile) and finds its hooks (proto.IdentityHooks). Empty: "/",
+	// and only then does it also set the host name and feed the kernel's random pool, which are the
+	// whole kernel's; a daemon that is not PID 1 (not a sandbox's init) then refuses identities
+	// (daemons served in tests set a directory of their own).
+	IdentityRoot string
 }
 
 func (c Config) withDefaults() Config {
@@ -162,6 +168,9 @@ type server struct {
 	quiesced bool
 	// wakeSeen is what the control directory's wake file held when the daemon quiesced. Guarded by mu.
 	wakeSeen []byte
+
+	// identityMu serializes identities given (setIdentity).
+	identityMu sync.Mutex
 }
 
 // Serve serves connections from ln until ctx is done or ln fails. A new connection replaces the current

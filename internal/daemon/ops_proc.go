@@ -28,6 +28,8 @@ func (s *server) handle(st *stream, op proto.Op, args any) (any, error) {
 		return proto.Empty{}, s.quiesce()
 	case *proto.HelloRequest:
 		return s.hello(a)
+	case *proto.IdentityRequest:
+		return proto.Empty{}, s.setIdentity(st.ctx, a)
 	case *proto.ExecRequest:
 		return s.exec(st, a)
 	case *proto.StartRequest:

@@ -104,6 +104,10 @@ type CreateRequest struct {
 	// FlowKey, if set, seals the sandbox's flow log (flowlog.Log.SetKey): its tenant's flow key, which
 	// the node holds while the sandbox runs here and never stores.
 	FlowKey []byte
+	// NewIdentity, for a restore, says the snapshot is not the session's own (a fork's, a kept
+	// snapshot's): the sandbox gets an identity of its own (identity.go), as a boot and a restore of a
+	// template's start snapshot always do. A session's own resume keeps the identity it had.
+	NewIdentity bool
 }
 
 // RecoverRequest names a sandbox a previous run of the node left running, with its owner and its egress
@@ -425,6 +429,14 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 	c.Add(func() { _ = drv.Destroy(context.WithoutCancel(ctx), req.ID) })
 	if err := n.attach(ctx, req.ID, req.TenantID); err != nil {
 		return err
+	}
+	// Its own identity, before anything runs in it for its owner: at boot, and after a restore of an
+	// image that other sandboxes are restored from too.
+	if restored := imageDir != "" || warm != nil; !restored || fromStart || req.NewIdentity {
+		if err := n.giveIdentity(ctx, req.ID, restored); err != nil {
+			n.forget(req.ID)
+			return err
+		}
 	}
 	// A restored trust store already holds the CA's certificate; a start snapshot's holds another
 	// sandbox's.

@@ -628,3 +628,46 @@ func TestFencing(t *testing.T) {
 		}
 	}
 }
+
+// TestIdentity: a sandbox gets an identity of its own at boot (the identity file, the machine ID); a
+// restore of its session's own snapshot keeps it, and a restore that is not (a fork's) gets another.
+func TestIdentity(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.create(t, "sb_1")
+	read := func(id string) proto.IdentityFileContents {
+		t.Helper()
+		var c proto.IdentityFileContents
+		raw := e.sh(t, id, "cat etc/airlock/identity")
+		if err := json.Unmarshal([]byte(raw), &c); err != nil || len(c.InterpreterKey) != 2*proto.InterpreterKeySize || len(c.Epoch) != 2*proto.IdentityEpochSize {
+			t.Fatalf("%s's identity file: %q, %v", id, raw, err)
+		}
+		if mid := e.sh(t, id, "cat etc/machine-id"); mid != c.MachineID {
+			t.Errorf("%s's machine ID %q; want the identity's %q", id, mid, c.MachineID)
+		}
+		return c
+	}
+	first := read("sb_1")
+	if first.Hostname != "sb_1" {
+		t.Errorf("the identity's host name %q; want the sandbox's ID", first.Hostname)
+	}
+	if _, err := e.n.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+	restore := func(id string, fresh bool) {
+		t.Helper()
+		err := e.n.RestoreSandbox(ctx, node.CreateRequest{ID: id, TenantID: "tn_1", Template: "default", NewIdentity: fresh}, node.ImageSource{SnapshotID: "sn_1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	restore("sb_own", false)
+	if got := read("sb_own"); got != first {
+		t.Errorf("a resume of the session's own snapshot: identity %+v; want the one it had, %+v", got, first)
+	}
+	restore("sb_fork", true)
+	fork := read("sb_fork")
+	if fork.Epoch == first.Epoch || fork.InterpreterKey == first.InterpreterKey || fork.Seed == first.Seed || fork.MachineID == first.MachineID || fork.Hostname != "sb_fork" {
+		t.Errorf("a fork's identity %+v; want all of it its own, not %+v", fork, first)
+	}
+}

@@ -49,9 +49,11 @@ type TokenScope string
 const (
 	// TokenExec runs processes and works with them: exec, streams, the process list, attach, signals.
 	TokenExec TokenScope = "exec"
-	// TokenFiles reads and writes files.
+	// TokenFiles reads and writes files. It writes as root, so it can plant code that root or the
+	// template's processes run: it is as strong as TokenExec.
 	TokenFiles TokenScope = "files"
-	// TokenPorts reaches the ports the sandbox listens on.
+	// TokenPorts reaches the ports the sandbox listens on; running code through the code interpreter's
+	// needs TokenExec as well.
 	TokenPorts TokenScope = "ports"
 )
 

@@ -18,10 +18,25 @@ its "timeout" (seconds; Airlock's API sends its own), interrupts the execution, 
 not stop within INTERRUPT_GRACE of that is restarted, so the context never stays stuck. Everything here
 is the sandbox's own: the host checks what it sends.
 
+POST /execute runs code, so it must carry the sandbox's interpreter key in the X-Airlock-Interpreter-Key
+header: the key is in the sandbox's identity file (/etc/airlock/identity, readable by the template's
+user only), and Airlock's API adds it for callers that may run code (exec scope) and no one else, so a
+token that reaches the sandbox's ports but not exec, a tunnel or a public port cannot run code here.
+The context routes take no key (E2B's SDK reaches them with its traffic token), and run nothing of the
+caller's: every kernel starts in START_DIR, which only root writes (Python puts the directory a kernel
+starts in first on its import path while it starts), and then moves to its context's directory.
+
+Every sandbox of the template is restored from one start snapshot, with this server and its default
+kernel already running: before it runs code after a restore, a context whose kernel was started before
+the sandbox got its identity (the identity file's epoch changed since) reseeds the kernel's random
+generators (random, numpy's global one if loaded, tempfile's names) with fresh entropy. A fork's
+contexts do the same. What cannot be reseeded in a running process (its str hash seed) stays shared.
+
 `server.py --ready` exits 0 once a server answers /health (the template's ready check).
 """
 
 import datetime
+import hmac
 import json
 import os
 import re
@@ -38,6 +53,9 @@ PORT = int(os.environ.get("AIRLOCK_INTERPRETER_PORT", "49999"))
 HOME = os.environ.get("HOME") or "/home/user"
 MAX_BODY = 16 << 20  # a request's body: code and environment
 INTERRUPT_GRACE = 10  # seconds a kernel has to stop after an interrupt before it is restarted
+IDENTITY_FILE = os.environ.get("AIRLOCK_IDENTITY_FILE", "/etc/airlock/identity")
+START_DIR = "/"  # where kernels start: a directory only root writes
+KEY_HEADER = "X-Airlock-Interpreter-Key"
 
 # Jupyter MIME types as the result's keys; others go under "extra".
 MIME = {
@@ -90,6 +108,58 @@ def result_event(main, data):
     return out
 
 
+class Identity:
+    """The sandbox's identity file, read again whenever it changed (the daemon replaces it whole)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.lock = threading.Lock()
+        self.stamp = None
+        self.value = None
+
+    def current(self):
+        """The identity: a dict with epoch, seed and interpreter_key (hex), or None without one."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self.lock:
+            if stamp != self.stamp:
+                try:
+                    with open(self.path, "rb") as f:
+                        v = json.loads(f.read(4096))
+                    if not all(isinstance(v.get(k), str) and v.get(k) for k in ("epoch", "seed", "interpreter_key")):
+                        v = None
+                except (OSError, ValueError, AttributeError):
+                    v = None
+                self.stamp, self.value = stamp, v
+            return self.value
+
+    def epoch(self):
+        v = self.current()
+        return v["epoch"] if v else None
+
+
+IDENTITY = Identity(IDENTITY_FILE)
+
+# Run silently in a kernel started before the sandbox's identity changed: its random generators were
+# seeded before the snapshot every sandbox of the template (or every fork) is restored from.
+RESEED = """def _al_reseed(seed):
+    import os, random, sys
+    random.seed(bytes.fromhex(seed) + os.urandom(32))
+    if "tempfile" in sys.modules:
+        sys.modules["tempfile"]._name_sequence = None
+    if "numpy" in sys.modules:
+        try:
+            sys.modules["numpy"].random.seed()
+        except Exception:
+            pass
+_al_reseed(%r)
+del _al_reseed
+"""
+
+
 class Gone(Exception):
     """The client went away in the middle of an execution."""
 
@@ -116,12 +186,13 @@ class Context:
         self.cwd = cwd
         self.lock = threading.Lock()
         self.generation = 0  # counts restarts: a run whose kernel was restarted under it ends
+        self.epoch = IDENTITY.epoch()  # the identity the kernel's generators were seeded under
         self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=cwd)
+        self.km.start_kernel(cwd=START_DIR)
         try:
             self.kc = self.km.client()
             self.kc.start_channels()
-            self.kc.wait_for_ready(timeout=300)
+            self._started()
         except BaseException:
             self.km.shutdown_kernel(now=True)  # no kernel left behind that nothing tracks
             raise
@@ -135,12 +206,19 @@ class Context:
         finally:
             self.km.shutdown_kernel(now=True)
 
+    def _started(self):
+        """Waits for a kernel just (re)started in START_DIR and moves it to the context's directory."""
+        self.kc.wait_for_ready(timeout=300)
+        self.epoch = IDENTITY.epoch()  # a new kernel process seeds itself
+        if self.cwd != START_DIR:
+            self._run("import os as _al_os\n_al_os.chdir(%r)\ndel _al_os" % self.cwd, lambda ev: None, silent=True)
+
     def restart(self):
         # Not under the lock: a run that holds it is ended by the restart (its kernel goes away).
         self.generation += 1
         self.km.restart_kernel(now=True)
         with self.lock:
-            self.kc.wait_for_ready(timeout=300)
+            self._started()
 
     def _run(self, code, emit, silent=False, deadline=None, gone_check=None):
         """Runs code and passes each of its output messages to emit (which may raise Gone). Past
@@ -169,7 +247,7 @@ class Context:
             if interrupted is not None and now_ - interrupted > INTERRUPT_GRACE:
                 # It did not stop (a busy loop in C, or code that catches KeyboardInterrupt).
                 self.km.restart_kernel(now=True)
-                self.kc.wait_for_ready(timeout=300)
+                self._started()
                 if not gone:
                     try:
                         emit({"type": "error", "name": "KernelRestarted", "traceback": "",
@@ -187,7 +265,7 @@ class Context:
                         except Gone:
                             pass
                     self.km.restart_kernel(now=True)
-                    self.kc.wait_for_ready(timeout=300)
+                    self._started()
                     return
                 continue
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
@@ -226,8 +304,18 @@ class Context:
             if reply.get("parent_header", {}).get("msg_id") == msg_id:
                 break
 
+    def reseed_if_new_identity(self):
+        """Reseeds the kernel's random generators if the sandbox got a new identity since they were
+        seeded (a restore of the start snapshot, a fork). Called with the lock held."""
+        ident = IDENTITY.current()
+        if ident is None or ident["epoch"] == self.epoch:
+            return
+        self._run(RESEED % ident["seed"], lambda ev: None, silent=True)
+        self.epoch = ident["epoch"]
+
     def execute(self, code, env, emit, deadline=None, gone_check=None):
         with self.lock:
+            self.reseed_if_new_identity()
             if env:
                 # The variables hold for this execution only, as E2B's env_vars.
                 self._run("import os as _al_os\n_al_saved = {k: _al_os.environ.get(k) for k in %r}\n_al_os.environ.update(%r)" % (list(env), env),
@@ -249,7 +337,11 @@ class Contexts:
         self.default = None  # the default python context's ID
 
     def create(self, language, cwd):
-        ctx = Context(normalize_language(language), cwd or HOME)
+        language = normalize_language(language)
+        cwd = cwd or HOME
+        if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
+            raise HTTPError(400, "cwd %r is not a directory" % (cwd,))
+        ctx = Context(language, cwd)
         with self.lock:
             self.by_id[ctx.id] = ctx
         return ctx
@@ -327,6 +419,18 @@ class Handler(BaseHTTPRequestHandler):
             raise HTTPError(400, "want a JSON object")
         return v
 
+    def _check_key(self):
+        """Refuses a request without the sandbox's interpreter key (see the module's doc)."""
+        ident = IDENTITY.current()
+        got = (self.headers.get(KEY_HEADER) or "").encode("latin-1", "replace")
+        if ident is not None and hmac.compare_digest(got, ident["interpreter_key"].encode()):
+            return
+        self.close_connection = True  # its body, if any, is not read
+        if ident is None:
+            raise HTTPError(403, "this code interpreter has no key yet (%s is missing): it runs no code" % IDENTITY_FILE)
+        raise HTTPError(403, "this code interpreter runs code only for callers that may run code in the sandbox "
+                             "(exec scope): Airlock's API adds its key for them")
+
     def _serve(self, fn):
         try:
             fn()
@@ -362,6 +466,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         def post():
+            if self.path == "/execute":
+                self._check_key()  # before the body is read: it runs code
             req = self._body()
             if self.path == "/execute":
                 self._execute(req)

@@ -84,8 +84,8 @@ func recordFrame(a Audit, dir Direction, f proto.Frame, op proto.Op, args any) {
 	a.Record(e)
 }
 
-// summarizeArgs returns request args fit for the audit log: env values redacted. Args never carry file
-// contents or stdin (those travel in data frames).
+// summarizeArgs returns request args fit for the audit log: env values and an identity's secrets
+// redacted. Args never carry file contents or stdin (those travel in data frames).
 func summarizeArgs(args any) any {
 	switch a := args.(type) {
 	case *proto.ExecRequest:
@@ -101,6 +101,10 @@ func summarizeArgs(args any) any {
 		return r
 	case proto.StartRequest:
 		return summarizeArgs(&a)
+	case *proto.IdentityRequest:
+		return a.Redacted() // never the seed nor the interpreter key
+	case proto.IdentityRequest:
+		return a.Redacted()
 	}
 	return args
 }

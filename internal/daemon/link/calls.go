@@ -31,6 +31,12 @@ func (c *Client) Quiesce(ctx context.Context) error {
 	}
 }
 
+// SetIdentity gives the sandbox the identity req (see proto.OpIdentity). A daemon older than the
+// operation answers errdefs.ErrInvalidArgument (an unknown op).
+func (c *Client) SetIdentity(ctx context.Context, req proto.IdentityRequest) error {
+	return c.call(ctx, proto.OpIdentity, &req, nil)
+}
+
 // Info reports the daemon's version, uptime and process count.
 func (c *Client) Info(ctx context.Context) (proto.Info, error) {
 	var info proto.Info

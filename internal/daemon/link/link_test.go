@@ -2,6 +2,7 @@ package link
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -155,6 +156,23 @@ func TestSummarizeArgs(t *testing.T) {
 	got, _ = json.Marshal(summarizeArgs(start))
 	if strings.Contains(string(got), "K=v") {
 		t.Errorf("start summary %s leaks env", got)
+	}
+	// An identity's seed and interpreter key are secrets: neither in any encoding, the host name kept.
+	id := proto.IdentityRequest{Seed: bytes.Repeat([]byte{0xa5}, proto.IdentitySeedSize), InterpreterKey: bytes.Repeat([]byte{0x5a}, proto.InterpreterKeySize),
+		Hostname: "sb-host", Restored: true}
+	for _, args := range []any{&id, id} {
+		got, _ = json.Marshal(summarizeArgs(args))
+		raw, _ := json.Marshal(id)
+		var full map[string]any
+		_ = json.Unmarshal(raw, &full)
+		for _, secret := range []string{full["seed"].(string), full["interpreter_key"].(string), "a5a5a5", "5a5a5a"} {
+			if strings.Contains(string(got), secret) {
+				t.Errorf("identity summary %s leaks a secret", got)
+			}
+		}
+		if !strings.Contains(string(got), "sb-host") {
+			t.Errorf("identity summary %s lacks the host name", got)
+		}
 	}
 }
 

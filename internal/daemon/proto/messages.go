@@ -47,6 +47,10 @@ const (
 	// nonce. The node sends it on every (re)connect, before anything else, and talks on only if the
 	// proof holds.
 	OpHello Op = "hello"
+	// OpIdentity gives the sandbox an identity of its own (see IdentityRequest): IdentityRequest →
+	// Empty. The node sends it at boot and after every restore of a snapshot that is not the session's
+	// own (a template's start snapshot, a warm pool's sandbox, a fork), never on a session's own resume.
+	OpIdentity Op = "identity"
 )
 
 // Limits on request arguments.
@@ -125,6 +129,8 @@ func NewArgs(op Op) (any, bool) {
 		return &QuiesceRequest{}, true
 	case OpHello:
 		return &HelloRequest{}, true
+	case OpIdentity:
+		return &IdentityRequest{}, true
 	}
 	return nil, false
 }

@@ -258,8 +258,10 @@ func (d *Driver) boot(spec runtime.Spec, img *Image, imageDir string, quiesced b
 			DefaultUser: u,
 			Env:         env,
 			Control:     ctl,
-			Wake:        sb.wake,
-			Listen:      func() (net.Listener, error) { return d.listen(sb) },
+			// The sandbox's identity goes into its layer, never the host's /etc.
+			IdentityRoot: layer,
+			Wake:         sb.wake,
+			Listen:       func() (net.Listener, error) { return d.listen(sb) },
 		}
 		go func() { // owner: sb; ends when sb.stop is called (Exit, Destroy, Close)
 			err := daemon.Serve(dctx, ln, cfg, log)

@@ -20,8 +20,8 @@ const (
 // Access token scopes.
 const (
 	TokenScopeExec  = "exec"  // exec, process streams, the process list, attach, signals
-	TokenScopeFiles = "files" // every file route
-	TokenScopePorts = "ports" // the sandbox's ports
+	TokenScopeFiles = "files" // every file route; writes as root, so it can plant code: as strong as exec
+	TokenScopePorts = "ports" // the sandbox's ports; running code on the code interpreter's (49999) needs exec too
 )
 
 // Tenant is a tenant as the API reports it.
