@@ -455,8 +455,8 @@ func interpreterRefusal(scopes []store.TokenScope) error {
 var originWideHeaders = []string{"Set-Cookie", "Clear-Site-Data", "Service-Worker-Allowed", "Strict-Transport-Security",
 	"Alt-Svc", "NEL", "Report-To", "Reporting-Endpoints", "WWW-Authenticate"}
 
-// recheckEvery is how often a long connection (an upgrade or a tunnel) has its access checked again: a
-// revoked or expired credential, a disabled tenant or a port made private ends it.
+// recheckEvery is how often a public port's upgraded connection is checked again: a port made private
+// ends it. (A credential's requests are held to it every second: accessWatch.)
 const recheckEvery = 10 * time.Second
 
 // forwardPort resolves the sandbox (resuming a paused session) and proxies the request to port.
