@@ -387,4 +387,17 @@ func redTeamIdentity(t *testing.T, e *testenv.Env) {
 		t.Errorf("after the session's own pause and resume: machine ID and host name %q, epoch changed %v; want the machine ID %q and the epoch kept",
 			ids, epoch() != before, strings.Fields(own.ids)[0])
 	}
+	// The snapshots taken here (the fork's, the pause's) are stored before the server stops: a stop waits
+	// a minute for uploads in flight, and these are the interpreter's (about 110 MB each).
+	for _, id := range []string{got[0].id, own.id} {
+		l, err := c.ListSnapshots(ctx, id, airlock.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sn := range l.Snapshots {
+			if _, err := c.WaitSnapshot(ctx, id, sn.ID); err != nil {
+				t.Errorf("snapshot %s of %s: %v", sn.ID, id, err)
+			}
+		}
+	}
 }
