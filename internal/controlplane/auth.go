@@ -431,7 +431,7 @@ func (s *accounts) ListAudit(ctx context.Context, tenantID string, afterSeq int6
 	}
 	var x *secrets.Sealer
 	for i, e := range entries {
-		if e.Sealed == "" || e.Sealed == store.AuditDiscarded || e.Actor+e.Action+e.Target+e.Result+e.Detail != "" {
+		if e.Sealed == "" || e.Sealed == store.AuditDiscarded || e.HasPayload() {
 			continue // in the clear (from before sealing), discarded, or changed in the Store: as it is
 		}
 		if x == nil {

@@ -39,6 +39,12 @@ type AuditEntry struct {
 	Hash string // hex SHA-256 of this entry (see AuditHash)
 }
 
+// HasPayload reports whether any of the entry's payload fields (Actor, Action, Target, Result, Detail)
+// is set in the clear.
+func (e AuditEntry) HasPayload() bool {
+	return e.Actor != "" || e.Action != "" || e.Target != "" || e.Result != "" || e.Detail != ""
+}
+
 // AuditDiscarded is the Sealed value of an entry whose payload could not be sealed (the tenant's key
 // was revoked or unavailable) and was dropped: only its time and kind are kept.
 const AuditDiscarded = "-"
@@ -126,7 +132,7 @@ func (e AuditEntry) Validate() error {
 		return fmt.Errorf("audit entry: tenant ID is required: %w", errdefs.ErrInvalidArgument)
 	case e.Kind != AuditAPI && e.Kind != AuditDaemon && e.Kind != AuditEgress:
 		return fmt.Errorf("audit entry: kind %q is not api, daemon or egress: %w", e.Kind, errdefs.ErrInvalidArgument)
-	case e.Sealed != "" && e.Actor+e.Action+e.Target+e.Result+e.Detail != "":
+	case e.Sealed != "" && e.HasPayload():
 		return fmt.Errorf("audit entry: a sealed entry keeps no payload in the clear: %w", errdefs.ErrInvalidArgument)
 	case e.Salt != "":
 		return fmt.Errorf("audit entry: a sealed payload's salt is never stored: %w", errdefs.ErrInvalidArgument)
@@ -170,7 +176,7 @@ func VerifyAudit(entries []AuditEntry, fromMiddle bool) (int, string) {
 			return i, "it does not carry the previous entry's hash"
 		case AuditHash(e) != e.Hash:
 			return i, "its hash does not match its content"
-		case e.Sealed != "" && e.Salt == "" && e.Actor+e.Action+e.Target+e.Result+e.Detail != "",
+		case e.Sealed != "" && e.Salt == "" && e.HasPayload(),
 			e.Sealed != "" && e.Salt != "" && !auditCommitted(e):
 			// Sealed: it shows nothing, or (opened) what it sealed.
 			return i, "its hash does not match its content (the payload shown is not the one sealed)"
