@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
@@ -145,4 +147,35 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	_ = bw.Flush()
+}
+
+func (s *Server) getLogRetention(w http.ResponseWriter, r *http.Request) {
+	own, eff, floor, err := s.cp.LogRetention(r.Context(), tenantOf(r))
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, logRetention(own, eff, floor))
+}
+
+func (s *Server) setLogRetention(w http.ResponseWriter, r *http.Request) {
+	var req airlock.LogRetention
+	if _, err := readJSON(w, r, &req); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if req.Seconds < 0 || req.Seconds > int64(controlplane.MaxLogRetention/time.Second) {
+		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "seconds must be between 0 (the server's default) and %d", int64(controlplane.MaxLogRetention/time.Second)))
+		return
+	}
+	own, eff, floor, err := s.cp.SetLogRetention(r.Context(), tenantOf(r), time.Duration(req.Seconds)*time.Second)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, logRetention(own, eff, floor))
+}
+
+func logRetention(own, eff, floor time.Duration) airlock.LogRetention {
+	return airlock.LogRetention{Seconds: int64(own / time.Second), EffectiveSeconds: int64(eff / time.Second), MinSeconds: int64(floor / time.Second)}
 }

@@ -152,6 +152,8 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/usage", s.auth(s.usage)},
 		{"GET", "/v1/key", s.auth(s.getKey)},
 		{"GET", "/v1/audit", s.admin(s.exportAudit)},
+		{"GET", "/v1/log-retention", s.admin(s.getLogRetention)},
+		{"PUT", "/v1/log-retention", s.admin(s.setLogRetention)},
 		{"POST", "/v1/key/rotate", s.admin(s.rotateKey)},
 		{"POST", "/v1/key/revoke", s.admin(s.revokeKey)},
 		{"GET", "/v1/api-keys", s.admin(s.listAPIKeys)},

@@ -145,6 +145,9 @@ type Config struct {
 	// applied, how often unreferenced snapshot chunks are collected, and how old an unreferenced chunk
 	// must be to go. Zero: the control plane's defaults (5 minutes, 10 minutes, 1 hour).
 	PruneInterval, GCInterval, GCGrace time.Duration
+	// LogRetention is how long a tenant's logs are kept unless it says (zero: forever); MinLogRetention
+	// is the shortest a tenant may say (zero: no floor).
+	LogRetention, MinLogRetention time.Duration
 	// ImageGCGrace is how long a template's image nothing uses stays on the node (zero: 1 hour).
 	ImageGCGrace time.Duration
 	// DefaultImage is the OCI archive the default template is installed from at start (see
@@ -510,7 +513,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		var closeNode func() error
 		nd, closeNode, err = startHostNode(hostNode{id: node.LocalID, dataDir: dataDir, tag: tag, runsc: cfg.Runsc, daemon: cfg.DaemonBinary,
 			debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, guards: guards, log: log, keys: keyring, reg: reg,
-			snapshots: snaps, imageCacheBytes: cfg.ImageCacheBytes, warmPool: cfg.WarmPool,
+			snapshots: snaps, imageCacheBytes: cfg.ImageCacheBytes, warmPool: cfg.WarmPool, logRetention: cfg.LogRetention,
 			// In one process the node needs no check of which sandbox asks: the gateway asks only for
 			// its sandboxes' bindings.
 			secret: func(ctx context.Context, tenantID, _, name string) ([]byte, error) {
@@ -549,8 +552,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	cpCfg := controlplane.Config{Store: st, Logger: log, Secrets: secretStore, Connections: conns,
 		Snapshots: snaps,
 		Retention: cfg.Retention, PruneInterval: cfg.PruneInterval, GCInterval: cfg.GCInterval, GCGrace: cfg.GCGrace,
-		ImageGCGrace: cfg.ImageGCGrace,
-		Keys:         keyring, KeyCheckInterval: cfg.KeyCheckInterval, Cluster: clusterCA, KeyProvider: keyring, Audit: auditLog.Record}
+		ImageGCGrace: cfg.ImageGCGrace, LogRetention: cfg.LogRetention, MinLogRetention: cfg.MinLogRetention,
+		Keys: keyring, KeyCheckInterval: cfg.KeyCheckInterval, Cluster: clusterCA, KeyProvider: keyring, Audit: auditLog.Record}
 	if nd != nil {
 		cpCfg.Node = nd
 	} else {
@@ -744,7 +747,13 @@ type hostNode struct {
 	imageCacheBytes int64
 	// warmPool sizes its warm pool (node.Config).
 	warmPool int
+	// logRetention is how long the flows of sandboxes whose tenant keeps logs forever are kept (0:
+	// forever; flowlog.Log.SetDefaultRetention).
+	logRetention time.Duration
 }
+
+// flowSweepEvery is how often a node deletes the flow logs past their retention.
+const flowSweepEvery = 10 * time.Minute
 
 // startHostNode starts the node of this host: its runtime, flow log, gateway and node. closeNode stops
 // what it started, once the sandboxes are gone.
@@ -773,6 +782,27 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 	}
 	// Closed after the gateway, which records into it.
 	closers = append(closers, flows.Close)
+	flows.SetDefaultRetention(h.logRetention)
+	stopSweep := make(chan struct{})
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		t := time.NewTicker(flowSweepEvery)
+		defer t.Stop()
+		for {
+			if n, err := flows.Sweep(time.Now()); err != nil {
+				h.log.Warn("sweep flow logs", "err", err)
+			} else if n > 0 {
+				h.log.Info("flow logs past their retention deleted", "files", n)
+			}
+			select {
+			case <-stopSweep:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	closers = append(closers, func() error { close(stopSweep); <-sweepDone; return nil })
 	sinks := gateway.FlowSinks{flows, audit.FlowSink{Sink: h.audit}}
 	if h.reg != nil {
 		egressMetrics, err := flowlog.NewMetrics(h.reg)

@@ -98,6 +98,9 @@ type NodeConfig struct {
 	ImageCacheBytes int64
 	// WarmPool sizes the node's warm pool (node.Config). Zero: node.DefaultWarmPool; negative: none.
 	WarmPool int
+	// LogRetention is how long the flow logs of sandboxes whose tenant keeps logs forever are kept (0:
+	// forever); a tenant's own retention comes with each sandbox.
+	LogRetention time.Duration
 	// Logger receives logs. Nil: slog.Default().
 	Logger *slog.Logger
 	// Out receives what is meant for the person who started the node. Nil: os.Stdout.
@@ -276,7 +279,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 	// The interception CAs' keys are wrapped by the control plane, under their tenants' keys, bound to
 	// this node: a revoked tenant key means no CA, and the files here are of no use elsewhere.
 	nd, closeNode, err := startHostNode(hostNode{id: j.info.ID, dataDir: dataDir, tag: InstanceTag(dataDir), runsc: cfg.Runsc,
-		snapshots: snaps, imageCacheBytes: cfg.ImageCacheBytes, warmPool: cfg.WarmPool,
+		snapshots: snaps, imageCacheBytes: cfg.ImageCacheBytes, warmPool: cfg.WarmPool, logRetention: cfg.LogRetention,
 		daemon: cfg.DaemonBinary, debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, guards: guards, log: log,
 		keys: cc, secret: cc.Secret, token: cc.Token, audit: cc.Record, onExit: cc.SandboxExit,
 		sessionCA: cc.SessionCA, keepSessionCA: cc.KeepSessionCA})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -71,8 +72,63 @@ not hold and exits with 1. Without FILE it fetches the log from the server.`,
 		},
 	}
 	verify.Flags().BoolVar(&fromMiddle, "from-middle", false, "the export starts after the log's first entry (export --after): trust its first entry's place in the chain")
-	cmd.AddCommand(export, verify)
+	cmd.AddCommand(export, verify, newLogRetentionCmd(g))
 	return cmd
+}
+
+func newLogRetentionCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "retention [DURATION|default]",
+		Short: "Show or set how long your audit and flow logs are kept",
+		Long: `Without an argument, show how long your logs (the audit log and your sandboxes' flow logs) are kept.
+With one, set it: seconds, days (90d) or a duration (720h); "default" takes the server's default again.
+Older audit entries are deleted by the server's next pass (every few minutes), which appends an entry
+recording the cut: "airlock audit verify" still checks the chain from the log's new first entry.`,
+		Example: `  airlock audit retention 90d
+  airlock audit retention default`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defer interruptible(cmd)()
+			var lr *airlock.LogRetention
+			var err error
+			switch {
+			case len(args) == 0:
+				lr, err = g.client().LogRetention(cmd.Context())
+			case args[0] == "default":
+				lr, err = g.client().SetLogRetention(cmd.Context(), 0)
+			default:
+				n, perr := parseSeconds("retention", args[0])
+				if perr != nil {
+					return perr
+				}
+				lr, err = g.client().SetLogRetention(cmd.Context(), int64(n))
+			}
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.Out, lr)
+			}
+			keep := "forever"
+			if lr.EffectiveSeconds > 0 {
+				keep = humanSeconds(lr.EffectiveSeconds)
+			}
+			from := "the server's default"
+			if lr.Seconds > 0 {
+				from = "your setting"
+			}
+			fmt.Fprintf(g.Out, "logs kept %s (%s)\n", keep, from)
+			return nil
+		},
+	}
+}
+
+// humanSeconds writes n seconds as whole days when it is, else as a Go duration.
+func humanSeconds(n int64) string {
+	if n%86400 == 0 {
+		return fmt.Sprintf("%dd", n/86400)
+	}
+	return (time.Duration(n) * time.Second).String()
 }
 
 // verifyAudit reads an export and checks its chain, line by line.

@@ -256,6 +256,7 @@ to replace that node (node token create --node-id ID --replace), and --replace.`
 
 	var controlPlanes, allowPrivate []string
 	var listen, advertise, runsc, pool, blobDir string
+	var logKeep time.Duration
 	var maxSandboxes int
 	var memoryMB, cpuMillicores int64
 	var s3cfg blobs3.Config
@@ -317,9 +318,10 @@ their latest snapshots.`,
 			}
 			return app.RunNode(ctx, app.NodeConfig{DataDir: g.dataDir, ControlPlanes: controlPlanes, Listen: listen, Advertise: advertise, SandboxAddresses: addrs,
 				MaxSandboxes: maxSandboxes, MemoryMB: memoryMB, CPUMillicores: cpuMillicores, Runsc: runsc, Debug: debug, Logger: slog.New(h), Out: g.Out, EgressAllowPrivate: open,
-				BlobDir: blobDir, S3: s3, KeeperBinary: exe})
+				BlobDir: blobDir, S3: s3, KeeperBinary: exe, LogRetention: logKeep})
 		},
 	}
+	run.Flags().DurationVar(&logKeep, "log-retention", 0, "how long the flow logs of sandboxes whose tenant keeps logs forever are kept on this node (default: forever)")
 	run.Flags().StringArrayVar(&controlPlanes, "control-plane", nil, "the control planes' cluster port, https://host:port: a load balancer's, or each replica's (repeat; tried in turn)")
 	run.Flags().StringVar(&listen, "listen", app.DefaultNodeListen, "the node API's address")
 	run.Flags().StringVar(&advertise, "advertise", "", "the host:port control planes reach the node API at; its host must be one the node joined with (default: the first --host of the join and the --listen port)")

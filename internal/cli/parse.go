@@ -88,8 +88,8 @@ func parseMiB(flag, s string) (int, error) {
 	return int(mib), nil
 }
 
-// parseSeconds parses a duration into whole seconds: a bare integer is seconds; otherwise a Go duration
-// ("90s", "10m", "1h30m"), rounded up to the second.
+// parseSeconds parses a duration into whole seconds: a bare integer is seconds; a whole number of days
+// ("90d"); otherwise a Go duration ("90s", "10m", "1h30m"), rounded up to the second.
 func parseSeconds(what, s string) (int, error) {
 	if s == "" {
 		return 0, nil
@@ -101,8 +101,14 @@ func parseSeconds(what, s string) (int, error) {
 		return n, nil
 	}
 	d, err := time.ParseDuration(s)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n int
+		if n, err = strconv.Atoi(days); err == nil {
+			d = time.Duration(min(n, 100_000)) * 24 * time.Hour // more is too long, below
+		}
+	}
 	if err != nil {
-		return 0, fmt.Errorf("%s %q: want seconds (300) or a duration (5m, 1h30m)", what, s)
+		return 0, fmt.Errorf("%s %q: want seconds (300), days (90d) or a duration (5m, 1h30m)", what, s)
 	}
 	if d <= 0 {
 		return 0, fmt.Errorf("%s %q: must be positive", what, s)

@@ -52,7 +52,9 @@ func TestParseSeconds(t *testing.T) {
 		ok   bool
 	}{
 		{"", 0, true}, {"300", 300, true}, {"5m", 300, true}, {"1h30m", 5400, true}, {"1500ms", 2, true},
+		{"90d", 90 * 86400, true}, {"1d", 86400, true},
 		{"0", 0, false}, {"-5", 0, false}, {"-5m", 0, false}, {"soon", 0, false},
+		{"0d", 0, false}, {"-2d", 0, false}, {"1.5d", 0, false}, {"d", 0, false}, {"99999999999d", 0, false},
 	}
 	for _, tt := range tests {
 		got, err := parseSeconds("--timeout", tt.in)

@@ -41,7 +41,7 @@ func newServeCmd(g *globals, server bool) *cobra.Command {
 	var ingressMax int
 	var allowPrivate []string
 	var warmPool int
-	var keepAll, keepHourly, keepDaily, pruneEvery, gcEvery, gcGrace, imageGrace time.Duration
+	var keepAll, keepHourly, keepDaily, pruneEvery, gcEvery, gcGrace, imageGrace, logKeep, logFloor time.Duration
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run the Airlock server: the API, the control plane and a local node",
@@ -115,6 +115,7 @@ SIGINT or SIGTERM shuts it down cleanly: every sandbox is stopped and removed fr
 				S3:               s3,
 				Retention:        retention.Policy{KeepAll: keepAll, KeepHourly: keepHourly, KeepDaily: keepDaily},
 				PruneInterval:    pruneEvery, GCInterval: gcEvery, GCGrace: gcGrace, ImageGCGrace: imageGrace, DefaultImage: defaultImage,
+				LogRetention: logKeep, MinLogRetention: logFloor,
 				WarmPool:           warmPool,
 				EgressAllowPrivate: open,
 			})
@@ -155,6 +156,8 @@ SIGINT or SIGTERM stops the replica; the nodes and their sandboxes run on.`
 	f.DurationVar(&keepHourly, "keep-hourly", 0, "then the newest snapshot of each hour, younger than this (default 24h)")
 	f.DurationVar(&keepDaily, "keep-daily", 0, "then the newest snapshot of each day, younger than this (default 168h)")
 	f.DurationVar(&pruneEvery, "prune-interval", 0, "how often retention is applied (default 5m)")
+	f.DurationVar(&logKeep, "log-retention", 0, "how long a tenant's audit and flow logs are kept unless it sets its own (default: forever)")
+	f.DurationVar(&logFloor, "min-log-retention", 0, "the shortest log retention a tenant may set (default: none)")
 	f.DurationVar(&gcEvery, "gc-interval", 0, "how often unreferenced snapshot data and template images are collected (default 10m)")
 	f.DurationVar(&gcGrace, "gc-grace", 0, "how old unreferenced snapshot data must be to be collected (default 1h)")
 	f.DurationVar(&imageGrace, "image-gc-grace", 0, "how long a template image nothing uses stays on the node (default 1h)")

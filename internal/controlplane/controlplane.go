@@ -86,6 +86,10 @@ type Config struct {
 	// Retention is the server's default snapshot retention (tenants and sessions override it field by
 	// field). Zero fields: retention.Default's.
 	Retention retention.Policy
+	// LogRetention is how long a tenant's logs (its audit log) are kept unless the tenant says; zero:
+	// forever. MinLogRetention is the shortest a tenant may say; zero: no floor. Logs are pruned every
+	// PruneInterval.
+	LogRetention, MinLogRetention time.Duration
 	// RollInterval is how often the rolling loop looks for sessions due a rolling snapshot, and
 	// PruneInterval how often retention is applied. Zero: 1s and 5 minutes.
 	RollInterval  time.Duration
@@ -151,6 +155,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if err := cfg.Retention.Validate(); err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
+	}
+	if cfg.LogRetention < 0 || cfg.MinLogRetention < 0 {
+		return nil, fmt.Errorf("controlplane: log retention %s or its floor %s is negative: %w", cfg.LogRetention, cfg.MinLogRetention, errdefs.ErrInvalidArgument)
 	}
 	if cfg.RollInterval <= 0 {
 		cfg.RollInterval = time.Second

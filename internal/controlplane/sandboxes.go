@@ -214,7 +214,7 @@ func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req Crea
 		Network: netPolicy,
 		Start:   start,
 	}
-	if nreq.FlowKey, err = s.accounts.flowKey(ctx, tenantID); err != nil {
+	if nreq.FlowKey, nreq.LogRetention, err = s.accounts.flowLog(ctx, tenantID); err != nil {
 		return store.Sandbox{}, err
 	}
 	now := s.now()
@@ -615,6 +615,7 @@ func (s *loops) Start(ctx context.Context) error {
 	s.every(s.idle, s.ifLeader(s.sessions.pauseIdleSessions))
 	s.every(s.idle, s.ifLeader(s.sessions.endSessions))
 	s.every(s.gcEvery, s.ifLeader(s.accounts.expireRecords))
+	s.every(s.pruneEvery, s.ifLeader(s.accounts.pruneLogs))
 	s.every(s.keysEvery, s.ifLeader(s.keyring.checkTenantKeys))
 	s.every(lostSweepEvery, s.ifLeader(s.sandboxes.sweepLost))
 	if s.nodes.clustered() {
@@ -717,7 +718,7 @@ func (s *sandboxes) reconcileNode(ctx context.Context, n Node, createdSince time
 				s.log.Error("reconcile", "sandbox", sb.ID, "err", err)
 				continue // not adopted: failed below, and destroyed
 			}
-			key, err := s.accounts.flowKey(ctx, sb.TenantID)
+			key, keepFlows, err := s.accounts.flowLog(ctx, sb.TenantID)
 			if errors.Is(err, errdefs.ErrKeyUnavailable) {
 				// The tenant's key is gone: its sandbox runs no longer (failed below, and destroyed).
 				s.log.Error("reconcile", "sandbox", sb.ID, "err", err)
@@ -729,7 +730,7 @@ func (s *sandboxes) reconcileNode(ctx context.Context, n Node, createdSince time
 			}
 			running = append(running, node.RecoverRequest{ID: sb.ID, TenantID: sb.TenantID, Network: p, CAID: sb.Metadata[SessionMetadataKey],
 				Runtime: sb.Metadata[RuntimeMetadataKey], Limits: runtime.Limits{CPUMillis: int64(sb.Spec.CPUMillicores),
-					MemoryBytes: int64(sb.Spec.MemoryMB) << 20, DiskBytes: int64(sb.Spec.DiskMB) << 20}, FlowKey: key})
+					MemoryBytes: int64(sb.Spec.MemoryMB) << 20, DiskBytes: int64(sb.Spec.DiskMB) << 20}, FlowKey: key, LogRetention: keepFlows})
 		case sb.State == store.StateCreating && !createdSince.IsZero() && !sb.CreatedAt.Before(createdSince):
 			keep[sb.ID] = true
 		}

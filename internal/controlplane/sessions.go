@@ -252,7 +252,7 @@ func (s *sessions) startSessionSandbox(ctx context.Context, se store.Session, en
 		Network: p,
 		CAID:    se.ID,
 	}
-	if req.FlowKey, err = s.accounts.flowKey(ctx, se.TenantID); err != nil {
+	if req.FlowKey, req.LogRetention, err = s.accounts.flowLog(ctx, se.TenantID); err != nil {
 		return store.Sandbox{}, err
 	}
 	if src == nil {

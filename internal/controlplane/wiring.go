@@ -46,8 +46,11 @@ type accounts struct {
 	connections *connections.Manager
 	// retention is the server's default policy (timemachine.go).
 	retention retention.Policy
-	log       *slog.Logger
-	now       func() time.Time
+	// logRetention is how long a tenant's logs are kept unless it says (0: forever), and
+	// minLogRetention the shortest it may say (logretention.go).
+	logRetention, minLogRetention time.Duration
+	log                           *slog.Logger
+	now                           func() time.Time
 }
 
 // keyring checks, rotates and revokes tenants' keys, and stops what a revoked key may no longer run
@@ -235,7 +238,8 @@ func wire(cfg Config, localCap node.Capacity) *Service {
 		stop  = make(chan struct{})
 	)
 	a := &accounts{store: cfg.Store, keys: cfg.Keys, secrets: cfg.Secrets, connections: cfg.Connections,
-		retention: cfg.Retention.WithDefaults(), log: cfg.Logger, now: cfg.Now}
+		retention: cfg.Retention.WithDefaults(), logRetention: cfg.LogRetention, minLogRetention: cfg.MinLogRetention,
+		log: cfg.Logger, now: cfg.Now}
 	k := &keyring{store: cfg.Store, nodes: nodes, locks: locks, keys: cfg.Keys, keyProvider: cfg.KeyProvider,
 		secrets: cfg.Secrets, connections: cfg.Connections, snapshots: cfg.Snapshots, log: cfg.Logger,
 		keysGone: map[string]bool{}}

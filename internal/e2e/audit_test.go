@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -133,4 +134,109 @@ func exportAudit(t *testing.T, c *airlock.Client) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestLogRetention: an admin sets how long the tenant's logs are kept (`airlock audit retention`); the
+// server deletes the older audit entries and records the cut, and `airlock audit verify` still passes on
+// the log and its export; a sandbox's node keeps its flow log's retention beside it; other keys cannot
+// set it, and bad values get a 400.
+func TestLogRetention(t *testing.T) {
+	testenv.RequireSandboxes(t)
+	e := testenv.Start(t, testenv.Options{PruneInterval: time.Second})
+	ctx := ctxT(t, 3*time.Minute)
+	c := e.Client
+	cli := func(args ...string) (int, string) {
+		t.Helper()
+		code, out, errOut := runCLI(append([]string{"--url", e.URL, "--api-key", e.APIKey}, args...)...)
+		return code, out + errOut
+	}
+
+	// Only an admin key sets it; bad values are refused with a message, and change nothing.
+	wk, err := c.CreateAPIKey(ctx, "writer", airlock.ScopeWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = airlock.New(e.URL, airlock.WithAPIKey(wk.Key)).SetLogRetention(ctx, 60)
+	wantCode(t, "a write key sets the log retention", err, 403)
+	for _, n := range []int64{-1, 100*365*86400 + 1} {
+		_, err := c.SetLogRetention(ctx, n)
+		wantCode(t, fmt.Sprintf("log retention %d", n), err, 400)
+	}
+	if lr, err := c.LogRetention(ctx); err != nil || lr.Seconds != 0 || lr.EffectiveSeconds != 0 {
+		t.Fatalf("log retention after refused changes = %+v, %v; want the default, forever", lr, err)
+	}
+	if code, out := cli("audit", "retention"); code != 0 || !strings.Contains(out, "logs kept forever (the server's default)") {
+		t.Errorf("audit retention = %d %q", code, out)
+	}
+
+	// Some entries, then a retention of 3 seconds.
+	for range 5 {
+		if _, err := c.ListSandboxes(ctx, airlock.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, out := cli("audit", "retention", "3s"); code != 0 || !strings.Contains(out, "logs kept 3s (your setting)") {
+		t.Fatalf("audit retention 3s = %d %q", code, out)
+	}
+	// A sandbox created now has its flow log kept as long, on its node.
+	sb := create(t, e, airlock.CreateSandboxRequest{})
+	if b, err := os.ReadFile(filepath.Join(e.DataDir, "node", "flows", sb.ID+".jsonl.keep")); err != nil || string(b) != "3" {
+		t.Errorf("the node keeps the sandbox's flow log retention as %q, %v; want 3 (seconds)", b, err)
+	}
+
+	// The older entries go; a record of the cut follows; the chain verifies from the new first entry.
+	var entries []airlock.AuditEntry
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := c.ListSandboxes(ctx, airlock.ListOptions{}); err != nil { // an entry newer than the cut
+			t.Fatal(err)
+		}
+		entries = entries[:0]
+		for _, line := range bytes.Split(bytes.TrimSpace(exportAudit(t, c)), []byte("\n")) {
+			var en airlock.AuditEntry
+			if err := json.Unmarshal(line, &en); err != nil {
+				t.Fatalf("export line %q: %v", line, err)
+			}
+			entries = append(entries, en)
+		}
+		cut := false
+		for _, en := range entries {
+			cut = cut || (en.Kind == "audit" && en.Action == "prune")
+		}
+		if entries[0].Seq > 1 && cut {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no cut within 30s of a 3s retention; the log starts at %d", entries[0].Seq)
+		}
+		time.Sleep(time.Second)
+	}
+	if code, out := cli("audit", "verify"); code != 0 || !strings.Contains(out, "chain intact") {
+		t.Errorf("audit verify of the cut log = %d %q", code, out)
+	}
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	if err := os.WriteFile(file, exportAudit(t, c), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := cli("audit", "verify", file); code != 0 || !strings.Contains(out, "chain intact") {
+		t.Errorf("audit verify of the cut log's export = %d %q", code, out)
+	}
+	// Positive control: the same export without its records of cuts does not verify.
+	var kept []string
+	for _, line := range strings.Split(strings.TrimSpace(string(exportAudit(t, c))), "\n") {
+		if !strings.Contains(line, `"kind":"audit"`) {
+			kept = append(kept, line)
+		}
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(kept, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := cli("audit", "verify", file); code != 1 || !strings.Contains(out, "does not hold") {
+		t.Errorf("audit verify of the cut log without its records of cuts = %d %q; want 1", code, out)
+	}
+
+	// Back to the server's default.
+	if code, out := cli("audit", "retention", "default"); code != 0 || !strings.Contains(out, "logs kept forever (the server's default)") {
+		t.Errorf("audit retention default = %d %q", code, out)
+	}
 }

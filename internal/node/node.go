@@ -104,6 +104,9 @@ type CreateRequest struct {
 	// FlowKey, if set, seals the sandbox's flow log (flowlog.Log.SetKey): its tenant's flow key, which
 	// the node holds while the sandbox runs here and never stores.
 	FlowKey []byte
+	// LogRetention is how long the sandbox's flow log is kept once its newest flow is older (its
+	// tenant's log retention; 0: the node's default, flowlog.Log.SetDefaultRetention).
+	LogRetention time.Duration
 	// NewIdentity, for a restore, says the snapshot is not the session's own (a fork's, a kept
 	// snapshot's): the sandbox gets an identity of its own (identity.go), as a boot and a restore of a
 	// template's start snapshot always do. A session's own resume keeps the identity it had.
@@ -123,8 +126,9 @@ type RecoverRequest struct {
 	// Limits are the sandbox's CreateRequest.Limits, for what the node reports of its resource use (the
 	// node's record of them did not survive its restart).
 	Limits runtime.Limits
-	// FlowKey is the sandbox's CreateRequest.FlowKey.
-	FlowKey []byte
+	// FlowKey and LogRetention are the sandbox's CreateRequest's.
+	FlowKey      []byte
+	LogRetention time.Duration
 }
 
 // Config configures a Local node.
@@ -397,7 +401,7 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 		}
 		c.Add(func() { gw.Unregister(req.ID) })
 	}
-	if err := n.sealFlows(req.ID, req.FlowKey); err != nil {
+	if err := n.sealFlows(req.ID, req.FlowKey, req.LogRetention); err != nil {
 		return err
 	}
 	if fl := n.cfg.FlowLog; fl != nil && req.FlowKey != nil {
@@ -617,9 +621,16 @@ func (n *Local) attach(ctx context.Context, id, tenantID string) error {
 	return nil
 }
 
-// sealFlows has the flow log seal sandbox id's flows under key, if there is a key and a flow log.
-func (n *Local) sealFlows(id string, key []byte) error {
-	if key == nil || n.cfg.FlowLog == nil {
+// sealFlows has the flow log keep sandbox id's flows for keep (0: its default) and seal them under key, if there
+// is a key and a flow log.
+func (n *Local) sealFlows(id string, key []byte, keep time.Duration) error {
+	if n.cfg.FlowLog == nil {
+		return nil
+	}
+	if err := n.cfg.FlowLog.SetRetention(id, keep); err != nil {
+		return err
+	}
+	if key == nil {
 		return nil
 	}
 	return n.cfg.FlowLog.SetKey(id, key)
@@ -940,7 +951,7 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) ([]string, e
 				continue
 			}
 		}
-		if err := n.sealFlows(id, r.FlowKey); err != nil {
+		if err := n.sealFlows(id, r.FlowKey, r.LogRetention); err != nil {
 			n.log.Warn("re-adopt sandbox flow log", "sandbox", id, "err", err)
 			continue
 		}

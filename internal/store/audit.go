@@ -122,7 +122,41 @@ const (
 	AuditAPI    = "api"
 	AuditDaemon = "daemon"
 	AuditEgress = "egress"
+	// AuditLog entries are about the log itself: AuditPrune records a retention cut.
+	AuditLog = "audit"
 )
+
+// AuditPrune is the Action of the entry PruneAudit appends: its Detail (AuditPruned, as JSON) names the
+// last entry cut, so that the chain verifies from the log's new first entry. It is never sealed: it
+// holds no tenant data, and it must verify without the tenant's key.
+const AuditPrune = "prune"
+
+// AuditPruned is the Detail of an AuditPrune entry.
+type AuditPruned struct {
+	// ThroughSeq and ThroughHash are the Seq and Hash of the last entry deleted: the new first entry
+	// follows it.
+	ThroughSeq  int64  `json:"through_seq"`
+	ThroughHash string `json:"through_hash"`
+	// Before is the cut's time: the entries deleted were older.
+	Before time.Time `json:"before"`
+}
+
+// PruneEntry returns the entry (Seq, Prev and Hash unset) recording a cut of tenantID's log through
+// entry last, of the entries older than before.
+func PruneEntry(tenantID string, last AuditEntry, before, now time.Time) AuditEntry {
+	d, _ := json.Marshal(AuditPruned{ThroughSeq: last.Seq, ThroughHash: last.Hash, Before: NormalizeTime(before)})
+	return AuditEntry{TenantID: tenantID, Time: now, Kind: AuditLog, Actor: "retention", Action: AuditPrune,
+		Target: "audit log", Result: "ok", Detail: string(d)}
+}
+
+// pruneOf returns what a prune entry says it cut, if e is one.
+func pruneOf(e AuditEntry) (AuditPruned, bool) {
+	var p AuditPruned
+	if e.Kind != AuditLog || e.Action != AuditPrune || e.Sealed != "" || json.Unmarshal([]byte(e.Detail), &p) != nil {
+		return AuditPruned{}, false
+	}
+	return p, true
+}
 
 // Validate returns an error wrapping errdefs.ErrInvalidArgument naming the first bad field of an entry
 // to append (Seq, Prev and Hash are assigned).
@@ -130,8 +164,8 @@ func (e AuditEntry) Validate() error {
 	switch {
 	case e.TenantID == "":
 		return fmt.Errorf("audit entry: tenant ID is required: %w", errdefs.ErrInvalidArgument)
-	case e.Kind != AuditAPI && e.Kind != AuditDaemon && e.Kind != AuditEgress:
-		return fmt.Errorf("audit entry: kind %q is not api, daemon or egress: %w", e.Kind, errdefs.ErrInvalidArgument)
+	case e.Kind != AuditAPI && e.Kind != AuditDaemon && e.Kind != AuditEgress && e.Kind != AuditLog:
+		return fmt.Errorf("audit entry: kind %q is not api, daemon, egress or audit: %w", e.Kind, errdefs.ErrInvalidArgument)
 	case e.Sealed != "" && e.HasPayload():
 		return fmt.Errorf("audit entry: a sealed entry keeps no payload in the clear: %w", errdefs.ErrInvalidArgument)
 	case e.Salt != "":
@@ -160,12 +194,13 @@ func AuditHash(e AuditEntry) string {
 
 // VerifyAudit checks a tenant's entries, in order: each must follow the one before it (Seq one up,
 // Prev its Hash) and carry its own hash; a sealed entry shown opened (with its Salt) must show the
-// payload it committed to. The first entry must be the log's first (Seq 1, no Prev)
-// unless fromMiddle is set, when its Seq and Prev are taken as given. It returns the index in entries
-// of the first entry that does not hold, or -1 if all do, and why.
+// payload it committed to. The first entry must be the log's first (Seq 1, no Prev), or follow the
+// last entry a retention cut deleted, as a later AuditPrune entry of entries records it, unless
+// fromMiddle is set, when its Seq and Prev are taken as given. It returns the index in entries of the
+// first entry that does not hold, or -1 if all do, and why.
 func VerifyAudit(entries []AuditEntry, fromMiddle bool) (int, string) {
 	prev, seq := "", int64(0)
-	if fromMiddle && len(entries) > 0 {
+	if len(entries) > 0 && (entries[0].Seq != 1 || entries[0].Prev != "") && (fromMiddle || prunedBefore(entries)) {
 		prev, seq = entries[0].Prev, entries[0].Seq-1
 	}
 	for i, e := range entries {
@@ -184,4 +219,17 @@ func VerifyAudit(entries []AuditEntry, fromMiddle bool) (int, string) {
 		prev, seq = e.Hash, e.Seq
 	}
 	return -1, ""
+}
+
+// prunedBefore reports whether an AuditPrune entry among entries says a retention cut deleted the
+// entries before the first (its last deleted entry is the one the first follows). The prune entry is
+// itself in the chain VerifyAudit checks.
+func prunedBefore(entries []AuditEntry) bool {
+	first := entries[0]
+	for _, e := range entries {
+		if p, ok := pruneOf(e); ok && p.ThroughSeq == first.Seq-1 && p.ThroughHash == first.Prev {
+			return true
+		}
+	}
+	return false
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -326,5 +327,53 @@ func TestAuditValidate(t *testing.T) {
 		if err := e.Validate(); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("Validate(%s) = %v; want ErrInvalidArgument", name, err)
 		}
+	}
+}
+
+// TestVerifyAuditAfterCut checks that a log whose oldest entries a retention cut deleted verifies only
+// through the cut's record: one that names the entry the log's new first entry follows.
+func TestVerifyAuditAfterCut(t *testing.T) {
+	chain := func(entries []store.AuditEntry) []store.AuditEntry {
+		for i := range entries {
+			entries[i].Seq = int64(i + 1)
+			if i > 0 {
+				entries[i].Prev = entries[i-1].Hash
+			}
+			entries[i].Hash = store.AuditHash(entries[i])
+		}
+		return entries
+	}
+	full := auditLog(10)
+	cut := func(through store.AuditEntry, mod func(*store.AuditEntry)) []store.AuditEntry {
+		e := store.PruneEntry("tn_a", through, auditBase.Add(5*time.Second), auditBase.Add(time.Hour))
+		if mod != nil {
+			mod(&e)
+		}
+		log := chain(append(slices.Clone(full), e))
+		return log[5:] // entries 6..10, then the cut's record
+	}
+	for _, tc := range []struct {
+		name       string
+		entries    []store.AuditEntry
+		fromMiddle bool
+		want       int
+	}{
+		{"the whole log", full, false, -1},
+		{"cut, with its record", cut(full[4], nil), false, -1},
+		{"cut, without its record", cut(full[4], nil)[:5], false, 0},
+		{"cut, without its record, from the middle", cut(full[4], nil)[:5], true, -1},
+		{"the record names another entry", cut(full[3], nil), false, 0},
+		{"the record names another hash", cut(full[4], func(e *store.AuditEntry) {
+			e.Detail = strings.Replace(e.Detail, full[4].Hash, full[3].Hash, 1)
+		}), false, 0},
+		{"a sealed record does not count", cut(full[4], func(e *store.AuditEntry) { e.Sealed = "x.eA" }), false, 0},
+		{"a record of another action does not count", cut(full[4], func(e *store.AuditEntry) { e.Action = "POST /v1/things" }), false, 0},
+		{"more cut than the record says", cut(full[4], nil)[1:], false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if i, why := store.VerifyAudit(tc.entries, tc.fromMiddle); i != tc.want {
+				t.Errorf("VerifyAudit = %d (%s); want %d", i, why, tc.want)
+			}
+		})
 	}
 }

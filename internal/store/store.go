@@ -39,6 +39,9 @@ type Store interface {
 	// UpdateTenantRetention replaces the tenant's Retention with r and returns the tenant as stored. An
 	// invalid r is ErrInvalidArgument (see RetentionSpec.Validate); an unknown tenant is ErrNotFound.
 	UpdateTenantRetention(ctx context.Context, id string, r RetentionSpec) (Tenant, error)
+	// UpdateTenantLogRetention replaces the tenant's LogRetentionSeconds and returns the tenant as stored.
+	// A negative value is ErrInvalidArgument; an unknown tenant is ErrNotFound.
+	UpdateTenantLogRetention(ctx context.Context, id string, seconds int64) (Tenant, error)
 	// SetTenantDisabled disables the tenant from the given time (at non-nil; a disabled tenant keeps its
 	// first DisabledAt) or enables it again (at nil), and returns the tenant as stored. An unknown tenant
 	// is ErrNotFound; the operator tenant cannot be disabled (ErrFailedPrecondition).
@@ -236,6 +239,12 @@ type Store interface {
 	// ListAudit returns up to limit entries of the tenant's audit log with Seq above afterSeq, in
 	// order. limit follows NormalizeLimit. An unknown tenant has none.
 	ListAudit(ctx context.Context, tenantID string, afterSeq int64, limit int) ([]AuditEntry, error)
+	// PruneAudit deletes the oldest entries of the tenant's audit log: those before its first entry
+	// timed at or after before, at most limit of them (NormalizeLimit), never the newest entry. In the
+	// same transaction it appends an entry recording the cut (AuditPrune), which keeps the chain
+	// verifiable from its new start (VerifyAudit). A cut that would delete only such records deletes
+	// nothing. It returns how many entries it deleted; an unknown tenant has none.
+	PruneAudit(ctx context.Context, tenantID string, before time.Time, limit int) (int, error)
 
 	// GetIdempotency returns the tenant's record for key, or ErrNotFound.
 	GetIdempotency(ctx context.Context, tenantID, key string) (IdempotencyRecord, error)
@@ -353,6 +362,9 @@ type Tenant struct {
 	// Retention is how long the snapshots of the tenant's sessions are kept; its zero fields inherit the
 	// server's defaults. It changes only with UpdateTenantRetention.
 	Retention RetentionSpec
+	// LogRetentionSeconds is how long the tenant's logs (its audit log and its sandboxes' flow logs) are
+	// kept; 0 inherits the server's default. It changes only with UpdateTenantLogRetention.
+	LogRetentionSeconds int64
 	// Operator marks the tenant of the people who run Airlock: its admin keys also manage the other
 	// tenants. Bootstrap makes the first tenant the operator; the flag never changes.
 	Operator bool

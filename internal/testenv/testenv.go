@@ -149,6 +149,8 @@ type Options struct {
 	// GCInterval paces the collection of snapshot data and templates' images; ImageGCGrace is how long
 	// an image nothing uses stays. Zero: the defaults.
 	GCInterval, ImageGCGrace time.Duration
+	// PruneInterval paces retention (snapshots', logs'); zero: the default.
+	PruneInterval time.Duration
 	// IngressMaxConns bounds the requests and tunnels through the ingress per sandbox; zero: the default.
 	IngressMaxConns int
 	// PostgresDSN, if set, keeps the server's Store in that PostgreSQL database (see pgtest.Start).
@@ -231,6 +233,7 @@ func Start(t testing.TB, opts Options) *Env {
 			PKCS11:           opts.PKCS11,
 			KeyCheckInterval: opts.KeyCheckInterval,
 			GCInterval:       opts.GCInterval,
+			PruneInterval:    opts.PruneInterval,
 			ImageGCGrace:     opts.ImageGCGrace,
 			IngressDomain:    app.DefaultIngressDomain,
 			IngressMaxConns:  opts.IngressMaxConns,

@@ -83,6 +83,8 @@ export async function auditPage(query) {
   let prev = "";
   let seq = 0;
   let broken = null;
+  let cutStart = null; // the first entry, when it is not the log's first
+  let cutExplained = false; // a record of a retention cut names the entry it follows
   let last = Date.now();
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
@@ -106,6 +108,20 @@ export async function auditPage(query) {
       }
       entries.push(e);
       if (broken || !canVerify) continue;
+      if (entries.length === 1 && (e.seq !== 1 || e.prev)) {
+        // A retention cut deleted the entries before: a later record of the cut must say so (checked at the end).
+        cutStart = e;
+        seq = e.seq - 1;
+        prev = e.prev || "";
+      }
+      if (cutStart && !cutExplained && e.kind === "audit" && e.action === "prune" && !e.sealed) {
+        try {
+          const d = JSON.parse(e.detail || "{}");
+          cutExplained = d.through_seq === cutStart.seq - 1 && d.through_hash === (cutStart.prev || "");
+        } catch {
+          // not a record of a cut
+        }
+      }
       if (e.seq !== seq + 1) broken = { seq: e.seq, why: `sequence number ${e.seq} follows ${seq}` };
       else if ((e.prev || "") !== prev) broken = { seq: e.seq, why: "it does not carry the previous entry's hash" };
       else if ((await entryHash(e)) !== e.hash) broken = { seq: e.seq, why: "its hash does not match its content" };
@@ -120,6 +136,9 @@ export async function auditPage(query) {
       list.set(shown());
     }
     if (done) break;
+  }
+  if (cutStart && !cutExplained && !broken && canVerify) {
+    broken = { seq: cutStart.seq, why: "the log starts after its first entry and no record of a retention cut explains the entries before it" };
   }
   list.set(shown());
   count.textContent = entries.length + " entries" + (kind || text ? ", " + list.length + " shown" : "");

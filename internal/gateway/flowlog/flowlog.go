@@ -126,6 +126,9 @@ type Log struct {
 	keys map[string]cipher.AEAD
 	// keyGrace is how long Forget keeps a sandbox's key.
 	keyGrace time.Duration
+	// keep is how long the flows of sandboxes without a retention of their own are kept (0: forever;
+	// retention.go); guarded by mu.
+	keep time.Duration
 	// closed is set by Close; guarded by mu.
 	closed bool
 	// lastErr is when a write error was last logged, to log at most one a minute; guarded by mu.

@@ -236,4 +236,6 @@ CREATE INDEX access_tokens_by_creator ON access_tokens (created_by);
 	// 8 (SQLite's 17): a tenant's audit entries keep their payload sealed under the tenant's key (see
 	// store.AuditEntry.Sealed).
 	`ALTER TABLE audit_log ADD COLUMN sealed TEXT NOT NULL DEFAULT '';`,
+	// 9 (SQLite's 18): how long each tenant's logs are kept (0: the server's default).
+	`ALTER TABLE tenants ADD COLUMN log_retention_seconds BIGINT NOT NULL DEFAULT 0 CHECK (log_retention_seconds >= 0);`,
 }

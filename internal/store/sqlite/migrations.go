@@ -284,6 +284,8 @@ CREATE INDEX access_tokens_by_creator ON access_tokens (created_by);
 	// 17: a tenant's audit entries keep their payload sealed under the tenant's key (see
 	// store.AuditEntry.Sealed).
 	`ALTER TABLE audit_log ADD COLUMN sealed TEXT NOT NULL DEFAULT '';`,
+	// 18: how long each tenant's logs are kept (0: the server's default).
+	`ALTER TABLE tenants ADD COLUMN log_retention_seconds INTEGER NOT NULL DEFAULT 0 CHECK (log_retention_seconds >= 0);`,
 }
 
 // migrate brings the schema up to len(migrations) in one transaction and records each applied version in

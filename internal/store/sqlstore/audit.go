@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -39,15 +40,12 @@ func (s *DB) AppendAudit(ctx context.Context, entries []store.AuditEntry) error 
 				if err := checkTenant(ctx, tx, e.TenantID); err != nil {
 					return err
 				}
-				err := tx.QueryRowContext(ctx, "SELECT seq, hash FROM audit_log WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1", e.TenantID).Scan(&h.seq, &h.hash)
-				if err != nil && !errors.Is(err, sql.ErrNoRows) {
-					return mapErr(err)
+				if h.seq, h.hash, err = auditHead(ctx, tx, e.TenantID); err != nil {
+					return err
 				}
 			}
-			e.Seq, e.Prev, e.Time = h.seq+1, h.hash, store.NormalizeTime(e.Time)
-			e.Hash = store.AuditHash(e)
-			if _, err := ins.ExecContext(ctx,
-				e.TenantID, e.Seq, micros(e.Time), e.Kind, e.Actor, e.Action, e.Target, e.Result, e.Detail, e.Prev, e.Hash, e.Sealed); err != nil {
+			e = chained(e, h.seq, h.hash)
+			if _, err := ins.ExecContext(ctx, auditArgs(e)...); err != nil {
 				return mapErr(err)
 			}
 			heads[e.TenantID] = head{e.Seq, e.Hash}
@@ -58,6 +56,84 @@ func (s *DB) AppendAudit(ctx context.Context, entries []store.AuditEntry) error 
 		return fmt.Errorf("append audit: %w", err)
 	}
 	return nil
+}
+
+// auditHead returns the Seq and Hash of the newest entry of the tenant's log (0 and "" for none).
+func auditHead(ctx context.Context, tx *Tx, tenantID string) (int64, string, error) {
+	var seq int64
+	var hash string
+	err := tx.QueryRowContext(ctx, "SELECT seq, hash FROM audit_log WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1", tenantID).Scan(&seq, &hash)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, "", mapErr(err)
+	}
+	return seq, hash, nil
+}
+
+// chained returns e made the entry after (seq, hash): its Seq, Prev, normalized Time and Hash set.
+func chained(e store.AuditEntry, seq int64, hash string) store.AuditEntry {
+	e.Seq, e.Prev, e.Time = seq+1, hash, store.NormalizeTime(e.Time)
+	e.Hash = store.AuditHash(e)
+	return e
+}
+
+// auditArgs returns e's values in the order of auditCols.
+func auditArgs(e store.AuditEntry) []any {
+	return []any{e.TenantID, e.Seq, micros(e.Time), e.Kind, e.Actor, e.Action, e.Target, e.Result, e.Detail, e.Prev, e.Hash, e.Sealed}
+}
+
+// PruneAudit implements store.Store.
+func (s *DB) PruneAudit(ctx context.Context, tenantID string, before time.Time, limit int) (int, error) {
+	limit, err := store.NormalizeLimit(limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune audit: %w", err)
+	}
+	cutoff := micros(store.NormalizeTime(before))
+	var n int
+	err = s.write(ctx, func(tx *Tx) error {
+		n = 0
+		headSeq, headHash, err := auditHead(ctx, tx, tenantID)
+		if err != nil || headSeq == 0 {
+			return err
+		}
+		// The cut: the oldest entries, up to the first as new as the cutoff, never the newest.
+		rows, err := tx.QueryContext(ctx, "SELECT seq, hash, time, kind, action FROM audit_log WHERE tenant_id = ? AND seq < ? ORDER BY seq LIMIT ?", tenantID, headSeq, limit)
+		if err != nil {
+			return mapErr(err)
+		}
+		var last store.AuditEntry
+		onlyCuts := true
+		for rows.Next() {
+			var e store.AuditEntry
+			var t int64
+			if err := rows.Scan(&e.Seq, &e.Hash, &t, &e.Kind, &e.Action); err != nil {
+				rows.Close()
+				return mapErr(err)
+			}
+			if t >= cutoff {
+				break
+			}
+			last, n = e, n+1
+			onlyCuts = onlyCuts && e.Kind == store.AuditLog && e.Action == store.AuditPrune
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return mapErr(err)
+		}
+		if n == 0 || onlyCuts {
+			n = 0 // nothing to cut, or only the records of earlier cuts: left, so that a quiet log stays still
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM audit_log WHERE tenant_id = ? AND seq <= ?", tenantID, last.Seq); err != nil {
+			return mapErr(err)
+		}
+		e := chained(store.PruneEntry(tenantID, last, before, now()), headSeq, headHash)
+		_, err = tx.ExecContext(ctx, "INSERT INTO audit_log ("+auditCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", auditArgs(e)...)
+		return mapErr(err)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("prune audit of tenant %s: %w", tenantID, err)
+	}
+	return n, nil
 }
 
 // ListAudit implements store.Store.

@@ -13,7 +13,7 @@ import (
 
 const tenantCols = "id, name, created_at, " +
 	"retention_keep_all_seconds, retention_keep_hourly_seconds, retention_keep_daily_seconds, operator, disabled_at, " +
-	"quota_running_sandboxes, quota_sessions, quota_snapshot_bytes, key_provider"
+	"quota_running_sandboxes, quota_sessions, quota_snapshot_bytes, key_provider, log_retention_seconds"
 
 // CreateTenant implements store.Store.
 func (s *DB) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, error) {
@@ -28,6 +28,9 @@ func (s *DB) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, er
 	}
 	if err := t.Quotas.Validate(); err != nil {
 		return store.Tenant{}, fmt.Errorf("create tenant %s: %w", t.ID, err)
+	}
+	if t.LogRetentionSeconds < 0 {
+		return store.Tenant{}, fmt.Errorf("create tenant %s: log retention %ds is negative: %w", t.ID, t.LogRetentionSeconds, errdefs.ErrInvalidArgument)
 	}
 	if t.CreatedAt.IsZero() {
 		t.CreatedAt = now()
@@ -45,10 +48,10 @@ func (s *DB) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, er
 		if taken {
 			return errdefs.ErrAlreadyExists
 		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO tenants ("+tenantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		_, err = tx.ExecContext(ctx, "INSERT INTO tenants ("+tenantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 			t.ID, t.Name, micros(t.CreatedAt),
 			t.Retention.KeepAllSeconds, t.Retention.KeepHourlySeconds, t.Retention.KeepDailySeconds,
-			t.Operator, nullMicros(t.DisabledAt), t.Quotas.RunningSandboxes, t.Quotas.Sessions, t.Quotas.SnapshotBytes, t.KeyProvider)
+			t.Operator, nullMicros(t.DisabledAt), t.Quotas.RunningSandboxes, t.Quotas.Sessions, t.Quotas.SnapshotBytes, t.KeyProvider, t.LogRetentionSeconds)
 		return mapErr(err)
 	})
 	if err != nil {
@@ -108,6 +111,26 @@ WHERE id = ?`, r.KeepAllSeconds, r.KeepHourlySeconds, r.KeepDailySeconds, id)
 	})
 	if err != nil {
 		return store.Tenant{}, fmt.Errorf("update retention of tenant %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// UpdateTenantLogRetention implements store.Store.
+func (s *DB) UpdateTenantLogRetention(ctx context.Context, id string, seconds int64) (store.Tenant, error) {
+	if seconds < 0 {
+		return store.Tenant{}, fmt.Errorf("update log retention of tenant %s: %ds is negative: %w", id, seconds, errdefs.ErrInvalidArgument)
+	}
+	var t store.Tenant
+	err := s.write(ctx, func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, "UPDATE tenants SET log_retention_seconds = ? WHERE id = ?", seconds, id)
+		if err := oneRow(res, err); err != nil {
+			return err
+		}
+		t, err = scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
+		return noRowsIsNotFound(err)
+	})
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("update log retention of tenant %s: %w", id, err)
 	}
 	return t, nil
 }
@@ -233,7 +256,7 @@ func scanTenant(row scanner) (store.Tenant, error) {
 	)
 	err := row.Scan(&t.ID, &t.Name, &created,
 		&t.Retention.KeepAllSeconds, &t.Retention.KeepHourlySeconds, &t.Retention.KeepDailySeconds, &t.Operator, &disabled,
-		&t.Quotas.RunningSandboxes, &t.Quotas.Sessions, &t.Quotas.SnapshotBytes, &t.KeyProvider)
+		&t.Quotas.RunningSandboxes, &t.Quotas.Sessions, &t.Quotas.SnapshotBytes, &t.KeyProvider, &t.LogRetentionSeconds)
 	if err != nil {
 		return store.Tenant{}, err
 	}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -386,5 +387,121 @@ func testAuditConcurrent(t *testing.T, s store.Store) {
 	}
 	if i, why := store.VerifyAudit(otherLog, false); i != -1 {
 		t.Errorf("VerifyAudit(other's log) = %d (%s); want -1", i, why)
+	}
+}
+
+// testAuditPrune checks PruneAudit (the cut, its limit, the record it appends, a quiet log left still)
+// and UpdateTenantLogRetention.
+func testAuditPrune(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a, b := mustTenant(t, s, "a"), mustTenant(t, s, "b")
+	var inA, inB []store.AuditEntry
+	for i := range 20 {
+		inA = append(inA, auditInput(a.ID, i))
+	}
+	for i := range 5 {
+		inB = append(inB, auditInput(b.ID, i))
+	}
+	wantErr(t, "AppendAudit(a)", s.AppendAudit(ctx, inA), nil)
+	wantErr(t, "AppendAudit(b)", s.AppendAudit(ctx, inB), nil)
+	chainA := auditChain(inA)
+
+	prune := func(before time.Time, limit, want int) []store.AuditEntry {
+		t.Helper()
+		n, err := s.PruneAudit(ctx, a.ID, before, limit)
+		wantErr(t, fmt.Sprintf("PruneAudit(before %s, limit %d)", before.Format(time.TimeOnly), limit), err, nil)
+		if n != want {
+			t.Errorf("PruneAudit(before %s, limit %d) = %d; want %d", before.Format(time.TimeOnly), limit, n, want)
+		}
+		got := listAuditAll(t, s, a.ID)
+		if i, why := store.VerifyAudit(got, false); i != -1 {
+			t.Errorf("after PruneAudit(before %s): VerifyAudit = %d (%s); want -1", before.Format(time.TimeOnly), i, why)
+		}
+		return got
+	}
+	wantCut := func(e store.AuditEntry, seq int64, prev string, through store.AuditEntry) {
+		t.Helper()
+		var p store.AuditPruned
+		if e.Kind != store.AuditLog || e.Action != store.AuditPrune || e.Sealed != "" || e.Seq != seq || e.Prev != prev {
+			t.Fatalf("entry %d = %+v; want the record of a cut, seq %d after %s", e.Seq, e, seq, prev)
+		}
+		if err := json.Unmarshal([]byte(e.Detail), &p); err != nil || p.ThroughSeq != through.Seq || p.ThroughHash != through.Hash {
+			t.Errorf("cut record %d says %s; want through seq %d hash %s", e.Seq, e.Detail, through.Seq, through.Hash)
+		}
+	}
+
+	// Entries 1..10 are older than the cutoff (auditInput's i-th entry is i seconds after base).
+	got := prune(base.Add(10*time.Second), 0, 10)
+	if diff := cmp.Diff(seqRange(11, 21), auditSeqs(got), cmpOpts...); diff != "" {
+		t.Fatalf("after the first cut, seqs (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(chainA[10:], got[:10], cmpOpts...); diff != "" {
+		t.Errorf("after the first cut, the kept entries changed (-want +got):\n%s", diff)
+	}
+	wantCut(got[10], 21, chainA[19].Hash, chainA[9])
+	// Without the record of the cut, the log no longer verifies from its new start.
+	if i, _ := store.VerifyAudit(got[:10], false); i != 0 {
+		t.Errorf("VerifyAudit(the kept entries without the cut's record) = %d; want 0", i)
+	}
+	// b's log is untouched.
+	checkAuditLog(t, s, b.ID, inB)
+
+	// The limit bounds one call.
+	got = prune(base.Add(15*time.Second), 3, 3)
+	if diff := cmp.Diff(append(seqRange(14, 21), 22), auditSeqs(got), cmpOpts...); diff != "" {
+		t.Fatalf("after a cut of 3, seqs (-want +got):\n%s", diff)
+	}
+	wantCut(got[len(got)-1], 22, got[len(got)-2].Hash, chainA[12])
+
+	// A cutoff past everything keeps the newest entry.
+	head, lastCut := got[len(got)-1], got[len(got)-2]
+	got = prune(time.Now().Add(time.Hour), 0, 8)
+	if diff := cmp.Diff([]int64{22, 23}, auditSeqs(got), cmpOpts...); diff != "" {
+		t.Fatalf("after cutting all, seqs (-want +got):\n%s", diff)
+	}
+	wantCut(got[1], 23, head.Hash, lastCut)
+
+	// A log holding only the records of cuts stays still.
+	still := prune(time.Now().Add(time.Hour), 0, 0)
+	if diff := cmp.Diff(got, still, cmpOpts...); diff != "" {
+		t.Errorf("a cut of a log of cut records changed it (-want +got):\n%s", diff)
+	}
+
+	// Appends continue the chain after the cut.
+	wantErr(t, "AppendAudit(a after cuts)", s.AppendAudit(ctx, []store.AuditEntry{auditInput(a.ID, 30)}), nil)
+	got = listAuditAll(t, s, a.ID)
+	if last := got[len(got)-1]; last.Seq != 24 || last.Prev != got[len(got)-2].Hash {
+		t.Errorf("after cuts, the next entry is seq %d prev %s; want 24 after %s", last.Seq, last.Prev, got[len(got)-2].Hash)
+	}
+	if i, why := store.VerifyAudit(got, false); i != -1 {
+		t.Errorf("VerifyAudit after cuts and an append = %d (%s); want -1", i, why)
+	}
+
+	// Unknown tenants have nothing to cut; a negative limit is refused.
+	for _, tn := range []string{"tn_missing", ""} {
+		n, err := s.PruneAudit(ctx, tn, time.Now(), 0)
+		wantErr(t, fmt.Sprintf("PruneAudit(%q)", tn), err, nil)
+		if n != 0 {
+			t.Errorf("PruneAudit(%q) = %d; want 0", tn, n)
+		}
+	}
+	_, err := s.PruneAudit(ctx, a.ID, time.Now(), -1)
+	wantErr(t, "PruneAudit(limit -1)", err, errdefs.ErrInvalidArgument)
+
+	// The tenant's log retention.
+	tn, err := s.UpdateTenantLogRetention(ctx, a.ID, 90*86400)
+	wantErr(t, "UpdateTenantLogRetention(90d)", err, nil)
+	if tn.LogRetentionSeconds != 90*86400 {
+		t.Errorf("UpdateTenantLogRetention(90d) returned %d", tn.LogRetentionSeconds)
+	}
+	if g, err := s.GetTenant(ctx, a.ID); err != nil || g.LogRetentionSeconds != 90*86400 {
+		t.Errorf("GetTenant after UpdateTenantLogRetention = %d, %v; want %d", g.LogRetentionSeconds, err, 90*86400)
+	}
+	_, err = s.UpdateTenantLogRetention(ctx, a.ID, -1)
+	wantErr(t, "UpdateTenantLogRetention(-1)", err, errdefs.ErrInvalidArgument)
+	_, err = s.UpdateTenantLogRetention(ctx, "tn_missing", 60)
+	wantErr(t, "UpdateTenantLogRetention(missing)", err, errdefs.ErrNotFound)
+	if g, _ := s.GetTenant(ctx, b.ID); g.LogRetentionSeconds != 0 {
+		t.Errorf("b's log retention = %d; want 0", g.LogRetentionSeconds)
 	}
 }

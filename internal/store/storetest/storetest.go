@@ -96,6 +96,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) 
 		{"Idempotency", testIdempotency},
 		{"Audit", testAudit},
 		{"AuditConcurrent", testAuditConcurrent},
+		{"AuditPrune", testAuditPrune},
 		{"Docs", testDocs},
 		{"DocsConcurrent", testDocsConcurrent},
 		{"Close", testClose},

@@ -2,6 +2,7 @@
 // at the entry changed), filters, and another tenant's log holding only its own entries.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { base, key, otherKey, shots, newPage, signIn, apiCall } from "./helpers.mjs";
 
 test("the audit log's chain is verified in the browser; a changed entry is caught; tenants see their own", async () => {
@@ -37,6 +38,32 @@ test("the audit log's chain is verified in the browser; a changed entry is caugh
   await page.reload();
   await page.locator('#audit-status[data-verified="broken"]').waitFor({ timeout: 60_000 });
   assert.match(await page.textContent("#audit-status"), /entry 3: its hash does not match/);
+
+  // The log as a retention cut leaves it: its first two entries gone and, at its end, the record of the
+  // cut (hashed as the server hashes it). The chain holds from the new first entry; without the record,
+  // or with one naming another entry, it does not.
+  const cut = (record) => async (route) => {
+    const res = await route.fetch();
+    const entries = (await res.text()).split("\n").filter(Boolean).map((l) => JSON.parse(l));
+    const last = entries[entries.length - 1];
+    const kept = entries.slice(2);
+    if (record) {
+      const through = entries[record === "right" ? 1 : 0];
+      const e = { tenant: last.tenant, seq: last.seq + 1, time: last.time, kind: "audit", actor: "retention", action: "prune",
+        target: "audit log", result: "ok", detail: JSON.stringify({ through_seq: through.seq, through_hash: through.hash, before: last.time }), prev: last.hash };
+      const fields = ["airlock-audit-v1", e.tenant, e.seq, e.time, e.kind, e.actor, e.action, e.target, e.result, e.detail, e.prev];
+      e.hash = createHash("sha256").update(JSON.stringify(fields)).digest("hex");
+      kept.push(e);
+    }
+    await route.fulfill({ response: res, body: kept.map((e) => JSON.stringify(e)).join("\n") + "\n" });
+  };
+  for (const [record, want] of [["right", "intact"], [null, "broken"], ["wrong", "broken"]]) {
+    await page.unrouteAll();
+    await page.route(/\/v1\/audit$/, cut(record));
+    await page.reload();
+    await page.locator(`#audit-status[data-verified="${want}"]`).waitFor({ timeout: 60_000 });
+    if (want === "broken") assert.match(await page.textContent("#audit-status"), /no record of a retention cut explains/);
+  }
   assert.deepEqual(problems, []);
   await ctx.close();
 

@@ -334,7 +334,8 @@ type AuditEntry struct {
 	Tenant string    `json:"tenant"`
 	Seq    int64     `json:"seq"`
 	Time   time.Time `json:"time"`
-	// Kind is "api", "daemon" or "egress".
+	// Kind is "api", "daemon", "egress", or "audit" for entries about the log itself (action "prune":
+	// a retention cut, whose detail names the last entry deleted).
 	Kind   string `json:"kind"`
 	Actor  string `json:"actor,omitempty"`
 	Action string `json:"action"`
@@ -363,4 +364,35 @@ func (c *Client) ExportAudit(ctx context.Context, afterSeq int64) (io.ReadCloser
 		return nil, fmt.Errorf("export audit: %w", err)
 	}
 	return resp.Body, nil
+}
+
+// LogRetention is how long the tenant's logs (its audit log and its sandboxes' flow logs) are kept: the
+// body of PUT /v1/log-retention (Seconds only) and the answer of GET and PUT.
+type LogRetention struct {
+	// Seconds is the tenant's own setting; 0 takes the server's default.
+	Seconds int64 `json:"seconds"`
+	// EffectiveSeconds is what applies; 0 is forever. Answers only.
+	EffectiveSeconds int64 `json:"effective_seconds"`
+	// MinSeconds is the shortest retention this server lets a tenant set. Answers only.
+	MinSeconds int64 `json:"min_seconds"`
+}
+
+// LogRetention returns how long the tenant's logs are kept (an admin key).
+func (c *Client) LogRetention(ctx context.Context) (*LogRetention, error) {
+	var out LogRetention
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/log-retention", nil, nil, &out, nil); err != nil {
+		return nil, fmt.Errorf("get log retention: %w", err)
+	}
+	return &out, nil
+}
+
+// SetLogRetention sets how long the tenant's logs are kept, in seconds (0: the server's default; an admin
+// key). Entries older than that are deleted by the server's next pass; the audit log's chain still
+// verifies, from the record of the cut.
+func (c *Client) SetLogRetention(ctx context.Context, seconds int64) (*LogRetention, error) {
+	var out LogRetention
+	if err := c.doJSON(ctx, http.MethodPut, "/v1/log-retention", nil, LogRetention{Seconds: seconds}, &out, nil); err != nil {
+		return nil, fmt.Errorf("set log retention: %w", err)
+	}
+	return &out, nil
 }
