@@ -1,6 +1,7 @@
 package archtest
 
 import (
+	"bytes"
 	"flag"
 	"os"
 	"os/exec"
@@ -11,12 +12,12 @@ import (
 
 const module = "github.com/airlockrun/airlock"
 
-var update = flag.Bool("update", false, "rewrite docs/ARCHITECTURE.md's drawing of the parts")
+var update = flag.Bool("update", false, "rewrite docs/ARCHITECTURE.md's drawing of the parts and testdata/structure.baseline")
 
-// repo loads the parts file and the module's package graph.
-func repo(t *testing.T) (*Parts, *Graph) {
+// repo loads the parts file and the module's package graph (with export data for Measure).
+func repo(t *testing.T, export bool) (*Parts, *Graph) {
 	t.Helper()
-	g, err := Load(".")
+	g, err := Load(".", export)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func repo(t *testing.T) (*Parts, *Graph) {
 
 // TestParts holds every package of the module, and every import, to docs/ARCHITECTURE.parts.
 func TestParts(t *testing.T) {
-	p, g := repo(t)
+	p, g := repo(t, false)
 	for _, prob := range Check(p, g) {
 		t.Error(prob)
 	}
@@ -47,7 +48,7 @@ const (
 
 // TestDrawing checks that docs/ARCHITECTURE.md draws the parts file as it is.
 func TestDrawing(t *testing.T) {
-	p, g := repo(t)
+	p, g := repo(t, false)
 	path := filepath.Join(g.Root, "docs", "ARCHITECTURE.md")
 	doc, err := os.ReadFile(path)
 	if err != nil {
@@ -70,6 +71,51 @@ func TestDrawing(t *testing.T) {
 		return
 	}
 	t.Errorf("docs/ARCHITECTURE.md's drawing of the parts differs from docs/ARCHITECTURE.parts; redraw it with go test ./internal/archtest -run TestDrawing -update\ngot:\n%s\nwant:\n%s", drawn, want)
+}
+
+const baselineFile = "testdata/structure.baseline"
+
+const baselineHeader = `# What exceeds issue 41's structure limits today: packages over 5,000 lines of non-test code, types
+# with more than 40 methods (the SDKs' clients aside), functions over 120 lines outside tests.
+# TestStructureRatchet fails when a figure here grows or something new goes over a limit, and when an
+# entry is back within its limit (delete it). After cutting a figure down, lower it here with
+#   go test ./internal/archtest -run TestStructureRatchet -update
+# The control plane's imports of what the node owns are held by docs/ARCHITECTURE.parts' exceptions.
+# The whole report: go run ./internal/archtest/cmd/structure
+`
+
+// TestStructureRatchet keeps the structure's debt from growing: see testdata/structure.baseline.
+func TestStructureRatchet(t *testing.T) {
+	p, g := repo(t, true)
+	s, err := Measure(p, g, DefaultOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := s.Debt()
+	if *update {
+		if err := os.WriteFile(baselineFile, []byte(baselineHeader+strings.Join(now, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rewrote %s", baselineFile)
+		return
+	}
+	base, err := os.ReadFile(baselineFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worse, stale, better := Ratchet(strings.Split(string(base), "\n"), now)
+	for _, w := range worse {
+		t.Errorf("worse than %s: %s: split it (the redesign of issue 41 cuts this debt; new code must not add to it)", baselineFile, w)
+	}
+	for _, s := range stale {
+		t.Errorf("%s lists %q, no longer over its limit (or gone): delete the line", baselineFile, s)
+	}
+	for _, b := range better {
+		t.Logf("better than %s: %s: lower it with -update", baselineFile, b)
+	}
+	var report bytes.Buffer
+	s.Report(&report)
+	t.Logf("structure:\n%s", report.String())
 }
 
 // TestDaemonBinary builds the daemon's own binary as scripts/install.sh does and reports its size: it

@@ -23,6 +23,8 @@ type Graph struct {
 	// Packages are the module's packages, sorted by path.
 	Packages []*Package
 	byPath   map[string]*Package
+	// exports are the export data's files by full import path, when loaded with them.
+	exports map[string]string
 }
 
 // Package is one package of the module. Its paths, and the paths it imports that are in the module,
@@ -43,7 +45,7 @@ type Package struct {
 
 // listed is what `go list -json` reports of a package, the fields used here.
 type listed struct {
-	ImportPath, Name, Dir                        string
+	ImportPath, Name, Dir, Export                string
 	GoFiles, CgoFiles, TestGoFiles, XTestGoFiles []string
 	Imports, TestImports, XTestImports, Deps     []string
 	Module                                       *struct {
@@ -53,8 +55,10 @@ type listed struct {
 	Error *struct{ Err string }
 }
 
-// Load lists the packages of the module that holds dir (./... at its root).
-func Load(dir string) (*Graph, error) {
+// Load lists the packages of the module that holds dir (./... at its root). With export, it also
+// builds them and records the export data of each and of every package they link (for Measure's
+// method sets).
+func Load(dir string, export bool) (*Graph, error) {
 	env := exec.Command("go", "env", "GOMOD")
 	env.Dir = dir
 	gomod, err := env.Output()
@@ -67,6 +71,9 @@ func Load(dir string) (*Graph, error) {
 		dir = filepath.Dir(p)
 	}
 	args := []string{"list", "-json"}
+	if export {
+		args = append(args, "-export", "-deps")
+	}
 	cmd := exec.Command("go", append(args, "./...")...)
 	cmd.Dir = dir
 	var stderr bytes.Buffer
@@ -75,7 +82,7 @@ func Load(dir string) (*Graph, error) {
 	if err != nil {
 		return nil, fmt.Errorf("go %s: %w: %s", strings.Join(args, " "), err, stderr.Bytes())
 	}
-	g := &Graph{byPath: map[string]*Package{}}
+	g := &Graph{byPath: map[string]*Package{}, exports: map[string]string{}}
 	dec := json.NewDecoder(bytes.NewReader(out))
 	var all []listed
 	for {
@@ -88,8 +95,11 @@ func Load(dir string) (*Graph, error) {
 		if l.Error != nil {
 			return nil, fmt.Errorf("go list %s: %s", l.ImportPath, l.Error.Err)
 		}
+		if l.Export != "" {
+			g.exports[l.ImportPath] = l.Export
+		}
 		if l.Module == nil || !l.Module.Main {
-			return nil, fmt.Errorf("go list %s: not in the main module", l.ImportPath)
+			continue // a dependency, listed for its export data
 		}
 		if g.Module == "" {
 			g.Module, g.Root = l.Module.Path, l.Module.Dir

@@ -1,6 +1,7 @@
 package archtest
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ type pkg struct {
 // graphOf makes a graph of the module example.com/m from pkgs, with each package's deps (what its
 // code links) computed from the imports, as go list would report them.
 func graphOf(pkgs ...pkg) *Graph {
-	g := &Graph{Module: "example.com/m", byPath: map[string]*Package{}}
+	g := &Graph{Module: "example.com/m", byPath: map[string]*Package{}, exports: map[string]string{}}
 	for _, p := range pkgs {
 		gp := &Package{Path: p.path, Name: p.path[strings.LastIndexByte(p.path, '/')+1:], Imports: p.imports, TestImports: p.tests}
 		g.Packages = append(g.Packages, gp)
@@ -284,5 +285,19 @@ except tests of internal/a -> internal/t: for now
 	}
 	if _, ok := p.Allowed("a", "t"); ok {
 		t.Errorf("no arrow, yet a -> t is allowed")
+	}
+}
+
+func TestRatchet(t *testing.T) {
+	base := []string{"# comment", "", "package internal/cp 6000", "func internal/app.Run 300", "type internal/cp.Service 50", "func internal/gone.F 130"}
+	now := []string{"package internal/cp 6001", "func internal/app.Run 290", "type internal/cp.Service 50", "func internal/new.G 121"}
+	worse, stale, better := Ratchet(base, now)
+	got := fmt.Sprint(worse, stale, better)
+	want := fmt.Sprint(
+		[]string{"func internal/new.G 121: new, over the limit", "package internal/cp 6001: was 6000"},
+		[]string{"func internal/gone.F"},
+		[]string{"func internal/app.Run 290: was 300"})
+	if got != want {
+		t.Errorf("Ratchet:\n got %s\nwant %s", got, want)
 	}
 }
