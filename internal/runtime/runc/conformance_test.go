@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/runtime/runc"
-	"github.com/airlockrun/airlock/internal/runtime/runtimetest"
+	"github.com/airlockrun/airlock/internal/runtimetest"
 	"github.com/airlockrun/airlock/internal/template"
 	"github.com/airlockrun/airlock/internal/testenv"
 )

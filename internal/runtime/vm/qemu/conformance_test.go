@@ -16,9 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlockrun/airlock/internal/runtime/runtimetest"
 	"github.com/airlockrun/airlock/internal/runtime/vm"
 	"github.com/airlockrun/airlock/internal/runtime/vm/qemu"
+	"github.com/airlockrun/airlock/internal/runtimetest"
 	"github.com/airlockrun/airlock/internal/template"
 	"github.com/airlockrun/airlock/internal/testenv"
 )

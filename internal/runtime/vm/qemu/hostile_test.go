@@ -22,8 +22,8 @@ import (
 	"github.com/airlockrun/airlock/internal/netns"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/runtime"
-	"github.com/airlockrun/airlock/internal/runtime/runtimetest"
 	"github.com/airlockrun/airlock/internal/runtime/vm/qemu"
+	"github.com/airlockrun/airlock/internal/runtimetest"
 	"github.com/airlockrun/airlock/internal/testenv"
 )
 
