@@ -10,7 +10,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -72,7 +72,7 @@ func parseMetricsWindow(q url.Values, strict bool) (start, end time.Time, err er
 }
 
 // toAPIMetrics converts a node's readings to the API's.
-func toAPIMetrics(ss []node.Sample) []airlock.Metric {
+func toAPIMetrics(ss []nodecontract.Sample) []airlock.Metric {
 	out := make([]airlock.Metric, 0, len(ss))
 	for _, s := range ss {
 		out = append(out, airlock.Metric{Time: s.Time.UTC(), CPUCount: s.CPUCount, CPUUsedPct: s.CPUUsedPct,
@@ -136,7 +136,7 @@ type e2bMetric struct {
 // e2bTimeFormat is RFC 3339 in milliseconds, which every SDK's date parser reads.
 const e2bTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
-func toE2BMetric(s node.Sample) e2bMetric {
+func toE2BMetric(s nodecontract.Sample) e2bMetric {
 	pct := s.CPUUsedPct
 	if math.IsNaN(pct) || math.IsInf(pct, 0) {
 		pct = 0

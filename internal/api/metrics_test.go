@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 )
 
 func TestParseMetricsWindow(t *testing.T) {
@@ -51,7 +51,7 @@ func TestParseMetricsWindow(t *testing.T) {
 
 // TestE2BMetricShape: every field of E2B's SandboxMetric, under its name, the time in milliseconds.
 func TestE2BMetricShape(t *testing.T) {
-	m := toE2BMetric(node.Sample{Time: time.Date(2026, 1, 2, 15, 4, 5, 123456789, time.FixedZone("x", 3600)), CPUCount: 2, CPUUsedPct: 37.5,
+	m := toE2BMetric(nodecontract.Sample{Time: time.Date(2026, 1, 2, 15, 4, 5, 123456789, time.FixedZone("x", 3600)), CPUCount: 2, CPUUsedPct: 37.5,
 		MemUsed: 1, MemCache: 2, MemTotal: 3, DiskUsed: 4, DiskTotal: 5})
 	b, err := json.Marshal(m)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -43,7 +43,7 @@ func toNode(n controlplane.NodeRecord) airlock.Node {
 		for _, r := range l.Runtimes {
 			out.Runtimes = append(out.Runtimes, airlock.NodeRuntime{Name: r.Name, Abilities: r.Abilities, Accel: r.Accel})
 		}
-		if l.Reported != (node.Capacity{}) {
+		if l.Reported != (nodecontract.Capacity{}) {
 			out.Reported = toNodeCapacity(l.Reported)
 		}
 	}
@@ -53,7 +53,7 @@ func toNode(n controlplane.NodeRecord) airlock.Node {
 	return out
 }
 
-func toNodeCapacity(c node.Capacity) *airlock.NodeCapacity {
+func toNodeCapacity(c nodecontract.Capacity) *airlock.NodeCapacity {
 	return &airlock.NodeCapacity{CPUMillicores: c.CPUMillicores, MemoryMB: c.MemoryMB, MaxSandboxes: c.MaxSandboxes}
 }
 
@@ -119,7 +119,7 @@ func (s *Server) setNodeBound(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	rec, err := s.cp.SetNodeBound(r.Context(), id, node.Capacity{CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB, MaxSandboxes: req.MaxSandboxes})
+	rec, err := s.cp.SetNodeBound(r.Context(), id, nodecontract.Capacity{CPUMillicores: req.CPUMillicores, MemoryMB: req.MemoryMB, MaxSandboxes: req.MaxSandboxes})
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return

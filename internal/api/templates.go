@@ -11,7 +11,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -53,16 +53,16 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 
 // importTemplate takes the image archive in the body (operator only).
 func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength > node.MaxImageUpload {
-		writeError(w, r, s.log, clientErr(errdefs.ErrTooLarge, "image archive is larger than %d bytes", int64(node.MaxImageUpload)))
+	if r.ContentLength > nodecontract.MaxImageUpload {
+		writeError(w, r, s.log, clientErr(errdefs.ErrTooLarge, "image archive is larger than %d bytes", int64(nodecontract.MaxImageUpload)))
 		return
 	}
-	body := http.MaxBytesReader(w, r.Body, node.MaxImageUpload)
+	body := http.MaxBytesReader(w, r.Body, nodecontract.MaxImageUpload)
 	t, err := s.cp.ImportTemplate(r.Context(), r.PathValue("name"), body)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			err = clientErr(errdefs.ErrTooLarge, "image archive is larger than %d bytes", int64(node.MaxImageUpload))
+			err = clientErr(errdefs.ErrTooLarge, "image archive is larger than %d bytes", int64(nodecontract.MaxImageUpload))
 		}
 		writeError(w, r, s.log, err)
 		return

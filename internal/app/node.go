@@ -33,6 +33,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/hostnet"
 	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/snapshot"
 )
 
@@ -71,7 +72,7 @@ type NodeConfig struct {
 	// MaxSandboxes bounds the sandboxes the node runs at once. Zero: 32 per CPU core.
 	MaxSandboxes int
 	// MemoryMB and CPUMillicores bound the memory and CPU the node offers (its share of a host it
-	// shares with other nodes). Zero: the host's (node.HostCapacity).
+	// shares with other nodes). Zero: the host's (nodecontract.HostCapacity).
 	MemoryMB      int64
 	CPUMillicores int64
 	// SandboxAddresses is the range the node's sandboxes get their /30s from (nodes sharing a host can
@@ -237,11 +238,11 @@ func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
 		}
 	}
 	log := cfg.Logger.With("node", j.info.ID)
-	hostCap, err := node.HostCapacity(0)
+	hostCap, err := nodecontract.HostCapacity(0)
 	if err != nil {
 		return err
 	}
-	capacity, err := node.HostCapacity(cfg.MaxSandboxes)
+	capacity, err := nodecontract.HostCapacity(cfg.MaxSandboxes)
 	if err != nil {
 		return err
 	}

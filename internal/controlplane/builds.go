@@ -18,7 +18,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/template/dockerfile"
 	"github.com/airlockrun/airlock/internal/template/oci"
@@ -509,7 +509,7 @@ func (s *builder) runStep(ctx context.Context, tenantID string, st *buildState, 
 // buildSandbox creates a sandbox of image ref for a step of template name's build: the tenant's, sized
 // by req, reaching only req.Allow's hosts, living for limit and a margin, with start if set. remove
 // deletes it.
-func (s *builder) buildSandbox(ctx context.Context, tenantID, name, ref string, req BuildRequest, limit time.Duration, start *node.Start) (store.Sandbox, func(), error) {
+func (s *builder) buildSandbox(ctx context.Context, tenantID, name, ref string, req BuildRequest, limit time.Duration, start *nodecontract.Start) (store.Sandbox, func(), error) {
 	pol := &policy.Policy{}
 	for _, h := range req.Allow {
 		pol.Rules = append(pol.Rules, policy.Rule{Name: "build-allow", Action: policy.ActionAllow, Host: h})

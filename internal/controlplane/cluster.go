@@ -11,7 +11,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -36,7 +36,7 @@ type NodeRecord struct {
 	// only up to this, so a node taken over cannot draw in more sandboxes (and their tenants' secrets)
 	// than it was given. The operator sets it (SetNodeBound); until then, its first heartbeat after it
 	// joined sets it to what it reported then.
-	Bound *node.Capacity `json:"bound,omitempty"`
+	Bound *nodecontract.Capacity `json:"bound,omitempty"`
 	// Draining says no sandbox is to be placed on it any more: the operator is taking it out
 	// (DrainNode).
 	Draining bool `json:"draining,omitempty"`
@@ -90,8 +90,8 @@ func (s *placer) CreateJoinToken(ctx context.Context, o cluster.JoinTokenOptions
 	if _, err := s.clusterCA(); err != nil {
 		return "", cluster.JoinToken{}, err
 	}
-	if slices.Contains(o.NodeIDs, node.LocalID) {
-		return "", cluster.JoinToken{}, fmt.Errorf("node ID %s is the control plane's own node's: %w", node.LocalID, errdefs.ErrInvalidArgument)
+	if slices.Contains(o.NodeIDs, nodecontract.LocalID) {
+		return "", cluster.JoinToken{}, fmt.Errorf("node ID %s is the control plane's own node's: %w", nodecontract.LocalID, errdefs.ErrInvalidArgument)
 	}
 	return cluster.CreateJoinToken(ctx, s.store, o)
 }
@@ -121,7 +121,7 @@ func (s *placer) RemoveNode(ctx context.Context, id string) error {
 	if _, err := s.clusterCA(); err != nil {
 		return err
 	}
-	if err := cluster.CheckID(id); err != nil || id == node.LocalID {
+	if err := cluster.CheckID(id); err != nil || id == nodecontract.LocalID {
 		return fmt.Errorf("node ID %q: not a node that joined: %w", id, errdefs.ErrInvalidArgument)
 	}
 	rec, err := s.nodeRecord(ctx, id)
@@ -166,7 +166,7 @@ func (s *placer) JoinNode(ctx context.Context, req JoinRequest) (Joined, error) 
 	if err := cluster.CheckID(req.NodeID); err != nil {
 		return Joined{}, fmt.Errorf("node ID: %w", err)
 	}
-	if req.NodeID == node.LocalID {
+	if req.NodeID == nodecontract.LocalID {
 		// The node in a control plane's process has it: a joined node by that name would be answered
 		// for its sandboxes (nodecalls.go).
 		return Joined{}, fmt.Errorf("node ID %s is the control plane's own node's: %w", req.NodeID, errdefs.ErrInvalidArgument)

@@ -18,8 +18,8 @@ import (
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
 
@@ -141,7 +141,7 @@ func TestNodeIdentityIsTheNodes(t *testing.T) {
 	}
 	// node-a's first heartbeat sets its bound; the operator drains it.
 	if _, err := c.s.updateNodeRecord(ctx, "node-a", func(r *NodeRecord) error {
-		r.Bound = &node.Capacity{CPUMillicores: 1000, MemoryMB: 1024, MaxSandboxes: 2}
+		r.Bound = &nodecontract.Capacity{CPUMillicores: 1000, MemoryMB: 1024, MaxSandboxes: 2}
 		r.Draining = true
 		return nil
 	}); err != nil {
@@ -336,7 +336,7 @@ func TestDialPinsTheRecordedCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 2048, MaxSandboxes: 3}
+	capacity := nodecontract.Capacity{CPUMillicores: 4000, MemoryMB: 2048, MaxSandboxes: 3}
 	// reported has node-a report addr (with the certificate it was given) and returns the control
 	// plane's client of it, once it looked again.
 	reported := func(addr string) Node {
@@ -370,7 +370,7 @@ func TestDialPinsTheRecordedCertificate(t *testing.T) {
 	if _, err := impostor.Sandboxes(ctx); err == nil || !strings.Contains(err.Error(), "not the one it was last given") {
 		t.Errorf("a call to an address that presents a certificate of node-a's not recorded: %v; want refused", err)
 	}
-	if err := impostor.CreateSandbox(ctx, node.CreateRequest{ID: "sb_1", TenantID: "tn_1"}); err == nil || !strings.Contains(err.Error(), "not the one it was last given") {
+	if err := impostor.CreateSandbox(ctx, nodecontract.CreateRequest{ID: "sb_1", TenantID: "tn_1"}); err == nil || !strings.Contains(err.Error(), "not the one it was last given") {
 		t.Errorf("a create sent to a certificate of node-a's not recorded: %v; want refused", err)
 	}
 	if _, err := impostor.Link(ctx, "sb_1"); err == nil || !strings.Contains(err.Error(), "not the one it was last given") {

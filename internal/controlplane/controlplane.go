@@ -21,7 +21,7 @@ import (
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/keys"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/retention"
 	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/snapshot"
@@ -30,7 +30,7 @@ import (
 
 // Node is what the control plane needs of a node: *node.Local in single-binary mode, *nodeapi.Client for
 // a node in a process of its own.
-type Node = node.API
+type Node = nodecontract.Node
 
 // Defaults and bounds of sandbox requests.
 const (
@@ -126,10 +126,10 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil || (cfg.Node == nil && cfg.DialNode == nil) {
 		return nil, fmt.Errorf("controlplane: Store, and Node or DialNode, are required: %w", errdefs.ErrInvalidArgument)
 	}
-	var localCap node.Capacity
+	var localCap nodecontract.Capacity
 	if cfg.Node != nil {
 		var err error
-		if localCap, err = node.HostCapacity(0); err != nil {
+		if localCap, err = nodecontract.HostCapacity(0); err != nil {
 			return nil, fmt.Errorf("controlplane: the host's capacity: %w", err)
 		}
 		if cfg.TemplateRoot == nil {

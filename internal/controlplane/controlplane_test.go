@@ -23,7 +23,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
@@ -70,7 +70,7 @@ type fakeNode struct {
 	// checkpoint's number, as a byte, repeated.
 	bigFile int64
 	// runtimes, if set, are what Runtimes reports.
-	runtimes []node.Runtime
+	runtimes []nodecontract.Runtime
 	// snaps is the snapshot store the node writes and reads images with (nil: none, as a node started
 	// without one); images holds its pending and cached images. storeMu serializes StoreImage.
 	snaps   *snapshot.Store
@@ -98,13 +98,13 @@ func (n *fakeNode) ID() string {
 }
 
 // Runtimes reports the fake's runtimes: gvisor's abilities, and those set in runtimes.
-func (n *fakeNode) Runtimes(ctx context.Context) ([]node.Runtime, error) {
+func (n *fakeNode) Runtimes(ctx context.Context) ([]nodecontract.Runtime, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.runtimes != nil {
 		return n.runtimes, nil
 	}
-	return []node.Runtime{{Name: "gvisor", Abilities: []string{node.AbilityMemorySnapshots, node.AbilityFork}}}, nil
+	return []nodecontract.Runtime{{Name: "gvisor", Abilities: []string{nodecontract.AbilityMemorySnapshots, nodecontract.AbilityFork}}}, nil
 }
 
 // CheckTemplate knows the default template and images by digest ("app@sha256:1…" only).
@@ -121,7 +121,7 @@ func (n *fakeNode) lastTemplate() string {
 	return n.template
 }
 
-func (n *fakeNode) CreateSandbox(ctx context.Context, req node.CreateRequest) error {
+func (n *fakeNode) CreateSandbox(ctx context.Context, req nodecontract.CreateRequest) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.failCreate != nil {
@@ -156,7 +156,7 @@ func (n *fakeNode) Sandboxes(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-func (n *fakeNode) Recover(ctx context.Context, reqs []node.RecoverRequest) ([]string, error) {
+func (n *fakeNode) Recover(ctx context.Context, reqs []nodecontract.RecoverRequest) ([]string, error) {
 	n.mu.Lock()
 	hook := n.onRecover
 	n.mu.Unlock()
@@ -214,7 +214,7 @@ type metricsCall struct {
 
 // SandboxMetrics answers two readings of a running sandbox, their memory its ID's length and its
 // place among the calls, and records the call.
-func (n *fakeNode) SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]node.Sample, error) {
+func (n *fakeNode) SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]nodecontract.Sample, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.running[id] {
@@ -222,18 +222,18 @@ func (n *fakeNode) SandboxMetrics(ctx context.Context, id string, start, end tim
 	}
 	n.metricsAsked = append(n.metricsAsked, metricsCall{id, start, end})
 	t := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	return []node.Sample{{Time: t, CPUCount: 1, MemUsed: 1}, {Time: t.Add(5 * time.Second), CPUCount: 1, MemUsed: int64(len(n.metricsAsked)), DiskUsed: int64(len(id))}}, nil
+	return []nodecontract.Sample{{Time: t, CPUCount: 1, MemUsed: 1}, {Time: t.Add(5 * time.Second), CPUCount: 1, MemUsed: int64(len(n.metricsAsked)), DiskUsed: int64(len(id))}}, nil
 }
 
 // CheckpointSandbox writes an image that names the sandbox into the node's pending images.
-func (n *fakeNode) CheckpointSandbox(ctx context.Context, id string, req node.CheckpointRequest) (node.Image, error) {
+func (n *fakeNode) CheckpointSandbox(ctx context.Context, id string, req nodecontract.CheckpointRequest) (nodecontract.Image, error) {
 	if n.snaps == nil {
-		return node.Image{}, fmt.Errorf("fake node %s has no snapshot store: %w", n.ID(), errdefs.ErrFailedPrecondition)
+		return nodecontract.Image{}, fmt.Errorf("fake node %s has no snapshot store: %w", n.ID(), errdefs.ErrFailedPrecondition)
 	}
 	dir := n.pendingDir(req.SnapshotID)
 	if err := n.checkpoint(id, dir, req.LeaveRunning); err != nil {
 		os.RemoveAll(dir)
-		return node.Image{}, err
+		return nodecontract.Image{}, err
 	}
 	n.mu.Lock()
 	after := n.afterCheckpoint
@@ -244,9 +244,9 @@ func (n *fakeNode) CheckpointSandbox(ctx context.Context, id string, req node.Ch
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.noFiles {
-		return node.Image{Bytes: 1 << 10}, nil
+		return nodecontract.Image{Bytes: 1 << 10}, nil
 	}
-	return node.Image{Bytes: 1 << 10, FilesPart: "fs.tar"}, nil
+	return nodecontract.Image{Bytes: 1 << 10, FilesPart: "fs.tar"}, nil
 }
 
 func (n *fakeNode) checkpoint(id, imageDir string, leaveRunning bool) error {
@@ -286,7 +286,7 @@ func (n *fakeNode) pendingDir(snapID string) string {
 func (n *fakeNode) cachedDir(snapID string) string { return filepath.Join(n.images, "cache", snapID) }
 
 // StoreImage writes the pending image into the snapshot store with the grant, as a node does.
-func (n *fakeNode) StoreImage(ctx context.Context, req node.StoreRequest) (snapshot.Stats, error) {
+func (n *fakeNode) StoreImage(ctx context.Context, req nodecontract.StoreRequest) (snapshot.Stats, error) {
 	if n.snaps == nil {
 		return snapshot.Stats{}, fmt.Errorf("fake node %s has no snapshot store: %w", n.ID(), errdefs.ErrFailedPrecondition)
 	}
@@ -348,7 +348,7 @@ func (n *fakeNode) PendingImages(ctx context.Context) ([]string, error) {
 }
 
 // RestoreSandbox reads the image of src: pending or cached here, or fetched with the grant.
-func (n *fakeNode) RestoreSandbox(ctx context.Context, req node.CreateRequest, src node.ImageSource) error {
+func (n *fakeNode) RestoreSandbox(ctx context.Context, req nodecontract.CreateRequest, src nodecontract.ImageSource) error {
 	if n.snaps == nil {
 		return fmt.Errorf("fake node %s has no snapshot store: %w", n.ID(), errdefs.ErrFailedPrecondition)
 	}

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
 // Resource metrics of sandboxes and sessions: the node of each running sandbox keeps its readings
-// (node.Sample, every node.SampleInterval for the last hour) and takes one on demand; the control plane
+// (nodecontract.Sample, every nodecontract.SampleInterval for the last hour) and takes one on demand; the control plane
 // checks the owner and asks the sandbox's node. A sandbox's readings go with it, so a session's are
 // those of the sandbox that runs it now: a resumed session's begin at its resume.
 
@@ -26,7 +26,7 @@ const metricsWorkers = 8
 // SandboxMetrics reports the resource use of the tenant's sandbox: the readings its node keeps taken in
 // [start, end] (a zero bound is none), oldest first, and one taken now if end is zero or not before now.
 // A sandbox that is not running has none (an empty list). Another tenant's sandbox is not found.
-func (s *sandboxes) SandboxMetrics(ctx context.Context, tenantID, id string, start, end time.Time) ([]node.Sample, error) {
+func (s *sandboxes) SandboxMetrics(ctx context.Context, tenantID, id string, start, end time.Time) ([]nodecontract.Sample, error) {
 	if !start.IsZero() && !end.IsZero() && start.After(end) {
 		return nil, fmt.Errorf("start must not be after end: %w", errdefs.ErrInvalidArgument)
 	}
@@ -35,7 +35,7 @@ func (s *sandboxes) SandboxMetrics(ctx context.Context, tenantID, id string, sta
 		return nil, err
 	}
 	if sb.State != store.StateRunning {
-		return []node.Sample{}, nil
+		return []nodecontract.Sample{}, nil
 	}
 	n, err := s.placer.sandboxNode(ctx, sb)
 	if err != nil {
@@ -52,7 +52,7 @@ func (s *sandboxes) SandboxMetrics(ctx context.Context, tenantID, id string, sta
 // SandboxMetrics does, and names that sandbox. A session that no sandbox runs (paused, or between two)
 // has none: an empty list and no sandbox. It neither touches nor resumes the session. Another tenant's
 // session is not found.
-func (s *sessions) SessionMetrics(ctx context.Context, tenantID, id string, start, end time.Time) (string, []node.Sample, error) {
+func (s *sessions) SessionMetrics(ctx context.Context, tenantID, id string, start, end time.Time) (string, []nodecontract.Sample, error) {
 	if !start.IsZero() && !end.IsZero() && start.After(end) {
 		return "", nil, fmt.Errorf("start must not be after end: %w", errdefs.ErrInvalidArgument)
 	}
@@ -61,12 +61,12 @@ func (s *sessions) SessionMetrics(ctx context.Context, tenantID, id string, star
 		return "", nil, err
 	}
 	if se.State != store.SessionRunning || se.SandboxID == "" {
-		return "", []node.Sample{}, nil
+		return "", []nodecontract.Sample{}, nil
 	}
 	ss, err := s.sandboxes.SandboxMetrics(ctx, tenantID, se.SandboxID, start, end)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		// The session moved on meanwhile (a pause or a resume).
-		return "", []node.Sample{}, nil
+		return "", []nodecontract.Sample{}, nil
 	}
 	if err != nil {
 		return "", nil, err
@@ -80,13 +80,13 @@ func (s *sessions) SessionMetrics(ctx context.Context, tenantID, id string, star
 // LatestSessionMetrics reports a reading taken now of each of the tenant's sessions in ids that a
 // sandbox runs, by session ID; the others (paused, deleted, another tenant's, unknown, or whose node
 // did not answer) are left out. At most MaxMetricsIDs IDs; each is read once.
-func (s *sessions) LatestSessionMetrics(ctx context.Context, tenantID string, ids []string) (map[string]node.Sample, error) {
+func (s *sessions) LatestSessionMetrics(ctx context.Context, tenantID string, ids []string) (map[string]nodecontract.Sample, error) {
 	if len(ids) > MaxMetricsIDs {
 		return nil, fmt.Errorf("%d sandbox IDs: at most %d at once: %w", len(ids), MaxMetricsIDs, errdefs.ErrInvalidArgument)
 	}
 	seen := map[string]bool{}
 	work := make(chan string)
-	out := map[string]node.Sample{}
+	out := map[string]nodecontract.Sample{}
 	var mu sync.Mutex // guards out
 	var wg sync.WaitGroup
 	for range min(metricsWorkers, len(ids)) {

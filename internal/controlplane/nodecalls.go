@@ -9,8 +9,8 @@ import (
 	"fmt"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -28,7 +28,7 @@ var errNotYours = fmt.Errorf("no such sandbox on this node: %w", errdefs.ErrPerm
 // again is no longer its own), and is not named as a control plane's in-process node.
 func (s *nodeCalls) CheckNode(ctx context.Context, nodeID, fingerprint string) error {
 	refused := fmt.Errorf("not a node of this cluster, or not its current certificate: %w", errdefs.ErrPermissionDenied)
-	if nodeID == "" || nodeID == node.LocalID {
+	if nodeID == "" || nodeID == nodecontract.LocalID {
 		return refused
 	}
 	d, err := s.store.GetDoc(ctx, nodeDocPrefix+nodeID)

@@ -21,8 +21,8 @@ import (
 
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/template/oci"
 )
@@ -48,14 +48,14 @@ type NodeLive struct {
 	SeenAt     time.Time `json:"seen_at"`
 	BootSeenAt time.Time `json:"boot_seen_at"`
 	// Reported is the capacity the node reported; Capacity is that cut to the node's bound.
-	Reported node.Capacity `json:"reported"`
+	Reported nodecontract.Capacity `json:"reported"`
 }
 
 // Up reports whether the node was heard from within NodeDownAfter of now, and is not leaving.
 func (l NodeLive) Up(now time.Time) bool { return !l.Leaving && now.Sub(l.SeenAt) < NodeDownAfter }
 
 // checkRuntimes bounds the runtimes a heartbeat reports: a node taken over must not fill the Store.
-func checkRuntimes(rs []node.Runtime) error {
+func checkRuntimes(rs []nodecontract.Runtime) error {
 	if len(rs) > 8 {
 		return fmt.Errorf("heartbeat: %d runtimes, at most 8: %w", len(rs), errdefs.ErrInvalidArgument)
 	}
@@ -65,13 +65,13 @@ func checkRuntimes(rs []node.Runtime) error {
 		}
 		switch {
 		case r.Accel == "" && !isVM(r.Name):
-		case (r.Accel == node.AccelKVM || r.Accel == node.AccelTCG) && isVM(r.Name):
+		case (r.Accel == nodecontract.AccelKVM || r.Accel == nodecontract.AccelTCG) && isVM(r.Name):
 		default:
 			return fmt.Errorf("heartbeat: runtime %s: accelerator %q: %w", r.Name, r.Accel, errdefs.ErrInvalidArgument)
 		}
 		for _, a := range r.Abilities {
 			switch a {
-			case node.AbilityMemorySnapshots, node.AbilityFilesSnapshots, node.AbilityFork:
+			case nodecontract.AbilityMemorySnapshots, nodecontract.AbilityFilesSnapshots, nodecontract.AbilityFork:
 			default:
 				return fmt.Errorf("heartbeat: runtime %s: unknown ability %q: %w", r.Name, a, errdefs.ErrInvalidArgument)
 			}
@@ -146,7 +146,7 @@ func (s *nodeCalls) NodeHeartbeat(ctx context.Context, nodeID, fingerprint strin
 	if err := hb.Capacity.Check(); err != nil {
 		return fmt.Errorf("heartbeat: %v: %w", err, errdefs.ErrInvalidArgument)
 	}
-	if hb.Sandboxes < 0 || hb.Sandboxes > node.MaxCapacitySandboxes {
+	if hb.Sandboxes < 0 || hb.Sandboxes > nodecontract.MaxCapacitySandboxes {
 		return fmt.Errorf("heartbeat: %d sandboxes: %w", hb.Sandboxes, errdefs.ErrInvalidArgument)
 	}
 	if !hostIDPattern.MatchString(hb.Host) {
@@ -308,7 +308,7 @@ func (s *placer) updateNodeRecord(ctx context.Context, nodeID string, fn func(*N
 
 // SetNodeBound sets the most node nodeID is trusted to offer (see NodeRecord.Bound); a zero field keeps
 // the current bound's. It applies from the node's next heartbeat.
-func (s *placer) SetNodeBound(ctx context.Context, nodeID string, b node.Capacity) (NodeRecord, error) {
+func (s *placer) SetNodeBound(ctx context.Context, nodeID string, b nodecontract.Capacity) (NodeRecord, error) {
 	if _, err := s.clusterCA(); err != nil {
 		return NodeRecord{}, err
 	}
@@ -464,7 +464,7 @@ func (ns *nodeSet) isLocal(id string) bool { return ns.local != nil && id == ns.
 // serves reports whether this control plane can reach node id: its own, or (with DialNode) any joined
 // node.
 func (ns *nodeSet) serves(id string) bool {
-	return ns.isLocal(id) || (ns.dial != nil && id != "" && id != node.LocalID)
+	return ns.isLocal(id) || (ns.dial != nil && id != "" && id != nodecontract.LocalID)
 }
 
 // seen updates the client of a node whose heartbeat arrived here, if its address changed.
@@ -658,8 +658,8 @@ func (s *placer) nodeOfSandbox(ctx context.Context, tenantID, id string) (Node, 
 
 // nodesUp returns the nodes this control plane can reach: its own and those heard from lately, with
 // their capacities (the local node's: the host's).
-func (s *placer) nodesUp(ctx context.Context) (map[string]node.Capacity, error) {
-	out := map[string]node.Capacity{}
+func (s *placer) nodesUp(ctx context.Context) (map[string]nodecontract.Capacity, error) {
+	out := map[string]nodecontract.Capacity{}
 	if s.nodes.local != nil {
 		out[s.nodes.local.ID()] = s.localCapacity
 	}
@@ -680,7 +680,7 @@ func (s *placer) nodesUp(ctx context.Context) (map[string]node.Capacity, error) 
 }
 
 // placeable returns the nodes up (nodesUp) that are not draining: those a new sandbox may go to.
-func (s *placer) placeable(ctx context.Context) (map[string]node.Capacity, error) {
+func (s *placer) placeable(ctx context.Context) (map[string]nodecontract.Capacity, error) {
 	caps, err := s.nodesUp(ctx)
 	if err != nil {
 		return nil, err
@@ -783,11 +783,11 @@ func imageOfRef(ref string) string {
 
 // imageHolders returns those of caps that hold image digest (none for ""): the in-process node if it
 // has it, and the nodes whose last heartbeat listed it.
-func (s *placer) imageHolders(ctx context.Context, digest string, caps map[string]node.Capacity) map[string]node.Capacity {
+func (s *placer) imageHolders(ctx context.Context, digest string, caps map[string]nodecontract.Capacity) map[string]nodecontract.Capacity {
 	if digest == "" {
 		return nil
 	}
-	out := map[string]node.Capacity{}
+	out := map[string]nodecontract.Capacity{}
 	if s.nodes.local != nil {
 		if c, ok := caps[s.nodes.local.ID()]; ok && s.holdsImage(digest) {
 			out[s.nodes.local.ID()] = c
@@ -810,7 +810,7 @@ func (s *placer) imageHolders(ctx context.Context, digest string, caps map[strin
 
 // reserve chooses a node for spec among caps (see place), given what each has placed already, and counts
 // the sandbox as being placed there until unreserve.
-func (ns *nodeSet) reserve(caps map[string]node.Capacity, used func(id string) (count int, memMB int64), spec store.SandboxSpec, prefer string) (string, error) {
+func (ns *nodeSet) reserve(caps map[string]nodecontract.Capacity, used func(id string) (count int, memMB int64), spec store.SandboxSpec, prefer string) (string, error) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	best, bestFree, ties := "", int64(-1), 0

@@ -24,8 +24,8 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	keyslocal "github.com/airlockrun/airlock/internal/keys/local"
 	"github.com/airlockrun/airlock/internal/keys/master"
-	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
@@ -42,7 +42,7 @@ func TestNodeRouting(t *testing.T) {
 	if _, err := s.CreateSandbox(ctx, tn, CreateRequest{}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("create with no node up: %v; want unavailable", err)
 	}
-	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 2048, MaxSandboxes: 3}
+	capacity := nodecontract.Capacity{CPUMillicores: 4000, MemoryMB: 2048, MaxSandboxes: 3}
 	beat := func(id, addr, boot string) error {
 		return s.NodeHeartbeat(ctx, id, "fp-"+id, nodeapi.Heartbeat{Addr: addr, Boot: boot, Capacity: capacity})
 	}
@@ -54,7 +54,7 @@ func TestNodeRouting(t *testing.T) {
 		"no capacity":        s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b"}),
 		"negative sandboxes": s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b", Capacity: capacity, Sandboxes: -1}),
 		"a host not in hex":  s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b", Capacity: capacity, Host: "../etc"}),
-		"no host capacity":   s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b", Capacity: capacity, Host: "ab12", HostCapacity: &node.Capacity{}}),
+		"no host capacity":   s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b", Capacity: capacity, Host: "ab12", HostCapacity: &nodecontract.Capacity{}}),
 	}
 	for name, err := range bad {
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
@@ -239,7 +239,7 @@ func TestNodesPastAPage(t *testing.T) {
 	ctx := context.Background()
 	c := newRemoteNodes(t, "node-a")
 	const n = store.MaxListLimit + 50
-	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 1 << 20, MaxSandboxes: n}
+	capacity := nodecontract.Capacity{CPUMillicores: 4000, MemoryMB: 1 << 20, MaxSandboxes: n}
 	if err := c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a1", Capacity: capacity}); err != nil {
 		t.Fatal(err)
 	}
@@ -298,19 +298,19 @@ func TestNodesPastAPage(t *testing.T) {
 func TestNodeBound(t *testing.T) {
 	ctx := context.Background()
 	c := newRemoteNodes(t, "node-a", "node-b")
-	if _, err := c.s.SetNodeBound(ctx, "node-a", node.Capacity{MaxSandboxes: 2}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := c.s.SetNodeBound(ctx, "node-a", nodecontract.Capacity{MaxSandboxes: 2}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("a partial bound before the node reported: %v; want invalid argument", err)
 	}
-	beat := func(id string, capacity node.Capacity) {
+	beat := func(id string, capacity nodecontract.Capacity) {
 		t.Helper()
 		if err := c.s.NodeHeartbeat(ctx, id, "fp-"+id, nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b1", Capacity: capacity}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	small := node.Capacity{CPUMillicores: 2000, MemoryMB: 1024, MaxSandboxes: 2}
+	small := nodecontract.Capacity{CPUMillicores: 2000, MemoryMB: 1024, MaxSandboxes: 2}
 	// Heartbeats refused set no bound: from another host, or with a certificate that is not the node's
 	// (one it had before it joined again).
-	huge := node.Capacity{CPUMillicores: 200000, MemoryMB: 102400, MaxSandboxes: 200}
+	huge := nodecontract.Capacity{CPUMillicores: 200000, MemoryMB: 102400, MaxSandboxes: 200}
 	if err := c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.9.9.9:7444", Boot: "b1", Capacity: huge}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("a heartbeat from another host: %v; want invalid argument", err)
 	}
@@ -354,8 +354,8 @@ func TestNodeBound(t *testing.T) {
 		}
 	}
 	// The operator raises node-a's bound of sandboxes and memory; the CPU bound stays.
-	rec, err = c.s.SetNodeBound(ctx, "node-a", node.Capacity{MemoryMB: 4096, MaxSandboxes: 4})
-	want := node.Capacity{CPUMillicores: 2000, MemoryMB: 4096, MaxSandboxes: 4}
+	rec, err = c.s.SetNodeBound(ctx, "node-a", nodecontract.Capacity{MemoryMB: 4096, MaxSandboxes: 4})
+	want := nodecontract.Capacity{CPUMillicores: 2000, MemoryMB: 4096, MaxSandboxes: 4}
 	if err != nil || rec.Bound == nil || *rec.Bound != want {
 		t.Fatalf("SetNodeBound: %+v, %v; want %+v", rec.Bound, err, want)
 	}
@@ -368,9 +368,9 @@ func TestNodeBound(t *testing.T) {
 	if _, err := c.s.CreateSandbox(ctx, c.tenant, CreateRequest{MemoryMB: 256}); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("a sandbox past node-a's raised bound: %v; want resource exhausted", err)
 	}
-	for name, b := range map[string]node.Capacity{
+	for name, b := range map[string]nodecontract.Capacity{
 		"negative":     {MaxSandboxes: -1},
-		"out of range": {MaxSandboxes: node.MaxCapacitySandboxes + 1},
+		"out of range": {MaxSandboxes: nodecontract.MaxCapacitySandboxes + 1},
 	} {
 		if _, err := c.s.SetNodeBound(ctx, "node-a", b); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("a %s bound: %v; want invalid argument", name, err)
@@ -387,7 +387,7 @@ func TestNodeBound(t *testing.T) {
 func TestNodeHeartbeatLimits(t *testing.T) {
 	ctx := context.Background()
 	c := newRemoteNodes(t, "node-a")
-	capacity := node.Capacity{CPUMillicores: 2000, MemoryMB: 1024, MaxSandboxes: 2}
+	capacity := nodecontract.Capacity{CPUMillicores: 2000, MemoryMB: 1024, MaxSandboxes: 2}
 	beat := func(boot string) error {
 		return c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: boot, Capacity: capacity})
 	}
@@ -666,9 +666,9 @@ func TestSessionCA(t *testing.T) {
 // TestHostWarnings: nodes up on one host that together offer more than it has are warned of, each;
 // nodes given shares of it, nodes on hosts of their own, and nodes down are not.
 func TestHostWarnings(t *testing.T) {
-	host := node.Capacity{CPUMillicores: 8000, MemoryMB: 16000, MaxSandboxes: 64}
-	half := node.Capacity{CPUMillicores: 4000, MemoryMB: 8000, MaxSandboxes: 32}
-	rec := func(id, hostID string, c node.Capacity, up bool) NodeRecord {
+	host := nodecontract.Capacity{CPUMillicores: 8000, MemoryMB: 16000, MaxSandboxes: 64}
+	half := nodecontract.Capacity{CPUMillicores: 4000, MemoryMB: 8000, MaxSandboxes: 32}
+	rec := func(id, hostID string, c nodecontract.Capacity, up bool) NodeRecord {
 		hc := host
 		return NodeRecord{ID: id, Up: up, Live: &NodeLive{Heartbeat: nodeapi.Heartbeat{Capacity: c, Host: hostID, HostCapacity: &hc}}}
 	}
@@ -705,7 +705,7 @@ func TestHostWarnings(t *testing.T) {
 func TestRemoveNode(t *testing.T) {
 	ctx := context.Background()
 	c := newRemoteNodes(t, "node-a", "node-b")
-	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 2048, MaxSandboxes: 3}
+	capacity := nodecontract.Capacity{CPUMillicores: 4000, MemoryMB: 2048, MaxSandboxes: 3}
 	for _, id := range []string{"node-a", "node-b"} {
 		if err := c.s.NodeHeartbeat(ctx, id, "fp-"+id, nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "b1", Capacity: capacity}); err != nil {
 			t.Fatal(err)
@@ -716,7 +716,7 @@ func TestRemoveNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	on := sb.NodeID
-	for name, id := range map[string]string{"the local node's ID": node.LocalID, "a bad ID": "../x"} {
+	for name, id := range map[string]string{"the local node's ID": nodecontract.LocalID, "a bad ID": "../x"} {
 		if err := c.s.RemoveNode(ctx, id); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("remove %s: %v; want invalid argument", name, err)
 		}
@@ -756,7 +756,7 @@ func TestRemoveNode(t *testing.T) {
 func TestDrainNode(t *testing.T) {
 	ctx := context.Background()
 	c := newRemoteNodes(t, "node-a", "node-b")
-	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 8192, MaxSandboxes: 8}
+	capacity := nodecontract.Capacity{CPUMillicores: 4000, MemoryMB: 8192, MaxSandboxes: 8}
 	beat := func() {
 		t.Helper()
 		for _, id := range []string{"node-a", "node-b"} {

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/template"
 )
@@ -48,7 +48,7 @@ const (
 const (
 	RuntimeMetadataKey       = "airlock.runtime"
 	RuntimeReasonMetadataKey = "airlock.runtime_reason"
-	// AbilitiesMetadataKey lists, comma-separated, what the runtime can do (node.Runtime.Abilities).
+	// AbilitiesMetadataKey lists, comma-separated, what the runtime can do (nodecontract.Runtime.Abilities).
 	AbilitiesMetadataKey = "airlock.abilities"
 )
 
@@ -296,7 +296,7 @@ func (s *placer) SetTemplateRuntimes(ctx context.Context, name string, names []s
 
 // nodeRuntimes reports the runtimes of the node with ID id as last heard (the in-process node's: now).
 // A node that reports none is an older one: gVisor.
-func (s *placer) nodeRuntimes(ctx context.Context, id string) []node.Runtime {
+func (s *placer) nodeRuntimes(ctx context.Context, id string) []nodecontract.Runtime {
 	if s.nodes.isLocal(id) {
 		if rs, err := s.nodes.local.Runtimes(ctx); err == nil {
 			return rs
@@ -304,11 +304,11 @@ func (s *placer) nodeRuntimes(ctx context.Context, id string) []node.Runtime {
 	} else if l, err := s.nodeLive(ctx, id); err == nil && len(l.Runtimes) > 0 {
 		return l.Runtimes
 	}
-	return []node.Runtime{{Name: DefaultRuntime, Abilities: []string{node.AbilityMemorySnapshots, node.AbilityFork}}}
+	return []nodecontract.Runtime{{Name: DefaultRuntime, Abilities: []string{nodecontract.AbilityMemorySnapshots, nodecontract.AbilityFork}}}
 }
 
 // runtimeOf reports rt as node id has it (its abilities there), or rt.
-func (s *placer) runtimeOf(ctx context.Context, id string, rt node.Runtime) node.Runtime {
+func (s *placer) runtimeOf(ctx context.Context, id string, rt nodecontract.Runtime) nodecontract.Runtime {
 	if r, ok := s.runtimeOn(ctx, id, rt.Name); ok {
 		return r
 	}
@@ -316,37 +316,37 @@ func (s *placer) runtimeOf(ctx context.Context, id string, rt node.Runtime) node
 }
 
 // runtimeOn reports the runtime named name of node id, if it has it.
-func (s *placer) runtimeOn(ctx context.Context, id, name string) (node.Runtime, bool) {
+func (s *placer) runtimeOn(ctx context.Context, id, name string) (nodecontract.Runtime, bool) {
 	for _, r := range s.nodeRuntimes(ctx, id) {
 		if r.Name == name {
 			return r, true
 		}
 	}
-	return node.Runtime{}, false
+	return nodecontract.Runtime{}, false
 }
 
 // chooseRuntime decides the runtime of a new sandbox of tenantID (of a session, if session) from
 // template ref tpl (a sandbox's record of it: NAME@DIGEST or "default") and the requested runtime, and
 // says why.
-func (s *placer) chooseRuntime(ctx context.Context, tenantID, tpl, requested string, session bool) (rt node.Runtime, reason string, err error) {
+func (s *placer) chooseRuntime(ctx context.Context, tenantID, tpl, requested string, session bool) (rt nodecontract.Runtime, reason string, err error) {
 	allowed, _, err := s.accounts.TenantRuntimes(ctx, tenantID)
 	if err != nil {
-		return node.Runtime{}, "", err
+		return nodecontract.Runtime{}, "", err
 	}
 	tplName, _, _ := strings.Cut(tpl, "@")
 	forTemplate, templates, err := s.templateRuntimeLists(ctx, tpl)
 	if err != nil {
-		return node.Runtime{}, "", err
+		return nodecontract.Runtime{}, "", err
 	}
 	caps, err := s.placeable(ctx)
 	if err != nil {
-		return node.Runtime{}, "", err
+		return nodecontract.Runtime{}, "", err
 	}
-	available := map[string]node.Runtime{}
+	available := map[string]nodecontract.Runtime{}
 	for id := range caps {
 		for _, r := range s.nodeRuntimes(ctx, id) {
 			// A VM runtime that some node runs with KVM counts as such.
-			if cur, seen := available[r.Name]; !seen || (r.Accel == node.AccelKVM && cur.Accel != node.AccelKVM) {
+			if cur, seen := available[r.Name]; !seen || (r.Accel == nodecontract.AccelKVM && cur.Accel != nodecontract.AccelKVM) {
 				available[r.Name] = r
 			}
 		}
@@ -354,15 +354,15 @@ func (s *placer) chooseRuntime(ctx context.Context, tenantID, tpl, requested str
 	name, reason, err := pickRuntime(runtimeChoice{tenantID: tenantID, template: tplName, requested: requested, session: session,
 		tenant: allowed, forTemplate: forTemplate, templates: templates, available: available, anyUp: len(caps) > 0})
 	if err != nil {
-		return node.Runtime{}, "", err
+		return nodecontract.Runtime{}, "", err
 	}
 	if isVM(name) && imageOfRef(tpl) == "" {
-		return node.Runtime{}, "", invalid("the %s runtime boots image templates only, and template %q is the host's own files (install the default image, or use another template)", name, tplName)
+		return nodecontract.Runtime{}, "", invalid("the %s runtime boots image templates only, and template %q is the host's own files (install the default image, or use another template)", name, tplName)
 	}
 	if r, ok := available[name]; ok {
 		return r, reason, nil
 	}
-	return node.Runtime{Name: name, Abilities: []string{}}, reason, nil
+	return nodecontract.Runtime{Name: name, Abilities: []string{}}, reason, nil
 }
 
 // runtimeChoice is what pickRuntime decides from.
@@ -375,7 +375,7 @@ type runtimeChoice struct {
 	tenant, forTemplate []string
 	templates           [][]string
 	// available are the runtimes the nodes up have; anyUp says whether there is a node up to judge by.
-	available map[string]node.Runtime
+	available map[string]nodecontract.Runtime
 	anyUp     bool
 }
 
@@ -394,13 +394,13 @@ func pickRuntime(c runtimeChoice) (name, reason string, err error) {
 	// bestVM is the VM runtime to run, of those allowed: one a node has, KVM first, then Firecracker;
 	// "" if none.
 	bestVM := func() string {
-		var vms []node.Runtime
+		var vms []nodecontract.Runtime
 		for n, r := range c.available {
 			if isVM(n) && may(n) {
 				vms = append(vms, r)
 			}
 		}
-		slices.SortFunc(vms, func(a, b node.Runtime) int {
+		slices.SortFunc(vms, func(a, b nodecontract.Runtime) int {
 			if d := vmRank(a) - vmRank(b); d != 0 {
 				return d
 			}
@@ -504,9 +504,9 @@ const vmReason = "the best a node has (with KVM before emulated, QEMU before Fir
 
 // vmRank orders VM runtimes, best first: with KVM before emulated, then QEMU before Firecracker (whose
 // driver has passed the conformance suite only against fakes so far), then by name.
-func vmRank(r node.Runtime) int {
+func vmRank(r nodecontract.Runtime) int {
 	rank := 0
-	if r.Accel != node.AccelKVM {
+	if r.Accel != nodecontract.AccelKVM {
 		rank += 10
 	}
 	if r.Name != "vm:qemu" {
@@ -516,7 +516,7 @@ func vmRank(r node.Runtime) int {
 }
 
 // withRuntime returns meta with the runtime chosen, why, and what it can do.
-func withRuntime(meta map[string]string, rt node.Runtime, reason string) map[string]string {
+func withRuntime(meta map[string]string, rt nodecontract.Runtime, reason string) map[string]string {
 	out := cloneMap(meta)
 	if out == nil {
 		out = map[string]string{}

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -25,8 +25,8 @@ func TestRuntimeRouting(t *testing.T) {
 			audited = append(audited, e.Target+" "+e.Detail)
 		}
 	}
-	n.runtimes = []node.Runtime{{Name: "gvisor", Abilities: []string{node.AbilityMemorySnapshots, node.AbilityFork}},
-		{Name: "runc", Abilities: []string{node.AbilityFilesSnapshots, node.AbilityFork}}}
+	n.runtimes = []nodecontract.Runtime{{Name: "gvisor", Abilities: []string{nodecontract.AbilityMemorySnapshots, nodecontract.AbilityFork}},
+		{Name: "runc", Abilities: []string{nodecontract.AbilityFilesSnapshots, nodecontract.AbilityFork}}}
 	create := func(tenant, rt string) (string, string, error) {
 		t.Helper()
 		sb, err := s.CreateSandbox(ctx, tenant, CreateRequest{Runtime: rt})
@@ -83,12 +83,12 @@ func TestRuntimeRouting(t *testing.T) {
 func TestRuntimePlacement(t *testing.T) {
 	ctx := context.Background()
 	c := newRemoteNodes(t, "node-a", "node-b")
-	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 1 << 16, MaxSandboxes: 64}
+	capacity := nodecontract.Capacity{CPUMillicores: 4000, MemoryMB: 1 << 16, MaxSandboxes: 64}
 	if err := c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a1", Capacity: capacity}); err != nil {
 		t.Fatal(err)
 	}
-	runc := []node.Runtime{{Name: "gvisor", Abilities: []string{node.AbilityMemorySnapshots, node.AbilityFork}},
-		{Name: "runc", Abilities: []string{node.AbilityFilesSnapshots}}}
+	runc := []nodecontract.Runtime{{Name: "gvisor", Abilities: []string{nodecontract.AbilityMemorySnapshots, nodecontract.AbilityFork}},
+		{Name: "runc", Abilities: []string{nodecontract.AbilityFilesSnapshots}}}
 	if err := c.s.NodeHeartbeat(ctx, "node-b", "fp-node-b", nodeapi.Heartbeat{Addr: "10.0.0.1:7445", Boot: "b1", Capacity: capacity, Runtimes: runc}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,11 +97,11 @@ func TestRuntimePlacement(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sb.NodeID != "node-b" || sb.Metadata[AbilitiesMetadataKey] != node.AbilityFilesSnapshots {
+		if sb.NodeID != "node-b" || sb.Metadata[AbilitiesMetadataKey] != nodecontract.AbilityFilesSnapshots {
 			t.Errorf("a runc sandbox on %s with abilities %q; want node-b's runc", sb.NodeID, sb.Metadata[AbilitiesMetadataKey])
 		}
 	}
-	for _, bad := range [][]node.Runtime{{{Name: "runc", Abilities: []string{"root"}}}, {{Name: "Not A Name"}}, make([]node.Runtime, 9)} {
+	for _, bad := range [][]nodecontract.Runtime{{{Name: "runc", Abilities: []string{"root"}}}, {{Name: "Not A Name"}}, make([]nodecontract.Runtime, 9)} {
 		err := c.s.NodeHeartbeat(ctx, "node-b", "fp-node-b", nodeapi.Heartbeat{Addr: "10.0.0.1:7445", Boot: "b1", Capacity: capacity, Runtimes: bad})
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("a heartbeat reporting runtimes %+v: %v; want invalid argument", bad, err)
@@ -116,9 +116,9 @@ func TestRuntimePlacement(t *testing.T) {
 func TestVMRouting(t *testing.T) {
 	ctx := context.Background()
 	s, st, n, _, op := setup(t)
-	gvisor := node.Runtime{Name: "gvisor", Abilities: []string{node.AbilityMemorySnapshots, node.AbilityFork}}
-	qemu := node.Runtime{Name: "vm:qemu", Abilities: []string{node.AbilityMemorySnapshots, node.AbilityFork}, Accel: node.AccelTCG}
-	n.runtimes = []node.Runtime{gvisor, qemu}
+	gvisor := nodecontract.Runtime{Name: "gvisor", Abilities: []string{nodecontract.AbilityMemorySnapshots, nodecontract.AbilityFork}}
+	qemu := nodecontract.Runtime{Name: "vm:qemu", Abilities: []string{nodecontract.AbilityMemorySnapshots, nodecontract.AbilityFork}, Accel: nodecontract.AccelTCG}
+	n.runtimes = []nodecontract.Runtime{gvisor, qemu}
 	// An image template (a VM boots images only).
 	b, _ := json.Marshal(templateDoc{Digest: "sha256:" + strings.Repeat("1", 64), Layers: 1})
 	if _, err := st.PutDoc(ctx, store.Doc{Key: templateDocPrefix + "app", Value: b}); err != nil {
@@ -147,20 +147,20 @@ func TestVMRouting(t *testing.T) {
 		t.Errorf("a VM of the host template: %v; want invalid argument", err)
 	}
 	// With KVM on one of two VM runtimes, that one first; QEMU first among equals.
-	fc := node.Runtime{Name: "vm:firecracker", Abilities: qemu.Abilities, Accel: node.AccelKVM}
-	n.runtimes = []node.Runtime{gvisor, qemu, fc}
+	fc := nodecontract.Runtime{Name: "vm:firecracker", Abilities: qemu.Abilities, Accel: nodecontract.AccelKVM}
+	n.runtimes = []nodecontract.Runtime{gvisor, qemu, fc}
 	if got, _, err := create(op, "app", "vm"); err != nil || got != "vm:firecracker" {
 		t.Errorf("vm with firecracker on KVM: %q, %v", got, err)
 	}
-	n.runtimes = []node.Runtime{gvisor, {Name: "vm:qemu", Abilities: qemu.Abilities, Accel: node.AccelKVM}, {Name: "vm:firecracker", Accel: node.AccelTCG}}
+	n.runtimes = []nodecontract.Runtime{gvisor, {Name: "vm:qemu", Abilities: qemu.Abilities, Accel: nodecontract.AccelKVM}, {Name: "vm:firecracker", Accel: nodecontract.AccelTCG}}
 	if got, _, err := create(op, "app", "vm"); err != nil || got != "vm:qemu" {
 		t.Errorf("vm with qemu on KVM, firecracker not: %q, %v", got, err)
 	}
-	n.runtimes = []node.Runtime{gvisor, {Name: "vm:qemu", Abilities: qemu.Abilities, Accel: node.AccelKVM}, fc}
+	n.runtimes = []nodecontract.Runtime{gvisor, {Name: "vm:qemu", Abilities: qemu.Abilities, Accel: nodecontract.AccelKVM}, fc}
 	if got, _, err := create(op, "app", "vm"); err != nil || got != "vm:qemu" {
 		t.Errorf("vm with both on KVM: %q, %v; want qemu", got, err)
 	}
-	n.runtimes = []node.Runtime{gvisor, qemu}
+	n.runtimes = []nodecontract.Runtime{gvisor, qemu}
 
 	// Another tenant: no VMs until the operator allows them; then only VMs forces them.
 	other, _, _, err := s.CreateTenant(ctx, "other", "")
@@ -221,7 +221,7 @@ func TestVMRouting(t *testing.T) {
 		}
 	}
 	// auto for a session: gVisor first, then VMs, never runc while a VM is allowed.
-	avail := map[string]node.Runtime{"gvisor": gvisor, "runc": {Name: "runc"}, "vm:qemu": qemu}
+	avail := map[string]nodecontract.Runtime{"gvisor": gvisor, "runc": {Name: "runc"}, "vm:qemu": qemu}
 	for _, c := range []struct {
 		tenant []string
 		want   string
@@ -252,7 +252,7 @@ func TestVMRouting(t *testing.T) {
 		t.Errorf("template vm then gvisor, the operator: %q, %v; want vm:qemu", got, err)
 	}
 	// auto with nothing allowed on a node: unavailable, not a refusal.
-	if _, _, err := pickRuntime(runtimeChoice{requested: "auto", tenant: []string{"vm"}, available: map[string]node.Runtime{"gvisor": gvisor}, anyUp: true}); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, _, err := pickRuntime(runtimeChoice{requested: "auto", tenant: []string{"vm"}, available: map[string]nodecontract.Runtime{"gvisor": gvisor}, anyUp: true}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("auto for a VM-only tenant without VM nodes: %v; want unavailable", err)
 	}
 	if _, err := s.SetTemplateRuntimes(ctx, "app", nil); err != nil {
@@ -264,12 +264,12 @@ func TestVMRouting(t *testing.T) {
 
 	// Heartbeats: a VM runtime says its accelerator, another runtime none; "vm" is no runtime's name.
 	c := newRemoteNodes(t, "node-a")
-	capacity := node.Capacity{CPUMillicores: 4000, MemoryMB: 1 << 16, MaxSandboxes: 64}
-	good := []node.Runtime{gvisor, qemu}
+	capacity := nodecontract.Capacity{CPUMillicores: 4000, MemoryMB: 1 << 16, MaxSandboxes: 64}
+	good := []nodecontract.Runtime{gvisor, qemu}
 	if err := c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a1", Capacity: capacity, Runtimes: good}); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range [][]node.Runtime{{{Name: "vm:qemu", Accel: "fast"}}, {{Name: "vm:qemu"}}, {{Name: "gvisor", Accel: "kvm"}}, {{Name: "vm", Accel: "kvm"}}} {
+	for _, bad := range [][]nodecontract.Runtime{{{Name: "vm:qemu", Accel: "fast"}}, {{Name: "vm:qemu"}}, {{Name: "gvisor", Accel: "kvm"}}, {{Name: "vm", Accel: "kvm"}}} {
 		err := c.s.NodeHeartbeat(ctx, "node-a", "fp-node-a", nodeapi.Heartbeat{Addr: "10.0.0.1:7444", Boot: "a1", Capacity: capacity, Runtimes: bad})
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("a heartbeat reporting runtimes %+v: %v; want invalid argument", bad, err)

@@ -13,8 +13,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
-	"github.com/airlockrun/airlock/internal/node"
-	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/template"
 )
@@ -35,7 +34,7 @@ type CreateRequest struct {
 	Runtime string
 
 	// start, set by a build, is the start command to run (templatestart.go); else the template's own.
-	start *node.Start
+	start *nodecontract.Start
 }
 
 var (
@@ -201,12 +200,12 @@ func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req Crea
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
-	nreq := node.CreateRequest{
+	nreq := nodecontract.CreateRequest{
 		TenantID: tenantID,
 		Template: req.Template,
 		Runtime:  rt.Name,
 		Env:      env,
-		Limits: runtime.Limits{
+		Limits: nodecontract.Limits{
 			CPUMillis:   int64(req.CPUMillicores),
 			MemoryBytes: int64(req.MemoryMB) << 20,
 			DiskBytes:   int64(req.DiskMB) << 20,
@@ -240,7 +239,7 @@ func (s *sandboxes) CreateSandbox(ctx context.Context, tenantID string, req Crea
 	// The boot goes on if the caller goes away: the record exists and must end in a settled state.
 	bootFor := 2 * time.Minute
 	if start != nil {
-		bootFor += max(start.Timeout, node.DefaultStartTimeout)
+		bootFor += max(start.Timeout, nodecontract.DefaultStartTimeout)
 	}
 	bootCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bootFor)
 	defer cancel()
@@ -707,7 +706,7 @@ func (s *sandboxes) reconcileNode(ctx context.Context, n Node, createdSince time
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	var running []node.RecoverRequest
+	var running []nodecontract.RecoverRequest
 	// keep are the sandboxes the node may have that are not to be destroyed as orphans.
 	keep := map[string]bool{}
 	for _, sb := range sbs {
@@ -728,8 +727,8 @@ func (s *sandboxes) reconcileNode(ctx context.Context, n Node, createdSince time
 				// Not known now (the Store, say): fail nothing, try again later.
 				return fmt.Errorf("reconcile: %w", err)
 			}
-			running = append(running, node.RecoverRequest{ID: sb.ID, TenantID: sb.TenantID, Network: p, CAID: sb.Metadata[SessionMetadataKey],
-				Runtime: sb.Metadata[RuntimeMetadataKey], Limits: runtime.Limits{CPUMillis: int64(sb.Spec.CPUMillicores),
+			running = append(running, nodecontract.RecoverRequest{ID: sb.ID, TenantID: sb.TenantID, Network: p, CAID: sb.Metadata[SessionMetadataKey],
+				Runtime: sb.Metadata[RuntimeMetadataKey], Limits: nodecontract.Limits{CPUMillis: int64(sb.Spec.CPUMillicores),
 					MemoryBytes: int64(sb.Spec.MemoryMB) << 20, DiskBytes: int64(sb.Spec.DiskMB) << 20}, FlowKey: key, LogRetention: keepFlows})
 		case sb.State == store.StateCreating && !createdSince.IsZero() && !sb.CreatedAt.Before(createdSince):
 			keep[sb.ID] = true

@@ -13,9 +13,8 @@ import (
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/faultinject"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/retention"
-	"github.com/airlockrun/airlock/internal/runtime"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -222,7 +221,7 @@ func (s *sessions) startSessionSandbox(ctx context.Context, se store.Session, en
 		return store.Sandbox{}, err
 	}
 	defer pl.done()
-	nrt := s.placer.runtimeOf(ctx, pl.n.ID(), node.Runtime{Name: rt})
+	nrt := s.placer.runtimeOf(ctx, pl.n.ID(), nodecontract.Runtime{Name: rt})
 	n := pl.n
 	if src != nil && !src.stored && n.ID() != prefer {
 		return store.Sandbox{}, fmt.Errorf("snapshot %s is still being stored from node %s, which has no room now; retry once it is stored: %w",
@@ -242,12 +241,12 @@ func (s *sessions) startSessionSandbox(ctx context.Context, se store.Session, en
 	}
 	// The session's lease goes to the new sandbox (failover.go); its token fences off orders of an
 	// earlier holder.
-	req := node.CreateRequest{
+	req := nodecontract.CreateRequest{
 		TenantID: se.TenantID,
 		Template: se.Spec.Template,
 		Runtime:  rt,
 		Env:      env,
-		Limits: runtime.Limits{CPUMillis: int64(se.Spec.CPUMillicores), MemoryBytes: int64(se.Spec.MemoryMB) << 20,
+		Limits: nodecontract.Limits{CPUMillis: int64(se.Spec.CPUMillicores), MemoryBytes: int64(se.Spec.MemoryMB) << 20,
 			DiskBytes: int64(se.Spec.DiskMB) << 20},
 		Network: p,
 		CAID:    se.ID,
@@ -532,7 +531,7 @@ func (s *sessions) snapshotSandbox(ctx context.Context, se store.Session, trigge
 	t0 := s.now()
 	// A rolling snapshot waits for work in progress, through any replica (the node sees all of it).
 	ifIdle := trigger == store.TriggerRolling
-	img, err := n.CheckpointSandbox(ctx, se.SandboxID, node.CheckpointRequest{SnapshotID: snap.ID, LeaveRunning: leaveRunning, IfIdle: ifIdle})
+	img, err := n.CheckpointSandbox(ctx, se.SandboxID, nodecontract.CheckpointRequest{SnapshotID: snap.ID, LeaveRunning: leaveRunning, IfIdle: ifIdle})
 	if ifIdle && errors.Is(err, errdefs.ErrConflict) {
 		// Nothing was taken: the record goes, and the loop tries again next round.
 		if derr := s.store.DeleteSnapshot(ctx, se.TenantID, snap.ID); derr != nil {
@@ -693,7 +692,7 @@ func (s *sessions) resumeLocked(ctx context.Context, se store.Session) (store.Se
 // imageSource is a snapshot to restore, with the grant that opens it (the caller clears it), whether
 // the snapshot store holds it (if not, only its node has its image) and the session that took it.
 type imageSource struct {
-	node.ImageSource
+	nodecontract.ImageSource
 	stored  bool
 	session string
 }
@@ -719,7 +718,7 @@ func (s *snapshotBook) imageSource(ctx context.Context, tenantID, snapID string)
 	default:
 		return nil, sn, fmt.Errorf("snapshot %s: %w", snapID, err)
 	}
-	return &imageSource{ImageSource: node.ImageSource{SnapshotID: snapID, Grant: g}, stored: sn.State == store.SnapshotComplete, session: sn.SessionID}, sn, nil
+	return &imageSource{ImageSource: nodecontract.ImageSource{SnapshotID: snapID, Grant: g}, stored: sn.State == store.SnapshotComplete, session: sn.SessionID}, sn, nil
 }
 
 // SnapshotSession checkpoints the running session into a new snapshot, named (or not), while it keeps

@@ -17,7 +17,7 @@ import (
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	keyslocal "github.com/airlockrun/airlock/internal/keys/local"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
@@ -862,7 +862,7 @@ func TestSnapshotUploadsAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, err := e.n.StoreImage(ctx, node.StoreRequest{TenantID: e.tenant, SnapshotID: c.HeadSnapshotID, Grant: g})
+	stored, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: e.tenant, SnapshotID: c.HeadSnapshotID, Grant: g})
 	g.Clear()
 	if err != nil {
 		t.Fatal(err)

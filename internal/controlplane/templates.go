@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/template"
 	"github.com/airlockrun/airlock/internal/template/oci"
@@ -122,12 +122,6 @@ func (s *placer) GetTemplate(ctx context.Context, name string) (Template, error)
 	return t, nil
 }
 
-// imageImporter is a node that can import and pull OCI images (the in-process node).
-type imageImporter interface {
-	ImportImage(ctx context.Context, r io.Reader) (oci.Image, error)
-	PullImage(ctx context.Context, ref string, opts oci.PullOptions) (oci.Image, error)
-}
-
 // PullRequest names an image in a registry and how to reach it.
 type PullRequest struct {
 	// Image is the reference: registry/repository[:tag|@digest].
@@ -143,8 +137,8 @@ type PullRequest struct {
 // importer returns the node that takes images: the in-process one, or, in a cluster without one, a
 // node that is up (and not draining). In a cluster the image then reaches the other nodes through the
 // blob store (shareImage).
-func (s *placer) importer(ctx context.Context) (imageImporter, error) {
-	if imp, ok := s.nodes.local.(imageImporter); s.nodes.local != nil && ok {
+func (s *placer) importer(ctx context.Context) (nodecontract.ImageImporter, error) {
+	if imp, ok := s.nodes.local.(nodecontract.ImageImporter); s.nodes.local != nil && ok {
 		return imp, nil
 	}
 	if !s.nodes.clustered() {
@@ -162,7 +156,7 @@ func (s *placer) importer(ctx context.Context) (imageImporter, error) {
 	if err != nil {
 		return nil, err
 	}
-	imp, ok := n.(imageImporter)
+	imp, ok := n.(nodecontract.ImageImporter)
 	if !ok {
 		return nil, fmt.Errorf("node %s takes no template images: %w", n.ID(), errdefs.ErrFailedPrecondition)
 	}
@@ -372,20 +366,9 @@ func templateOf(d store.Doc) (Template, error) {
 		Layers: rec.Layers, Start: rec.Start, CreatedAt: rec.CreatedAt, UpdatedAt: d.UpdatedAt}, nil
 }
 
-// imageMaker is a node that can make images from stored ones (the in-process node): a build's steps.
-type imageMaker interface {
-	DeriveImage(ctx context.Context, parent string, step oci.Step) (oci.Image, error)
-	CommitSandbox(ctx context.Context, id, templateRef string, step oci.Step) (oci.Image, error)
-	StoredImage(digest string) (oci.Image, error)
-	ExportImage(ctx context.Context, digest string, w io.Writer) error
-	Images() ([]oci.Image, error)
-	RemoveImages(digests []string) (oci.GCStats, error)
-	SaveStart(ctx context.Context, id, key string) error
-}
-
 // maker returns the node that makes images: the in-process one.
-func (s *placer) maker() (imageMaker, error) {
-	m, ok := s.nodes.local.(imageMaker)
+func (s *placer) maker() (nodecontract.ImageMaker, error) {
+	m, ok := s.nodes.local.(nodecontract.ImageMaker)
 	if s.nodes.local == nil || !ok {
 		return nil, fmt.Errorf("building templates on a cluster's nodes is not supported yet (their layers are to travel through the blob store); build on a single-binary server: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -439,11 +422,6 @@ func (s *placer) image(digest string) (oci.Image, error) {
 	}
 	return m.StoredImage(digest)
 }
-
-var (
-	_ imageImporter = (*node.Local)(nil)
-	_ imageMaker    = (*node.Local)(nil)
-)
 
 // ExportTemplate writes the image of template ref (NAME or NAME@sha256:…) to w as an OCI archive. Before
 // anything is written it checks that the image is there: an error after that is the writer's.

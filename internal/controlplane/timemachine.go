@@ -57,7 +57,7 @@ const rollingGrace = 5 * time.Second
 const rollingDrain = 2 * time.Second
 
 // errSandboxBusy is what a rolling snapshot's checkpoint ends with while calls or streams are in
-// progress on the sandbox (node.ErrBusy): nothing was taken.
+// progress on the sandbox (nodecontract.ErrBusy): nothing was taken.
 var errSandboxBusy = errors.New("work in progress on the sandbox")
 
 // rollSnapshots takes the rolling snapshots that are due. The loop calls it every few seconds.

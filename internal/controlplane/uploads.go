@@ -9,7 +9,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/faultinject"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -107,7 +107,7 @@ func (s *snapshotBook) upload(ctx context.Context, sn store.Snapshot) error {
 		if err != nil {
 			return fmt.Errorf("store snapshot: %w", err)
 		}
-		st, err := n.StoreImage(ctx, node.StoreRequest{TenantID: sn.TenantID, SnapshotID: sn.ID, Grant: g,
+		st, err := n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: sn.TenantID, SnapshotID: sn.ID, Grant: g,
 			Meta: map[string]string{"session": sn.SessionID, "template": sn.Meta["template"]}})
 		g.Clear()
 		switch {

@@ -11,7 +11,7 @@ import (
 	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/keys"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/retention"
 	"github.com/airlockrun/airlock/internal/secrets"
 	"github.com/airlockrun/airlock/internal/snapshot"
@@ -83,7 +83,7 @@ type placer struct {
 	store store.Store
 	nodes *nodeSet
 	// localCapacity is what the in-process node offers.
-	localCapacity node.Capacity
+	localCapacity nodecontract.Capacity
 	// ca issues the certificates of nodes that join; nil without a cluster.
 	ca    *cluster.CA
 	audit func(store.AuditEntry)
@@ -229,7 +229,7 @@ type sandboxIO struct {
 }
 
 // wire makes the parts of a control plane from a checked cfg and links them.
-func wire(cfg Config, localCap node.Capacity) *Service {
+func wire(cfg Config, localCap nodecontract.Capacity) *Service {
 	var (
 		nodes = newNodeSet(cfg.Node, cfg.DialNode)
 		locks = &keyedMutex{}

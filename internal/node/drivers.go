@@ -8,60 +8,25 @@ import (
 	"sync"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/runtime"
 )
 
-// Runtime describes a runtime driver a node has, by the abilities it declares.
-type Runtime struct {
-	// Name is the driver's name ("gvisor", "runc").
-	Name string `json:"name"`
-	// Abilities are what its sandboxes can do beyond running: AbilityMemorySnapshots (a snapshot
-	// holds memory and processes: a resume continues them), AbilityFilesSnapshots (files only: a
-	// resume starts the processes anew), AbilityFork (a snapshot restores into several sandboxes).
-	Abilities []string `json:"abilities"`
-	// Accel, for a VM runtime, says how its guests run: AccelKVM (hardware virtualisation) or
-	// AccelTCG (emulated: slower, the same isolation).
-	Accel string `json:"accel,omitempty"`
-}
-
-// The accelerators a VM runtime may report.
-const (
-	AccelKVM = "kvm"
-	AccelTCG = "tcg"
-)
-
-// accelerated is a VM driver that reports its accelerator (AccelKVM or AccelTCG).
+// accelerated is a VM driver that reports its accelerator (nodecontract.AccelKVM or nodecontract.AccelTCG).
 type accelerated interface{ Accel() string }
 
-// The abilities a Runtime may declare.
-const (
-	AbilityMemorySnapshots = "memory_snapshots"
-	AbilityFilesSnapshots  = "files_snapshots"
-	AbilityFork            = "fork"
-)
-
-// Has reports whether the runtime declares ability a.
-func (r Runtime) Has(a string) bool {
-	for _, x := range r.Abilities {
-		if x == a {
-			return true
-		}
-	}
-	return false
-}
-
 // Describe reports the abilities driver d declares.
-func Describe(d runtime.Driver) Runtime {
-	r := Runtime{Name: d.Name(), Abilities: []string{}}
+func Describe(d runtime.Driver) nodecontract.Runtime {
+	r := nodecontract.Runtime{Name: d.Name(), Abilities: []string{}}
 	_, cp := d.(runtime.Checkpointer)
 	_, rs := d.(runtime.Restorer)
 	if cp && rs {
 		if f, ok := d.(runtime.FilesOnly); ok && f.FilesOnly() {
-			r.Abilities = append(r.Abilities, AbilityFilesSnapshots)
+			r.Abilities = append(r.Abilities, nodecontract.AbilityFilesSnapshots)
 		} else {
-			r.Abilities = append(r.Abilities, AbilityMemorySnapshots)
+			r.Abilities = append(r.Abilities, nodecontract.AbilityMemorySnapshots)
 		}
-		r.Abilities = append(r.Abilities, AbilityFork)
+		r.Abilities = append(r.Abilities, nodecontract.AbilityFork)
 	}
 	if a, ok := d.(accelerated); ok {
 		r.Accel = a.Accel()
@@ -188,8 +153,8 @@ func (n *Local) CgroupParents() (parents, unconfined []string) {
 }
 
 // Runtimes reports the node's runtime drivers, the default first.
-func (n *Local) Runtimes(ctx context.Context) ([]Runtime, error) {
-	out := []Runtime{Describe(n.drv.byName[n.drv.def])}
+func (n *Local) Runtimes(ctx context.Context) ([]nodecontract.Runtime, error) {
+	out := []nodecontract.Runtime{Describe(n.drv.byName[n.drv.def])}
 	for _, name := range n.drv.names() {
 		if name != n.drv.def {
 			out = append(out, Describe(n.drv.byName[name]))

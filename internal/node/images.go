@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/snapshot"
 )
 
@@ -40,49 +41,6 @@ const (
 	// maxYield bounds how long a background store waits for a checkpoint or restore at a time.
 	maxYield = 2 * time.Second
 )
-
-// CheckpointRequest says which snapshot a checkpoint makes.
-type CheckpointRequest struct {
-	// SnapshotID names the snapshot; the image is kept under it until it is stored.
-	SnapshotID string
-	// LeaveRunning keeps the sandbox running; without it the sandbox stays frozen until DestroySandbox
-	// or UnpauseSandbox.
-	LeaveRunning bool
-	// IfIdle refuses the checkpoint (ErrBusy, a conflict) while calls or streams are in progress on the
-	// sandbox's channel, from this node or any control plane: a rolling snapshot waits for work.
-	IfIdle bool
-}
-
-// Image describes a checkpoint image a node saved.
-type Image struct {
-	// Bytes is the image's size.
-	Bytes int64 `json:"bytes"`
-	// FilesPart names the image's file holding the sandbox's writable layer as a tar archive
-	// (runtime.ImageFiles); empty when the driver keeps none.
-	FilesPart string `json:"files_part,omitempty"`
-	// Runtime names the driver that made it (a restore must use the same); FilesOnly says the image
-	// holds files only (runtime.FilesOnly).
-	Runtime   string `json:"runtime,omitempty"`
-	FilesOnly bool   `json:"files_only,omitempty"`
-}
-
-// StoreRequest asks a node to write the image it saved for a snapshot into the snapshot store.
-type StoreRequest struct {
-	TenantID   string
-	SnapshotID string
-	// Grant opens the tenant's snapshots; the caller clears it after the call.
-	Grant *snapshot.Grant
-	// Meta goes into the snapshot's manifest.
-	Meta map[string]string
-}
-
-// ImageSource names the snapshot a sandbox is restored from.
-type ImageSource struct {
-	SnapshotID string
-	// Grant opens the tenant's snapshots, for a node that must fetch the image; the caller clears it
-	// after the call.
-	Grant *snapshot.Grant
-}
 
 // images is the node's share of the snapshot pipeline: pending images, the image cache, the store.
 type images struct {
@@ -137,7 +95,7 @@ func checkSnapID(id string) error {
 // compressed, encrypted with req.Grant) and moves it into the image cache. A snapshot stored already (an
 // earlier call got that far) reports its manifest's statistics. An image this node does not have and
 // that is not stored is an error wrapping errdefs.ErrNotFound: it is lost.
-func (n *Local) StoreImage(ctx context.Context, req StoreRequest) (snapshot.Stats, error) {
+func (n *Local) StoreImage(ctx context.Context, req nodecontract.StoreRequest) (snapshot.Stats, error) {
 	im, err := n.imageStore()
 	if err != nil {
 		return snapshot.Stats{}, err
@@ -184,7 +142,7 @@ func (n *Local) StoreImage(ctx context.Context, req StoreRequest) (snapshot.Stat
 }
 
 // write writes the files of image directory dir into the snapshot store.
-func (im *images) write(ctx context.Context, req StoreRequest, dir string) (snapshot.Manifest, error) {
+func (im *images) write(ctx context.Context, req nodecontract.StoreRequest, dir string) (snapshot.Manifest, error) {
 	var names []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -270,7 +228,7 @@ func (n *Local) imageStore() (*images, error) {
 // prepare returns a private copy (hard links) of the image of src.SnapshotID for one restore, fetching
 // it from the snapshot store into the cache first when the node has it neither pending nor cached.
 // The caller removes the copy with release, and holds the urgent gate around it and the restore.
-func (im *images) prepare(ctx context.Context, tenantID string, src ImageSource) (dir string, release func(), err error) {
+func (im *images) prepare(ctx context.Context, tenantID string, src nodecontract.ImageSource) (dir string, release func(), err error) {
 	if err := checkSnapID(src.SnapshotID); err != nil {
 		return "", nil, err
 	}

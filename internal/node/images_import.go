@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/template/oci"
 )
 
@@ -17,9 +18,6 @@ import (
 type ImageImporter interface {
 	Import(ctx context.Context, src string) (oci.Image, error)
 }
-
-// MaxImageUpload bounds an image archive sent to ImportImage.
-const MaxImageUpload = 32 << 30
 
 // ImportImage imports the OCI image in the archive r (an OCI archive or a `docker save` tarball) into
 // the node's template store and returns it: the control plane then names it. The archive is spooled
@@ -35,12 +33,12 @@ func (n *Local) ImportImage(ctx context.Context, r io.Reader) (oci.Image, error)
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	size, err := spool(f, io.LimitReader(r, MaxImageUpload+1))
+	size, err := spool(f, io.LimitReader(r, nodecontract.MaxImageUpload+1))
 	if err != nil {
 		return oci.Image{}, fmt.Errorf("receive the image: %w", err)
 	}
-	if size > MaxImageUpload {
-		return oci.Image{}, fmt.Errorf("the image archive is over %d GiB: %w", MaxImageUpload>>30, errdefs.ErrTooLarge)
+	if size > nodecontract.MaxImageUpload {
+		return oci.Image{}, fmt.Errorf("the image archive is over %d GiB: %w", nodecontract.MaxImageUpload>>30, errdefs.ErrTooLarge)
 	}
 	if size == 0 {
 		return oci.Image{}, fmt.Errorf("the image archive is empty: %w", errdefs.ErrInvalidArgument)

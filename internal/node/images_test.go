@@ -14,6 +14,7 @@ import (
 	"github.com/airlockrun/airlock/internal/blob/local"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	keyslocal "github.com/airlockrun/airlock/internal/keys/local"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/snapshot"
 )
 
@@ -89,7 +90,7 @@ func TestStoreAndRestoreImages(t *testing.T) {
 		t.Fatalf("PendingImages = %v, %v", ids, err)
 	}
 	g := e.grant(t, "tn_1")
-	stats, err := e.n.StoreImage(ctx, StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1", Grant: g, Meta: map[string]string{"session": "se_1"}})
+	stats, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1", Grant: g, Meta: map[string]string{"session": "se_1"}})
 	if err != nil || stats.LogicalBytes != int64(len(memory))+int64(len("layer of sn_1")) || stats.NewChunks == 0 {
 		t.Fatalf("StoreImage = %+v, %v", stats, err)
 	}
@@ -101,12 +102,12 @@ func TestStoreAndRestoreImages(t *testing.T) {
 		t.Errorf("pending after the store: %v", ids)
 	}
 	// Again (a retry after a lost answer): the stored snapshot's statistics, nothing written.
-	again, err := e.n.StoreImage(ctx, StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1", Grant: g})
+	again, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1", Grant: g})
 	if err != nil || again.NewChunks != stats.NewChunks {
 		t.Errorf("StoreImage again = %+v, %v", again, err)
 	}
 	// Kept in the cache: a restore needs no grant.
-	dir, release, err := e.n.images.prepare(ctx, "tn_1", ImageSource{SnapshotID: "sn_1"})
+	dir, release, err := e.n.images.prepare(ctx, "tn_1", nodecontract.ImageSource{SnapshotID: "sn_1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestStoreAndRestoreImages(t *testing.T) {
 	release()
 	// Lost (a new disk): fetched once, with the grant, for concurrent restores.
 	clearDir(e.n.images.cache)
-	if _, _, err := e.n.images.prepare(ctx, "tn_1", ImageSource{SnapshotID: "sn_1"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, _, err := e.n.images.prepare(ctx, "tn_1", nodecontract.ImageSource{SnapshotID: "sn_1"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("restore of an image the node lacks, without a grant: %v", err)
 	}
 	var wg sync.WaitGroup
@@ -124,7 +125,7 @@ func TestStoreAndRestoreImages(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			dir, release, err := e.n.images.prepare(ctx, "tn_1", ImageSource{SnapshotID: "sn_1", Grant: g})
+			dir, release, err := e.n.images.prepare(ctx, "tn_1", nodecontract.ImageSource{SnapshotID: "sn_1", Grant: g})
 			if err != nil {
 				t.Error(err)
 				return
@@ -141,17 +142,17 @@ func TestStoreAndRestoreImages(t *testing.T) {
 	}
 	// Another tenant's grant does not open it.
 	clearDir(e.n.images.cache)
-	if _, _, err := e.n.images.prepare(ctx, "tn_2", ImageSource{SnapshotID: "sn_1", Grant: e.grant(t, "tn_2")}); err == nil {
+	if _, _, err := e.n.images.prepare(ctx, "tn_2", nodecontract.ImageSource{SnapshotID: "sn_1", Grant: e.grant(t, "tn_2")}); err == nil {
 		t.Error("another tenant's grant restored tn_1's snapshot")
 	}
 	// Never stored and gone from the node: lost.
-	if _, err := e.n.StoreImage(ctx, StoreRequest{TenantID: "tn_1", SnapshotID: "sn_9", Grant: g}); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_9", Grant: g}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("StoreImage of a lost image = %v; want not found", err)
 	}
-	if _, err := e.n.StoreImage(ctx, StoreRequest{TenantID: "tn_1", SnapshotID: "../x", Grant: g}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "../x", Grant: g}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("StoreImage of a path = %v; want invalid argument", err)
 	}
-	if _, err := e.n.StoreImage(ctx, StoreRequest{TenantID: "tn_2", SnapshotID: "sn_1", Grant: g}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_2", SnapshotID: "sn_1", Grant: g}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("StoreImage with another tenant's grant = %v; want invalid argument", err)
 	}
 	// DropImages removes pending and cached images.
@@ -172,7 +173,7 @@ func TestImageCacheBudget(t *testing.T) {
 	g := e.grant(t, "tn_1")
 	for i, id := range []string{"sn_a", "sn_b", "sn_c"} {
 		e.save(t, id, bytes.Repeat([]byte{byte(i)}, 1<<20+i))
-		if _, err := e.n.StoreImage(ctx, StoreRequest{TenantID: "tn_1", SnapshotID: id, Grant: g}); err != nil {
+		if _, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: id, Grant: g}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond) // distinct times of use
@@ -185,7 +186,7 @@ func TestImageCacheBudget(t *testing.T) {
 	}
 	none := newImagesEnv(t, -1)
 	none.n.images.store = e.n.images.store
-	dir, release, err := none.n.images.prepare(ctx, "tn_1", ImageSource{SnapshotID: "sn_a", Grant: g})
+	dir, release, err := none.n.images.prepare(ctx, "tn_1", nodecontract.ImageSource{SnapshotID: "sn_a", Grant: g})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/runtime"
 )
 
-// Resource metrics: the node reads each sandbox it runs every SampleInterval (runtime.StatsReader: its
+// Resource metrics: the node reads each sandbox it runs every nodecontract.SampleInterval (runtime.StatsReader: its
 // cgroup and its disk's mount, from the host) into a ring of the last SampleKeep readings, an hour,
 // and answers SandboxMetrics from it, with a reading taken at the moment for a window that reaches the
 // present. One goroutine samples every sandbox, one after another; it starts with the first sandbox and
@@ -26,9 +27,6 @@ import (
 // cores, rounded up. The first interval begins when the node handed the sandbox over (or re-adopted
 // it), so the work of its boot or restore, and the node's to prepare it, is not counted as its own.
 
-// SampleInterval is how often the node reads each sandbox's resource use.
-const SampleInterval = 5 * time.Second
-
 // SampleKeep is how many readings the node keeps of each sandbox: an hour's.
 const SampleKeep = 720
 
@@ -38,24 +36,6 @@ const minCPUWindow = time.Second
 
 // statsTimeout bounds one reading.
 const statsTimeout = 2 * time.Second
-
-// Sample is one reading of a sandbox's resource use.
-type Sample struct {
-	// Time is when it was taken.
-	Time time.Time `json:"time"`
-	// CPUCount is the sandbox's CPU limit in whole cores, rounded up (at least 1).
-	CPUCount int `json:"cpu_count"`
-	// CPUUsedPct is the CPU time the sandbox used since the reading before, as a percentage of CPUCount
-	// cores over that interval, 0 to 100.
-	CPUUsedPct float64 `json:"cpu_used_pct"`
-	// MemUsed, MemCache and MemTotal are runtime.Stats's MemoryUsed, MemoryCache and MemoryLimit.
-	MemUsed  int64 `json:"mem_used"`
-	MemCache int64 `json:"mem_cache"`
-	MemTotal int64 `json:"mem_total"`
-	// DiskUsed and DiskTotal are the bytes used and the size of the sandbox's writable disk.
-	DiskUsed  int64 `json:"disk_used"`
-	DiskTotal int64 `json:"disk_total"`
-}
 
 // CPUCount is the number of CPUs a sandbox limited to millis thousandths of a core has: whole cores,
 // rounded up, at least one (the driver's default of one core for 0).
@@ -88,7 +68,7 @@ type cpuReading struct {
 type ring struct {
 	cpus int
 	// buf holds at most SampleKeep samples, the oldest at next once it is full.
-	buf  []Sample
+	buf  []nodecontract.Sample
 	next int
 	// last and prev are the latest two CPU readings (prev is the zero reading until there are two):
 	// the sandbox's CPU time when the node took it on, then at each sample.
@@ -98,7 +78,7 @@ type ring struct {
 }
 
 // add stores a reading taken at t and returns its sample.
-func (r *ring) add(t time.Time, st runtime.Stats) Sample {
+func (r *ring) add(t time.Time, st runtime.Stats) nodecontract.Sample {
 	s := r.sample(t, st, false)
 	if len(r.buf) < SampleKeep {
 		r.buf = append(r.buf, s)
@@ -113,8 +93,8 @@ func (r *ring) add(t time.Time, st runtime.Stats) Sample {
 // sample makes the sample of a reading taken at t, its CPU use over the interval since the latest
 // reading; live (a reading on demand, not stored) reaches back to the one before if the latest is less
 // than minCPUWindow old.
-func (r *ring) sample(t time.Time, st runtime.Stats, live bool) Sample {
-	s := Sample{Time: t, CPUCount: r.cpus, MemUsed: st.MemoryUsed, MemCache: st.MemoryCache, MemTotal: st.MemoryLimit,
+func (r *ring) sample(t time.Time, st runtime.Stats, live bool) nodecontract.Sample {
+	s := nodecontract.Sample{Time: t, CPUCount: r.cpus, MemUsed: st.MemoryUsed, MemCache: st.MemoryCache, MemTotal: st.MemoryLimit,
 		DiskUsed: st.DiskUsed, DiskTotal: st.DiskTotal}
 	if !r.hasLast {
 		return s
@@ -128,8 +108,8 @@ func (r *ring) sample(t time.Time, st runtime.Stats, live bool) Sample {
 }
 
 // between returns the stored samples taken in [start, end] (a zero bound is none), oldest first.
-func (r *ring) between(start, end time.Time) []Sample {
-	var out []Sample
+func (r *ring) between(start, end time.Time) []nodecontract.Sample {
+	var out []nodecontract.Sample
 	for i := range len(r.buf) {
 		s := r.buf[(r.next+i)%len(r.buf)]
 		if (start.IsZero() || !s.Time.Before(start)) && (end.IsZero() || !s.Time.After(end)) {
@@ -141,7 +121,7 @@ func (r *ring) between(start, end time.Time) []Sample {
 
 // sampler keeps the node's rings and runs its sampling loop.
 type sampler struct {
-	// interval is SampleInterval and now time.Now (tests change them before the first sandbox).
+	// interval is nodecontract.SampleInterval and now time.Now (tests change them before the first sandbox).
 	interval time.Duration
 	now      func() time.Time
 
@@ -157,7 +137,7 @@ type sampler struct {
 }
 
 func newSampler() *sampler {
-	return &sampler{interval: SampleInterval, now: time.Now, rings: map[string]*ring{}, stop: make(chan struct{})}
+	return &sampler{interval: nodecontract.SampleInterval, now: time.Now, rings: map[string]*ring{}, stop: make(chan struct{})}
 }
 
 // registerMetrics gives sandbox id, of limits, a ring whose first interval starts now, and starts the
@@ -264,10 +244,10 @@ func (n *Local) sampleAll() {
 
 // SandboxMetrics reports the resource use of a sandbox the node runs: the readings it keeps taken in
 // [start, end] (a zero bound is none), oldest first, and one taken now if end is zero or not before
-// now. The readings go back at most SampleKeep × SampleInterval, and never past when the node took the
+// now. The readings go back at most SampleKeep × nodecontract.SampleInterval, and never past when the node took the
 // sandbox on. A sandbox the node does not run is errdefs.ErrFailedPrecondition (see lookup), as is one
 // whose driver reads nothing. It does not check who owns the sandbox: the control plane does.
-func (n *Local) SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]Sample, error) {
+func (n *Local) SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]nodecontract.Sample, error) {
 	if !start.IsZero() && !end.IsZero() && start.After(end) {
 		return nil, fmt.Errorf("metrics of sandbox %s: start %s is after end %s: %w", id, start.Format(time.RFC3339Nano), end.Format(time.RFC3339Nano), errdefs.ErrInvalidArgument)
 	}
@@ -282,7 +262,7 @@ func (n *Local) SandboxMetrics(ctx context.Context, id string, start, end time.T
 	sm := n.metrics
 	sm.mu.Lock()
 	r := sm.rings[id]
-	var out []Sample
+	var out []nodecontract.Sample
 	if r != nil {
 		out = r.between(start, end)
 	}
@@ -308,7 +288,7 @@ func (n *Local) SandboxMetrics(ctx context.Context, id string, start, end time.T
 		}
 	}
 	if out == nil {
-		out = []Sample{}
+		out = []nodecontract.Sample{}
 	}
 	return slices.Clip(out), nil
 }

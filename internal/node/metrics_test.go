@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/runtime"
 )
 
@@ -44,8 +45,8 @@ func TestSandboxMetrics(t *testing.T) {
 	node.SetMetricsClock(e.n, clk.now, time.Hour)
 	ctx := t.Context()
 	t0 := clk.now()
-	limits := runtime.Limits{CPUMillis: 1500, MemoryBytes: 256 << 20, DiskBytes: 1 << 30}
-	if err := e.n.CreateSandbox(ctx, node.CreateRequest{ID: "sb_m", TenantID: "tn_1", Template: "default", Limits: limits}); err != nil {
+	limits := nodecontract.Limits{CPUMillis: 1500, MemoryBytes: 256 << 20, DiskBytes: 1 << 30}
+	if err := e.n.CreateSandbox(ctx, nodecontract.CreateRequest{ID: "sb_m", TenantID: "tn_1", Template: "default", Limits: limits}); err != nil {
 		t.Fatal(err)
 	}
 	// A sandbox just taken on has one reading: the one taken now, with no interval behind it yet (the
@@ -54,7 +55,7 @@ func TestSandboxMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []node.Sample{{Time: t0, CPUCount: 2}}; !cmp.Equal(got, want) {
+	if want := []nodecontract.Sample{{Time: t0, CPUCount: 2}}; !cmp.Equal(got, want) {
 		t.Errorf("a new sandbox's metrics: %+v; want %+v", got, want)
 	}
 
@@ -71,11 +72,11 @@ func TestSandboxMetrics(t *testing.T) {
 	sample(5*time.Second, 70<<20)  // one of two cores: 50%
 	sample(15*time.Second, 80<<20) // both: 100%
 	sample(15*time.Second, 90<<20) // idle
-	want := func(at time.Duration, pct float64, mem int64) node.Sample {
-		return node.Sample{Time: t0.Add(at), CPUCount: 2, CPUUsedPct: pct, MemUsed: mem, MemCache: 8 << 20, MemTotal: 256 << 20,
+	want := func(at time.Duration, pct float64, mem int64) nodecontract.Sample {
+		return nodecontract.Sample{Time: t0.Add(at), CPUCount: 2, CPUUsedPct: pct, MemUsed: mem, MemCache: 8 << 20, MemTotal: 256 << 20,
 			DiskUsed: 10 << 20, DiskTotal: 1000 << 20}
 	}
-	stored := []node.Sample{want(5*time.Second, 50, 70<<20), want(10*time.Second, 100, 80<<20), want(15*time.Second, 0, 90<<20)}
+	stored := []nodecontract.Sample{want(5*time.Second, 50, 70<<20), want(10*time.Second, 100, 80<<20), want(15*time.Second, 0, 90<<20)}
 	// 2.5 s later, a core busy since the last reading: 2.5 s of 2 cores over 2.5 s.
 	clk.advance(2500 * time.Millisecond)
 	stats.CPUTime = 17500 * time.Millisecond
@@ -86,7 +87,7 @@ func TestSandboxMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff(append(append([]node.Sample(nil), stored...), want(17500*time.Millisecond, 50, 90<<20)), got); d != "" {
+	if d := cmp.Diff(append(append([]nodecontract.Sample(nil), stored...), want(17500*time.Millisecond, 50, 90<<20)), got); d != "" {
 		t.Errorf("every reading and one now (-want +got):\n%s", d)
 	}
 	// A window in the past: its readings only, both bounds in.

@@ -27,14 +27,11 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/hostnet"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/netns"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/runtime"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/template"
 )
-
-// LocalID names the node in the control plane's own process (single-binary mode). No node of a
-// cluster may join under it: the control plane would answer it for the sandboxes of its own node.
-const LocalID = "local"
 
 // InitPath is where the daemon binary is mounted inside every sandbox.
 const InitPath = "/.airlock/init"
@@ -74,66 +71,9 @@ func templateArgs(tpl template.Template) []string {
 	return args
 }
 
-// CreateRequest asks the node for a sandbox.
-type CreateRequest struct {
-	// ID names the sandbox.
-	ID string
-	// TenantID names the sandbox's owner, recorded in its network flows.
-	TenantID string
-	// Template is the template name.
-	Template string
-	// Runtime names the runtime driver ("": the node's default). A restore must name the driver the
-	// snapshot was taken with.
-	Runtime string
-	// Env is the base environment of the sandbox's processes ("K=V").
-	Env []string
-	// Limits are the resource limits; zero fields take the driver's defaults.
-	Limits runtime.Limits
-	// Network is the sandbox's egress policy (the zero value denies everything).
-	Network policy.Policy
-	// CAID names the gateway's interception CA for the sandbox: empty for the sandbox's own (forgotten
-	// with it); a session's ID for a CA the session's sandboxes share (see gateway.RegisterWithCA).
-	CAID string
-	// Fence is the fencing token of the session's lease the sandbox runs under (with CAID the session's
-	// ID; 0: none). The node refuses a sandbox of a session with a smaller token than one it has seen:
-	// an order from a control plane whose lease on the session was taken over since.
-	Fence int64
-	// Start, for a create of a template with a start command, has the sandbox handed over with the
-	// command running and ready (start.go). A restore from a snapshot ignores it.
-	Start *Start
-	// FlowKey, if set, seals the sandbox's flow log (flowlog.Log.SetKey): its tenant's flow key, which
-	// the node holds while the sandbox runs here and never stores.
-	FlowKey []byte
-	// LogRetention is how long the sandbox's flow log is kept once its newest flow is older (its
-	// tenant's log retention; 0: the node's default, flowlog.Log.SetDefaultRetention).
-	LogRetention time.Duration
-	// NewIdentity, for a restore, says the snapshot is not the session's own (a fork's, a kept
-	// snapshot's): the sandbox gets an identity of its own (identity.go), as a boot and a restore of a
-	// template's start snapshot always do. A session's own resume keeps the identity it had.
-	NewIdentity bool
-}
-
-// RecoverRequest names a sandbox a previous run of the node left running, with its owner and its egress
-// policy.
-type RecoverRequest struct {
-	ID       string
-	TenantID string
-	// Runtime is the sandbox's CreateRequest.Runtime.
-	Runtime string
-	Network policy.Policy
-	// CAID is the sandbox's CreateRequest.CAID.
-	CAID string
-	// Limits are the sandbox's CreateRequest.Limits, for what the node reports of its resource use (the
-	// node's record of them did not survive its restart).
-	Limits runtime.Limits
-	// FlowKey and LogRetention are the sandbox's CreateRequest's.
-	FlowKey      []byte
-	LogRetention time.Duration
-}
-
 // Config configures a Local node.
 type Config struct {
-	// ID names the node. Empty: LocalID.
+	// ID names the node. Empty: nodecontract.LocalID.
 	ID string
 	// TenantAudit, if set, gives the audit that also records the frames of a sandbox's daemon channel
 	// (the tenant's audit log).
@@ -143,7 +83,7 @@ type Config struct {
 	DataDir string
 	// Driver runs the sandboxes by default. Required.
 	Driver runtime.Driver
-	// More are the node's other runtime drivers, each chosen by its name (CreateRequest.Runtime).
+	// More are the node's other runtime drivers, each chosen by its name (nodecontract.CreateRequest.Runtime).
 	More []runtime.Driver
 	// Templates resolves template names. Required.
 	Templates template.Registry
@@ -187,7 +127,7 @@ type Local struct {
 	sandboxes map[string]*sandbox
 	// closed is set by Shutdown; guarded by mu.
 	closed bool
-	// fences holds the largest fencing token seen per session (CreateRequest.Fence); guarded by mu.
+	// fences holds the largest fencing token seen per session (nodecontract.CreateRequest.Fence); guarded by mu.
 	fences map[string]int64
 
 	wg sync.WaitGroup // watchers
@@ -237,7 +177,7 @@ func New(cfg Config) (*Local, error) {
 		return nil, fmt.Errorf("node: IfacePrefix must be 1-6 characters with a Gateway: %w", errdefs.ErrInvalidArgument)
 	}
 	if cfg.ID == "" {
-		cfg.ID = LocalID
+		cfg.ID = nodecontract.LocalID
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -306,7 +246,7 @@ func (n *Local) TemplateRoot(ctx context.Context, name string) (string, error) {
 
 // CreateSandbox boots a sandbox and returns once its daemon answers. A failed create leaves nothing
 // behind on the host.
-func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
+func (n *Local) CreateSandbox(ctx context.Context, req nodecontract.CreateRequest) error {
 	return n.boot(ctx, req, "")
 }
 
@@ -315,7 +255,7 @@ func (n *Local) CreateSandbox(ctx context.Context, req CreateRequest) error {
 // answers. The node uses the image it keeps, or fetches it from the snapshot store with src.Grant. Its
 // processes continue where the image was taken; its trust store is the image's, so req.CAID must name
 // the CA the checkpointed sandbox used. A failed restore leaves nothing behind on the host.
-func (n *Local) RestoreSandbox(ctx context.Context, req CreateRequest, src ImageSource) error {
+func (n *Local) RestoreSandbox(ctx context.Context, req nodecontract.CreateRequest, src nodecontract.ImageSource) error {
 	d, err := n.drv.get(req.Runtime)
 	if err != nil {
 		return err
@@ -341,7 +281,7 @@ func (n *Local) RestoreSandbox(ctx context.Context, req CreateRequest, src Image
 }
 
 // boot creates (imageDir "") or restores a sandbox.
-func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) error {
+func (n *Local) boot(ctx context.Context, req nodecontract.CreateRequest, imageDir string) error {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -409,7 +349,7 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 	}
 
 	env := n.sandboxEnv(tpl, req)
-	spec := n.runtimeSpec(req.ID, tpl, env, ns, req.Limits)
+	spec := n.runtimeSpec(req.ID, tpl, env, ns, runtime.Limits(req.Limits))
 	if fromStart {
 		spec.ControlEnv = env // the daemon's, in place of the start snapshot's
 	}
@@ -459,7 +399,7 @@ func (n *Local) boot(ctx context.Context, req CreateRequest, imageDir string) er
 	c.Release()
 	// Its resource use counts from now: the node's work to hand it over (the trust store, the start
 	// command) is not the sandbox's.
-	n.registerMetrics(req.ID, req.Limits)
+	n.registerMetrics(req.ID, runtime.Limits(req.Limits))
 	if req.Start != nil && (imageDir == "" || fromStart) {
 		n.warm.countStart(warm != nil, fromStart)
 	}
@@ -490,7 +430,7 @@ func (n *Local) undoNetwork(id string, c *cleanup.Cleanup) {
 }
 
 // sandboxEnv is the environment of the processes of sandbox req of template tpl.
-func (n *Local) sandboxEnv(tpl template.Template, req CreateRequest) []string {
+func (n *Local) sandboxEnv(tpl template.Template, req nodecontract.CreateRequest) []string {
 	env := append(append([]string{}, tpl.Env...), req.Env...)
 	if n.cfg.Gateway != nil {
 		// The sandbox's interception CA is in the system bundle (installTrust); these point the usual
@@ -791,10 +731,6 @@ func (n *Local) settled(ctx context.Context, id string) (*sandbox, error) {
 	return s, nil
 }
 
-// ErrBusy is what a checkpoint with CheckpointRequest.IfIdle answers while calls or streams are in
-// progress on the sandbox's channel, from this node or any control plane.
-var ErrBusy = fmt.Errorf("calls or streams are in progress on the sandbox: %w", errdefs.ErrConflict)
-
 // beginCheckpoint makes Link wait until the returned function is called (once the checkpoint and the
 // new channel after it are done).
 func (n *Local) beginCheckpoint(s *sandbox) (end func()) {
@@ -906,7 +842,7 @@ func (n *Local) Sandboxes(ctx context.Context) ([]string, error) {
 // Recover re-adopts the sandboxes a previous run of the node left running: for each ID in ids whose
 // sandbox still runs, it re-opens the channel to the daemon and watches it again. It reports the IDs
 // it adopted; the caller destroys the rest.
-func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) ([]string, error) {
+func (n *Local) Recover(ctx context.Context, reqs []nodecontract.RecoverRequest) ([]string, error) {
 	var adopted []string
 	for _, r := range reqs {
 		id := r.ID
@@ -965,7 +901,7 @@ func (n *Local) Recover(ctx context.Context, reqs []RecoverRequest) ([]string, e
 				n.log.Warn("re-adopt sandbox trust store", "sandbox", id, "err", err)
 			}
 		}
-		n.registerMetrics(id, r.Limits)
+		n.registerMetrics(id, runtime.Limits(r.Limits))
 		adopted = append(adopted, id)
 	}
 	return adopted, nil
@@ -1007,19 +943,19 @@ func (n *Local) Shutdown(ctx context.Context) error {
 // most checkpointTimeout) even if its caller goes away: one cut off halfway (runsc killed while it saves)
 // could leave the sandbox unable to run on, where a caller that comes back (or takes the operation over)
 // finds it frozen and thaws it (UnpauseSandbox).
-func (n *Local) CheckpointSandbox(ctx context.Context, id string, req CheckpointRequest) (Image, error) {
+func (n *Local) CheckpointSandbox(ctx context.Context, id string, req nodecontract.CheckpointRequest) (nodecontract.Image, error) {
 	ctx, cancelCkpt := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
 	defer cancelCkpt()
 	drv := n.drv.driverOf(id)
 	if _, ok := drv.(runtime.Checkpointer); !ok {
-		return Image{}, fmt.Errorf("the %s runtime cannot checkpoint: %w", drv.Name(), errdefs.ErrFailedPrecondition)
+		return nodecontract.Image{}, fmt.Errorf("the %s runtime cannot checkpoint: %w", drv.Name(), errdefs.ErrFailedPrecondition)
 	}
 	im, err := n.imageStore()
 	if err != nil {
-		return Image{}, err
+		return nodecontract.Image{}, err
 	}
 	if err := checkSnapID(req.SnapshotID); err != nil {
-		return Image{}, err
+		return nodecontract.Image{}, err
 	}
 	unlock := im.perSnap.lock(req.SnapshotID)
 	defer unlock()
@@ -1027,7 +963,7 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req Checkpoint
 	leave := im.urgent.enter()
 	defer leave()
 	if err := n.checkpoint(ctx, id, dir, req.LeaveRunning, req.IfIdle); err != nil {
-		return Image{}, err
+		return nodecontract.Image{}, err
 	}
 	n.prefetch(dir)
 	return n.image(drv, dir), nil
@@ -1035,7 +971,7 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req Checkpoint
 
 // checkpoint saves sandbox id into dir (made anew; its parent directory must exist), leaving it running
 // if leaveRunning, else stopped (DestroySandbox cleans up, or UnpauseSandbox lets it run on). With
-// ifIdle, only if no call or stream to its daemon is in progress (else ErrBusy). On error dir is
+// ifIdle, only if no call or stream to its daemon is in progress (else nodecontract.ErrBusy). On error dir is
 // removed and the sandbox runs on.
 func (n *Local) checkpoint(ctx context.Context, id, dir string, leaveRunning, ifIdle bool) error {
 	drv := n.drv.driverOf(id)
@@ -1056,7 +992,7 @@ func (n *Local) checkpoint(ctx context.Context, id, dir string, leaveRunning, if
 	defer n.beginCheckpoint(s)()
 	cl, cancel := n.current(s)
 	if m := cl.Mux(); m != nil && !m.DropOthers(ifIdle) {
-		return fmt.Errorf("sandbox %s: %w", id, ErrBusy)
+		return fmt.Errorf("sandbox %s: %w", id, nodecontract.ErrBusy)
 	}
 	// The watcher would take the channel's end for the daemon's death: stop it first.
 	cancel()
@@ -1097,8 +1033,8 @@ func (n *Local) checkpoint(ctx context.Context, id, dir string, leaveRunning, if
 const checkpointTimeout = 10 * time.Minute
 
 // image describes the checkpoint image drv made in dir.
-func (n *Local) image(drv runtime.Driver, dir string) Image {
-	img := Image{Bytes: treeBytes(dir), Runtime: drv.Name()}
+func (n *Local) image(drv runtime.Driver, dir string) nodecontract.Image {
+	img := nodecontract.Image{Bytes: treeBytes(dir), Runtime: drv.Name()}
 	if f, ok := drv.(runtime.FilesOnly); ok && f.FilesOnly() {
 		img.FilesOnly = true
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockrun/airlock/internal/errdefs"
 	keyslocal "github.com/airlockrun/airlock/internal/keys/local"
 	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/runtime"
 	"github.com/airlockrun/airlock/internal/runtime/fake"
 	"github.com/airlockrun/airlock/internal/snapshot"
@@ -135,7 +136,7 @@ func (e *env) newNode(t *testing.T) *node.Local {
 
 func (e *env) create(t *testing.T, id string, reqEnv ...string) {
 	t.Helper()
-	if err := e.n.CreateSandbox(t.Context(), node.CreateRequest{ID: id, TenantID: "tn_1", Template: "default", Env: reqEnv}); err != nil {
+	if err := e.n.CreateSandbox(t.Context(), nodecontract.CreateRequest{ID: id, TenantID: "tn_1", Template: "default", Env: reqEnv}); err != nil {
 		t.Fatalf("CreateSandbox(%s): %v", id, err)
 	}
 }
@@ -238,14 +239,14 @@ func TestCreateExecDestroy(t *testing.T) {
 		t.Errorf("Sandboxes = %v, %v; want [sb_1]", ids, err)
 	}
 
-	err := e.n.CreateSandbox(ctx, node.CreateRequest{ID: "sb_1", TenantID: "tn_1", Template: "default"})
+	err := e.n.CreateSandbox(ctx, nodecontract.CreateRequest{ID: "sb_1", TenantID: "tn_1", Template: "default"})
 	if !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Errorf("a second CreateSandbox(sb_1) = %v; want already exists", err)
 	}
 	if got := e.sh(t, "sb_1", "echo still"); got != "still" {
 		t.Errorf("after the refused create: %q", got)
 	}
-	if err := e.n.CreateSandbox(ctx, node.CreateRequest{ID: "sb_2", TenantID: "tn_1", Template: "nope"}); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := e.n.CreateSandbox(ctx, nodecontract.CreateRequest{ID: "sb_2", TenantID: "tn_1", Template: "nope"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("CreateSandbox of an unknown template = %v; want not found", err)
 	}
 
@@ -289,7 +290,7 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 			e.d.Fail(op, boom)
 			// The node retries dialing until its ctx ends.
 			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-			err := e.n.CreateSandbox(ctx, node.CreateRequest{ID: "sb_1", TenantID: "tn_1", Template: "default"})
+			err := e.n.CreateSandbox(ctx, nodecontract.CreateRequest{ID: "sb_1", TenantID: "tn_1", Template: "default"})
 			cancel()
 			e.d.Fail(op, nil)
 			if err == nil {
@@ -350,7 +351,7 @@ func TestCheckpointStoreRestore(t *testing.T) {
 	e.create(t, "sb_1", "FROM_REQUEST=r")
 	e.sh(t, "sb_1", "echo one > f")
 
-	img, err := e.n.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true})
+	img, err := e.n.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +364,7 @@ func TestCheckpointStoreRestore(t *testing.T) {
 	}
 	e.sh(t, "sb_1", "echo two > f")
 
-	if _, err := e.n.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_2"}); err != nil {
+	if _, err := e.n.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_2"}); err != nil {
 		t.Fatal(err)
 	}
 	if st := e.info(t, "sb_1").Status; st != (runtime.Status{Running: true, Paused: true}) {
@@ -375,7 +376,7 @@ func TestCheckpointStoreRestore(t *testing.T) {
 
 	g := e.grant(t, "tn_1")
 	for _, id := range []string{"sn_1", "sn_2"} {
-		stats, err := e.n.StoreImage(ctx, node.StoreRequest{TenantID: "tn_1", SnapshotID: id, Grant: g})
+		stats, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: id, Grant: g})
 		if err != nil || stats.LogicalBytes == 0 {
 			t.Fatalf("StoreImage(%s) = %+v, %v", id, stats, err)
 		}
@@ -394,7 +395,7 @@ func TestCheckpointStoreRestore(t *testing.T) {
 	}
 
 	restore := func(id, snap string, g *snapshot.Grant) error {
-		return e.n.RestoreSandbox(ctx, node.CreateRequest{ID: id, TenantID: "tn_1", Template: "default"}, node.ImageSource{SnapshotID: snap, Grant: g})
+		return e.n.RestoreSandbox(ctx, nodecontract.CreateRequest{ID: id, TenantID: "tn_1", Template: "default"}, nodecontract.ImageSource{SnapshotID: snap, Grant: g})
 	}
 	// From the image the node keeps: no grant needed.
 	if err := restore("sb_2", "sn_1", nil); err != nil {
@@ -452,7 +453,7 @@ func TestCheckpointStoreRestore(t *testing.T) {
 func TestPauseImageNamesFilesPart(t *testing.T) {
 	e := newEnv(t)
 	e.create(t, "sb_1")
-	img, err := e.n.CheckpointSandbox(t.Context(), "sb_1", node.CheckpointRequest{SnapshotID: "sn_1"})
+	img, err := e.n.CheckpointSandbox(t.Context(), "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +473,7 @@ func TestFailedCheckpointRunsOn(t *testing.T) {
 			id := fmt.Sprintf("sb_%d", i)
 			e.create(t, id)
 			e.d.Fail(fake.OpCheckpoint, boom)
-			_, err := e.n.CheckpointSandbox(ctx, id, node.CheckpointRequest{SnapshotID: "sn_" + id, LeaveRunning: leave})
+			_, err := e.n.CheckpointSandbox(ctx, id, nodecontract.CheckpointRequest{SnapshotID: "sn_" + id, LeaveRunning: leave})
 			e.d.Fail(fake.OpCheckpoint, nil)
 			if !errors.Is(err, boom) {
 				t.Fatalf("CheckpointSandbox = %v; want the driver's error", err)
@@ -499,7 +500,7 @@ func TestCheckpointOutlivesItsCaller(t *testing.T) {
 	e.create(t, "sb_1")
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	img, err := e.n.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true})
+	img, err := e.n.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true})
 	if err != nil || img.Bytes == 0 {
 		t.Fatalf("CheckpointSandbox with its caller gone = %+v, %v; want it done", img, err)
 	}
@@ -522,13 +523,13 @@ func TestRecover(t *testing.T) {
 		e.create(t, id)
 	}
 	e.sh(t, "sb_1", "echo kept > f")
-	if _, err := e.n.CheckpointSandbox(ctx, "sb_3", node.CheckpointRequest{SnapshotID: "sn_1"}); err != nil {
+	if _, err := e.n.CheckpointSandbox(ctx, "sb_3", nodecontract.CheckpointRequest{SnapshotID: "sn_1"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.n.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.n.CreateSandbox(ctx, node.CreateRequest{ID: "sb_4", TenantID: "tn_1", Template: "default"}); !errors.Is(err, errdefs.ErrUnavailable) {
+	if err := e.n.CreateSandbox(ctx, nodecontract.CreateRequest{ID: "sb_4", TenantID: "tn_1", Template: "default"}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("CreateSandbox after Shutdown = %v; want unavailable", err)
 	}
 	// While no node watches, sb_2 dies.
@@ -540,9 +541,9 @@ func TestRecover(t *testing.T) {
 	if ids, err := e.n.Sandboxes(ctx); err != nil || !slices.Equal(ids, []string{"sb_1", "sb_2", "sb_3"}) {
 		t.Errorf("Sandboxes on the new node = %v, %v", ids, err)
 	}
-	var reqs []node.RecoverRequest
+	var reqs []nodecontract.RecoverRequest
 	for _, id := range []string{"sb_1", "sb_2", "sb_3", "sb_9"} {
-		reqs = append(reqs, node.RecoverRequest{ID: id, TenantID: "tn_1", Limits: runtime.Limits{CPUMillis: 2500}})
+		reqs = append(reqs, nodecontract.RecoverRequest{ID: id, TenantID: "tn_1", Limits: nodecontract.Limits{CPUMillis: 2500}})
 	}
 	adopted, err := e.n.Recover(ctx, reqs)
 	if err != nil || !slices.Equal(adopted, []string{"sb_1", "sb_3"}) {
@@ -582,7 +583,7 @@ func TestRecover(t *testing.T) {
 func TestRecoverRunning(t *testing.T) {
 	e := newEnv(t)
 	e.create(t, "sb_1")
-	adopted, err := e.n.Recover(t.Context(), []node.RecoverRequest{{ID: "sb_1", TenantID: "tn_1"}})
+	adopted, err := e.n.Recover(t.Context(), []nodecontract.RecoverRequest{{ID: "sb_1", TenantID: "tn_1"}})
 	if err != nil || !slices.Equal(adopted, []string{"sb_1"}) {
 		t.Fatalf("Recover = %v, %v; want [sb_1]", adopted, err)
 	}
@@ -614,7 +615,7 @@ func TestFencing(t *testing.T) {
 		{"", 3, true},     // no session: not fenced
 	} {
 		id := fmt.Sprintf("sb_%d", i)
-		err := e.n.CreateSandbox(t.Context(), node.CreateRequest{ID: id, TenantID: "tn_1", Template: "default", CAID: tc.caid, Fence: tc.fence})
+		err := e.n.CreateSandbox(t.Context(), nodecontract.CreateRequest{ID: id, TenantID: "tn_1", Template: "default", CAID: tc.caid, Fence: tc.fence})
 		switch {
 		case tc.ok && err != nil:
 			t.Errorf("%d: CreateSandbox(%s, session %q, fence %d) = %v; want success", i, id, tc.caid, tc.fence, err)
@@ -651,12 +652,12 @@ func TestIdentity(t *testing.T) {
 	if first.Hostname != "sb_1" {
 		t.Errorf("the identity's host name %q; want the sandbox's ID", first.Hostname)
 	}
-	if _, err := e.n.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true}); err != nil {
+	if _, err := e.n.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true}); err != nil {
 		t.Fatal(err)
 	}
 	restore := func(id string, fresh bool) {
 		t.Helper()
-		err := e.n.RestoreSandbox(ctx, node.CreateRequest{ID: id, TenantID: "tn_1", Template: "default", NewIdentity: fresh}, node.ImageSource{SnapshotID: "sn_1"})
+		err := e.n.RestoreSandbox(ctx, nodecontract.CreateRequest{ID: id, TenantID: "tn_1", Template: "default", NewIdentity: fresh}, nodecontract.ImageSource{SnapshotID: "sn_1"})
 		if err != nil {
 			t.Fatal(err)
 		}

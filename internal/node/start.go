@@ -14,6 +14,7 @@ import (
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 )
 
 // A template may have a start command: a process every sandbox of it has running when the sandbox is
@@ -22,24 +23,6 @@ import (
 // ready, DATA/starts/KEY) and restores each new sandbox from it, taking the new sandbox's environment
 // (proto.ControlEnv) and interception CA. Where it has none, or the runtime cannot restore, it boots the
 // sandbox, starts the command and waits until the ready check passes: the same outcome, slower.
-
-// Start is a template's start command as a create asks for it.
-type Start struct {
-	// Key names the template's start snapshot ("<image digest hex>-<16 hex>"); the node restores from
-	// it if it holds it.
-	Key string
-	// Cmd is the command's argv, run in the background as User in Cwd ("": the image's).
-	Cmd       []string
-	User, Cwd string
-	// ReadyCmd, if set, is run until it exits 0: the sandbox is ready then. Without it, the sandbox is
-	// ready once Cmd has run for a second.
-	ReadyCmd []string
-	// Timeout bounds the wait for ready (zero: DefaultStartTimeout).
-	Timeout time.Duration
-}
-
-// DefaultStartTimeout bounds the wait for a start command's ready check.
-const DefaultStartTimeout = 5 * time.Minute
 
 // startKeyRE is what a start snapshot's key is.
 var startKeyRE = regexp.MustCompile(`^[0-9a-f]{64}-[0-9a-f]{16}$`)
@@ -128,15 +111,15 @@ func (s *starts) remove(digest string) error {
 	return errors.Join(errs...)
 }
 
-// runStart starts st.Cmd in sandbox id and waits until it is ready (see Start).
-func (n *Local) runStart(ctx context.Context, id string, st *Start) error {
+// runStart starts st.Cmd in sandbox id and waits until it is ready (see nodecontract.Start).
+func (n *Local) runStart(ctx context.Context, id string, st *nodecontract.Start) error {
 	cl, err := n.Link(ctx, id)
 	if err != nil {
 		return err
 	}
 	timeout := st.Timeout
 	if timeout <= 0 {
-		timeout = DefaultStartTimeout
+		timeout = nodecontract.DefaultStartTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 	"github.com/airlockrun/airlock/internal/cleanup"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/hostnet"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/runtime"
 )
 
@@ -73,7 +74,7 @@ type warmSandbox struct {
 
 // warmDemand is a kind of create the pool is kept filled for.
 type warmDemand struct {
-	req     CreateRequest // the latest create of the kind (its ID and Env unused)
+	req     nodecontract.CreateRequest // the latest create of the kind (its ID and Env unused)
 	asked   time.Time
 	filling bool
 }
@@ -151,8 +152,8 @@ func (p *warmPool) has(id string) bool {
 }
 
 // warmKindOf is the kind of create req is, on driver drv.
-func warmKindOf(req CreateRequest, drv runtime.Driver) warmKind {
-	k := warmKind{tenant: req.TenantID, template: req.Template, runtime: drv.Name(), limits: req.Limits}
+func warmKindOf(req nodecontract.CreateRequest, drv runtime.Driver) warmKind {
+	k := warmKind{tenant: req.TenantID, template: req.Template, runtime: drv.Name(), limits: runtime.Limits(req.Limits)}
 	if req.Start != nil {
 		k.start = req.Start.Key
 	}
@@ -163,7 +164,7 @@ func warmKindOf(req CreateRequest, drv runtime.Driver) warmKind {
 // which the create must then use (CreateSandbox with that ID, within warmHold), if the node has one
 // ready, or one of the pool's restores in progress ends within warmWait (and ctx); and asks for the
 // pool of req's kind to be kept filled.
-func (n *Local) TakeWarm(ctx context.Context, req CreateRequest) (string, bool) {
+func (n *Local) TakeWarm(ctx context.Context, req nodecontract.CreateRequest) (string, bool) {
 	p := n.warm
 	if p.size == 0 || req.Start == nil || req.Start.Key == "" || !n.HasStart(req.Start.Key) {
 		return "", false
@@ -302,7 +303,7 @@ func (n *Local) fill(kind warmKind) {
 
 // prewarm restores sandbox req.ID from its start snapshot, its daemon quiesced, unknown to the gateway.
 // On error nothing of it is left.
-func (n *Local) prewarm(ctx context.Context, req CreateRequest) (hostnet.Addr, error) {
+func (n *Local) prewarm(ctx context.Context, req nodecontract.CreateRequest) (hostnet.Addr, error) {
 	var addr hostnet.Addr
 	tpl, err := n.template(ctx, req.Template)
 	if err != nil {
@@ -328,7 +329,7 @@ func (n *Local) prewarm(ctx context.Context, req CreateRequest) (hostnet.Addr, e
 	}
 	n.drv.track(req.ID, drv.Name())
 	c.Add(func() { n.drv.untrack(req.ID) })
-	if _, err := wr.RestoreQuiesced(ctx, n.runtimeSpec(req.ID, tpl, n.sandboxEnv(tpl, req), n.netnsPath(req.ID), req.Limits), dir); err != nil {
+	if _, err := wr.RestoreQuiesced(ctx, n.runtimeSpec(req.ID, tpl, n.sandboxEnv(tpl, req), n.netnsPath(req.ID), runtime.Limits(req.Limits)), dir); err != nil {
 		return addr, err
 	}
 	c.Release()
@@ -340,7 +341,7 @@ func (n *Local) prewarm(ctx context.Context, req CreateRequest) (hostnet.Addr, e
 // is destroyed first (and nil returned): the create then boots req.ID the usual way. An ID of the pool
 // that no TakeWarm gave is refused, as is one whose expired reservation is being destroyed (once it is
 // gone, a create of the ID boots the usual way).
-func (n *Local) claimWarm(req CreateRequest, drv runtime.Driver, imageDir string) (*warmSandbox, error) {
+func (n *Local) claimWarm(req nodecontract.CreateRequest, drv runtime.Driver, imageDir string) (*warmSandbox, error) {
 	p := n.warm
 	p.mu.Lock()
 	w := p.byID[req.ID]

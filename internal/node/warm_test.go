@@ -10,7 +10,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/node"
-	"github.com/airlockrun/airlock/internal/runtime"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 )
 
 // TestWarmPool: a create of a start snapshot that TakeWarm gave an ID gets the sandbox the pool restored
@@ -33,8 +33,8 @@ func TestWarmPool(t *testing.T) {
 		}
 	}
 	save("sb_build")
-	req := node.CreateRequest{TenantID: "tn_1", Template: "default", Start: &node.Start{Key: key, Cmd: []string{"true"}}}
-	take := func(req node.CreateRequest) string {
+	req := nodecontract.CreateRequest{TenantID: "tn_1", Template: "default", Start: &nodecontract.Start{Key: key, Cmd: []string{"true"}}}
+	take := func(req nodecontract.CreateRequest) string {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			if id, ok := e.n.TakeWarm(ctx, req); ok {
@@ -89,7 +89,7 @@ func TestWarmPool(t *testing.T) {
 	// Reserved for one kind, created as another: that warm sandbox goes, the create restores anew.
 	other := take(req)
 	mismatched := req
-	mismatched.ID, mismatched.Limits = other, runtime.Limits{MemoryBytes: 256 << 20}
+	mismatched.ID, mismatched.Limits = other, nodecontract.Limits{MemoryBytes: 256 << 20}
 	if err := e.n.CreateSandbox(ctx, mismatched); err != nil {
 		t.Fatal(err)
 	}

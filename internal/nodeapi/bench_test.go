@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/daemon/link"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 )
 
 // BenchmarkPing compares a round trip to a sandbox's daemon through the node API (mutual TLS, the
@@ -39,7 +39,7 @@ func BenchmarkCreateCall(b *testing.B) {
 	_, c, _, _ := setup(b)
 	ctx := b.Context()
 	for b.Loop() {
-		if err := c.CreateSandbox(ctx, node.CreateRequest{ID: "sb_b", TenantID: "tn_1", Template: "default"}); err != nil {
+		if err := c.CreateSandbox(ctx, nodecontract.CreateRequest{ID: "sb_b", TenantID: "tn_1", Template: "default"}); err != nil {
 			b.Fatal(err)
 		}
 	}

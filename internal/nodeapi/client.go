@@ -21,7 +21,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/template"
 	"github.com/airlockrun/airlock/internal/template/oci"
@@ -199,7 +199,7 @@ func (c *Client) PublishImage(ctx context.Context, digest string) error {
 }
 
 // CreateSandbox boots a sandbox on the node.
-func (c *Client) CreateSandbox(ctx context.Context, req node.CreateRequest) error {
+func (c *Client) CreateSandbox(ctx context.Context, req nodecontract.CreateRequest) error {
 	return c.call(ctx, http.MethodPost, "/node/v1/sandboxes", req, nil)
 }
 
@@ -217,9 +217,9 @@ func (c *Client) Sandboxes(ctx context.Context) ([]string, error) {
 }
 
 // Recover has the node re-adopt the sandboxes that still run.
-func (c *Client) Recover(ctx context.Context, sbs []node.RecoverRequest) ([]string, error) {
+func (c *Client) Recover(ctx context.Context, sbs []nodecontract.RecoverRequest) ([]string, error) {
 	if sbs == nil {
-		sbs = []node.RecoverRequest{}
+		sbs = []nodecontract.RecoverRequest{}
 	}
 	var ids []string
 	err := c.call(ctx, http.MethodPost, "/node/v1/recover", sbs, &ids)
@@ -233,7 +233,7 @@ func (c *Client) SetNetwork(ctx context.Context, id string, p policy.Policy) err
 
 // RestoreSandbox has the node boot the sandbox from the snapshot's image, which it keeps or fetches
 // from the snapshot store with src.Grant.
-func (c *Client) RestoreSandbox(ctx context.Context, req node.CreateRequest, src node.ImageSource) error {
+func (c *Client) RestoreSandbox(ctx context.Context, req nodecontract.CreateRequest, src nodecontract.ImageSource) error {
 	c.dropLink(req.ID)
 	body := restoreBody{Sandbox: req, SnapshotID: src.SnapshotID}
 	if src.Grant != nil {
@@ -248,8 +248,8 @@ func (c *Client) RestoreSandbox(ctx context.Context, req node.CreateRequest, src
 }
 
 // CheckpointSandbox has the node save the sandbox as the snapshot's image, which it keeps.
-func (c *Client) CheckpointSandbox(ctx context.Context, id string, req node.CheckpointRequest) (node.Image, error) {
-	var img node.Image
+func (c *Client) CheckpointSandbox(ctx context.Context, id string, req nodecontract.CheckpointRequest) (nodecontract.Image, error) {
+	var img nodecontract.Image
 	err := c.call(ctx, http.MethodPost, sandboxPath(id, "/checkpoint"), checkpointBody{SnapshotID: req.SnapshotID, LeaveRunning: req.LeaveRunning, IfIdle: req.IfIdle}, &img)
 	if err == nil {
 		// The checkpoint replaced the node's channel to the daemon, and the node is closing this
@@ -260,7 +260,7 @@ func (c *Client) CheckpointSandbox(ctx context.Context, id string, req node.Chec
 }
 
 // StoreImage has the node write the snapshot's image into the snapshot store.
-func (c *Client) StoreImage(ctx context.Context, req node.StoreRequest) (snapshot.Stats, error) {
+func (c *Client) StoreImage(ctx context.Context, req nodecontract.StoreRequest) (snapshot.Stats, error) {
 	if req.Grant == nil {
 		return snapshot.Stats{}, fmt.Errorf("store image %s: no grant: %w", req.SnapshotID, errdefs.ErrInvalidArgument)
 	}
@@ -280,8 +280,8 @@ func (c *Client) DropImages(ctx context.Context, snapIDs []string) error {
 }
 
 // Runtimes reports the node's runtime drivers and their abilities.
-func (c *Client) Runtimes(ctx context.Context) ([]node.Runtime, error) {
-	var rs []node.Runtime
+func (c *Client) Runtimes(ctx context.Context) ([]nodecontract.Runtime, error) {
+	var rs []nodecontract.Runtime
 	err := c.call(ctx, http.MethodGet, "/node/v1/runtimes", nil, &rs)
 	return rs, err
 }
@@ -328,7 +328,7 @@ func (c *Client) SandboxCPU(ctx context.Context, id string) (time.Duration, erro
 }
 
 // SandboxMetrics reports a sandbox's resource use in [start, end] (a zero bound is none).
-func (c *Client) SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]node.Sample, error) {
+func (c *Client) SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]nodecontract.Sample, error) {
 	q := url.Values{}
 	if !start.IsZero() {
 		q.Set("start", start.Format(time.RFC3339Nano))
@@ -340,12 +340,12 @@ func (c *Client) SandboxMetrics(ctx context.Context, id string, start, end time.
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var out []node.Sample
+	var out []nodecontract.Sample
 	if err := c.call(ctx, http.MethodGet, path, nil, &out); err != nil {
 		return nil, err
 	}
 	if out == nil {
-		out = []node.Sample{}
+		out = []nodecontract.Sample{}
 	}
 	return out, nil
 }

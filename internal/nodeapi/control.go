@@ -18,7 +18,7 @@ import (
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/internal/keys"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -61,10 +61,10 @@ type Heartbeat struct {
 	// Addr is the host:port of the node's API; its host must be one the node joined with.
 	Addr string `json:"addr"`
 	// Boot names this run of the node process (random at start): a new one tells the control plane the
-	// node restarted, and that it must be given its running sandboxes back (node.API.Recover).
+	// node restarted, and that it must be given its running sandboxes back (nodecontract.Node.Recover).
 	Boot string `json:"boot"`
 	// Capacity is what the node offers sandboxes.
-	Capacity node.Capacity `json:"capacity"`
+	Capacity nodecontract.Capacity `json:"capacity"`
 	// Sandboxes counts the sandboxes the node has.
 	Sandboxes int `json:"sandboxes"`
 	// Version is the node's Airlock version.
@@ -73,12 +73,12 @@ type Heartbeat struct {
 	Leaving bool `json:"leaving,omitempty"`
 	// Runtimes are the node's runtime drivers and their abilities, the default first (none: an older
 	// node, gVisor only).
-	Runtimes []node.Runtime `json:"runtimes,omitempty"`
+	Runtimes []nodecontract.Runtime `json:"runtimes,omitempty"`
 	// Host names the machine the node runs on (node.HostID: a hash, not the machine's ID), and
 	// HostCapacity is what that whole machine offers, so that nodes sharing one can be told apart
 	// from nodes that each have their own (empty: an older node).
-	Host         string         `json:"host,omitempty"`
-	HostCapacity *node.Capacity `json:"host_capacity,omitempty"`
+	Host         string                 `json:"host,omitempty"`
+	HostCapacity *nodecontract.Capacity `json:"host_capacity,omitempty"`
 	// Images are the digests of the template images the node holds (at most MaxImages), so that
 	// placement prefers a node that need not fetch one from the blob store.
 	Images []string `json:"images,omitempty"`

@@ -22,12 +22,12 @@ import (
 	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/httperr"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 )
 
 // Backend is what a node serves: *node.Local.
 type Backend interface {
-	node.API
+	nodecontract.Node
 	// LinkMux returns the Mux of the sandbox's daemon connection, which a control plane's link joins.
 	LinkMux(ctx context.Context, id string) (*link.Mux, error)
 }

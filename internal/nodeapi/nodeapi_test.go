@@ -29,8 +29,8 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/keys/master"
-	"github.com/airlockrun/airlock/internal/node"
 	"github.com/airlockrun/airlock/internal/nodeapi"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store/sqlite/sqlitetest"
 )
@@ -60,7 +60,7 @@ func (f *fakeNode) CheckTemplate(_ context.Context, name string) error {
 	return nil
 }
 func (f *fakeNode) TemplateRoot(context.Context, string) (string, error) { return "/", nil }
-func (f *fakeNode) CreateSandbox(_ context.Context, req node.CreateRequest) error {
+func (f *fakeNode) CreateSandbox(_ context.Context, req nodecontract.CreateRequest) error {
 	f.record("create %s %s %s %d %v", req.ID, req.TenantID, req.Template, req.Limits.MemoryBytes, req.Network.PublicPorts)
 	return nil
 }
@@ -92,7 +92,7 @@ func (f *fakeNode) LinkMux(ctx context.Context, id string) (*link.Mux, error) {
 	return l.Mux(), nil
 }
 func (f *fakeNode) Sandboxes(context.Context) ([]string, error) { return []string{"sb_1", "sb_2"}, nil }
-func (f *fakeNode) Recover(_ context.Context, sbs []node.RecoverRequest) ([]string, error) {
+func (f *fakeNode) Recover(_ context.Context, sbs []nodecontract.RecoverRequest) ([]string, error) {
 	var ids []string
 	for _, s := range sbs {
 		if s.ID == "sb_1" {
@@ -108,13 +108,13 @@ func (f *fakeNode) SetNetwork(_ context.Context, id string, p policy.Policy) err
 	f.record("network %s %s", id, p.Default)
 	return nil
 }
-func (f *fakeNode) RestoreSandbox(_ context.Context, req node.CreateRequest, src node.ImageSource) error {
+func (f *fakeNode) RestoreSandbox(_ context.Context, req nodecontract.CreateRequest, src nodecontract.ImageSource) error {
 	f.record("restore %s %d rules from %s with %s", req.ID, len(req.Network.Rules), src.SnapshotID, grantOf(src.Grant))
 	return nil
 }
-func (f *fakeNode) CheckpointSandbox(_ context.Context, id string, req node.CheckpointRequest) (node.Image, error) {
+func (f *fakeNode) CheckpointSandbox(_ context.Context, id string, req nodecontract.CheckpointRequest) (nodecontract.Image, error) {
 	if id != "sb_1" {
-		return node.Image{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrFailedPrecondition)
+		return nodecontract.Image{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	f.record("checkpoint %s %s %v", id, req.SnapshotID, req.LeaveRunning)
 	// As a node does: the control planes' channels are dropped (with IfIdle, only while nothing is in
@@ -123,15 +123,15 @@ func (f *fakeNode) CheckpointSandbox(_ context.Context, id string, req node.Chec
 	defer f.mu.Unlock()
 	if f.link != nil {
 		if !f.link.Mux().DropOthers(req.IfIdle) {
-			return node.Image{}, fmt.Errorf("sandbox %s: %w", id, node.ErrBusy)
+			return nodecontract.Image{}, fmt.Errorf("sandbox %s: %w", id, nodecontract.ErrBusy)
 		}
 		old := f.link
 		f.link = nil
 		time.AfterFunc(50*time.Millisecond, func() { old.Close() })
 	}
-	return node.Image{Bytes: 3 << 20}, nil
+	return nodecontract.Image{Bytes: 3 << 20}, nil
 }
-func (f *fakeNode) StoreImage(_ context.Context, req node.StoreRequest) (snapshot.Stats, error) {
+func (f *fakeNode) StoreImage(_ context.Context, req nodecontract.StoreRequest) (snapshot.Stats, error) {
 	if req.SnapshotID == "sn_lost" {
 		return snapshot.Stats{}, fmt.Errorf("the image of %s is not here: %w", req.SnapshotID, errdefs.ErrNotFound)
 	}
@@ -143,8 +143,8 @@ func (f *fakeNode) DropImages(_ context.Context, ids []string) error {
 	return nil
 }
 func (f *fakeNode) PendingImages(context.Context) ([]string, error) { return []string{"sn_1"}, nil }
-func (f *fakeNode) Runtimes(context.Context) ([]node.Runtime, error) {
-	return []node.Runtime{{Name: "gvisor", Abilities: []string{node.AbilityMemorySnapshots, node.AbilityFork}}, {Name: "runc", Abilities: []string{node.AbilityFilesSnapshots}}}, nil
+func (f *fakeNode) Runtimes(context.Context) ([]nodecontract.Runtime, error) {
+	return []nodecontract.Runtime{{Name: "gvisor", Abilities: []string{nodecontract.AbilityMemorySnapshots, nodecontract.AbilityFork}}, {Name: "runc", Abilities: []string{nodecontract.AbilityFilesSnapshots}}}, nil
 }
 
 // grantOf describes a grant as the node received it: its tenant and its keys' first bytes.
@@ -176,14 +176,14 @@ func (f *fakeNode) SandboxCPU(context.Context, string) (time.Duration, error) {
 }
 
 // SandboxMetrics answers a sample at each bound given, so that the test sees them arrive.
-func (f *fakeNode) SandboxMetrics(_ context.Context, id string, start, end time.Time) ([]node.Sample, error) {
+func (f *fakeNode) SandboxMetrics(_ context.Context, id string, start, end time.Time) ([]nodecontract.Sample, error) {
 	if id != "sb_1" {
 		return nil, fmt.Errorf("sandbox %s is not running: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	out := []node.Sample{}
+	out := []nodecontract.Sample{}
 	for _, t := range []time.Time{start, end} {
 		if !t.IsZero() {
-			out = append(out, node.Sample{Time: t, CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 1 << 20, MemTotal: 256 << 20, DiskTotal: 1 << 30})
+			out = append(out, nodecontract.Sample{Time: t, CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 1 << 20, MemTotal: 256 << 20, DiskTotal: 1 << 30})
 		}
 	}
 	return out, nil
@@ -308,7 +308,7 @@ func TestCalls(t *testing.T) {
 	if err := c.CheckTemplate(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), `"nope"`) {
 		t.Errorf("CheckTemplate(nope) = %v; want not found naming it", err)
 	}
-	req := node.CreateRequest{ID: "sb_1", TenantID: "tn_1", Template: "default", Network: policy.Policy{PublicPorts: []int{8080}}}
+	req := nodecontract.CreateRequest{ID: "sb_1", TenantID: "tn_1", Template: "default", Network: policy.Policy{PublicPorts: []int{8080}}}
 	req.Limits.MemoryBytes = 256 << 20
 	if err := c.CreateSandbox(ctx, req); err != nil {
 		t.Fatal(err)
@@ -317,13 +317,13 @@ func TestCalls(t *testing.T) {
 	if err != nil || len(ids) != 2 {
 		t.Errorf("Sandboxes = %v, %v", ids, err)
 	}
-	if got, err := c.Recover(ctx, []node.RecoverRequest{{ID: "sb_1"}, {ID: "sb_9"}}); err != nil || len(got) != 1 || got[0] != "sb_1" {
+	if got, err := c.Recover(ctx, []nodecontract.RecoverRequest{{ID: "sb_1"}, {ID: "sb_9"}}); err != nil || len(got) != 1 || got[0] != "sb_1" {
 		t.Errorf("Recover = %v, %v; want [sb_1]", got, err)
 	}
 	if got, err := c.Recover(ctx, nil); err != nil || len(got) != 0 {
 		t.Errorf("Recover(nil) = %v, %v", got, err)
 	}
-	if _, err := c.Recover(ctx, []node.RecoverRequest{{ID: "sb_err"}}); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := c.Recover(ctx, []nodecontract.RecoverRequest{{ID: "sb_err"}}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("Recover on a node that cannot tell = %v; want unavailable", err)
 	}
 	if err := c.SetNetwork(ctx, "sb_1", policy.Policy{Default: "allow"}); err != nil {
@@ -335,7 +335,7 @@ func TestCalls(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC)
 	if ss, err := c.SandboxMetrics(ctx, "sb_1", t0, t0.Add(time.Hour)); err != nil {
 		t.Errorf("SandboxMetrics: %v", err)
-	} else if want := []node.Sample{{Time: t0, CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 1 << 20, MemTotal: 256 << 20, DiskTotal: 1 << 30},
+	} else if want := []nodecontract.Sample{{Time: t0, CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 1 << 20, MemTotal: 256 << 20, DiskTotal: 1 << 30},
 		{Time: t0.Add(time.Hour), CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 1 << 20, MemTotal: 256 << 20, DiskTotal: 1 << 30}}; !cmp.Equal(ss, want) {
 		t.Errorf("SandboxMetrics = %+v; want %+v", ss, want)
 	}
@@ -378,11 +378,11 @@ func TestCalls(t *testing.T) {
 func TestImages(t *testing.T) {
 	fn, c, _, _ := setup(t)
 	ctx := t.Context()
-	img, err := c.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true})
+	img, err := c.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true})
 	if err != nil || img.Bytes != 3<<20 {
 		t.Fatalf("CheckpointSandbox = %+v, %v", img, err)
 	}
-	if _, err := c.CheckpointSandbox(ctx, "sb_2", node.CheckpointRequest{SnapshotID: "sn_2"}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := c.CheckpointSandbox(ctx, "sb_2", nodecontract.CheckpointRequest{SnapshotID: "sn_2"}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("checkpoint of an unknown sandbox = %v; want failed precondition", err)
 	}
 	key := bytes.Repeat([]byte{0xab}, 96)
@@ -390,14 +390,14 @@ func TestImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stats, err := c.StoreImage(ctx, node.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1", Grant: g, Meta: map[string]string{"session": "se_1"}})
+	stats, err := c.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1", Grant: g, Meta: map[string]string{"session": "se_1"}})
 	if err != nil || stats.NewChunks != 4 || stats.LogicalBytes != 3<<20 {
 		t.Fatalf("StoreImage = %+v, %v", stats, err)
 	}
-	if _, err := c.StoreImage(ctx, node.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_lost", Grant: g}); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := c.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_lost", Grant: g}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("StoreImage of a lost image = %v; want not found", err)
 	}
-	if _, err := c.StoreImage(ctx, node.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := c.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("StoreImage without a grant = %v; want invalid argument", err)
 	}
 	// A create request of any size goes with the snapshot's ID and the grant.
@@ -405,10 +405,10 @@ func TestImages(t *testing.T) {
 	for i := range 500 {
 		big.Rules = append(big.Rules, policy.Rule{Name: fmt.Sprintf("rule-%d", i), Action: "allow", Host: fmt.Sprintf("host-%d.example.com", i)})
 	}
-	if err := c.RestoreSandbox(ctx, node.CreateRequest{ID: "sb_3", TenantID: "tn_1", Network: big}, node.ImageSource{SnapshotID: "sn_1", Grant: g}); err != nil {
+	if err := c.RestoreSandbox(ctx, nodecontract.CreateRequest{ID: "sb_3", TenantID: "tn_1", Network: big}, nodecontract.ImageSource{SnapshotID: "sn_1", Grant: g}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RestoreSandbox(ctx, node.CreateRequest{ID: "sb_4", TenantID: "tn_1"}, node.ImageSource{SnapshotID: "sn_1"}); err != nil {
+	if err := c.RestoreSandbox(ctx, nodecontract.CreateRequest{ID: "sb_4", TenantID: "tn_1"}, nodecontract.ImageSource{SnapshotID: "sn_1"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.DropImages(ctx, []string{"sn_1", "sn_2"}); err != nil {
@@ -417,7 +417,7 @@ func TestImages(t *testing.T) {
 	if ids, err := c.PendingImages(ctx); err != nil || len(ids) != 1 || ids[0] != "sn_1" {
 		t.Errorf("PendingImages = %v, %v", ids, err)
 	}
-	if rs, err := c.Runtimes(ctx); err != nil || len(rs) != 2 || rs[1].Name != "runc" || !rs[1].Has(node.AbilityFilesSnapshots) || rs[1].Has(node.AbilityFork) {
+	if rs, err := c.Runtimes(ctx); err != nil || len(rs) != 2 || rs[1].Name != "runc" || !rs[1].Has(nodecontract.AbilityFilesSnapshots) || rs[1].Has(nodecontract.AbilityFork) {
 		t.Errorf("Runtimes = %+v, %v", rs, err)
 	}
 	want := []string{"checkpoint sb_1 sn_1 true", "store tn_1 sn_1 grant tn_1 abababab se_1", "restore sb_3 500 rules from sn_1 with grant tn_1 abababab",
@@ -519,7 +519,7 @@ func TestLinkThroughCheckpoints(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(200 * time.Millisecond)
-	if _, err := c.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true, IfIdle: true}); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := c.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true, IfIdle: true}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("checkpoint with a call in progress = %v; want busy (conflict)", err)
 	}
 	if err := <-done; err != nil {
@@ -577,7 +577,7 @@ func TestLinkThroughCheckpoints(t *testing.T) {
 	}
 	start := time.Now()
 	for ; time.Since(start) < 3*time.Second || !tested() && time.Since(start) < time.Minute; time.Sleep(5 * time.Millisecond) {
-		_, err := c.CheckpointSandbox(ctx, "sb_1", node.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true, IfIdle: true})
+		_, err := c.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true, IfIdle: true})
 		switch {
 		case err == nil:
 			checkpoints++
@@ -607,7 +607,7 @@ func TestOnlyTheClusterControlPlanes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer asNode.Close()
-	if err := asNode.CreateSandbox(ctx, node.CreateRequest{ID: "sb_x"}); err == nil {
+	if err := asNode.CreateSandbox(ctx, nodecontract.CreateRequest{ID: "sb_x"}); err == nil {
 		t.Error("a node's certificate created a sandbox on another node")
 	}
 	if _, err := asNode.Link(ctx, "sb_1"); err == nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/httperr"
-	"github.com/airlockrun/airlock/internal/node"
+	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/template/oci"
 )
@@ -112,7 +112,7 @@ func (h *Handler) sandboxes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
-	var req node.CreateRequest
+	var req nodecontract.CreateRequest
 	err := decode(r.Body, &req)
 	if err == nil {
 		err = h.b.CreateSandbox(r.Context(), req)
@@ -125,8 +125,8 @@ const maxRequestLine = 1 << 20
 
 // restoreBody is a restore's request: the sandbox and the snapshot, with the tenant's grant.
 type restoreBody struct {
-	Sandbox    node.CreateRequest `json:"sandbox"`
-	SnapshotID string             `json:"snapshot_id"`
+	Sandbox    nodecontract.CreateRequest `json:"sandbox"`
+	SnapshotID string                     `json:"snapshot_id"`
 	// Grant is the tenant's snapshot grant (snapshot.Grant.MarshalBinary), for a node that must fetch
 	// the image.
 	Grant []byte `json:"grant,omitempty"`
@@ -138,7 +138,7 @@ func (h *Handler) restore(w http.ResponseWriter, r *http.Request) {
 		h.answer(w, r, nil, err)
 		return
 	}
-	src := node.ImageSource{SnapshotID: req.SnapshotID}
+	src := nodecontract.ImageSource{SnapshotID: req.SnapshotID}
 	if len(req.Grant) > 0 {
 		g, err := snapshot.UnmarshalGrant(req.Sandbox.TenantID, req.Grant)
 		clear(req.Grant)
@@ -153,7 +153,7 @@ func (h *Handler) restore(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) recover(w http.ResponseWriter, r *http.Request) {
-	var reqs []node.RecoverRequest
+	var reqs []nodecontract.RecoverRequest
 	if err := decode(r.Body, &reqs); err != nil {
 		h.answer(w, r, nil, err)
 		return
@@ -191,7 +191,7 @@ func (h *Handler) checkpoint(w http.ResponseWriter, r *http.Request) {
 		h.answer(w, r, nil, err)
 		return
 	}
-	img, err := h.b.CheckpointSandbox(r.Context(), r.PathValue("id"), node.CheckpointRequest{SnapshotID: req.SnapshotID, LeaveRunning: req.LeaveRunning, IfIdle: req.IfIdle})
+	img, err := h.b.CheckpointSandbox(r.Context(), r.PathValue("id"), nodecontract.CheckpointRequest{SnapshotID: req.SnapshotID, LeaveRunning: req.LeaveRunning, IfIdle: req.IfIdle})
 	h.answer(w, r, img, err)
 }
 
@@ -216,7 +216,7 @@ func (h *Handler) storeImage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.Clear()
-	stats, err := h.b.StoreImage(r.Context(), node.StoreRequest{TenantID: req.Tenant, SnapshotID: req.SnapshotID, Grant: g, Meta: req.Meta})
+	stats, err := h.b.StoreImage(r.Context(), nodecontract.StoreRequest{TenantID: req.Tenant, SnapshotID: req.SnapshotID, Grant: g, Meta: req.Meta})
 	h.answer(w, r, stats, err)
 }
 
@@ -235,7 +235,7 @@ func (h *Handler) images() (imageBackend, error) {
 	return ib, nil
 }
 
-// importImage imports the image archive the body streams (at most node.MaxImageUpload bytes).
+// importImage imports the image archive the body streams (at most nodecontract.MaxImageUpload bytes).
 func (h *Handler) importImage(w http.ResponseWriter, r *http.Request) {
 	ib, err := h.images()
 	if err != nil {

@@ -1,10 +1,7 @@
-package node
+package nodecontract
 
 import (
 	"bufio"
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	goruntime "runtime"
@@ -90,18 +87,6 @@ func HostCapacity(maxSandboxes int) (Capacity, error) {
 	c.MemoryMB = min(c.MemoryMB, MaxCapacityMemoryMB)
 	c.MaxSandboxes = min(c.MaxSandboxes, MaxCapacitySandboxes)
 	return c, c.Check()
-}
-
-// HostID names this machine for its nodes' heartbeats: a hash of /etc/machine-id (or, without one,
-// of this boot's ID), the same for every node on the machine and revealing neither.
-func HostID() string {
-	for _, p := range []string{"/etc/machine-id", "/proc/sys/kernel/random/boot_id"} {
-		if b, err := os.ReadFile(p); err == nil && len(bytes.TrimSpace(b)) > 0 {
-			sum := sha256.Sum256(append([]byte("airlock host id\x00"), bytes.TrimSpace(b)...))
-			return hex.EncodeToString(sum[:8])
-		}
-	}
-	return ""
 }
 
 // hostMemoryMB reads MemTotal from /proc/meminfo.

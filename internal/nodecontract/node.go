@@ -1,0 +1,72 @@
+package nodecontract
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/gateway"
+	"github.com/airlockrun/airlock/internal/gateway/flowlog"
+	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/snapshot"
+)
+
+// Node is what a control plane needs of a node: node.Local implements it in the control plane's
+// process, and so does the client of a node in another process (nodeapi.Client).
+type Node interface {
+	// ID names the node.
+	ID() string
+	// Runtimes reports the node's runtime drivers and their abilities, the default first.
+	Runtimes(ctx context.Context) ([]Runtime, error)
+	// CheckTemplate reports whether the node can boot the template: nil, or an error wrapping
+	// errdefs.ErrNotFound.
+	CheckTemplate(ctx context.Context, name string) error
+	// CreateSandbox boots a sandbox and returns once it accepts work.
+	CreateSandbox(ctx context.Context, req CreateRequest) error
+	// DestroySandbox removes a sandbox and everything of it from the node; unknown IDs succeed.
+	DestroySandbox(ctx context.Context, id string) error
+	// Link returns the channel to the sandbox's daemon.
+	Link(ctx context.Context, id string) (*link.Client, error)
+	// Sandboxes reports the IDs of the sandboxes the node has, running or left over.
+	Sandboxes(ctx context.Context) ([]string, error)
+	// Recover re-adopts those of the sandboxes that still run after a restart and reports their IDs;
+	// an error means the node could not tell (it was not reached), not that they are gone.
+	Recover(ctx context.Context, sbs []RecoverRequest) ([]string, error)
+	// SetNetwork replaces a running sandbox's egress policy.
+	SetNetwork(ctx context.Context, id string, p policy.Policy) error
+	// RestoreSandbox boots a sandbox from a snapshot's checkpoint image, which the node keeps or fetches
+	// from the snapshot store, and returns once it accepts work.
+	RestoreSandbox(ctx context.Context, req CreateRequest, src ImageSource) error
+	// CheckpointSandbox saves a running sandbox as a snapshot's image, kept on the node until StoreImage;
+	// without req.LeaveRunning it stays frozen until DestroySandbox or UnpauseSandbox.
+	CheckpointSandbox(ctx context.Context, id string, req CheckpointRequest) (Image, error)
+	// StoreImage writes the image the node keeps for a snapshot into the snapshot store and reports the
+	// write's statistics (those of the stored snapshot, if it is stored already). An image the node
+	// does not have and that is not stored is errdefs.ErrNotFound.
+	StoreImage(ctx context.Context, req StoreRequest) (snapshot.Stats, error)
+	// DropImages removes the images of these snapshots from the node.
+	DropImages(ctx context.Context, snapIDs []string) error
+	// PendingImages reports the snapshots whose images the node keeps and has not stored.
+	PendingImages(ctx context.Context) ([]string, error)
+	// UnpauseSandbox lets a sandbox a checkpoint left frozen run again.
+	UnpauseSandbox(ctx context.Context, id string) error
+	// CopyCA gives toID the interception CA stored under fromID; ForgetCA removes one.
+	CopyCA(ctx context.Context, fromID, toID, tenantID string) error
+	ForgetCA(caID string)
+	// RewrapCAs wraps the keys of the tenant's CAs again under its current key-encryption key.
+	RewrapCAs(ctx context.Context, tenantID string) (int, error)
+	// TemplateRoot reports the host directory of a template's root filesystem (read-only).
+	TemplateRoot(ctx context.Context, name string) (string, error)
+	// SandboxCPU reports the CPU time a running sandbox used so far.
+	SandboxCPU(ctx context.Context, id string) (time.Duration, error)
+	// SandboxMetrics reports a running sandbox's resource use: the readings the node keeps taken in
+	// [start, end] (a zero bound is none), oldest first, and one taken now if end is zero or not before
+	// now (see Local.SandboxMetrics).
+	SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]Sample, error)
+	// Flows returns a sandbox's network flows that f selects, newest first, also once it is gone.
+	Flows(ctx context.Context, id string, f flowlog.Filter) ([]gateway.Flow, error)
+	// DialPort opens a TCP connection from the node into a running sandbox, to port on its own address;
+	// nothing listening is errdefs.ErrPortClosed.
+	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
+}
