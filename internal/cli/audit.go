@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockrun/airlock/internal/auditship"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
@@ -22,24 +23,20 @@ func newAuditCmd(g *globals) *cobra.Command {
 daemon channels, and its egress decisions. Each entry carries the hash of the one before it, so that a
 changed, removed or reordered entry shows: "airlock audit verify" names the first one.`,
 	}
-	var after int64
 	var fromMiddle bool
+	var xf auditship.Flags
 	export := &cobra.Command{
-		Use:   "export",
-		Short: "Write the audit log to stdout as JSON lines",
-		Args:  cobra.NoArgs,
+		Use:     "export",
+		Short:   "Write the audit log to stdout as JSON lines, or ship it to a file, S3 or syslog",
+		Long:    auditship.Help,
+		Example: auditship.Example,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			rc, err := g.client().ExportAudit(cmd.Context(), after)
-			if err != nil {
-				return err
-			}
-			defer rc.Close()
-			_, err = io.Copy(g.Out, rc)
-			return err
+			return xf.Export(cmd.Context(), g.client().ExportAudit, g.Out, g.Err)
 		},
 	}
-	export.Flags().Int64Var(&after, "after", 0, "start after this entry's sequence number")
+	xf.AddFlags(export.Flags())
 	verify := &cobra.Command{
 		Use:   "verify [FILE]",
 		Short: "Check the hash chain of an exported audit log (a file, - for stdin, or the server's log)",
