@@ -48,6 +48,7 @@ import (
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/audit"
 	"github.com/airlockrun/airlock/internal/blob"
+	blobcache "github.com/airlockrun/airlock/internal/blob/cache"
 	bloblocal "github.com/airlockrun/airlock/internal/blob/local"
 	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
 	"github.com/airlockrun/airlock/internal/cluster"
@@ -349,7 +350,64 @@ func hostAddresses() []netip.Prefix {
 
 // Run starts Airlock and serves until ctx ends; then it shuts down cleanly: the API stops accepting
 // requests, every sandbox is stopped and removed from the host, and the store is closed.
-func Run(ctx context.Context, cfg Config) (err error) {
+func Run(ctx context.Context, cfg Config) error {
+	s, err := newServer(cfg)
+	if err != nil {
+		return err
+	}
+	return s.run(ctx, s.serveUntil,
+		s.openDataDir,         // DATA, mode 0700
+		s.openStore,           // the Store, the audit logs on it, the metrics registry
+		s.openKeys,            // the master key, the keyring, the cluster CA, pkcs11
+		s.openSecrets,         // the tenants' secrets, which seal the audit entries
+		s.listen,              // the API's address
+		s.openEgress,          // the egress guards and extra roots
+		s.openConnections,     // the tenants' OAuth connections
+		s.openSnapshots,       // the snapshot store: S3, or DATA/blobs
+		s.startNode,           // the node of this process, unless NoLocalNode
+		s.openClusterIdentity, // with a cluster port: this replica's certificate
+		s.startControlPlane,   // bootstrapped, its first API key saved
+		s.installDefaultImage, // the default template
+		s.serveCluster,        // the cluster port, if any
+		s.serveAPI)            // the API and /metrics
+}
+
+// server is the system Run builds: the control plane on its store, and the node of this process
+// unless Config.NoLocalNode.
+type server struct {
+	system
+	cfg Config
+
+	store interface {
+		store.Store
+		Close() error
+	}
+	// audit is the tenants' audit logs; reg the registry of this instance's metrics, served at
+	// /metrics (not the global default: two instances in one process, as in tests, keep theirs apart).
+	audit *audit.Recorder
+	reg   *prometheus.Registry
+	// keyring routes each tenant to its key provider; localKeys is the local one, under masterKey,
+	// which also seals the cluster's CA.
+	masterKey *master.Key
+	localKeys *local.Keyring
+	keyring   *keys.Router
+	clusterCA *cluster.CA
+	secrets   *secrets.Store
+	conns     *connections.Manager
+	// ln is the API's listener, bound early so that publicURL can name its port.
+	ln        net.Listener
+	publicURL string
+	// self is the control plane's certificate from the cluster CA, with a cluster port (else nil).
+	self       *cluster.SelfCert
+	templates  *template.Catalog
+	cp         *controlplane.Service
+	clusterSrv *http.Server
+	api        *http.Server
+	served     chan error // what the API's Serve returned
+}
+
+// newServer checks cfg and fills its defaults.
+func newServer(cfg Config) (*server, error) {
 	if cfg.DataDir == "" {
 		cfg.DataDir = DefaultDataDir
 	}
@@ -359,377 +417,515 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.ImageCacheBytes == 0 {
 		cfg.ImageCacheBytes = DefaultImageCacheBytes
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Out == nil {
-		cfg.Out = os.Stdout
-	}
-	log := cfg.Logger
-	if cfg.DaemonBinary == "" && !cfg.NoLocalNode {
-		var err error
-		if cfg.DaemonBinary, err = FindDaemon(); err != nil {
-			return err
+	cfg.Logger, cfg.Out = defaultOutputs(cfg.Logger, cfg.Out)
+	if !cfg.NoLocalNode {
+		if err := checkHost("airlock up", &cfg.DaemonBinary); err != nil {
+			return nil, err
 		}
 	}
-	if os.Geteuid() != 0 && !cfg.NoLocalNode {
-		return errors.New("airlock up must run as root: sandboxes need mounts, cgroups and network namespaces")
-	}
 	if cfg.NoLocalNode && cfg.ClusterListen == "" {
-		return errors.New("a control plane with no node of its own needs a cluster port for the nodes (ClusterListen)")
+		return nil, errors.New("a control plane with no node of its own needs a cluster port for the nodes (ClusterListen)")
 	}
-	dataDir, err := filepath.Abs(cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
-	if err := os.Chmod(dataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
+	host := NodeConfig{Runsc: cfg.Runsc, DaemonBinary: cfg.DaemonBinary, Debug: cfg.Debug, Hosts: cfg.Hosts, HostsOnly: cfg.HostsOnly,
+		ExtraRootsPEM: cfg.ExtraRootsPEM, EgressAllowPrivate: cfg.EgressAllowPrivate,
+		ImageCacheBytes: cfg.ImageCacheBytes, WarmPool: cfg.WarmPool, LogRetention: cfg.LogRetention}
+	return &server{cfg: cfg, system: system{log: cfg.Logger, out: cfg.Out, host: host}}, nil
+}
 
-	var st interface {
-		store.Store
-		Close() error
-	}
-	if cfg.PostgresDSN != "" {
-		st, err = postgres.Open(ctx, cfg.PostgresDSN)
+// openDataDir makes the data directory, mode 0700.
+func (s *server) openDataDir(context.Context) error { return s.setDataDir(s.cfg.DataDir, true) }
+
+// openStore opens the Store (PostgreSQL with a DSN, else SQLite in the data directory), the tenants'
+// audit logs on it, and the metrics registry.
+func (s *server) openStore(ctx context.Context) error {
+	var err error
+	if s.cfg.PostgresDSN != "" {
+		s.store, err = postgres.Open(ctx, s.cfg.PostgresDSN)
 	} else {
-		st, err = sqlite.Open(ctx, filepath.Join(dataDir, "airlock.db"))
+		s.store, err = sqlite.Open(ctx, filepath.Join(s.dataDir, "airlock.db"))
 	}
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, st.Close()) }()
-	// The tenants' audit logs. Closed (what is queued written) before the store, after everything that
-	// records into it stopped (deferred calls run last-in first-out).
-	auditLog := audit.New(st, log)
-	defer auditLog.Close()
+	s.onClose(s.store.Close)
+	// Closed (what is queued written) before the store, after everything that records into it stopped.
+	s.audit = audit.New(s.store, s.log)
+	s.onCloseQuietly(s.audit.Close)
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return nil
+}
 
-	tag := InstanceTag(dataDir)
-	// The registry of this instance's metrics, served at /metrics. Not the global default: two
-	// instances in one process (tests) keep theirs apart.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	masterPath := cfg.MasterKeyFile
+// openKeys opens the master key, the local keyring in the Store, the cluster's CA (made on first start:
+// nodes that join get their certificates from it), and the pkcs11 provider if configured, and routes
+// each tenant to its provider. It moves what older versions kept in files into the Store.
+func (s *server) openKeys(ctx context.Context) error {
+	masterPath := s.cfg.MasterKeyFile
 	if masterPath == "" {
-		masterPath = filepath.Join(dataDir, "keys", "master.key")
+		masterPath = filepath.Join(s.dataDir, "keys", "master.key")
 	}
 	masterBytes, err := master.LoadFile(masterPath, true)
 	if err != nil {
 		return err
 	}
-	masterKey, err := master.New(masterBytes)
+	s.masterKey, err = master.New(masterBytes)
 	clear(masterBytes)
 	if err != nil {
 		return err
 	}
-	localKeys, err := local.NewInStore(ctx, st, masterKey)
-	if err != nil {
+	if s.localKeys, err = local.NewInStore(ctx, s.store, s.masterKey); err != nil {
 		return err
 	}
-	// The cluster's CA, made on first start: nodes that join get their certificates from it.
-	clusterCA, err := cluster.LoadCA(ctx, st, masterKey)
-	if err != nil {
+	if s.clusterCA, err = cluster.LoadCA(ctx, s.store, s.masterKey); err != nil {
 		return err
 	}
-	if err := importFiles(ctx, log, localKeys, st, dataDir); err != nil {
+	if err := importFiles(ctx, s.log, s.localKeys, s.store, s.dataDir); err != nil {
 		return err
 	}
-	providers := map[string]keys.KeyProvider{KeyProviderLocal: localKeys}
-	if cfg.PKCS11.Module != "" {
-		p11, err := pkcs11.New(pkcs11.Config{Helper: cfg.PKCS11.Helper, Module: cfg.PKCS11.Module, TokenLabel: cfg.PKCS11.TokenLabel,
-			PIN: cfg.PKCS11.PIN, Env: cfg.PKCS11.Env, Dir: filepath.Join(dataDir, "keys"), Logger: log})
+	providers := map[string]keys.KeyProvider{KeyProviderLocal: s.localKeys}
+	if p := s.cfg.PKCS11; p.Module != "" {
+		p11, err := pkcs11.New(pkcs11.Config{Helper: p.Helper, Module: p.Module, TokenLabel: p.TokenLabel,
+			PIN: p.PIN, Env: p.Env, Dir: filepath.Join(s.dataDir, "keys"), Logger: s.log})
 		if err != nil {
 			return err
 		}
-		defer p11.Close()
+		s.onCloseQuietly(func() { _ = p11.Close() })
 		providers[KeyProviderPKCS11] = p11
 	}
-	keyring, err := keys.NewRouter(providers, KeyProviderLocal, func(ctx context.Context, tenantID string) (string, error) {
-		t, err := st.GetTenant(ctx, tenantID)
+	s.keyring, err = keys.NewRouter(providers, KeyProviderLocal, func(ctx context.Context, tenantID string) (string, error) {
+		t, err := s.store.GetTenant(ctx, tenantID)
 		if err != nil {
 			return "", err
 		}
 		return t.KeyProvider, nil
 	})
+	return err
+}
+
+// openSecrets opens the tenants' secrets, and seals the audit entries' payloads under their tenant's
+// key with it: a revoked key leaves them unreadable.
+func (s *server) openSecrets(context.Context) error {
+	docs, err := secrets.NewDocStorage(s.store, SecretsDocPrefix)
 	if err != nil {
 		return err
 	}
-	secretDocs, err := secrets.NewDocStorage(st, SecretsDocPrefix)
-	if err != nil {
+	if s.secrets, err = secrets.New(secrets.Config{Keys: s.keyring, Storage: docs}); err != nil {
 		return err
 	}
-	secretStore, err := secrets.New(secrets.Config{Keys: keyring, Storage: secretDocs})
-	if err != nil {
-		return err
-	}
-	// The audit entries' payloads are sealed under their tenant's key: a revoked key leaves them unreadable.
-	auditLog.SetSealer(func(ctx context.Context, tenantID string) (audit.Sealer, error) {
-		return secretStore.Sealer(ctx, tenantID, controlplane.AuditSealPurpose, true)
+	s.audit.SetSealer(func(ctx context.Context, tenantID string) (audit.Sealer, error) {
+		return s.secrets.Sealer(ctx, tenantID, controlplane.AuditSealPurpose, true)
 	})
-	// Bound now, so that the OAuth callback URL can name the port even when Listen asked for any.
-	ln, err := net.Listen("tcp", cfg.Listen)
+	return nil
+}
+
+// listen binds the API's address now, so that the OAuth callback URL can name the port even when Listen
+// asked for any.
+func (s *server) listen(context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
 	}
-	defer ln.Close() // a no-op after the shutdown below closed it
-	publicURL := strings.TrimSuffix(cfg.PublicURL, "/")
-	if publicURL == "" {
-		publicURL = "http://" + ln.Addr().String()
+	s.ln = ln
+	s.onCloseQuietly(func() { _ = ln.Close() }) // a no-op after the shutdown closed it
+	s.publicURL = strings.TrimSuffix(s.cfg.PublicURL, "/")
+	if s.publicURL == "" {
+		s.publicURL = "http://" + ln.Addr().String()
 	}
-	guards, stopGuards, err := egressGuards(cfg.EgressAllowPrivate, log)
-	if err != nil {
-		return err
-	}
-	defer stopGuards()
-	connDocs, err := secrets.NewDocStorage(st, ConnectionsDocPrefix)
-	if err != nil {
-		return err
-	}
-	conns, err := connections.New(connections.Config{Keys: keyring, Storage: connDocs, RedirectURL: publicURL + "/v1/oauth/callback", Guards: guards, Logger: log})
-	if err != nil {
-		return err
-	}
-	// Closed after the control plane and the gateway stopped (deferred calls run last-in first-out).
-	defer func() { err = errors.Join(err, conns.Close()) }()
-	roots, err := extraRoots(cfg.ExtraRootsPEM)
+	return nil
+}
+
+// openConnections opens the tenants' OAuth connections (closed after the control plane and the
+// gateway stopped).
+func (s *server) openConnections(context.Context) error {
+	docs, err := secrets.NewDocStorage(s.store, ConnectionsDocPrefix)
 	if err != nil {
 		return err
 	}
-	blobs, err := openBlobs(ctx, dataDir, cfg.S3)
+	s.conns, err = connections.New(connections.Config{Keys: s.keyring, Storage: docs, RedirectURL: s.publicURL + "/v1/oauth/callback", Guards: s.guards, Logger: s.log})
 	if err != nil {
 		return err
 	}
-	// The control plane's store makes grants with the keyring; the node of this process writes and
-	// reads images through the same store (so snapshot GC sees its writers).
-	snaps, err := snapshot.New(snapshot.Config{Blobs: blobs, Keys: keyring, Logger: log})
+	s.onClose(s.conns.Close)
+	return nil
+}
+
+// openSnapshots opens the snapshot store on the S3 bucket or DATA/blobs. The control plane's store
+// makes grants with the keyring; the node of this process writes and reads images through the same
+// store (so snapshot GC sees its writers).
+func (s *server) openSnapshots(ctx context.Context) error {
+	blobs, err := openBlobs(ctx, s.cfg.S3, filepath.Join(s.dataDir, "blobs"), "", s.log)
 	if err != nil {
 		return err
 	}
-	var cp *controlplane.Service
-	var nd *node.Local
-	if !cfg.NoLocalNode {
-		var closeNode func() error
-		nd, closeNode, err = startHostNode(hostNode{id: nodecontract.LocalID, dataDir: dataDir, tag: tag, runsc: cfg.Runsc, daemon: cfg.DaemonBinary,
-			debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, guards: guards, log: log, keys: keyring, reg: reg,
-			snapshots: snaps, imageCacheBytes: cfg.ImageCacheBytes, warmPool: cfg.WarmPool, logRetention: cfg.LogRetention,
-			// In one process the node needs no check of which sandbox asks: the gateway asks only for
-			// its sandboxes' bindings.
-			secret: func(ctx context.Context, tenantID, _, name string) ([]byte, error) {
-				return secretStore.Reveal(ctx, tenantID, name)
-			},
-			token: func(ctx context.Context, tenantID, _, connection string) ([]byte, error) {
-				return conns.Token(ctx, tenantID, connection)
-			},
-			audit: auditLog.Record,
-			onExit: func(id, reason string) {
-				if cp != nil {
-					go cp.HandleSandboxExit(id, reason)
-				}
-			}})
-		if err != nil {
-			return err
-		}
-		// Closed after the sandboxes are gone (deferred, so last in first out with the shutdown below).
-		defer func() { err = errors.Join(err, closeNode()) }()
+	s.snaps, err = snapshot.New(snapshot.Config{Blobs: blobs, Keys: s.keyring, Logger: s.log})
+	return err
+}
+
+// startNode starts the node of this process, unless NoLocalNode; it is stopped after the sandboxes are
+// gone.
+func (s *server) startNode(context.Context) error {
+	if s.cfg.NoLocalNode {
+		return nil
 	}
-	// With a cluster port, the control plane gives itself a certificate from the cluster CA, with
-	// which it calls the nodes that joined and serves their calls.
-	var self *cluster.SelfCert
-	if cfg.ClusterListen != "" {
-		replica, err := replicaID(dataDir)
-		if err != nil {
-			return err
-		}
-		if self, err = clusterCA.NewSelfCert(cluster.Identity{Role: cluster.RoleControlPlane, ID: replica}, nil); err != nil {
-			return fmt.Errorf("cluster port: %w", err)
-		}
+	return s.startHostNode(hostNode{id: nodecontract.LocalID, keys: s.keyring, reg: s.reg, audit: s.audit.Record,
+		// In one process the node needs no check of which sandbox asks: the gateway asks only for
+		// its sandboxes' bindings.
+		secret: func(ctx context.Context, tenantID, _, name string) ([]byte, error) {
+			return s.secrets.Reveal(ctx, tenantID, name)
+		},
+		token: func(ctx context.Context, tenantID, _, connection string) ([]byte, error) {
+			return s.conns.Token(ctx, tenantID, connection)
+		},
+		onExit: func(id, reason string) {
+			if cp := s.cp; cp != nil {
+				go cp.HandleSandboxExit(id, reason)
+			}
+		}})
+}
+
+// openClusterIdentity gives the control plane, with a cluster port, a certificate from the cluster CA,
+// with which it calls the nodes that joined and serves their calls.
+func (s *server) openClusterIdentity(context.Context) error {
+	if s.cfg.ClusterListen == "" {
+		return nil
 	}
-	templates := template.NewCatalog(filepath.Join(dataDir, "templates"))
-	templates.Host.Logger = log
-	defer templates.Close()
-	cpCfg := controlplane.Config{Store: st, Logger: log, Secrets: secretStore, Connections: conns,
-		Snapshots: snaps,
+	replica, err := replicaID(s.dataDir)
+	if err != nil {
+		return err
+	}
+	if s.self, err = s.clusterCA.NewSelfCert(cluster.Identity{Role: cluster.RoleControlPlane, ID: replica}, nil); err != nil {
+		return fmt.Errorf("cluster port: %w", err)
+	}
+	return nil
+}
+
+// startControlPlane makes the control plane, bootstraps the operator tenant (saving its first API key)
+// and starts it.
+func (s *server) startControlPlane(ctx context.Context) error {
+	s.templates = template.NewCatalog(filepath.Join(s.dataDir, "templates"))
+	s.templates.Host.Logger = s.log
+	s.onCloseQuietly(func() { _ = s.templates.Close() })
+	cfg := s.cfg
+	cpCfg := controlplane.Config{Store: s.store, Logger: s.log, Secrets: s.secrets, Connections: s.conns,
+		Snapshots: s.snaps,
 		Retention: cfg.Retention, PruneInterval: cfg.PruneInterval, GCInterval: cfg.GCInterval, GCGrace: cfg.GCGrace,
 		ImageGCGrace: cfg.ImageGCGrace, LogRetention: cfg.LogRetention, MinLogRetention: cfg.MinLogRetention,
-		Keys: keyring, KeyCheckInterval: cfg.KeyCheckInterval, Cluster: clusterCA, KeyProvider: keyring, Audit: auditLog.Record}
-	if nd != nil {
-		cpCfg.Node = nd
+		Keys: s.keyring, KeyCheckInterval: cfg.KeyCheckInterval, Cluster: s.clusterCA, KeyProvider: s.keyring, Audit: s.audit.Record,
+		Guards: s.guards}
+	if s.node != nil {
+		cpCfg.Node = s.node
 	} else {
 		cpCfg.TemplateRoot = func(ctx context.Context, name string) (string, error) {
-			t, err := templates.Get(ctx, name)
+			t, err := s.templates.Get(ctx, name)
 			if err != nil {
 				return "", err
 			}
 			return t.RootFS, nil
 		}
 	}
-	if self != nil {
-		cpCfg.ReplicaID = self.Identity().ID
-		cpCfg.DialNode = func(id, addr string, pinned func(string) error) (controlplane.Node, error) {
-			return nodeapi.NewClient(nodeapi.ClientConfig{NodeID: id, Addr: addr, Self: self, Roots: clusterCA.Pool(), Pinned: pinned, Templates: templates, Logger: log,
-				LinkAudit: func(ctx context.Context, sandboxID string) link.Audit {
-					sb, err := st.GetSandboxAnyTenant(ctx, sandboxID)
-					if err != nil {
-						return nil
-					}
-					return audit.DaemonAudit{Tenant: sb.TenantID, Sandbox: sandboxID, Sink: auditLog.Record}
-				}})
-		}
+	if s.self != nil {
+		cpCfg.ReplicaID = s.self.Identity().ID
+		cpCfg.DialNode = s.dialNode
 	}
-	cpCfg.Guards = guards
-	cp, err = controlplane.New(cpCfg)
+	cp, err := controlplane.New(cpCfg)
 	if err != nil {
 		return err
 	}
+	s.cp = cp
 	key, err := cp.Bootstrap(ctx)
 	if err != nil {
 		return err
 	}
-	if key != "" {
-		keyPath := cfg.KeyFile
-		if keyPath == "" {
-			keyPath = DefaultKeyFile()
-		}
-		if err := os.MkdirAll(filepath.Dir(keyPath), 0o700); err != nil {
-			return fmt.Errorf("save API key: %w", err)
-		}
-		if err := fsutil.WriteFileAtomic(keyPath, []byte(key+"\n"), 0o600); err != nil {
-			return fmt.Errorf("save API key: %w", err)
-		}
-		if cfg.ShowKey {
-			fmt.Fprintf(cfg.Out, "Created the operator tenant. Its first API key (shown once; saved to %s, mode 0600):\n\n    %s\n\n", keyPath, key)
-		} else {
-			fmt.Fprintf(cfg.Out, "Created the operator tenant. Its first API key is saved to %s (mode 0600).\n", keyPath)
-		}
-	}
-	if err := cp.Start(ctx); err != nil {
+	if err := s.saveFirstKey(key); err != nil {
 		return err
 	}
-	if !cfg.NoLocalNode && cfg.DefaultImage != "none" {
-		img := cfg.DefaultImage
-		if img == "" {
-			img = DefaultImagePath()
-		}
-		if img != "" {
-			t0 := time.Now()
-			t, installed, err := cp.InstallDefaultImage(ctx, img)
-			switch {
-			case err != nil:
-				return fmt.Errorf("install the default template: %w", err)
-			case installed:
-				fmt.Fprintf(cfg.Out, "Installed the default template from %s (%s, in %s).\n", img, t.Digest, time.Since(t0).Round(time.Millisecond))
-			case t.Digest == "":
-				log.Warn("no default template image: sandboxes of the default template boot the host's /usr (scripts/install.sh builds the image)", "path", img)
+	return cp.Start(ctx)
+}
+
+// dialNode is the control plane's client of the node id at addr (controlplane.Config.DialNode).
+func (s *server) dialNode(id, addr string, pinned func(string) error) (controlplane.Node, error) {
+	return nodeapi.NewClient(nodeapi.ClientConfig{NodeID: id, Addr: addr, Self: s.self, Roots: s.clusterCA.Pool(), Pinned: pinned, Templates: s.templates, Logger: s.log,
+		LinkAudit: func(ctx context.Context, sandboxID string) link.Audit {
+			sb, err := s.store.GetSandboxAnyTenant(ctx, sandboxID)
+			if err != nil {
+				return nil
 			}
-		}
-	}
+			return audit.DaemonAudit{Tenant: sb.TenantID, Sandbox: sandboxID, Sink: s.audit.Record}
+		}})
+}
 
-	var clusterSrv *http.Server
-	if cfg.ClusterListen != "" {
-		if clusterSrv, err = serveCluster(cfg, clusterCA, self, cp, log); err != nil {
-			return err
-		}
-		defer clusterSrv.Close()
+// saveFirstKey saves the operator tenant's first API key, made by the first start ("": none), to the
+// key file, and says where (and, with ShowKey, what it is).
+func (s *server) saveFirstKey(key string) error {
+	if key == "" {
+		return nil
 	}
+	keyPath := s.cfg.KeyFile
+	if keyPath == "" {
+		keyPath = DefaultKeyFile()
+	}
+	if err := os.MkdirAll(filepath.Dir(keyPath), 0o700); err != nil {
+		return fmt.Errorf("save API key: %w", err)
+	}
+	if err := fsutil.WriteFileAtomic(keyPath, []byte(key+"\n"), 0o600); err != nil {
+		return fmt.Errorf("save API key: %w", err)
+	}
+	if s.cfg.ShowKey {
+		fmt.Fprintf(s.out, "Created the operator tenant. Its first API key (shown once; saved to %s, mode 0600):\n\n    %s\n\n", keyPath, key)
+	} else {
+		fmt.Fprintf(s.out, "Created the operator tenant. Its first API key is saved to %s (mode 0600).\n", keyPath)
+	}
+	return nil
+}
 
-	apiServer := api.New(cp, log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
-	apiServer.SetAudit(auditLog)
-	apiServer.SetIngressDomain(cfg.IngressDomain)
-	if err := apiServer.SetPublicURL(cfg.PublicURL); err != nil {
+// installDefaultImage installs the default template from its image (Config.DefaultImage), on a
+// control plane with a node of its own.
+func (s *server) installDefaultImage(ctx context.Context) error {
+	if s.cfg.NoLocalNode || s.cfg.DefaultImage == "none" {
+		return nil
+	}
+	img := s.cfg.DefaultImage
+	if img == "" {
+		img = DefaultImagePath()
+	}
+	if img == "" {
+		return nil
+	}
+	t0 := time.Now()
+	t, installed, err := s.cp.InstallDefaultImage(ctx, img)
+	switch {
+	case err != nil:
+		return fmt.Errorf("install the default template: %w", err)
+	case installed:
+		fmt.Fprintf(s.out, "Installed the default template from %s (%s, in %s).\n", img, t.Digest, time.Since(t0).Round(time.Millisecond))
+	case t.Digest == "":
+		s.log.Warn("no default template image: sandboxes of the default template boot the host's /usr (scripts/install.sh builds the image)", "path", img)
+	}
+	return nil
+}
+
+// serveCluster starts the cluster port (Config.ClusterListen), if any: the calls of nodes, over mutual
+// TLS with a certificate this replica issues itself from the cluster CA (renewed while it runs).
+func (s *server) serveCluster(context.Context) error {
+	if s.cfg.ClusterListen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.cfg.ClusterListen)
+	if err != nil {
+		return fmt.Errorf("cluster port: listen on %s: %w", s.cfg.ClusterListen, err)
+	}
+	s.clusterSrv = newHTTPServer(nodeapi.NewControlHandler(s.cp, s.log), s.log)
+	s.onCloseQuietly(func() { _ = s.clusterSrv.Close() })
+	serveTLS(s.clusterSrv, ln, s.self.ServerTLS(s.clusterCA.Pool(), cluster.RoleNode)) // ends on its Shutdown or Close
+	s.log.Info("cluster port is up", "addr", ln.Addr().String(), "replica", s.self.Identity().String())
+	fmt.Fprintf(s.out, "Nodes reach this control plane at https://%s\n", ln.Addr())
+	if s.cfg.ClusterReady != nil {
+		s.cfg.ClusterReady(ln.Addr().String())
+	}
+	return nil
+}
+
+// serveAPI serves the API, and /metrics, on the listener: HTTP/1.1 and cleartext HTTP/2 (prior
+// knowledge, as gRPC clients speak it).
+func (s *server) serveAPI(context.Context) error {
+	h := api.New(s.cp, s.log, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
+	h.SetAudit(s.audit)
+	h.SetIngressDomain(s.cfg.IngressDomain)
+	if err := h.SetPublicURL(s.cfg.PublicURL); err != nil {
 		return err
 	}
-	apiServer.SetIngressLimit(cfg.IngressMaxConns)
-	// HTTP/1.1 and cleartext HTTP/2 (prior knowledge, as gRPC clients speak it) on one listener.
+	h.SetIngressLimit(s.cfg.IngressMaxConns)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{
-		Protocols:         &protocols,
-		Handler:           apiServer,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	s.api = newHTTPServer(h, s.log)
+	s.api.Protocols = &protocols
+	s.served = make(chan error, 1)
+	go func() { s.served <- s.api.Serve(s.ln) }() // owner: Run; ends on the API's Shutdown or Close
+	s.log.Info("airlock is up", "addr", s.ln.Addr().String(), "data_dir", s.dataDir)
+	fmt.Fprintf(s.out, "Airlock is listening on http://%s (data in %s)\n", s.ln.Addr(), s.dataDir)
+	if s.cfg.Ready != nil {
+		s.cfg.Ready(s.ln.Addr().String())
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("airlock is up", "addr", ln.Addr().String(), "data_dir", dataDir)
-	fmt.Fprintf(cfg.Out, "Airlock is listening on http://%s (data in %s)\n", ln.Addr(), dataDir)
-	if cfg.Ready != nil {
-		cfg.Ready(ln.Addr().String())
-	}
+	return nil
+}
 
+// serveUntil serves until ctx ends or the API's server fails, then shuts down: it stops taking requests
+// first (streams are closed by their sandboxes going away), then stops every sandbox, then the node's
+// watchers.
+func (s *server) serveUntil(ctx context.Context) error {
 	var serveErr error
 	select {
 	case <-ctx.Done():
-	case serveErr = <-errc:
+	case serveErr = <-s.served:
 	}
-	log.Info("shutting down")
+	s.log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// Stop taking requests first (streams are closed by their sandboxes going away), then stop every
-	// sandbox, then the node's watchers.
 	go func() {
-		_ = srv.Shutdown(sctx)
+		_ = s.api.Shutdown(sctx)
 	}()
-	_ = ln.Close()
+	_ = s.ln.Close()
 	errs := []error{}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		errs = append(errs, serveErr)
 	}
-	if clusterSrv != nil {
-		_ = clusterSrv.Shutdown(sctx)
+	if s.clusterSrv != nil {
+		_ = s.clusterSrv.Shutdown(sctx)
 	}
-	if err := cp.Shutdown(sctx); err != nil {
+	if err := s.cp.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("stop sandboxes: %w", err))
 	}
-	if nd != nil {
-		if err := nd.Shutdown(sctx); err != nil {
+	if s.node != nil {
+		if err := s.node.Shutdown(sctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop node: %w", err))
 		}
 	}
-	_ = srv.Close()
-	log.Info("stopped")
+	_ = s.api.Close()
+	s.log.Info("stopped")
 	return errors.Join(errs...)
 }
 
-// serveCluster starts the cluster port (Config.ClusterListen): the calls of nodes, over mutual TLS with a
-// certificate this replica issues itself from the cluster CA (renewed while it runs).
-func serveCluster(cfg Config, ca *cluster.CA, self *cluster.SelfCert, cp *controlplane.Service, log *slog.Logger) (*http.Server, error) {
-	ln, err := net.Listen("tcp", cfg.ClusterListen)
-	if err != nil {
-		return nil, fmt.Errorf("cluster port: listen on %s: %w", cfg.ClusterListen, err)
+// system is what Run and RunNode build, one named step at a time (see run): each step keeps what it
+// builds here and pushes what undoes it (onClose), and close undoes it all in reverse order on the way
+// out, as deferred calls would: what was built first is closed last.
+type system struct {
+	log     *slog.Logger
+	out     io.Writer
+	dataDir string // absolute
+	tag     string // InstanceTag(dataDir)
+	// host configures the node of this host: RunNode's config, or what Run's shares with it.
+	host NodeConfig
+
+	// roots are the host's roots with the operator's extra ones (nil: the host's); guards are the
+	// egress guards (openEgress).
+	roots  *x509.CertPool
+	guards *policy.Guards
+	// snaps is the snapshot store (nil: a node with none); node is the node of this process (nil:
+	// none; startHostNode).
+	snaps *snapshot.Store
+	node  *node.Local
+
+	closers []func() error
+}
+
+// step is one named step of building a system.
+type step func(ctx context.Context) error
+
+// run builds the system with steps, in order, up to the first that fails; once all are done, it serves
+// with serve. On the way out it closes what the steps opened, in reverse order, and reports the first
+// error with those of closing.
+func (s *system) run(ctx context.Context, serve step, steps ...step) (err error) {
+	defer func() { err = errors.Join(err, s.close()) }()
+	for _, st := range steps {
+		if err := st(ctx); err != nil {
+			return err
+		}
 	}
-	tlsCfg := self.ServerTLS(ca.Pool(), cluster.RoleNode)
-	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
-	srv := &http.Server{
-		Handler:           nodeapi.NewControlHandler(cp, log),
-		TLSConfig:         tlsCfg,
+	return serve(ctx)
+}
+
+// onClose pushes f onto what close runs; its error is reported.
+func (s *system) onClose(f func() error) { s.closers = append(s.closers, f) }
+
+// onCloseQuietly pushes f onto what close runs; its error, if any, is not reported.
+func (s *system) onCloseQuietly(f func()) {
+	s.onClose(func() error { f(); return nil })
+}
+
+// close runs what the steps pushed, in reverse order, and reports their errors.
+func (s *system) close() error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// checkHost finds the in-sandbox daemon's binary unless one is given, and checks that this process is
+// root, as a node's sandboxes need; command names the command in the error.
+func checkHost(command string, daemon *string) error {
+	if *daemon == "" {
+		var err error
+		if *daemon, err = FindDaemon(); err != nil {
+			return err
+		}
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%s must run as root: sandboxes need mounts, cgroups and network namespaces", command)
+	}
+	return nil
+}
+
+// defaultOutputs returns log and out, or their defaults (slog.Default(), os.Stdout) where nil.
+func defaultOutputs(log *slog.Logger, out io.Writer) (*slog.Logger, io.Writer) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if out == nil {
+		out = os.Stdout
+	}
+	return log, out
+}
+
+// setDataDir resolves the data directory (made, mode 0700, if mkdir) and the instance's tag.
+func (s *system) setDataDir(dir string, mkdir bool) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if mkdir {
+		if err := os.MkdirAll(abs, 0o700); err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+		if err := os.Chmod(abs, 0o700); err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+	}
+	s.dataDir, s.tag = abs, InstanceTag(abs)
+	return nil
+}
+
+// openEgress reads the operator's extra roots and starts the egress guards (stopped on close).
+func (s *system) openEgress(context.Context) error {
+	roots, err := extraRoots(s.host.ExtraRootsPEM)
+	if err != nil {
+		return err
+	}
+	guards, stop, err := egressGuards(s.host.EgressAllowPrivate, s.log)
+	if err != nil {
+		return err
+	}
+	s.roots, s.guards = roots, guards
+	s.onCloseQuietly(stop)
+	return nil
+}
+
+// newHTTPServer is an HTTP server of h with the timeouts and error log every listener of Airlock has.
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	go func() { _ = srv.Serve(tls.NewListener(ln, tlsCfg)) }() // owner: Run; ends on its Shutdown or Close
-	log.Info("cluster port is up", "addr", ln.Addr().String(), "replica", self.Identity().String())
-	fmt.Fprintf(cfg.Out, "Nodes reach this control plane at https://%s\n", ln.Addr())
-	if cfg.ClusterReady != nil {
-		cfg.ClusterReady(ln.Addr().String())
-	}
-	return srv, nil
 }
 
-// hostNode configures the node of this host: the one in the control plane's process, or a node in a
-// process of its own (RunNode).
+// serveTLS serves srv on ln over TLS with tlsCfg (HTTP/2 or HTTP/1.1) until srv shuts down or closes,
+// and sends what Serve returned on the channel it returns.
+func serveTLS(srv *http.Server, ln net.Listener, tlsCfg *tls.Config) <-chan error {
+	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+	srv.TLSConfig = tlsCfg
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(tls.NewListener(ln, tlsCfg)) }() // owner: the caller; ends on srv's Shutdown or Close
+	return served
+}
+
+// hostNode is what the node of this host is given by the process it runs in: the control plane's
+// (Run), or a process of its own (RunNode). The rest comes from the system (its hostConfig).
 type hostNode struct {
-	id, dataDir, tag string
-	runsc, daemon    string
-	debug, hostsOnly bool
-	hosts            map[string][]netip.Addr
-	roots            *x509.CertPool
-	guards           *policy.Guards
-	log              *slog.Logger
+	id string
 	// keys wraps the interception CAs' keys; secret and token give the gateway credentials.
 	keys          keys.KeyProvider
 	secret, token func(ctx context.Context, tenantID, sandboxID, name string) ([]byte, error)
@@ -742,59 +938,84 @@ type hostNode struct {
 	// reg, if set, gets the egress metrics.
 	reg    *prometheus.Registry
 	onExit func(id, reason string)
-	// snapshots is the store the node writes and reads checkpoint images with (nil: none);
-	// imageCacheBytes bounds its image cache (node.Config).
-	snapshots       *snapshot.Store
-	imageCacheBytes int64
-	// warmPool sizes its warm pool (node.Config).
-	warmPool int
-	// logRetention is how long the flows of sandboxes whose tenant keeps logs forever are kept (0:
-	// forever; flowlog.Log.SetDefaultRetention).
-	logRetention time.Duration
 }
 
 // flowSweepEvery is how often a node deletes the flow logs past their retention.
 const flowSweepEvery = 10 * time.Minute
 
-// startHostNode starts the node of this host: its runtime, flow log, gateway and node. closeNode stops
-// what it started, once the sandboxes are gone.
-func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err error) {
-	var closers []func() error
-	closeNode = func() error {
-		var errs []error
-		for i := len(closers) - 1; i >= 0; i-- {
-			errs = append(errs, closers[i]())
-		}
-		return errors.Join(errs...)
-	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, closeNode())
-		}
-	}()
-	driver, more, dclose, err := openDrivers(h)
-	closers = append(closers, dclose...)
+// startHostNode starts the node of this host: its runtime drivers, flow log, gateway and node, on the
+// snapshot store s.snaps. What it started is stopped on close, after the sandboxes are gone.
+func (s *system) startHostNode(h hostNode) error {
+	driver, more, err := s.openDrivers()
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	flows, err := flowlog.Open(filepath.Join(h.dataDir, "node", "flows"), h.log)
+	flows, err := s.openFlowLog()
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	// Closed after the gateway, which records into it.
-	closers = append(closers, flows.Close)
-	flows.SetDefaultRetention(h.logRetention)
+	gw, err := s.openGateway(h, flows)
+	if err != nil {
+		return err
+	}
+	nodeDir := filepath.Join(s.dataDir, "node")
+	if err := moveOldImages(s.dataDir, nodeDir, s.log); err != nil {
+		return err
+	}
+	templates := template.NewCatalog(filepath.Join(s.dataDir, "templates"))
+	templates.Host.Logger = s.log
+	s.onClose(templates.Close)
+	nd, err := node.New(node.Config{
+		ID:           h.id,
+		Gateway:      gw,
+		FlowLog:      flows,
+		IfacePrefix:  "al" + s.tag,
+		DataDir:      nodeDir,
+		Driver:       driver,
+		More:         more,
+		Templates:    templates,
+		DaemonBinary: s.host.DaemonBinary,
+		TenantAudit: func(tenantID, sandboxID string) link.Audit {
+			return audit.DaemonAudit{Tenant: tenantID, Sandbox: sandboxID, Sink: h.audit}
+		},
+		OnExit:          h.onExit,
+		Logger:          s.log,
+		Snapshots:       s.snaps,
+		ImageCacheBytes: s.host.ImageCacheBytes,
+		WarmPool:        s.host.WarmPool,
+	})
+	if err != nil {
+		return err
+	}
+	if h.reg != nil {
+		if err := registerStartMetrics(h.reg, nd); err != nil {
+			return err
+		}
+	}
+	s.node = nd
+	return nil
+}
+
+// openFlowLog opens the node's flow log and sweeps it of what is past its retention every
+// flowSweepEvery, until close (which closes it after the gateway, which records into it).
+func (s *system) openFlowLog() (*flowlog.Log, error) {
+	flows, err := flowlog.Open(filepath.Join(s.dataDir, "node", "flows"), s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.onClose(flows.Close)
+	flows.SetDefaultRetention(s.host.LogRetention)
 	stopSweep := make(chan struct{})
 	sweepDone := make(chan struct{})
-	go func() {
+	go func() { // owner: the system; ends on close
 		defer close(sweepDone)
 		t := time.NewTicker(flowSweepEvery)
 		defer t.Stop()
 		for {
 			if n, err := flows.Sweep(time.Now()); err != nil {
-				h.log.Warn("sweep flow logs", "err", err)
+				s.log.Warn("sweep flow logs", "err", err)
 			} else if n > 0 {
-				h.log.Info("flow logs past their retention deleted", "files", n)
+				s.log.Info("flow logs past their retention deleted", "files", n)
 			}
 			select {
 			case <-stopSweep:
@@ -803,18 +1024,24 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 			}
 		}
 	}()
-	closers = append(closers, func() error { close(stopSweep); <-sweepDone; return nil })
+	s.onCloseQuietly(func() { close(stopSweep); <-sweepDone })
+	return flows, nil
+}
+
+// openGateway opens the node's network gateway, recording flows into flows, the tenants' audit logs
+// and (with h.reg) the egress metrics.
+func (s *system) openGateway(h hostNode, flows *flowlog.Log) (*gateway.Gateway, error) {
 	sinks := gateway.FlowSinks{flows, audit.FlowSink{Sink: h.audit}}
 	if h.reg != nil {
 		egressMetrics, err := flowlog.NewMetrics(h.reg)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		sinks = append(sinks, egressMetrics)
 	}
-	local, err := castore.New(filepath.Join(h.dataDir, "node", "ca"), h.keys)
+	local, err := castore.New(filepath.Join(s.dataDir, "node", "ca"), h.keys)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var cas gateway.CAStore = local
 	if h.sessionCA != nil {
@@ -824,57 +1051,23 @@ func startHostNode(h hostNode) (nd *node.Local, closeNode func() error, err erro
 		CAs:           cas,
 		Secret:        h.secret,
 		Token:         h.token,
-		UpstreamRoots: h.roots,
-		Table:         "airlock_" + h.tag,
-		IfacePrefix:   "al" + h.tag,
+		UpstreamRoots: s.roots,
+		Table:         "airlock_" + s.tag,
+		IfacePrefix:   "al" + s.tag,
 		SharedPrefix:  "al",
-		Hosts:         h.hosts,
-		HostsOnly:     h.hostsOnly,
-		Guards:        h.guards,
+		Hosts:         s.host.Hosts,
+		HostsOnly:     s.host.HostsOnly,
+		Guards:        s.guards,
 		// What no rule could allow is reset by the kernel at the SYN: nothing looks open.
 		KernelRefusals: true,
 		Flows:          sinks,
-		Logger:         h.log,
+		Logger:         s.log,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	closers = append(closers, gw.Close)
-	nodeDir := filepath.Join(h.dataDir, "node")
-	if err := moveOldImages(h.dataDir, nodeDir, h.log); err != nil {
-		return nil, nil, err
-	}
-	templates := template.NewCatalog(filepath.Join(h.dataDir, "templates"))
-	templates.Host.Logger = h.log
-	closers = append(closers, templates.Close)
-	nd, err = node.New(node.Config{
-		ID:           h.id,
-		Gateway:      gw,
-		FlowLog:      flows,
-		IfacePrefix:  "al" + h.tag,
-		DataDir:      nodeDir,
-		Driver:       driver,
-		More:         more,
-		Templates:    templates,
-		DaemonBinary: h.daemon,
-		TenantAudit: func(tenantID, sandboxID string) link.Audit {
-			return audit.DaemonAudit{Tenant: tenantID, Sandbox: sandboxID, Sink: h.audit}
-		},
-		OnExit:          h.onExit,
-		Logger:          h.log,
-		Snapshots:       h.snapshots,
-		ImageCacheBytes: h.imageCacheBytes,
-		WarmPool:        h.warmPool,
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	if h.reg != nil {
-		if err := registerStartMetrics(h.reg, nd); err != nil {
-			return nil, nil, err
-		}
-	}
-	return nd, closeNode, nil
+	s.onClose(gw.Close)
+	return gw, nil
 }
 
 // registerStartMetrics registers on reg the node's counts of the creates of templates' start
@@ -907,12 +1100,24 @@ func registerStartMetrics(reg prometheus.Registerer, nd *node.Local) error {
 	return nil
 }
 
-// openBlobs opens the blob store of the snapshots: the S3 bucket, or else DATA/blobs.
-func openBlobs(ctx context.Context, dataDir string, s3 *blobs3.Config) (blob.Store, error) {
-	if s3 != nil {
+// openBlobs opens the blob store of the snapshots: the S3 bucket s3 (behind a cache of its chunks in
+// cacheDir, unless that is ""), or else the directory dir; nil if neither is given.
+func openBlobs(ctx context.Context, s3 *blobs3.Config, dir, cacheDir string, log *slog.Logger) (blob.Store, error) {
+	switch {
+	case s3 != nil && cacheDir != "":
+		remote, err := blobs3.New(ctx, *s3)
+		if err != nil {
+			return nil, err
+		}
+		// Chunks are immutable: a restore on this node fetches only those it has not read before.
+		return blobcache.New(blobcache.Config{Remote: remote, Dir: cacheDir,
+			MaxBytes: DefaultChunkCacheBytes, Cacheable: snapshot.IsChunkKey, Logger: log})
+	case s3 != nil:
 		return blobs3.New(ctx, *s3)
+	case dir != "":
+		return bloblocal.New(dir)
 	}
-	return bloblocal.New(filepath.Join(dataDir, "blobs"))
+	return nil, nil
 }
 
 // moveOldImages moves what an older version left in the data directory when control planes still

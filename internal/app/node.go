@@ -23,9 +23,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/blob"
-	blobcache "github.com/airlockrun/airlock/internal/blob/cache"
-	bloblocal "github.com/airlockrun/airlock/internal/blob/local"
 	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/daemon"
@@ -118,34 +115,6 @@ type NodeConfig struct {
 // DefaultChunkCacheBytes bounds a node's cache of snapshot chunks fetched from S3.
 const DefaultChunkCacheBytes = 4 << 30
 
-// nodeSnapshots opens the snapshot store of a node in its own process: the blob store cfg names,
-// without a key provider (the control planes send grants). Nil without one.
-func nodeSnapshots(ctx context.Context, cfg NodeConfig, dataDir string, log *slog.Logger) (*snapshot.Store, error) {
-	var blobs blob.Store
-	var err error
-	switch {
-	case cfg.S3 != nil && cfg.BlobDir != "":
-		return nil, errors.New("give the node one blob store: --blob-dir or --s3-*")
-	case cfg.S3 != nil:
-		var remote blob.Store
-		if remote, err = blobs3.New(ctx, *cfg.S3); err != nil {
-			return nil, err
-		}
-		// Chunks are immutable: a restore on this node fetches only those it has not read before.
-		blobs, err = blobcache.New(blobcache.Config{Remote: remote, Dir: filepath.Join(dataDir, "node", "chunks"),
-			MaxBytes: DefaultChunkCacheBytes, Cacheable: snapshot.IsChunkKey, Logger: log})
-	case cfg.BlobDir != "":
-		blobs, err = bloblocal.New(cfg.BlobDir)
-	default:
-		log.Warn("this node has no snapshot store (--blob-dir or --s3-*): sessions cannot pause or resume on it")
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return snapshot.New(snapshot.Config{Blobs: blobs, Logger: log})
-}
-
 // joined is what a node's join left in its data directory.
 type joined struct {
 	info  NodeInfo
@@ -202,263 +171,343 @@ func loadJoined(dataDir string) (joined, error) {
 // sandboxes' credentials and key wraps at the moment it needs them; nothing of a tenant is stored here
 // but its sandboxes. It serves until ctx ends; then it destroys its sandboxes (reporting them to the
 // control plane) and stops.
-func RunNode(ctx context.Context, cfg NodeConfig) (err error) {
+func RunNode(ctx context.Context, cfg NodeConfig) error {
+	n, err := newNodeProcess(cfg)
+	if err != nil {
+		return err
+	}
+	return n.run(ctx, n.serveUntil,
+		n.openDataDir,          // the data directory it joined with
+		n.readJoin,             // its ID, key, certificate and the cluster CA
+		n.measureCapacity,      // what it offers sandboxes
+		n.connectControlPlanes, // the client of their cluster ports
+		n.openEgress,           // the egress guards and extra roots
+		n.openSnapshots,        // the cluster's blob store, if given
+		n.startNode,            // the node, with credentials from the control planes
+		n.listen,               // the node API's address, and the one advertised
+		n.reportStart,          // the first heartbeat
+		n.serve)                // the fence keeper, and the node API
+}
+
+// nodeProcess is the system RunNode builds: a node in a process of its own.
+type nodeProcess struct {
+	system // its host is the NodeConfig
+	joined joined
+	// held is the node's certificate, renewed while it runs (renewCert); every handshake presents the
+	// current one. cc is the client of the control planes' cluster ports.
+	held *cluster.HeldCert
+	cc   *nodeapi.ControlClient
+	// capacity is what the node offers sandboxes; hostCap what its whole host does, and hostID names
+	// the host.
+	capacity, hostCap nodecontract.Capacity
+	hostID            string
+	// ln is the node API's listener, reached by the control planes at advertise; boot tells this run of
+	// the node from the one before.
+	ln        net.Listener
+	handler   http.Handler
+	advertise string
+	boot      string
+	srv       *http.Server
+	served    <-chan error // what the node API's Serve returned
+	keep      *nodeKeeper
+	// reached is when the last heartbeat that got through was sent (a control plane saw it after that).
+	reached lastReached
+}
+
+// newNodeProcess checks cfg and fills its defaults.
+func newNodeProcess(cfg NodeConfig) (*nodeProcess, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultNodeListen
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Out == nil {
-		cfg.Out = os.Stdout
-	}
-	if cfg.DaemonBinary == "" {
-		var err error
-		if cfg.DaemonBinary, err = FindDaemon(); err != nil {
-			return err
-		}
-	}
-	if os.Geteuid() != 0 {
-		return errors.New("airlock node run must run as root: sandboxes need mounts, cgroups and network namespaces")
+	cfg.Logger, cfg.Out = defaultOutputs(cfg.Logger, cfg.Out)
+	if err := checkHost("airlock node run", &cfg.DaemonBinary); err != nil {
+		return nil, err
 	}
 	if cfg.DataDir == "" || len(cfg.ControlPlanes) == 0 {
-		return errors.New("a node needs its data directory and the control plane's cluster URL")
+		return nil, errors.New("a node needs its data directory and the control plane's cluster URL")
 	}
-	dataDir, err := filepath.Abs(cfg.DataDir)
+	return &nodeProcess{system: system{log: cfg.Logger, out: cfg.Out, host: cfg}}, nil
+}
+
+// openDataDir finds the data directory the node joined with.
+func (n *nodeProcess) openDataDir(context.Context) error {
+	return n.setDataDir(n.host.DataDir, false)
+}
+
+// readJoin reads what the node's join left in the data directory, and takes the range of its
+// sandboxes' addresses.
+func (n *nodeProcess) readJoin(context.Context) error {
+	j, err := loadJoined(n.dataDir)
 	if err != nil {
 		return err
 	}
-	j, err := loadJoined(dataDir)
-	if err != nil {
-		return err
-	}
-	if cfg.SandboxAddresses.IsValid() {
-		if err := hostnet.SetPool(cfg.SandboxAddresses); err != nil {
+	n.joined = j
+	if n.host.SandboxAddresses.IsValid() {
+		if err := hostnet.SetPool(n.host.SandboxAddresses); err != nil {
 			return err
 		}
 	}
-	log := cfg.Logger.With("node", j.info.ID)
-	hostCap, err := nodecontract.HostCapacity(0)
-	if err != nil {
+	n.log = n.log.With("node", j.info.ID)
+	return nil
+}
+
+// measureCapacity measures what the host offers, and the node's share of it.
+func (n *nodeProcess) measureCapacity(context.Context) error {
+	var err error
+	if n.hostCap, err = nodecontract.HostCapacity(0); err != nil {
 		return err
 	}
-	capacity, err := nodecontract.HostCapacity(cfg.MaxSandboxes)
-	if err != nil {
+	if n.capacity, err = nodecontract.HostCapacity(n.host.MaxSandboxes); err != nil {
 		return err
 	}
 	// Nodes sharing a host each offer a share of it (--memory-mb, --cpu-millicores).
-	if cfg.MemoryMB > 0 {
-		capacity.MemoryMB = min(capacity.MemoryMB, cfg.MemoryMB)
+	if n.host.MemoryMB > 0 {
+		n.capacity.MemoryMB = min(n.capacity.MemoryMB, n.host.MemoryMB)
 	}
-	if cfg.CPUMillicores > 0 {
-		capacity.CPUMillicores = min(capacity.CPUMillicores, cfg.CPUMillicores)
+	if n.host.CPUMillicores > 0 {
+		n.capacity.CPUMillicores = min(n.capacity.CPUMillicores, n.host.CPUMillicores)
 	}
-	hostID := node.HostID()
-	// The node's certificate is renewed while it runs (renewCert); every handshake presents the current one.
-	held := cluster.NewHeldCert(j.cert)
-	cc, err := nodeapi.NewControlClient(nodeapi.ControlClientConfig{URL: cfg.ControlPlanes[0], More: cfg.ControlPlanes[1:], Held: held, Roots: j.roots, Logger: log})
-	if err != nil {
-		return err
-	}
-	// Closed last (deferred calls run last-in first-out): the exits and audit entries of the shutdown
-	// go out first.
-	defer cc.Close()
+	n.hostID = node.HostID()
+	return nil
+}
 
-	roots, err := extraRoots(cfg.ExtraRootsPEM)
+// connectControlPlanes makes the client of the control planes' cluster ports. It is closed last, so
+// that the exits and audit entries of the shutdown go out first.
+func (n *nodeProcess) connectControlPlanes(context.Context) error {
+	n.held = cluster.NewHeldCert(n.joined.cert)
+	cc, err := nodeapi.NewControlClient(nodeapi.ControlClientConfig{URL: n.host.ControlPlanes[0], More: n.host.ControlPlanes[1:], Held: n.held, Roots: n.joined.roots, Logger: n.log})
 	if err != nil {
 		return err
 	}
-	guards, stopGuards, err := egressGuards(cfg.EgressAllowPrivate, log)
+	n.cc = cc
+	n.onCloseQuietly(func() { _ = cc.Close() })
+	return nil
+}
+
+// openSnapshots opens the snapshot store of the node: the blob store cfg names, without a key provider
+// (the control planes send grants). None without one.
+func (n *nodeProcess) openSnapshots(ctx context.Context) error {
+	if n.host.S3 != nil && n.host.BlobDir != "" {
+		return errors.New("give the node one blob store: --blob-dir or --s3-*")
+	}
+	blobs, err := openBlobs(ctx, n.host.S3, n.host.BlobDir, filepath.Join(n.dataDir, "node", "chunks"), n.log)
 	if err != nil {
 		return err
 	}
-	defer stopGuards()
-	snaps, err := nodeSnapshots(ctx, cfg, dataDir, log)
+	if blobs == nil {
+		n.log.Warn("this node has no snapshot store (--blob-dir or --s3-*): sessions cannot pause or resume on it")
+		return nil
+	}
+	n.snaps, err = snapshot.New(snapshot.Config{Blobs: blobs, Logger: n.log})
+	return err
+}
+
+// startNode starts the node. The interception CAs' keys are wrapped by the control plane, under their
+// tenants' keys, bound to this node: a revoked tenant key means no CA, and the files here are of no
+// use elsewhere.
+func (n *nodeProcess) startNode(context.Context) error {
+	cc := n.cc
+	return n.startHostNode(hostNode{id: n.joined.info.ID, keys: cc, secret: cc.Secret, token: cc.Token, audit: cc.Record,
+		onExit: cc.SandboxExit, sessionCA: cc.SessionCA, keepSessionCA: cc.KeepSessionCA})
+}
+
+// listen binds the node API's address, and settles the address the control planes reach it at.
+func (n *nodeProcess) listen(context.Context) error {
+	h, err := nodeapi.NewHandler(n.node, n.log)
 	if err != nil {
 		return err
 	}
-	// The interception CAs' keys are wrapped by the control plane, under their tenants' keys, bound to
-	// this node: a revoked tenant key means no CA, and the files here are of no use elsewhere.
-	nd, closeNode, err := startHostNode(hostNode{id: j.info.ID, dataDir: dataDir, tag: InstanceTag(dataDir), runsc: cfg.Runsc,
-		snapshots: snaps, imageCacheBytes: cfg.ImageCacheBytes, warmPool: cfg.WarmPool, logRetention: cfg.LogRetention,
-		daemon: cfg.DaemonBinary, debug: cfg.Debug, hostsOnly: cfg.HostsOnly, hosts: cfg.Hosts, roots: roots, guards: guards, log: log,
-		keys: cc, secret: cc.Secret, token: cc.Token, audit: cc.Record, onExit: cc.SandboxExit,
-		sessionCA: cc.SessionCA, keepSessionCA: cc.KeepSessionCA})
+	n.handler = h
+	ln, err := net.Listen("tcp", n.host.Listen)
 	if err != nil {
-		return err
+		return fmt.Errorf("node API: listen on %s: %w", n.host.Listen, err)
 	}
-	defer func() { err = errors.Join(err, closeNode()) }()
-	h, err := nodeapi.NewHandler(nd, log)
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("node API: listen on %s: %w", cfg.Listen, err)
-	}
-	defer ln.Close()
-	advertise := cfg.Advertise
-	if advertise == "" {
-		if len(j.info.Hosts) == 0 {
+	n.ln = ln
+	n.onCloseQuietly(func() { _ = ln.Close() })
+	n.advertise = n.host.Advertise
+	if n.advertise == "" {
+		if len(n.joined.info.Hosts) == 0 {
 			return errors.New("the node joined with no host: give --advertise host:port")
 		}
-		advertise = net.JoinHostPort(j.info.Hosts[0], strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+		n.advertise = net.JoinHostPort(n.joined.info.Hosts[0], strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 	}
+	return nil
+}
+
+// reportStart sends the first heartbeat, which says the node started anew (the control plane settles
+// what a previous run left), before it serves: a control plane cannot reach it at that address before.
+func (n *nodeProcess) reportStart(ctx context.Context) error {
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return err
 	}
-	boot := hex.EncodeToString(rnd[:])
-	beat := func(ctx context.Context, leaving bool) error {
-		ids, err := nd.Sandboxes(ctx)
-		if err != nil {
-			return err
-		}
-		rts, err := nd.Runtimes(ctx)
-		if err != nil {
-			return err
-		}
-		return cc.Heartbeat(ctx, nodeapi.Heartbeat{Addr: advertise, Boot: boot, Capacity: capacity, Sandboxes: len(ids),
-			Version: daemon.Version, Leaving: leaving, Runtimes: rts, Host: hostID, HostCapacity: &hostCap, Images: nd.ImageDigests()})
-	}
-	// The first heartbeat says the node started anew (the control plane settles what a previous run
-	// left) before it serves: a control plane cannot reach it at that address before.
+	n.boot = hex.EncodeToString(rnd[:])
 	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = beat(hctx, false)
-	cancel()
+	defer cancel()
+	if err := n.beat(hctx, false); err != nil {
+		return fmt.Errorf("report to the control plane at %s: %w", strings.Join(n.host.ControlPlanes, ", "), err)
+	}
+	return nil
+}
+
+// beat sends a heartbeat; leaving says the node is about to stop.
+func (n *nodeProcess) beat(ctx context.Context, leaving bool) error {
+	ids, err := n.node.Sandboxes(ctx)
 	if err != nil {
-		return fmt.Errorf("report to the control plane at %s: %w", strings.Join(cfg.ControlPlanes, ", "), err)
+		return err
 	}
+	rts, err := n.node.Runtimes(ctx)
+	if err != nil {
+		return err
+	}
+	return n.cc.Heartbeat(ctx, nodeapi.Heartbeat{Addr: n.advertise, Boot: n.boot, Capacity: n.capacity, Sandboxes: len(ids),
+		Version: daemon.Version, Leaving: leaving, Runtimes: rts, Host: n.hostID, HostCapacity: &n.hostCap, Images: n.node.ImageDigests()})
+}
 
-	tlsCfg := held.ServerTLS(j.roots, cluster.RoleControlPlane)
-	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
-	srv := &http.Server{
-		Handler:           h,
-		TLSConfig:         tlsCfg,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+// serve attaches the fence keeper, which holds the sandboxes to the same lease as the node's fence
+// from outside this process (attached before any sandbox can be placed here), and serves the node API
+// to the control planes.
+func (n *nodeProcess) serve(ctx context.Context) error {
+	n.srv = newHTTPServer(n.handler, n.log)
+	tlsCfg := n.held.ServerTLS(n.joined.roots, cluster.RoleControlPlane)
+	n.keep = startKeeper(ctx, n.host, n.dataDir, n.node, n.log)
+	n.onCloseQuietly(n.keep.close)
+	n.served = serveTLS(n.srv, n.ln, tlsCfg) // ends on Shutdown
+	n.log.Info("node is up", "addr", n.ln.Addr().String(), "advertise", n.advertise, "control_planes", n.host.ControlPlanes, "capacity", n.capacity)
+	fmt.Fprintf(n.out, "Node %s serves control planes at %s (data in %s)\n", n.joined.info.ID, n.advertise, n.dataDir)
+	if n.host.Ready != nil {
+		n.host.Ready(n.ln.Addr().String())
 	}
-	// The keeper holds the sandboxes to the same lease as the fence below, from outside this process:
-	// attached before any sandbox can be placed here.
-	keep := startKeeper(ctx, cfg, dataDir, nd, log)
-	defer keep.close()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(tls.NewListener(ln, tlsCfg)) }() // owner: RunNode; ends on Shutdown
-	log.Info("node is up", "addr", ln.Addr().String(), "advertise", advertise, "control_planes", cfg.ControlPlanes, "capacity", capacity)
-	fmt.Fprintf(cfg.Out, "Node %s serves control planes at %s (data in %s)\n", j.info.ID, advertise, dataDir)
-	if cfg.Ready != nil {
-		cfg.Ready(ln.Addr().String())
-	}
+	return nil
+}
 
-	// Heartbeats go out on their own, so that a slow one does not hold up the fence below. reached is
-	// when the last heartbeat that got through was sent (a control plane saw it after that).
-	var reached lastReached
-	reached.set(time.Now())
-	beats := make(chan struct{}, 2)
+// serveUntil serves until ctx ends or the node API's server fails, meanwhile sending heartbeats,
+// renewing the node's certificate and fencing the node when it is cut off; then it shuts down.
+func (n *nodeProcess) serveUntil(ctx context.Context) error {
+	// Heartbeats go out on their own, so that a slow one does not hold up the fence; so does the
+	// certificate's renewal.
+	n.reached.set(time.Now())
 	bctx, stopBeats := context.WithCancel(ctx)
 	defer stopBeats()
-	go func() { // owner: RunNode; ends with bctx
-		defer func() { beats <- struct{}{} }()
-		t := time.NewTicker(nodeapi.HeartbeatInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-bctx.Done():
-				return
-			case <-t.C:
-			}
-			sent := time.Now()
-			// Room to try a second replica if the first went silent.
-			hctx, cancel := context.WithTimeout(bctx, 2*nodeapi.HeartbeatInterval)
-			err := beat(hctx, false)
-			cancel()
-			if err == nil {
-				reached.set(sent)
-			} else if bctx.Err() == nil {
-				log.Warn("heartbeat to the control plane failed", "err", err)
-			}
-		}
-	}()
-	go func() { // owner: RunNode; ends with bctx. Apart from the fence below, which it must not hold up.
-		defer func() { beats <- struct{}{} }()
-		t := time.NewTicker(renewEvery)
-		defer t.Stop()
-		for {
-			if err := renewCert(bctx, cc, held, j, dataDir); err != nil && bctx.Err() == nil {
-				log.Error("renew the node's certificate", "err", err)
-			}
-			select {
-			case <-bctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	fenceTick := time.NewTicker(time.Second)
-	defer fenceTick.Stop()
-	var serveErr error
-loop:
+	var loops sync.WaitGroup
+	loops.Go(func() { every(bctx, nodeapi.HeartbeatInterval, false, n.heartbeat) })
+	loops.Go(func() { every(bctx, renewEvery, true, n.renewCert) })
+	serveErr := n.fenceUntil(ctx)
+	stopBeats()
+	loops.Wait()
+	return n.shutdown(serveErr)
+}
+
+// every calls f (at once too, if now) every d until ctx ends.
+func every(ctx context.Context, d time.Duration, now bool, f func(context.Context)) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	if now {
+		f(ctx)
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			break loop
-		case serveErr = <-errc:
-			break loop
-		case <-fenceTick.C:
-			// Cut off from the control planes for FenceAfter: they are about to give this node up and
-			// resume its sessions elsewhere, so its sandboxes stop here first (a session never runs
-			// in two places), and so does any placed on it meanwhile. They are reported when a
-			// control plane is reached again.
-			cut := reached.since()
-			if cut >= nodeapi.FenceAfter {
-				fence(ctx, nd, cc, log, cut)
-			}
-			keep.renew(ctx, nodeapi.FenceAfter+KeeperSlack-cut)
+			return
+		case <-t.C:
+			f(ctx)
 		}
 	}
-	stopBeats()
-	<-beats
-	<-beats
-	log.Info("shutting down")
+}
+
+// heartbeat sends a heartbeat and, if it got through, notes when it was sent.
+func (n *nodeProcess) heartbeat(ctx context.Context) {
+	sent := time.Now()
+	// Room to try a second replica if the first went silent.
+	hctx, cancel := context.WithTimeout(ctx, 2*nodeapi.HeartbeatInterval)
+	err := n.beat(hctx, false)
+	cancel()
+	if err == nil {
+		n.reached.set(sent)
+	} else if ctx.Err() == nil {
+		n.log.Warn("heartbeat to the control plane failed", "err", err)
+	}
+}
+
+// renewCert renews the node's certificate if it is due.
+func (n *nodeProcess) renewCert(ctx context.Context) {
+	if err := renewCert(ctx, n.cc, n.held, n.joined, n.dataDir); err != nil && ctx.Err() == nil {
+		n.log.Error("renew the node's certificate", "err", err)
+	}
+}
+
+// fenceUntil waits until ctx ends or the node API's server fails (and reports what it returned),
+// renewing the keeper's lease every second. Cut off from the control planes for FenceAfter, the node
+// stops its sandboxes: the control planes are about to give it up and resume its sessions elsewhere,
+// so they stop here first (a session never runs in two places), and so does any placed on it
+// meanwhile. They are reported when a control plane is reached again.
+func (n *nodeProcess) fenceUntil(ctx context.Context) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-n.served:
+			return err
+		case <-tick.C:
+			cut := n.reached.since()
+			if cut >= nodeapi.FenceAfter {
+				fence(ctx, n.node, n.cc, n.log, cut)
+			}
+			n.keep.renew(ctx, nodeapi.FenceAfter+KeeperSlack-cut)
+		}
+	}
+}
+
+// shutdown tells the control planes the node leaves, destroys its sandboxes (their gateway, their only
+// way out, stops with the node), lets the keeper go and stops the node; serveErr is what the node API's
+// Serve returned, if it ended first.
+func (n *nodeProcess) shutdown(serveErr error) error {
+	n.log.Info("shutting down")
 	sctx, scancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer scancel()
 	// No more sandboxes for this node.
 	hctx, hcancel := context.WithTimeout(sctx, nodeapi.HeartbeatInterval)
-	if err := beat(hctx, true); err != nil {
-		log.Warn("tell the control plane the node leaves", "err", err)
+	if err := n.beat(hctx, true); err != nil {
+		n.log.Warn("tell the control plane the node leaves", "err", err)
 	}
 	hcancel()
-	// The sandboxes go with the node (its gateway, their only way out, stops with it); each is reported
-	// to the control plane, which fails it (a session's resumes from its latest snapshot).
-	ids, lerr := nd.Sandboxes(sctx)
-	var reports sync.WaitGroup
-	for _, id := range ids {
-		if err := nd.DestroySandbox(sctx, id); err != nil {
-			log.Error("destroy sandbox at shutdown", "sandbox", id, "err", err)
-		}
-		reports.Add(1)
-		go func() { defer reports.Done(); cc.SandboxExit(id, "its node shut down") }()
-	}
-	reported := make(chan struct{})
-	go func() { reports.Wait(); close(reported) }()
-	select {
-	case <-reported:
-	case <-sctx.Done():
-	}
-	_ = srv.Shutdown(sctx)
+	lerr := n.destroyAll(sctx)
+	_ = n.srv.Shutdown(sctx)
 	if lerr == nil {
-		keep.release(sctx) // the sandboxes are gone: nothing left to guard
+		n.keep.release(sctx) // the sandboxes are gone: nothing left to guard
 	}
 	errs := []error{lerr}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		errs = append(errs, serveErr)
 	}
-	if err := nd.Shutdown(sctx); err != nil {
+	if err := n.node.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("stop node: %w", err))
 	}
-	log.Info("stopped")
+	n.log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// destroyAll destroys the node's sandboxes at its shutdown and reports each to the control plane,
+// which fails it (a session's resumes from its latest snapshot); it waits for the reports until ctx
+// ends. It reports the error of listing them.
+func (n *nodeProcess) destroyAll(ctx context.Context) error {
+	ids, err := n.node.Sandboxes(ctx)
+	var reports sync.WaitGroup
+	for _, id := range ids {
+		if err := n.node.DestroySandbox(ctx, id); err != nil {
+			n.log.Error("destroy sandbox at shutdown", "sandbox", id, "err", err)
+		}
+		reports.Go(func() { n.cc.SandboxExit(id, "its node shut down") })
+	}
+	reported := make(chan struct{})
+	go func() { reports.Wait(); close(reported) }()
+	select {
+	case <-reported:
+	case <-ctx.Done():
+	}
+	return err
 }
 
 // renewEvery is how often a node checks whether its certificate is due for renewal.

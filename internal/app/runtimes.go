@@ -18,100 +18,89 @@ import (
 // QEMU and the guest kernel; Firecracker is the operator's to install).
 var runtimeDrivers = []struct {
 	name string
-	// open opens the driver for node h; available reports whether its tools are on this host.
-	open      func(h hostNode) (runtime.Driver, func() error, error)
-	available func(h hostNode) bool
+	// open opens the driver for the node of s; available reports whether its tools are on this host.
+	open      func(s *system) (runtime.Driver, func() error, error)
+	available func() bool
 }{
 	{
 		name: "gvisor",
-		open: func(h hostNode) (runtime.Driver, func() error, error) {
-			d, err := gvisor.New(gvisor.Config{Runsc: h.runsc, StateDir: filepath.Join(h.dataDir, "runtime"), Debug: h.debug, Logger: h.log,
-				CgroupParent: "/airlock/" + h.tag})
-			if err != nil {
-				return nil, nil, err
-			}
-			return d, d.Close, nil
+		open: func(s *system) (runtime.Driver, func() error, error) {
+			return opened(gvisor.New(gvisor.Config{Runsc: s.host.Runsc, StateDir: filepath.Join(s.dataDir, "runtime"), Debug: s.host.Debug, Logger: s.log,
+				CgroupParent: "/airlock/" + s.tag}))
 		},
-		available: func(hostNode) bool { return true },
+		available: func() bool { return true },
 	},
 	{
 		name: "runc",
-		open: func(h hostNode) (runtime.Driver, func() error, error) {
-			d, err := runc.New(runc.Config{StateDir: filepath.Join(h.dataDir, "runtime-runc"), Logger: h.log,
-				CgroupParent: "/airlock-runc/" + h.tag})
-			if err != nil {
-				return nil, nil, err
-			}
-			return d, d.Close, nil
+		open: func(s *system) (runtime.Driver, func() error, error) {
+			return opened(runc.New(runc.Config{StateDir: filepath.Join(s.dataDir, "runtime-runc"), Logger: s.log,
+				CgroupParent: "/airlock-runc/" + s.tag}))
 		},
-		available: func(hostNode) bool {
-			_, err := exec.LookPath("runc")
-			return err == nil
-		},
+		available: func() bool { return onPath("runc") },
 	},
 	{
 		name: "vm:qemu",
-		open: func(h hostNode) (runtime.Driver, func() error, error) {
-			d, err := qemu.New(qemu.Config{StateDir: filepath.Join(h.dataDir, "runtime-vm-qemu"), DaemonBinary: h.daemon, Logger: h.log,
-				CgroupParent: "/airlock-vm/" + h.tag, ProbeCache: KVMProbeCache})
-			if err != nil {
-				return nil, nil, err
-			}
-			return d, d.Close, nil
+		open: func(s *system) (runtime.Driver, func() error, error) {
+			return opened(qemu.New(qemu.Config{StateDir: filepath.Join(s.dataDir, "runtime-vm-qemu"), DaemonBinary: s.host.DaemonBinary, Logger: s.log,
+				CgroupParent: "/airlock-vm/" + s.tag, ProbeCache: KVMProbeCache}))
 		},
-		available: func(hostNode) bool {
-			_, err := exec.LookPath("qemu-system-x86_64")
-			if err != nil {
-				return false
-			}
-			_, err = vm.FindKernel("")
-			return err == nil
-		},
+		available: func() bool { return onPath("qemu-system-x86_64") && haveKernel() },
 	},
 	{
 		// Firecracker is not packaged by Debian: an operator installs firecracker and jailer (the
 		// same release) on PATH; New refuses a host where KVM guests do not run.
 		name: "vm:firecracker",
-		open: func(h hostNode) (runtime.Driver, func() error, error) {
-			d, err := firecracker.New(firecracker.Config{StateDir: filepath.Join(h.dataDir, "runtime-vm-firecracker"), DaemonBinary: h.daemon,
-				Logger: h.log, CgroupParent: "/airlock-fc/" + h.tag})
-			if err != nil {
-				return nil, nil, err
-			}
-			return d, d.Close, nil
+		open: func(s *system) (runtime.Driver, func() error, error) {
+			return opened(firecracker.New(firecracker.Config{StateDir: filepath.Join(s.dataDir, "runtime-vm-firecracker"), DaemonBinary: s.host.DaemonBinary,
+				Logger: s.log, CgroupParent: "/airlock-fc/" + s.tag}))
 		},
-		available: func(hostNode) bool {
-			for _, b := range []string{"firecracker", "jailer"} {
-				if _, err := exec.LookPath(b); err != nil {
-					return false
-				}
-			}
-			_, err := vm.FindKernel("")
-			return err == nil
-		},
+		available: func() bool { return onPath("firecracker") && onPath("jailer") && haveKernel() },
 	},
+}
+
+// opened is what a driver's New returned, as runtimeDrivers' open reports it.
+func opened[D interface {
+	runtime.Driver
+	Close() error
+}](d D, err error) (runtime.Driver, func() error, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, d.Close, nil
+}
+
+// onPath reports whether the program bin is on PATH.
+func onPath(bin string) bool {
+	_, err := exec.LookPath(bin)
+	return err == nil
+}
+
+// haveKernel reports whether the VM runtimes' guest kernel is installed.
+func haveKernel() bool {
+	_, err := vm.FindKernel("")
+	return err == nil
 }
 
 // KVMProbeCache keeps the answer of the VM drivers' KVM probe until the host reboots.
 const KVMProbeCache = "/run/airlock/kvm-probe"
 
 // openDrivers opens the node's runtime drivers: the first (gVisor) as its default, the others that
-// this host has. It returns what closes them.
-func openDrivers(h hostNode) (def runtime.Driver, more []runtime.Driver, closers []func() error, err error) {
+// this host has. They are closed on close.
+func (s *system) openDrivers() (def runtime.Driver, more []runtime.Driver, err error) {
 	for i, rd := range runtimeDrivers {
-		if !rd.available(h) {
-			h.log.Info("runtime not available on this host", "runtime", rd.name)
+		if !rd.available() {
+			s.log.Info("runtime not available on this host", "runtime", rd.name)
 			continue
 		}
-		d, closeFn, oerr := rd.open(h)
+		d, closeFn, oerr := rd.open(s)
 		if oerr != nil {
 			if i == 0 {
-				return nil, nil, closers, oerr
+				return nil, nil, oerr
 			}
-			h.log.Warn("runtime not opened", "runtime", rd.name, "err", oerr)
+			s.log.Warn("runtime not opened", "runtime", rd.name, "err", oerr)
 			continue
 		}
-		closers = append(closers, closeFn)
+		s.onClose(closeFn)
 		if def == nil {
 			def = d
 		} else {
@@ -119,9 +108,9 @@ func openDrivers(h hostNode) (def runtime.Driver, more []runtime.Driver, closers
 		}
 	}
 	if def == nil {
-		return nil, nil, closers, errors.New("no runtime driver could be opened")
+		return nil, nil, errors.New("no runtime driver could be opened")
 	}
-	return def, more, closers, nil
+	return def, more, nil
 }
 
 // RuntimeNames lists the runtimes a node may have, for flags' help.
