@@ -100,11 +100,8 @@ recording the cut: "airlock audit verify" still checks the chain from the log's 
 				}
 				lr, err = g.client().SetLogRetention(cmd.Context(), int64(n))
 			}
-			if err != nil {
+			if done, err := g.jsonOrErr(lr, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, lr)
 			}
 			keep := "forever"
 			if lr.EffectiveSeconds > 0 {

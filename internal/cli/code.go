@@ -18,6 +18,11 @@ func newCodeCmd(g *globals) *cobra.Command {
 		Use:   "code",
 		Short: "Run code in stateful code contexts (Jupyter kernels) of a code-interpreter sandbox or session",
 	}
+	cmd.AddCommand(newCodeRunCmd(g), newCodeContextCreateCmd(g), newCodeContextsCmd(g), newCodeContextRmCmd(g))
+	return cmd
+}
+
+func newCodeRunCmd(g *globals) *cobra.Command {
 	var req airlock.RunCodeRequest
 	var env []string
 	var saveDir string
@@ -55,11 +60,8 @@ traceback. Variables and imports stay for the next run. Charts and other images 
 				opts.OnStderr = func(s string) { fmt.Fprint(g.Err, s) }
 			}
 			ex, err := g.client().RunCode(cmd.Context(), args[0], req, opts)
-			if err != nil {
+			if done, err := g.jsonOrErr(ex, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, ex)
 			}
 			for i, r := range ex.Results {
 				if saveDir != "" {
@@ -99,7 +101,10 @@ traceback. Variables and imports stay for the next run. Charts and other images 
 	f.StringArrayVarP(&env, "env", "e", nil, "an environment variable NAME=VALUE for this run only (repeat)")
 	f.IntVar(&req.TimeoutSeconds, "timeout", 0, "interrupt the run after this many seconds (default 300)")
 	f.StringVar(&saveDir, "save-dir", "", "write the results' images (charts) into this directory")
+	return run
+}
 
+func newCodeContextCreateCmd(g *globals) *cobra.Command {
 	var lang, cwd string
 	create := &cobra.Command{
 		Use:   "context-create ID",
@@ -107,11 +112,8 @@ traceback. Variables and imports stay for the next run. Charts and other images 
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client().CreateCodeContext(cmd.Context(), args[0], airlock.CreateCodeContextRequest{Language: lang, Cwd: cwd})
-			if err != nil {
+			if done, err := g.jsonOrErr(c, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, c)
 			}
 			fmt.Fprintln(g.Out, c.ID)
 			return nil
@@ -119,17 +121,18 @@ traceback. Variables and imports stay for the next run. Charts and other images 
 	}
 	create.Flags().StringVar(&lang, "language", "", "the context's language (python)")
 	create.Flags().StringVar(&cwd, "cwd", "", "its working directory (default /home/user)")
-	list := &cobra.Command{
+	return create
+}
+
+func newCodeContextsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "contexts ID",
 		Short: "List the code contexts of a sandbox or session",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cs, err := g.client().ListCodeContexts(cmd.Context(), args[0])
-			if err != nil {
+			if done, err := g.jsonOrErr(cs, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, cs)
 			}
 			t := newTable(g.Out, "ID", "LANGUAGE", "CWD")
 			for _, c := range cs {
@@ -138,7 +141,10 @@ traceback. Variables and imports stay for the next run. Charts and other images 
 			return t.flush()
 		},
 	}
-	rm := &cobra.Command{
+}
+
+func newCodeContextRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "context-rm ID CONTEXT",
 		Short: "Stop a code context and its kernel",
 		Args:  cobra.ExactArgs(2),
@@ -146,6 +152,4 @@ traceback. Variables and imports stay for the next run. Charts and other images 
 			return g.client().DeleteCodeContext(cmd.Context(), args[0], args[1])
 		},
 	}
-	cmd.AddCommand(run, create, list, rm)
-	return cmd
 }

@@ -143,11 +143,8 @@ func newConnLsCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			l, err := g.client().ListConnections(cmd.Context())
-			if err != nil {
+			if done, err := g.jsonOrErr(l, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, l)
 			}
 			t := newTable(g.Out, "NAME", "FLOW", "STATUS", "TOKEN EXPIRES", "REFRESHES", "ERROR")
 			for _, c := range l.Connections {
@@ -205,11 +202,8 @@ func newConnRevokeCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			c, err := g.client().RevokeConnection(cmd.Context(), args[0])
-			if err != nil {
+			if done, err := g.jsonOrErr(c, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, c)
 			}
 			fmt.Fprintf(g.Out, "Connection %s is revoked.\n", c.Name)
 			if c.Error != "" {

@@ -53,11 +53,8 @@ way. A flow shows once it ended. A stopped sandbox's flows stay readable.`,
 				return fmt.Errorf("--limit %d: must not be negative", opts.Limit)
 			}
 			l, err := g.client().Egress(cmd.Context(), args[0], opts)
-			if err != nil {
+			if done, err := g.jsonOrErr(l, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, l)
 			}
 			t := newTable(g.Out, "ENDED", "DECISION", "PROTO", "DESTINATION", "REQUEST", "RULE", "SENT", "RECEIVED", "DURATION")
 			for _, f := range l.Flows {

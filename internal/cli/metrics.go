@@ -42,11 +42,8 @@ sandbox has none.`,
 				get = c.SessionMetrics
 			}
 			l, err := get(cmd.Context(), args[0], opts)
-			if err != nil {
+			if done, err := g.jsonOrErr(l, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, l)
 			}
 			t := newTable(g.Out, "TIME", "CPU", "MEMORY", "CACHE", "DISK")
 			for _, m := range l.Metrics {

@@ -23,7 +23,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockrun/airlock/internal/app"
-	blobs3 "github.com/airlockrun/airlock/internal/blob/s3"
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/internal/keeper"
@@ -43,25 +42,9 @@ const (
 // NodeInfo is what NodeInfoFile holds.
 type NodeInfo = app.NodeInfo
 
-func newNodeCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "node",
-		Short: "Nodes that run as processes of their own: join tokens, joining, the node list",
-		Long: `A cluster has control-plane replicas and nodes that run the sandboxes, each its own process, talking over
-mutual TLS with certificates the control plane issues from the cluster's CA (kept in the database, sealed
-under the master key). A node joins with a join token the operator makes:
-
-    airlock node token create --ttl 24h            (operator's admin key)
-    airlock node join --url https://cp.internal --token alj_… --id node-a --host 10.0.0.5
-
-The join writes the node's key, certificate and the cluster CA's to <data dir>/cluster.`,
-	}
-	token := &cobra.Command{Use: "token", Short: "Manage join tokens (operator tenant's admin key)"}
+func newNodeTokenCreateCmd(g *globals) *cobra.Command {
+	var req airlock.CreateJoinTokenRequest
 	var ttl time.Duration
-	var description, nodePrefix string
-	var tokenNodeIDs []string
-	var uses int
-	var tokenReplace bool
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Make a join token and print it (shown only once)",
@@ -79,13 +62,10 @@ No token takes the place of a node that joined: its ID is its own. The node itse
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			ct, err := g.client().CreateJoinToken(cmd.Context(), airlock.CreateJoinTokenRequest{TTLSeconds: int64(ttl / time.Second), Description: description,
-				NodeIDs: tokenNodeIDs, NodePrefix: nodePrefix, Uses: uses, Replace: tokenReplace})
-			if err != nil {
+			req.TTLSeconds = int64(ttl / time.Second)
+			ct, err := g.client().CreateJoinToken(cmd.Context(), req)
+			if done, err := g.jsonOrErr(ct, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, ct)
 			}
 			id, replace := "<id>", ""
 			switch {
@@ -107,12 +87,17 @@ No token takes the place of a node that joined: its ID is its own. The node itse
 		},
 	}
 	create.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "how long nodes may join with it (at most 720h)")
-	create.Flags().StringVar(&description, "description", "", "what the token is for")
-	create.Flags().StringArrayVar(&tokenNodeIDs, "node-id", nil, "an ID a node may join with it as (repeat; default: any ID, for one node)")
-	create.Flags().StringVar(&nodePrefix, "node-prefix", "", "what the IDs of the nodes that join with it must start with")
-	create.Flags().IntVar(&uses, "uses", 0, "how many nodes may join with it (default: one, or one for each --node-id; more than one needs --node-id or --node-prefix)")
-	create.Flags().BoolVar(&tokenReplace, "replace", false, "let it take the place of the node of its one --node-id, which joined before: approve a new host for it")
-	token.AddCommand(create,
+	create.Flags().StringVar(&req.Description, "description", "", "what the token is for")
+	create.Flags().StringArrayVar(&req.NodeIDs, "node-id", nil, "an ID a node may join with it as (repeat; default: any ID, for one node)")
+	create.Flags().StringVar(&req.NodePrefix, "node-prefix", "", "what the IDs of the nodes that join with it must start with")
+	create.Flags().IntVar(&req.Uses, "uses", 0, "how many nodes may join with it (default: one, or one for each --node-id; more than one needs --node-id or --node-prefix)")
+	create.Flags().BoolVar(&req.Replace, "replace", false, "let it take the place of the node of its one --node-id, which joined before: approve a new host for it")
+	return create
+}
+
+func newNodeTokenCmd(g *globals) *cobra.Command {
+	token := &cobra.Command{Use: "token", Short: "Manage join tokens (operator tenant's admin key)"}
+	token.AddCommand(newNodeTokenCreateCmd(g),
 		&cobra.Command{
 			Use:     "ls",
 			Aliases: []string{"list"},
@@ -121,11 +106,8 @@ No token takes the place of a node that joined: its ID is its own. The node itse
 			RunE: func(cmd *cobra.Command, args []string) error {
 				defer interruptible(cmd)()
 				l, err := g.client().ListJoinTokens(cmd.Context())
-				if err != nil {
+				if done, err := g.jsonOrErr(l, err); done {
 					return err
-				}
-				if g.json {
-					return printJSON(g.Out, l)
 				}
 				t := newTable(g.Out, "ID", "EXPIRES", "FOR", "JOINED", "DESCRIPTION")
 				for _, jt := range l.JoinTokens {
@@ -152,7 +134,10 @@ No token takes the place of a node that joined: its ID is its own. The node itse
 				return g.client().DeleteJoinToken(cmd.Context(), args[0])
 			},
 		})
+	return token
+}
 
+func newNodeJoinCmd(g *globals) *cobra.Command {
 	var joinToken, nodeID, caFingerprint string
 	var hosts []string
 	var replace bool
@@ -253,14 +238,13 @@ to replace that node (node token create --node-id ID --replace), and --replace.`
 	join.Flags().StringArrayVar(&hosts, "host", nil, "a DNS name or IP address control planes reach this node at (repeat)")
 	join.Flags().BoolVar(&replace, "replace", false, "take the place of the node of this ID that joined before on another host, with a join token the operator made to replace it")
 	join.Flags().StringVar(&caFingerprint, "ca-fingerprint", "", `the cluster CA's fingerprint ("sha256:<hex>", printed by "node token create"): the join is refused if the control plane presents another CA`)
+	return join
+}
 
-	var controlPlanes, allowPrivate []string
-	var listen, advertise, runsc, pool, blobDir string
-	var logKeep time.Duration
-	var maxSandboxes int
-	var memoryMB, cpuMillicores int64
-	var s3cfg blobs3.Config
-	var debug bool
+func newNodeRunCmd(g *globals) *cobra.Command {
+	var cfg app.NodeConfig
+	var host hostFlags
+	var pool string
 	run := &cobra.Command{
 		Use:   "run",
 		Short: "Run this host as a node of the cluster it joined (as root)",
@@ -281,62 +265,46 @@ their latest snapshots.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if len(controlPlanes) == 0 {
+			if len(cfg.ControlPlanes) == 0 {
 				return errors.New("--control-plane (the cluster port's https URL) is required")
 			}
-			if memoryMB < 0 || cpuMillicores < 0 || maxSandboxes < 0 {
+			if cfg.MemoryMB < 0 || cfg.CPUMillicores < 0 || cfg.MaxSandboxes < 0 {
 				return errors.New("--memory-mb, --cpu-millicores and --max-sandboxes must not be negative")
 			}
-			opts := &slog.HandlerOptions{Level: slog.LevelInfo}
-			if debug {
-				opts.Level = slog.LevelDebug
-			}
-			var h slog.Handler = slog.NewTextHandler(g.Err, opts)
-			if g.json {
-				h = slog.NewJSONHandler(g.Err, opts)
-			}
-			open, err := egressAllowPrivate(allowPrivate)
-			if err != nil {
+			cfg.Logger = host.logger(g)
+			var err error
+			if cfg.EgressAllowPrivate, err = egressAllowPrivate(host.allowPrivate); err != nil {
 				return err
 			}
-			var addrs netip.Prefix
 			if pool != "" {
-				var err error
-				if addrs, err = netip.ParsePrefix(pool); err != nil {
+				if cfg.SandboxAddresses, err = netip.ParsePrefix(pool); err != nil {
 					return fmt.Errorf("--sandbox-addresses: %w", err)
 				}
 			}
-			var s3 *blobs3.Config
-			if s3cfg.Endpoint != "" || s3cfg.Bucket != "" {
-				// The credentials come from the environment only, as AWS tools take them.
-				s3cfg.AccessKey, s3cfg.SecretKey = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
-				s3 = &s3cfg
-			}
-			exe, err := os.Executable()
-			if err != nil {
+			if cfg.KeeperBinary, err = os.Executable(); err != nil {
 				return fmt.Errorf("find this binary, to run the fence keeper with: %w", err)
 			}
-			return app.RunNode(ctx, app.NodeConfig{DataDir: g.dataDir, ControlPlanes: controlPlanes, Listen: listen, Advertise: advertise, SandboxAddresses: addrs,
-				MaxSandboxes: maxSandboxes, MemoryMB: memoryMB, CPUMillicores: cpuMillicores, Runsc: runsc, Debug: debug, Logger: slog.New(h), Out: g.Out, EgressAllowPrivate: open,
-				BlobDir: blobDir, S3: s3, KeeperBinary: exe, LogRetention: logKeep})
+			cfg.DataDir, cfg.Out, cfg.Runsc, cfg.Debug, cfg.S3 = g.dataDir, g.Out, host.runsc, host.debug, host.s3Config()
+			return app.RunNode(ctx, cfg)
 		},
 	}
-	run.Flags().DurationVar(&logKeep, "log-retention", 0, "how long the flow logs of sandboxes whose tenant keeps logs forever are kept on this node (default: forever)")
-	run.Flags().StringArrayVar(&controlPlanes, "control-plane", nil, "the control planes' cluster port, https://host:port: a load balancer's, or each replica's (repeat; tried in turn)")
-	run.Flags().StringVar(&listen, "listen", app.DefaultNodeListen, "the node API's address")
-	run.Flags().StringVar(&advertise, "advertise", "", "the host:port control planes reach the node API at; its host must be one the node joined with (default: the first --host of the join and the --listen port)")
-	run.Flags().IntVar(&maxSandboxes, "max-sandboxes", 0, "the sandboxes this node runs at once (default 32 per CPU core)")
-	run.Flags().Int64Var(&memoryMB, "memory-mb", 0, "the most memory, in MB, this node offers sandboxes: its share of a host other nodes share (default: the host's)")
-	run.Flags().Int64Var(&cpuMillicores, "cpu-millicores", 0, "the most CPU (1000 a core, over-committed) this node offers: its share of a shared host (default: the host's)")
-	run.Flags().StringVar(&pool, "sandbox-addresses", "", "the range inside 100.64.0.0/10 the sandboxes' addresses come from, for nodes sharing a host (default 100.96.0.0/12)")
-	run.Flags().StringArrayVar(&allowPrivate, "egress-allow-private", nil, egressAllowPrivateHelp+" (give each node the control planes' ranges)")
-	run.Flags().StringVar(&runsc, "runsc", "", "the runsc binary (default: runsc from PATH)")
-	run.Flags().BoolVar(&debug, "debug", false, "log at debug level and keep runsc debug logs in each sandbox's directory")
-	run.Flags().StringVar(&blobDir, "blob-dir", "", "the cluster's blob directory (a control plane's DATA/blobs on this host or a shared file system)")
-	s3Flags(run.Flags(), &s3cfg)
-	var keeperSocket string
-	var keeperCgroups []string
-	keeperCmd := &cobra.Command{
+	f := run.Flags()
+	f.DurationVar(&cfg.LogRetention, "log-retention", 0, "how long the flow logs of sandboxes whose tenant keeps logs forever are kept on this node (default: forever)")
+	f.StringArrayVar(&cfg.ControlPlanes, "control-plane", nil, "the control planes' cluster port, https://host:port: a load balancer's, or each replica's (repeat; tried in turn)")
+	f.StringVar(&cfg.Listen, "listen", app.DefaultNodeListen, "the node API's address")
+	f.StringVar(&cfg.Advertise, "advertise", "", "the host:port control planes reach the node API at; its host must be one the node joined with (default: the first --host of the join and the --listen port)")
+	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "the sandboxes this node runs at once (default 32 per CPU core)")
+	f.Int64Var(&cfg.MemoryMB, "memory-mb", 0, "the most memory, in MB, this node offers sandboxes: its share of a host other nodes share (default: the host's)")
+	f.Int64Var(&cfg.CPUMillicores, "cpu-millicores", 0, "the most CPU (1000 a core, over-committed) this node offers: its share of a shared host (default: the host's)")
+	f.StringVar(&pool, "sandbox-addresses", "", "the range inside 100.64.0.0/10 the sandboxes' addresses come from, for nodes sharing a host (default 100.96.0.0/12)")
+	f.StringVar(&cfg.BlobDir, "blob-dir", "", "the cluster's blob directory (a control plane's DATA/blobs on this host or a shared file system)")
+	host.add(f, " (give each node the control planes' ranges)")
+	return run
+}
+
+func newNodeKeeperCmd(g *globals) *cobra.Command {
+	var cfg keeper.Config
+	cmd := &cobra.Command{
 		Use:    "keeper",
 		Short:  "Run a node's fence keeper (airlock node run starts it)",
 		Hidden: true,
@@ -348,14 +316,18 @@ takes it over when it starts again; there is no need to run it by hand.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			// The node's lease on a first start: its own fence and the slack, as it renews it.
-			return keeper.Run(ctx, keeper.Config{Socket: keeperSocket, Cgroups: keeperCgroups,
-				Lease: nodeapi.FenceAfter + app.KeeperSlack, Logger: slog.New(slog.NewTextHandler(g.Err, nil))})
+			cfg.Lease, cfg.Logger = nodeapi.FenceAfter+app.KeeperSlack, slog.New(slog.NewTextHandler(g.Err, nil))
+			return keeper.Run(ctx, cfg)
 		},
 	}
-	keeperCmd.Flags().StringVar(&keeperSocket, "socket", "", "the unix socket the node renews the lease over")
-	keeperCmd.Flags().StringArrayVar(&keeperCgroups, "cgroup", nil, "a cgroup parent holding the node's sandboxes' processes (repeat)")
+	cmd.Flags().StringVar(&cfg.Socket, "socket", "", "the unix socket the node renews the lease over")
+	cmd.Flags().StringArrayVar(&cfg.Cgroups, "cgroup", nil, "a cgroup parent holding the node's sandboxes' processes (repeat)")
+	return cmd
+}
+
+func newNodeBoundCmd(g *globals) *cobra.Command {
 	var bound airlock.NodeCapacity
-	boundCmd := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "bound ID",
 		Short: "Set the most a node is trusted to offer sandboxes (operator tenant's admin key)",
 		Long: `Set the most a node is trusted to offer sandboxes. Placement uses the capacity a node reports only up
@@ -366,21 +338,22 @@ A flag left out keeps the current bound's. It applies from the node's next heart
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			n, err := g.client().SetNodeBound(cmd.Context(), args[0], bound)
-			if err != nil {
+			if done, err := g.jsonOrErr(n, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, n)
 			}
 			fmt.Fprintf(g.Out, "node %s: at most %d sandboxes, %d MB of memory, %d millicores\n", n.ID,
 				n.Bound.MaxSandboxes, n.Bound.MemoryMB, n.Bound.CPUMillicores)
 			return nil
 		},
 	}
-	boundCmd.Flags().IntVar(&bound.MaxSandboxes, "max-sandboxes", 0, "the sandboxes it may run at once")
-	boundCmd.Flags().Int64Var(&bound.MemoryMB, "memory-mb", 0, "the memory, in MB, of the sandboxes it may run at once")
-	boundCmd.Flags().Int64Var(&bound.CPUMillicores, "cpu-millicores", 0, "the CPU (1000 a core) it may offer")
-	rmCmd := &cobra.Command{
+	cmd.Flags().IntVar(&bound.MaxSandboxes, "max-sandboxes", 0, "the sandboxes it may run at once")
+	cmd.Flags().Int64Var(&bound.MemoryMB, "memory-mb", 0, "the memory, in MB, of the sandboxes it may run at once")
+	cmd.Flags().Int64Var(&bound.CPUMillicores, "cpu-millicores", 0, "the CPU (1000 a core) it may offer")
+	return cmd
+}
+
+func newNodeRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:     "rm ID",
 		Aliases: []string{"remove"},
 		Short:   "Forget a node whose host is gone for good (operator tenant's admin key)",
@@ -400,7 +373,10 @@ the host back, join it again (airlock node join).`,
 			return nil
 		},
 	}
-	drainCmd := &cobra.Command{
+}
+
+func newNodeDrainCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "drain ID",
 		Short: "Take a node out of placement and move its sessions to other nodes (operator tenant's admin key)",
 		Long: `Take a node out of placement before its host goes down for maintenance or for good: no sandbox is
@@ -413,11 +389,8 @@ for good, forget it (airlock node rm). airlock node undrain takes it back.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			rep, err := g.client().DrainNode(cmd.Context(), args[0])
-			if err != nil {
+			if done, err := g.jsonOrErr(rep, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, rep)
 			}
 			for _, m := range rep.Moved {
 				fmt.Fprintf(g.Out, "moved session %s (tenant %s) to %s\n", m.SessionID, m.TenantID, m.To)
@@ -435,24 +408,40 @@ for good, forget it (airlock node rm). airlock node undrain takes it back.`,
 			return nil
 		},
 	}
-	undrainCmd := &cobra.Command{
+}
+
+func newNodeUndrainCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "undrain ID",
 		Short: "Let sandboxes be placed on a draining node again (operator tenant's admin key)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			n, err := g.client().UndrainNode(cmd.Context(), args[0])
-			if err != nil {
+			if done, err := g.jsonOrErr(n, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, n)
 			}
 			fmt.Fprintf(g.Out, "node %s takes sandboxes again (%s)\n", n.ID, n.State)
 			return nil
 		},
 	}
-	cmd.AddCommand(token, join, run, keeperCmd, boundCmd, rmCmd, drainCmd, undrainCmd,
+}
+
+func newNodeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Nodes that run as processes of their own: join tokens, joining, the node list",
+		Long: `A cluster has control-plane replicas and nodes that run the sandboxes, each its own process, talking over
+mutual TLS with certificates the control plane issues from the cluster's CA (kept in the database, sealed
+under the master key). A node joins with a join token the operator makes:
+
+    airlock node token create --ttl 24h            (operator's admin key)
+    airlock node join --url https://cp.internal --token alj_… --id node-a --host 10.0.0.5
+
+The join writes the node's key, certificate and the cluster CA's to <data dir>/cluster.`,
+	}
+	cmd.AddCommand(newNodeTokenCmd(g), newNodeJoinCmd(g), newNodeRunCmd(g), newNodeKeeperCmd(g), newNodeBoundCmd(g), newNodeRmCmd(g),
+		newNodeDrainCmd(g), newNodeUndrainCmd(g),
 		&cobra.Command{
 			Use:     "ls",
 			Aliases: []string{"list"},
@@ -461,11 +450,8 @@ for good, forget it (airlock node rm). airlock node undrain takes it back.`,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				defer interruptible(cmd)()
 				l, err := g.client().ListNodes(cmd.Context())
-				if err != nil {
+				if done, err := g.jsonOrErr(l, err); done {
 					return err
-				}
-				if g.json {
-					return printJSON(g.Out, l)
 				}
 				t := newTable(g.Out, "ID", "STATE", "ADDRESS", "SANDBOXES", "MEMORY MB", "HOSTS", "JOINED", "CERT EXPIRES")
 				for _, n := range l.Nodes {

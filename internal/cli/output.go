@@ -21,6 +21,18 @@ func printJSON(w io.Writer, v any) error {
 	return nil
 }
 
+// jsonOrErr ends a command whose call returned v and err: with err if the call failed, or with v
+// printed as JSON under --json. done reports whether it ended it; err is then the command's error.
+func (g *globals) jsonOrErr(v any, err error) (done bool, _ error) {
+	if err != nil {
+		return true, err
+	}
+	if g.json {
+		return true, printJSON(g.Out, v)
+	}
+	return false, nil
+}
+
 // table writes aligned columns.
 type table struct{ tw *tabwriter.Writer }
 

@@ -327,11 +327,8 @@ URL. REACHABLE is no for a server bound to loopback only, which Airlock cannot r
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			l, err := g.client().ListPorts(cmd.Context(), args[0])
-			if err != nil {
+			if done, err := g.jsonOrErr(l, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, l)
 			}
 			yesNo := func(b bool) string {
 				if b {
@@ -385,11 +382,8 @@ with "airlock token revoke ID". Treat it as a password.`,
 				return err
 			}
 			tok, err := g.client().CreateAccessToken(cmd.Context(), req)
-			if err != nil {
+			if done, err := g.jsonOrErr(tok, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, tok)
 			}
 			if tok.URLs == nil || tok.URLs.Path == "" {
 				return fmt.Errorf("the server made access token %s but gave no URL for port %d (is it older than this airlock?)", tok.ID, req.Port)

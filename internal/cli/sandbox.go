@@ -215,11 +215,8 @@ func newGetCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			sb, err := g.client().GetSandbox(cmd.Context(), args[0])
-			if err != nil {
+			if done, err := g.jsonOrErr(sb, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, sb)
 			}
 			return printSandbox(g, sb, time.Now())
 		},
@@ -315,11 +312,8 @@ func newTimeoutCmd(g *globals) *cobra.Command {
 				return err
 			}
 			sb, err := g.client().SetTimeout(cmd.Context(), args[0], secs)
-			if err != nil {
+			if done, err := g.jsonOrErr(sb, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, sb)
 			}
 			if sb.EndsAt != nil {
 				fmt.Fprintf(g.Out, "%s ends at %s (%s)\n", sb.ID, sb.EndsAt.Local().Format(time.DateTime), relTime(sb.EndsAt, time.Now()))

@@ -185,11 +185,8 @@ func newSessionActionCmd(g *globals, name, short string, call func(*airlock.Clie
 			defer interruptible(cmd)()
 			start := time.Now()
 			se, err := call(g.client(), cmd.Context(), args[0])
-			if err != nil {
+			if done, err := g.jsonOrErr(se, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, se)
 			}
 			fmt.Fprintf(g.Out, "%s %s in %s\n", se.ID, se.State, time.Since(start).Round(time.Millisecond))
 			return nil
@@ -213,11 +210,8 @@ func newSessionTimeoutCmd(g *globals) *cobra.Command {
 				}
 			}
 			se, err := g.client().SetSessionTimeout(cmd.Context(), args[0], secs)
-			if err != nil {
+			if done, err := g.jsonOrErr(se, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, se)
 			}
 			switch {
 			case se.EndsAt != nil:
@@ -279,11 +273,8 @@ func newSessionForkCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			res, err := g.client().ForkSession(cmd.Context(), args[0], req, idempotency(idemKey)...)
-			if err != nil {
+			if done, err := g.jsonOrErr(res, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, res)
 			}
 			var bad []string
 			for _, se := range res.Sessions {

@@ -31,18 +31,21 @@ under a generated /etc), or an OCI image the operator imported:
 A sandbox or session records the image's digest (python@sha256:…), so importing a new version under the
 same name, or removing the name, never changes what it, its snapshots and its forks boot.`,
 	}
-	ls := &cobra.Command{
+	cmd.AddCommand(newTemplateLsCmd(g), newTemplateGetCmd(g), newTemplateImportCmd(g), newTemplatePullCmd(g), newTemplateBuildCmd(g),
+		newTemplateExportCmd(g), newTemplateRuntimesCmd(g), newTemplateRmCmd(g))
+	return cmd
+}
+
+func newTemplateLsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "ls",
 		Short: "List the templates",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			l, err := g.client().ListTemplates(cmd.Context())
-			if err != nil {
+			if done, err := g.jsonOrErr(l, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, l)
 			}
 			t := newTable(g.Out, "NAME", "DIGEST", "LAYERS", "UPDATED")
 			now := time.Now()
@@ -56,24 +59,27 @@ same name, or removing the name, never changes what it, its snapshots and its fo
 			return t.flush()
 		},
 	}
-	get := &cobra.Command{
+}
+
+func newTemplateGetCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "get NAME",
 		Short: "Show a template",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			tp, err := g.client().GetTemplate(cmd.Context(), args[0])
-			if err != nil {
+			if done, err := g.jsonOrErr(tp, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, tp)
 			}
 			printTemplate(g.Out, tp)
 			return nil
 		},
 	}
-	imp := &cobra.Command{
+}
+
+func newTemplateImportCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "import NAME PATH",
 		Short: "Import an OCI image as a template, or as a new version of one (operator tenant's admin key)",
 		Long: `Import the OCI image at PATH: a docker save tarball, an OCI archive (a tar of an image layout) or an OCI
@@ -109,6 +115,9 @@ NAME then points at the image: new sandboxes of NAME boot it; those made before 
 			return printNewVersion(g, tp)
 		},
 	}
+}
+
+func newTemplatePullCmd(g *globals) *cobra.Command {
 	var pull airlock.PullTemplateRequest
 	pullCmd := &cobra.Command{
 		Use:   "pull NAME IMAGE",
@@ -131,18 +140,19 @@ Only trusted HTTPS is spoken unless --insecure, loopback and private addresses i
 	pullCmd.Flags().BoolVar(&pull.Insecure, "insecure", false, "allow plain HTTP, or TLS with a certificate the server does not trust")
 	pullCmd.Flags().StringVar(&pull.Username, "username", "", "the registry user")
 	pullCmd.Flags().StringVar(&pull.PasswordSecret, "password-secret", "", "the name of your secret holding the registry password or token")
-	rm := &cobra.Command{
+	return pullCmd
+}
+
+func newTemplateRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "rm NAME",
 		Short: "Remove a template's name; what recorded its image keeps it (operator tenant's admin key)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			rm, err := g.client().DeleteTemplate(cmd.Context(), args[0])
-			if err != nil {
+			if done, err := g.jsonOrErr(rm, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, rm)
 			}
 			fmt.Fprintf(g.Out, "template %s removed\n", args[0])
 			if u := usersText(rm.Users); u != "" {
@@ -153,6 +163,9 @@ Only trusted HTTPS is spoken unless --insecure, loopback and private addresses i
 			return nil
 		},
 	}
+}
+
+func newTemplateBuildCmd(g *globals) *cobra.Command {
 	var (
 		build     airlock.BuildTemplateOptions
 		buildArgs []string
@@ -217,6 +230,10 @@ keeps a start snapshot that sandboxes are restored from.
 	buildCmd.Flags().IntVar(&build.DiskMB, "disk", 0, "disk of RUN steps' sandboxes, MiB (default: the server's)")
 	buildCmd.Flags().StringVar(&build.StartCmd, "start-cmd", "", "a command every sandbox of the template has running (default: the label run.airlock.start-cmd)")
 	buildCmd.Flags().StringVar(&build.ReadyCmd, "ready-cmd", "", "a check that passes (exits 0) once the start command is ready (default: the label run.airlock.ready-cmd)")
+	return buildCmd
+}
+
+func newTemplateExportCmd(g *globals) *cobra.Command {
 	var exportOut string
 	export := &cobra.Command{
 		Use:   "export NAME",
@@ -246,7 +263,11 @@ to stdout: "airlock template import" on another server, skopeo or podman take it
 		},
 	}
 	export.Flags().StringVarP(&exportOut, "output", "o", "", "the file to write (default: stdout)")
-	runtimes := &cobra.Command{
+	return export
+}
+
+func newTemplateRuntimesCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "runtimes NAME [RUNTIME...]",
 		Short: "Show or set the runtimes a template's sandboxes may run on",
 		Long: `With only a name, print the runtimes the template's sandboxes may run on; with runtimes, set them, in
@@ -272,11 +293,8 @@ vm:firecracker). "*" alone allows every runtime again. A tenant must also be all
 				}
 				t, err = g.client().SetTemplateRuntimes(cmd.Context(), args[0], names)
 			}
-			if err != nil {
+			if done, err := g.jsonOrErr(t, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, t)
 			}
 			rs := "every runtime"
 			if len(t.Runtimes) > 0 {
@@ -286,8 +304,6 @@ vm:firecracker). "*" alone allows every runtime again. A tenant must also be all
 			return nil
 		},
 	}
-	cmd.AddCommand(ls, get, imp, pullCmd, buildCmd, export, runtimes, rm)
-	return cmd
 }
 
 // buildContext returns the tar of the build context dir, streamed, with the Dockerfile at df ("":

@@ -26,11 +26,8 @@ tenant: its admin keys manage the others.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			ct, err := g.client().CreateTenantWith(cmd.Context(), airlock.CreateTenantRequest{Name: args[0], KeyProvider: keyProvider})
-			if err != nil {
+			if done, err := g.jsonOrErr(ct, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, ct)
 			}
 			fmt.Fprintf(g.Err, "Created tenant %s (%s). Its first admin key, shown only now:\n", ct.Tenant.Name, ct.Tenant.ID)
 			fmt.Fprintln(g.Out, ct.APIKey.Key)
@@ -49,11 +46,8 @@ tenant: its admin keys manage the others.`,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				defer interruptible(cmd)()
 				l, err := g.client().ListTenants(cmd.Context())
-				if err != nil {
+				if done, err := g.jsonOrErr(l, err); done {
 					return err
-				}
-				if g.json {
-					return printJSON(g.Out, l)
 				}
 				t := newTable(g.Out, "ID", "NAME", "STATUS", "CREATED")
 				for _, tn := range l.Tenants {
@@ -120,11 +114,8 @@ func newUsageCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			u, err := g.client().Usage(cmd.Context())
-			if err != nil {
+			if done, err := g.jsonOrErr(u, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, u)
 			}
 			limit := func(n int64) string {
 				if n == 0 {
@@ -164,11 +155,8 @@ runc starts faster but shares the host's kernel: allow it only to tenants you tr
 				}
 				tn, err = g.client().UpdateTenant(cmd.Context(), args[0], airlock.UpdateTenantRequest{Runtimes: &names})
 			}
-			if err != nil {
+			if done, err := g.jsonOrErr(tn, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, tn)
 			}
 			fmt.Fprintf(g.Out, "tenant %s may use: %s\n", tn.ID, strings.Join(tn.Runtimes, ", "))
 			return nil
@@ -184,11 +172,8 @@ func newTenantSetDisabledCmd(g *globals, use string, disabled bool, short string
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			tn, err := g.client().UpdateTenant(cmd.Context(), args[0], airlock.UpdateTenantRequest{Disabled: &disabled})
-			if err != nil {
+			if done, err := g.jsonOrErr(tn, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, tn)
 			}
 			fmt.Fprintf(g.Out, "tenant %s %sd\n", tn.ID, use)
 			return nil
@@ -212,11 +197,8 @@ when it is made; Airlock keeps only its hash.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			k, err := g.client().CreateAPIKey(cmd.Context(), args[0], scope)
-			if err != nil {
+			if done, err := g.jsonOrErr(k, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, k)
 			}
 			fmt.Fprintf(g.Err, "Created API key %s (%s, scope %s), shown only now:\n", k.Name, k.ID, k.Scope)
 			fmt.Fprintln(g.Out, k.Key)
@@ -233,11 +215,8 @@ when it is made; Airlock keeps only its hash.`,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				defer interruptible(cmd)()
 				l, err := g.client().ListAPIKeys(cmd.Context())
-				if err != nil {
+				if done, err := g.jsonOrErr(l, err); done {
 					return err
-				}
-				if g.json {
-					return printJSON(g.Out, l)
 				}
 				now := time.Now()
 				t := newTable(g.Out, "ID", "NAME", "SCOPE", "PREFIX", "CREATED", "LAST USED", "REVOKED")
@@ -288,11 +267,8 @@ revoked. Use it as the API key: AIRLOCK_API_KEY=<token> airlock exec ID -- …`,
 				return err
 			}
 			tok, err := g.client().CreateAccessToken(cmd.Context(), req)
-			if err != nil {
+			if done, err := g.jsonOrErr(tok, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, tok)
 			}
 			fmt.Fprintf(g.Err, "Created access token %s for %s (scopes %s, expires %s), shown only now:\n",
 				tok.ID, args[0], strings.Join(tok.Scopes, ","), tok.ExpiresAt.Local().Format(time.DateTime))
@@ -321,11 +297,8 @@ revoked. Use it as the API key: AIRLOCK_API_KEY=<token> airlock exec ID -- …`,
 					}
 				}
 				l, err := g.client().ListAccessTokens(cmd.Context(), sb, se)
-				if err != nil {
+				if done, err := g.jsonOrErr(l, err); done {
 					return err
-				}
-				if g.json {
-					return printJSON(g.Out, l)
 				}
 				now := time.Now()
 				t := newTable(g.Out, "ID", "FOR", "SCOPES", "NAME", "CREATED BY", "EXPIRES", "REVOKED")

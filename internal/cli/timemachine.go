@@ -19,11 +19,8 @@ func newSessionTimelineCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			tl, err := g.client().Timeline(cmd.Context(), args[0])
-			if err != nil {
+			if done, err := g.jsonOrErr(tl, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, tl)
 			}
 			printTimeline(g, tl)
 			return nil
@@ -103,11 +100,8 @@ func newSessionRestoreCmd(g *globals) *cobra.Command {
 				req.At = &t
 			}
 			se, err := g.client().RestoreSession(cmd.Context(), args[0], req)
-			if err != nil {
+			if done, err := g.jsonOrErr(se, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, se)
 			}
 			fmt.Fprintf(g.Out, "%s runs from %s\n", se.ID, se.HeadSnapshotID)
 			return nil
@@ -141,11 +135,8 @@ func newSessionPinCmd(g *globals, pin bool) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			sn, err := g.client().UpdateSnapshot(cmd.Context(), args[0], args[1], airlock.UpdateSnapshotRequest{Pinned: &pin})
-			if err != nil {
+			if done, err := g.jsonOrErr(sn, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, sn)
 			}
 			fmt.Fprintln(g.Out, sn.ID)
 			return nil
@@ -179,11 +170,8 @@ func newSessionDiffCmd(g *globals) *cobra.Command {
 			defer interruptible(cmd)()
 			if len(args) == 4 {
 				d, err := g.client().DiffSnapshotFile(cmd.Context(), args[0], args[1], args[2], args[3])
-				if err != nil {
+				if done, err := g.jsonOrErr(d, err); done {
 					return err
-				}
-				if g.json {
-					return printJSON(g.Out, d)
 				}
 				if d.Binary {
 					fmt.Fprintf(g.Out, "%s: binary or too large to show\n", d.Path)
@@ -193,11 +181,8 @@ func newSessionDiffCmd(g *globals) *cobra.Command {
 				return nil
 			}
 			d, err := g.client().DiffSnapshots(cmd.Context(), args[0], args[1], args[2])
-			if err != nil {
+			if done, err := g.jsonOrErr(d, err); done {
 				return err
-			}
-			if g.json {
-				return printJSON(g.Out, d)
 			}
 			marks := map[string]string{"added": "+", "removed": "-", "changed": "~"}
 			for _, c := range d.Changes {
