@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,6 +32,26 @@ func (g *globals) jsonOrErr(v any, err error) (done bool, _ error) {
 		return true, printJSON(g.Out, v)
 	}
 	return false, nil
+}
+
+// deleteEach deletes each of ids with del, printing each ID deleted (but with --json) and each error,
+// and fails with exit code 1 if any delete did.
+func (g *globals) deleteEach(ctx context.Context, ids []string, del func(ctx context.Context, id string) error) error {
+	failed := false
+	for _, id := range ids {
+		if err := del(ctx, id); err != nil {
+			fmt.Fprintf(g.Err, "airlock: %s\n", g.explain(err))
+			failed = true
+			continue
+		}
+		if !g.json {
+			fmt.Fprintln(g.Out, id)
+		}
+	}
+	if failed {
+		return &exitError{code: 1}
+	}
+	return nil
 }
 
 // table writes aligned columns.

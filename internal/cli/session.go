@@ -242,21 +242,7 @@ func newSessionRmCmd(g *globals) *cobra.Command {
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			failed := false
-			for _, id := range args {
-				if err := g.client().DeleteSession(cmd.Context(), id); err != nil {
-					fmt.Fprintf(g.Err, "airlock: %s\n", g.explain(err))
-					failed = true
-					continue
-				}
-				if !g.json {
-					fmt.Fprintln(g.Out, id)
-				}
-			}
-			if failed {
-				return &exitError{code: 1}
-			}
-			return nil
+			return g.deleteEach(cmd.Context(), args, g.client().DeleteSession)
 		},
 	}
 }
