@@ -8,25 +8,26 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/internal/httperr"
+	"github.com/airlockrun/airlock/api/errcode"
+	"github.com/airlockrun/airlock/api/wire"
 )
 
-// Sentinel errors: errors.Is(err, ErrNotFound) reports whether the API answered with that code.
+// Sentinel errors: errors.Is(err, ErrNotFound) reports whether the API answered with that code. They
+// are api/errcode's, the server's own.
 var (
-	ErrNotFound           = errdefs.ErrNotFound           // not_found, 404
-	ErrInvalidArgument    = errdefs.ErrInvalidArgument    // invalid_argument, 400
-	ErrAlreadyExists      = errdefs.ErrAlreadyExists      // already_exists, 409
-	ErrConflict           = errdefs.ErrConflict           // conflict, 409
-	ErrFailedPrecondition = errdefs.ErrFailedPrecondition // failed_precondition, 409 (e.g. the sandbox is not running)
-	ErrUnauthenticated    = errdefs.ErrUnauthenticated    // unauthenticated, 401
-	ErrPermissionDenied   = errdefs.ErrPermissionDenied   // permission_denied, 403
-	ErrResourceExhausted  = errdefs.ErrResourceExhausted  // resource_exhausted, 429
-	ErrTooLarge           = errdefs.ErrTooLarge           // too_large, 413
-	ErrUnavailable        = errdefs.ErrUnavailable        // unavailable, 503
-	ErrKeyUnavailable     = errdefs.ErrKeyUnavailable     // tenant_key_unavailable, 403: the tenant's key is revoked or unreachable
-	ErrDeadlineExceeded   = errdefs.ErrDeadlineExceeded   // deadline_exceeded, 504
-	ErrInternal           = errdefs.ErrInternal           // internal, 500, and any code this SDK does not know
+	ErrNotFound           = errcode.ErrNotFound           // not_found, 404
+	ErrInvalidArgument    = errcode.ErrInvalidArgument    // invalid_argument, 400
+	ErrAlreadyExists      = errcode.ErrAlreadyExists      // already_exists, 409
+	ErrConflict           = errcode.ErrConflict           // conflict, 409
+	ErrFailedPrecondition = errcode.ErrFailedPrecondition // failed_precondition, 409 (e.g. the sandbox is not running)
+	ErrUnauthenticated    = errcode.ErrUnauthenticated    // unauthenticated, 401
+	ErrPermissionDenied   = errcode.ErrPermissionDenied   // permission_denied, 403
+	ErrResourceExhausted  = errcode.ErrResourceExhausted  // resource_exhausted, 429
+	ErrTooLarge           = errcode.ErrTooLarge           // too_large, 413
+	ErrUnavailable        = errcode.ErrUnavailable        // unavailable, 503
+	ErrKeyUnavailable     = errcode.ErrKeyUnavailable     // tenant_key_unavailable, 403: the tenant's key is revoked or unreachable
+	ErrDeadlineExceeded   = errcode.ErrDeadlineExceeded   // deadline_exceeded, 504
+	ErrInternal           = errcode.ErrInternal           // internal, 500, and any code this SDK does not know
 )
 
 // ErrStreamClosed is reported by a Stream that was closed by its owner before the process exited.
@@ -57,7 +58,7 @@ func (e *APIError) Error() string {
 // Is reports whether target is the sentinel of e's code, so that errors.Is(err, ErrNotFound) matches a
 // not_found error. An unknown code matches ErrInternal.
 func (e *APIError) Is(target error) bool {
-	return target == errdefs.FromCode(e.Code)
+	return target == errcode.FromCode(e.Code)
 }
 
 // statusCodes maps an HTTP status to an error code for responses that carry no error body (a proxy's 502,
@@ -104,7 +105,7 @@ func errorFromResponse(resp *http.Response) *APIError {
 
 // errorFromDetail returns the *APIError of an error message on a stream.
 func errorFromDetail(d ErrorDetail) *APIError {
-	return &APIError{Status: httperr.Status(errdefs.FromCode(d.Code)), Code: d.Code, Message: d.Message}
+	return &APIError{Status: wire.Status(d.Code), Code: d.Code, Message: d.Message}
 }
 
 // printable returns up to n bytes of b as a single line, or "" when b is empty or not text.
