@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // AuditLog is where the server records API calls: audit.Recorder.
@@ -132,7 +132,7 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
 	page := first
 	for {
 		for _, e := range page {
-			_ = enc.Encode(airlock.AuditEntry{Tenant: e.TenantID, Seq: e.Seq, Time: e.Time, Kind: e.Kind, Actor: e.Actor, Action: e.Action,
+			_ = enc.Encode(wire.AuditEntry{Tenant: e.TenantID, Seq: e.Seq, Time: e.Time, Kind: e.Kind, Actor: e.Actor, Action: e.Action,
 				Target: e.Target, Result: e.Result, Detail: e.Detail, Sealed: e.Sealed, Salt: e.Salt, Prev: e.Prev, Hash: e.Hash})
 			after = e.Seq
 		}
@@ -159,7 +159,7 @@ func (s *Server) getLogRetention(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) setLogRetention(w http.ResponseWriter, r *http.Request) {
-	var req airlock.LogRetention
+	var req wire.LogRetention
 	if _, err := readJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -176,6 +176,6 @@ func (s *Server) setLogRetention(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, logRetention(own, eff, floor))
 }
 
-func logRetention(own, eff, floor time.Duration) airlock.LogRetention {
-	return airlock.LogRetention{Seconds: int64(own / time.Second), EffectiveSeconds: int64(eff / time.Second), MinSeconds: int64(floor / time.Second)}
+func logRetention(own, eff, floor time.Duration) wire.LogRetention {
+	return wire.LogRetention{Seconds: int64(own / time.Second), EffectiveSeconds: int64(eff / time.Second), MinSeconds: int64(floor / time.Second)}
 }

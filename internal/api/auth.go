@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 type principalKey struct{}
@@ -218,26 +218,26 @@ func pathID(r *http.Request, pattern *regexp.Regexp, what, want string) (string,
 	return id, nil
 }
 
-func toTenant(t store.Tenant) airlock.Tenant {
+func toTenant(t store.Tenant) wire.Tenant {
 	kp := t.KeyProvider
 	if kp == "" {
 		kp = "local"
 	}
-	return airlock.Tenant{ID: t.ID, Name: t.Name, Operator: t.Operator, Disabled: t.DisabledAt != nil, DisabledAt: t.DisabledAt,
-		CreatedAt: t.CreatedAt, Quotas: airlock.Quotas(t.Quotas), KeyProvider: kp}
+	return wire.Tenant{ID: t.ID, Name: t.Name, Operator: t.Operator, Disabled: t.DisabledAt != nil, DisabledAt: t.DisabledAt,
+		CreatedAt: t.CreatedAt, Quotas: wire.Quotas(t.Quotas), KeyProvider: kp}
 }
 
-func toAPIKey(k store.APIKey) airlock.APIKey {
-	return airlock.APIKey{ID: k.ID, Name: k.Name, Scope: string(k.Scope), Prefix: k.Prefix, CreatedAt: k.CreatedAt,
+func toAPIKey(k store.APIKey) wire.APIKey {
+	return wire.APIKey{ID: k.ID, Name: k.Name, Scope: string(k.Scope), Prefix: k.Prefix, CreatedAt: k.CreatedAt,
 		LastUsedAt: k.LastUsedAt, RevokedAt: k.RevokedAt}
 }
 
-func toToken(t store.AccessToken) airlock.AccessToken {
+func toToken(t store.AccessToken) wire.AccessToken {
 	scopes := make([]string, len(t.Scopes))
 	for i, sc := range t.Scopes {
 		scopes[i] = string(sc)
 	}
-	return airlock.AccessToken{ID: t.ID, Name: t.Name, SandboxID: t.SandboxID, SessionID: t.SessionID, Scopes: scopes,
+	return wire.AccessToken{ID: t.ID, Name: t.Name, SandboxID: t.SandboxID, SessionID: t.SessionID, Scopes: scopes,
 		Port: t.Port, Prefix: t.Prefix, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt}
 }
 
@@ -251,7 +251,7 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.TenantList{Tenants: make([]airlock.Tenant, 0, len(ts))}
+	out := wire.TenantList{Tenants: make([]wire.Tenant, 0, len(ts))}
 	for _, t := range ts {
 		out.Tenants = append(out.Tenants, s.withRuntimes(r.Context(), toTenant(t)))
 	}
@@ -259,7 +259,7 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
-	var req airlock.CreateTenantRequest
+	var req wire.CreateTenantRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -270,7 +270,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/tenants/"+t.ID)
-	writeJSON(w, http.StatusCreated, airlock.CreatedTenant{Tenant: s.withRuntimes(r.Context(), toTenant(t)), APIKey: airlock.NewAPIKey{APIKey: toAPIKey(k), Key: key}})
+	writeJSON(w, http.StatusCreated, wire.CreatedTenant{Tenant: s.withRuntimes(r.Context(), toTenant(t)), APIKey: wire.NewAPIKey{APIKey: toAPIKey(k), Key: key}})
 }
 
 func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
@@ -288,7 +288,7 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
 }
 
 // withRuntimes adds to t the runtimes the tenant may use.
-func (s *Server) withRuntimes(ctx context.Context, t airlock.Tenant) airlock.Tenant {
+func (s *Server) withRuntimes(ctx context.Context, t wire.Tenant) wire.Tenant {
 	names, _, err := s.cp.TenantRuntimes(ctx, t.ID)
 	switch {
 	case err != nil:
@@ -306,7 +306,7 @@ func (s *Server) updateTenant(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	var req airlock.UpdateTenantRequest
+	var req wire.UpdateTenantRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -354,7 +354,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalOf(r)
-	writeJSON(w, http.StatusOK, airlock.Usage{Quotas: airlock.Quotas(q), Usage: airlock.Quotas(u), Tenant: p.TenantID, Operator: p.Operator})
+	writeJSON(w, http.StatusOK, wire.Usage{Quotas: wire.Quotas(q), Usage: wire.Quotas(u), Tenant: p.TenantID, Operator: p.Operator})
 }
 
 func (s *Server) listAPIKeys(w http.ResponseWriter, r *http.Request) {
@@ -367,7 +367,7 @@ func (s *Server) listAPIKeys(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.APIKeyList{APIKeys: make([]airlock.APIKey, 0, len(ks))}
+	out := wire.APIKeyList{APIKeys: make([]wire.APIKey, 0, len(ks))}
 	for _, k := range ks {
 		out.APIKeys = append(out.APIKeys, toAPIKey(k))
 	}
@@ -375,7 +375,7 @@ func (s *Server) listAPIKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request) {
-	var req airlock.CreateAPIKeyRequest
+	var req wire.CreateAPIKeyRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -386,7 +386,7 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/api-keys/"+k.ID)
-	writeJSON(w, http.StatusCreated, airlock.NewAPIKey{APIKey: toAPIKey(k), Key: key})
+	writeJSON(w, http.StatusCreated, wire.NewAPIKey{APIKey: toAPIKey(k), Key: key})
 }
 
 func (s *Server) revokeAPIKey(w http.ResponseWriter, r *http.Request) {
@@ -425,7 +425,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.AccessTokenList{Tokens: make([]airlock.AccessToken, 0, len(ts))}
+	out := wire.AccessTokenList{Tokens: make([]wire.AccessToken, 0, len(ts))}
 	for _, t := range ts {
 		out.Tokens = append(out.Tokens, toToken(t))
 	}
@@ -433,7 +433,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
-	var req airlock.CreateAccessTokenRequest
+	var req wire.CreateAccessTokenRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -461,7 +461,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.NewAccessToken{AccessToken: toToken(tok), Token: cred}
+	out := wire.NewAccessToken{AccessToken: toToken(tok), Token: cred}
 	if tok.Port != 0 && len(tok.Scopes) == 1 { // only a ports-only token may travel in a URL
 		out.URLs = s.portURLs(r, tok.SandboxID+tok.SessionID, tok.Port, cred)
 	}
@@ -493,7 +493,7 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.TenantKey{Provider: toTenant(t).KeyProvider, Status: "available"}
+	out := wire.TenantKey{Provider: toTenant(t).KeyProvider, Status: "available"}
 	if err := s.cp.CheckTenantKey(r.Context(), t.ID); err != nil {
 		if !errors.Is(err, errdefs.ErrKeyUnavailable) {
 			writeError(w, r, s.log, err)
@@ -514,11 +514,11 @@ func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, airlock.RotatedKey{KeyID: id})
+	writeJSON(w, http.StatusOK, wire.RotatedKey{KeyID: id})
 }
 
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
-	var req airlock.RevokeKeyRequest
+	var req wire.RevokeKeyRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return

@@ -16,9 +16,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // The code interpreter (…/code/…): stateful code contexts in a sandbox or session of a
@@ -132,9 +132,9 @@ func (s *Server) codeTarget(w http.ResponseWriter, r *http.Request) (t controlpl
 	return t, func() { done(); release() }, true
 }
 
-// runCode serves POST …/code/run: the run's output as NDJSON events (airlock.CodeEvent), as they come.
+// runCode serves POST …/code/run: the run's output as NDJSON events (wire.CodeEvent), as they come.
 func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
-	var req airlock.RunCodeRequest
+	var req wire.RunCodeRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -190,7 +190,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 			f.Flush()
 		}
 	}
-	send := func(ev airlock.CodeEvent) bool {
+	send := func(ev wire.CodeEvent) bool {
 		if err := enc.Encode(ev); err != nil {
 			return false
 		}
@@ -199,9 +199,9 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 	}
 	finish := func(name, value string) {
 		if name != "" {
-			send(airlock.CodeEvent{Type: airlock.CodeEventError, CodeError: airlock.CodeError{Name: name, Value: value}})
+			send(wire.CodeEvent{Type: wire.CodeEventError, CodeError: wire.CodeError{Name: name, Value: value}})
 		}
-		send(airlock.CodeEvent{Type: airlock.CodeEventEnd})
+		send(wire.CodeEvent{Type: wire.CodeEventEnd})
 	}
 	br := bufio.NewReaderSize(&boundedReader{r: resp.Body, left: maxCodeOutput}, 64<<10)
 	for {
@@ -212,23 +212,23 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 			case r.Context().Err() != nil:
 				// The client went away: closing the connection interrupts the run.
 			case ctx.Err() != nil:
-				finish(airlock.CodeErrorTimeout, fmt.Sprintf("the run took over %d s; the code interpreter did not end it", timeout))
+				finish(wire.CodeErrorTimeout, fmt.Sprintf("the run took over %d s; the code interpreter did not end it", timeout))
 			case errors.As(err, &tl):
-				finish(airlock.CodeErrorInterpreter, fmt.Sprintf("the code interpreter sent %v; the run was ended", err))
+				finish(wire.CodeErrorInterpreter, fmt.Sprintf("the code interpreter sent %v; the run was ended", err))
 			default:
-				finish(airlock.CodeErrorInterpreter, fmt.Sprintf("the code interpreter's output ended without its end: %v", err))
+				finish(wire.CodeErrorInterpreter, fmt.Sprintf("the code interpreter's output ended without its end: %v", err))
 			}
 			return
 		}
 		ev, ok := checkCodeEvent(line)
 		if !ok {
-			finish(airlock.CodeErrorInterpreter, "the code interpreter sent an invalid line; the run was ended")
+			finish(wire.CodeErrorInterpreter, "the code interpreter sent an invalid line; the run was ended")
 			return
 		}
 		if ev.Type == "" {
 			continue // a type this API does not pass on
 		}
-		if ev.Type == airlock.CodeEventEnd {
+		if ev.Type == wire.CodeEventEnd {
 			finish("", "")
 			return
 		}
@@ -312,10 +312,10 @@ type interpreterEvent struct {
 
 // checkCodeEvent decodes a line of the interpreter's output into the event the API passes on (Type ""
 // for a type it does not pass on); ok false if the line is not a JSON object of the known fields' types.
-func checkCodeEvent(line []byte) (airlock.CodeEvent, bool) {
+func checkCodeEvent(line []byte) (wire.CodeEvent, bool) {
 	var in interpreterEvent
 	if !utf8.Valid(line) || json.Unmarshal(line, &in) != nil {
-		return airlock.CodeEvent{}, false
+		return wire.CodeEvent{}, false
 	}
 	str := func(p *string) string {
 		if p == nil {
@@ -323,21 +323,21 @@ func checkCodeEvent(line []byte) (airlock.CodeEvent, bool) {
 		}
 		return *p
 	}
-	ev := airlock.CodeEvent{Type: in.Type}
+	ev := wire.CodeEvent{Type: in.Type}
 	switch in.Type {
-	case airlock.CodeEventStdout, airlock.CodeEventStderr:
+	case wire.CodeEventStdout, wire.CodeEventStderr:
 		ev.Text = str(in.Text)
-	case airlock.CodeEventCount:
+	case wire.CodeEventCount:
 		if in.ExecutionCount == nil || *in.ExecutionCount < 0 {
 			return ev, false
 		}
 		ev.ExecutionCount = *in.ExecutionCount
-	case airlock.CodeEventResult:
+	case wire.CodeEventResult:
 		if len(in.Extra) > maxCodeExtra {
 			return ev, false
 		}
 		ev.Text = str(in.Text)
-		ev.CodeResult = airlock.CodeResult{IsMainResult: in.IsMainResult, HTML: str(in.HTML), Markdown: str(in.Markdown),
+		ev.CodeResult = wire.CodeResult{IsMainResult: in.IsMainResult, HTML: str(in.HTML), Markdown: str(in.Markdown),
 			SVG: str(in.SVG), PNG: str(in.PNG), JPEG: str(in.JPEG), PDF: str(in.PDF), LaTeX: str(in.LaTeX),
 			JavaScript: str(in.JavaScript), Extra: in.Extra}
 		if len(in.JSON) > 0 && string(in.JSON) != "null" {
@@ -348,9 +348,9 @@ func checkCodeEvent(line []byte) (airlock.CodeEvent, bool) {
 				return ev, false
 			}
 		}
-	case airlock.CodeEventError:
-		ev.CodeError = airlock.CodeError{Name: truncate(str(in.Name), 256), Value: str(in.Value), Traceback: str(in.Traceback)}
-	case airlock.CodeEventEnd:
+	case wire.CodeEventError:
+		ev.CodeError = wire.CodeError{Name: truncate(str(in.Name), 256), Value: str(in.Value), Traceback: str(in.Traceback)}
+	case wire.CodeEventEnd:
 	default:
 		ev.Type = ""
 	}
@@ -370,7 +370,7 @@ func base64ish(s string) bool {
 
 // createCodeContext serves POST …/code/contexts.
 func (s *Server) createCodeContext(w http.ResponseWriter, r *http.Request) {
-	var req airlock.CreateCodeContextRequest
+	var req wire.CreateCodeContextRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -393,7 +393,7 @@ func (s *Server) createCodeContext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	var c airlock.CodeContext
+	var c wire.CodeContext
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&c); err != nil || !codeContextPattern.MatchString(c.ID) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrBadGateway, "the code interpreter of %s answered a create with no context", t.SandboxID))
 		return
@@ -402,8 +402,8 @@ func (s *Server) createCodeContext(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkedContext is c with its strings bounded and made fit to show.
-func checkedContext(c airlock.CodeContext) airlock.CodeContext {
-	return airlock.CodeContext{ID: c.ID, Language: sandboxText([]byte(c.Language)), Cwd: sandboxText([]byte(c.Cwd))}
+func checkedContext(c wire.CodeContext) wire.CodeContext {
+	return wire.CodeContext{ID: c.ID, Language: sandboxText([]byte(c.Language)), Cwd: sandboxText([]byte(c.Cwd))}
 }
 
 // listCodeContexts serves GET …/code/contexts.
@@ -421,12 +421,12 @@ func (s *Server) listCodeContexts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	var cs []airlock.CodeContext
+	var cs []wire.CodeContext
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&cs); err != nil {
 		writeError(w, r, s.log, clientErr(errdefs.ErrBadGateway, "the code interpreter of %s answered an invalid list", t.SandboxID))
 		return
 	}
-	out := airlock.CodeContextList{Contexts: []airlock.CodeContext{}}
+	out := wire.CodeContextList{Contexts: []wire.CodeContext{}}
 	for _, c := range cs {
 		if codeContextPattern.MatchString(c.ID) && len(out.Contexts) < 1000 {
 			out.Contexts = append(out.Contexts, checkedContext(c))

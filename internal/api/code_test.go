@@ -6,30 +6,30 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockrun/airlock/sdk/go/airlock"
+	"github.com/airlockrun/airlock/api/wire"
 )
 
 func TestCheckCodeEvent(t *testing.T) {
 	for _, tc := range []struct {
 		line string
 		ok   bool
-		want airlock.CodeEvent
+		want wire.CodeEvent
 	}{
-		{`{"type":"stdout","text":"hi\n","timestamp":"x","junk":[1]}`, true, airlock.CodeEvent{Type: "stdout", Text: "hi\n"}},
-		{`{"type":"number_of_executions","execution_count":3}`, true, airlock.CodeEvent{Type: "number_of_executions", ExecutionCount: 3}},
-		{`{"type":"number_of_executions"}`, false, airlock.CodeEvent{}},
-		{`{"type":"number_of_executions","execution_count":-1}`, false, airlock.CodeEvent{}},
+		{`{"type":"stdout","text":"hi\n","timestamp":"x","junk":[1]}`, true, wire.CodeEvent{Type: "stdout", Text: "hi\n"}},
+		{`{"type":"number_of_executions","execution_count":3}`, true, wire.CodeEvent{Type: "number_of_executions", ExecutionCount: 3}},
+		{`{"type":"number_of_executions"}`, false, wire.CodeEvent{}},
+		{`{"type":"number_of_executions","execution_count":-1}`, false, wire.CodeEvent{}},
 		{`{"type":"result","is_main_result":true,"text":"42","png":"iVBORw0KGgo=\n"}`, true,
-			airlock.CodeEvent{Type: "result", Text: "42", CodeResult: airlock.CodeResult{IsMainResult: true, PNG: "iVBORw0KGgo=\n"}}},
-		{`{"type":"result","png":"<script>"}`, false, airlock.CodeEvent{}},
-		{`{"type":"result","text":7}`, false, airlock.CodeEvent{}},
+			wire.CodeEvent{Type: "result", Text: "42", CodeResult: wire.CodeResult{IsMainResult: true, PNG: "iVBORw0KGgo=\n"}}},
+		{`{"type":"result","png":"<script>"}`, false, wire.CodeEvent{}},
+		{`{"type":"result","text":7}`, false, wire.CodeEvent{}},
 		{`{"type":"error","name":"ValueError","value":"v","traceback":"tb"}`, true,
-			airlock.CodeEvent{Type: "error", CodeError: airlock.CodeError{Name: "ValueError", Value: "v", Traceback: "tb"}}},
-		{`{"type":"something new"}`, true, airlock.CodeEvent{}},
-		{`{"type":"end_of_execution"}`, true, airlock.CodeEvent{Type: "end_of_execution"}},
-		{`not json`, false, airlock.CodeEvent{}},
-		{"{\"type\":\"stdout\",\"text\":\"\xff\"}", false, airlock.CodeEvent{}},
-		{`[1]`, false, airlock.CodeEvent{}},
+			wire.CodeEvent{Type: "error", CodeError: wire.CodeError{Name: "ValueError", Value: "v", Traceback: "tb"}}},
+		{`{"type":"something new"}`, true, wire.CodeEvent{}},
+		{`{"type":"end_of_execution"}`, true, wire.CodeEvent{Type: "end_of_execution"}},
+		{`not json`, false, wire.CodeEvent{}},
+		{"{\"type\":\"stdout\",\"text\":\"\xff\"}", false, wire.CodeEvent{}},
+		{`[1]`, false, wire.CodeEvent{}},
 	} {
 		got, ok := checkCodeEvent([]byte(tc.line))
 		if ok != tc.ok || ok && (got.Type != tc.want.Type || got.Text != tc.want.Text || got.ExecutionCount != tc.want.ExecutionCount ||

@@ -5,16 +5,16 @@ import (
 	"html/template"
 	"net/http"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/secrets"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
-func toConnection(c connections.Connection) airlock.Connection {
-	return airlock.Connection{
+func toConnection(c connections.Connection) wire.Connection {
+	return wire.Connection{
 		Name: c.Name, Flow: string(c.Flow), Status: string(c.Status), HasClientSecret: c.HasClientSecret, Error: c.Error,
-		Provider: airlock.OAuthProvider{Issuer: c.Provider.Issuer, AuthorizationURL: c.Provider.AuthorizationURL,
+		Provider: wire.OAuthProvider{Issuer: c.Provider.Issuer, AuthorizationURL: c.Provider.AuthorizationURL,
 			TokenURL: c.Provider.TokenURL, DeviceAuthorizationURL: c.Provider.DeviceAuthorizationURL,
 			RevocationURL: c.Provider.RevocationURL, ClientID: c.Provider.ClientID, Scopes: c.Provider.Scopes},
 		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, ConnectedAt: c.ConnectedAt, TokenExpiresAt: c.TokenExpiresAt,
@@ -22,8 +22,8 @@ func toConnection(c connections.Connection) airlock.Connection {
 	}
 }
 
-func toSignIn(c connections.Connection, a connections.Authorization) airlock.ConnectionSignIn {
-	return airlock.ConnectionSignIn{Connection: toConnection(c), Authorization: airlock.ConnectionAuthorization{
+func toSignIn(c connections.Connection, a connections.Authorization) wire.ConnectionSignIn {
+	return wire.ConnectionSignIn{Connection: toConnection(c), Authorization: wire.ConnectionAuthorization{
 		URL: a.URL, UserCode: a.UserCode, VerificationURI: a.VerificationURI, VerificationURIComplete: a.VerificationURIComplete, ExpiresAt: a.ExpiresAt}}
 }
 
@@ -37,7 +37,7 @@ func connectionName(r *http.Request) (string, error) {
 }
 
 func (s *Server) createConnection(w http.ResponseWriter, r *http.Request) {
-	var req airlock.CreateConnectionRequest
+	var req wire.CreateConnectionRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -68,7 +68,7 @@ func (s *Server) listConnections(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.ConnectionList{Connections: make([]airlock.Connection, 0, len(cs))}
+	out := wire.ConnectionList{Connections: make([]wire.Connection, 0, len(cs))}
 	for _, c := range cs {
 		out.Connections = append(out.Connections, toConnection(c))
 	}

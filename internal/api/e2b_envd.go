@@ -24,11 +24,11 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // E2B compatibility, the data plane: what E2B's in-sandbox daemon, envd, serves to the SDKs — GET
@@ -493,7 +493,7 @@ func (s *Server) envdStart(ctx context.Context, req *connect.Request[envdStartRe
 		}
 		cmd.Cwd = cwd
 	}
-	if err := checkCommand(&airlock.ExecRequest{Cmd: cmd.Argv, Env: m.Process.Envs, Cwd: cmd.Cwd}); err != nil {
+	if err := checkCommand(&wire.ExecRequest{Cmd: cmd.Argv, Env: m.Process.Envs, Cwd: cmd.Cwd}); err != nil {
 		return s.rpcErr(ctx, err)
 	}
 	cmd.Env = envList(m.Process.Envs)

@@ -6,10 +6,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // maxHostFilter bounds the host filters (a DNS name is at most 253 characters).
@@ -66,12 +66,12 @@ func parseEgressQuery(q url.Values) (flowlog.Filter, error) {
 }
 
 // toAPIFlow converts a gateway flow to the API's.
-func toAPIFlow(f gateway.Flow) airlock.Flow {
+func toAPIFlow(f gateway.Flow) wire.Flow {
 	ip := ""
 	if f.DstIP.IsValid() {
 		ip = f.DstIP.String()
 	}
-	return airlock.Flow{
+	return wire.Flow{
 		Start: f.Start, End: f.End, DurationMS: f.Duration().Milliseconds(),
 		SandboxID: f.SandboxID, TenantID: f.TenantID,
 		SrcPort: int(f.SrcPort), DstIP: ip, DstPort: int(f.DstPort), Host: f.Host,
@@ -97,7 +97,7 @@ func (s *Server) egress(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.FlowList{Flows: make([]airlock.Flow, 0, len(flows))}
+	out := wire.FlowList{Flows: make([]wire.Flow, 0, len(flows))}
 	for _, fl := range flows {
 		out.Flows = append(out.Flows, toAPIFlow(fl))
 	}

@@ -5,9 +5,9 @@ import (
 	"sort"
 	"time"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // Bounds of a run-to-completion exec.
@@ -19,7 +19,7 @@ const (
 )
 
 // checkCommand validates the parts of an exec request shared by every kind of exec.
-func checkCommand(req *airlock.ExecRequest) error {
+func checkCommand(req *wire.ExecRequest) error {
 	// No cmd is the template's own command (an image's Entrypoint and Cmd); the sandbox refuses it if
 	// its template has none.
 	if len(req.Cmd) > 0 && req.Cmd[0] == "" {
@@ -66,7 +66,7 @@ func envList(m map[string]string) []string {
 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	var req airlock.ExecRequest
+	var req wire.ExecRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -101,7 +101,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, airlock.ExecResult{
+	writeJSON(w, http.StatusOK, wire.ExecResult{
 		ExitCode: res.ExitCode, Signal: res.Signal,
 		Stdout: string(res.Stdout), Stderr: string(res.Stderr),
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,

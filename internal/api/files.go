@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // maxUpload caps file and tar upload bodies. The sandbox's disk limit bounds what fits anyway.
@@ -61,8 +61,8 @@ func onlyQuery(r *http.Request, allowed ...string) error {
 	return nil
 }
 
-func toFileInfo(fi controlplane.FileInfo) airlock.FileInfo {
-	return airlock.FileInfo{
+func toFileInfo(fi controlplane.FileInfo) wire.FileInfo {
+	return wire.FileInfo{
 		Name: fi.Name, Path: fi.Path, Type: fi.Type, Size: fi.Size,
 		Mode: fmt.Sprintf("%04o", fi.Mode), ModTime: fi.ModTime, Target: fi.Target,
 	}
@@ -222,7 +222,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		out := airlock.FileList{Entries: make([]airlock.FileInfo, 0, len(entries))}
+		out := wire.FileList{Entries: make([]wire.FileInfo, 0, len(entries))}
 		for _, e := range entries {
 			out.Entries = append(out.Entries, toFileInfo(e))
 		}
@@ -233,7 +233,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 	s.fileCall(w, r, nil, func(tenant, id string) error {
-		var req airlock.MkdirRequest
+		var req wire.MkdirRequest
 		if err := decodeJSON(w, r, &req); err != nil {
 			return err
 		}
@@ -251,7 +251,7 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) move(w http.ResponseWriter, r *http.Request) {
 	s.fileCall(w, r, nil, func(tenant, id string) error {
-		var req airlock.MoveRequest
+		var req wire.MoveRequest
 		if err := decodeJSON(w, r, &req); err != nil {
 			return err
 		}

@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/httperr"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // maxJSONBody caps every JSON request body.
@@ -38,12 +38,12 @@ func clientErr(sentinel error, format string, args ...any) error {
 // sentinel (not found, invalid argument, …) carry their message; internal errors are logged with their
 // full text and reported to the client without it.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	writeJSON(w, httperr.Status(err), airlock.ErrorBody{Error: errorDetail(log, r, err)})
+	writeJSON(w, httperr.Status(err), wire.ErrorBody{Error: errorDetail(log, r, err)})
 }
 
 // errorDetail is err as the API shows it: its code and message, "internal error" (logged) for a server
 // fault.
-func errorDetail(log *slog.Logger, r *http.Request, err error) airlock.ErrorDetail {
+func errorDetail(log *slog.Logger, r *http.Request, err error) wire.ErrorDetail {
 	status := httperr.Status(err)
 	code := errdefs.Code(err)
 	msg := err.Error()
@@ -59,7 +59,7 @@ func errorDetail(log *slog.Logger, r *http.Request, err error) airlock.ErrorDeta
 		// Strip the sentinel's own text that wrapping appended (": not found"), it repeats the code.
 		msg = trimSentinel(msg, err)
 	}
-	return airlock.ErrorDetail{Code: code, Message: msg}
+	return wire.ErrorDetail{Code: code, Message: msg}
 }
 
 // boolParam reads the query parameter name: false if absent.

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/nodecontract"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // Resource metrics of sandboxes and sessions, on /v1 and on E2B's API (see controlplane/metrics.go).
@@ -72,10 +72,10 @@ func parseMetricsWindow(q url.Values, strict bool) (start, end time.Time, err er
 }
 
 // toAPIMetrics converts a node's readings to the API's.
-func toAPIMetrics(ss []nodecontract.Sample) []airlock.Metric {
-	out := make([]airlock.Metric, 0, len(ss))
+func toAPIMetrics(ss []nodecontract.Sample) []wire.Metric {
+	out := make([]wire.Metric, 0, len(ss))
 	for _, s := range ss {
-		out = append(out, airlock.Metric{Time: s.Time.UTC(), CPUCount: s.CPUCount, CPUUsedPct: s.CPUUsedPct,
+		out = append(out, wire.Metric{Time: s.Time.UTC(), CPUCount: s.CPUCount, CPUUsedPct: s.CPUUsedPct,
 			MemoryUsedBytes: s.MemUsed, MemoryCacheBytes: s.MemCache, MemoryTotalBytes: s.MemTotal,
 			DiskUsedBytes: s.DiskUsed, DiskTotalBytes: s.DiskTotal})
 	}
@@ -98,7 +98,7 @@ func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, airlock.MetricList{SandboxID: id, Metrics: toAPIMetrics(ss)})
+	writeJSON(w, http.StatusOK, wire.MetricList{SandboxID: id, Metrics: toAPIMetrics(ss)})
 }
 
 func (s *Server) sessionMetrics(w http.ResponseWriter, r *http.Request) {
@@ -117,7 +117,7 @@ func (s *Server) sessionMetrics(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, airlock.MetricList{SandboxID: sb, Metrics: toAPIMetrics(ss)})
+	writeJSON(w, http.StatusOK, wire.MetricList{SandboxID: sb, Metrics: toAPIMetrics(ss)})
 }
 
 // e2bMetric is E2B's SandboxMetric.

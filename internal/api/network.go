@@ -4,15 +4,15 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // toPolicy converts the API's network policy into the gateway's; both share one JSON shape, and the
 // gateway's decoding is the one that validates.
-func toPolicy(p airlock.NetworkPolicy) (policy.Policy, error) {
+func toPolicy(p wire.NetworkPolicy) (policy.Policy, error) {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return policy.Policy{}, clientErr(errdefs.ErrInvalidArgument, "network: %v", err)
@@ -27,8 +27,8 @@ func toPolicy(p airlock.NetworkPolicy) (policy.Policy, error) {
 	return out, nil
 }
 
-func fromPolicy(p policy.Policy) airlock.NetworkPolicy {
-	var out airlock.NetworkPolicy
+func fromPolicy(p policy.Policy) wire.NetworkPolicy {
+	var out wire.NetworkPolicy
 	b, _ := json.Marshal(p)
 	_ = json.Unmarshal(b, &out)
 	if out.Default == "" {
@@ -62,7 +62,7 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	var req airlock.NetworkPolicy
+	var req wire.NetworkPolicy
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return

@@ -5,11 +5,11 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/nodecontract"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 var joinTokenIDPattern = regexp.MustCompile(`^[a-z2-7]{16}$`)
@@ -17,17 +17,17 @@ var joinTokenIDPattern = regexp.MustCompile(`^[a-z2-7]{16}$`)
 // defaultJoinTokenTTL is a join token's lifetime when the request names none.
 const defaultJoinTokenTTL = 24 * time.Hour
 
-func toJoinToken(t cluster.JoinToken) airlock.JoinToken {
+func toJoinToken(t cluster.JoinToken) wire.JoinToken {
 	joined := t.Joined
 	if joined == nil {
 		joined = []string{}
 	}
-	return airlock.JoinToken{ID: t.ID, Description: t.Description, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
+	return wire.JoinToken{ID: t.ID, Description: t.Description, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
 		NodeIDs: t.NodeIDs, NodePrefix: t.NodePrefix, Uses: t.MaxUses(), Joined: joined, Replace: t.Replace}
 }
 
-func toNode(n controlplane.NodeRecord) airlock.Node {
-	out := airlock.Node{ID: n.ID, Hosts: n.Hosts, JoinedAt: n.JoinedAt, JoinToken: n.JoinToken, CertExpiresAt: n.CertExpiresAt,
+func toNode(n controlplane.NodeRecord) wire.Node {
+	out := wire.Node{ID: n.ID, Hosts: n.Hosts, JoinedAt: n.JoinedAt, JoinToken: n.JoinToken, CertExpiresAt: n.CertExpiresAt,
 		CertFingerprint: n.CertFingerprint, State: "new", Sandboxes: n.Placed, Warnings: n.Warnings, Draining: n.Draining}
 	if l := n.Live; l != nil {
 		out.State = "down"
@@ -41,7 +41,7 @@ func toNode(n controlplane.NodeRecord) airlock.Node {
 		out.Addr, out.LastSeenAt, out.ReportedSandboxes, out.Version, out.Host = l.Addr, &seen, l.Sandboxes, l.Version, l.Host
 		out.Capacity = toNodeCapacity(l.Capacity)
 		for _, r := range l.Runtimes {
-			out.Runtimes = append(out.Runtimes, airlock.NodeRuntime{Name: r.Name, Abilities: r.Abilities, Accel: r.Accel})
+			out.Runtimes = append(out.Runtimes, wire.NodeRuntime{Name: r.Name, Abilities: r.Abilities, Accel: r.Accel})
 		}
 		if l.Reported != (nodecontract.Capacity{}) {
 			out.Reported = toNodeCapacity(l.Reported)
@@ -53,8 +53,8 @@ func toNode(n controlplane.NodeRecord) airlock.Node {
 	return out
 }
 
-func toNodeCapacity(c nodecontract.Capacity) *airlock.NodeCapacity {
-	return &airlock.NodeCapacity{CPUMillicores: c.CPUMillicores, MemoryMB: c.MemoryMB, MaxSandboxes: c.MaxSandboxes}
+func toNodeCapacity(c nodecontract.Capacity) *wire.NodeCapacity {
+	return &wire.NodeCapacity{CPUMillicores: c.CPUMillicores, MemoryMB: c.MemoryMB, MaxSandboxes: c.MaxSandboxes}
 }
 
 func (s *Server) removeNode(w http.ResponseWriter, r *http.Request) {
@@ -81,15 +81,15 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.DrainReport{Node: toNode(rep.Node), Moved: []airlock.MovedSession{}, NotMoved: []airlock.MovedSession{}, Sandboxes: rep.Sandboxes}
+	out := wire.DrainReport{Node: toNode(rep.Node), Moved: []wire.MovedSession{}, NotMoved: []wire.MovedSession{}, Sandboxes: rep.Sandboxes}
 	if out.Sandboxes == nil {
 		out.Sandboxes = []string{}
 	}
 	for _, m := range rep.Moved {
-		out.Moved = append(out.Moved, airlock.MovedSession{TenantID: m.TenantID, SessionID: m.SessionID, To: m.To})
+		out.Moved = append(out.Moved, wire.MovedSession{TenantID: m.TenantID, SessionID: m.SessionID, To: m.To})
 	}
 	for _, m := range rep.NotMoved {
-		out.NotMoved = append(out.NotMoved, airlock.MovedSession{TenantID: m.TenantID, SessionID: m.SessionID, Reason: m.Reason})
+		out.NotMoved = append(out.NotMoved, wire.MovedSession{TenantID: m.TenantID, SessionID: m.SessionID, Reason: m.Reason})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -114,7 +114,7 @@ func (s *Server) setNodeBound(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "node %v", err))
 		return
 	}
-	var req airlock.NodeCapacity
+	var req wire.NodeCapacity
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -128,7 +128,7 @@ func (s *Server) setNodeBound(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createJoinToken(w http.ResponseWriter, r *http.Request) {
-	var req airlock.CreateJoinTokenRequest
+	var req wire.CreateJoinTokenRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -152,7 +152,7 @@ func (s *Server) createJoinToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, airlock.CreatedJoinToken{JoinToken: toJoinToken(t), Token: tok, CAFingerprint: fp})
+	writeJSON(w, http.StatusCreated, wire.CreatedJoinToken{JoinToken: toJoinToken(t), Token: tok, CAFingerprint: fp})
 }
 
 func (s *Server) listJoinTokens(w http.ResponseWriter, r *http.Request) {
@@ -165,7 +165,7 @@ func (s *Server) listJoinTokens(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.JoinTokenList{JoinTokens: make([]airlock.JoinToken, 0, len(ts))}
+	out := wire.JoinTokenList{JoinTokens: make([]wire.JoinToken, 0, len(ts))}
 	for _, t := range ts {
 		out.JoinTokens = append(out.JoinTokens, toJoinToken(t))
 	}
@@ -195,7 +195,7 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.NodeList{Nodes: make([]airlock.Node, 0, len(ns))}
+	out := wire.NodeList{Nodes: make([]wire.Node, 0, len(ns))}
 	for _, n := range ns {
 		out.Nodes = append(out.Nodes, toNode(n))
 	}
@@ -205,7 +205,7 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 // joinNode takes no API key: the join token in the body is the credential, or the proof of the key of
 // the certificate the node was last given.
 func (s *Server) joinNode(w http.ResponseWriter, r *http.Request) {
-	var req airlock.JoinRequest
+	var req wire.JoinRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -220,5 +220,5 @@ func (s *Server) joinNode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, airlock.JoinResponse{Node: toNode(j.Node), Certificate: string(j.CertPEM), CACertificate: string(j.CAPEM)})
+	writeJSON(w, http.StatusOK, wire.JoinResponse{Node: toNode(j.Node), Certificate: string(j.CertPEM), CACertificate: string(j.CAPEM)})
 }

@@ -17,10 +17,10 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // The ingress: requests for a port of a sandbox (or of a session: its current sandbox, resumed first if it
@@ -802,13 +802,13 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 			pub[p] = true
 		}
 	}
-	out := airlock.PortList{Ports: []airlock.Port{}}
+	out := wire.PortList{Ports: []wire.Port{}}
 	tok := principalOf(r).Token
 	for _, p := range ps {
 		if tok != nil && tok.Port != 0 && tok.Port != p.Port {
 			continue // a token for one port sees that one
 		}
-		out.Ports = append(out.Ports, airlock.Port{Port: p.Port, Address: p.Address.String(), Reachable: p.Reachable,
+		out.Ports = append(out.Ports, wire.Port{Port: p.Port, Address: p.Address.String(), Reachable: p.Reachable,
 			Public: pub[p.Port], URLs: s.portURLs(r, id, p.Port, "")})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -835,7 +835,7 @@ func (s *Server) portTarget(w http.ResponseWriter, r *http.Request) (string, con
 
 // portURLs returns the two URL forms of a port of the sandbox or session id, as the client reached
 // this server, with token (if any) as their airlock_token.
-func (s *Server) portURLs(r *http.Request, id string, port int, token string) *airlock.PortURLs {
+func (s *Server) portURLs(r *http.Request, id string, port int, token string) *wire.PortURLs {
 	scheme, host := "http", r.Host
 	if r.TLS != nil {
 		scheme = "https"
@@ -851,7 +851,7 @@ func (s *Server) portURLs(r *http.Request, id string, port int, token string) *a
 	if token != "" {
 		q = "?" + portTokenParam + "=" + url.QueryEscape(token)
 	}
-	u := &airlock.PortURLs{Path: fmt.Sprintf("%s://%s/v1/%s/%s/ports/%d/%s", scheme, host, kind, id, port, q)}
+	u := &wire.PortURLs{Path: fmt.Sprintf("%s://%s/v1/%s/%s/ports/%d/%s", scheme, host, kind, id, port, q)}
 	if s.ing.domain != "" {
 		hostPort := ""
 		if _, p, err := net.SplitHostPort(host); err == nil {

@@ -3,13 +3,13 @@ package api
 import (
 	"net/http"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/secrets"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
-func toSecret(m secrets.Metadata) airlock.Secret {
-	return airlock.Secret{Name: m.Name, Version: m.Version, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt}
+func toSecret(m secrets.Metadata) wire.Secret {
+	return wire.Secret{Name: m.Name, Version: m.Version, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt}
 }
 
 // secretName returns the {name} of the path, checked.
@@ -32,7 +32,7 @@ func checkSecretValue(v string) error {
 }
 
 func (s *Server) createSecret(w http.ResponseWriter, r *http.Request) {
-	var req airlock.CreateSecretRequest
+	var req wire.CreateSecretRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -64,7 +64,7 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.SecretList{Secrets: make([]airlock.Secret, 0, len(ms))}
+	out := wire.SecretList{Secrets: make([]wire.Secret, 0, len(ms))}
 	for _, m := range ms {
 		out.Secrets = append(out.Secrets, toSecret(m))
 	}
@@ -91,7 +91,7 @@ func (s *Server) updateSecret(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	var req airlock.UpdateSecretRequest
+	var req wire.UpdateSecretRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return

@@ -20,11 +20,11 @@ import (
 	"sync"
 
 	apidoc "github.com/airlockrun/airlock/api"
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/console"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // Server serves the public API.
@@ -300,7 +300,7 @@ func truncate(s string, n int) string {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, wire.Health{Status: "ok"})
 }
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
@@ -308,13 +308,13 @@ func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(apidoc.OpenAPI)
 }
 
-func toAPI(sb store.Sandbox) airlock.Sandbox {
+func toAPI(sb store.Sandbox) wire.Sandbox {
 	md := sb.Metadata
 	if md == nil {
 		md = map[string]string{}
 	}
 	np, _ := controlplane.NetworkPolicy(sb) // stored by the control plane, which checked it
-	return airlock.Sandbox{
+	return wire.Sandbox{
 		Network: fromPolicy(np),
 		ID:      sb.ID, Template: sb.Template, State: string(sb.State), Reason: sb.Reason,
 		CPU: sb.Spec.CPUMillicores, MemoryMB: sb.Spec.MemoryMB, DiskMB: sb.Spec.DiskMB,
@@ -351,7 +351,7 @@ func abilitiesOf(md map[string]string) []string {
 const maxIdempotencyKey = 255
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
-	var req airlock.CreateSandboxRequest
+	var req wire.CreateSandboxRequest
 	body, err := readJSON(w, r, &req)
 	if err != nil {
 		writeError(w, r, s.log, err)
@@ -484,7 +484,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.SandboxList{Sandboxes: make([]airlock.Sandbox, 0, len(sbs)), NextCursor: next}
+	out := wire.SandboxList{Sandboxes: make([]wire.Sandbox, 0, len(sbs)), NextCursor: next}
 	for _, sb := range sbs {
 		out.Sandboxes = append(out.Sandboxes, toAPI(sb))
 	}
@@ -577,7 +577,7 @@ func (s *Server) timeoutCall(w http.ResponseWriter, r *http.Request, idOf func(*
 		writeError(w, r, s.log, err)
 		return
 	}
-	var req airlock.SetTimeoutRequest
+	var req wire.SetTimeoutRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return

@@ -5,10 +5,10 @@ import (
 	"net/http"
 	"regexp"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 var (
@@ -56,7 +56,7 @@ func (s *Server) viaSession(h http.HandlerFunc) http.HandlerFunc {
 }
 
 // toSession is se for the API, with the node its sandbox runs on.
-func (s *Server) toSession(ctx context.Context, tenantID string, se store.Session) airlock.Session {
+func (s *Server) toSession(ctx context.Context, tenantID string, se store.Session) wire.Session {
 	out := sessionOf(se)
 	if se.SandboxID != "" {
 		if sb, err := s.cp.GetSandbox(ctx, tenantID, se.SandboxID); err == nil {
@@ -67,8 +67,8 @@ func (s *Server) toSession(ctx context.Context, tenantID string, se store.Sessio
 }
 
 // sessionOf is se for the API.
-func sessionOf(se store.Session) airlock.Session {
-	out := airlock.Session{
+func sessionOf(se store.Session) wire.Session {
+	out := wire.Session{
 		ID: se.ID, State: string(se.State), Reason: se.Reason, Template: se.Spec.Template,
 		CPU: se.Spec.CPUMillicores, MemoryMB: se.Spec.MemoryMB, DiskMB: se.Spec.DiskMB, Metadata: se.Metadata,
 		IdleTimeoutSeconds: se.IdleTimeoutSeconds, AutoResume: se.AutoResume, SandboxID: se.SandboxID,
@@ -102,14 +102,14 @@ func orKind(k string) string {
 	return k
 }
 
-func toSnapshot(sn store.Snapshot) airlock.Snapshot {
-	return airlock.Snapshot{ID: sn.ID, SessionID: sn.SessionID, ParentID: sn.ParentID, Name: sn.Name, Trigger: string(sn.Trigger),
+func toSnapshot(sn store.Snapshot) wire.Snapshot {
+	return wire.Snapshot{ID: sn.ID, SessionID: sn.SessionID, ParentID: sn.ParentID, Name: sn.Name, Trigger: string(sn.Trigger),
 		State: string(sn.State), Reason: sn.Reason, Pinned: sn.Pinned, LogicalBytes: sn.LogicalBytes, StoredBytes: sn.StoredBytes,
 		CreatedAt: sn.CreatedAt, CompletedAt: sn.CompletedAt, Kind: orKind(sn.Meta[controlplane.SnapshotKindMeta])}
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
-	var req airlock.CreateSessionRequest
+	var req wire.CreateSessionRequest
 	body, err := readJSON(w, r, &req)
 	if err != nil {
 		writeError(w, r, s.log, err)
@@ -169,7 +169,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.SessionList{Sessions: make([]airlock.Session, 0, len(ses)), NextCursor: next}
+	out := wire.SessionList{Sessions: make([]wire.Session, 0, len(ses)), NextCursor: next}
 	for _, se := range ses {
 		out.Sessions = append(out.Sessions, s.toSession(r.Context(), tenantOf(r), se))
 	}
@@ -230,7 +230,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	var req airlock.ForkSessionRequest
+	var req wire.ForkSessionRequest
 	body, err := readJSON(w, r, &req)
 	if err != nil {
 		writeError(w, r, s.log, err)
@@ -247,7 +247,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, "", err
 		}
-		out := airlock.ForkSessionResult{Sessions: make([]airlock.Session, 0, len(forks))}
+		out := wire.ForkSessionResult{Sessions: make([]wire.Session, 0, len(forks))}
 		for _, f := range forks {
 			out.Sessions = append(out.Sessions, s.toSession(r.Context(), tenantOf(r), f))
 		}
@@ -261,7 +261,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	var req airlock.CreateSnapshotRequest
+	var req wire.CreateSnapshotRequest
 	if r.ContentLength != 0 {
 		if err := decodeJSON(w, r, &req); err != nil {
 			writeError(w, r, s.log, err)
@@ -300,7 +300,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.SnapshotList{Snapshots: make([]airlock.Snapshot, 0, len(sns)), NextCursor: next}
+	out := wire.SnapshotList{Snapshots: make([]wire.Snapshot, 0, len(sns)), NextCursor: next}
 	for _, sn := range sns {
 		out.Snapshots = append(out.Snapshots, toSnapshot(sn))
 	}

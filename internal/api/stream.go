@@ -11,10 +11,10 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/httperr"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // maxStreamMessage caps a client's WebSocket message (stdin chunks, control messages).
@@ -40,7 +40,7 @@ func processID(r *http.Request) (string, error) {
 	return id, nil
 }
 
-// execStream runs a process and bridges it to a WebSocket: see airlock.StreamMessage for the protocol.
+// execStream runs a process and bridges it to a WebSocket: see wire.StreamMessage for the protocol.
 func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	tenant, id, err := target(r)
 	if err != nil {
@@ -66,7 +66,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	var req airlock.ExecRequest
+	var req wire.ExecRequest
 	if typ != websocket.MessageText {
 		s.streamFail(ctx, conn, clientErr(errdefs.ErrInvalidArgument, "the first message must be a JSON exec request"))
 		return
@@ -174,7 +174,7 @@ func (w wsWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (s *Server) sendMsg(ctx context.Context, conn *websocket.Conn, m airlock.StreamMessage) error {
+func (s *Server) sendMsg(ctx context.Context, conn *websocket.Conn, m wire.StreamMessage) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -197,7 +197,7 @@ func (s *Server) streamFail(ctx context.Context, conn *websocket.Conn, err error
 	} else {
 		msg = trimSentinel(msg, err)
 	}
-	_ = s.sendMsg(ctx, conn, airlock.StreamMessage{Type: "error", Error: &airlock.ErrorDetail{Code: code, Message: msg}})
+	_ = s.sendMsg(ctx, conn, wire.StreamMessage{Type: "error", Error: &wire.ErrorDetail{Code: code, Message: msg}})
 	conn.Close(websocket.StatusPolicyViolation, truncate(msg, 100))
 }
 
@@ -209,14 +209,14 @@ func (s *Server) bridge(ctx context.Context, conn *websocket.Conn, open func(con
 	// Once the credential no longer holds (revoked, expired), the stream says so and closes; the process
 	// is detached and lives on.
 	onAccessEnd(ctx, func(reason error) {
-		_ = s.sendMsg(ctx, conn, airlock.StreamMessage{Type: "error", Error: &airlock.ErrorDetail{Code: errdefs.Code(reason), Message: accessMessage(reason)}})
+		_ = s.sendMsg(ctx, conn, wire.StreamMessage{Type: "error", Error: &wire.ErrorDetail{Code: errdefs.Code(reason), Message: accessMessage(reason)}})
 		conn.Close(websocket.StatusPolicyViolation, closeReason(reason))
 	})
 	p, err := open(controlplane.StreamOptions{
-		Stdout: wsWriter{ctx, conn, airlock.StreamStdout},
-		Stderr: wsWriter{ctx, conn, airlock.StreamStderr},
+		Stdout: wsWriter{ctx, conn, wire.StreamStdout},
+		Stderr: wsWriter{ctx, conn, wire.StreamStderr},
 		OnDropped: func(stream string, bytes int64) {
-			_ = s.sendMsg(ctx, conn, airlock.StreamMessage{Type: "dropped", Stream: stream, Bytes: bytes})
+			_ = s.sendMsg(ctx, conn, wire.StreamMessage{Type: "dropped", Stream: stream, Bytes: bytes})
 		},
 	})
 	if err != nil {
@@ -224,7 +224,7 @@ func (s *Server) bridge(ctx context.Context, conn *websocket.Conn, open func(con
 		return
 	}
 	if announce {
-		if err := s.sendMsg(ctx, conn, airlock.StreamMessage{Type: "started", ProcessID: p.ID()}); err != nil {
+		if err := s.sendMsg(ctx, conn, wire.StreamMessage{Type: "started", ProcessID: p.ID()}); err != nil {
 			p.Detach()
 			return
 		}
@@ -240,7 +240,7 @@ func (s *Server) bridge(ctx context.Context, conn *websocket.Conn, open func(con
 				return
 			}
 			if typ == websocket.MessageBinary {
-				if len(msg) < 1 || msg[0] != airlock.StreamStdin {
+				if len(msg) < 1 || msg[0] != wire.StreamStdin {
 					s.streamFail(ctx, conn, clientErr(errdefs.ErrInvalidArgument, "binary messages must start with the stdin stream byte 0"))
 					return
 				}
@@ -251,7 +251,7 @@ func (s *Server) bridge(ctx context.Context, conn *websocket.Conn, open func(con
 				}
 				continue
 			}
-			var m airlock.StreamMessage
+			var m wire.StreamMessage
 			if err := json.Unmarshal(msg, &m); err != nil {
 				s.streamFail(ctx, conn, clientErr(errdefs.ErrInvalidArgument, "malformed control message: %v", err))
 				return
@@ -272,7 +272,7 @@ func (s *Server) bridge(ctx context.Context, conn *websocket.Conn, open func(con
 				cerr = clientErr(errdefs.ErrInvalidArgument, "unknown control message type %q: want resize, signal or close_stdin", truncate(m.Type, 32))
 			}
 			if cerr != nil {
-				_ = s.sendMsg(ctx, conn, airlock.StreamMessage{Type: "error", Error: &airlock.ErrorDetail{Code: errdefs.Code(cerr), Message: trimSentinel(cerr.Error(), cerr)}})
+				_ = s.sendMsg(ctx, conn, wire.StreamMessage{Type: "error", Error: &wire.ErrorDetail{Code: errdefs.Code(cerr), Message: trimSentinel(cerr.Error(), cerr)}})
 			}
 		}
 	}()
@@ -285,7 +285,7 @@ func (s *Server) bridge(ctx context.Context, conn *websocket.Conn, open func(con
 		return
 	}
 	code := st.ExitCode
-	_ = s.sendMsg(ctx, conn, airlock.StreamMessage{Type: "exit", ExitCode: &code, Signal: st.Signal})
+	_ = s.sendMsg(ctx, conn, wire.StreamMessage{Type: "exit", ExitCode: &code, Signal: st.Signal})
 	conn.Close(websocket.StatusNormalClosure, "")
 }
 
@@ -300,9 +300,9 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.ProcessList{Processes: make([]airlock.Process, 0, len(procs))}
+	out := wire.ProcessList{Processes: make([]wire.Process, 0, len(procs))}
 	for _, p := range procs {
-		ap := airlock.Process{ID: p.ID, PID: p.PID, Cmd: p.Argv, User: p.User, PTY: p.PTY,
+		ap := wire.Process{ID: p.ID, PID: p.PID, Cmd: p.Argv, User: p.User, PTY: p.PTY,
 			Running: p.Running, StartedAt: p.StartTime}
 		if p.Exit != nil {
 			code := p.Exit.ExitCode
@@ -319,7 +319,7 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	var req airlock.SignalRequest
+	var req wire.SignalRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return

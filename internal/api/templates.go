@@ -9,18 +9,18 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/nodecontract"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
-func toTemplate(t controlplane.Template) airlock.Template {
-	out := airlock.Template{Name: t.Name, Ref: t.Ref, Digest: t.Digest, Builtin: t.Builtin, Env: t.Config.Env,
+func toTemplate(t controlplane.Template) wire.Template {
+	out := wire.Template{Name: t.Name, Ref: t.Ref, Digest: t.Digest, Builtin: t.Builtin, Env: t.Config.Env,
 		WorkingDir: t.Config.WorkingDir, User: t.Config.User, Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, Layers: t.Layers,
 		Labels: t.Config.Labels, Runtimes: t.Runtimes}
 	if st := t.Start; st != nil {
-		out.Start = &airlock.TemplateStart{Cmd: st.Cmd, ReadyCmd: st.ReadyCmd, Snapshot: st.Key != ""}
+		out.Start = &wire.TemplateStart{Cmd: st.Cmd, ReadyCmd: st.ReadyCmd, Snapshot: st.Key != ""}
 	}
 	if !t.CreatedAt.IsZero() {
 		c, u := t.CreatedAt, t.UpdatedAt
@@ -35,7 +35,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.TemplateList{Templates: make([]airlock.Template, 0, len(ts))}
+	out := wire.TemplateList{Templates: make([]wire.Template, 0, len(ts))}
 	for _, t := range ts {
 		out.Templates = append(out.Templates, toTemplate(t))
 	}
@@ -77,13 +77,13 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u := rm.Users
-	writeJSON(w, http.StatusOK, airlock.TemplateRemoval{Name: rm.Name, Digest: rm.Digest, Users: airlock.TemplateUsers{
+	writeJSON(w, http.StatusOK, wire.TemplateRemoval{Name: rm.Name, Digest: rm.Digest, Users: wire.TemplateUsers{
 		Names: u.Names, Sandboxes: u.Sandboxes, Sessions: u.Sessions, SandboxCount: u.SandboxCount, SessionCount: u.SessionCount}})
 }
 
 // setTemplateRuntimes sets the runtimes the template's sandboxes may run on (operator only).
 func (s *Server) setTemplateRuntimes(w http.ResponseWriter, r *http.Request) {
-	var req airlock.TemplateRuntimesRequest
+	var req wire.TemplateRuntimesRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -102,7 +102,7 @@ func (s *Server) setTemplateRuntimes(w http.ResponseWriter, r *http.Request) {
 
 // pullTemplate fetches the image the body names from its registry (operator only).
 func (s *Server) pullTemplate(w http.ResponseWriter, r *http.Request) {
-	var req airlock.PullTemplateRequest
+	var req wire.PullTemplateRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -147,7 +147,7 @@ func safeFileName(s string) string {
 }
 
 // buildTemplate runs a build of the context tar in the body (operator only). Its progress goes out as
-// NDJSON lines (airlock.BuildEvent), then the template or the error; an error before the first step
+// NDJSON lines (wire.BuildLine): events, then the template or the error; an error before the first step
 // (a bad request, a Dockerfile that does not parse) is an ordinary error response.
 func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -200,7 +200,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 			enc = json.NewEncoder(w)
 			enc.SetEscapeHTML(false)
 		}
-		_ = enc.Encode(airlock.BuildEvent{Step: e.Step, Steps: e.Steps, Instruction: e.Instruction, Output: e.Output, Cached: e.Cached, Image: e.Image})
+		_ = enc.Encode(wire.BuildEvent{Step: e.Step, Steps: e.Steps, Instruction: e.Instruction, Output: e.Output, Cached: e.Cached, Image: e.Image})
 		_ = flusher.Flush()
 	}
 	t, err := s.cp.BuildTemplate(r.Context(), tenantOf(r), r.PathValue("name"), req)
@@ -215,12 +215,12 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, s.log, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"template": toTemplate(t)})
+		writeJSON(w, http.StatusOK, wire.BuildLine{Template: new(toTemplate(t))})
 		return
 	}
 	if err != nil {
-		_ = enc.Encode(map[string]any{"error": errorDetail(s.log, r, err)})
+		_ = enc.Encode(wire.BuildLine{Error: new(errorDetail(s.log, r, err))})
 		return
 	}
-	_ = enc.Encode(map[string]any{"template": toTemplate(t)})
+	_ = enc.Encode(wire.BuildLine{Template: new(toTemplate(t))})
 }

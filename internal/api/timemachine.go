@@ -8,27 +8,27 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/retention"
 	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 // The time machine's routes: restore to a snapshot or a time, the timeline, pins.
 
-func toRetention(r *airlock.Retention) store.RetentionSpec {
+func toRetention(r *wire.Retention) store.RetentionSpec {
 	if r == nil {
 		return store.RetentionSpec{}
 	}
 	return store.RetentionSpec{KeepAllSeconds: r.KeepAllSeconds, KeepHourlySeconds: r.KeepHourlySeconds, KeepDailySeconds: r.KeepDailySeconds}
 }
 
-func fromRetention(r store.RetentionSpec) *airlock.Retention {
+func fromRetention(r store.RetentionSpec) *wire.Retention {
 	if r == (store.RetentionSpec{}) {
 		return nil
 	}
-	return &airlock.Retention{KeepAllSeconds: r.KeepAllSeconds, KeepHourlySeconds: r.KeepHourlySeconds, KeepDailySeconds: r.KeepDailySeconds}
+	return &wire.Retention{KeepAllSeconds: r.KeepAllSeconds, KeepHourlySeconds: r.KeepHourlySeconds, KeepDailySeconds: r.KeepDailySeconds}
 }
 
 // checkSnapshotID returns an invalid-argument error naming what when id is not a snapshot ID.
@@ -54,7 +54,7 @@ func (s *Server) restoreSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	var req airlock.RestoreSessionRequest
+	var req wire.RestoreSessionRequest
 	if _, err := readJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -88,7 +88,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out := airlock.Timeline{HeadSnapshotID: se.HeadSnapshotID, Snapshots: make([]airlock.Snapshot, 0, len(sns))}
+	out := wire.Timeline{HeadSnapshotID: se.HeadSnapshotID, Snapshots: make([]wire.Snapshot, 0, len(sns))}
 	for _, sn := range sns {
 		out.Snapshots = append(out.Snapshots, toSnapshot(sn))
 	}
@@ -101,7 +101,7 @@ func (s *Server) updateSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	var req airlock.UpdateSnapshotRequest
+	var req wire.UpdateSnapshotRequest
 	if _, err := readJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -171,9 +171,9 @@ func (s *Server) listSnapshotFiles(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		out := airlock.FileList{Entries: make([]airlock.FileInfo, 0, len(entries))}
+		out := wire.FileList{Entries: make([]wire.FileInfo, 0, len(entries))}
 		for _, e := range entries {
-			out.Entries = append(out.Entries, airlock.FileInfo{Name: path.Base(e.Path), Path: e.Path, Type: e.Type, Size: e.Size,
+			out.Entries = append(out.Entries, wire.FileInfo{Name: path.Base(e.Path), Path: e.Path, Type: e.Type, Size: e.Size,
 				Mode: fmt.Sprintf("%04o", e.Mode.Perm()), ModTime: e.ModTime, Target: e.Target})
 		}
 		writeJSON(w, http.StatusOK, out)
@@ -199,7 +199,7 @@ func (s *Server) diffSnapshots(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := airlock.SnapshotDiff{From: from, To: to}
+	out := wire.SnapshotDiff{From: from, To: to}
 	if q.Has("path") {
 		p, err := filePath(r, "path")
 		if err != nil {
@@ -220,15 +220,15 @@ func (s *Server) diffSnapshots(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	out.Changes, out.Truncated = make([]airlock.FileChange, 0, len(changes)), truncated
+	out.Changes, out.Truncated = make([]wire.FileChange, 0, len(changes)), truncated
 	for _, c := range changes {
-		out.Changes = append(out.Changes, airlock.FileChange{Path: c.Path, Kind: c.Kind, Type: c.Type, OldSize: c.OldSize, NewSize: c.NewSize})
+		out.Changes = append(out.Changes, wire.FileChange{Path: c.Path, Kind: c.Kind, Type: c.Type, OldSize: c.OldSize, NewSize: c.NewSize})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func retentionSettings(own store.RetentionSpec, eff retention.Policy) airlock.RetentionSettings {
-	out := airlock.RetentionSettings{Effective: airlock.Retention{KeepAllSeconds: int64(eff.KeepAll / time.Second),
+func retentionSettings(own store.RetentionSpec, eff retention.Policy) wire.RetentionSettings {
+	out := wire.RetentionSettings{Effective: wire.Retention{KeepAllSeconds: int64(eff.KeepAll / time.Second),
 		KeepHourlySeconds: int64(eff.KeepHourly / time.Second), KeepDailySeconds: int64(eff.KeepDaily / time.Second)}}
 	if r := fromRetention(own); r != nil {
 		out.Tenant = *r
@@ -246,7 +246,7 @@ func (s *Server) getRetention(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) setRetention(w http.ResponseWriter, r *http.Request) {
-	var req airlock.Retention
+	var req wire.Retention
 	if _, err := readJSON(w, r, &req); err != nil {
 		writeError(w, r, s.log, err)
 		return

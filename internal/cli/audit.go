@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/auditship"
 	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 func newAuditCmd(g *globals) *cobra.Command {
@@ -86,7 +86,7 @@ recording the cut: "airlock audit verify" still checks the chain from the log's 
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			var lr *airlock.LogRetention
+			var lr *wire.LogRetention
 			var err error
 			switch {
 			case len(args) == 0:
@@ -135,7 +135,7 @@ func verifyAudit(g *globals, in io.Reader, fromMiddle bool) error {
 		if len(sc.Bytes()) == 0 {
 			continue
 		}
-		var e airlock.AuditEntry
+		var e wire.AuditEntry
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			fmt.Fprintf(g.Out, "line %d: not an audit entry: %v\n", n, err)
 			return &exitError{code: 1}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -23,7 +24,7 @@ func newCodeCmd(g *globals) *cobra.Command {
 }
 
 func newCodeRunCmd(g *globals) *cobra.Command {
-	var req airlock.RunCodeRequest
+	var req wire.RunCodeRequest
 	var env []string
 	var saveDir string
 	run := &cobra.Command{
@@ -111,7 +112,7 @@ func newCodeContextCreateCmd(g *globals) *cobra.Command {
 		Short: "Start a code context of its own (a new kernel) in a sandbox or session; prints its ID",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client().CreateCodeContext(cmd.Context(), args[0], airlock.CreateCodeContextRequest{Language: lang, Cwd: cwd})
+			c, err := g.client().CreateCodeContext(cmd.Context(), args[0], wire.CreateCodeContextRequest{Language: lang, Cwd: cwd})
 			if done, err := g.jsonOrErr(c, err); done {
 				return err
 			}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/fsutil"
-	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
 func newConnectionCmd(g *globals) *cobra.Command {
@@ -30,7 +30,7 @@ token; the sandbox never holds it.`,
 }
 
 func newConnCreateCmd(g *globals) *cobra.Command {
-	var req airlock.CreateConnectionRequest
+	var req wire.CreateConnectionRequest
 	var secretEnv, secretFile string
 	var wait time.Duration
 	cmd := &cobra.Command{
@@ -87,7 +87,7 @@ The client secret is read from an environment variable (--client-secret-env) or 
 }
 
 // signInFlow prints what the user must do and, with wait, waits for the connection to turn active.
-func signInFlow(ctx context.Context, g *globals, si *airlock.ConnectionSignIn, wait time.Duration) error {
+func signInFlow(ctx context.Context, g *globals, si *wire.ConnectionSignIn, wait time.Duration) error {
 	if g.json && wait == 0 {
 		return printJSON(g.Out, si)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -115,7 +116,7 @@ func (g *globals) runProcess(ctx context.Context, id string, argv []string, f ex
 	}
 	stdinFd, stdinIsFile := fdOf(g.In)
 	stdinTTY := stdinIsFile && isTerminal(stdinFd)
-	req := airlock.ExecRequest{Cmd: argv, Env: env, Cwd: f.cwd, User: f.user}
+	req := wire.ExecRequest{Cmd: argv, Env: env, Cwd: f.cwd, User: f.user}
 	nl := "\n"
 	if f.tty {
 		if !stdinTTY {
@@ -125,7 +126,7 @@ func (g *globals) runProcess(ctx context.Context, id string, argv []string, f ex
 		if err != nil || rows == 0 || cols == 0 {
 			rows, cols = 24, 80 // a terminal that does not know its size
 		}
-		req.PTY = &airlock.PTYSize{Rows: rows, Cols: cols}
+		req.PTY = &wire.PTYSize{Rows: rows, Cols: cols}
 		if _, ok := env["TERM"]; !ok {
 			if req.Env == nil {
 				req.Env = map[string]string{}

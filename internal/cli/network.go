@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlockrun/airlock/sdk/go/airlock"
+	"github.com/airlockrun/airlock/api/wire"
 )
 
 // networkFlags are the egress flags of create and network.
@@ -29,7 +29,7 @@ func (n *networkFlags) add(cmd *cobra.Command) {
 func (n *networkFlags) set() bool { return len(n.allow) > 0 || n.allowAll || n.file != "" }
 
 // policy builds the policy the flags describe.
-func (n *networkFlags) policy() (*airlock.NetworkPolicy, error) {
+func (n *networkFlags) policy() (*wire.NetworkPolicy, error) {
 	if n.file != "" {
 		if len(n.allow) > 0 || n.allowAll {
 			return nil, fmt.Errorf("--network takes the whole policy; do not combine it with --allow or --allow-all")
@@ -44,7 +44,7 @@ func (n *networkFlags) policy() (*airlock.NetworkPolicy, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--network: %w", err)
 		}
-		var p airlock.NetworkPolicy
+		var p wire.NetworkPolicy
 		dec := json.NewDecoder(strings.NewReader(string(b)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&p); err != nil {
@@ -52,7 +52,7 @@ func (n *networkFlags) policy() (*airlock.NetworkPolicy, error) {
 		}
 		return &p, nil
 	}
-	p := &airlock.NetworkPolicy{}
+	p := &wire.NetworkPolicy{}
 	if n.allowAll {
 		p.Default = "allow"
 	}
@@ -67,8 +67,8 @@ func (n *networkFlags) policy() (*airlock.NetworkPolicy, error) {
 }
 
 // parseAllow reads HOST[:PORTS] or CIDR[:PORTS]; PORTS is a comma-separated list of ports and ranges.
-func parseAllow(s string) (airlock.NetworkRule, error) {
-	r := airlock.NetworkRule{Action: "allow"}
+func parseAllow(s string) (wire.NetworkRule, error) {
+	r := wire.NetworkRule{Action: "allow"}
 	target, ports := s, ""
 	if i := strings.LastIndex(s, ":"); i >= 0 && !strings.Contains(s[i+1:], "/") {
 		target, ports = s[:i], s[i+1:]
@@ -84,7 +84,7 @@ func parseAllow(s string) (airlock.NetworkRule, error) {
 	if ports != "" {
 		for _, p := range strings.Split(ports, ",") {
 			if p = strings.TrimSpace(p); p != "" {
-				r.Ports = append(r.Ports, airlock.PortRange(p))
+				r.Ports = append(r.Ports, wire.PortRange(p))
 			}
 		}
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/app"
 	"github.com/airlockrun/airlock/internal/cluster"
 	"github.com/airlockrun/airlock/internal/fsutil"
@@ -43,7 +44,7 @@ const (
 type NodeInfo = app.NodeInfo
 
 func newNodeTokenCreateCmd(g *globals) *cobra.Command {
-	var req airlock.CreateJoinTokenRequest
+	var req wire.CreateJoinTokenRequest
 	var ttl time.Duration
 	create := &cobra.Command{
 		Use:   "create",
@@ -172,7 +173,7 @@ to replace that node (node token create --node-id ID --replace), and --replace.`
 			if joinToken == "" && own == nil {
 				return fmt.Errorf("--token (or %s) is required: %s holds no key of node %s to re-join with", EnvJoinToken, dir, nodeID)
 			}
-			req := airlock.JoinRequest{Token: joinToken, NodeID: nodeID, Hosts: hosts, Replace: replace}
+			req := wire.JoinRequest{Token: joinToken, NodeID: nodeID, Hosts: hosts, Replace: replace}
 			key := own
 			if own != nil {
 				// The node itself, joining again: the key stays, and proves whose the ID is.
@@ -184,7 +185,7 @@ to replace that node (node token create --node-id ID --replace), and --replace.`
 				if err != nil {
 					return err
 				}
-				req.CSR, req.Proof = string(csr), &airlock.JoinProof{Certificate: string(p.CertPEM), SignedAt: p.SignedAt, Signature: p.Signature}
+				req.CSR, req.Proof = string(csr), &wire.JoinProof{Certificate: string(p.CertPEM), SignedAt: p.SignedAt, Signature: p.Signature}
 			} else {
 				var csr []byte
 				var err error
@@ -326,7 +327,7 @@ takes it over when it starts again; there is no need to run it by hand.`,
 }
 
 func newNodeBoundCmd(g *globals) *cobra.Command {
-	var bound airlock.NodeCapacity
+	var bound wire.NodeCapacity
 	cmd := &cobra.Command{
 		Use:   "bound ID",
 		Short: "Set the most a node is trusted to offer sandboxes (operator tenant's admin key)",
@@ -480,7 +481,7 @@ The join writes the node's key, certificate and the cluster CA's to <data dir>/c
 }
 
 // tokenScope says which nodes a join token is for.
-func tokenScope(t airlock.JoinToken) string {
+func tokenScope(t wire.JoinToken) string {
 	var out string
 	switch {
 	case len(t.NodeIDs) > 0:
@@ -554,7 +555,7 @@ func checkJoinURL(raw string) error {
 
 // checkJoined checks what the control plane answered a join with: the CA is the pinned one (if one is),
 // and the certificate is from that CA, names the node, and is for the key made here.
-func checkJoined(res *airlock.JoinResponse, key *ecdsa.PrivateKey, pin, nodeID string) error {
+func checkJoined(res *wire.JoinResponse, key *ecdsa.PrivateKey, pin, nodeID string) error {
 	caBlock, _ := pem.Decode([]byte(res.CACertificate))
 	if caBlock == nil {
 		return errors.New("no CA certificate")

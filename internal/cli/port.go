@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlockrun/airlock/sdk/go/airlock"
+	"github.com/airlockrun/airlock/api/wire"
 )
 
 // portMapping is one [LOCAL:]REMOTE argument of port-forward: Local 0 picks a free port.
@@ -376,7 +376,7 @@ with "airlock token revoke ID". Treat it as a password.`,
 			if ttl < time.Second {
 				return fmt.Errorf("--ttl %s: want at least 1s", ttl)
 			}
-			req := airlock.CreateAccessTokenRequest{Name: name, Scopes: []string{airlock.TokenScopePorts},
+			req := wire.CreateAccessTokenRequest{Name: name, Scopes: []string{wire.TokenScopePorts},
 				TTLSeconds: int64(ttl / time.Second), Port: ports[0]}
 			if err := setTokenTarget(&req, id); err != nil {
 				return err

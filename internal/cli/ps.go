@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlockrun/airlock/sdk/go/airlock"
+	"github.com/airlockrun/airlock/api/wire"
 )
 
 func newPsCmd(g *globals) *cobra.Command {
@@ -22,7 +22,7 @@ func newPsCmd(g *globals) *cobra.Command {
 			}
 			if g.json {
 				if l.Processes == nil {
-					l.Processes = []airlock.Process{}
+					l.Processes = []wire.Process{}
 				}
 				return printJSON(g.Out, l)
 			}
@@ -41,7 +41,7 @@ func newPsCmd(g *globals) *cobra.Command {
 }
 
 // processStatus describes whether and how a process ended: "running", "exited 0", "killed KILL".
-func processStatus(p airlock.Process) string {
+func processStatus(p wire.Process) string {
 	switch {
 	case p.Running:
 		return "running"

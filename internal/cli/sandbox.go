@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -53,7 +54,7 @@ it and exits with status 1.`,
 			if err != nil {
 				return err
 			}
-			req := airlock.CreateSandboxRequest{Template: r.template, CPU: r.cpu, MemoryMB: r.memoryMB, DiskMB: r.diskMB,
+			req := wire.CreateSandboxRequest{Template: r.template, CPU: r.cpu, MemoryMB: r.memoryMB, DiskMB: r.diskMB,
 				Env: r.env, Metadata: r.metadata, Runtime: r.runtime}
 			if req.TimeoutSeconds, err = parseSeconds("--timeout", timeout); err != nil {
 				return err
@@ -67,7 +68,7 @@ it and exits with status 1.`,
 			if err != nil {
 				return err
 			}
-			return printCreated(g, sb, sb.ID, "sandbox", sb.State == airlock.StateFailed, sb.Reason)
+			return printCreated(g, sb, sb.ID, "sandbox", sb.State == wire.StateFailed, sb.Reason)
 		},
 	}
 	f := cmd.Flags()
@@ -174,7 +175,7 @@ func newLsCmd(g *globals) *cobra.Command {
 			if limit > 0 {
 				opts.Limit = min(limit, 1000)
 			}
-			list := airlock.SandboxList{Sandboxes: []airlock.Sandbox{}}
+			list := wire.SandboxList{Sandboxes: []wire.Sandbox{}}
 			for sb, err := range g.client().AllSandboxes(cmd.Context(), opts) {
 				if err != nil {
 					return err
@@ -191,7 +192,7 @@ func newLsCmd(g *globals) *cobra.Command {
 			t := newTable(g.Out, "ID", "STATE", "TEMPLATE", "NODE", "CREATED", "ENDS", "REASON")
 			for _, sb := range list.Sandboxes {
 				ends := "-"
-				if sb.State == airlock.StateRunning || sb.State == airlock.StateCreating {
+				if sb.State == wire.StateRunning || sb.State == wire.StateCreating {
 					ends = relTime(sb.EndsAt, now)
 				}
 				t.row(sb.ID, sb.State, sb.Template, dash(sb.Node), relTime(&sb.CreatedAt, now), ends, truncate(sb.Reason, 60))
@@ -224,7 +225,7 @@ func newGetCmd(g *globals) *cobra.Command {
 }
 
 // printSandbox writes a sandbox for people, one field a line.
-func printSandbox(g *globals, sb *airlock.Sandbox, now time.Time) error {
+func printSandbox(g *globals, sb *wire.Sandbox, now time.Time) error {
 	t := newTable(g.Out, "ID:", sb.ID)
 	t.row("State:", sb.State)
 	if sb.Reason != "" {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -49,7 +50,7 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req := airlock.CreateSessionRequest{Template: r.template, CPU: r.cpu, MemoryMB: r.memoryMB, DiskMB: r.diskMB,
+			req := wire.CreateSessionRequest{Template: r.template, CPU: r.cpu, MemoryMB: r.memoryMB, DiskMB: r.diskMB,
 				Env: r.env, Metadata: r.metadata, Runtime: r.runtime}
 			if idle != "" {
 				n := 0
@@ -83,7 +84,7 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if ret != (airlock.Retention{}) {
+			if ret != (wire.Retention{}) {
 				req.Retention = &ret
 			}
 			if nf.set() {
@@ -95,7 +96,7 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printCreated(g, se, se.ID, "session", se.State == airlock.SessionFailed, se.Reason)
+			return printCreated(g, se, se.ID, "session", se.State == wire.SessionFailed, se.Reason)
 		},
 	}
 	f := cmd.Flags()
@@ -122,21 +123,16 @@ func newSessionLsCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
 			if len(states) == 0 && !all {
-				states = []string{airlock.SessionCreating, airlock.SessionRunning, airlock.SessionPausing, airlock.SessionPaused,
-					airlock.SessionResuming, airlock.SessionFailed, airlock.SessionDeleting}
+				states = []string{wire.SessionCreating, wire.SessionRunning, wire.SessionPausing, wire.SessionPaused,
+					wire.SessionResuming, wire.SessionFailed, wire.SessionDeleting}
 			}
 			opts := airlock.ListOptions{States: states}
-			all := airlock.SessionList{Sessions: []airlock.Session{}}
-			for {
-				l, err := g.client().ListSessions(cmd.Context(), opts)
+			all := wire.SessionList{Sessions: []wire.Session{}}
+			for se, err := range g.client().AllSessions(cmd.Context(), opts) {
 				if err != nil {
 					return err
 				}
-				all.Sessions = append(all.Sessions, l.Sessions...)
-				if l.NextCursor == "" {
-					break
-				}
-				opts.Cursor = l.NextCursor
+				all.Sessions = append(all.Sessions, se)
 			}
 			if g.json {
 				return printJSON(g.Out, all)
@@ -176,7 +172,7 @@ func newSessionGetCmd(g *globals) *cobra.Command {
 	}
 }
 
-func newSessionActionCmd(g *globals, name, short string, call func(*airlock.Client, context.Context, string) (*airlock.Session, error)) *cobra.Command {
+func newSessionActionCmd(g *globals, name, short string, call func(*airlock.Client, context.Context, string) (*wire.Session, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   name + " SESSION",
 		Short: short,
@@ -248,7 +244,7 @@ func newSessionRmCmd(g *globals) *cobra.Command {
 }
 
 func newSessionForkCmd(g *globals) *cobra.Command {
-	var req airlock.ForkSessionRequest
+	var req wire.ForkSessionRequest
 	var idemKey string
 	cmd := &cobra.Command{
 		Use:   "fork SESSION",
@@ -265,7 +261,7 @@ func newSessionForkCmd(g *globals) *cobra.Command {
 			var bad []string
 			for _, se := range res.Sessions {
 				fmt.Fprintln(g.Out, se.ID)
-				if se.State != airlock.SessionRunning {
+				if se.State != wire.SessionRunning {
 					bad = append(bad, se.ID+": "+se.Reason)
 				}
 			}
@@ -282,7 +278,7 @@ func newSessionForkCmd(g *globals) *cobra.Command {
 }
 
 func newSessionSnapshotCmd(g *globals) *cobra.Command {
-	var req airlock.CreateSnapshotRequest
+	var req wire.CreateSnapshotRequest
 	var wait bool
 	cmd := &cobra.Command{
 		Use:   "snapshot SESSION",
@@ -323,18 +319,12 @@ func newSessionSnapshotsCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			opts := airlock.ListOptions{}
-			all := airlock.SnapshotList{Snapshots: []airlock.Snapshot{}}
-			for {
-				l, err := g.client().ListSnapshots(cmd.Context(), args[0], opts)
+			all := wire.SnapshotList{Snapshots: []wire.Snapshot{}}
+			for sn, err := range g.client().AllSnapshots(cmd.Context(), args[0], airlock.ListOptions{}) {
 				if err != nil {
 					return err
 				}
-				all.Snapshots = append(all.Snapshots, l.Snapshots...)
-				if l.NextCursor == "" {
-					break
-				}
-				opts.Cursor = l.NextCursor
+				all.Snapshots = append(all.Snapshots, sn)
 			}
 			if g.json {
 				return printJSON(g.Out, all)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
@@ -118,7 +119,7 @@ NAME then points at the image: new sandboxes of NAME boot it; those made before 
 }
 
 func newTemplatePullCmd(g *globals) *cobra.Command {
-	var pull airlock.PullTemplateRequest
+	var pull wire.PullTemplateRequest
 	pullCmd := &cobra.Command{
 		Use:   "pull NAME IMAGE",
 		Short: "Fetch an OCI image from a registry as a template (operator tenant's admin key)",
@@ -213,7 +214,7 @@ keeps a start snapshot that sandboxes are restored from.
 			defer body.Close()
 			opts.Dockerfile = name
 			if !g.json {
-				opts.Progress = func(e airlock.BuildEvent) { printBuildEvent(g.Out, e) }
+				opts.Progress = func(e wire.BuildEvent) { printBuildEvent(g.Out, e) }
 			}
 			tp, err := g.client().BuildTemplate(cmd.Context(), args[0], body, opts)
 			if err != nil {
@@ -279,10 +280,10 @@ vm:firecracker). "*" alone allows every runtime again. A tenant must also be all
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			var t airlock.Template
+			var t wire.Template
 			var err error
 			if len(args) == 1 {
-				var got *airlock.Template
+				var got *wire.Template
 				if got, err = g.client().GetTemplate(cmd.Context(), args[0]); got != nil {
 					t = *got
 				}
@@ -351,7 +352,7 @@ func buildContext(dir, df string) (io.ReadCloser, string, error) {
 }
 
 // printBuildEvent shows one event of a build, docker build's way.
-func printBuildEvent(w io.Writer, e airlock.BuildEvent) {
+func printBuildEvent(w io.Writer, e wire.BuildEvent) {
 	switch {
 	case e.Output != "":
 		fmt.Fprint(w, e.Output)
@@ -366,7 +367,7 @@ func printBuildEvent(w io.Writer, e airlock.BuildEvent) {
 
 // usersText says what uses an image ("" if nothing): other names, then counts of sessions and
 // sandboxes with the IDs the server listed.
-func usersText(u airlock.TemplateUsers) string {
+func usersText(u wire.TemplateUsers) string {
 	var parts []string
 	if len(u.Names) > 0 {
 		parts = append(parts, "template "+strings.Join(u.Names, ", "))
@@ -391,7 +392,7 @@ func usersText(u airlock.TemplateUsers) string {
 }
 
 // printNewVersion says what a template imported or pulled now boots.
-func printNewVersion(g *globals, tp *airlock.Template) error {
+func printNewVersion(g *globals, tp *wire.Template) error {
 	if g.json {
 		return printJSON(g.Out, tp)
 	}
@@ -407,7 +408,7 @@ func shortDigest(d string) string {
 	return d
 }
 
-func printTemplate(w io.Writer, tp *airlock.Template) {
+func printTemplate(w io.Writer, tp *wire.Template) {
 	fmt.Fprintf(w, "name:        %s\n", tp.Name)
 	fmt.Fprintf(w, "ref:         %s\n", tp.Ref)
 	if tp.Builtin && tp.Digest == "" {

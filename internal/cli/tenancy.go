@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlockrun/airlock/sdk/go/airlock"
+	"github.com/airlockrun/airlock/api/wire"
 )
 
 func newTenantCmd(g *globals) *cobra.Command {
@@ -25,7 +25,7 @@ tenant: its admin keys manage the others.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			ct, err := g.client().CreateTenantWith(cmd.Context(), airlock.CreateTenantRequest{Name: args[0], KeyProvider: keyProvider})
+			ct, err := g.client().CreateTenantWith(cmd.Context(), wire.CreateTenantRequest{Name: args[0], KeyProvider: keyProvider})
 			if done, err := g.jsonOrErr(ct, err); done {
 				return err
 			}
@@ -84,7 +84,7 @@ tenant: its admin keys manage the others.`,
 }
 
 func newTenantQuotaCmd(g *globals) *cobra.Command {
-	var q airlock.Quotas
+	var q wire.Quotas
 	cmd := &cobra.Command{
 		Use:     "quota ID",
 		Short:   "Set a tenant's quotas (all of them; 0 is no limit)",
@@ -92,7 +92,7 @@ func newTenantQuotaCmd(g *globals) *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			tn, err := g.client().UpdateTenant(cmd.Context(), args[0], airlock.UpdateTenantRequest{Quotas: &q})
+			tn, err := g.client().UpdateTenant(cmd.Context(), args[0], wire.UpdateTenantRequest{Quotas: &q})
 			if err != nil {
 				return err
 			}
@@ -144,7 +144,7 @@ runc starts faster but shares the host's kernel: allow it only to tenants you tr
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			var tn *airlock.Tenant
+			var tn *wire.Tenant
 			var err error
 			if len(args) == 1 {
 				tn, err = g.client().GetTenant(cmd.Context(), args[0])
@@ -153,7 +153,7 @@ runc starts faster but shares the host's kernel: allow it only to tenants you tr
 				if len(names) == 1 && names[0] == "default" {
 					names = []string{}
 				}
-				tn, err = g.client().UpdateTenant(cmd.Context(), args[0], airlock.UpdateTenantRequest{Runtimes: &names})
+				tn, err = g.client().UpdateTenant(cmd.Context(), args[0], wire.UpdateTenantRequest{Runtimes: &names})
 			}
 			if done, err := g.jsonOrErr(tn, err); done {
 				return err
@@ -171,7 +171,7 @@ func newTenantSetDisabledCmd(g *globals, use string, disabled bool, short string
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			tn, err := g.client().UpdateTenant(cmd.Context(), args[0], airlock.UpdateTenantRequest{Disabled: &disabled})
+			tn, err := g.client().UpdateTenant(cmd.Context(), args[0], wire.UpdateTenantRequest{Disabled: &disabled})
 			if done, err := g.jsonOrErr(tn, err); done {
 				return err
 			}
@@ -205,7 +205,7 @@ when it is made; Airlock keeps only its hash.`,
 			return nil
 		},
 	}
-	create.Flags().StringVar(&scope, "scope", airlock.ScopeWrite, "admin, write or read")
+	create.Flags().StringVar(&scope, "scope", wire.ScopeWrite, "admin, write or read")
 	cmd.AddCommand(create,
 		&cobra.Command{
 			Use:     "ls",
@@ -262,7 +262,7 @@ revoked. Use it as the API key: AIRLOCK_API_KEY=<token> airlock exec ID -- …`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			req := airlock.CreateAccessTokenRequest{Name: name, Scopes: scopes, TTLSeconds: int64(ttl / time.Second), Port: port}
+			req := wire.CreateAccessTokenRequest{Name: name, Scopes: scopes, TTLSeconds: int64(ttl / time.Second), Port: port}
 			if err := setTokenTarget(&req, args[0]); err != nil {
 				return err
 			}
@@ -276,7 +276,7 @@ revoked. Use it as the API key: AIRLOCK_API_KEY=<token> airlock exec ID -- …`,
 			return nil
 		},
 	}
-	create.Flags().StringArrayVar(&scopes, "scope", []string{airlock.TokenScopeExec, airlock.TokenScopeFiles}, "exec, files or ports (repeat); files writes as root, so it can plant code: as strong as exec")
+	create.Flags().StringArrayVar(&scopes, "scope", []string{wire.TokenScopeExec, wire.TokenScopeFiles}, "exec, files or ports (repeat); files writes as root, so it can plant code: as strong as exec")
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token lasts (at most 168h)")
 	create.Flags().StringVar(&name, "name", "", "a label for the token")
 	create.Flags().IntVar(&port, "port", 0, "with scope ports: the one port the token reaches (default: every port)")
@@ -375,7 +375,7 @@ off: no sandbox of the tenant boots or resumes, its running sandboxes are stoppe
 }
 
 // setTokenTarget makes req a token for the sandbox or session id, by the ID's prefix.
-func setTokenTarget(req *airlock.CreateAccessTokenRequest, id string) error {
+func setTokenTarget(req *wire.CreateAccessTokenRequest, id string) error {
 	switch {
 	case strings.HasPrefix(id, "sb_"):
 		req.SandboxID = id

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlockrun/airlock/sdk/go/airlock"
+	"github.com/airlockrun/airlock/api/wire"
 )
 
 // The time machine's commands: timeline, restore, pin, unpin.
@@ -30,13 +30,13 @@ func newSessionTimelineCmd(g *globals) *cobra.Command {
 
 // printTimeline draws the snapshots as a tree by parent, oldest first: a snapshot whose parent is not
 // in the timeline starts a root.
-func printTimeline(g *globals, tl *airlock.Timeline) {
+func printTimeline(g *globals, tl *wire.Timeline) {
 	in := map[string]bool{}
 	for _, sn := range tl.Snapshots {
 		in[sn.ID] = true
 	}
-	children := map[string][]airlock.Snapshot{}
-	var roots []airlock.Snapshot
+	children := map[string][]wire.Snapshot{}
+	var roots []wire.Snapshot
 	for _, sn := range tl.Snapshots {
 		if sn.ParentID != "" && in[sn.ParentID] {
 			children[sn.ParentID] = append(children[sn.ParentID], sn)
@@ -44,8 +44,8 @@ func printTimeline(g *globals, tl *airlock.Timeline) {
 			roots = append(roots, sn)
 		}
 	}
-	var walk func(sn airlock.Snapshot, prefix string)
-	walk = func(sn airlock.Snapshot, prefix string) {
+	var walk func(sn wire.Snapshot, prefix string)
+	walk = func(sn wire.Snapshot, prefix string) {
 		mark := " "
 		if sn.ID == tl.HeadSnapshotID {
 			mark = "*"
@@ -91,7 +91,7 @@ func newSessionRestoreCmd(g *globals) *cobra.Command {
 			if (to == "") == (at == "") {
 				return fmt.Errorf("give one of --to SNAPSHOT or --at TIME")
 			}
-			req := airlock.RestoreSessionRequest{SnapshotID: to}
+			req := wire.RestoreSessionRequest{SnapshotID: to}
 			if at != "" {
 				t, err := parseWhen(at, time.Now())
 				if err != nil {
@@ -134,7 +134,7 @@ func newSessionPinCmd(g *globals, pin bool) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer interruptible(cmd)()
-			sn, err := g.client().UpdateSnapshot(cmd.Context(), args[0], args[1], airlock.UpdateSnapshotRequest{Pinned: &pin})
+			sn, err := g.client().UpdateSnapshot(cmd.Context(), args[0], args[1], wire.UpdateSnapshotRequest{Pinned: &pin})
 			if done, err := g.jsonOrErr(sn, err); done {
 				return err
 			}
@@ -254,8 +254,8 @@ func (f *retentionFlags) add(cmd *cobra.Command, inherit string) {
 }
 
 // parse reads the flags set: seconds or durations; unset ones stay 0 (inherit).
-func (f *retentionFlags) parse() (airlock.Retention, error) {
-	var r airlock.Retention
+func (f *retentionFlags) parse() (wire.Retention, error) {
+	var r wire.Retention
 	for _, k := range []struct {
 		flag, v string
 		to      *int64
@@ -271,7 +271,7 @@ func (f *retentionFlags) parse() (airlock.Retention, error) {
 	return r, nil
 }
 
-func printRetention(g *globals, rs *airlock.RetentionSettings) error {
+func printRetention(g *globals, rs *wire.RetentionSettings) error {
 	if g.json {
 		return printJSON(g.Out, rs)
 	}

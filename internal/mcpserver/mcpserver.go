@@ -19,6 +19,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlockrun/airlock/api/wire"
 	"github.com/airlockrun/airlock/sdk/go/airlock"
 )
 
@@ -89,13 +90,13 @@ type Resources struct {
 	AllowHosts     []string          `json:"allow_hosts,omitempty" jsonschema:"host names (or *.domain) it may reach; none: no network"`
 }
 
-func (r Resources) network() *airlock.NetworkPolicy {
+func (r Resources) network() *wire.NetworkPolicy {
 	if len(r.AllowHosts) == 0 {
 		return nil
 	}
-	p := &airlock.NetworkPolicy{Default: "deny"}
+	p := &wire.NetworkPolicy{Default: "deny"}
 	for _, h := range r.AllowHosts {
-		p.Rules = append(p.Rules, airlock.NetworkRule{Action: "allow", Host: h})
+		p.Rules = append(p.Rules, wire.NetworkRule{Action: "allow", Host: h})
 	}
 	return p
 }
@@ -111,16 +112,16 @@ type Thing struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
-func sandboxThing(sb airlock.Sandbox) Thing {
+func sandboxThing(sb wire.Sandbox) Thing {
 	return Thing{ID: sb.ID, Kind: "sandbox", State: sb.State, Reason: sb.Reason, Template: sb.Template, EndsAt: sb.EndsAt, Metadata: sb.Metadata}
 }
 
-func sessionThing(se airlock.Session) Thing {
+func sessionThing(se wire.Session) Thing {
 	return Thing{ID: se.ID, Kind: "session", State: se.State, Reason: se.Reason, Template: se.Template, EndsAt: se.EndsAt, Metadata: se.Metadata}
 }
 
 func (t tools) createSandbox(ctx context.Context, in Resources) (Thing, error) {
-	sb, err := t.c.CreateSandbox(ctx, airlock.CreateSandboxRequest{Template: in.Template, MemoryMB: in.MemoryMB, CPU: in.CPUMillicores,
+	sb, err := t.c.CreateSandbox(ctx, wire.CreateSandboxRequest{Template: in.Template, MemoryMB: in.MemoryMB, CPU: in.CPUMillicores,
 		Env: in.Env, Metadata: in.Metadata, TimeoutSeconds: in.TimeoutSeconds, Network: in.network()})
 	if err != nil {
 		return Thing{}, err
@@ -129,12 +130,12 @@ func (t tools) createSandbox(ctx context.Context, in Resources) (Thing, error) {
 }
 
 func (t tools) createSession(ctx context.Context, in Resources) (Thing, error) {
-	se, err := t.c.CreateSession(ctx, airlock.CreateSessionRequest{Template: in.Template, MemoryMB: in.MemoryMB, CPU: in.CPUMillicores,
+	se, err := t.c.CreateSession(ctx, wire.CreateSessionRequest{Template: in.Template, MemoryMB: in.MemoryMB, CPU: in.CPUMillicores,
 		Env: in.Env, Metadata: in.Metadata, TimeoutSeconds: in.TimeoutSeconds, Network: in.network()})
 	if err != nil {
 		return Thing{}, err
 	}
-	if se.State == airlock.SessionFailed {
+	if se.State == wire.SessionFailed {
 		return Thing{}, fmt.Errorf("session %s failed to start: %s", se.ID, se.Reason)
 	}
 	return sessionThing(*se), nil
@@ -217,7 +218,7 @@ type CommandIn struct {
 
 // CommandOut is how a command ended: the API's exec result, its output capped to the request's bound
 // (the end kept).
-type CommandOut = airlock.ExecResult
+type CommandOut = wire.ExecResult
 
 func (t tools) runCommand(ctx context.Context, in CommandIn) (CommandOut, error) {
 	if strings.TrimSpace(in.Command) == "" {
@@ -237,7 +238,7 @@ func (t tools) runCommand(ctx context.Context, in CommandIn) (CommandOut, error)
 	if limit < 1 || limit > MaxOutputBytes {
 		return CommandOut{}, fmt.Errorf("max_output_bytes must be between 1 and %d", MaxOutputBytes)
 	}
-	res, err := t.c.Exec(ctx, in.ID, airlock.ExecRequest{Cmd: []string{"bash", "-lc", in.Command}, Cwd: in.Cwd, Env: in.Env,
+	res, err := t.c.Exec(ctx, in.ID, wire.ExecRequest{Cmd: []string{"bash", "-lc", in.Command}, Cwd: in.Cwd, Env: in.Env,
 		User: in.User, Stdin: in.Stdin, TimeoutSeconds: int(timeout / time.Second)})
 	if err != nil {
 		return CommandOut{}, err
@@ -311,7 +312,7 @@ type FileEntry struct {
 	ModTime time.Time `json:"mod_time"`
 }
 
-func entry(fi airlock.FileInfo) FileEntry {
+func entry(fi wire.FileInfo) FileEntry {
 	return FileEntry{Name: fi.Name, Path: fi.Path, Type: fi.Type, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime}
 }
 
@@ -399,7 +400,7 @@ func (t tools) fork(ctx context.Context, in ForkIn) (Things, error) {
 	if in.Count == 0 {
 		in.Count = 1
 	}
-	r, err := t.c.ForkSession(ctx, in.ID, airlock.ForkSessionRequest{Count: in.Count})
+	r, err := t.c.ForkSession(ctx, in.ID, wire.ForkSessionRequest{Count: in.Count})
 	if err != nil {
 		return Things{}, err
 	}
@@ -426,12 +427,12 @@ type SnapshotOut struct {
 	ParentID  string    `json:"parent_id,omitempty"`
 }
 
-func snapshotOut(sn airlock.Snapshot) SnapshotOut {
+func snapshotOut(sn wire.Snapshot) SnapshotOut {
 	return SnapshotOut{ID: sn.ID, Name: sn.Name, Trigger: sn.Trigger, State: sn.State, CreatedAt: sn.CreatedAt, ParentID: sn.ParentID}
 }
 
 func (t tools) snapshot(ctx context.Context, in SnapshotIn) (SnapshotOut, error) {
-	sn, err := t.c.SnapshotSession(ctx, in.ID, airlock.CreateSnapshotRequest{Name: in.Name})
+	sn, err := t.c.SnapshotSession(ctx, in.ID, wire.CreateSnapshotRequest{Name: in.Name})
 	if err != nil {
 		return SnapshotOut{}, err
 	}
@@ -464,7 +465,7 @@ type RestoreIn struct {
 }
 
 func (t tools) restore(ctx context.Context, in RestoreIn) (Thing, error) {
-	req := airlock.RestoreSessionRequest{SnapshotID: in.SnapshotID}
+	req := wire.RestoreSessionRequest{SnapshotID: in.SnapshotID}
 	if in.At != "" {
 		at, err := time.Parse(time.RFC3339Nano, in.At)
 		if err != nil {
@@ -487,8 +488,8 @@ type DiffIn struct {
 	Path string `json:"path,omitempty" jsonschema:"one file: its unified diff"`
 }
 
-func (t tools) diff(ctx context.Context, in DiffIn) (airlock.SnapshotDiff, error) {
-	var d *airlock.SnapshotDiff
+func (t tools) diff(ctx context.Context, in DiffIn) (wire.SnapshotDiff, error) {
+	var d *wire.SnapshotDiff
 	var err error
 	if in.Path != "" {
 		d, err = t.c.DiffSnapshotFile(ctx, in.ID, in.From, in.To, in.Path)
@@ -496,7 +497,7 @@ func (t tools) diff(ctx context.Context, in DiffIn) (airlock.SnapshotDiff, error
 		d, err = t.c.DiffSnapshots(ctx, in.ID, in.From, in.To)
 	}
 	if err != nil {
-		return airlock.SnapshotDiff{}, err
+		return wire.SnapshotDiff{}, err
 	}
 	return *d, nil
 }
@@ -515,7 +516,7 @@ type PortOut struct {
 }
 
 func (t tools) portURL(ctx context.Context, in PortIn) (PortOut, error) {
-	req := airlock.CreateAccessTokenRequest{Name: "mcp-port", Scopes: []string{"ports"}, Port: in.Port, TTLSeconds: in.TTLSeconds}
+	req := wire.CreateAccessTokenRequest{Name: "mcp-port", Scopes: []string{"ports"}, Port: in.Port, TTLSeconds: in.TTLSeconds}
 	if strings.HasPrefix(in.ID, "se_") {
 		req.SessionID = in.ID
 	} else {
@@ -559,14 +560,14 @@ type CodeIn struct {
 
 // CodeOut is a run's output; its charts come as the result's images.
 type CodeOut struct {
-	Stdout          string             `json:"stdout"`
-	Stderr          string             `json:"stderr"`
-	StdoutTruncated bool               `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool               `json:"stderr_truncated,omitempty"`
-	Text            string             `json:"text,omitempty" jsonschema:"the last expression's value"`
-	Results         []CodeResultOut    `json:"results,omitempty"`
-	Error           *airlock.CodeError `json:"error,omitempty"`
-	ExecutionCount  int                `json:"execution_count"`
+	Stdout          string          `json:"stdout"`
+	Stderr          string          `json:"stderr"`
+	StdoutTruncated bool            `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool            `json:"stderr_truncated,omitempty"`
+	Text            string          `json:"text,omitempty" jsonschema:"the last expression's value"`
+	Results         []CodeResultOut `json:"results,omitempty"`
+	Error           *wire.CodeError `json:"error,omitempty"`
+	ExecutionCount  int             `json:"execution_count"`
 }
 
 // CodeResultOut is one result of a run, its images left to the tool result's image content.
@@ -594,7 +595,7 @@ func (t tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, in CodeIn) (
 	if limit < 0 || limit > MaxOutputBytes {
 		return nil, CodeOut{}, fmt.Errorf("output_bytes must be between 1 and %d", MaxOutputBytes)
 	}
-	ex, err := t.c.RunCode(ctx, in.ID, airlock.RunCodeRequest{Code: in.Code, ContextID: in.ContextID, Env: in.Env,
+	ex, err := t.c.RunCode(ctx, in.ID, wire.RunCodeRequest{Code: in.Code, ContextID: in.ContextID, Env: in.Env,
 		TimeoutSeconds: int(timeout / time.Second)}, nil)
 	if err != nil {
 		return nil, CodeOut{}, err

@@ -325,6 +325,59 @@ func TestAllSandboxes(t *testing.T) {
 	}
 }
 
+// TestAllSessionsAndSnapshots: the session and snapshot iterators fetch every page of their list, in
+// order, and an error ends the iteration after it is yielded.
+func TestAllSessionsAndSnapshots(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.URL.Path + "?" + r.URL.Query().Get("cursor")
+		switch key {
+		case "/v1/sessions?":
+			_, _ = io.WriteString(w, `{"sessions":[{"id":"se_1"}],"next_cursor":"c2"}`)
+		case "/v1/sessions?c2":
+			_, _ = io.WriteString(w, `{"sessions":[{"id":"se_2"}]}`)
+		case "/v1/sessions/se_1/snapshots?":
+			_, _ = io.WriteString(w, `{"snapshots":[{"id":"sn_1"},{"id":"sn_2"}],"next_cursor":"c2"}`)
+		case "/v1/sessions/se_1/snapshots?c2":
+			_, _ = io.WriteString(w, `{"snapshots":[{"id":"sn_3"}]}`)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, `{"error":{"code":"not_found","message":"`+key+`"}}`)
+		}
+	}))
+	defer srv.Close()
+	c := New(srv.URL)
+	ctx := context.Background()
+	var sessions, snapshots []string
+	for se, err := range c.AllSessions(ctx, ListOptions{}) {
+		if err != nil {
+			t.Fatalf("AllSessions: %v", err)
+		}
+		sessions = append(sessions, se.ID)
+	}
+	for sn, err := range c.AllSnapshots(ctx, "se_1", ListOptions{}) {
+		if err != nil {
+			t.Fatalf("AllSnapshots: %v", err)
+		}
+		snapshots = append(snapshots, sn.ID)
+	}
+	if diff := cmp.Diff([]string{"se_1", "se_2"}, sessions); diff != "" {
+		t.Errorf("sessions (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"sn_1", "sn_2", "sn_3"}, snapshots); diff != "" {
+		t.Errorf("snapshots (-want +got):\n%s", diff)
+	}
+	var errs int
+	for _, err := range c.AllSnapshots(ctx, "se_nope", ListOptions{}) {
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("AllSnapshots of a missing session: got %v; want not found", err)
+		}
+		errs++
+	}
+	if errs != 1 {
+		t.Errorf("AllSnapshots of a missing session yielded %d times; want once, the error", errs)
+	}
+}
+
 // TestErrors checks that every error the API can report matches its sentinel with errors.Is.
 func TestErrors(t *testing.T) {
 	tests := []struct {

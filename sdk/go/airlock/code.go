@@ -16,84 +16,6 @@ import (
 // code-interpreter template. A context keeps its variables, imports and files between runs, and a
 // session's through a pause and resume.
 
-// CodeContext is one code context of a sandbox.
-type CodeContext struct {
-	ID       string `json:"id"`
-	Language string `json:"language"`
-	Cwd      string `json:"cwd"`
-}
-
-// CreateCodeContextRequest is the body of POST …/code/contexts.
-type CreateCodeContextRequest struct {
-	// Language is the context's language: "python" (the default).
-	Language string `json:"language,omitempty"`
-	// Cwd is its working directory (default /home/user).
-	Cwd string `json:"cwd,omitempty"`
-}
-
-// RunCodeRequest is the body of POST …/code/run.
-type RunCodeRequest struct {
-	Code string `json:"code"`
-	// ContextID is the context to run in; with neither it nor Language, the sandbox's default context.
-	ContextID string `json:"context_id,omitempty"`
-	// Language picks the default context of a language ("python").
-	Language string `json:"language,omitempty"`
-	// Env holds environment variables for this run only.
-	Env map[string]string `json:"env,omitempty"`
-	// TimeoutSeconds bounds the run (default 300, at most 3600); past it the run is interrupted and
-	// its output ends with a TimeoutError.
-	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
-}
-
-// Types of CodeEvent.
-const (
-	CodeEventStdout      = "stdout"
-	CodeEventStderr      = "stderr"
-	CodeEventResult      = "result"
-	CodeEventError       = "error"
-	CodeEventCount       = "number_of_executions"
-	CodeEventEnd         = "end_of_execution"
-	CodeErrorTimeout     = "TimeoutError"
-	CodeErrorInterpreter = "InterpreterError"
-)
-
-// CodeEvent is one line of a run's output (application/x-ndjson): stdout and stderr text as it comes,
-// results (the last expression's value, is_main_result, and what the code displayed: charts, tables),
-// an error, the execution count, and last end_of_execution.
-type CodeEvent struct {
-	Type string `json:"type"`
-	// Text is the output of stdout and stderr, and a result's text/plain.
-	Text string `json:"text,omitempty"`
-	// ExecutionCount is the context's count of runs (number_of_executions).
-	ExecutionCount int `json:"execution_count,omitempty"`
-	CodeResult
-	CodeError
-}
-
-// CodeResult is a value the code produced: each of its representations that it has.
-type CodeResult struct {
-	IsMainResult bool   `json:"is_main_result,omitempty"`
-	HTML         string `json:"html,omitempty"`
-	Markdown     string `json:"markdown,omitempty"`
-	SVG          string `json:"svg,omitempty"`
-	// PNG and JPEG are base64-encoded images (matplotlib's charts are PNG).
-	PNG        string          `json:"png,omitempty"`
-	JPEG       string          `json:"jpeg,omitempty"`
-	PDF        string          `json:"pdf,omitempty"`
-	LaTeX      string          `json:"latex,omitempty"`
-	JSON       json.RawMessage `json:"json,omitempty"`
-	JavaScript string          `json:"javascript,omitempty"`
-	// Extra holds representations of other MIME types, by type.
-	Extra map[string]json.RawMessage `json:"extra,omitempty"`
-}
-
-// CodeError is an exception the code raised (or TimeoutError, InterpreterError).
-type CodeError struct {
-	Name      string `json:"name,omitempty"`
-	Value     string `json:"value,omitempty"`
-	Traceback string `json:"traceback,omitempty"`
-}
-
 // Execution is a run's output, gathered.
 type Execution struct {
 	// Results are the values: the last expression's (IsMainResult) and what was displayed.
@@ -250,11 +172,6 @@ func (c *Client) ListCodeContexts(ctx context.Context, id string) ([]CodeContext
 		return nil, fmt.Errorf("list the code contexts of %s: %w", id, err)
 	}
 	return out.Contexts, nil
-}
-
-// CodeContextList is the body of GET …/code/contexts.
-type CodeContextList struct {
-	Contexts []CodeContext `json:"contexts"`
 }
 
 // RestartCodeContext restarts the kernel of a code context: its state is lost.

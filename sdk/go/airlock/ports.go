@@ -10,26 +10,6 @@ import (
 	"github.com/coder/websocket"
 )
 
-// Port is a TCP port a process in a sandbox listens on (GET /v1/sandboxes/{id}/ports).
-type Port struct {
-	Port int `json:"port"`
-	// Address is the address the server is bound to: 0.0.0.0 or :: for every address.
-	Address string `json:"address"`
-	// Reachable is false for a server bound to loopback only, which the ingress cannot reach: it must
-	// listen on 0.0.0.0 (or ::).
-	Reachable bool `json:"reachable"`
-	// Public ports need no credential (the network policy's public_ports).
-	Public bool `json:"public"`
-	// URLs reach the port through the ingress, with a credential in the Authorization header (or a port
-	// URL's token).
-	URLs *PortURLs `json:"urls,omitempty"`
-}
-
-// PortList is the response of GET /v1/sandboxes/{id}/ports.
-type PortList struct {
-	Ports []Port `json:"ports"`
-}
-
 // ListPorts reports the TCP ports processes in a sandbox (or a session's sandbox: id's prefix says which)
 // listen on.
 func (c *Client) ListPorts(ctx context.Context, id string) (*PortList, error) {

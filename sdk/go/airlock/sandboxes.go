@@ -92,22 +92,32 @@ func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) (*SandboxL
 // AllSandboxes yields every sandbox that opts selects, fetching page after page (opts.Limit is the page
 // size). It stops at the first error, which it yields with a zero Sandbox.
 func (c *Client) AllSandboxes(ctx context.Context, opts ListOptions) iter.Seq2[Sandbox, error] {
-	return func(yield func(Sandbox, error) bool) {
+	return allPages(opts, func(o ListOptions) (*SandboxList, error) { return c.ListSandboxes(ctx, o) },
+		func(l *SandboxList) ([]Sandbox, string) { return l.Sandboxes, l.NextCursor })
+}
+
+// allPages iterates over every item of a list the API answers in pages, from opts.Cursor on: list
+// fetches one page, and items reports its items and the next page's cursor ("" after the last). An
+// error ends the iteration, after it is yielded.
+func allPages[L, T any](opts ListOptions, list func(ListOptions) (*L, error), items func(*L) ([]T, string)) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
 		for {
-			page, err := c.ListSandboxes(ctx, opts)
+			l, err := list(opts)
 			if err != nil {
-				yield(Sandbox{}, err)
+				var zero T
+				yield(zero, err)
 				return
 			}
-			for _, sb := range page.Sandboxes {
-				if !yield(sb, nil) {
+			page, next := items(l)
+			for _, it := range page {
+				if !yield(it, nil) {
 					return
 				}
 			}
-			if page.NextCursor == "" || page.NextCursor == opts.Cursor {
+			if next == "" || next == opts.Cursor {
 				return
 			}
-			opts.Cursor = page.NextCursor
+			opts.Cursor = next
 		}
 	}
 }

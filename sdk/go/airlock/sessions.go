@@ -3,6 +3,7 @@ package airlock
 import (
 	"context"
 	"fmt"
+	"iter"
 	"net/http"
 	"net/url"
 	"time"
@@ -36,6 +37,13 @@ func (c *Client) ListSessions(ctx context.Context, opts ListOptions) (*SessionLi
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
 	return &l, nil
+}
+
+// AllSessions iterates over every session that opts selects, fetching pages as it goes; an error
+// ends the iteration, after it is yielded.
+func (c *Client) AllSessions(ctx context.Context, opts ListOptions) iter.Seq2[Session, error] {
+	return allPages(opts, func(o ListOptions) (*SessionList, error) { return c.ListSessions(ctx, o) },
+		func(l *SessionList) ([]Session, string) { return l.Sessions, l.NextCursor })
 }
 
 // DeleteSession destroys the session's sandbox and snapshots.
@@ -99,6 +107,13 @@ func (c *Client) ListSnapshots(ctx context.Context, id string, opts ListOptions)
 		return nil, fmt.Errorf("list snapshots of %s: %w", id, err)
 	}
 	return &l, nil
+}
+
+// AllSnapshots iterates over every snapshot of session id (oldest first), fetching pages as it goes;
+// an error ends the iteration, after it is yielded.
+func (c *Client) AllSnapshots(ctx context.Context, id string, opts ListOptions) iter.Seq2[Snapshot, error] {
+	return allPages(opts, func(o ListOptions) (*SnapshotList, error) { return c.ListSnapshots(ctx, id, o) },
+		func(l *SnapshotList) ([]Snapshot, string) { return l.Snapshots, l.NextCursor })
 }
 
 // GetSnapshot returns one snapshot of the session.

@@ -9,52 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 )
-
-// Template is a root filesystem sandboxes boot from: the built-in default, or one made from an OCI
-// image. A sandbox or session created from a template records Ref, the image's digest, so
-// re-pointing or removing the name never changes what it, its snapshots and forks boot.
-type Template struct {
-	Name string `json:"name"`
-	// Ref is what a sandbox created from the template now records: NAME@sha256:… ("default" for the
-	// built-in one). It can be given as a template to boot exactly that image.
-	Ref string `json:"ref"`
-	// Digest is the image's manifest digest; empty for the built-in template.
-	Digest string `json:"digest,omitempty"`
-	// Builtin marks the default template.
-	Builtin bool `json:"builtin"`
-	// Env, WorkingDir, User, Entrypoint and Cmd are what the image sets for its processes.
-	Env        []string `json:"env,omitempty"`
-	WorkingDir string   `json:"working_dir,omitempty"`
-	User       string   `json:"user,omitempty"`
-	Entrypoint []string `json:"entrypoint,omitempty"`
-	Cmd        []string `json:"cmd,omitempty"`
-	Layers     int      `json:"layers,omitempty"`
-	// Labels are the image's labels.
-	Labels map[string]string `json:"labels,omitempty"`
-	// Start is the template's start command, if it has one: every sandbox of it has the command running
-	// when it is handed over.
-	Start *TemplateStart `json:"start,omitempty"`
-	// Runtimes are the runtimes its sandboxes may run on, set by the operator: the first is their
-	// default, and one alone forces it ("vm" is every VM runtime). Empty: every one.
-	Runtimes  []string   `json:"runtimes,omitempty"`
-	CreatedAt *time.Time `json:"created_at,omitempty"`
-	UpdatedAt *time.Time `json:"updated_at,omitempty"`
-}
-
-// TemplateStart is a template's start command and ready check (argv), and whether a start snapshot
-// of it is kept (sandboxes are then restored with the command running, not booted).
-type TemplateStart struct {
-	Cmd      []string `json:"cmd"`
-	ReadyCmd []string `json:"ready_cmd,omitempty"`
-	Snapshot bool     `json:"snapshot"`
-}
-
-// TemplateList is a page of templates (all of them: there are few).
-type TemplateList struct {
-	Templates []Template `json:"templates"`
-}
 
 // ListTemplates lists the templates sandboxes can boot.
 func (c *Client) ListTemplates(ctx context.Context) (*TemplateList, error) {
@@ -91,19 +46,6 @@ func (c *Client) ImportTemplate(ctx context.Context, name string, archive io.Rea
 	return &out, nil
 }
 
-// PullTemplateRequest names an image in a registry and how to reach it.
-type PullTemplateRequest struct {
-	// Image is registry/repository[:tag|@digest]; of a multi-platform image, linux/amd64 is taken.
-	Image string `json:"image"`
-	// Insecure allows a registry that speaks plain HTTP, or TLS with a certificate the server does
-	// not trust. Without it, only trusted HTTPS is spoken, on loopback and private addresses too.
-	Insecure bool `json:"insecure,omitempty"`
-	// Username and PasswordSecret, the name of one of the operator's secrets holding the password or
-	// token, are the registry's credentials.
-	Username       string `json:"username,omitempty"`
-	PasswordSecret string `json:"password_secret,omitempty"`
-}
-
 // PullTemplate fetches an image from a registry and points name at it, as ImportTemplate does.
 // Operator only.
 func (c *Client) PullTemplate(ctx context.Context, name string, req PullTemplateRequest) (*Template, error) {
@@ -114,25 +56,6 @@ func (c *Client) PullTemplate(ctx context.Context, name string, req PullTemplate
 	return &out, nil
 }
 
-// TemplateUsers is what still uses a template's image.
-type TemplateUsers struct {
-	// Names are the template names that point at it.
-	Names []string `json:"names,omitempty"`
-	// Sandboxes and Sessions are IDs of those that recorded it (at most 20 each); the counts are whole.
-	Sandboxes    []string `json:"sandboxes,omitempty"`
-	Sessions     []string `json:"sessions,omitempty"`
-	SandboxCount int      `json:"sandbox_count"`
-	SessionCount int      `json:"session_count"`
-}
-
-// TemplateRemoval is what removing a template's name did: the image it pointed at stays on the nodes
-// while Users is not empty, and goes after that.
-type TemplateRemoval struct {
-	Name   string        `json:"name"`
-	Digest string        `json:"digest"`
-	Users  TemplateUsers `json:"users"`
-}
-
 // DeleteTemplate removes the name; sandboxes, sessions and snapshots that recorded its image keep it,
 // and the answer says which. Operator only.
 func (c *Client) DeleteTemplate(ctx context.Context, name string) (TemplateRemoval, error) {
@@ -141,13 +64,6 @@ func (c *Client) DeleteTemplate(ctx context.Context, name string) (TemplateRemov
 		return TemplateRemoval{}, fmt.Errorf("delete template %s: %w", name, err)
 	}
 	return out, nil
-}
-
-// TemplateRuntimesRequest sets the runtimes a template's sandboxes may run on.
-type TemplateRuntimesRequest struct {
-	// Runtimes, in order of preference (the first is the default; one alone forces it): runtime names
-	// ("gvisor", "runc", "vm:qemu", …) or "vm" for every VM runtime. Empty allows every runtime again.
-	Runtimes []string `json:"runtimes"`
 }
 
 // SetTemplateRuntimes sets the runtimes the sandboxes of template name may run on (operator only).
@@ -181,25 +97,6 @@ type BuildTemplateOptions struct {
 	StartCmd, ReadyCmd string
 	// Progress, if set, receives each event of the build as it comes.
 	Progress func(BuildEvent)
-}
-
-// BuildEvent is one line of a build's progress: a step beginning (Image empty), a piece of a RUN
-// step's output (Output), or a step done (Image set; Cached if it came from the cache).
-type BuildEvent struct {
-	Step        int    `json:"step,omitempty"`
-	Steps       int    `json:"steps,omitempty"`
-	Instruction string `json:"instruction,omitempty"`
-	Output      string `json:"output,omitempty"`
-	Cached      bool   `json:"cached,omitempty"`
-	Image       string `json:"image,omitempty"`
-}
-
-// buildLine is one line of the build's NDJSON response: an event, or at the end the template or the
-// error.
-type buildLine struct {
-	BuildEvent
-	Template *Template    `json:"template,omitempty"`
-	Error    *ErrorDetail `json:"error,omitempty"`
 }
 
 // BuildTemplate builds the Dockerfile in the build context buildContext (a tar) and points name at the
@@ -239,7 +136,7 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, buildContext io
 	defer resp.Body.Close()
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var l buildLine
+		var l BuildLine
 		if err := dec.Decode(&l); err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF

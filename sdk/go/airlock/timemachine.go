@@ -5,40 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"time"
 )
-
-// Retention says how long a session's snapshots are kept, by age: every snapshot younger than
-// KeepAllSeconds, then the newest of each hour younger than KeepHourlySeconds, then the newest of each
-// day younger than KeepDailySeconds. Zero fields inherit the tenant's (by default: 1 hour, 24 hours, 7
-// days). Pinned snapshots, a session's head and a fork's source are always kept.
-type Retention struct {
-	KeepAllSeconds    int64 `json:"keep_all_seconds,omitempty"`
-	KeepHourlySeconds int64 `json:"keep_hourly_seconds,omitempty"`
-	KeepDailySeconds  int64 `json:"keep_daily_seconds,omitempty"`
-}
-
-// RestoreSessionRequest is the body of POST /v1/sessions/{id}/restore: one of SnapshotID, or At (the
-// last snapshot taken at or before that time).
-type RestoreSessionRequest struct {
-	SnapshotID string     `json:"snapshot_id,omitempty"`
-	At         *time.Time `json:"at,omitempty"`
-}
-
-// Timeline is the response of GET /v1/sessions/{id}/timeline: the session's snapshots, oldest first,
-// forming a tree by ParentID (restores and forks branch it), and the one it runs from or would resume.
-type Timeline struct {
-	HeadSnapshotID string     `json:"head_snapshot_id,omitempty"`
-	Snapshots      []Snapshot `json:"snapshots"`
-}
-
-// UpdateSnapshotRequest is the body of PATCH /v1/sessions/{id}/snapshots/{snapshot}.
-type UpdateSnapshotRequest struct {
-	// Pinned keeps the snapshot whatever the retention says, until unpinned.
-	Pinned *bool `json:"pinned,omitempty"`
-	// Name renames it ("" removes the name); nil leaves it.
-	Name *string `json:"name,omitempty"`
-}
 
 // RestoreSession moves the session to one of its snapshots: where it was stays in its timeline (a
 // running session is snapshotted first), and it runs from the target.
@@ -66,29 +33,6 @@ func (c *Client) UpdateSnapshot(ctx context.Context, sessionID, snapshotID strin
 		return nil, fmt.Errorf("update snapshot %s: %w", snapshotID, err)
 	}
 	return &sn, nil
-}
-
-// FileChange is one path that differs between two snapshots.
-type FileChange struct {
-	Path string `json:"path"`
-	// Kind is "added", "removed" or "changed"; Type the path's type where it is ("file", "dir",
-	// "symlink", "other").
-	Kind    string `json:"kind"`
-	Type    string `json:"type"`
-	OldSize int64  `json:"old_size"`
-	NewSize int64  `json:"new_size"`
-}
-
-// SnapshotDiff is the response of GET /v1/sessions/{id}/diff: the changes from one snapshot to
-// another, or, asked for one path, its unified diff (Binary when either side is not text).
-type SnapshotDiff struct {
-	From      string       `json:"from"`
-	To        string       `json:"to"`
-	Changes   []FileChange `json:"changes,omitempty"`
-	Truncated bool         `json:"truncated,omitempty"`
-	Path      string       `json:"path,omitempty"`
-	Unified   string       `json:"unified,omitempty"`
-	Binary    bool         `json:"binary,omitempty"`
 }
 
 // DiffSnapshots lists what changed in the files from snapshot from to snapshot to.
@@ -145,13 +89,6 @@ func (c *Client) ListSnapshotFiles(ctx context.Context, sessionID, snapshotID, p
 		return nil, fmt.Errorf("list %s in snapshot %s: %w", path, snapshotID, err)
 	}
 	return &l, nil
-}
-
-// RetentionSettings is the response of GET and PUT /v1/retention: the tenant's own override (zero
-// fields inherit the server's defaults) and the policy sessions without one of their own get.
-type RetentionSettings struct {
-	Tenant    Retention `json:"tenant"`
-	Effective Retention `json:"effective"`
 }
 
 // Retention returns the tenant's snapshot retention.
