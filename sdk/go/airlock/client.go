@@ -89,10 +89,7 @@ func (c *Client) LogValue() slog.Value {
 
 // Health reports nil when the server answers GET /v1/health.
 func (c *Client) Health(ctx context.Context) error {
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/health", nil, nil, nil, nil); err != nil {
-		return fmt.Errorf("health: %w", err)
-	}
-	return nil
+	return c.callNoAnswer(ctx, http.MethodGet, "/v1/health", nil, nil, "health")
 }
 
 // url returns the absolute URL of an API path with query q.
@@ -158,6 +155,24 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
 func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, in, out any, hdr http.Header) error {
 	_, err := c.doJSONHeader(ctx, method, path, q, in, out, hdr)
 	return err
+}
+
+// callJSON sends a JSON request (in, when not nil) and decodes the answer into a new T. A failure is
+// wrapped with what failed, format and args as fmt.Sprintf takes them ("get secret %s", name).
+func callJSON[T any](ctx context.Context, c *Client, method, path string, q url.Values, in any, format string, args ...any) (*T, error) {
+	var out T
+	if err := c.doJSON(ctx, method, path, q, in, &out, nil); err != nil {
+		return nil, fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), err)
+	}
+	return &out, nil
+}
+
+// callNoAnswer is callJSON for calls whose answer has nothing to decode.
+func (c *Client) callNoAnswer(ctx context.Context, method, path string, q url.Values, in any, format string, args ...any) error {
+	if err := c.doJSON(ctx, method, path, q, in, nil, nil); err != nil {
+		return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), err)
+	}
+	return nil
 }
 
 // doJSONHeader is doJSON that also reports the response headers.

@@ -158,11 +158,7 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 
 // CreateCodeContext starts a new code context (a kernel of its own) in the sandbox or session id.
 func (c *Client) CreateCodeContext(ctx context.Context, id string, req CreateCodeContextRequest) (*CodeContext, error) {
-	var out CodeContext
-	if err := c.doJSON(ctx, http.MethodPost, workPath(id, "code", "contexts"), nil, req, &out, nil); err != nil {
-		return nil, fmt.Errorf("create a code context in %s: %w", id, err)
-	}
-	return &out, nil
+	return callJSON[CodeContext](ctx, c, http.MethodPost, workPath(id, "code", "contexts"), nil, req, "create a code context in %s", id)
 }
 
 // ListCodeContexts returns the code contexts of the sandbox or session id.
@@ -176,16 +172,10 @@ func (c *Client) ListCodeContexts(ctx context.Context, id string) ([]CodeContext
 
 // RestartCodeContext restarts the kernel of a code context: its state is lost.
 func (c *Client) RestartCodeContext(ctx context.Context, id, contextID string) error {
-	if err := c.doJSON(ctx, http.MethodPost, workPath(id, "code", "contexts", url.PathEscape(contextID), "restart"), nil, nil, nil, nil); err != nil {
-		return fmt.Errorf("restart code context %s of %s: %w", contextID, id, err)
-	}
-	return nil
+	return c.callNoAnswer(ctx, http.MethodPost, workPath(id, "code", "contexts", url.PathEscape(contextID), "restart"), nil, nil, "restart code context %s of %s", contextID, id)
 }
 
 // DeleteCodeContext stops a code context and its kernel.
 func (c *Client) DeleteCodeContext(ctx context.Context, id, contextID string) error {
-	if err := c.doJSON(ctx, http.MethodDelete, workPath(id, "code", "contexts", url.PathEscape(contextID)), nil, nil, nil, nil); err != nil {
-		return fmt.Errorf("delete code context %s of %s: %w", contextID, id, err)
-	}
-	return nil
+	return c.callNoAnswer(ctx, http.MethodDelete, workPath(id, "code", "contexts", url.PathEscape(contextID)), nil, nil, "delete code context %s of %s", contextID, id)
 }

@@ -94,39 +94,23 @@ func unixMode(m fs.FileMode) uint32 {
 
 // Stat describes path in the sandbox id, without following a final symlink.
 func (c *Client) Stat(ctx context.Context, id, path string) (*FileInfo, error) {
-	var fi FileInfo
-	if err := c.doJSON(ctx, http.MethodGet, workPath(id, "files", "stat"), pathQuery(path), nil, &fi, nil); err != nil {
-		return nil, fmt.Errorf("stat %s in sandbox %s: %w", path, id, err)
-	}
-	return &fi, nil
+	return callJSON[FileInfo](ctx, c, http.MethodGet, workPath(id, "files", "stat"), pathQuery(path), nil, "stat %s in sandbox %s", path, id)
 }
 
 // ListFiles returns the entries of the directory at path in the sandbox id.
 func (c *Client) ListFiles(ctx context.Context, id, path string) (*FileList, error) {
-	var l FileList
-	if err := c.doJSON(ctx, http.MethodGet, workPath(id, "files", "list"), pathQuery(path), nil, &l, nil); err != nil {
-		return nil, fmt.Errorf("list %s in sandbox %s: %w", path, id, err)
-	}
-	return &l, nil
+	return callJSON[FileList](ctx, c, http.MethodGet, workPath(id, "files", "list"), pathQuery(path), nil, "list %s in sandbox %s", path, id)
 }
 
 // Mkdir creates the directory path, and any missing parents, in the sandbox id. An existing directory is
 // not an error.
 func (c *Client) Mkdir(ctx context.Context, id, path string) (*FileInfo, error) {
-	var fi FileInfo
-	if err := c.doJSON(ctx, http.MethodPost, workPath(id, "files", "mkdir"), nil, MkdirRequest{Path: path}, &fi, nil); err != nil {
-		return nil, fmt.Errorf("mkdir %s in sandbox %s: %w", path, id, err)
-	}
-	return &fi, nil
+	return callJSON[FileInfo](ctx, c, http.MethodPost, workPath(id, "files", "mkdir"), nil, MkdirRequest{Path: path}, "mkdir %s in sandbox %s", path, id)
 }
 
 // Move moves or renames from to to in the sandbox id and describes it at its new place.
 func (c *Client) Move(ctx context.Context, id, from, to string) (*FileInfo, error) {
-	var fi FileInfo
-	if err := c.doJSON(ctx, http.MethodPost, workPath(id, "files", "move"), nil, MoveRequest{From: from, To: to}, &fi, nil); err != nil {
-		return nil, fmt.Errorf("move %s to %s in sandbox %s: %w", from, to, id, err)
-	}
-	return &fi, nil
+	return callJSON[FileInfo](ctx, c, http.MethodPost, workPath(id, "files", "move"), nil, MoveRequest{From: from, To: to}, "move %s to %s in sandbox %s", from, to, id)
 }
 
 // Remove removes the file or empty directory at path in the sandbox id; with recursive, a whole tree.
@@ -135,10 +119,7 @@ func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) er
 	if recursive {
 		q.Set("recursive", "true")
 	}
-	if err := c.doJSON(ctx, http.MethodDelete, workPath(id, "files"), q, nil, nil, nil); err != nil {
-		return fmt.Errorf("remove %s in sandbox %s: %w", path, id, err)
-	}
-	return nil
+	return c.callNoAnswer(ctx, http.MethodDelete, workPath(id, "files"), q, nil, "remove %s in sandbox %s", path, id)
 }
 
 // DownloadTar returns a tar archive of the file or directory tree at path in the sandbox id, its entry

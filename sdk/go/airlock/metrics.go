@@ -2,7 +2,6 @@ package airlock
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -30,19 +29,11 @@ func (o MetricsOptions) query() url.Values {
 // SandboxMetrics returns the sandbox's resource use, oldest first: CPU, memory and disk as its node
 // reads them from the host. A sandbox that is not running has none.
 func (c *Client) SandboxMetrics(ctx context.Context, id string, opts MetricsOptions) (*MetricList, error) {
-	var l MetricList
-	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "metrics"), opts.query(), nil, &l, nil); err != nil {
-		return nil, fmt.Errorf("metrics of sandbox %s: %w", id, err)
-	}
-	return &l, nil
+	return callJSON[MetricList](ctx, c, http.MethodGet, sandboxPath(id, "metrics"), opts.query(), nil, "metrics of sandbox %s", id)
 }
 
 // SessionMetrics returns the resource use of the sandbox that runs the session now (MetricList.SandboxID),
 // oldest first. A paused session has none; asking does not resume it.
 func (c *Client) SessionMetrics(ctx context.Context, id string, opts MetricsOptions) (*MetricList, error) {
-	var l MetricList
-	if err := c.doJSON(ctx, http.MethodGet, sessionPath(id, "metrics"), opts.query(), nil, &l, nil); err != nil {
-		return nil, fmt.Errorf("metrics of session %s: %w", id, err)
-	}
-	return &l, nil
+	return callJSON[MetricList](ctx, c, http.MethodGet, sessionPath(id, "metrics"), opts.query(), nil, "metrics of session %s", id)
 }

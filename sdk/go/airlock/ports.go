@@ -13,11 +13,7 @@ import (
 // ListPorts reports the TCP ports processes in a sandbox (or a session's sandbox: id's prefix says which)
 // listen on.
 func (c *Client) ListPorts(ctx context.Context, id string) (*PortList, error) {
-	var out PortList
-	if err := c.doJSON(ctx, http.MethodGet, workPath(id, "ports"), nil, nil, &out, nil); err != nil {
-		return nil, fmt.Errorf("list ports of %s: %w", id, err)
-	}
-	return &out, nil
+	return callJSON[PortList](ctx, c, http.MethodGet, workPath(id, "ports"), nil, nil, "list ports of %s", id)
 }
 
 // PortURL is the path-form URL of port of a sandbox or session through this client's server; requests to

@@ -10,20 +10,12 @@ import (
 // Exec runs req.Cmd in the sandbox id to completion and returns its exit status and output. A process
 // that exits non-zero is not an error: check ExitCode. req.PTY is not allowed here; use ExecStream.
 func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (*ExecResult, error) {
-	var res ExecResult
-	if err := c.doJSON(ctx, http.MethodPost, workPath(id, "exec"), nil, req, &res, nil); err != nil {
-		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
-	}
-	return &res, nil
+	return callJSON[ExecResult](ctx, c, http.MethodPost, workPath(id, "exec"), nil, req, "exec in sandbox %s", id)
 }
 
 // ListProcesses returns the processes started in the sandbox id, running or exited.
 func (c *Client) ListProcesses(ctx context.Context, id string) (*ProcessList, error) {
-	var l ProcessList
-	if err := c.doJSON(ctx, http.MethodGet, workPath(id, "processes"), nil, nil, &l, nil); err != nil {
-		return nil, fmt.Errorf("list processes of sandbox %s: %w", id, err)
-	}
-	return &l, nil
+	return callJSON[ProcessList](ctx, c, http.MethodGet, workPath(id, "processes"), nil, nil, "list processes of sandbox %s", id)
 }
 
 // SignalProcess sends signal (a name such as "TERM" or "SIGKILL", or a number) to the process processID

@@ -43,11 +43,7 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest, op
 
 // GetSandbox returns the sandbox id.
 func (c *Client) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
-	var sb Sandbox
-	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id), nil, nil, &sb, nil); err != nil {
-		return nil, fmt.Errorf("get sandbox %s: %w", id, err)
-	}
-	return &sb, nil
+	return callJSON[Sandbox](ctx, c, http.MethodGet, sandboxPath(id), nil, nil, "get sandbox %s", id)
 }
 
 // ListOptions filters and pages ListSandboxes. The zero value lists the first page of all sandboxes.
@@ -82,11 +78,7 @@ func (o ListOptions) query() url.Values {
 // ListSandboxes returns one page of sandboxes, newest first. Pass its NextCursor as opts.Cursor for the
 // next page; it is "" on the last page. AllSandboxes walks every page.
 func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) (*SandboxList, error) {
-	var l SandboxList
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes", opts.query(), nil, &l, nil); err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
-	}
-	return &l, nil
+	return callJSON[SandboxList](ctx, c, http.MethodGet, "/v1/sandboxes", opts.query(), nil, "list sandboxes")
 }
 
 // AllSandboxes yields every sandbox that opts selects, fetching page after page (opts.Limit is the page
@@ -124,10 +116,7 @@ func allPages[L, T any](opts ListOptions, list func(ListOptions) (*L, error), it
 
 // DeleteSandbox destroys the sandbox id and everything in it.
 func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
-	if err := c.doJSON(ctx, http.MethodDelete, sandboxPath(id), nil, nil, nil, nil); err != nil {
-		return fmt.Errorf("delete sandbox %s: %w", id, err)
-	}
-	return nil
+	return c.callNoAnswer(ctx, http.MethodDelete, sandboxPath(id), nil, nil, "delete sandbox %s", id)
 }
 
 // SetTimeout makes the sandbox id end seconds from now and returns it with its new EndsAt.
@@ -142,20 +131,12 @@ func (c *Client) SetTimeout(ctx context.Context, id string, seconds int) (*Sandb
 
 // GetNetwork returns the sandbox's egress policy.
 func (c *Client) GetNetwork(ctx context.Context, id string) (*NetworkPolicy, error) {
-	var p NetworkPolicy
-	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "network"), nil, nil, &p, nil); err != nil {
-		return nil, fmt.Errorf("get network policy of sandbox %s: %w", id, err)
-	}
-	return &p, nil
+	return callJSON[NetworkPolicy](ctx, c, http.MethodGet, sandboxPath(id, "network"), nil, nil, "get network policy of sandbox %s", id)
 }
 
 // SetNetwork replaces the running sandbox's egress policy; connections opened from then on follow it.
 func (c *Client) SetNetwork(ctx context.Context, id string, p NetworkPolicy) (*NetworkPolicy, error) {
-	var out NetworkPolicy
-	if err := c.doJSON(ctx, http.MethodPut, sandboxPath(id, "network"), nil, p, &out, nil); err != nil {
-		return nil, fmt.Errorf("set network policy of sandbox %s: %w", id, err)
-	}
-	return &out, nil
+	return callJSON[NetworkPolicy](ctx, c, http.MethodPut, sandboxPath(id, "network"), nil, p, "set network policy of sandbox %s", id)
 }
 
 // EgressOptions filters Egress. The zero value returns the newest 100 flows.
@@ -200,9 +181,5 @@ func (o EgressOptions) query() url.Values {
 // opened or tried to open, and every plain-HTTP request, with the decision and the bytes each way. A
 // flow shows once it ended. The flows of a stopped sandbox stay readable.
 func (c *Client) Egress(ctx context.Context, id string, opts EgressOptions) (*FlowList, error) {
-	var l FlowList
-	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "egress"), opts.query(), nil, &l, nil); err != nil {
-		return nil, fmt.Errorf("egress flows of sandbox %s: %w", id, err)
-	}
-	return &l, nil
+	return callJSON[FlowList](ctx, c, http.MethodGet, sandboxPath(id, "egress"), opts.query(), nil, "egress flows of sandbox %s", id)
 }

@@ -23,20 +23,12 @@ func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest, op
 
 // GetSession returns the session id.
 func (c *Client) GetSession(ctx context.Context, id string) (*Session, error) {
-	var se Session
-	if err := c.doJSON(ctx, http.MethodGet, sessionPath(id), nil, nil, &se, nil); err != nil {
-		return nil, fmt.Errorf("get session %s: %w", id, err)
-	}
-	return &se, nil
+	return callJSON[Session](ctx, c, http.MethodGet, sessionPath(id), nil, nil, "get session %s", id)
 }
 
 // ListSessions returns one page of sessions.
 func (c *Client) ListSessions(ctx context.Context, opts ListOptions) (*SessionList, error) {
-	var l SessionList
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/sessions", opts.query(), nil, &l, nil); err != nil {
-		return nil, fmt.Errorf("list sessions: %w", err)
-	}
-	return &l, nil
+	return callJSON[SessionList](ctx, c, http.MethodGet, "/v1/sessions", opts.query(), nil, "list sessions")
 }
 
 // AllSessions iterates over every session that opts selects, fetching pages as it goes; an error
@@ -48,38 +40,23 @@ func (c *Client) AllSessions(ctx context.Context, opts ListOptions) iter.Seq2[Se
 
 // DeleteSession destroys the session's sandbox and snapshots.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
-	if err := c.doJSON(ctx, http.MethodDelete, sessionPath(id), nil, nil, nil, nil); err != nil {
-		return fmt.Errorf("delete session %s: %w", id, err)
-	}
-	return nil
+	return c.callNoAnswer(ctx, http.MethodDelete, sessionPath(id), nil, nil, "delete session %s", id)
 }
 
 // PauseSession snapshots the session's memory, processes and files and destroys its sandbox.
 func (c *Client) PauseSession(ctx context.Context, id string) (*Session, error) {
-	var se Session
-	if err := c.doJSON(ctx, http.MethodPost, sessionPath(id, "pause"), nil, nil, &se, nil); err != nil {
-		return nil, fmt.Errorf("pause session %s: %w", id, err)
-	}
-	return &se, nil
+	return callJSON[Session](ctx, c, http.MethodPost, sessionPath(id, "pause"), nil, nil, "pause session %s", id)
 }
 
 // SetSessionTimeout bounds the session's runs to seconds from now on (0: no bound): a running session
 // ends that long from now; a paused one's next run is bounded.
 func (c *Client) SetSessionTimeout(ctx context.Context, id string, seconds int) (*Session, error) {
-	var se Session
-	if err := c.doJSON(ctx, http.MethodPost, sessionPath(id, "timeout"), nil, SetTimeoutRequest{TimeoutSeconds: seconds}, &se, nil); err != nil {
-		return nil, fmt.Errorf("set timeout of session %s: %w", id, err)
-	}
-	return &se, nil
+	return callJSON[Session](ctx, c, http.MethodPost, sessionPath(id, "timeout"), nil, SetTimeoutRequest{TimeoutSeconds: seconds}, "set timeout of session %s", id)
 }
 
 // ResumeSession restores the paused session into a new sandbox; its processes continue.
 func (c *Client) ResumeSession(ctx context.Context, id string) (*Session, error) {
-	var se Session
-	if err := c.doJSON(ctx, http.MethodPost, sessionPath(id, "resume"), nil, nil, &se, nil); err != nil {
-		return nil, fmt.Errorf("resume session %s: %w", id, err)
-	}
-	return &se, nil
+	return callJSON[Session](ctx, c, http.MethodPost, sessionPath(id, "resume"), nil, nil, "resume session %s", id)
 }
 
 // ForkSession makes req.Count new sessions from the session's current state or one of its snapshots.
@@ -93,20 +70,12 @@ func (c *Client) ForkSession(ctx context.Context, id string, req ForkSessionRequ
 
 // SnapshotSession saves the running session's state while it keeps running.
 func (c *Client) SnapshotSession(ctx context.Context, id string, req CreateSnapshotRequest) (*Snapshot, error) {
-	var sn Snapshot
-	if err := c.doJSON(ctx, http.MethodPost, sessionPath(id, "snapshots"), nil, req, &sn, nil); err != nil {
-		return nil, fmt.Errorf("snapshot session %s: %w", id, err)
-	}
-	return &sn, nil
+	return callJSON[Snapshot](ctx, c, http.MethodPost, sessionPath(id, "snapshots"), nil, req, "snapshot session %s", id)
 }
 
 // ListSnapshots returns one page of the session's snapshots, oldest first.
 func (c *Client) ListSnapshots(ctx context.Context, id string, opts ListOptions) (*SnapshotList, error) {
-	var l SnapshotList
-	if err := c.doJSON(ctx, http.MethodGet, sessionPath(id, "snapshots"), opts.query(), nil, &l, nil); err != nil {
-		return nil, fmt.Errorf("list snapshots of %s: %w", id, err)
-	}
-	return &l, nil
+	return callJSON[SnapshotList](ctx, c, http.MethodGet, sessionPath(id, "snapshots"), opts.query(), nil, "list snapshots of %s", id)
 }
 
 // AllSnapshots iterates over every snapshot of session id (oldest first), fetching pages as it goes;
@@ -118,11 +87,7 @@ func (c *Client) AllSnapshots(ctx context.Context, id string, opts ListOptions) 
 
 // GetSnapshot returns one snapshot of the session.
 func (c *Client) GetSnapshot(ctx context.Context, sessionID, snapshotID string) (*Snapshot, error) {
-	var sn Snapshot
-	if err := c.doJSON(ctx, http.MethodGet, sessionPath(sessionID, "snapshots", url.PathEscape(snapshotID)), nil, nil, &sn, nil); err != nil {
-		return nil, fmt.Errorf("get snapshot %s: %w", snapshotID, err)
-	}
-	return &sn, nil
+	return callJSON[Snapshot](ctx, c, http.MethodGet, sessionPath(sessionID, "snapshots", url.PathEscape(snapshotID)), nil, nil, "get snapshot %s", snapshotID)
 }
 
 // WaitSnapshot polls a snapshot until it is complete in the snapshot store (or failed, an error) and

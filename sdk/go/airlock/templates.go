@@ -13,20 +13,12 @@ import (
 
 // ListTemplates lists the templates sandboxes can boot.
 func (c *Client) ListTemplates(ctx context.Context) (*TemplateList, error) {
-	var out TemplateList
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/templates", nil, nil, &out, nil); err != nil {
-		return nil, fmt.Errorf("list templates: %w", err)
-	}
-	return &out, nil
+	return callJSON[TemplateList](ctx, c, http.MethodGet, "/v1/templates", nil, nil, "list templates")
 }
 
 // GetTemplate returns the template called name.
 func (c *Client) GetTemplate(ctx context.Context, name string) (*Template, error) {
-	var out Template
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/templates/"+url.PathEscape(name), nil, nil, &out, nil); err != nil {
-		return nil, fmt.Errorf("get template %s: %w", name, err)
-	}
-	return &out, nil
+	return callJSON[Template](ctx, c, http.MethodGet, "/v1/templates/"+url.PathEscape(name), nil, nil, "get template %s", name)
 }
 
 // ImportTemplate imports the OCI image in archive (an OCI archive, a tar of an OCI image layout, or a
@@ -49,11 +41,7 @@ func (c *Client) ImportTemplate(ctx context.Context, name string, archive io.Rea
 // PullTemplate fetches an image from a registry and points name at it, as ImportTemplate does.
 // Operator only.
 func (c *Client) PullTemplate(ctx context.Context, name string, req PullTemplateRequest) (*Template, error) {
-	var out Template
-	if err := c.doJSON(ctx, http.MethodPost, "/v1/templates/"+url.PathEscape(name)+"/pull", nil, req, &out, nil); err != nil {
-		return nil, fmt.Errorf("pull template %s: %w", name, err)
-	}
-	return &out, nil
+	return callJSON[Template](ctx, c, http.MethodPost, "/v1/templates/"+url.PathEscape(name)+"/pull", nil, req, "pull template %s", name)
 }
 
 // DeleteTemplate removes the name; sandboxes, sessions and snapshots that recorded its image keep it,

@@ -10,29 +10,17 @@ import (
 // RestoreSession moves the session to one of its snapshots: where it was stays in its timeline (a
 // running session is snapshotted first), and it runs from the target.
 func (c *Client) RestoreSession(ctx context.Context, id string, req RestoreSessionRequest) (*Session, error) {
-	var se Session
-	if err := c.doJSON(ctx, http.MethodPost, sessionPath(id, "restore"), nil, req, &se, nil); err != nil {
-		return nil, fmt.Errorf("restore session %s: %w", id, err)
-	}
-	return &se, nil
+	return callJSON[Session](ctx, c, http.MethodPost, sessionPath(id, "restore"), nil, req, "restore session %s", id)
 }
 
 // Timeline returns the session's snapshot tree.
 func (c *Client) Timeline(ctx context.Context, id string) (*Timeline, error) {
-	var tl Timeline
-	if err := c.doJSON(ctx, http.MethodGet, sessionPath(id, "timeline"), nil, nil, &tl, nil); err != nil {
-		return nil, fmt.Errorf("timeline of %s: %w", id, err)
-	}
-	return &tl, nil
+	return callJSON[Timeline](ctx, c, http.MethodGet, sessionPath(id, "timeline"), nil, nil, "timeline of %s", id)
 }
 
 // UpdateSnapshot pins, unpins or renames a snapshot.
 func (c *Client) UpdateSnapshot(ctx context.Context, sessionID, snapshotID string, req UpdateSnapshotRequest) (*Snapshot, error) {
-	var sn Snapshot
-	if err := c.doJSON(ctx, http.MethodPatch, sessionPath(sessionID, "snapshots", url.PathEscape(snapshotID)), nil, req, &sn, nil); err != nil {
-		return nil, fmt.Errorf("update snapshot %s: %w", snapshotID, err)
-	}
-	return &sn, nil
+	return callJSON[Snapshot](ctx, c, http.MethodPatch, sessionPath(sessionID, "snapshots", url.PathEscape(snapshotID)), nil, req, "update snapshot %s", snapshotID)
 }
 
 // DiffSnapshots lists what changed in the files from snapshot from to snapshot to.
@@ -93,18 +81,10 @@ func (c *Client) ListSnapshotFiles(ctx context.Context, sessionID, snapshotID, p
 
 // Retention returns the tenant's snapshot retention.
 func (c *Client) Retention(ctx context.Context) (*RetentionSettings, error) {
-	var out RetentionSettings
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/retention", nil, nil, &out, nil); err != nil {
-		return nil, fmt.Errorf("get retention: %w", err)
-	}
-	return &out, nil
+	return callJSON[RetentionSettings](ctx, c, http.MethodGet, "/v1/retention", nil, nil, "get retention")
 }
 
 // SetRetention replaces the tenant's snapshot retention; zero fields inherit the server's defaults.
 func (c *Client) SetRetention(ctx context.Context, r Retention) (*RetentionSettings, error) {
-	var out RetentionSettings
-	if err := c.doJSON(ctx, http.MethodPut, "/v1/retention", nil, r, &out, nil); err != nil {
-		return nil, fmt.Errorf("set retention: %w", err)
-	}
-	return &out, nil
+	return callJSON[RetentionSettings](ctx, c, http.MethodPut, "/v1/retention", nil, r, "set retention")
 }
