@@ -281,11 +281,17 @@ func TestAuditShip(t *testing.T) {
 			head := headSeq()
 			p1, _ := start()
 			waitPast(head, "the first shipper, following")
-			_ = p1.Process.Kill() // SIGKILL: no flush, no state update
-			_ = p1.Wait()
-			if _, ok, err := auditship.ReadState(state); err != nil || !ok {
-				t.Fatalf("no state file after the first shipper delivered: %v", err)
+			// The state is written after each delivery: wait for the one of a delivery past head, then
+			// SIGKILL (no flush, no further state update), so that the restart resumes from a state.
+			if !eventually(60*time.Second, func() bool {
+				st, ok, err := auditship.ReadState(state)
+				return err == nil && ok && st.Seq > head
+			}) {
+				st, ok, err := auditship.ReadState(state)
+				t.Fatalf("no state past seq %d within a minute of the first shipper's delivery: %+v %v %v", head, st, ok, err)
 			}
+			_ = p1.Process.Kill()
+			_ = p1.Wait()
 
 			head = headSeq()
 			p2, stderr := start()

@@ -20,10 +20,13 @@ class CodeTest(unittest.TestCase):
                 self.assertEqual(c.run_code(se.id, "y = 6\ny * 7").text, "42")
                 out: list = []
                 ex = c.run_code(se.id, "print('hi', y)", on_stdout=out.append)
-                self.assertEqual(out, ["hi 6\n"])
-                self.assertEqual(ex.stdout, ["hi 6\n"])
-                # Line separators other than \n inside the output (str.splitlines would split at them).
-                self.assertEqual(c.run_code(se.id, "print('a\\x85b\\u2028c')").stdout, ["a\x85b\u2028c\n"])
+                # The output comes in the chunks the interpreter flushed (a busy machine may cut a line):
+                # what is checked is the text, whole and in order.
+                self.assertEqual("".join(out), "hi 6\n")
+                self.assertEqual(ex.stdout, out)
+                # Line separators other than \n inside the output (str.splitlines would split at them; a
+                # JSON event cut there would not parse).
+                self.assertEqual("".join(c.run_code(se.id, "print('a\\x85b\\u2028c')").stdout), "a\x85b\u2028c\n")
                 ex = c.run_code(se.id, "raise ValueError('no')")
                 assert ex.error is not None
                 self.assertEqual(ex.error.name, "ValueError")
