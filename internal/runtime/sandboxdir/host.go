@@ -106,6 +106,45 @@ func CPUTime(cgroup string) (time.Duration, error) {
 	return time.Duration(ns), nil
 }
 
+// InCgroup reports whether process pid is in cgroup (a path under each v1 hierarchy).
+func InCgroup(cgroup string, pid int) bool {
+	b, err := os.ReadFile(cgroupProcs(cgroup))
+	if err != nil {
+		return false
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if f == strconv.Itoa(pid) {
+			return true
+		}
+	}
+	return false
+}
+
+// KillCgroup kills every process of cgroup (a path under each v1 hierarchy), the sandbox id's, again
+// until none is left, for up to ten seconds.
+func KillCgroup(cgroup, id string) error {
+	procs := cgroupProcs(cgroup)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(procs)
+		if err != nil || len(strings.Fields(string(b))) == 0 {
+			return nil
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes of %s do not die", id)
+		}
+	}
+}
+
+// cgroupProcs is the file that lists the processes of cgroup.
+func cgroupProcs(cgroup string) string {
+	return filepath.Join("/sys/fs/cgroup/pids", cgroup, "cgroup.procs")
+}
+
 // RemoveCgroups removes cgroup from every hierarchy under /sys/fs/cgroup that has it.
 func RemoveCgroups(cgroup string) []error {
 	var errs []error

@@ -124,6 +124,16 @@ func ParseMemoryStat(b []byte) (map[string]int64, error) {
 // DiskUsage reports the bytes used and the size of the file system mounted at dir, a sandbox's disk
 // (MakeDisk). dir is opened without following a link, and must be a mount point (of another device
 // than its parent's): a disk already unmounted, or a link put in its place, is ErrNotFound rather than
+// ImageUsage reports the disk use of a disk image at path (a VM's, whose file system the host never
+// reads): its allocated blocks and its size. An image that is not there is ErrNotFound.
+func ImageUsage(path string) (used, total int64, err error) {
+	var s unix.Stat_t
+	if err := unix.Lstat(path, &s); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", path, errdefs.ErrNotFound)
+	}
+	return s.Blocks * 512, s.Size, nil
+}
+
 // the node's own file system counted as the sandbox's.
 func DiskUsage(dir string) (used, total int64, err error) {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)

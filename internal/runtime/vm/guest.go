@@ -1,8 +1,12 @@
-// Package vm holds what the microVM runtime drivers (vm/qemu, later vm/firecracker) share: the guest
+// Package vm holds what the microVM runtime drivers (vm/qemu, vm/firecracker) share: the guest
 // kernel and the initramfs made from its modules and the daemon binary (this file), the template's
 // root file system as a read-only disk image (rootfs.go), the node's side of the daemon's two
-// virtio-serial ports (ports.go), the VM's writable disk (disk.go), its network (network.go), the
-// VMMs' uids (uids.go), a guest's identity (identity.go) and the KVM probe (probe.go).
+// virtio-serial ports and the control connections (ports.go), the VM's writable disk (disk.go), its
+// network (network.go), the VMMs' uids (uids.go), a guest's identity (identity.go), the KVM probe
+// (probe.go), and the steps every driver takes around its VMM's own (spec.go): the configuration,
+// the boot (Boot: checks, private directory, disk, link key, record, the wait for the guest, the undo
+// of a failed boot), the VMM's start, the checkpoint (Checkpoint, with the VMM's Snapshotter), the
+// status, link key and stats of a VM.
 //
 // The guest kernel is Debian's (linux-image-amd64), unpacked by scripts/install.sh into
 // DefaultGuestDir without installing it as the host's: its bzImage and its modules. Debian builds the

@@ -193,3 +193,37 @@ const BootWriteTimeout = time.Minute
 
 // Close closes the connection.
 func (c *Control) Close() error { return c.conn.Close() }
+
+// Controls are a driver's control connections to its VMs' guests, by sandbox ID. The zero value is
+// ready for use; it is safe for concurrent use.
+type Controls struct {
+	mu sync.Mutex
+	m  map[string]*Control // guarded by mu
+}
+
+// Get returns the control connection of sandbox id, or nil.
+func (c *Controls) Get(id string) *Control {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[id]
+}
+
+// Put keeps ctl as the control connection of sandbox id.
+func (c *Controls) Put(id string, ctl *Control) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]*Control{}
+	}
+	c.m[id] = ctl
+}
+
+// Drop closes and forgets the control connection of sandbox id, if there is one.
+func (c *Controls) Drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ctl := c.m[id]; ctl != nil {
+		ctl.Close()
+		delete(c.m, id)
+	}
+}

@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -12,6 +11,9 @@ import (
 )
 
 const apiKeyCols = "id, tenant_id, name, prefix, hash, created_at, last_used_at, revoked_at, scope"
+
+// apiKeys is the api_keys table.
+var apiKeys = table[store.APIKey]{name: "api_keys", noun: "API key", cols: apiKeyCols, scan: scanAPIKey}
 
 // CreateAPIKey implements store.Store.
 func (s *DB) CreateAPIKey(ctx context.Context, k store.APIKey) (store.APIKey, error) {
@@ -61,27 +63,16 @@ func (s *DB) GetAPIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, er
 	if len(hash) == 0 {
 		return store.APIKey{}, fmt.Errorf("get API key by hash: hash is empty: %w", errdefs.ErrInvalidArgument)
 	}
-	k, err := scanAPIKey(s.readRow(ctx, "SELECT "+apiKeyCols+" FROM api_keys WHERE hash = ?", hash))
-	if errors.Is(err, sql.ErrNoRows) {
-		// The hash identifies a secret: keep it out of the message.
-		return store.APIKey{}, fmt.Errorf("get API key by hash: %w", errdefs.ErrNotFound)
-	}
-	if err != nil {
-		return store.APIKey{}, fmt.Errorf("get API key by hash: %w", mapErr(err))
-	}
-	return k, nil
+	// The hash identifies a secret: keep it out of the message.
+	return apiKeys.one(s.readRow(ctx, apiKeys.selectWhere("hash = ?"), hash), "get API key by hash")
 }
 
 // TouchAPIKey implements store.Store.
 func (s *DB) TouchAPIKey(ctx context.Context, tenantID, id string, at time.Time) error {
 	us := micros(at)
-	res, err := s.execW(ctx, `UPDATE api_keys
+	return execOne(ctx, s, "touch API key "+id, `UPDATE api_keys
 SET last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < ? THEN ? ELSE last_used_at END
 WHERE id = ? AND tenant_id = ?`, us, us, id, tenantID)
-	if err := oneRow(res, err); err != nil {
-		return fmt.Errorf("touch API key %s: %w", id, err)
-	}
-	return nil
 }
 
 // RevokeAPIKey implements store.Store.
@@ -105,21 +96,9 @@ func (s *DB) RevokeAPIKey(ctx context.Context, tenantID, id string, at time.Time
 
 // ListAPIKeys implements store.Store.
 func (s *DB) ListAPIKeys(ctx context.Context, tenantID string) ([]store.APIKey, error) {
-	rows, err := s.queryR(ctx, "SELECT "+apiKeyCols+" FROM api_keys WHERE tenant_id = ? ORDER BY created_at, id", tenantID)
+	out, err := queryAll(ctx, s, apiKeys.selectWhere("tenant_id = ? ORDER BY created_at, id"), scanAPIKey, tenantID)
 	if err != nil {
-		return nil, fmt.Errorf("list API keys of tenant %s: %w", tenantID, mapErr(err))
-	}
-	defer rows.Close()
-	var out []store.APIKey
-	for rows.Next() {
-		k, err := scanAPIKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list API keys of tenant %s: %w", tenantID, mapErr(err))
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list API keys of tenant %s: %w", tenantID, mapErr(err))
+		return nil, fmt.Errorf("list API keys of tenant %s: %w", tenantID, err)
 	}
 	return out, nil
 }

@@ -142,23 +142,20 @@ func (s *DB) ListAudit(ctx context.Context, tenantID string, afterSeq int64, lim
 	if err != nil {
 		return nil, fmt.Errorf("list audit: %w", err)
 	}
-	rows, err := s.queryR(ctx, "SELECT "+auditCols+" FROM audit_log WHERE tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?", tenantID, afterSeq, limit)
+	out, err := queryAll(ctx, s, "SELECT "+auditCols+" FROM audit_log WHERE tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?", scanAudit, tenantID, afterSeq, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list audit of tenant %s: %w", tenantID, mapErr(err))
-	}
-	defer rows.Close()
-	var out []store.AuditEntry
-	for rows.Next() {
-		var e store.AuditEntry
-		var t int64
-		if err := rows.Scan(&e.TenantID, &e.Seq, &t, &e.Kind, &e.Actor, &e.Action, &e.Target, &e.Result, &e.Detail, &e.Prev, &e.Hash, &e.Sealed); err != nil {
-			return nil, fmt.Errorf("list audit of tenant %s: %w", tenantID, mapErr(err))
-		}
-		e.Time = fromMicros(t)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list audit of tenant %s: %w", tenantID, mapErr(err))
+		return nil, fmt.Errorf("list audit of tenant %s: %w", tenantID, err)
 	}
 	return out, nil
+}
+
+// scanAudit scans a row of auditCols.
+func scanAudit(row scanner) (store.AuditEntry, error) {
+	var e store.AuditEntry
+	var t int64
+	if err := row.Scan(&e.TenantID, &e.Seq, &t, &e.Kind, &e.Actor, &e.Action, &e.Target, &e.Result, &e.Detail, &e.Prev, &e.Hash, &e.Sealed); err != nil {
+		return store.AuditEntry{}, err
+	}
+	e.Time = fromMicros(t)
+	return e, nil
 }

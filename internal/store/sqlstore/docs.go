@@ -13,16 +13,15 @@ import (
 
 const docCols = "name, value, version, updated_at"
 
+// docs is the docs table.
+var docs = table[store.Doc]{name: "docs", noun: "document", cols: docCols, scan: scanDoc}
+
 // GetDoc implements store.Store.
 func (s *DB) GetDoc(ctx context.Context, key string) (store.Doc, error) {
 	if err := store.CheckDocKey(key); err != nil {
 		return store.Doc{}, fmt.Errorf("get document: %w", err)
 	}
-	d, err := scanDoc(s.queryRowR(ctx, "SELECT "+docCols+" FROM docs WHERE name = ?", key))
-	if err != nil {
-		return store.Doc{}, fmt.Errorf("get document %s: %w", key, noRowsIsNotFound(err))
-	}
-	return d, nil
+	return docs.one(s.queryRowR(ctx, docs.selectWhere("name = ?"), key), "get document "+key)
 }
 
 // PutDoc implements store.Store.
@@ -51,13 +50,8 @@ func (s *DB) PutDoc(ctx context.Context, d store.Doc) (store.Doc, error) {
 		} else {
 			res, err := tx.ExecContext(ctx, "UPDATE docs SET value = ?, version = version + 1, updated_at = ? WHERE name = ? AND version = ?",
 				value, micros(at), d.Key, d.Version)
-			if err != nil {
-				return mapErr(err)
-			}
-			if n, err := res.RowsAffected(); err != nil {
-				return mapErr(err)
-			} else if n == 0 {
-				return docMissOrStale(ctx, tx, d.Key, d.Version)
+			if err := docHit(ctx, tx, res, err, d.Key, d.Version); err != nil {
+				return err
 			}
 		}
 		out = store.Doc{Key: d.Key, Value: append([]byte(nil), value...), Version: d.Version + 1, UpdatedAt: at}
@@ -67,6 +61,20 @@ func (s *DB) PutDoc(ctx context.Context, d store.Doc) (store.Doc, error) {
 		return store.Doc{}, fmt.Errorf("put document %s: %w", d.Key, err)
 	}
 	return out, nil
+}
+
+// docHit returns nil if the statement of res (or err) on the docs row key at version hit it, and
+// otherwise why not (see docMissOrStale).
+func docHit(ctx context.Context, tx *Tx, res sql.Result, err error, key string, version int64) error {
+	if err != nil {
+		return mapErr(err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return mapErr(err)
+	} else if n == 0 {
+		return docMissOrStale(ctx, tx, key, version)
+	}
+	return nil
 }
 
 // docMissOrStale tells why no row of docs had the name key at version: none has key (ErrNotFound), or another
@@ -90,15 +98,7 @@ func (s *DB) DeleteDoc(ctx context.Context, key string, version int64) error {
 	}
 	err := s.write(ctx, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, "DELETE FROM docs WHERE name = ? AND version = ?", key, version)
-		if err != nil {
-			return mapErr(err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return mapErr(err)
-		} else if n == 0 {
-			return docMissOrStale(ctx, tx, key, version)
-		}
-		return nil
+		return docHit(ctx, tx, res, err, key, version)
 	})
 	if err != nil {
 		return fmt.Errorf("delete document %s: %w", key, err)
@@ -115,24 +115,15 @@ func (s *DB) ListDocs(ctx context.Context, prefix string) ([]store.Doc, error) {
 	}
 	// Keys are printable ASCII, so every key with the prefix sorts from prefix up to (not including)
 	// prefix followed by the byte above '~'.
-	rows, err := s.queryR(ctx, "SELECT "+docCols+" FROM docs WHERE name >= ? AND name < ? ORDER BY name",
-		prefix, prefix+"\x7f")
+	all, err := queryAll(ctx, s, docs.selectWhere("name >= ? AND name < ? ORDER BY name"), scanDoc, prefix, prefix+"\x7f")
 	if err != nil {
-		return nil, fmt.Errorf("list documents %q: %w", prefix, mapErr(err))
+		return nil, fmt.Errorf("list documents %q: %w", prefix, err)
 	}
-	defer rows.Close()
 	var out []store.Doc
-	for rows.Next() {
-		d, err := scanDoc(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list documents %q: %w", prefix, mapErr(err))
-		}
+	for _, d := range all {
 		if strings.HasPrefix(d.Key, prefix) {
 			out = append(out, d)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list documents %q: %w", prefix, mapErr(err))
 	}
 	return out, nil
 }

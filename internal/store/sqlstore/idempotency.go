@@ -11,15 +11,21 @@ import (
 
 // GetIdempotency implements store.Store.
 func (s *DB) GetIdempotency(ctx context.Context, tenantID, key string) (store.IdempotencyRecord, error) {
+	return idempotency.one(s.queryRowR(ctx, idempotency.selectWhere("tenant_id = ? AND key = ?"), tenantID, key),
+		fmt.Sprintf("get idempotency key %q of tenant %s", key, tenantID))
+}
+
+// idempotency is the idempotency table.
+var idempotency = table[store.IdempotencyRecord]{name: "idempotency", noun: "idempotency key",
+	cols: "tenant_id, key, op, request_hash, response_status, response_body, created_at", scan: scanIdempotency}
+
+func scanIdempotency(row scanner) (store.IdempotencyRecord, error) {
 	var (
 		rec     store.IdempotencyRecord
 		created int64
 	)
-	err := s.queryRowR(ctx, `SELECT tenant_id, key, op, request_hash, response_status, response_body, created_at
-FROM idempotency WHERE tenant_id = ? AND key = ?`, tenantID, key).Scan(
-		&rec.TenantID, &rec.Key, &rec.Op, &rec.RequestHash, &rec.ResponseStatus, &rec.ResponseBody, &created)
-	if err != nil {
-		return store.IdempotencyRecord{}, fmt.Errorf("get idempotency key %q of tenant %s: %w", key, tenantID, noRowsIsNotFound(err))
+	if err := row.Scan(&rec.TenantID, &rec.Key, &rec.Op, &rec.RequestHash, &rec.ResponseStatus, &rec.ResponseBody, &created); err != nil {
+		return store.IdempotencyRecord{}, err
 	}
 	rec.CreatedAt = fromMicros(created)
 	return rec, nil
@@ -40,16 +46,10 @@ func (s *DB) PutIdempotency(ctx context.Context, rec store.IdempotencyRecord) er
 		if err := checkTenant(ctx, tx, rec.TenantID); err != nil {
 			return err
 		}
-		taken, err := exists(ctx, tx, "SELECT 1 FROM idempotency WHERE tenant_id = ? AND key = ?", rec.TenantID, rec.Key)
-		if err != nil {
+		if err := absent(ctx, tx, "SELECT 1 FROM idempotency WHERE tenant_id = ? AND key = ?", rec.TenantID, rec.Key); err != nil {
 			return err
 		}
-		if taken {
-			return errdefs.ErrAlreadyExists
-		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO idempotency
-	(tenant_id, key, op, request_hash, response_status, response_body, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		_, err := tx.ExecContext(ctx, "INSERT INTO idempotency ("+idempotency.cols+") VALUES (?, ?, ?, ?, ?, ?, ?)",
 			rec.TenantID, rec.Key, rec.Op, nonNil(rec.RequestHash), rec.ResponseStatus, nonNil(rec.ResponseBody), micros(rec.CreatedAt))
 		return mapErr(err)
 	})
@@ -61,15 +61,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?)`,
 
 // DeleteIdempotencyBefore implements store.Store.
 func (s *DB) DeleteIdempotencyBefore(ctx context.Context, before time.Time) (int64, error) {
-	res, err := s.execW(ctx, "DELETE FROM idempotency WHERE created_at < ?", micros(before))
-	if err != nil {
-		return 0, fmt.Errorf("delete idempotency records before %s: %w", before, mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("delete idempotency records before %s: %w", before, mapErr(err))
-	}
-	return n, nil
+	return execCount(ctx, s, fmt.Sprintf("delete idempotency records before %s", before), "DELETE FROM idempotency WHERE created_at < ?", micros(before))
 }
 
 // nonNil returns b, or an empty slice for nil, for NOT NULL BLOB columns.

@@ -25,6 +25,9 @@ func checkLeaseArgs(resource, holder string, ttl time.Duration) error {
 	return nil
 }
 
+// leases is the leases table.
+var leases = table[store.Lease]{name: "leases", noun: "lease", cols: leaseCols, scan: scanLease}
+
 // AcquireLease implements store.Store.
 func (s *DB) AcquireLease(ctx context.Context, resource, holder string, ttl time.Duration) (store.Lease, error) {
 	if err := checkLeaseArgs(resource, holder, ttl); err != nil {
@@ -129,11 +132,7 @@ func (s *DB) ReleaseLease(ctx context.Context, resource, holder string, token in
 
 // GetLease implements store.Store.
 func (s *DB) GetLease(ctx context.Context, resource string) (store.Lease, error) {
-	l, err := scanLease(s.queryRowR(ctx, "SELECT "+leaseCols+" FROM leases WHERE resource = ?", resource))
-	if err != nil {
-		return store.Lease{}, fmt.Errorf("get lease %s: %w", resource, noRowsIsNotFound(err))
-	}
-	return l, nil
+	return leases.one(s.queryRowR(ctx, leases.selectWhere("resource = ?"), resource), "get lease "+resource)
 }
 
 func scanLease(row scanner) (store.Lease, error) {

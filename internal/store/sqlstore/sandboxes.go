@@ -3,10 +3,8 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -16,6 +14,11 @@ import (
 const sandboxCols = "id, tenant_id, node_id, template, state, reason, " +
 	"cpu_millicores, memory_mb, disk_mb, timeout_seconds, metadata, " +
 	"created_at, updated_at, started_at, ends_at, stopped_at, version, network_policy"
+
+// sandboxes is the sandboxes table, with its metadata side table.
+var sandboxes = table[store.Sandbox]{name: "sandboxes", noun: "sandbox", cols: sandboxCols, scan: scanSandbox,
+	key:  func(sb store.Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID },
+	meta: "sandbox_metadata", metaFK: "sandbox_id"}
 
 // CreateSandbox implements store.Store.
 func (s *DB) CreateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
@@ -45,26 +48,22 @@ func (s *DB) CreateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox
 		if err := checkQuota(ctx, tx, sb.TenantID, "quota_running_sandboxes", "running sandboxes", countRunningSandboxes); err != nil {
 			return err
 		}
-		taken, err := exists(ctx, tx, "SELECT 1 FROM sandboxes WHERE id = ?", sb.ID)
+		if err := absent(ctx, tx, "SELECT 1 FROM sandboxes WHERE id = ?", sb.ID); err != nil {
+			return err
+		}
+		meta, err := encodeMap(sb.Metadata, "metadata")
 		if err != nil {
 			return err
 		}
-		if taken {
-			return errdefs.ErrAlreadyExists
-		}
-		meta, err := json.Marshal(sb.Metadata)
-		if err != nil {
-			return fmt.Errorf("encode metadata: %w", err)
-		}
 		_, err = tx.ExecContext(ctx, "INSERT INTO sandboxes ("+sandboxCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 			sb.ID, sb.TenantID, sb.NodeID, sb.Template, string(sb.State), sb.Reason,
-			sb.Spec.CPUMillicores, sb.Spec.MemoryMB, sb.Spec.DiskMB, sb.Spec.TimeoutSeconds, string(meta),
+			sb.Spec.CPUMillicores, sb.Spec.MemoryMB, sb.Spec.DiskMB, sb.Spec.TimeoutSeconds, meta,
 			micros(sb.CreatedAt), micros(sb.UpdatedAt), nullMicros(sb.StartedAt), nullMicros(sb.EndsAt), nullMicros(sb.StoppedAt),
 			sb.Version, string(sb.NetworkPolicy))
 		if err != nil {
 			return mapErr(err)
 		}
-		return insertMetadata(ctx, tx, sb.ID, sb.Metadata)
+		return sandboxes.insertMetadata(ctx, tx, sb.ID, sb.Metadata)
 	})
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
@@ -74,20 +73,12 @@ func (s *DB) CreateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox
 
 // GetSandbox implements store.Store.
 func (s *DB) GetSandbox(ctx context.Context, tenantID, id string) (store.Sandbox, error) {
-	sb, err := scanSandbox(s.readRow(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ? AND tenant_id = ?", id, tenantID))
-	if err != nil {
-		return store.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, noRowsIsNotFound(err))
-	}
-	return sb, nil
+	return sandboxes.one(s.readRow(ctx, sandboxes.selectWhere("id = ? AND tenant_id = ?"), id, tenantID), "get sandbox "+id)
 }
 
 // GetSandboxAnyTenant implements store.Store.
 func (s *DB) GetSandboxAnyTenant(ctx context.Context, id string) (store.Sandbox, error) {
-	sb, err := scanSandbox(s.readRow(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ?", id))
-	if err != nil {
-		return store.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, noRowsIsNotFound(err))
-	}
-	return sb, nil
+	return sandboxes.one(s.readRow(ctx, sandboxes.selectWhere("id = ?"), id), "get sandbox "+id)
 }
 
 // ListSandboxes implements store.Store.
@@ -95,21 +86,7 @@ func (s *DB) ListSandboxes(ctx context.Context, tenantID string, f store.Sandbox
 	if err := f.Validate(); err != nil {
 		return nil, "", fmt.Errorf("list sandboxes of tenant %s: %w", tenantID, err)
 	}
-	limit, _ := store.NormalizeLimit(f.Limit) // Validate checked it
-
-	var where []string
-	var args []any
-	if len(f.States) > 0 {
-		w, a := in("state", f.States)
-		where, args = append(where, w), append(args, a...)
-	}
-	query, args := page(sandboxCols, "sandboxes", tenantID, where, args, "sandbox_metadata", "sandbox_id", f.Metadata, f.Cursor, limit, false)
-	out, err := s.querySandboxes(ctx, query, args...)
-	if err != nil {
-		return nil, "", fmt.Errorf("list sandboxes of tenant %s: %w", tenantID, err)
-	}
-	out, next := nextPage(out, limit, func(sb store.Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID })
-	return out, next, nil
+	return sandboxes.page(ctx, s, tenantID, withStates(listing{metadata: f.Metadata, cursor: f.Cursor, limit: f.Limit}, f.States))
 }
 
 // UpdateSandbox implements store.Store.
@@ -118,28 +95,19 @@ func (s *DB) UpdateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox
 	if err := sb.Validate(); err != nil {
 		return store.Sandbox{}, fmt.Errorf("update sandbox: %w", err)
 	}
-	in := sb // a retried transaction starts again from what was asked
-	err := s.write(ctx, func(tx *Tx) error {
-		sb = in
-		cur, err := scanSandbox(tx.QueryRowContext(ctx, "SELECT "+sandboxCols+" FROM sandboxes WHERE id = ? AND tenant_id = ?", sb.ID, sb.TenantID))
-		if err != nil {
-			return noRowsIsNotFound(err)
-		}
-		if cur.Version != sb.Version {
-			return fmt.Errorf("version %d is stale, stored version is %d: %w", sb.Version, cur.Version, errdefs.ErrConflict)
+	return sandboxes.update(ctx, s, sb, sb.ID, sb.TenantID, func(tx *Tx, cur store.Sandbox, sb *store.Sandbox) error {
+		if err := checkVersion(sb.Version, cur.Version); err != nil {
+			return err
 		}
 		if err := store.CheckTransition(cur.State, sb.State); err != nil {
 			return err
 		}
 		sb.CreatedAt = cur.CreatedAt
-		sb.UpdatedAt = now()
-		if sb.UpdatedAt.Before(cur.UpdatedAt) { // never backwards, even if the clock is
-			sb.UpdatedAt = cur.UpdatedAt
-		}
+		sb.UpdatedAt = later(now(), cur.UpdatedAt)
 		sb.Version = cur.Version + 1
-		meta, err := json.Marshal(sb.Metadata)
+		meta, err := encodeMap(sb.Metadata, "metadata")
 		if err != nil {
-			return fmt.Errorf("encode metadata: %w", err)
+			return err
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET
 	node_id = ?, template = ?, state = ?, reason = ?,
@@ -147,29 +115,19 @@ func (s *DB) UpdateSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox
 	updated_at = ?, started_at = ?, ends_at = ?, stopped_at = ?, version = ?, network_policy = ?
 WHERE id = ? AND tenant_id = ? AND version = ?`,
 			sb.NodeID, sb.Template, string(sb.State), sb.Reason,
-			sb.Spec.CPUMillicores, sb.Spec.MemoryMB, sb.Spec.DiskMB, sb.Spec.TimeoutSeconds, string(meta),
+			sb.Spec.CPUMillicores, sb.Spec.MemoryMB, sb.Spec.DiskMB, sb.Spec.TimeoutSeconds, meta,
 			micros(sb.UpdatedAt), nullMicros(sb.StartedAt), nullMicros(sb.EndsAt), nullMicros(sb.StoppedAt), sb.Version,
 			string(sb.NetworkPolicy), sb.ID, sb.TenantID, cur.Version)
 		if err := oneRow(res, err); err != nil {
 			return err
 		}
-		if !maps.Equal(cur.Metadata, sb.Metadata) {
-			if _, err := tx.ExecContext(ctx, "DELETE FROM sandbox_metadata WHERE sandbox_id = ?", sb.ID); err != nil {
-				return fmt.Errorf("clear metadata: %w", mapErr(err))
-			}
-			return insertMetadata(ctx, tx, sb.ID, sb.Metadata)
-		}
-		return nil
+		return sandboxes.replaceMetadata(ctx, tx, sb.ID, cur.Metadata, sb.Metadata)
 	})
-	if err != nil {
-		return store.Sandbox{}, fmt.Errorf("update sandbox %s: %w", sb.ID, err)
-	}
-	return sb, nil
 }
 
 // ListSandboxesByState implements store.Store.
 func (s *DB) ListSandboxesByState(ctx context.Context, states []store.SandboxState, limit int) ([]store.Sandbox, error) {
-	return listByState(ctx, s, "sandboxes", sandboxCols, "updated_at", states, limit, scanSandbox)
+	return listByState(ctx, s, sandboxes, "updated_at", states, limit)
 }
 
 // ListSandboxesOnNode implements store.Store.
@@ -181,14 +139,14 @@ func (s *DB) ListSandboxesOnNode(ctx context.Context, nodeID string, states []st
 	if err := validStates(states); err != nil {
 		return nil, fmt.Errorf("list sandboxes on node %s: %w", nodeID, err)
 	}
-	query := "SELECT " + sandboxCols + " FROM sandboxes WHERE node_id = ? AND id > ?"
+	query := sandboxes.selectWhere("node_id = ? AND id > ?")
 	args := []any{nodeID, afterID}
 	if len(states) > 0 {
 		w, a := in("state", states)
 		query += " AND " + w
 		args = append(args, a...)
 	}
-	out, err := s.querySandboxes(ctx, query+" ORDER BY id LIMIT ?", append(args, limit)...)
+	out, err := queryAll(ctx, s, query+" ORDER BY id LIMIT ?", scanSandbox, append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes on node %s: %w", nodeID, err)
 	}
@@ -231,9 +189,8 @@ func (s *DB) ListExpiredSandboxes(ctx context.Context, now time.Time, limit int)
 		return nil, fmt.Errorf("list expired sandboxes: %w", err)
 	}
 	w, args := in("state", []store.SandboxState{store.StateCreating, store.StateRunning})
-	query := "SELECT " + sandboxCols + " FROM sandboxes WHERE ends_at IS NOT NULL AND ends_at <= ? AND " + w +
-		" ORDER BY ends_at, id LIMIT ?"
-	out, err := s.querySandboxes(ctx, query, append(append([]any{micros(now)}, args...), limit)...)
+	query := sandboxes.selectWhere("ends_at IS NOT NULL AND ends_at <= ? AND " + w + " ORDER BY ends_at, id LIMIT ?")
+	out, err := queryAll(ctx, s, query, scanSandbox, append(append([]any{micros(now)}, args...), limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("list expired sandboxes: %w", err)
 	}
@@ -243,34 +200,17 @@ func (s *DB) ListExpiredSandboxes(ctx context.Context, now time.Time, limit int)
 // DeleteSandbox implements store.Store.
 func (s *DB) DeleteSandbox(ctx context.Context, tenantID, id string) error {
 	err := s.write(ctx, func(tx *Tx) error {
-		var state store.SandboxState
-		err := tx.QueryRowContext(ctx, "SELECT state FROM sandboxes WHERE id = ? AND tenant_id = ?", id, tenantID).Scan(&state)
+		state, err := stateOf[store.SandboxState](ctx, tx, "sandboxes", id, tenantID)
 		if err != nil {
-			return noRowsIsNotFound(err)
+			return err
 		}
 		if state != store.StateStopped {
 			return fmt.Errorf("state is %s, not %s: %w", state, store.StateStopped, errdefs.ErrConflict)
 		}
-		res, err := tx.ExecContext(ctx, "DELETE FROM sandboxes WHERE id = ? AND tenant_id = ?", id, tenantID)
-		return oneRow(res, err)
+		return deleteRow(ctx, tx, "sandboxes", id, tenantID)
 	})
 	if err != nil {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
-	}
-	return nil
-}
-
-// querySandboxes runs a SELECT of sandboxCols on the readers and scans every row.
-func (s *DB) querySandboxes(ctx context.Context, query string, args ...any) ([]store.Sandbox, error) {
-	return queryAll(ctx, s, query, scanSandbox, args...)
-}
-
-// insertMetadata writes the side-table rows that ListSandboxes filters on.
-func insertMetadata(ctx context.Context, tx *Tx, id string, meta map[string]string) error {
-	for k, v := range meta {
-		if _, err := tx.ExecContext(ctx, "INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES (?, ?, ?)", id, k, v); err != nil {
-			return fmt.Errorf("insert metadata %q: %w", k, mapErr(err))
-		}
 	}
 	return nil
 }
@@ -282,9 +222,7 @@ func normalizeSandbox(sb store.Sandbox) store.Sandbox {
 	sb.StartedAt = store.NormalizeTimePtr(sb.StartedAt)
 	sb.EndsAt = store.NormalizeTimePtr(sb.EndsAt)
 	sb.StoppedAt = store.NormalizeTimePtr(sb.StoppedAt)
-	meta := make(map[string]string, len(sb.Metadata))
-	maps.Copy(meta, sb.Metadata)
-	sb.Metadata = meta
+	sb.Metadata = copyMap(sb.Metadata)
 	return sb
 }
 
@@ -305,12 +243,8 @@ func scanSandbox(row scanner) (store.Sandbox, error) {
 	if netPolicy != "" {
 		sb.NetworkPolicy = []byte(netPolicy)
 	}
-	sb.Metadata = map[string]string{}
-	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
-		return store.Sandbox{}, fmt.Errorf("sandbox %s: decode metadata: %w", sb.ID, err)
-	}
-	if sb.Metadata == nil { // the column held JSON null
-		sb.Metadata = map[string]string{}
+	if sb.Metadata, err = decodeMap(meta, "sandbox "+sb.ID+": decode metadata"); err != nil {
+		return store.Sandbox{}, err
 	}
 	sb.CreatedAt = fromMicros(created)
 	sb.UpdatedAt = fromMicros(updated)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -20,6 +18,11 @@ const sessionCols = "id, tenant_id, state, reason, spec, network_policy, metadat
 	"created_at, updated_at, last_activity_at, paused_at, version, " +
 	"rolling_interval_seconds, retention_keep_all_seconds, retention_keep_hourly_seconds, retention_keep_daily_seconds, " +
 	"timeout_seconds, on_timeout, ends_at"
+
+// sessions is the sessions table, with its metadata side table.
+var sessions = table[store.Session]{name: "sessions", noun: "session", cols: sessionCols, scan: scanSession,
+	key:  func(se store.Session) (time.Time, string) { return se.CreatedAt, se.ID },
+	meta: "session_metadata", metaFK: "session_id"}
 
 // sessionSpec is how a store.SessionSpec is kept in the spec column (the network policy has a column of
 // its own, as it does for sandboxes).
@@ -62,12 +65,8 @@ func (s *DB) CreateSession(ctx context.Context, se store.Session) (store.Session
 		if err := checkQuota(ctx, tx, se.TenantID, "quota_sessions", "sessions", countSessions); err != nil {
 			return err
 		}
-		taken, err := exists(ctx, tx, "SELECT 1 FROM sessions WHERE id = ?", se.ID)
-		if err != nil {
+		if err := absent(ctx, tx, "SELECT 1 FROM sessions WHERE id = ?", se.ID); err != nil {
 			return err
-		}
-		if taken {
-			return errdefs.ErrAlreadyExists
 		}
 		if err := checkSessionRefs(ctx, tx, se); err != nil {
 			return err
@@ -90,7 +89,7 @@ func (s *DB) CreateSession(ctx context.Context, se store.Session) (store.Session
 		if err != nil {
 			return mapErr(err)
 		}
-		return insertSessionMetadata(ctx, tx, se.ID, se.Metadata)
+		return sessions.insertMetadata(ctx, tx, se.ID, se.Metadata)
 	})
 	if err != nil {
 		return store.Session{}, fmt.Errorf("create session %s: %w", se.ID, err)
@@ -103,12 +102,8 @@ func (s *DB) CreateSession(ctx context.Context, se store.Session) (store.Session
 // the parent's.
 func checkSessionRefs(ctx context.Context, tx *Tx, se store.Session) error {
 	if se.ParentSessionID != "" {
-		ok, err := exists(ctx, tx, "SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?", se.ParentSessionID, se.TenantID)
-		if err != nil {
-			return fmt.Errorf("look up parent session %s: %w", se.ParentSessionID, err)
-		}
-		if !ok {
-			return fmt.Errorf("parent session %s: %w", se.ParentSessionID, errdefs.ErrNotFound)
+		if err := present(ctx, tx, "parent session "+se.ParentSessionID, "SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?", se.ParentSessionID, se.TenantID); err != nil {
+			return err
 		}
 	}
 	if se.ForkedFromSnapshotID == "" {
@@ -148,20 +143,12 @@ func checkHead(ctx context.Context, tx *Tx, tenantID, id string) error {
 
 // GetSession implements store.Store.
 func (s *DB) GetSession(ctx context.Context, tenantID, id string) (store.Session, error) {
-	se, err := scanSession(s.readRow(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ? AND tenant_id = ?", id, tenantID))
-	if err != nil {
-		return store.Session{}, fmt.Errorf("get session %s: %w", id, noRowsIsNotFound(err))
-	}
-	return se, nil
+	return sessions.one(s.readRow(ctx, sessions.selectWhere("id = ? AND tenant_id = ?"), id, tenantID), "get session "+id)
 }
 
 // GetSessionAnyTenant implements store.Store.
 func (s *DB) GetSessionAnyTenant(ctx context.Context, id string) (store.Session, error) {
-	se, err := scanSession(s.readRow(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ?", id))
-	if err != nil {
-		return store.Session{}, fmt.Errorf("get session %s: %w", id, noRowsIsNotFound(err))
-	}
-	return se, nil
+	return sessions.one(s.readRow(ctx, sessions.selectWhere("id = ?"), id), "get session "+id)
 }
 
 // ListSessions implements store.Store.
@@ -169,21 +156,7 @@ func (s *DB) ListSessions(ctx context.Context, tenantID string, f store.SessionF
 	if err := f.Validate(); err != nil {
 		return nil, "", fmt.Errorf("list sessions of tenant %s: %w", tenantID, err)
 	}
-	limit, _ := store.NormalizeLimit(f.Limit) // Validate checked it
-
-	var where []string
-	var args []any
-	if len(f.States) > 0 {
-		w, a := in("state", f.States)
-		where, args = append(where, w), append(args, a...)
-	}
-	query, args := page(sessionCols, "sessions", tenantID, where, args, "session_metadata", "session_id", f.Metadata, f.Cursor, limit, f.Descending)
-	out, err := s.querySessions(ctx, query, args...)
-	if err != nil {
-		return nil, "", fmt.Errorf("list sessions of tenant %s: %w", tenantID, err)
-	}
-	out, next := nextPage(out, limit, func(se store.Session) (time.Time, string) { return se.CreatedAt, se.ID })
-	return out, next, nil
+	return sessions.page(ctx, s, tenantID, withStates(listing{metadata: f.Metadata, cursor: f.Cursor, limit: f.Limit, desc: f.Descending}, f.States))
 }
 
 // UpdateSession implements store.Store.
@@ -192,15 +165,9 @@ func (s *DB) UpdateSession(ctx context.Context, se store.Session) (store.Session
 	if err := se.Validate(); err != nil {
 		return store.Session{}, fmt.Errorf("update session: %w", err)
 	}
-	in := se // a retried transaction starts again from what was asked
-	err := s.write(ctx, func(tx *Tx) error {
-		se = in
-		cur, err := scanSession(tx.QueryRowContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ? AND tenant_id = ?", se.ID, se.TenantID))
-		if err != nil {
-			return noRowsIsNotFound(err)
-		}
-		if cur.Version != se.Version {
-			return fmt.Errorf("version %d is stale, stored version is %d: %w", se.Version, cur.Version, errdefs.ErrConflict)
+	return sessions.update(ctx, s, se, se.ID, se.TenantID, func(tx *Tx, cur store.Session, se *store.Session) error {
+		if err := checkVersion(se.Version, cur.Version); err != nil {
+			return err
 		}
 		if err := store.CheckSessionTransition(cur.State, se.State); err != nil {
 			return err
@@ -213,15 +180,10 @@ func (s *DB) UpdateSession(ctx context.Context, se store.Session) (store.Session
 		se.ParentSessionID = cur.ParentSessionID
 		se.ForkedFromSnapshotID = cur.ForkedFromSnapshotID
 		se.CreatedAt = cur.CreatedAt
-		se.UpdatedAt = now()
-		if se.UpdatedAt.Before(cur.UpdatedAt) { // never backwards, even if the clock is
-			se.UpdatedAt = cur.UpdatedAt
-		}
-		if se.LastActivityAt.Before(cur.LastActivityAt) {
-			se.LastActivityAt = cur.LastActivityAt
-		}
+		se.UpdatedAt = later(now(), cur.UpdatedAt)
+		se.LastActivityAt = later(se.LastActivityAt, cur.LastActivityAt)
 		se.Version = cur.Version + 1
-		spec, meta, err := encodeSession(se)
+		spec, meta, err := encodeSession(*se)
 		if err != nil {
 			return err
 		}
@@ -241,35 +203,21 @@ WHERE id = ? AND tenant_id = ? AND version = ?`,
 		if err := oneRow(res, err); err != nil {
 			return err
 		}
-		if !maps.Equal(cur.Metadata, se.Metadata) {
-			if _, err := tx.ExecContext(ctx, "DELETE FROM session_metadata WHERE session_id = ?", se.ID); err != nil {
-				return fmt.Errorf("clear metadata: %w", mapErr(err))
-			}
-			return insertSessionMetadata(ctx, tx, se.ID, se.Metadata)
-		}
-		return nil
+		return sessions.replaceMetadata(ctx, tx, se.ID, cur.Metadata, se.Metadata)
 	})
-	if err != nil {
-		return store.Session{}, fmt.Errorf("update session %s: %w", se.ID, err)
-	}
-	return se, nil
 }
 
 // TouchSession implements store.Store.
 func (s *DB) TouchSession(ctx context.Context, tenantID, id string, at time.Time) error {
 	us := micros(at)
-	res, err := s.execW(ctx, `UPDATE sessions
+	return execOne(ctx, s, "touch session "+id, `UPDATE sessions
 SET last_activity_at = CASE WHEN last_activity_at < ? THEN ? ELSE last_activity_at END
 WHERE id = ? AND tenant_id = ?`, us, us, id, tenantID)
-	if err := oneRow(res, err); err != nil {
-		return fmt.Errorf("touch session %s: %w", id, err)
-	}
-	return nil
 }
 
 // ListSessionsByState implements store.Store.
 func (s *DB) ListSessionsByState(ctx context.Context, states []store.SessionState, limit int) ([]store.Session, error) {
-	return listByState(ctx, s, "sessions", sessionCols, "updated_at", states, limit, scanSession)
+	return listByState(ctx, s, sessions, "updated_at", states, limit)
 }
 
 // ListIdleSessions implements store.Store.
@@ -279,10 +227,9 @@ func (s *DB) ListIdleSessions(ctx context.Context, now time.Time, limit int) ([]
 		return nil, fmt.Errorf("list idle sessions: %w", err)
 	}
 	// "idle_timeout_seconds > 0" repeats the condition of the sessions_by_activity index, so it is used.
-	query := "SELECT " + sessionCols + " FROM sessions" +
-		" WHERE state = ? AND idle_timeout_seconds > 0 AND last_activity_at + idle_timeout_seconds * 1000000 <= ?" +
-		" ORDER BY last_activity_at, id LIMIT ?"
-	out, err := s.querySessions(ctx, query, string(store.SessionRunning), micros(now), limit)
+	query := sessions.selectWhere("state = ? AND idle_timeout_seconds > 0 AND last_activity_at + idle_timeout_seconds * 1000000 <= ?" +
+		" ORDER BY last_activity_at, id LIMIT ?")
+	out, err := queryAll(ctx, s, query, scanSession, string(store.SessionRunning), micros(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("list idle sessions: %w", err)
 	}
@@ -296,9 +243,8 @@ func (s *DB) ListEndedSessions(ctx context.Context, now time.Time, limit int) ([
 		return nil, fmt.Errorf("list ended sessions: %w", err)
 	}
 	// "ends_at IS NOT NULL" repeats the condition of the sessions_by_end index, so it is used.
-	query := "SELECT " + sessionCols + " FROM sessions" +
-		" WHERE ends_at IS NOT NULL AND ends_at <= ? AND state = ? ORDER BY ends_at, id LIMIT ?"
-	out, err := s.querySessions(ctx, query, micros(now), string(store.SessionRunning), limit)
+	query := sessions.selectWhere("ends_at IS NOT NULL AND ends_at <= ? AND state = ? ORDER BY ends_at, id LIMIT ?")
+	out, err := queryAll(ctx, s, query, scanSession, micros(now), string(store.SessionRunning), limit)
 	if err != nil {
 		return nil, fmt.Errorf("list ended sessions: %w", err)
 	}
@@ -308,39 +254,27 @@ func (s *DB) ListEndedSessions(ctx context.Context, now time.Time, limit int) ([
 // DeleteSession implements store.Store.
 func (s *DB) DeleteSession(ctx context.Context, tenantID, id string) error {
 	err := s.write(ctx, func(tx *Tx) error {
-		var state store.SessionState
-		err := tx.QueryRowContext(ctx, "SELECT state FROM sessions WHERE id = ? AND tenant_id = ?", id, tenantID).Scan(&state)
+		state, err := stateOf[store.SessionState](ctx, tx, "sessions", id, tenantID)
 		if err != nil {
-			return noRowsIsNotFound(err)
+			return err
 		}
 		if state != store.SessionDeleted {
 			return fmt.Errorf("state is %s, not %s: %w", state, store.SessionDeleted, errdefs.ErrConflict)
 		}
-		var heldBy string
-		err = tx.QueryRowContext(ctx, `SELECT se.id FROM snapshots sn JOIN sessions se ON se.head_snapshot_id = sn.id
+		if err := unheld(ctx, tx, "one of its snapshots", `SELECT se.id FROM snapshots sn JOIN sessions se ON se.head_snapshot_id = sn.id
 WHERE sn.session_id = ? AND se.id <> ? AND se.state <> ?
-ORDER BY se.id LIMIT 1`, id, id, string(store.SessionDeleted)).Scan(&heldBy)
-		switch {
-		case err == nil:
-			return fmt.Errorf("session %s resumes from one of its snapshots: %w", heldBy, errdefs.ErrConflict)
-		case !errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("look up sessions resuming from its snapshots: %w", mapErr(err))
+ORDER BY se.id LIMIT 1`, id, id, string(store.SessionDeleted)); err != nil {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, "DELETE FROM snapshots WHERE session_id = ?", id); err != nil {
 			return fmt.Errorf("delete snapshots: %w", mapErr(err))
 		}
-		res, err := tx.ExecContext(ctx, "DELETE FROM sessions WHERE id = ? AND tenant_id = ?", id, tenantID)
-		return oneRow(res, err)
+		return deleteRow(ctx, tx, "sessions", id, tenantID)
 	})
 	if err != nil {
 		return fmt.Errorf("delete session %s: %w", id, err)
 	}
 	return nil
-}
-
-// querySessions runs a SELECT of sessionCols on the readers and scans every row.
-func (s *DB) querySessions(ctx context.Context, query string, args ...any) ([]store.Session, error) {
-	return queryAll(ctx, s, query, scanSession, args...)
 }
 
 // in returns "col IN (?, …)" and its arguments, for a non-empty list of values.
@@ -350,16 +284,6 @@ func in[T ~string](col string, vals []T) (string, []any) {
 		args[i] = string(v)
 	}
 	return col + " IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(vals)), ", ") + ")", args
-}
-
-// insertSessionMetadata writes the side-table rows that ListSessions filters on.
-func insertSessionMetadata(ctx context.Context, tx *Tx, id string, meta map[string]string) error {
-	for k, v := range meta {
-		if _, err := tx.ExecContext(ctx, "INSERT INTO session_metadata (session_id, key, value) VALUES (?, ?, ?)", id, k, v); err != nil {
-			return fmt.Errorf("insert metadata %q: %w", k, mapErr(err))
-		}
-	}
-	return nil
 }
 
 // normalizeSession returns se with its times normalized and its own, non-nil copy of Metadata and of the
@@ -373,9 +297,7 @@ func normalizeSession(se store.Session) store.Session {
 	if se.OnTimeout == "" {
 		se.OnTimeout = store.SessionTimeoutDelete
 	}
-	meta := make(map[string]string, len(se.Metadata))
-	maps.Copy(meta, se.Metadata)
-	se.Metadata = meta
+	se.Metadata = copyMap(se.Metadata)
 	if len(se.Spec.NetworkPolicy) == 0 {
 		se.Spec.NetworkPolicy = nil // stored as '': none given
 	} else {
@@ -391,11 +313,11 @@ func encodeSession(se store.Session) (spec, meta string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("encode spec: %w", err)
 	}
-	m, err := json.Marshal(se.Metadata)
+	m, err := encodeMap(se.Metadata, "metadata")
 	if err != nil {
-		return "", "", fmt.Errorf("encode metadata: %w", err)
+		return "", "", err
 	}
-	return string(b), string(m), nil
+	return string(b), m, nil
 }
 
 func scanSession(row scanner) (store.Session, error) {
@@ -424,12 +346,8 @@ func scanSession(row scanner) (store.Session, error) {
 	if netPolicy != "" {
 		se.Spec.NetworkPolicy = []byte(netPolicy)
 	}
-	se.Metadata = map[string]string{}
-	if err := json.Unmarshal([]byte(meta), &se.Metadata); err != nil {
-		return store.Session{}, fmt.Errorf("session %s: decode metadata: %w", se.ID, err)
-	}
-	if se.Metadata == nil { // the column held JSON null
-		se.Metadata = map[string]string{}
+	if se.Metadata, err = decodeMap(meta, "session "+se.ID+": decode metadata"); err != nil {
+		return store.Session{}, err
 	}
 	se.CreatedAt = fromMicros(created)
 	se.UpdatedAt = fromMicros(updated)

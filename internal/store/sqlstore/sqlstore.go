@@ -287,14 +287,31 @@ func exists(ctx context.Context, tx *Tx, query string, args ...any) (bool, error
 	return true, nil
 }
 
-// checkTenant returns ErrNotFound unless the tenant exists.
-func checkTenant(ctx context.Context, tx *Tx, tenantID string) error {
-	ok, err := exists(ctx, tx, "SELECT 1 FROM tenants WHERE id = ?", tenantID)
+// absent returns ErrAlreadyExists if query (a SELECT 1 …) finds a row.
+func absent(ctx context.Context, tx *Tx, query string, args ...any) error {
+	taken, err := exists(ctx, tx, query, args...)
 	if err != nil {
-		return fmt.Errorf("look up tenant %s: %w", tenantID, err)
+		return err
 	}
-	if !ok {
-		return fmt.Errorf("tenant %s: %w", tenantID, errdefs.ErrNotFound)
+	if taken {
+		return errdefs.ErrAlreadyExists
 	}
 	return nil
+}
+
+// present returns ErrNotFound, naming what, unless query (a SELECT 1 …) finds a row.
+func present(ctx context.Context, tx *Tx, what, query string, args ...any) error {
+	ok, err := exists(ctx, tx, query, args...)
+	if err != nil {
+		return fmt.Errorf("look up %s: %w", what, err)
+	}
+	if !ok {
+		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
+	}
+	return nil
+}
+
+// checkTenant returns ErrNotFound unless the tenant exists.
+func checkTenant(ctx context.Context, tx *Tx, tenantID string) error {
+	return present(ctx, tx, "tenant "+tenantID, "SELECT 1 FROM tenants WHERE id = ?", tenantID)
 }

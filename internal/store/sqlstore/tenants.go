@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,6 +13,9 @@ import (
 const tenantCols = "id, name, created_at, " +
 	"retention_keep_all_seconds, retention_keep_hourly_seconds, retention_keep_daily_seconds, operator, disabled_at, " +
 	"quota_running_sandboxes, quota_sessions, quota_snapshot_bytes, key_provider, log_retention_seconds"
+
+// tenants is the tenants table.
+var tenants = table[store.Tenant]{name: "tenants", noun: "tenant", cols: tenantCols, scan: scanTenant}
 
 // CreateTenant implements store.Store.
 func (s *DB) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, error) {
@@ -41,14 +43,10 @@ func (s *DB) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, er
 		return store.Tenant{}, fmt.Errorf("create tenant %s: the operator tenant cannot be disabled: %w", t.ID, errdefs.ErrInvalidArgument)
 	}
 	err := s.write(ctx, func(tx *Tx) error {
-		taken, err := exists(ctx, tx, "SELECT 1 FROM tenants WHERE id = ?", t.ID)
-		if err != nil {
+		if err := absent(ctx, tx, "SELECT 1 FROM tenants WHERE id = ?", t.ID); err != nil {
 			return err
 		}
-		if taken {
-			return errdefs.ErrAlreadyExists
-		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO tenants ("+tenantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		_, err := tx.ExecContext(ctx, "INSERT INTO tenants ("+tenantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 			t.ID, t.Name, micros(t.CreatedAt),
 			t.Retention.KeepAllSeconds, t.Retention.KeepHourlySeconds, t.Retention.KeepDailySeconds,
 			t.Operator, nullMicros(t.DisabledAt), t.Quotas.RunningSandboxes, t.Quotas.Sessions, t.Quotas.SnapshotBytes, t.KeyProvider, t.LogRetentionSeconds)
@@ -62,33 +60,14 @@ func (s *DB) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, er
 
 // GetTenant implements store.Store.
 func (s *DB) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
-	t, err := scanTenant(s.readRow(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.Tenant{}, fmt.Errorf("get tenant %s: %w", id, errdefs.ErrNotFound)
-	}
-	if err != nil {
-		return store.Tenant{}, fmt.Errorf("get tenant %s: %w", id, mapErr(err))
-	}
-	return t, nil
+	return tenants.one(s.readRow(ctx, tenants.selectWhere("id = ?"), id), "get tenant "+id)
 }
 
 // ListTenants implements store.Store.
 func (s *DB) ListTenants(ctx context.Context) ([]store.Tenant, error) {
-	rows, err := s.queryR(ctx, "SELECT "+tenantCols+" FROM tenants ORDER BY created_at, id")
+	out, err := queryAll(ctx, s, "SELECT "+tenantCols+" FROM tenants ORDER BY created_at, id", scanTenant)
 	if err != nil {
-		return nil, fmt.Errorf("list tenants: %w", mapErr(err))
-	}
-	defer rows.Close()
-	var out []store.Tenant
-	for rows.Next() {
-		t, err := scanTenant(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list tenants: %w", mapErr(err))
-		}
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list tenants: %w", mapErr(err))
+		return nil, fmt.Errorf("list tenants: %w", err)
 	}
 	return out, nil
 }
@@ -98,21 +77,9 @@ func (s *DB) UpdateTenantRetention(ctx context.Context, id string, r store.Reten
 	if err := r.Validate(); err != nil {
 		return store.Tenant{}, fmt.Errorf("update retention of tenant %s: %w", id, err)
 	}
-	var t store.Tenant
-	err := s.write(ctx, func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE tenants SET
+	return updateTenant(ctx, s, id, "update retention", `UPDATE tenants SET
 	retention_keep_all_seconds = ?, retention_keep_hourly_seconds = ?, retention_keep_daily_seconds = ?
 WHERE id = ?`, r.KeepAllSeconds, r.KeepHourlySeconds, r.KeepDailySeconds, id)
-		if err := oneRow(res, err); err != nil {
-			return err
-		}
-		t, err = scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
-		return noRowsIsNotFound(err)
-	})
-	if err != nil {
-		return store.Tenant{}, fmt.Errorf("update retention of tenant %s: %w", id, err)
-	}
-	return t, nil
 }
 
 // UpdateTenantLogRetention implements store.Store.
@@ -120,27 +87,15 @@ func (s *DB) UpdateTenantLogRetention(ctx context.Context, id string, seconds in
 	if seconds < 0 {
 		return store.Tenant{}, fmt.Errorf("update log retention of tenant %s: %ds is negative: %w", id, seconds, errdefs.ErrInvalidArgument)
 	}
-	var t store.Tenant
-	err := s.write(ctx, func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, "UPDATE tenants SET log_retention_seconds = ? WHERE id = ?", seconds, id)
-		if err := oneRow(res, err); err != nil {
-			return err
-		}
-		t, err = scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
-		return noRowsIsNotFound(err)
-	})
-	if err != nil {
-		return store.Tenant{}, fmt.Errorf("update log retention of tenant %s: %w", id, err)
-	}
-	return t, nil
+	return updateTenant(ctx, s, id, "update log retention", "UPDATE tenants SET log_retention_seconds = ? WHERE id = ?", seconds, id)
 }
 
 // SetTenantDisabled implements store.Store.
 func (s *DB) SetTenantDisabled(ctx context.Context, id string, at *time.Time) (store.Tenant, error) {
 	var t store.Tenant
 	err := s.write(ctx, func(tx *Tx) error {
-		cur, err := scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
-		if err := noRowsIsNotFound(err); err != nil {
+		cur, err := tenantIn(ctx, tx, id)
+		if err != nil {
 			return err
 		}
 		if at != nil && cur.Operator {
@@ -153,8 +108,8 @@ func (s *DB) SetTenantDisabled(ctx context.Context, id string, at *time.Time) (s
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return mapErr(err)
 		}
-		t, err = scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
-		return noRowsIsNotFound(err)
+		t, err = tenantIn(ctx, tx, id)
+		return err
 	})
 	if err != nil {
 		return store.Tenant{}, fmt.Errorf("set tenant %s disabled: %w", id, err)
@@ -167,19 +122,7 @@ func (s *DB) SetTenantKeyProvider(ctx context.Context, id, provider string) (sto
 	if len(provider) > 64 {
 		return store.Tenant{}, fmt.Errorf("set key provider of tenant %s: name is longer than 64 bytes: %w", id, errdefs.ErrInvalidArgument)
 	}
-	var t store.Tenant
-	err := s.write(ctx, func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, "UPDATE tenants SET key_provider = ? WHERE id = ?", provider, id)
-		if err := oneRow(res, err); err != nil {
-			return err
-		}
-		t, err = scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
-		return noRowsIsNotFound(err)
-	})
-	if err != nil {
-		return store.Tenant{}, fmt.Errorf("set key provider of tenant %s: %w", id, err)
-	}
-	return t, nil
+	return updateTenant(ctx, s, id, "set key provider", "UPDATE tenants SET key_provider = ? WHERE id = ?", provider, id)
 }
 
 // SetTenantQuotas implements store.Store.
@@ -187,20 +130,32 @@ func (s *DB) SetTenantQuotas(ctx context.Context, id string, q store.TenantQuota
 	if err := q.Validate(); err != nil {
 		return store.Tenant{}, fmt.Errorf("set quotas of tenant %s: %w", id, err)
 	}
+	return updateTenant(ctx, s, id, "set quotas", "UPDATE tenants SET quota_running_sandboxes = ?, quota_sessions = ?, quota_snapshot_bytes = ? WHERE id = ?",
+		q.RunningSandboxes, q.Sessions, q.SnapshotBytes, id)
+}
+
+// updateTenant runs query, an UPDATE of tenant id (ErrNotFound if there is none), with args in a write
+// transaction and returns the tenant as it then is; what names the change in errors.
+func updateTenant(ctx context.Context, s *DB, id, what, query string, args ...any) (store.Tenant, error) {
 	var t store.Tenant
 	err := s.write(ctx, func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, "UPDATE tenants SET quota_running_sandboxes = ?, quota_sessions = ?, quota_snapshot_bytes = ? WHERE id = ?",
-			q.RunningSandboxes, q.Sessions, q.SnapshotBytes, id)
+		res, err := tx.ExecContext(ctx, query, args...)
 		if err := oneRow(res, err); err != nil {
 			return err
 		}
-		t, err = scanTenant(tx.QueryRowContext(ctx, "SELECT "+tenantCols+" FROM tenants WHERE id = ?", id))
-		return noRowsIsNotFound(err)
+		t, err = tenantIn(ctx, tx, id)
+		return err
 	})
 	if err != nil {
-		return store.Tenant{}, fmt.Errorf("set quotas of tenant %s: %w", id, err)
+		return store.Tenant{}, fmt.Errorf("%s of tenant %s: %w", what, id, err)
 	}
 	return t, nil
+}
+
+// tenantIn reads tenant id in tx; none is ErrNotFound.
+func tenantIn(ctx context.Context, tx *Tx, id string) (store.Tenant, error) {
+	t, err := scanTenant(tx.QueryRowContext(ctx, tenants.selectWhere("id = ?"), id))
+	return t, noRowsIsNotFound(err)
 }
 
 // What counts against each quota.

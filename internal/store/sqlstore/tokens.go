@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,6 +13,9 @@ import (
 )
 
 const tokenCols = "id, tenant_id, name, sandbox_id, session_id, scopes, prefix, hash, created_by, created_at, expires_at, revoked_at, port"
+
+// tokens is the access_tokens table.
+var tokens = table[store.AccessToken]{name: "access_tokens", noun: "access token", cols: tokenCols, scan: scanToken}
 
 // CreateAccessToken implements store.Store.
 func (s *DB) CreateAccessToken(ctx context.Context, tok store.AccessToken, lim store.TokenLimits) (store.AccessToken, error) {
@@ -39,12 +41,8 @@ func (s *DB) CreateAccessToken(ctx context.Context, tok store.AccessToken, lim s
 		if tok.SessionID != "" {
 			q, id = "SELECT 1 FROM sessions WHERE id = ? AND tenant_id = ?", tok.SessionID
 		}
-		ok, err := exists(ctx, tx, q, id, tok.TenantID)
-		if err != nil {
+		if err := present(ctx, tx, id, q, id, tok.TenantID); err != nil {
 			return err
-		}
-		if !ok {
-			return fmt.Errorf("%s: %w", id, errdefs.ErrNotFound)
 		}
 		taken, err := exists(ctx, tx, "SELECT 1 FROM access_tokens WHERE id = ? OR hash = ?", tok.ID, tok.Hash)
 		if err != nil {
@@ -112,19 +110,12 @@ func (s *DB) GetAccessTokenByHash(ctx context.Context, hash []byte) (store.Acces
 	if len(hash) == 0 {
 		return store.AccessToken{}, fmt.Errorf("get access token by hash: hash is empty: %w", errdefs.ErrInvalidArgument)
 	}
-	tok, err := scanToken(s.readRow(ctx, "SELECT "+tokenCols+" FROM access_tokens WHERE hash = ?", hash))
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.AccessToken{}, fmt.Errorf("get access token by hash: %w", errdefs.ErrNotFound)
-	}
-	if err != nil {
-		return store.AccessToken{}, fmt.Errorf("get access token by hash: %w", mapErr(err))
-	}
-	return tok, nil
+	return tokens.one(s.readRow(ctx, tokens.selectWhere("hash = ?"), hash), "get access token by hash")
 }
 
 // ListAccessTokens implements store.Store.
 func (s *DB) ListAccessTokens(ctx context.Context, tenantID string, at time.Time, f store.AccessTokenFilter) ([]store.AccessToken, error) {
-	q := "SELECT " + tokenCols + " FROM access_tokens WHERE tenant_id = ? AND expires_at > ?"
+	q := tokens.selectWhere("tenant_id = ? AND expires_at > ?")
 	args := []any{tenantID, micros(at)}
 	if f.SandboxID != "" {
 		q += " AND sandbox_id = ?"
@@ -134,46 +125,22 @@ func (s *DB) ListAccessTokens(ctx context.Context, tenantID string, at time.Time
 		q += " AND session_id = ?"
 		args = append(args, f.SessionID)
 	}
-	rows, err := s.queryR(ctx, q+" ORDER BY created_at, id", args...)
+	out, err := queryAll(ctx, s, q+" ORDER BY created_at, id", scanToken, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list access tokens of tenant %s: %w", tenantID, mapErr(err))
-	}
-	defer rows.Close()
-	var out []store.AccessToken
-	for rows.Next() {
-		tok, err := scanToken(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list access tokens of tenant %s: %w", tenantID, mapErr(err))
-		}
-		out = append(out, tok)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list access tokens of tenant %s: %w", tenantID, mapErr(err))
+		return nil, fmt.Errorf("list access tokens of tenant %s: %w", tenantID, err)
 	}
 	return out, nil
 }
 
 // RevokeAccessToken implements store.Store.
 func (s *DB) RevokeAccessToken(ctx context.Context, tenantID, id string, at time.Time) error {
-	res, err := s.execW(ctx, "UPDATE access_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND tenant_id = ?",
+	return execOne(ctx, s, "revoke access token "+id, "UPDATE access_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND tenant_id = ?",
 		micros(at), id, tenantID)
-	if err := oneRow(res, err); err != nil {
-		return fmt.Errorf("revoke access token %s: %w", id, err)
-	}
-	return nil
 }
 
 // DeleteAccessTokensExpiredBefore implements store.Store.
 func (s *DB) DeleteAccessTokensExpiredBefore(ctx context.Context, before time.Time) (int64, error) {
-	res, err := s.execW(ctx, "DELETE FROM access_tokens WHERE expires_at < ?", micros(before))
-	if err != nil {
-		return 0, fmt.Errorf("delete expired access tokens: %w", mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("delete expired access tokens: %w", mapErr(err))
-	}
-	return n, nil
+	return execCount(ctx, s, "delete expired access tokens", "DELETE FROM access_tokens WHERE expires_at < ?", micros(before))
 }
 
 func joinScopes(ss []store.TokenScope) string {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +27,7 @@ func testListPagination(t *testing.T, s store.Store) {
 			mustSandbox(t, s, store.Sandbox{TenantID: b.ID, CreatedAt: at})
 		}
 	}
-	sortByCreated(want)
+	sandboxKind.sortCreated(want)
 
 	for _, limit := range []int{1, 7, 10, 50, 119, 120, 121, 1000} {
 		t.Run(fmt.Sprintf("limit=%d", limit), func(t *testing.T) {
@@ -173,7 +172,7 @@ func testListFilters(t *testing.T, s store.Store) {
 			for _, limit := range []int{3, 100} {
 				f.Limit = limit
 				got := listAll(t, s, a.ID, f)
-				if diff := cmp.Diff(ids(want), ids(got)); diff != "" {
+				if diff := cmp.Diff(sandboxKind.ids(want), sandboxKind.ids(got)); diff != "" {
 					t.Errorf("limit %d: IDs (-want +got):\n%s", limit, diff)
 				}
 			}
@@ -268,44 +267,12 @@ func testListByState(t *testing.T, s store.Store) {
 	wantErr(t, "UpdateSandbox", err, nil)
 	all[0] = touched
 
-	byUpdated := func(sbs []store.Sandbox) []string {
-		sbs = slices.Clone(sbs)
-		slices.SortFunc(sbs, func(x, y store.Sandbox) int {
-			if c := x.UpdatedAt.Compare(y.UpdatedAt); c != 0 {
-				return c
-			}
-			return strings.Compare(x.ID, y.ID)
-		})
-		return ids(sbs)
-	}
-	for _, states := range [][]store.SandboxState{
+	checkByState(t, s, sandboxKind, all, [][]store.SandboxState{
 		nil,
 		{store.StateRunning},
 		{store.StateRunning, store.StateFailed},
 		{store.StateStopping, store.StateStopped},
-	} {
-		var want []store.Sandbox
-		for _, sb := range all {
-			if len(states) == 0 || slices.Contains(states, sb.State) {
-				want = append(want, sb)
-			}
-		}
-		got, err := s.ListSandboxesByState(ctx, states, 0)
-		wantErr(t, fmt.Sprintf("ListSandboxesByState(%v)", states), err, nil)
-		if diff := cmp.Diff(byUpdated(want), ids(got)); diff != "" {
-			t.Errorf("ListSandboxesByState(%v) IDs (-want +got):\n%s", states, diff)
-		}
-		got, err = s.ListSandboxesByState(ctx, states, 2)
-		wantErr(t, fmt.Sprintf("ListSandboxesByState(%v, 2)", states), err, nil)
-		if diff := cmp.Diff(byUpdated(want)[:min(2, len(want))], ids(got)); diff != "" {
-			t.Errorf("ListSandboxesByState(%v, 2) IDs (-want +got):\n%s", states, diff)
-		}
-	}
-
-	_, err = s.ListSandboxesByState(ctx, []store.SandboxState{"paused"}, 0)
-	wantErr(t, "ListSandboxesByState(unknown state)", err, errdefs.ErrInvalidArgument)
-	_, err = s.ListSandboxesByState(ctx, nil, -1)
-	wantErr(t, "ListSandboxesByState(negative limit)", err, errdefs.ErrInvalidArgument)
+	}, func(sb store.Sandbox) (time.Time, string) { return sb.UpdatedAt, sb.ID }, false, "paused")
 }
 
 // testListOnNode checks the per-node queries of placement, failover and reconcile: the sandboxes of
@@ -345,7 +312,7 @@ func testListOnNode(t *testing.T, s store.Store) {
 		for range 10 {
 			page, err := s.ListSandboxesOnNode(ctx, tc.node, tc.states, after, 2)
 			wantErr(t, fmt.Sprintf("ListSandboxesOnNode(%s, %v, %q)", tc.node, tc.states, after), err, nil)
-			got = append(got, ids(page)...)
+			got = append(got, sandboxKind.ids(page)...)
 			if len(page) < 2 {
 				break
 			}
@@ -411,7 +378,7 @@ func testListExpired(t *testing.T, s store.Store) {
 	for _, tt := range tests {
 		got, err := s.ListExpiredSandboxes(ctx, tt.now, tt.limit)
 		wantErr(t, "ListExpiredSandboxes", err, nil)
-		if diff := cmp.Diff(tt.want, ids(got), cmpOpts...); diff != "" {
+		if diff := cmp.Diff(tt.want, sandboxKind.ids(got), cmpOpts...); diff != "" {
 			t.Errorf("ListExpiredSandboxes(%v, %d) IDs (-want +got):\n%s", tt.now, tt.limit, diff)
 		}
 	}

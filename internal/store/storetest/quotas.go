@@ -1,9 +1,7 @@
 package storetest
 
 import (
-	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -433,29 +431,7 @@ func testQuotasConcurrent(t *testing.T, s store.Store) {
 		a := mustTenant(t, s, "concurrent-"+what)
 		_, err := s.SetTenantQuotas(ctx, a.ID, store.TenantQuotas{RunningSandboxes: quota, Sessions: quota})
 		wantErr(t, "SetTenantQuotas", err, nil)
-		var wg sync.WaitGroup
-		errs := make([]error, goroutines)
-		start := make(chan struct{})
-		for g := range goroutines {
-			wg.Go(func() {
-				<-start
-				errs[g] = create(a.ID)
-			})
-		}
-		close(start)
-		wg.Wait()
-		wins := 0
-		for g, err := range errs {
-			switch {
-			case err == nil:
-				wins++
-			case !errors.Is(err, errdefs.ErrResourceExhausted):
-				t.Errorf("goroutine %d: create %s: %v; want nil or ErrResourceExhausted", g, what, err)
-			}
-		}
-		if wins != quota {
-			t.Errorf("%d concurrent creates of %s succeeded; want %d (the quota)", wins, what, quota)
-		}
+		checkWins(t, "create "+what, race(goroutines, func(int) error { return create(a.ID) }), quota, errdefs.ErrResourceExhausted)
 		u, err := s.TenantUsage(ctx, a.ID)
 		wantErr(t, "TenantUsage", err, nil)
 		if got := usage(u); got != quota {

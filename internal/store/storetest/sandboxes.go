@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -52,11 +51,7 @@ func testSandboxCreateGet(t *testing.T, s store.Store) {
 		t.Errorf("CreateSandbox returned metadata aliasing the caller's map")
 	}
 
-	got, err := s.GetSandbox(ctx, a.ID, sb.ID)
-	wantErr(t, "GetSandbox", err, nil)
-	if diff := cmp.Diff(sb, got, cmpOpts...); diff != "" {
-		t.Errorf("GetSandbox (-want +got):\n%s", diff)
-	}
+	got := checkStored(t, s, sandboxKind, sb, "GetSandbox")
 	got, err = s.GetSandboxAnyTenant(ctx, sb.ID)
 	wantErr(t, "GetSandboxAnyTenant", err, nil)
 	if diff := cmp.Diff(sb, got, cmpOpts...); diff != "" {
@@ -175,11 +170,7 @@ func testSandboxUpdate(t *testing.T, s store.Store) {
 	if got.UpdatedAt.Before(orig.UpdatedAt) {
 		t.Errorf("UpdatedAt went backwards: %v after %v", got.UpdatedAt, orig.UpdatedAt)
 	}
-	stored, err := s.GetSandbox(ctx, a.ID, orig.ID)
-	wantErr(t, "GetSandbox", err, nil)
-	if diff := cmp.Diff(got, stored, cmpOpts...); diff != "" {
-		t.Errorf("GetSandbox after update (-want +got):\n%s", diff)
-	}
+	stored := checkStored(t, s, sandboxKind, got, "GetSandbox after update")
 
 	// Metadata filters follow the update: old pairs are gone, new ones match.
 	for _, tt := range []struct {
@@ -193,7 +184,7 @@ func testSandboxUpdate(t *testing.T, s store.Store) {
 	} {
 		items := listAll(t, s, a.ID, store.SandboxFilter{Metadata: tt.meta})
 		if len(items) != tt.want {
-			t.Errorf("ListSandboxes(metadata %v) after update = %v; want %d", tt.meta, ids(items), tt.want)
+			t.Errorf("ListSandboxes(metadata %v) after update = %v; want %d", tt.meta, sandboxKind.ids(items), tt.want)
 		}
 	}
 
@@ -222,46 +213,16 @@ func testSandboxUpdate(t *testing.T, s store.Store) {
 	wantErr(t, "UpdateSandbox(unknown state)", err, errdefs.ErrInvalidArgument)
 
 	// Nothing of the failed updates was stored.
-	final, err := s.GetSandbox(ctx, a.ID, same.ID)
-	wantErr(t, "GetSandbox", err, nil)
-	if diff := cmp.Diff(same, final, cmpOpts...); diff != "" {
-		t.Errorf("GetSandbox after failed updates (-want +got):\n%s", diff)
-	}
+	checkStored(t, s, sandboxKind, same, "GetSandbox after failed updates")
 }
 
 // testSandboxTransitions tries every pair of states: allowed transitions are stored, the others fail
 // with ErrConflict naming both states and leave the sandbox as it was.
 func testSandboxTransitions(t *testing.T, s store.Store) {
-	ctx := t.Context()
 	a := mustTenant(t, s, "a")
-	for _, from := range store.SandboxStates() {
-		for _, to := range store.SandboxStates() {
-			t.Run(fmt.Sprintf("%s_to_%s", from, to), func(t *testing.T) {
-				sb := drive(t, s, mustSandbox(t, s, store.Sandbox{TenantID: a.ID}), from)
-				next := sb
-				next.State = to
-				got, err := s.UpdateSandbox(ctx, next)
-				if from == to || from.CanTransition(to) {
-					wantErr(t, "UpdateSandbox", err, nil)
-					if got.State != to || got.Version != sb.Version+1 {
-						t.Errorf("UpdateSandbox = state %s version %d; want %s version %d", got.State, got.Version, to, sb.Version+1)
-					}
-					return
-				}
-				wantErr(t, "UpdateSandbox", err, errdefs.ErrConflict)
-				for _, st := range []store.SandboxState{from, to} {
-					if !strings.Contains(err.Error(), string(st)) {
-						t.Errorf("error %q does not name state %s", err, st)
-					}
-				}
-				stored, err := s.GetSandbox(ctx, a.ID, sb.ID)
-				wantErr(t, "GetSandbox", err, nil)
-				if diff := cmp.Diff(sb, stored, cmpOpts...); diff != "" {
-					t.Errorf("sandbox changed by a refused transition (-want +got):\n%s", diff)
-				}
-			})
-		}
-	}
+	checkTransitions(t, s, sandboxKind, store.SandboxStates(), func(t *testing.T, from store.SandboxState) store.Sandbox {
+		return drive(t, s, mustSandbox(t, s, store.Sandbox{TenantID: a.ID}), from)
+	})
 }
 
 // testSandboxOptimisticConcurrency makes two updates from the same Version: the first wins, the second
@@ -279,11 +240,7 @@ func testSandboxOptimisticConcurrency(t *testing.T, s store.Store) {
 	_, err = s.UpdateSandbox(ctx, second)
 	wantErr(t, "UpdateSandbox(second, stale version)", err, errdefs.ErrConflict)
 
-	stored, err := s.GetSandbox(ctx, a.ID, sb.ID)
-	wantErr(t, "GetSandbox", err, nil)
-	if diff := cmp.Diff(won, stored, cmpOpts...); diff != "" {
-		t.Errorf("stored sandbox (-want +got):\n%s", diff)
-	}
+	stored := checkStored(t, s, sandboxKind, won, "stored sandbox")
 
 	// A version from the future is just as stale.
 	future := stored
@@ -294,39 +251,13 @@ func testSandboxOptimisticConcurrency(t *testing.T, s store.Store) {
 
 // testSandboxConcurrentUpdates races many updates from one Version: exactly one wins.
 func testSandboxConcurrentUpdates(t *testing.T, s store.Store) {
-	ctx := t.Context()
 	a := mustTenant(t, s, "a")
 	sb := mustSandbox(t, s, store.Sandbox{TenantID: a.ID})
-
-	const n = 16
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			u := sb
-			u.State = store.StateRunning
-			u.Reason = fmt.Sprintf("writer %d", i)
-			u.Metadata = map[string]string{"writer": fmt.Sprint(i)}
-			_, errs[i] = s.UpdateSandbox(ctx, u)
-		})
-	}
-	wg.Wait()
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil && winner >= 0:
-			t.Errorf("writers %d and %d both won", winner, i)
-		case err == nil:
-			winner = i
-		case !errors.Is(err, errdefs.ErrConflict):
-			t.Errorf("writer %d: got error %v; want nil or ErrConflict", i, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatalf("no writer won")
-	}
-	stored, err := s.GetSandbox(ctx, a.ID, sb.ID)
-	wantErr(t, "GetSandbox", err, nil)
+	winner, stored := raceUpdates(t, s, sandboxKind, sb, 16, func(i int, u *store.Sandbox) {
+		u.State = store.StateRunning
+		u.Reason = fmt.Sprintf("writer %d", i)
+		u.Metadata = map[string]string{"writer": fmt.Sprint(i)}
+	})
 	if stored.Version != sb.Version+1 || stored.Reason != fmt.Sprintf("writer %d", winner) ||
 		stored.Metadata["writer"] != fmt.Sprint(winner) {
 		t.Errorf("stored = version %d, reason %q, metadata %v; want version %d from writer %d",
@@ -378,7 +309,7 @@ func testSandboxConcurrentCreates(t *testing.T, s store.Store) {
 	}
 	all := listAll(t, s, a.ID, store.SandboxFilter{Limit: 1000})
 	got := map[string]bool{}
-	for _, id := range ids(all) {
+	for _, id := range sandboxKind.ids(all) {
 		got[id] = true
 	}
 	if len(all) != goroutines*each || len(got) != goroutines*each {
@@ -394,25 +325,10 @@ func testSandboxConcurrentCreates(t *testing.T, s store.Store) {
 	}
 
 	// Many creates of one ID: one wins, the others are ErrAlreadyExists.
-	errs := make([]error, goroutines)
-	for g := range goroutines {
-		wg.Go(func() {
-			_, errs[g] = s.CreateSandbox(ctx, store.Sandbox{ID: "sb_contested", TenantID: a.ID, Template: "base"})
-		})
-	}
-	wg.Wait()
-	wins := 0
-	for g, err := range errs {
-		switch {
-		case err == nil:
-			wins++
-		case !errors.Is(err, errdefs.ErrAlreadyExists):
-			t.Errorf("goroutine %d: CreateSandbox(sb_contested): %v; want nil or ErrAlreadyExists", g, err)
-		}
-	}
-	if wins != 1 {
-		t.Errorf("%d creates of sb_contested succeeded; want 1", wins)
-	}
+	checkWins(t, "CreateSandbox(sb_contested)", race(goroutines, func(int) error {
+		_, err := s.CreateSandbox(ctx, store.Sandbox{ID: "sb_contested", TenantID: a.ID, Template: "base"})
+		return err
+	}), 1, errdefs.ErrAlreadyExists)
 }
 
 func testSandboxDelete(t *testing.T, s store.Store) {
@@ -446,6 +362,6 @@ func testSandboxDelete(t *testing.T, s store.Store) {
 	// The ID is free again, and nothing of the old metadata is attached to the new sandbox.
 	again := mustSandbox(t, s, store.Sandbox{ID: "sb_gc", TenantID: a.ID, Metadata: map[string]string{"new": "1"}})
 	if items := listAll(t, s, a.ID, store.SandboxFilter{Metadata: map[string]string{"gc": "yes", "new": "1"}}); len(items) != 0 {
-		t.Errorf("recreated %s matches the deleted sandbox's metadata: %v", again.ID, ids(items))
+		t.Errorf("recreated %s matches the deleted sandbox's metadata: %v", again.ID, sandboxKind.ids(items))
 	}
 }

@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -63,11 +62,7 @@ func testSessionCreateGet(t *testing.T, s store.Store) {
 		t.Errorf("CreateSession returned a session aliasing the caller's metadata or network policy")
 	}
 
-	got, err := s.GetSession(ctx, a.ID, se.ID)
-	wantErr(t, "GetSession", err, nil)
-	if diff := cmp.Diff(se, got, cmpOpts...); diff != "" {
-		t.Errorf("GetSession (-want +got):\n%s", diff)
-	}
+	got := checkStored(t, s, sessionKind, se, "GetSession")
 	got, err = s.GetSessionAnyTenant(ctx, se.ID)
 	wantErr(t, "GetSessionAnyTenant", err, nil)
 	if diff := cmp.Diff(se, got, cmpOpts...); diff != "" {
@@ -172,7 +167,7 @@ func testSessionCreateGet(t *testing.T, s store.Store) {
 		t.Errorf("GetSession(se_plain) after duplicate creates = %+v, %v; want %+v", got, err, plain)
 	}
 	if items := listAllSessions(t, s, a.ID, store.SessionFilter{}); len(items) != 6 {
-		t.Errorf("tenant a has %d sessions after the failed creates; want 6: %v", len(items), sessionIDs(items))
+		t.Errorf("tenant a has %d sessions after the failed creates; want 6: %v", len(items), sessionKind.ids(items))
 	}
 }
 
@@ -256,11 +251,7 @@ func testSessionUpdate(t *testing.T, s store.Store) {
 	if got.UpdatedAt.Before(orig.UpdatedAt) {
 		t.Errorf("UpdatedAt went backwards: %v after %v", got.UpdatedAt, orig.UpdatedAt)
 	}
-	stored, err := s.GetSession(ctx, a.ID, orig.ID)
-	wantErr(t, "GetSession", err, nil)
-	if diff := cmp.Diff(got, stored, cmpOpts...); diff != "" {
-		t.Errorf("GetSession after update (-want +got):\n%s", diff)
-	}
+	stored := checkStored(t, s, sessionKind, got, "GetSession after update")
 
 	// Metadata filters follow the update: old pairs are gone, new ones match.
 	for _, tt := range []struct {
@@ -274,7 +265,7 @@ func testSessionUpdate(t *testing.T, s store.Store) {
 	} {
 		items := listAllSessions(t, s, a.ID, store.SessionFilter{Metadata: tt.meta})
 		if len(items) != tt.want {
-			t.Errorf("ListSessions(metadata %v) after update = %v; want %d", tt.meta, sessionIDs(items), tt.want)
+			t.Errorf("ListSessions(metadata %v) after update = %v; want %d", tt.meta, sessionKind.ids(items), tt.want)
 		}
 	}
 
@@ -373,46 +364,16 @@ func testSessionUpdate(t *testing.T, s store.Store) {
 		wantErr(t, "UpdateSession("+tt.name+")", err, tt.want)
 	}
 	// Nothing of the failed updates was stored.
-	final, err := s.GetSession(ctx, a.ID, stored.ID)
-	wantErr(t, "GetSession", err, nil)
-	if diff := cmp.Diff(stored, final, cmpOpts...); diff != "" {
-		t.Errorf("GetSession after failed updates (-want +got):\n%s", diff)
-	}
+	checkStored(t, s, sessionKind, stored, "GetSession after failed updates")
 }
 
 // testSessionTransitions tries every pair of states: allowed transitions are stored, the others fail
 // with ErrConflict naming both states and leave the session as it was.
 func testSessionTransitions(t *testing.T, s store.Store) {
-	ctx := t.Context()
 	a := mustTenant(t, s, "a")
-	for _, from := range store.SessionStates() {
-		for _, to := range store.SessionStates() {
-			t.Run(fmt.Sprintf("%s_to_%s", from, to), func(t *testing.T) {
-				se := driveSession(t, s, mustSession(t, s, store.Session{TenantID: a.ID}), from)
-				next := se
-				next.State = to
-				got, err := s.UpdateSession(ctx, next)
-				if from == to || from.CanTransition(to) {
-					wantErr(t, "UpdateSession", err, nil)
-					if got.State != to || got.Version != se.Version+1 {
-						t.Errorf("UpdateSession = state %s version %d; want %s version %d", got.State, got.Version, to, se.Version+1)
-					}
-					return
-				}
-				wantErr(t, "UpdateSession", err, errdefs.ErrConflict)
-				for _, st := range []store.SessionState{from, to} {
-					if !strings.Contains(err.Error(), string(st)) {
-						t.Errorf("error %q does not name state %s", err, st)
-					}
-				}
-				stored, err := s.GetSession(ctx, a.ID, se.ID)
-				wantErr(t, "GetSession", err, nil)
-				if diff := cmp.Diff(se, stored, cmpOpts...); diff != "" {
-					t.Errorf("session changed by a refused transition (-want +got):\n%s", diff)
-				}
-			})
-		}
-	}
+	checkTransitions(t, s, sessionKind, store.SessionStates(), func(t *testing.T, from store.SessionState) store.Session {
+		return driveSession(t, s, mustSession(t, s, store.Session{TenantID: a.ID}), from)
+	})
 }
 
 // testSessionConcurrentUpdates races many updates from one Version (exactly one wins), then runs a chain
@@ -422,35 +383,11 @@ func testSessionConcurrentUpdates(t *testing.T, s store.Store) {
 	a := mustTenant(t, s, "a")
 	se := mustSession(t, s, store.Session{TenantID: a.ID, CreatedAt: base})
 
-	const n = 16
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			u := se
-			u.State = store.SessionRunning
-			u.Reason = fmt.Sprintf("writer %d", i)
-			u.Metadata = map[string]string{"writer": fmt.Sprint(i)}
-			_, errs[i] = s.UpdateSession(ctx, u)
-		})
-	}
-	wg.Wait()
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil && winner >= 0:
-			t.Errorf("writers %d and %d both won", winner, i)
-		case err == nil:
-			winner = i
-		case !errors.Is(err, errdefs.ErrConflict):
-			t.Errorf("writer %d: got error %v; want nil or ErrConflict", i, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatalf("no writer won")
-	}
-	stored, err := s.GetSession(ctx, a.ID, se.ID)
-	wantErr(t, "GetSession", err, nil)
+	winner, stored := raceUpdates(t, s, sessionKind, se, 16, func(i int, u *store.Session) {
+		u.State = store.SessionRunning
+		u.Reason = fmt.Sprintf("writer %d", i)
+		u.Metadata = map[string]string{"writer": fmt.Sprint(i)}
+	})
 	if stored.Version != se.Version+1 || stored.Reason != fmt.Sprintf("writer %d", winner) ||
 		stored.Metadata["writer"] != fmt.Sprint(winner) {
 		t.Errorf("stored = version %d, reason %q, metadata %v; want version %d from writer %d",
@@ -459,6 +396,7 @@ func testSessionConcurrentUpdates(t *testing.T, s store.Store) {
 
 	const updates, touches = 20, 50
 	last := base.Add(touches * time.Second)
+	var wg sync.WaitGroup
 	wg.Go(func() {
 		cur := stored
 		for i := range updates {
@@ -562,7 +500,7 @@ func testSessionList(t *testing.T, s store.Store) {
 			driveSession(t, s, mustSession(t, s, store.Session{TenantID: b.ID, CreatedAt: at, Metadata: meta}), states[i%len(states)])
 		}
 	}
-	sortSessions(all)
+	sessionKind.sortCreated(all)
 
 	for _, limit := range []int{1, 7, 59, 60, 61, 1000} {
 		got, pages := pageThrough(t, "ListSessions", limit, func(cursor string) ([]store.Session, string, error) {
@@ -700,44 +638,12 @@ func testSessionListByState(t *testing.T, s store.Store) {
 	all[0] = updated
 	wantErr(t, "TouchSession", s.TouchSession(ctx, a.ID, all[1].ID, time.Now().Add(time.Hour)), nil)
 
-	byUpdated := func(ses []store.Session) []string {
-		ses = slices.Clone(ses)
-		slices.SortFunc(ses, func(x, y store.Session) int {
-			if c := x.UpdatedAt.Compare(y.UpdatedAt); c != 0 {
-				return c
-			}
-			return strings.Compare(x.ID, y.ID)
-		})
-		return sessionIDs(ses)
-	}
-	for _, states := range [][]store.SessionState{
+	checkByState(t, s, sessionKind, all, [][]store.SessionState{
 		nil,
 		{store.SessionRunning},
 		{store.SessionPausing, store.SessionResuming, store.SessionDeleting},
 		{store.SessionDeleted, store.SessionPaused},
-	} {
-		var want []store.Session
-		for _, se := range all {
-			if len(states) == 0 || slices.Contains(states, se.State) {
-				want = append(want, se)
-			}
-		}
-		got, err := s.ListSessionsByState(ctx, states, 0)
-		wantErr(t, fmt.Sprintf("ListSessionsByState(%v)", states), err, nil)
-		if diff := cmp.Diff(byUpdated(want), sessionIDs(got)); diff != "" {
-			t.Errorf("ListSessionsByState(%v) IDs (-want +got):\n%s", states, diff)
-		}
-		got, err = s.ListSessionsByState(ctx, states, 2)
-		wantErr(t, fmt.Sprintf("ListSessionsByState(%v, 2)", states), err, nil)
-		if diff := cmp.Diff(byUpdated(want)[:min(2, len(want))], sessionIDs(got)); diff != "" {
-			t.Errorf("ListSessionsByState(%v, 2) IDs (-want +got):\n%s", states, diff)
-		}
-	}
-
-	_, err = s.ListSessionsByState(ctx, []store.SessionState{"stopped"}, 0)
-	wantErr(t, "ListSessionsByState(unknown state)", err, errdefs.ErrInvalidArgument)
-	_, err = s.ListSessionsByState(ctx, nil, -1)
-	wantErr(t, "ListSessionsByState(negative limit)", err, errdefs.ErrInvalidArgument)
+	}, func(se store.Session) (time.Time, string) { return se.UpdatedAt, se.ID }, false, "stopped")
 }
 
 // testSessionListIdle checks the auto-pause query against a controlled now: running, an idle timeout
@@ -767,7 +673,7 @@ func testSessionListIdle(t *testing.T, s store.Store) {
 		t.Helper()
 		got, err := s.ListIdleSessions(ctx, now, limit)
 		wantErr(t, "ListIdleSessions", err, nil)
-		if diff := cmp.Diff(want, sessionIDs(got), cmpOpts...); diff != "" {
+		if diff := cmp.Diff(want, sessionKind.ids(got), cmpOpts...); diff != "" {
 			t.Errorf("ListIdleSessions(%v, %d) IDs (-want +got):\n%s", now, limit, diff)
 		}
 	}
@@ -820,7 +726,7 @@ func testSessionListEnded(t *testing.T, s store.Store) {
 		t.Helper()
 		got, err := s.ListEndedSessions(ctx, now, limit)
 		wantErr(t, "ListEndedSessions", err, nil)
-		if diff := cmp.Diff(want, sessionIDs(got), cmpOpts...); diff != "" {
+		if diff := cmp.Diff(want, sessionKind.ids(got), cmpOpts...); diff != "" {
 			t.Errorf("ListEndedSessions(%v, %d) IDs (-want +got):\n%s", now, limit, diff)
 		}
 		for _, se := range got {
@@ -897,7 +803,7 @@ func testSessionDelete(t *testing.T, s store.Store) {
 	}
 	all, err := s.ListSnapshotsByState(ctx, nil, 0)
 	wantErr(t, "ListSnapshotsByState", err, nil)
-	if diff := cmp.Diff([]string{kept.ID}, snapshotIDs(all)); diff != "" {
+	if diff := cmp.Diff([]string{kept.ID}, snapshotKind.ids(all)); diff != "" {
 		t.Errorf("snapshots left after DeleteSession (-want +got):\n%s", diff)
 	}
 	if got, err := s.GetSnapshot(ctx, a.ID, kept.ID); err != nil || got.ParentID != s1.ID {
@@ -916,7 +822,7 @@ func testSessionDelete(t *testing.T, s store.Store) {
 	// The ID is free again, with nothing of the old metadata or snapshot names attached.
 	again := mustSession(t, s, store.Session{ID: "se_gc", TenantID: a.ID, Metadata: map[string]string{"new": "1"}})
 	if items := listAllSessions(t, s, a.ID, store.SessionFilter{Metadata: map[string]string{"gc": "yes", "new": "1"}}); len(items) != 0 {
-		t.Errorf("recreated %s matches the deleted session's metadata: %v", again.ID, sessionIDs(items))
+		t.Errorf("recreated %s matches the deleted session's metadata: %v", again.ID, sessionKind.ids(items))
 	}
 	mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: again.ID, Name: "first"})
 	if items := listAllSnapshots(t, s, a.ID, store.SnapshotFilter{SessionID: again.ID}); len(items) != 1 {
@@ -950,33 +856,7 @@ var sessionPathTo = map[store.SessionState][]store.SessionState{
 // driveSession moves a creating session to the given state along sessionPathTo and returns it as stored.
 func driveSession(t *testing.T, s store.Store, se store.Session, to store.SessionState) store.Session {
 	t.Helper()
-	for _, st := range sessionPathTo[to] {
-		se.State = st
-		var err error
-		if se, err = s.UpdateSession(t.Context(), se); err != nil {
-			t.Fatalf("UpdateSession(%s → %s): %v", se.ID, st, err)
-		}
-	}
-	return se
-}
-
-// sessionIDs returns the IDs of ses, in order.
-func sessionIDs(ses []store.Session) []string {
-	out := make([]string, len(ses))
-	for i, se := range ses {
-		out[i] = se.ID
-	}
-	return out
-}
-
-// sortSessions sorts sessions the way ListSessions orders them.
-func sortSessions(ses []store.Session) {
-	slices.SortFunc(ses, func(a, b store.Session) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
+	return driveAlong(t, s, sessionKind, se, sessionPathTo[to])
 }
 
 // sessionMatches is the SessionFilter semantics written in Go.
@@ -1041,13 +921,8 @@ func pageThrough[T any](t *testing.T, what string, limit int, list func(cursor s
 // checkSessionUTC fails t if any time of se is not in UTC.
 func checkSessionUTC(t *testing.T, se store.Session) {
 	t.Helper()
-	times := map[string]*time.Time{"CreatedAt": &se.CreatedAt, "UpdatedAt": &se.UpdatedAt,
-		"LastActivityAt": &se.LastActivityAt, "PausedAt": se.PausedAt}
-	for name, tm := range times {
-		if tm != nil && tm.Location() != time.UTC {
-			t.Errorf("session %s: %s location = %v; want UTC", se.ID, name, tm.Location())
-		}
-	}
+	checkTimesUTC(t, "session "+se.ID, map[string]*time.Time{"CreatedAt": &se.CreatedAt, "UpdatedAt": &se.UpdatedAt,
+		"LastActivityAt": &se.LastActivityAt, "PausedAt": se.PausedAt})
 }
 
 // reversed is a copy of items in the other order.

@@ -1,12 +1,10 @@
 package storetest
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -131,7 +129,7 @@ func testSnapshotCreateGet(t *testing.T, s store.Store) {
 		t.Errorf("GetSnapshot(sn_full) after failed creates = %+v, %v; want %+v", got, err, full)
 	}
 	if items := listAllSnapshots(t, s, a.ID, store.SnapshotFilter{SessionID: se.ID}); len(items) != 2 {
-		t.Errorf("session has %d snapshots after failed creates; want 2: %v", len(items), snapshotIDs(items))
+		t.Errorf("session has %d snapshots after failed creates; want 2: %v", len(items), snapshotKind.ids(items))
 	}
 }
 
@@ -179,27 +177,10 @@ func testSnapshotNames(t *testing.T, s store.Store) {
 	mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: se.ID, Name: "x2"})
 
 	// Of many concurrent creates of one name, exactly one succeeds.
-	const n = 8
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			_, errs[i] = s.CreateSnapshot(ctx, store.Snapshot{TenantID: a.ID, SessionID: se.ID, Name: "contested", Trigger: store.TriggerRolling})
-		})
-	}
-	wg.Wait()
-	wins := 0
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			wins++
-		case !errors.Is(err, errdefs.ErrAlreadyExists):
-			t.Errorf("goroutine %d: CreateSnapshot(contested): %v; want nil or ErrAlreadyExists", i, err)
-		}
-	}
-	if wins != 1 {
-		t.Errorf("%d creates of the name contested succeeded; want 1", wins)
-	}
+	checkWins(t, "CreateSnapshot(contested)", race(8, func(int) error {
+		_, err := s.CreateSnapshot(ctx, store.Snapshot{TenantID: a.ID, SessionID: se.ID, Name: "contested", Trigger: store.TriggerRolling})
+		return err
+	}), 1, errdefs.ErrAlreadyExists)
 }
 
 func testSnapshotUpdate(t *testing.T, s store.Store) {
@@ -229,11 +210,7 @@ func testSnapshotUpdate(t *testing.T, s store.Store) {
 	if diff := cmp.Diff(want, got, cmpOpts...); diff != "" {
 		t.Errorf("UpdateSnapshot returned (-want +got):\n%s", diff)
 	}
-	stored, err := s.GetSnapshot(ctx, a.ID, orig.ID)
-	wantErr(t, "GetSnapshot", err, nil)
-	if diff := cmp.Diff(got, stored, cmpOpts...); diff != "" {
-		t.Errorf("GetSnapshot after update (-want +got):\n%s", diff)
-	}
+	stored := checkStored(t, s, snapshotKind, got, "GetSnapshot after update")
 
 	// writing → complete.
 	done := stored
@@ -284,11 +261,7 @@ func testSnapshotUpdate(t *testing.T, s store.Store) {
 		_, err := s.UpdateSnapshot(ctx, u)
 		wantErr(t, "UpdateSnapshot("+tt.name+")", err, tt.want)
 	}
-	final, err := s.GetSnapshot(ctx, a.ID, stored.ID)
-	wantErr(t, "GetSnapshot", err, nil)
-	if diff := cmp.Diff(stored, final, cmpOpts...); diff != "" {
-		t.Errorf("GetSnapshot after failed updates (-want +got):\n%s", diff)
-	}
+	checkStored(t, s, snapshotKind, stored, "GetSnapshot after failed updates")
 
 	// A failed snapshot changes no more.
 	f := mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: se.ID})
@@ -314,84 +287,33 @@ func testSnapshotUpdate(t *testing.T, s store.Store) {
 // testSnapshotTransitions tries every pair of states: allowed transitions are stored, the others fail
 // with ErrConflict naming both states and leave the snapshot as it was.
 func testSnapshotTransitions(t *testing.T, s store.Store) {
-	ctx := t.Context()
 	a := mustTenant(t, s, "a")
 	se := mustSession(t, s, store.Session{TenantID: a.ID})
-	for _, from := range store.SnapshotStates() {
-		for _, to := range store.SnapshotStates() {
-			t.Run(fmt.Sprintf("%s_to_%s", from, to), func(t *testing.T) {
-				sn := mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: se.ID})
-				if from != store.SnapshotWriting {
-					sn.State = from
-					var err error
-					sn, err = s.UpdateSnapshot(ctx, sn)
-					wantErr(t, "UpdateSnapshot(to "+string(from)+")", err, nil)
-				}
-				next := sn
-				next.State = to
-				got, err := s.UpdateSnapshot(ctx, next)
-				if from == to || from.CanTransition(to) {
-					wantErr(t, "UpdateSnapshot", err, nil)
-					if got.State != to || got.Version != sn.Version+1 {
-						t.Errorf("UpdateSnapshot = state %s version %d; want %s version %d", got.State, got.Version, to, sn.Version+1)
-					}
-					return
-				}
-				wantErr(t, "UpdateSnapshot", err, errdefs.ErrConflict)
-				for _, st := range []store.SnapshotState{from, to} {
-					if !strings.Contains(err.Error(), string(st)) {
-						t.Errorf("error %q does not name state %s", err, st)
-					}
-				}
-				stored, err := s.GetSnapshot(ctx, a.ID, sn.ID)
-				wantErr(t, "GetSnapshot", err, nil)
-				if diff := cmp.Diff(sn, stored, cmpOpts...); diff != "" {
-					t.Errorf("snapshot changed by a refused transition (-want +got):\n%s", diff)
-				}
-			})
+	checkTransitions(t, s, snapshotKind, store.SnapshotStates(), func(t *testing.T, from store.SnapshotState) store.Snapshot {
+		sn := mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: se.ID})
+		if from != store.SnapshotWriting {
+			sn.State = from
+			var err error
+			sn, err = s.UpdateSnapshot(t.Context(), sn)
+			wantErr(t, "UpdateSnapshot(to "+string(from)+")", err, nil)
 		}
-	}
+		return sn
+	})
 }
 
 // testSnapshotConcurrentUpdates races many updates from one Version: exactly one wins.
 func testSnapshotConcurrentUpdates(t *testing.T, s store.Store) {
-	ctx := t.Context()
 	a := mustTenant(t, s, "a")
 	se := mustSession(t, s, store.Session{TenantID: a.ID})
 	sn := mustSnapshot(t, s, store.Snapshot{TenantID: a.ID, SessionID: se.ID})
-
-	const n = 16
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			u := sn
-			if i%2 == 0 {
-				u.State = store.SnapshotComplete
-			} else {
-				u.State = store.SnapshotFailed
-			}
-			u.Reason = fmt.Sprintf("writer %d", i)
-			_, errs[i] = s.UpdateSnapshot(ctx, u)
-		})
-	}
-	wg.Wait()
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil && winner >= 0:
-			t.Errorf("writers %d and %d both won", winner, i)
-		case err == nil:
-			winner = i
-		case !errors.Is(err, errdefs.ErrConflict):
-			t.Errorf("writer %d: got error %v; want nil or ErrConflict", i, err)
+	winner, stored := raceUpdates(t, s, snapshotKind, sn, 16, func(i int, u *store.Snapshot) {
+		if i%2 == 0 {
+			u.State = store.SnapshotComplete
+		} else {
+			u.State = store.SnapshotFailed
 		}
-	}
-	if winner < 0 {
-		t.Fatalf("no writer won")
-	}
-	stored, err := s.GetSnapshot(ctx, a.ID, sn.ID)
-	wantErr(t, "GetSnapshot", err, nil)
+		u.Reason = fmt.Sprintf("writer %d", i)
+	})
 	if stored.Version != sn.Version+1 || stored.Reason != fmt.Sprintf("writer %d", winner) {
 		t.Errorf("stored = version %d, reason %q; want version %d from writer %d", stored.Version, stored.Reason, sn.Version+1, winner)
 	}
@@ -512,44 +434,13 @@ func testSnapshotListByState(t *testing.T, s store.Store) {
 		}
 		all = append(all, sn)
 	}
-	oldestFirst := func(sns []store.Snapshot) []store.Snapshot {
-		sns = slices.Clone(sns)
-		slices.SortFunc(sns, func(x, y store.Snapshot) int {
-			if c := x.CreatedAt.Compare(y.CreatedAt); c != 0 {
-				return c
-			}
-			return strings.Compare(x.ID, y.ID)
-		})
-		return sns
-	}
-	for _, states := range [][]store.SnapshotState{
+	checkByState(t, s, snapshotKind, all, [][]store.SnapshotState{
 		nil,
 		{store.SnapshotWriting},
 		{store.SnapshotUploading},
 		{store.SnapshotWriting, store.SnapshotUploading}, // what crash recovery looks for
 		{store.SnapshotComplete, store.SnapshotFailed},
-	} {
-		var want []store.Snapshot
-		for _, sn := range all {
-			if len(states) == 0 || slices.Contains(states, sn.State) {
-				want = append(want, sn)
-			}
-		}
-		got, err := s.ListSnapshotsByState(ctx, states, 0)
-		wantErr(t, fmt.Sprintf("ListSnapshotsByState(%v)", states), err, nil)
-		if diff := cmp.Diff(oldestFirst(want), got, cmpOpts...); diff != "" {
-			t.Errorf("ListSnapshotsByState(%v) (-want +got):\n%s", states, diff)
-		}
-		got, err = s.ListSnapshotsByState(ctx, states, 2)
-		wantErr(t, fmt.Sprintf("ListSnapshotsByState(%v, 2)", states), err, nil)
-		if diff := cmp.Diff(snapshotIDs(oldestFirst(want))[:min(2, len(want))], snapshotIDs(got)); diff != "" {
-			t.Errorf("ListSnapshotsByState(%v, 2) IDs (-want +got):\n%s", states, diff)
-		}
-	}
-	_, err := s.ListSnapshotsByState(ctx, []store.SnapshotState{"deleted"}, 0)
-	wantErr(t, "ListSnapshotsByState(unknown state)", err, errdefs.ErrInvalidArgument)
-	_, err = s.ListSnapshotsByState(ctx, nil, -1)
-	wantErr(t, "ListSnapshotsByState(negative limit)", err, errdefs.ErrInvalidArgument)
+	}, func(sn store.Snapshot) (time.Time, string) { return sn.CreatedAt, sn.ID }, true, "deleted")
 }
 
 // testSnapshotUploading checks the uploading state: reached from writing, left for complete or failed,
@@ -661,12 +552,12 @@ func testSnapshotUploading(t *testing.T, s store.Store) {
 
 	// It lists by state, alone or with others, in the tenant and across tenants.
 	items := listAllSnapshots(t, s, a.ID, store.SnapshotFilter{States: []store.SnapshotState{store.SnapshotUploading}})
-	if diff := cmp.Diff([]string{uploaded.ID}, snapshotIDs(items)); diff != "" {
+	if diff := cmp.Diff([]string{uploaded.ID}, snapshotKind.ids(items)); diff != "" {
 		t.Errorf("ListSnapshots(uploading) IDs (-want +got):\n%s", diff)
 	}
 	byState, err := s.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotUploading}, 0)
 	wantErr(t, "ListSnapshotsByState(uploading)", err, nil)
-	if diff := cmp.Diff([]string{uploaded.ID}, snapshotIDs(byState)); diff != "" {
+	if diff := cmp.Diff([]string{uploaded.ID}, snapshotKind.ids(byState)); diff != "" {
 		t.Errorf("ListSnapshotsByState(uploading) IDs (-want +got):\n%s", diff)
 	}
 }
@@ -704,7 +595,7 @@ func testSnapshotDelete(t *testing.T, s store.Store) {
 	// A writing snapshot may be deleted (crash recovery), and the session goes on.
 	wantErr(t, "DeleteSnapshot(writing)", s.DeleteSnapshot(ctx, a.ID, child.ID), nil)
 	if items := listAllSnapshots(t, s, a.ID, store.SnapshotFilter{SessionID: se.ID}); len(items) != 0 {
-		t.Errorf("session still lists snapshots %v", snapshotIDs(items))
+		t.Errorf("session still lists snapshots %v", snapshotKind.ids(items))
 	}
 	// The ID is free again.
 	mustSnapshot(t, s, store.Snapshot{ID: head.ID, TenantID: a.ID, SessionID: se.ID})
@@ -725,15 +616,6 @@ func mustSnapshot(t *testing.T, s store.Store, sn store.Snapshot) store.Snapshot
 	return got
 }
 
-// snapshotIDs returns the IDs of sns, in order.
-func snapshotIDs(sns []store.Snapshot) []string {
-	out := make([]string, len(sns))
-	for i, sn := range sns {
-		out[i] = sn.ID
-	}
-	return out
-}
-
 // listAllSnapshots pages through ListSnapshots with f and returns every item.
 func listAllSnapshots(t *testing.T, s store.Store, tenantID string, f store.SnapshotFilter) []store.Snapshot {
 	t.Helper()
@@ -747,10 +629,5 @@ func listAllSnapshots(t *testing.T, s store.Store, tenantID string, f store.Snap
 // checkSnapshotUTC fails t if any time of sn is not in UTC.
 func checkSnapshotUTC(t *testing.T, sn store.Snapshot) {
 	t.Helper()
-	if sn.CreatedAt.Location() != time.UTC {
-		t.Errorf("snapshot %s: CreatedAt location = %v; want UTC", sn.ID, sn.CreatedAt.Location())
-	}
-	if sn.CompletedAt != nil && sn.CompletedAt.Location() != time.UTC {
-		t.Errorf("snapshot %s: CompletedAt location = %v; want UTC", sn.ID, sn.CompletedAt.Location())
-	}
+	checkTimesUTC(t, "snapshot "+sn.ID, map[string]*time.Time{"CreatedAt": &sn.CreatedAt, "CompletedAt": sn.CompletedAt})
 }

@@ -242,7 +242,7 @@ func testDriver(t *testing.T, id string) (*Driver, *fakeFirecracker, *fakeGuest,
 	d := &Driver{cfg: Config{StateDir: state, ChrootBase: filepath.Join(state, "jail"), Firecracker: "/usr/bin/firecracker",
 		Jailer: "/usr/bin/jailer", CgroupParent: "/airlock-test-fc", UIDBase: DefaultUIDBase},
 		log:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-		uids: vm.UIDs{Dir: filepath.Join(state, "uids"), Base: DefaultUIDBase}, consoles: map[string]*ring{}, ctls: map[string]*vm.Control{}}
+		uids: vm.UIDs{Dir: filepath.Join(state, "uids"), Base: DefaultUIDBase}, consoles: map[string]*ring{}}
 	for _, p := range []string{d.uids.Dir, d.dir(id)} {
 		if err := os.MkdirAll(p, 0o700); err != nil {
 			t.Fatal(err)
@@ -324,7 +324,7 @@ func TestCheckpoint(t *testing.T) {
 	if got := f.took(); len(got) != 2 || got[1].Path != "/snapshot/create" {
 		t.Fatalf("a pausing checkpoint made %v; want pause and snapshot only", got)
 	}
-	if _, err := os.Stat(filepath.Join(d.dir("fc1"), pausedFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(d.dir("fc1"), vm.PausedFile)); err != nil {
 		t.Fatalf("not marked paused: %v", err)
 	}
 	if err := d.Unpause(ctx, "fc1"); err != nil {
@@ -357,7 +357,7 @@ func TestCheckpointFails(t *testing.T) {
 	if len(got) != 3 || got[2] != (call{"PATCH", "/vm", `{"state":"Resumed"}`}) {
 		t.Fatalf("calls %v; want pause, snapshot, resume", got)
 	}
-	if _, err := os.Stat(filepath.Join(d.dir("fc2"), pausedFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(d.dir("fc2"), vm.PausedFile)); err == nil {
 		t.Fatal("a failed checkpoint marked the VM paused")
 	}
 }

@@ -205,7 +205,7 @@ func TestBootWithFakeJailer(t *testing.T) {
 	d := &Driver{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), kernel: k, vmlinux: vmlinux,
 		images:   &vm.RootImages{Dir: filepath.Join(state, "images")},
 		uids:     vm.UIDs{Dir: filepath.Join(state, "uids"), Base: cfg.UIDBase},
-		consoles: map[string]*ring{}, ctls: map[string]*vm.Control{}}
+		consoles: map[string]*ring{}}
 	for _, p := range []string{d.uids.Dir, filepath.Join(state, "sandboxes"), cfg.ChrootBase} {
 		os.MkdirAll(p, 0o700)
 	}

@@ -2,7 +2,6 @@ package firecracker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/runtime"
-	"github.com/airlockrun/airlock/internal/runtime/sandboxdir"
 	"github.com/airlockrun/airlock/internal/runtime/vm"
 )
 
@@ -29,7 +27,7 @@ const (
 	ImageFile  = "firecracker.json" // what the machine was: imageRecord
 	StateFile  = "vmstate"          // Firecracker's VM state
 	MemoryFile = "memory"           // the guest's memory
-	DiskFile   = "disk.img"         // the writable disk, sparse
+	DiskFile   = vm.DiskFile        // the writable disk, sparse
 )
 
 // imageRecord is the machine a VM was booted with, and that a checkpoint was made of.
@@ -43,72 +41,53 @@ type imageRecord struct {
 	Root string `json:"root"`
 }
 
-// pausedFile marks a VM a checkpoint left paused.
-const pausedFile = "paused"
-
 // Checkpoint pauses the guest, has Firecracker write its snapshot, moves it into imageDir with a copy of
 // the disk, and lets the guest run on with opts.LeaveRunning (then wakes its daemon); otherwise it
 // stays paused until Unpause or Destroy. See runtime.Checkpointer.
 func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runtime.CheckpointOptions) error {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return fmt.Errorf("firecracker: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	if err := vm.CheckID("firecracker", id); err != nil {
+		return err
 	}
 	dir := d.dir(id)
 	var rec imageRecord
-	if err := vm.ReadJSON(filepath.Join(dir, "machine.json"), &rec); err != nil {
+	if err := vm.ReadJSON(filepath.Join(dir, vm.RecordFile), &rec); err != nil {
 		return fmt.Errorf("firecracker: checkpoint %s: %w", id, err)
 	}
 	j, ok := d.jailOf(id)
 	if !ok {
 		return fmt.Errorf("firecracker: sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
-	if err := os.MkdirAll(imageDir, 0o700); err != nil {
-		return err
-	}
-	start := time.Now()
-	a := d.api(j)
-	if err := a.pause(ctx); err != nil {
-		return fmt.Errorf("firecracker: checkpoint %s: %w", id, err)
-	}
-	resume := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := a.resume(rctx); err != nil {
-			d.log.Warn("resume after a failed checkpoint", "sandbox", id, "err", err)
-		}
-	}
-	if err := writeSnapshot(ctx, a, j, imageDir); err != nil {
-		resume()
-		return fmt.Errorf("firecracker: checkpoint %s: %w", id, err)
-	}
-	tMem := time.Since(start)
-	if err := vm.CopySparse(filepath.Join(dir, "disk.img"), filepath.Join(imageDir, DiskFile)); err != nil {
-		resume()
-		return fmt.Errorf("firecracker: checkpoint %s: disk: %w", id, err)
-	}
-	if err := vm.WriteJSON(filepath.Join(imageDir, ImageFile), rec); err != nil {
-		resume()
-		return err
-	}
-	if err := sandboxdir.SyncTree(imageDir); err != nil {
-		resume()
-		return fmt.Errorf("firecracker: checkpoint %s: %w", id, err)
-	}
-	tDisk := time.Since(start) - tMem
-	if !opts.LeaveRunning {
-		if err := os.WriteFile(filepath.Join(dir, pausedFile), nil, 0o600); err != nil {
-			return err
-		}
-		d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "disk", tDisk)
-		return nil
-	}
-	if err := a.resume(ctx); err != nil {
-		return fmt.Errorf("firecracker: checkpoint %s: %w", id, err)
-	}
-	d.wakeSoon(ctx, id)
-	d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "disk", tDisk, "resume", time.Since(start)-tMem-tDisk)
-	return nil
+	cp := vm.Checkpoint{Driver: "firecracker", ID: id, Dir: dir, ImageDir: imageDir, ImageFile: ImageFile, Record: rec,
+		LeaveRunning: opts.LeaveRunning, Log: d.log}
+	return cp.Take(ctx, &snapshotter{d: d, id: id, j: j, a: d.api(j)})
 }
+
+// snapshotter is Firecracker's part of a checkpoint: over its API, a snapshot of the paused VM,
+// written into its jail and moved out.
+type snapshotter struct {
+	d  *Driver
+	id string
+	j  jail
+	a  *api
+}
+
+func (s *snapshotter) Stop(ctx context.Context) error { return s.a.pause(ctx) }
+
+func (s *snapshotter) Save(ctx context.Context, imageDir string) error {
+	return writeSnapshot(ctx, s.a, s.j, imageDir)
+}
+
+func (s *snapshotter) Recover(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := s.a.resume(rctx); err != nil {
+		s.d.log.Warn("resume after a failed checkpoint", "sandbox", s.id, "err", err)
+	}
+}
+
+func (s *snapshotter) Resume(ctx context.Context) error { return s.a.resume(ctx) }
+
+func (s *snapshotter) Wake(ctx context.Context) { s.d.wakeSoon(ctx, s.id) }
 
 // writeSnapshot has the paused Firecracker of jail j write its snapshot into the jail and moves it
 // into imageDir.
@@ -132,12 +111,7 @@ func writeSnapshot(ctx context.Context, a *api, j jail, imageDir string) error {
 func (d *Driver) wakeSoon(ctx context.Context, id string) {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	d.mu.Lock()
-	if c := d.ctls[id]; c != nil {
-		c.Close()
-		delete(d.ctls, id)
-	}
-	d.mu.Unlock()
+	d.ctls.Drop(id)
 	if err := d.tell(wctx, id, proto.VMControl{Wake: true, UnixNano: time.Now().UnixNano()}, false); err != nil {
 		d.log.Warn("the guest did not confirm its wake", "sandbox", id, "err", err)
 	}
@@ -145,8 +119,8 @@ func (d *Driver) wakeSoon(ctx context.Context, id string) {
 
 // Unpause lets a VM a checkpoint left paused run again and wakes its daemon. See runtime.Pauser.
 func (d *Driver) Unpause(ctx context.Context, id string) error {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return fmt.Errorf("firecracker: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	if err := vm.CheckID("firecracker", id); err != nil {
+		return err
 	}
 	j, ok := d.jailOf(id)
 	if !ok {
@@ -155,7 +129,7 @@ func (d *Driver) Unpause(ctx context.Context, id string) error {
 	if err := d.api(j).resume(ctx); err != nil {
 		return fmt.Errorf("firecracker: unpause %s: %w", id, err)
 	}
-	os.Remove(filepath.Join(d.dir(id), pausedFile))
+	os.Remove(filepath.Join(d.dir(id), vm.PausedFile))
 	d.wakeSoon(ctx, id)
 	return nil
 }
@@ -165,12 +139,8 @@ func (d *Driver) Unpause(ctx context.Context, id string) error {
 // vCPUs are the image's, whatever spec.Limits say of them. See runtime.Restorer.
 func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string) (runtime.Sandbox, error) {
 	var rec imageRecord
-	err := vm.ReadJSON(filepath.Join(imageDir, ImageFile), &rec)
-	if err == nil && rec.Driver != d.Name() {
-		err = errors.New("not made by the firecracker driver")
-	}
-	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("firecracker: restore %s: image %s: %v: %w", spec.ID, imageDir, err, errdefs.ErrInvalidArgument)
+	if err := vm.ReadImage("firecracker", spec.ID, imageDir, ImageFile, d.Name(), &rec); err != nil {
+		return runtime.Sandbox{}, err
 	}
 	return d.boot(ctx, spec, &restoreFrom{dir: imageDir, rec: rec})
 }

@@ -35,7 +35,6 @@ package firecracker
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,14 +43,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlockrun/airlock/internal/cleanup"
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/runtime"
@@ -101,8 +98,7 @@ type Driver struct {
 	consoleMu sync.Mutex
 	consoles  map[string]*ring // guarded by consoleMu: the end of each VM's console, while the node runs it
 
-	mu   sync.Mutex
-	ctls map[string]*vm.Control // guarded by mu: the control connections of the VMs
+	ctls vm.Controls // the control connections of the VMs
 }
 
 var (
@@ -171,29 +167,14 @@ func ProbeKVM(ctx context.Context, firecracker, vmlinux string) bool {
 // New returns a driver. It finds Firecracker, the jailer and the guest kernel (extracting its vmlinux)
 // and probes KVM; where Firecracker cannot run VMs it says why.
 func New(cfg Config) (*Driver, error) {
-	if cfg.StateDir == "" || cfg.DaemonBinary == "" {
-		return nil, fmt.Errorf("firecracker: StateDir and DaemonBinary are required: %w", errdefs.ErrInvalidArgument)
+	hc := vm.HostConfig{StateDir: cfg.StateDir, DaemonBinary: cfg.DaemonBinary, CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, Logger: cfg.Logger}
+	if err := hc.Complete("firecracker", "/airlock-fc", DefaultUIDBase); err != nil {
+		return nil, err
 	}
+	cfg.StateDir, cfg.CgroupParent, cfg.UIDBase, cfg.Logger = hc.StateDir, hc.CgroupParent, hc.UIDBase, hc.Logger
 	if err := findBinaries(&cfg); err != nil {
 		return nil, fmt.Errorf("firecracker: cannot run VMs here: %w", err)
 	}
-	if cfg.CgroupParent == "" {
-		cfg.CgroupParent = "/airlock-fc"
-	}
-	if cfg.UIDBase == 0 {
-		cfg.UIDBase = DefaultUIDBase
-	}
-	if cfg.UIDBase < 1<<16 || cfg.UIDBase > 1<<31-vm.UIDCount {
-		return nil, fmt.Errorf("firecracker: UIDBase %d is not a range of its own: %w", cfg.UIDBase, errdefs.ErrInvalidArgument)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	abs, err := filepath.Abs(cfg.StateDir)
-	if err != nil {
-		return nil, fmt.Errorf("firecracker: %w", err)
-	}
-	cfg.StateDir = abs
 	if cfg.ChrootBase == "" {
 		cfg.ChrootBase = filepath.Join(cfg.StateDir, "jail")
 	}
@@ -201,10 +182,8 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("firecracker: %w", err)
 	}
-	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "sandboxes"), filepath.Join(cfg.StateDir, "uids"), cfg.ChrootBase} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("firecracker: %w", err)
-		}
+	if err := hc.MakeDirs("firecracker", cfg.ChrootBase); err != nil {
+		return nil, err
 	}
 	ctx := context.Background()
 	vmlinux, err := Vmlinux(ctx, k.Image, filepath.Join(cfg.StateDir, "kernel"))
@@ -217,7 +196,7 @@ func New(cfg Config) (*Driver, error) {
 	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", "firecracker"), kernel: k, vmlinux: vmlinux,
 		images:   &vm.RootImages{Dir: filepath.Join(cfg.StateDir, "images")},
 		uids:     vm.UIDs{Dir: filepath.Join(cfg.StateDir, "uids"), Base: cfg.UIDBase},
-		consoles: map[string]*ring{}, ctls: map[string]*vm.Control{}}
+		consoles: map[string]*ring{}}
 	d.log.Info("firecracker microvm driver", "firecracker", cfg.Firecracker, "kernel", k.Release)
 	return d, nil
 }
@@ -258,130 +237,116 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 
 // boot boots spec as a VM: a new one, or one restored from an image. On error nothing is left.
 func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom) (runtime.Sandbox, error) {
-	if err := vm.CheckSpec("firecracker", spec); err != nil {
+	b, err := vm.BeginBoot(ctx, "firecracker", spec, d.dir(spec.ID), d.log, d.Destroy)
+	if err != nil {
 		return runtime.Sandbox{}, err
 	}
-	spec.Limits = spec.Limits.WithDefaults()
-	dir := d.dir(spec.ID)
-	if err := vm.MakeSandboxDir("firecracker", dir, spec.ID); err != nil {
-		return runtime.Sandbox{}, err
-	}
-	c := cleanup.Make(func() {
-		if err := d.Destroy(context.WithoutCancel(ctx), spec.ID); err != nil {
-			d.log.Warn("undo half-created sandbox", "sandbox", spec.ID, "err", err)
-		}
-	})
-	defer c.Clean()
-	fail := func(what string, err error) (runtime.Sandbox, error) {
-		return runtime.Sandbox{}, fmt.Errorf("firecracker: sandbox %s %s: %w", spec.ID, what, err)
-	}
-	t0 := time.Now()
+	defer b.Close()
 	root, err := d.images.Image(ctx, spec.RootFS)
 	if err != nil {
-		return fail("template image", err)
+		return runtime.Sandbox{}, b.Fail("template image", err)
 	}
-	rec := imageRecord{Driver: d.Name(), MemoryMiB: spec.Limits.MemoryBytes >> 20,
-		CPUs: int((spec.Limits.CPUMillis + 999) / 1000), MAC: vm.RandomMAC(), Root: filepath.Base(root)}
-	if rec.CPUs > 32 {
-		rec.CPUs = 32 // Firecracker's most
-	}
-	disk := filepath.Join(dir, "disk.img")
+	rec := imageRecord{Driver: d.Name(), MAC: vm.RandomMAC(), Root: filepath.Base(root)}
+	rec.MemoryMiB, rec.CPUs = b.Machine()
+	rec.CPUs = min(rec.CPUs, maxCPUs)
 	var initramfs, snapState, snapMem string
 	if from == nil {
-		if initramfs, err = vm.Initramfs(filepath.Join(d.cfg.StateDir, "initramfs"), d.kernel, spec.InitBinary); err != nil {
-			return fail("initramfs", err)
-		}
-		if err := vm.MakeDisk(ctx, disk, spec.Limits.DiskBytes); err != nil {
-			return fail("disk", err)
+		if initramfs, err = b.NewDisk(ctx, filepath.Join(d.cfg.StateDir, "initramfs"), d.kernel); err != nil {
+			return runtime.Sandbox{}, err
 		}
 	} else {
-		// The machine is the image's: its RAM, vCPUs and MAC are in the snapshot.
-		r := from.rec
-		if r.MemoryMiB <= 0 || r.MemoryMiB > 1<<20 || r.CPUs <= 0 || r.CPUs > 32 {
-			return fail("restore", fmt.Errorf("the image's machine (%d MiB, %d vCPUs) is out of range: %w", r.MemoryMiB, r.CPUs, errdefs.ErrInvalidArgument))
-		}
-		if r.Root != rec.Root {
-			return fail("restore", fmt.Errorf("the image's VM had the template image %s, this template's is %s: %w", r.Root, rec.Root, errdefs.ErrFailedPrecondition))
-		}
-		rec.MemoryMiB, rec.CPUs, rec.MAC, rec.Network = r.MemoryMiB, r.CPUs, r.MAC, r.Network
-		spec.Limits.MemoryBytes = r.MemoryMiB << 20
-		spec.Limits.CPUMillis = min(spec.Limits.CPUMillis, int64(r.CPUs)*1000)
-		if err := vm.CopySparse(filepath.Join(from.dir, DiskFile), disk); err != nil {
-			return fail("disk", err)
+		if err := restoreMachine(b, from, &rec); err != nil {
+			return runtime.Sandbox{}, err
 		}
 		snapState, snapMem = filepath.Join(from.dir, StateFile), filepath.Join(from.dir, MemoryFile)
 	}
-	uid, err := d.uids.Take(spec.ID, dir)
+	uid, err := d.uids.Take(spec.ID, b.Dir)
 	if err != nil {
-		return fail("uid", err)
+		return runtime.Sandbox{}, b.Fail("uid", err)
 	}
 	j := newJail(d.cfg.ChrootBase, d.cfg.Firecracker, d.cfg.UIDBase, uid-d.cfg.UIDBase)
-	if err := j.build(layout(d.vmlinux, initramfs, root, disk, snapState, snapMem)); err != nil {
-		return fail("jail", err)
+	if err := j.build(layout(d.vmlinux, initramfs, root, b.Disk, snapState, snapMem)); err != nil {
+		return runtime.Sandbox{}, b.Fail("jail", err)
 	}
-	key := make([]byte, proto.LinkKeySize)
-	rand.Read(key)
-	if err := os.WriteFile(filepath.Join(dir, "key"), key, 0o600); err != nil {
-		return fail("key", err)
+	key, err := b.MakeKey()
+	if err != nil {
+		return runtime.Sandbox{}, err
 	}
 	addr, tap, err := vm.WireNetwork(spec.NetNS, uid)
 	if err != nil {
-		return fail("network", err)
+		return runtime.Sandbox{}, b.Fail("network", err)
 	}
 	if tap != nil {
 		tap.Close() // persistent: Firecracker opens it by name
 	}
 	if from == nil {
 		rec.Network = addr.IsValid()
-	} else if rec.Network != addr.IsValid() {
-		return fail("restore", fmt.Errorf("the image's machine had a network device %t, this one %t: %w", rec.Network, addr.IsValid(), errdefs.ErrFailedPrecondition))
+	} else if err := b.CheckNetwork(rec.Network, addr.IsValid()); err != nil {
+		return runtime.Sandbox{}, err
 	}
-	if err := vm.WriteJSON(filepath.Join(dir, "machine.json"), rec); err != nil {
-		return fail("record", err)
+	if err := b.Record(rec); err != nil {
+		return runtime.Sandbox{}, err
 	}
-	tPrep := time.Since(t0)
-	pid, done, err := d.start(spec, j, limits{CPUMillis: spec.Limits.CPUMillis, MemoryBytes: spec.Limits.MemoryBytes})
+	v, err := d.start(b.Spec, j, limits{CPUMillis: b.Spec.Limits.CPUMillis, MemoryBytes: b.Spec.Limits.MemoryBytes})
 	if err != nil {
-		return fail("start", err)
+		return runtime.Sandbox{}, b.Fail("start", err)
 	}
-	a := d.api(j)
 	bctx, cancel := context.WithTimeout(ctx, BootTimeout)
 	defer cancel()
-	if err := waitAPI(bctx, a, done); err != nil {
-		return fail("api", fmt.Errorf("%w: %s", err, d.console(spec.ID)))
+	if err := d.startMachine(bctx, b, j, v.Done, rec, from != nil); err != nil {
+		return runtime.Sandbox{}, err
+	}
+	id := vm.Identity(spec, key, addr)
+	listening := from == nil
+	if listening {
+		id.Argv, id.Env, id.Processes = spec.Init, spec.Env, b.Spec.Limits.Processes
+	} else {
+		id.Wake = true
+	}
+	if err := vm.AwaitGuest(v.Done, "Firecracker", func() error { return d.tell(bctx, spec.ID, id, listening) }); err != nil {
+		return runtime.Sandbox{}, b.Fail("did not boot", fmt.Errorf("%w: %s", err, d.console(spec.ID)))
+	}
+	return b.Up(v.PID, from != nil), nil
+}
+
+// maxCPUs is the most vCPUs Firecracker gives a machine.
+const maxCPUs = 32
+
+// restoreMachine makes rec the machine of the image a boot restores, over a copy of its disk: the
+// image's RAM, vCPUs and MAC are in the snapshot, and its template image must be this one's.
+func restoreMachine(b *vm.Boot, from *restoreFrom, rec *imageRecord) error {
+	r := from.rec
+	if err := b.Restored(r.MemoryMiB, r.CPUs, maxCPUs); err != nil {
+		return err
+	}
+	if r.Root != rec.Root {
+		return b.Fail("restore", fmt.Errorf("the image's VM had the template image %s, this template's is %s: %w", r.Root, rec.Root, errdefs.ErrFailedPrecondition))
+	}
+	rec.MemoryMiB, rec.CPUs, rec.MAC, rec.Network = r.MemoryMiB, r.CPUs, r.MAC, r.Network
+	return b.CopyDisk(from.dir)
+}
+
+// startMachine waits for the API of the Firecracker in jail j (until it exits: done closes), then
+// configures and starts the machine of rec, or loads into it the snapshot a boot restores.
+func (d *Driver) startMachine(ctx context.Context, b *vm.Boot, j jail, done <-chan struct{}, rec imageRecord, restore bool) error {
+	a := d.api(j)
+	if err := waitAPI(ctx, a, done); err != nil {
+		return b.Fail("api", fmt.Errorf("%w: %s", err, d.console(b.Spec.ID)))
 	}
 	m := machine{MemoryMiB: rec.MemoryMiB, CPUs: rec.CPUs, BootArgs: bootArgs}
 	if rec.Network {
 		m.MAC = rec.MAC
 	}
-	if from == nil {
-		err = a.configure(bctx, m)
+	var err error
+	if restore {
+		err = a.load(ctx)
 	} else {
-		err = a.load(bctx)
+		err = a.configure(ctx, m)
 	}
 	if err != nil {
-		return fail("boot", fmt.Errorf("%w: %s", err, d.console(spec.ID)))
+		return b.Fail("boot", fmt.Errorf("%w: %s", err, d.console(b.Spec.ID)))
 	}
-	id := vm.Identity(spec, key, addr)
-	waitErr := make(chan error, 1)
-	if from == nil {
-		id.Argv, id.Env, id.Processes = spec.Init, spec.Env, spec.Limits.Processes
-		go func() { waitErr <- d.tell(bctx, spec.ID, id, true) }() // owner: boot; ends with bctx
-	} else {
-		id.Wake = true
-		go func() { waitErr <- d.tell(bctx, spec.ID, id, false) }() // owner: boot; ends with bctx
-	}
-	select {
-	case err = <-waitErr:
-	case <-done:
-		err = errors.New("Firecracker exited")
-	}
-	if err != nil {
-		return fail("did not boot", fmt.Errorf("%w: %s", err, d.console(spec.ID)))
-	}
-	c.Release()
-	d.log.Debug("vm up", "sandbox", spec.ID, "restored", from != nil, "prepare", tPrep, "boot", time.Since(t0)-tPrep)
-	return runtime.Sandbox{ID: spec.ID, PID: pid, CreatedAt: time.Now()}, nil
+	return nil
 }
 
 // api returns a client of the API of the Firecracker in jail j.
@@ -407,9 +372,8 @@ func waitAPI(ctx context.Context, a *api, done <-chan struct{}) error {
 	}
 }
 
-// start starts the jailer, which starts Firecracker in jail j with limits l, and returns its PID and a
-// channel closed when it exits.
-func (d *Driver) start(spec runtime.Spec, j jail, l limits) (int, <-chan struct{}, error) {
+// start starts the jailer, which starts Firecracker in jail j with limits l.
+func (d *Driver) start(spec runtime.Spec, j jail, l limits) (*vm.VMM, error) {
 	cons := newRing(consoleSize)
 	d.consoleMu.Lock()
 	d.consoles[spec.ID] = cons
@@ -426,21 +390,11 @@ func (d *Driver) start(spec runtime.Spec, j jail, l limits) (int, <-chan struct{
 		// stops them through their cgroups if the node is gone for good.
 		Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 	}
-	if err := cmd.Start(); err != nil {
-		return 0, nil, fmt.Errorf("start the jailer: %w", err)
+	v, err := vm.StartVMM(cmd, d.dir(spec.ID))
+	if err != nil {
+		return nil, fmt.Errorf("start the jailer: %w", err)
 	}
-	pid := cmd.Process.Pid
-	done := make(chan struct{})
-	go func() { // owner: the VM; reaps Firecracker when it exits
-		cmd.Wait()
-		close(done)
-	}()
-	if err := os.WriteFile(filepath.Join(d.dir(spec.ID), "pid"), []byte(strconv.Itoa(pid)), 0o600); err != nil {
-		_ = cmd.Process.Kill()
-		<-done
-		return 0, nil, err
-	}
-	return pid, done, nil
+	return v, nil
 }
 
 // consoleSize is how much of a VM's console the node keeps.
@@ -507,15 +461,9 @@ func (d *Driver) dialVsock(ctx context.Context, id string, port uint32) (net.Con
 // control returns the VM's control connection, dialling it if the driver has none (after a restart,
 // or after a snapshot reset the VM's vsock connections); fresh drops the one it has first.
 func (d *Driver) control(ctx context.Context, id string, fresh bool) (*vm.Control, error) {
-	d.mu.Lock()
-	c := d.ctls[id]
-	if fresh && c != nil {
-		c.Close()
-		delete(d.ctls, id)
-		c = nil
-	}
-	d.mu.Unlock()
-	if c != nil {
+	if fresh {
+		d.ctls.Drop(id)
+	} else if c := d.ctls.Get(id); c != nil {
 		return c, nil
 	}
 	// Until the guest's init listens, Firecracker closes the connection: try again.
@@ -534,10 +482,8 @@ func (d *Driver) control(ctx context.Context, id string, fresh bool) (*vm.Contro
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	c = vm.NewControl(conn)
-	d.mu.Lock()
-	d.ctls[id] = c
-	d.mu.Unlock()
+	c := vm.NewControl(conn)
+	d.ctls.Put(id, c)
 	return c, nil
 }
 
@@ -568,28 +514,17 @@ func (d *Driver) tell(ctx context.Context, id string, m proto.VMControl, listeni
 
 // Status reports whether the VM runs. See runtime.Driver.
 func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return runtime.Status{}, fmt.Errorf("firecracker: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
-	}
-	if _, err := os.Stat(d.dir(id)); err != nil {
-		return runtime.Status{}, fmt.Errorf("firecracker: sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	if _, ok := d.alive(id); ok {
-		_, err := os.Stat(filepath.Join(d.dir(id), pausedFile))
-		return runtime.Status{Running: true, Paused: err == nil}, nil
-	}
-	r := "the VM stopped"
-	if j, ok := d.jailOf(id); ok {
-		if s := sandboxdir.StopReason(d.cgroupPath(j)); s != "sandbox exited" {
-			r = s
+	return vm.Status("firecracker", id, d.dir(id), func() bool { _, ok := d.alive(id); return ok }, func() string {
+		if j, ok := d.jailOf(id); ok {
+			return vm.StopReason(d.cgroupPath(j))
 		}
-	}
-	return runtime.Status{Reason: r}, nil
+		return "the VM stopped"
+	})
 }
 
 // alive reports whether the Firecracker of sandbox id runs: its PID is in the VM's cgroup.
 func (d *Driver) alive(id string) (int, bool) {
-	pid, err := sandboxdir.ReadPID(filepath.Join(d.dir(id), "pid"))
+	pid, err := sandboxdir.ReadPID(filepath.Join(d.dir(id), vm.PIDFile))
 	if err != nil {
 		return 0, false
 	}
@@ -597,16 +532,7 @@ func (d *Driver) alive(id string) (int, bool) {
 	if !ok {
 		return pid, false
 	}
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", d.cgroupPath(j), "cgroup.procs"))
-	if err != nil {
-		return pid, false
-	}
-	for _, f := range strings.Fields(string(b)) {
-		if f == strconv.Itoa(pid) {
-			return pid, true
-		}
-	}
-	return pid, false
+	return pid, sandboxdir.InCgroup(d.cgroupPath(j), pid)
 }
 
 // Wait blocks until Firecracker exits. See runtime.Driver.
@@ -622,37 +548,19 @@ func (d *Driver) Wait(ctx context.Context, id string) (runtime.Status, error) {
 // Destroy kills Firecracker and removes everything of the VM: its cgroups, its jail, its directory.
 // The tap goes with the sandbox's network namespace. See runtime.Driver.
 func (d *Driver) Destroy(ctx context.Context, id string) error {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return fmt.Errorf("firecracker: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	if err := vm.CheckID("firecracker", id); err != nil {
+		return err
 	}
-	d.mu.Lock()
-	if c := d.ctls[id]; c != nil {
-		c.Close()
-		delete(d.ctls, id)
-	}
-	d.mu.Unlock()
+	d.ctls.Drop(id)
 	var errs []error
 	j, hasJail := d.jailOf(id)
 	if hasJail {
-		procs := filepath.Join("/sys/fs/cgroup/pids", d.cgroupPath(j), "cgroup.procs")
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			b, err := os.ReadFile(procs)
-			if err != nil || len(strings.Fields(string(b))) == 0 {
-				break
-			}
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					_ = unix.Kill(pid, unix.SIGKILL)
-				}
-			}
-			if time.Now().After(deadline) {
-				errs = append(errs, fmt.Errorf("processes of %s do not die", id))
-				break
-			}
+		if err := sandboxdir.KillCgroup(d.cgroupPath(j), id); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	// A jailer started but not yet in its cgroups.
-	if pid, err := sandboxdir.ReadPID(filepath.Join(d.dir(id), "pid")); err == nil && processIs(pid, d.cfg.Jailer, d.cfg.Firecracker, j.ID) {
+	if pid, err := sandboxdir.ReadPID(filepath.Join(d.dir(id), vm.PIDFile)); err == nil && processIs(pid, d.cfg.Jailer, d.cfg.Firecracker, j.ID) {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		_ = sandboxdir.WaitPID(ctx, pid)
 	}
@@ -689,39 +597,24 @@ func processIs(pid int, jailer, firecracker, jailID string) bool {
 
 // List reports the sandboxes with a directory on this host. See runtime.Driver.
 func (d *Driver) List(ctx context.Context) ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "sandboxes"))
-	if err != nil {
-		return nil, fmt.Errorf("firecracker: %w", err)
-	}
-	var ids []string
-	for _, e := range ents {
-		if e.IsDir() && sandboxdir.IDPattern.MatchString(e.Name()) {
-			ids = append(ids, e.Name())
-		}
-	}
-	return ids, nil
+	return vm.ListSandboxes("firecracker", filepath.Join(d.cfg.StateDir, "sandboxes"))
 }
 
 // Close removes the empty cgroup parent. Call it after every sandbox was destroyed.
 func (d *Driver) Close() error {
-	for _, c := range []string{"cpu", "cpuacct", "memory", "pids"} {
-		_ = unix.Rmdir(filepath.Join("/sys/fs/cgroup", c, d.cfg.CgroupParent))
-	}
+	_ = sandboxdir.RemoveCgroups(d.cfg.CgroupParent)
 	return nil
 }
 
 // DialLink connects to the daemon over the VM's link port (vsock, through Firecracker's socket in the
 // jail) and reports its link key. See runtime.Driver.
 func (d *Driver) DialLink(ctx context.Context, id string) (net.Conn, []byte, error) {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return nil, nil, fmt.Errorf("firecracker: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	if err := vm.CheckID("firecracker", id); err != nil {
+		return nil, nil, err
 	}
-	key, err := os.ReadFile(filepath.Join(d.dir(id), "key"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("firecracker: sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
+	key, err := vm.ReadKey("firecracker", id, d.dir(id))
 	if err != nil {
-		return nil, nil, fmt.Errorf("firecracker: %w", err)
+		return nil, nil, err
 	}
 	conn, err := d.dialVsock(ctx, id, proto.VMLinkVsockPort)
 	if err != nil {
@@ -730,38 +623,35 @@ func (d *Driver) DialLink(ctx context.Context, id string) (net.Conn, []byte, err
 	return conn, key, nil
 }
 
-// CPUTime reads the CPU time of the VM's cgroup. See runtime.CPUMeter.
-func (d *Driver) CPUTime(ctx context.Context, id string) (time.Duration, error) {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return 0, fmt.Errorf("firecracker: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+// cgroupOf returns the cgroup of the VM of sandbox id: ErrInvalidArgument for a bad ID, ErrNotFound
+// without a jail.
+func (d *Driver) cgroupOf(id string) (string, error) {
+	if err := vm.CheckID("firecracker", id); err != nil {
+		return "", err
 	}
 	j, ok := d.jailOf(id)
 	if !ok {
-		return 0, fmt.Errorf("firecracker: sandbox %s: %w", id, errdefs.ErrNotFound)
+		return "", fmt.Errorf("firecracker: sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
-	return sandboxdir.CPUTime(d.cgroupPath(j))
+	return d.cgroupPath(j), nil
+}
+
+// CPUTime reads the CPU time of the VM's cgroup. See runtime.CPUMeter.
+func (d *Driver) CPUTime(ctx context.Context, id string) (time.Duration, error) {
+	cg, err := d.cgroupOf(id)
+	if err != nil {
+		return 0, err
+	}
+	return sandboxdir.CPUTime(cg)
 }
 
 // Stats reads the VM's CPU time and memory from its cgroup and its disk's use as the host counts the
 // disk image's allocated blocks. The memory limit reported is the guest's RAM. See
 // runtime.StatsReader.
 func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return runtime.Stats{}, fmt.Errorf("firecracker: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
-	}
-	j, ok := d.jailOf(id)
-	if !ok {
-		return runtime.Stats{}, fmt.Errorf("firecracker: sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	st, err := sandboxdir.CgroupStats(d.cgroupPath(j))
+	cg, err := d.cgroupOf(id)
 	if err != nil {
-		return st, fmt.Errorf("firecracker: sandbox %s: %w", id, err)
+		return runtime.Stats{}, err
 	}
-	st.MemoryLimit -= overhead
-	var s unix.Stat_t
-	if err := unix.Lstat(filepath.Join(d.dir(id), "disk.img"), &s); err != nil {
-		return st, fmt.Errorf("firecracker: sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	st.DiskUsed, st.DiskTotal = s.Blocks*512, s.Size
-	return st, nil
+	return vm.CgroupStats("firecracker", id, cg, d.dir(id), overhead)
 }

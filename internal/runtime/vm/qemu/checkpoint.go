@@ -2,7 +2,6 @@ package qemu
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/runtime"
-	"github.com/airlockrun/airlock/internal/runtime/sandboxdir"
 	"github.com/airlockrun/airlock/internal/runtime/vm"
 )
 
@@ -25,7 +23,7 @@ import (
 const (
 	ImageFile  = "qemu.json" // what the machine was: imageRecord
 	MemoryFile = "memory"    // the migration stream
-	DiskFile   = "disk.img"  // the writable disk, sparse
+	DiskFile   = vm.DiskFile // the writable disk, sparse
 )
 
 // imageRecord is the machine a checkpoint was made of: a restore must build the same one.
@@ -45,84 +43,69 @@ var (
 	_ runtime.Pauser       = (*Driver)(nil)
 )
 
-// pausedFile marks a VM a checkpoint left stopped.
-const pausedFile = "paused"
-
 // Checkpoint stops the guest, writes its memory and devices and its disk into imageDir, and lets it run
 // on with opts.LeaveRunning (then wakes its daemon); otherwise it stays stopped until Unpause or
 // Destroy. See runtime.Checkpointer.
 func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, opts runtime.CheckpointOptions) error {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return fmt.Errorf("qemu: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	if err := vm.CheckID("qemu", id); err != nil {
+		return err
 	}
 	dir := d.dir(id)
 	var rec imageRecord
-	if err := vm.ReadJSON(filepath.Join(dir, "machine.json"), &rec); err != nil {
+	if err := vm.ReadJSON(filepath.Join(dir, vm.RecordFile), &rec); err != nil {
 		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
 	}
-	if err := os.MkdirAll(imageDir, 0o700); err != nil {
-		return err
-	}
-	start := time.Now()
 	q, err := dialQMP(ctx, filepath.Join(dir, "qmp.sock"))
 	if err != nil {
 		return fmt.Errorf("qemu: checkpoint %s: monitor: %w", id, err)
 	}
 	defer q.Close()
-	if _, err := q.Execute(ctx, "stop", nil); err != nil {
-		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
-	}
-	resume := func() {
-		// A migration that failed half-way may still run: cancel it first, or it would stop the
-		// guest again when it completes.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := cancelMigration(rctx, q); err != nil {
-			d.log.Warn("cancel a failed checkpoint's migration", "sandbox", id, "err", err)
-		}
-		if _, err := q.Execute(rctx, "cont", nil); err != nil {
-			d.log.Warn("resume after a failed checkpoint", "sandbox", id, "err", err)
-		}
-	}
+	cp := vm.Checkpoint{Driver: "qemu", ID: id, Dir: dir, ImageDir: imageDir, ImageFile: ImageFile, Record: rec,
+		LeaveRunning: opts.LeaveRunning, Log: d.log}
+	return cp.Take(ctx, &snapshotter{d: d, id: id, q: q})
+}
+
+// snapshotter is QEMU's part of a checkpoint: over its monitor, a migration of the stopped guest to
+// a file.
+type snapshotter struct {
+	d  *Driver
+	id string
+	q  *qmp
+}
+
+func (s *snapshotter) Stop(ctx context.Context) error {
+	_, err := s.q.Execute(ctx, "stop", nil)
+	return err
+}
+
+func (s *snapshotter) Save(ctx context.Context, imageDir string) error {
 	mem, err := os.OpenFile(filepath.Join(imageDir, MemoryFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		resume()
 		return err
 	}
-	err = d.migrate(ctx, q, mem)
-	mem.Close()
-	if err != nil {
-		resume()
-		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
-	}
-	tMem := time.Since(start)
-	if err := vm.CopySparse(filepath.Join(dir, "disk.img"), filepath.Join(imageDir, DiskFile)); err != nil {
-		resume()
-		return fmt.Errorf("qemu: checkpoint %s: disk: %w", id, err)
-	}
-	if err := vm.WriteJSON(filepath.Join(imageDir, ImageFile), rec); err != nil {
-		resume()
-		return err
-	}
-	if err := sandboxdir.SyncTree(imageDir); err != nil {
-		resume()
-		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
-	}
-	tDisk := time.Since(start) - tMem
-	if !opts.LeaveRunning {
-		if err := os.WriteFile(filepath.Join(dir, pausedFile), nil, 0o600); err != nil {
-			return err
-		}
-		d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "disk", tDisk)
-		return nil
-	}
-	if _, err := q.Execute(ctx, "cont", nil); err != nil {
-		return fmt.Errorf("qemu: checkpoint %s: %w", id, err)
-	}
-	d.wakeSoon(ctx, id)
-	d.log.Debug("checkpoint", "sandbox", id, "memory", tMem, "disk", tDisk, "resume", time.Since(start)-tMem-tDisk)
-	return nil
+	defer mem.Close()
+	return s.d.migrate(ctx, s.q, mem)
 }
+
+func (s *snapshotter) Recover(ctx context.Context) {
+	// A migration that failed half-way may still run: cancel it first, or it would stop the guest
+	// again when it completes.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := cancelMigration(rctx, s.q); err != nil {
+		s.d.log.Warn("cancel a failed checkpoint's migration", "sandbox", s.id, "err", err)
+	}
+	if _, err := s.q.Execute(rctx, "cont", nil); err != nil {
+		s.d.log.Warn("resume after a failed checkpoint", "sandbox", s.id, "err", err)
+	}
+}
+
+func (s *snapshotter) Resume(ctx context.Context) error {
+	_, err := s.q.Execute(ctx, "cont", nil)
+	return err
+}
+
+func (s *snapshotter) Wake(ctx context.Context) { s.d.wakeSoon(ctx, s.id) }
 
 // migrationTimeout bounds a checkpoint's migration, for a QEMU that never finishes one.
 const migrationTimeout = 10 * time.Minute
@@ -201,10 +184,7 @@ func (d *Driver) wake(ctx context.Context, id string, m proto.VMControl) error {
 
 // control returns the VM's control connection, making it if the driver has none (after a restart).
 func (d *Driver) control(ctx context.Context, id string) (*vm.Control, error) {
-	d.mu.Lock()
-	c := d.ctls[id]
-	d.mu.Unlock()
-	if c != nil {
+	if c := d.ctls.Get(id); c != nil {
 		return c, nil
 	}
 	// Dialled without the lock; calls for one ID are serialized by the caller.
@@ -212,16 +192,14 @@ func (d *Driver) control(ctx context.Context, id string) (*vm.Control, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control port: %w", err)
 	}
-	d.mu.Lock()
-	d.ctls[id] = c
-	d.mu.Unlock()
+	d.ctls.Put(id, c)
 	return c, nil
 }
 
 // Unpause lets a VM a checkpoint left stopped run again and wakes its daemon. See runtime.Pauser.
 func (d *Driver) Unpause(ctx context.Context, id string) error {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return fmt.Errorf("qemu: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	if err := vm.CheckID("qemu", id); err != nil {
+		return err
 	}
 	dir := d.dir(id)
 	if _, err := os.Stat(dir); err != nil {
@@ -238,7 +216,7 @@ func (d *Driver) Unpause(ctx context.Context, id string) error {
 	if _, err := q.Execute(ctx, "cont", nil); err != nil {
 		return fmt.Errorf("qemu: unpause %s: %w", id, err)
 	}
-	os.Remove(filepath.Join(dir, pausedFile))
+	os.Remove(filepath.Join(dir, vm.PausedFile))
 	d.wakeSoon(ctx, id)
 	return nil
 }
@@ -248,12 +226,8 @@ func (d *Driver) Unpause(ctx context.Context, id string) error {
 // machine's RAM and vCPUs are the image's, whatever spec.Limits say of them. See runtime.Restorer.
 func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, imageDir string) (runtime.Sandbox, error) {
 	var rec imageRecord
-	err := vm.ReadJSON(filepath.Join(imageDir, ImageFile), &rec)
-	if err == nil && rec.Driver != "qemu" {
-		err = errors.New("not made by the qemu driver")
-	}
-	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: restore %s: image %s: %v: %w", spec.ID, imageDir, err, errdefs.ErrInvalidArgument)
+	if err := vm.ReadImage("qemu", spec.ID, imageDir, ImageFile, "qemu", &rec); err != nil {
+		return runtime.Sandbox{}, err
 	}
 	return d.boot(ctx, spec, &restoreFrom{dir: imageDir, rec: rec})
 }

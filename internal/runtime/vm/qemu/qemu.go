@@ -37,7 +37,6 @@ package qemu
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,13 +49,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlockrun/airlock/internal/cleanup"
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/runtime"
@@ -109,8 +106,7 @@ type Driver struct {
 	qemu   qemuFiles // what every VM's jail holds of QEMU's
 	store  jailStore // the copies jails link to
 
-	mu   sync.Mutex
-	ctls map[string]*vm.Control // guarded by mu: the control connections of the VMs
+	ctls vm.Controls // the control connections of the VMs
 }
 
 var (
@@ -122,9 +118,11 @@ var (
 
 // New returns a driver. It finds QEMU and the guest kernel, and decides on KVM or TCG.
 func New(cfg Config) (*Driver, error) {
-	if cfg.StateDir == "" || cfg.DaemonBinary == "" {
-		return nil, fmt.Errorf("qemu: StateDir and DaemonBinary are required: %w", errdefs.ErrInvalidArgument)
+	hc := vm.HostConfig{StateDir: cfg.StateDir, DaemonBinary: cfg.DaemonBinary, CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, Logger: cfg.Logger}
+	if err := hc.Complete("qemu", "/airlock-vm", DefaultUIDBase); err != nil {
+		return nil, err
 	}
+	cfg.StateDir, cfg.CgroupParent, cfg.UIDBase, cfg.Logger = hc.StateDir, hc.CgroupParent, hc.UIDBase, hc.Logger
 	if cfg.QEMU == "" {
 		cfg.QEMU = "qemu-system-x86_64"
 	}
@@ -137,27 +135,8 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
-	if cfg.CgroupParent == "" {
-		cfg.CgroupParent = "/airlock-vm"
-	}
-	if cfg.UIDBase == 0 {
-		cfg.UIDBase = DefaultUIDBase
-	}
-	if cfg.UIDBase < 1<<16 || cfg.UIDBase > 1<<31-UIDCount {
-		return nil, fmt.Errorf("qemu: UIDBase %d is not a range of its own: %w", cfg.UIDBase, errdefs.ErrInvalidArgument)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	abs, err := filepath.Abs(cfg.StateDir)
-	if err != nil {
-		return nil, fmt.Errorf("qemu: %w", err)
-	}
-	cfg.StateDir = abs
-	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "sandboxes"), filepath.Join(cfg.StateDir, "uids")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("qemu: %w", err)
-		}
+	if err := hc.MakeDirs("qemu"); err != nil {
+		return nil, err
 	}
 	accel := cfg.Accel
 	if accel == "" {
@@ -171,9 +150,9 @@ func New(cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("qemu: the files of QEMU's jail: %w", err)
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", "qemu"), kernel: k, accel: accel,
-		images: &vm.RootImages{Dir: filepath.Join(cfg.StateDir, "images")}, ctls: map[string]*vm.Control{},
-		uids: vm.UIDs{Dir: filepath.Join(cfg.StateDir, "uids"), Base: cfg.UIDBase},
-		qemu: qf, store: jailStore{dir: filepath.Join(cfg.StateDir, "jail", "files")}}
+		images: &vm.RootImages{Dir: filepath.Join(cfg.StateDir, "images")},
+		uids:   vm.UIDs{Dir: filepath.Join(cfg.StateDir, "uids"), Base: cfg.UIDBase},
+		qemu:   qf, store: jailStore{dir: filepath.Join(cfg.StateDir, "jail", "files")}}
 	// The copies every jail links to, made now rather than at the first boot; those of files no longer
 	// used (an upgraded QEMU, an old kernel) that no VM holds go.
 	keep := []string{k.Image}
@@ -216,117 +195,98 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox
 
 // boot boots spec as a VM: a new one, or one restored from an image. On error nothing is left.
 func (d *Driver) boot(ctx context.Context, spec runtime.Spec, from *restoreFrom) (runtime.Sandbox, error) {
-	if err := vm.CheckSpec("qemu", spec); err != nil {
+	b, err := vm.BeginBoot(ctx, "qemu", spec, d.dir(spec.ID), d.log, d.Destroy)
+	if err != nil {
 		return runtime.Sandbox{}, err
 	}
-	spec.Limits = spec.Limits.WithDefaults()
-	dir := d.dir(spec.ID)
-	if err := vm.MakeSandboxDir("qemu", dir, spec.ID); err != nil {
-		return runtime.Sandbox{}, err
-	}
-	c := cleanup.Make(func() {
-		if err := d.Destroy(context.WithoutCancel(ctx), spec.ID); err != nil {
-			d.log.Warn("undo half-created sandbox", "sandbox", spec.ID, "err", err)
-		}
-	})
-	defer c.Clean()
-	t0 := time.Now()
+	defer b.Close()
 	root, err := d.images.Image(ctx, spec.RootFS)
 	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s template image: %w", spec.ID, err)
+		return runtime.Sandbox{}, b.Fail("template image", err)
 	}
-	m := machine{
-		MemoryMiB: spec.Limits.MemoryBytes >> 20,
-		CPUs:      int((spec.Limits.CPUMillis + 999) / 1000),
-		MAC:       vm.RandomMAC(),
-		Kernel:    d.kernel.Image,
-		Root:      root,
-	}
-	disk := filepath.Join(dir, "disk.img")
+	m := machine{MAC: vm.RandomMAC(), Kernel: d.kernel.Image, Root: root}
+	m.MemoryMiB, m.CPUs = b.Machine()
 	if from == nil {
-		if m.Initramfs, err = vm.Initramfs(filepath.Join(d.cfg.StateDir, "initramfs"), d.kernel, spec.InitBinary); err != nil {
-			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s initramfs: %w", spec.ID, err)
-		}
-		if err := vm.MakeDisk(ctx, disk, spec.Limits.DiskBytes); err != nil {
-			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s disk: %w", spec.ID, err)
+		if m.Initramfs, err = b.NewDisk(ctx, filepath.Join(d.cfg.StateDir, "initramfs"), d.kernel); err != nil {
+			return runtime.Sandbox{}, err
 		}
 	} else {
-		// The same machine as the image's: its RAM, vCPUs, MAC, kernel and initramfs (their sizes are
-		// part of the machine QEMU restores).
-		r := from.rec
-		m.MemoryMiB, m.CPUs, m.MAC = r.MemoryMiB, r.CPUs, r.MAC
-		if m.Kernel, m.Initramfs, err = d.imageBoot(r); err != nil {
-			return runtime.Sandbox{}, fmt.Errorf("qemu: restore %s: %w", spec.ID, err)
-		}
-		if r.MemoryMiB <= 0 || r.MemoryMiB > 1<<20 || r.CPUs <= 0 || r.CPUs > 64 {
-			return runtime.Sandbox{}, fmt.Errorf("qemu: restore %s: the image's machine (%d MiB, %d vCPUs) is out of range: %w", spec.ID, r.MemoryMiB, r.CPUs, errdefs.ErrInvalidArgument)
-		}
-		// The limits are the machine's: its RAM and vCPUs cannot change.
-		spec.Limits.MemoryBytes = r.MemoryMiB << 20
-		spec.Limits.CPUMillis = min(spec.Limits.CPUMillis, int64(r.CPUs)*1000)
-		if err := vm.CopySparse(filepath.Join(from.dir, DiskFile), disk); err != nil {
-			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s disk: %w", spec.ID, err)
-		}
-		if m.incoming, err = os.Open(filepath.Join(from.dir, MemoryFile)); err != nil {
-			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
+		if err := d.restoreMachine(b, from, &m); err != nil {
+			return runtime.Sandbox{}, err
 		}
 		defer m.incoming.Close()
 	}
-	key := make([]byte, proto.LinkKeySize)
-	rand.Read(key)
-	if err := os.WriteFile(filepath.Join(dir, "key"), key, 0o600); err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: %w", err)
+	key, err := b.MakeKey()
+	if err != nil {
+		return runtime.Sandbox{}, err
 	}
 	addr, tap, err := vm.WireNetwork(spec.NetNS, -1)
 	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s network: %w", spec.ID, err)
+		return runtime.Sandbox{}, b.Fail("network", err)
 	}
 	defer tap.Close()
 	m.tap, m.mtu = tap, addr.MTU
-	if from != nil && from.rec.Network != (tap != nil) {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: restore %s: the image's machine had a network device %t, this one %t: %w", spec.ID, from.rec.Network, tap != nil, errdefs.ErrFailedPrecondition)
+	if from != nil {
+		if err := b.CheckNetwork(from.rec.Network, tap != nil); err != nil {
+			return runtime.Sandbox{}, err
+		}
 	}
-	if m.uid, err = d.uids.Take(spec.ID, dir); err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
+	if m.uid, err = d.uids.Take(spec.ID, b.Dir); err != nil {
+		return runtime.Sandbox{}, b.Fail("uid", err)
 	}
-	if err := vm.WriteJSON(filepath.Join(dir, "machine.json"), imageRecord{Driver: "qemu", MemoryMiB: m.MemoryMiB, CPUs: m.CPUs,
-		MAC: m.MAC, Network: tap != nil, Kernel: filepath.Base(m.Kernel), Initramfs: filepath.Base(m.Initramfs)}); err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: %w", err)
+	if err := b.Record(imageRecord{Driver: "qemu", MemoryMiB: m.MemoryMiB, CPUs: m.CPUs, MAC: m.MAC, Network: tap != nil,
+		Kernel: filepath.Base(m.Kernel), Initramfs: filepath.Base(m.Initramfs)}); err != nil {
+		return runtime.Sandbox{}, err
 	}
-	tPrep := time.Since(t0)
-	pid, done, err := d.start(ctx, spec, dir, m)
+	pid, done, err := d.start(ctx, b.Spec, b.Dir, m)
 	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
+		return runtime.Sandbox{}, b.Fail("", err)
 	}
 	ctl, err := d.control(ctx, spec.ID)
 	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
+		return runtime.Sandbox{}, b.Fail("", err)
 	}
 	bctx, cancel := context.WithTimeout(ctx, BootTimeout)
 	defer cancel()
-	waitErr := make(chan error, 1)
+	id := vm.Identity(spec, key, addr)
+	wait := func() error { return d.wake(bctx, spec.ID, id) }
 	if from == nil {
-		first := vm.Identity(spec, key, addr)
-		first.Argv, first.Env, first.Processes = spec.Init, spec.Env, spec.Limits.Processes
-		if _, err := ctl.Send(first); err != nil {
-			return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s: %w", spec.ID, err)
+		id.Argv, id.Env, id.Processes = spec.Init, spec.Env, b.Spec.Limits.Processes
+		if _, err := ctl.Send(id); err != nil {
+			return runtime.Sandbox{}, b.Fail("", err)
 		}
-		go func() { waitErr <- ctl.Wait(bctx, 0, true) }() // owner: boot; ends with bctx
-	} else {
-		go func() { waitErr <- d.wake(bctx, spec.ID, vm.Identity(spec, key, addr)) }() // owner: boot; ends with bctx
+		wait = func() error { return ctl.Wait(bctx, 0, true) }
 	}
-	select {
-	case err = <-waitErr:
-	case <-done:
-		err = errors.New("QEMU exited")
+	if err := vm.AwaitGuest(done, "QEMU", wait); err != nil {
+		return runtime.Sandbox{}, b.Fail("did not boot", fmt.Errorf("%w: %s", err, d.console(ctx, b.Dir)))
 	}
-	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("qemu: sandbox %s did not boot: %w: %s", spec.ID, err, d.console(ctx, dir))
-	}
-	c.Release()
-	d.log.Debug("vm up", "sandbox", spec.ID, "restored", from != nil, "prepare", tPrep, "boot", time.Since(t0)-tPrep)
-	return runtime.Sandbox{ID: spec.ID, PID: pid, CreatedAt: time.Now()}, nil
+	return b.Up(pid, from != nil), nil
 }
+
+// restoreMachine makes m the machine of the image a boot restores: the image's RAM, vCPUs, MAC, kernel
+// and initramfs (their sizes are part of the machine QEMU restores), over a copy of its disk, with its
+// migration stream to take in (m.incoming, which the caller closes).
+func (d *Driver) restoreMachine(b *vm.Boot, from *restoreFrom, m *machine) error {
+	r := from.rec
+	m.MemoryMiB, m.CPUs, m.MAC = r.MemoryMiB, r.CPUs, r.MAC
+	var err error
+	if m.Kernel, m.Initramfs, err = d.imageBoot(r); err != nil {
+		return b.Fail("restore", err)
+	}
+	if err := b.Restored(r.MemoryMiB, r.CPUs, maxCPUs); err != nil {
+		return err
+	}
+	if err := b.CopyDisk(from.dir); err != nil {
+		return err
+	}
+	if m.incoming, err = os.Open(filepath.Join(from.dir, MemoryFile)); err != nil {
+		return b.Fail("", err)
+	}
+	return nil
+}
+
+// maxCPUs is the most vCPUs an image's machine may have.
+const maxCPUs = 64
 
 // machine is what QEMU is started with.
 type machine struct {
@@ -396,95 +356,11 @@ func listenUnix(path string) (*os.File, error) {
 // start starts QEMU paused, puts it in its cgroups, takes in the image it restores (if any), and lets
 // the guest run. It returns QEMU's PID and a channel closed when QEMU exits.
 func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m machine) (int, <-chan struct{}, error) {
-	disk := filepath.Join(dir, "disk.img")
-	var files []*os.File
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	fd := func(f *os.File) int {
-		files = append(files, f)
-		return 2 + len(files) // ExtraFiles start at 3
-	}
-	open := func(p string, flag int) (int, error) {
-		f, err := os.OpenFile(p, flag|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return 0, err
-		}
-		return fd(f), nil
-	}
-	var fds [3]int
-	var err error
-	// QEMU opens the writable disk read-write and, to probe it, read-only: a descriptor of each mode.
-	for i, f := range []struct {
-		path string
-		flag int
-	}{{m.Root, os.O_RDONLY}, {disk, os.O_RDWR}, {disk, os.O_RDONLY}} {
-		if fds[i], err = open(f.path, f.flag); err != nil {
-			return 0, nil, err
-		}
-	}
-	rootFD, diskFD, diskROFD := fds[0], fds[1], fds[2]
-	// The kernel and initramfs QEMU opens by name, in its jail.
-	jail := filepath.Join(dir, "root")
-	if err := d.makeJail(jail, m.Kernel, m.Initramfs, d.accel == "kvm"); err != nil {
+	var files fdSet
+	defer files.close()
+	fds, err := d.openFiles(&files, dir, m)
+	if err != nil {
 		return 0, nil, err
-	}
-	socks := map[string]int{}
-	for _, s := range []string{"link", "ctl", "qmp"} {
-		f, err := listenUnix(filepath.Join(dir, s+".sock"))
-		if err != nil {
-			return 0, nil, err
-		}
-		socks[s] = fd(f)
-	}
-	l := spec.Limits
-	accel := "tcg,tb-size=64"
-	if d.accel == "kvm" {
-		accel = "kvm"
-	}
-	appendArgs := "console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=2000000 no_timer_check lpj=8000000 " +
-		"random.trust_cpu=on -- vminit"
-	args := []string{
-		"-name", "airlock-" + spec.ID, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-S",
-		// No guest memory in a core dump of QEMU.
-		"-M", "microvm,pit=on,pic=on,rtc=on,isa-serial=on,dump-guest-core=off", "-accel", accel, "-cpu", "max",
-		"-smp", strconv.Itoa(m.CPUs), "-m", strconv.FormatInt(m.MemoryMiB, 10) + "M",
-		"-kernel", jailKernel, "-initrd", jailInitramfs,
-		"-append", appendArgs,
-		// The guest's console: a ring in QEMU's memory, never a file the guest could fill.
-		"-chardev", fmt.Sprintf("ringbuf,id=con,size=%d", consoleSize), "-serial", "chardev:con",
-		"-add-fd", fmt.Sprintf("fd=%d,set=1", rootFD), "-add-fd", fmt.Sprintf("fd=%d,set=2", diskFD), "-add-fd", fmt.Sprintf("fd=%d,set=2", diskROFD),
-		"-drive", "id=root,if=none,file=/dev/fdset/1,format=raw,readonly=on,file.locking=off",
-		"-device", "virtio-blk-device,drive=root,serial=" + "airlock-root",
-		"-drive", "id=disk,if=none,file=/dev/fdset/2,format=raw,discard=unmap,file.locking=off",
-		"-device", "virtio-blk-device,drive=disk,serial=" + "airlock-disk",
-		"-device", "virtio-serial-device,max_ports=3",
-		"-chardev", fmt.Sprintf("socket,id=link,fd=%d,server=on,wait=off", socks["link"]),
-		"-device", "virtserialport,chardev=link,name=" + proto.VMLinkPort,
-		"-chardev", fmt.Sprintf("socket,id=ctl,fd=%d,server=on,wait=off", socks["ctl"]),
-		"-device", "virtserialport,chardev=ctl,name=" + proto.VMControlPort,
-		"-chardev", fmt.Sprintf("socket,id=qmp,fd=%d,server=on,wait=off", socks["qmp"]),
-		"-mon", "chardev=qmp,mode=control",
-		"-device", "virtio-rng-device",
-		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-	}
-	if m.tap != nil {
-		// A dup: the caller closes its own.
-		tap, err := dupFile(m.tap)
-		if err != nil {
-			return 0, nil, err
-		}
-		dev := "virtio-net-device,netdev=net,mac=" + m.MAC
-		if m.mtu > 0 {
-			dev += ",host_mtu=" + strconv.Itoa(m.mtu)
-		}
-		args = append(args, "-netdev", fmt.Sprintf("tap,id=net,fd=%d,vhost=off", fd(tap)), "-device", dev)
-	}
-	if m.incoming != nil {
-		// Taken in once QEMU is in its cgroups, so that the guest's memory is charged to them.
-		args = append(args, "-incoming", "defer")
 	}
 	qlog, err := os.OpenFile(filepath.Join(dir, "qemu.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -492,9 +368,9 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m mac
 	}
 	defer qlog.Close()
 	// The binary's path is the same in the jail as on the host.
-	cmd := exec.Command(d.qemu.binary, args...)
+	cmd := exec.Command(d.qemu.binary, d.args(spec.ID, m, fds)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, qlog, qlog
-	cmd.ExtraFiles = files
+	cmd.ExtraFiles = files.files
 	// The jail has no loader cache: the loader finds the libraries where they were found on the host.
 	cmd.Env = []string{"LD_LIBRARY_PATH=" + d.qemu.libPath}
 	cmd.Dir = "/"
@@ -509,51 +385,165 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, dir string, m mac
 	uid := uint32(m.uid)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid:     true,
-		Chroot:     jail,
+		Chroot:     filepath.Join(dir, "root"),
 		Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 		Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: groups},
 	}
-	if err := cmd.Start(); err != nil {
+	v, err := vm.StartVMM(cmd, dir)
+	if err != nil {
 		return 0, nil, fmt.Errorf("start qemu: %w", err)
 	}
-	pid := cmd.Process.Pid
-	done := make(chan struct{})
-	go func() { // owner: the VM; reaps QEMU when it exits
-		cmd.Wait()
-		close(done)
-	}()
-	fail := func(err error) (int, <-chan struct{}, error) {
-		// Killed here: a QEMU whose PID or cgroup was not recorded would escape Destroy.
-		_ = cmd.Process.Kill()
-		<-done
+	// Killed on failure: a QEMU whose cgroup was not recorded would escape Destroy.
+	if err := d.confine(spec.ID, v.PID, spec.Limits); err != nil {
+		v.Kill()
 		return 0, nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)), 0o600); err != nil {
-		return fail(err)
+	if err := run(ctx, dir, m.incoming); err != nil {
+		v.Kill()
+		return 0, nil, err
 	}
-	if err := d.confine(spec.ID, pid, l); err != nil {
-		return fail(err)
+	return v.PID, v.Done, nil
+}
+
+// fdSet is the descriptors QEMU is started with, its ExtraFiles: the first is its fd 3.
+type fdSet struct{ files []*os.File }
+
+// add adds f and returns its number in QEMU.
+func (s *fdSet) add(f *os.File) int {
+	s.files = append(s.files, f)
+	return 2 + len(s.files)
+}
+
+// open opens the file at p with flag and adds it.
+func (s *fdSet) open(p string, flag int) (int, error) {
+	f, err := os.OpenFile(p, flag|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
 	}
+	return s.add(f), nil
+}
+
+// close closes the host's descriptors (QEMU has its own once it started).
+func (s *fdSet) close() {
+	for _, f := range s.files {
+		f.Close()
+	}
+}
+
+// qemuFDs are the numbers in QEMU of a VM's descriptors.
+type qemuFDs struct {
+	root, disk, diskRO int // the template's image, the writable disk read-write and read-only
+	link, ctl, qmp     int // the listening sockets of the ports and of the monitor
+	tap                int // the tap, or 0 for none
+}
+
+// openFiles opens the files of machine m for QEMU into files, and makes QEMU's jail (dir/root) with
+// the kernel and initramfs QEMU opens by name.
+func (d *Driver) openFiles(files *fdSet, dir string, m machine) (qemuFDs, error) {
+	var fds qemuFDs
+	disk := filepath.Join(dir, vm.DiskFile)
+	// QEMU opens the writable disk read-write and, to probe it, read-only: a descriptor of each mode.
+	for _, f := range []struct {
+		fd   *int
+		path string
+		flag int
+	}{{&fds.root, m.Root, os.O_RDONLY}, {&fds.disk, disk, os.O_RDWR}, {&fds.diskRO, disk, os.O_RDONLY}} {
+		var err error
+		if *f.fd, err = files.open(f.path, f.flag); err != nil {
+			return fds, err
+		}
+	}
+	if err := d.makeJail(filepath.Join(dir, "root"), m.Kernel, m.Initramfs, d.accel == "kvm"); err != nil {
+		return fds, err
+	}
+	for _, s := range []struct {
+		fd   *int
+		name string
+	}{{&fds.link, "link"}, {&fds.ctl, "ctl"}, {&fds.qmp, "qmp"}} {
+		f, err := listenUnix(filepath.Join(dir, s.name+".sock"))
+		if err != nil {
+			return fds, err
+		}
+		*s.fd = files.add(f)
+	}
+	if m.tap != nil {
+		// A dup: the caller closes its own.
+		tap, err := dupFile(m.tap)
+		if err != nil {
+			return fds, err
+		}
+		fds.tap = files.add(tap)
+	}
+	return fds, nil
+}
+
+// args is QEMU's command line for machine m of sandbox id, whose files QEMU has as fds.
+func (d *Driver) args(id string, m machine, fds qemuFDs) []string {
+	accel := "tcg,tb-size=64"
+	if d.accel == "kvm" {
+		accel = "kvm"
+	}
+	appendArgs := "console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=2000000 no_timer_check lpj=8000000 " +
+		"random.trust_cpu=on -- vminit"
+	args := []string{
+		"-name", "airlock-" + id, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-S",
+		// No guest memory in a core dump of QEMU.
+		"-M", "microvm,pit=on,pic=on,rtc=on,isa-serial=on,dump-guest-core=off", "-accel", accel, "-cpu", "max",
+		"-smp", strconv.Itoa(m.CPUs), "-m", strconv.FormatInt(m.MemoryMiB, 10) + "M",
+		"-kernel", jailKernel, "-initrd", jailInitramfs,
+		"-append", appendArgs,
+		// The guest's console: a ring in QEMU's memory, never a file the guest could fill.
+		"-chardev", fmt.Sprintf("ringbuf,id=con,size=%d", consoleSize), "-serial", "chardev:con",
+		"-add-fd", fmt.Sprintf("fd=%d,set=1", fds.root), "-add-fd", fmt.Sprintf("fd=%d,set=2", fds.disk), "-add-fd", fmt.Sprintf("fd=%d,set=2", fds.diskRO),
+		"-drive", "id=root,if=none,file=/dev/fdset/1,format=raw,readonly=on,file.locking=off",
+		"-device", "virtio-blk-device,drive=root,serial=" + "airlock-root",
+		"-drive", "id=disk,if=none,file=/dev/fdset/2,format=raw,discard=unmap,file.locking=off",
+		"-device", "virtio-blk-device,drive=disk,serial=" + "airlock-disk",
+		"-device", "virtio-serial-device,max_ports=3",
+		"-chardev", fmt.Sprintf("socket,id=link,fd=%d,server=on,wait=off", fds.link),
+		"-device", "virtserialport,chardev=link,name=" + proto.VMLinkPort,
+		"-chardev", fmt.Sprintf("socket,id=ctl,fd=%d,server=on,wait=off", fds.ctl),
+		"-device", "virtserialport,chardev=ctl,name=" + proto.VMControlPort,
+		"-chardev", fmt.Sprintf("socket,id=qmp,fd=%d,server=on,wait=off", fds.qmp),
+		"-mon", "chardev=qmp,mode=control",
+		"-device", "virtio-rng-device",
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+	}
+	if fds.tap != 0 {
+		dev := "virtio-net-device,netdev=net,mac=" + m.MAC
+		if m.mtu > 0 {
+			dev += ",host_mtu=" + strconv.Itoa(m.mtu)
+		}
+		args = append(args, "-netdev", fmt.Sprintf("tap,id=net,fd=%d,vhost=off", fds.tap), "-device", dev)
+	}
+	if m.incoming != nil {
+		// Taken in once QEMU is in its cgroups, so that the guest's memory is charged to them.
+		args = append(args, "-incoming", "defer")
+	}
+	return args
+}
+
+// run takes in the image a started QEMU (of the sandbox in dir) restores, incoming if not nil, over
+// its monitor, and lets the guest run.
+func run(ctx context.Context, dir string, incoming *os.File) error {
 	q, err := dialQMP(ctx, filepath.Join(dir, "qmp.sock"))
 	if err != nil {
-		return fail(fmt.Errorf("monitor: %w: %s", err, tail(filepath.Join(dir, "qemu.log"), 2000)))
+		return fmt.Errorf("monitor: %w: %s", err, tail(filepath.Join(dir, "qemu.log"), 2000))
 	}
 	defer q.Close()
-	if m.incoming != nil {
-		if err := q.SendFD(ctx, "incoming", m.incoming); err != nil {
-			return fail(err)
+	if incoming != nil {
+		if err := q.SendFD(ctx, "incoming", incoming); err != nil {
+			return err
 		}
 		if _, err := q.Execute(ctx, "migrate-incoming", map[string]any{"uri": "fd:incoming"}); err != nil {
-			return fail(err)
+			return err
 		}
 		if err := waitIncoming(ctx, q); err != nil {
-			return fail(fmt.Errorf("restore: %w: %s", err, tail(filepath.Join(dir, "qemu.log"), 2000)))
+			return fmt.Errorf("restore: %w: %s", err, tail(filepath.Join(dir, "qemu.log"), 2000))
 		}
 	}
-	if _, err := q.Execute(ctx, "cont", nil); err != nil {
-		return fail(err)
-	}
-	return pid, done, nil
+	_, err = q.Execute(ctx, "cont", nil)
+	return err
 }
 
 // waitIncoming waits until QEMU took in the migration stream it restores.
@@ -623,7 +613,7 @@ func (d *Driver) confine(id string, pid int, l runtime.Limits) error {
 }
 
 func (d *Driver) pid(id string) (int, error) {
-	return sandboxdir.ReadPID(filepath.Join(d.dir(id), "pid"))
+	return sandboxdir.ReadPID(filepath.Join(d.dir(id), vm.PIDFile))
 }
 
 // alive reports whether QEMU of sandbox id runs: its PID is in the VM's cgroup.
@@ -632,40 +622,13 @@ func (d *Driver) alive(id string) (int, bool) {
 	if err != nil {
 		return 0, false
 	}
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", d.cgroupPath(id), "cgroup.procs"))
-	if err != nil {
-		return pid, false
-	}
-	for _, f := range strings.Fields(string(b)) {
-		if f == strconv.Itoa(pid) {
-			return pid, true
-		}
-	}
-	return pid, false
+	return pid, sandboxdir.InCgroup(d.cgroupPath(id), pid)
 }
 
 // Status reports whether the VM runs. See runtime.Driver.
 func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return runtime.Status{}, fmt.Errorf("qemu: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
-	}
-	if _, err := os.Stat(d.dir(id)); err != nil {
-		return runtime.Status{}, fmt.Errorf("qemu: sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	if _, ok := d.alive(id); ok {
-		_, err := os.Stat(filepath.Join(d.dir(id), pausedFile))
-		return runtime.Status{Running: true, Paused: err == nil}, nil
-	}
-	return runtime.Status{Reason: d.stopReason(id)}, nil
-}
-
-// stopReason says why a VM stopped: its cgroup's OOM kill, or the guest's end.
-func (d *Driver) stopReason(id string) string {
-	r := sandboxdir.StopReason(d.cgroupPath(id))
-	if r == "sandbox exited" {
-		return "the VM stopped"
-	}
-	return r
+	return vm.Status("qemu", id, d.dir(id), func() bool { _, ok := d.alive(id); return ok },
+		func() string { return vm.StopReason(d.cgroupPath(id)) })
 }
 
 // Wait blocks until QEMU exits. See runtime.Driver.
@@ -681,32 +644,14 @@ func (d *Driver) Wait(ctx context.Context, id string) (runtime.Status, error) {
 
 // Destroy kills QEMU and removes everything of the VM. See runtime.Driver.
 func (d *Driver) Destroy(ctx context.Context, id string) error {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return fmt.Errorf("qemu: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	if err := vm.CheckID("qemu", id); err != nil {
+		return err
 	}
-	d.mu.Lock()
-	if c := d.ctls[id]; c != nil {
-		c.Close()
-		delete(d.ctls, id)
-	}
-	d.mu.Unlock()
+	d.ctls.Drop(id)
 	var errs []error
 	// Every process of the VM's cgroup: QEMU, and whatever it became.
-	procs := filepath.Join("/sys/fs/cgroup/pids", d.cgroupPath(id), "cgroup.procs")
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		b, err := os.ReadFile(procs)
-		if err != nil || len(strings.Fields(string(b))) == 0 {
-			break
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				_ = unix.Kill(pid, unix.SIGKILL)
-			}
-		}
-		if time.Now().After(deadline) {
-			errs = append(errs, fmt.Errorf("processes of %s do not die", id))
-			break
-		}
+	if err := sandboxdir.KillCgroup(d.cgroupPath(id), id); err != nil {
+		errs = append(errs, err)
 	}
 	// A QEMU started but not yet in its cgroup.
 	if pid, err := d.pid(id); err == nil && processIs(pid, "airlock-"+id) {
@@ -735,39 +680,24 @@ func processIs(pid int, name string) bool {
 
 // List reports the sandboxes with a directory on this host. See runtime.Driver.
 func (d *Driver) List(ctx context.Context) ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "sandboxes"))
-	if err != nil {
-		return nil, fmt.Errorf("qemu: %w", err)
-	}
-	var ids []string
-	for _, e := range ents {
-		if e.IsDir() && sandboxdir.IDPattern.MatchString(e.Name()) {
-			ids = append(ids, e.Name())
-		}
-	}
-	return ids, nil
+	return vm.ListSandboxes("qemu", filepath.Join(d.cfg.StateDir, "sandboxes"))
 }
 
 // Close removes the empty cgroup parent. Call it after every sandbox was destroyed.
 func (d *Driver) Close() error {
-	for _, c := range cgroupControllers {
-		_ = unix.Rmdir(filepath.Join("/sys/fs/cgroup", c, d.cfg.CgroupParent))
-	}
+	_ = sandboxdir.RemoveCgroups(d.cfg.CgroupParent)
 	return nil
 }
 
 // DialLink connects to the daemon over the VM's link port and reports its link key. The socket is the
 // node's own, in the VM's private directory. See runtime.Driver.
 func (d *Driver) DialLink(ctx context.Context, id string) (net.Conn, []byte, error) {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return nil, nil, fmt.Errorf("qemu: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	if err := vm.CheckID("qemu", id); err != nil {
+		return nil, nil, err
 	}
-	key, err := os.ReadFile(filepath.Join(d.dir(id), "key"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("qemu: sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
+	key, err := vm.ReadKey("qemu", id, d.dir(id))
 	if err != nil {
-		return nil, nil, fmt.Errorf("qemu: %w", err)
+		return nil, nil, err
 	}
 	conn, err := vm.DialLink(ctx, filepath.Join(d.dir(id), "link.sock"))
 	if err != nil {
@@ -779,8 +709,8 @@ func (d *Driver) DialLink(ctx context.Context, id string) (net.Conn, []byte, err
 // CPUTime reads the CPU time of the VM's cgroup: QEMU's, the guest's and the emulator's. See
 // runtime.CPUMeter.
 func (d *Driver) CPUTime(ctx context.Context, id string) (time.Duration, error) {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return 0, fmt.Errorf("qemu: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	if err := vm.CheckID("qemu", id); err != nil {
+		return 0, err
 	}
 	return sandboxdir.CPUTime(d.cgroupPath(id))
 }
@@ -790,20 +720,10 @@ func (d *Driver) CPUTime(ctx context.Context, id string) (time.Duration, error) 
 // (the guest's file system is never read by the host). The memory limit reported is the guest's RAM.
 // See runtime.StatsReader.
 func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
-	if !sandboxdir.IDPattern.MatchString(id) {
-		return runtime.Stats{}, fmt.Errorf("qemu: bad sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	if err := vm.CheckID("qemu", id); err != nil {
+		return runtime.Stats{}, err
 	}
-	st, err := sandboxdir.CgroupStats(d.cgroupPath(id))
-	if err != nil {
-		return st, fmt.Errorf("qemu: sandbox %s: %w", id, err)
-	}
-	st.MemoryLimit -= overhead // the guest's RAM
-	var s unix.Stat_t
-	if err := unix.Lstat(filepath.Join(d.dir(id), "disk.img"), &s); err != nil {
-		return st, fmt.Errorf("qemu: sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	st.DiskUsed, st.DiskTotal = s.Blocks*512, s.Size
-	return st, nil
+	return vm.CgroupStats("qemu", id, d.cgroupPath(id), d.dir(id), overhead)
 }
 
 // ProbeKVM reports whether KVM guests make progress here. /dev/kvm can exist and accept a VM whose guest
