@@ -97,7 +97,8 @@ while True:
     with open("/tmp/count.tmp", "w") as f: f.write("%d %d" % (os.getpid(), n))
     os.rename("/tmp/count.tmp", "/tmp/count")
     time.sleep(0.05)
-' >/dev/null 2>&1 & sleep 1`}})
+' >/dev/null 2>&1 &
+for i in $(seq 600); do [ -s /tmp/count ] && break; sleep 0.1; done`}}) // python starts slowly under emulation
 	count := func(id string) (pid, n int) {
 		t.Helper()
 		f := strings.Fields(sh(t, e, id, "cat /tmp/count").Stdout)
