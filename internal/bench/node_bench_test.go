@@ -3,10 +3,15 @@ package bench
 // Issue 41's figures (the data plane moves from the control-plane replicas to the node), taken before and
 // after on one machine: an exec's round trip through a remote node against an in-process one, get+exec
 // reconnects per replica with two nodes, and pause and resume of a session holding 256 MiB, in-process
-// and behind a remote node. Each sub-benchmark starts its own instance, so that with -count the
-// configurations alternate and share the machine's noise. Run:
+// and behind a remote node. Each sub-benchmark starts its own instance. -count repeats each
+// sub-benchmark before the next starts; to have the configurations alternate, and so share the noise of
+// a shared machine, repeat the command with -count 1 instead and take the medians:
 //
-//	sudo go test -run '^$' -bench 'ExecTrueRemoteNode|ReconnectExec2Nodes|PauseResume256MiB' -benchtime 200x -count 5 ./internal/bench/
+//	for i in 1 2 3 4 5; do
+//		sudo go test -run '^$' -bench 'ExecTrueRemoteNode' -benchtime 200x ./internal/bench/
+//		sudo go test -run '^$' -bench 'PauseResume256MiB' -benchtime 5x ./internal/bench/
+//	done
+//	sudo go test -run '^$' -bench 'ReconnectExec2Nodes' -benchtime 1000x -count 5 ./internal/bench/
 
 import (
 	"context"
