@@ -16,7 +16,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,7 +76,10 @@ const reconnectTargets, reconnectsInFlight = 10, 16
 // of its own, on PostgreSQL and an S3 server. Each op is one reconnect: a get of one of 10 sandboxes
 // by ID through a replica (the two in turn) and an exec of `true` in it through the same replica, 16
 // in flight. It reports reconnects/s in all, reconnects/s/replica (that over the two replicas: issue
-// 41's figure) and the reconnects' p50 and p99. Run with -benchtime 1000x or so.
+// 41's figure), the reconnects' p50 and p99, and the CPU time the replicas and the nodes (their
+// processes, not the sandboxes') spent per reconnect: on a machine whose cores also run the sandboxes,
+// the throughput is bounded by the machine, and replica_cpu_ms/op is what bounds a replica's. Run with
+// -benchtime 1000x or so.
 func BenchmarkReconnectExec2Nodes(b *testing.B) {
 	cl := testenv.StartCluster(b, 2, 2)
 	clients := cl.Clients
@@ -97,6 +104,7 @@ func BenchmarkReconnectExec2Nodes(b *testing.B) {
 		}
 	}
 	var t timings
+	replicas0, nodes0 := childCPU(b, "server"), childCPU(b, "node")
 	b.ResetTimer()
 	start := time.Now()
 	run(b, b.N, reconnectsInFlight, func(i int) error {
@@ -109,11 +117,53 @@ func BenchmarkReconnectExec2Nodes(b *testing.B) {
 	})
 	elapsed := time.Since(start)
 	b.StopTimer()
+	replicaCPU, nodeCPU := childCPU(b, "server")-replicas0, childCPU(b, "node")-nodes0
 	perS := float64(b.N) / elapsed.Seconds()
 	b.ReportMetric(perS, "reconnects/s")
 	b.ReportMetric(perS/float64(len(clients)), "reconnects/s/replica")
 	b.ReportMetric(ms(percentile(t.d, 0.5)), "p50_ms")
 	b.ReportMetric(ms(percentile(t.d, 0.99)), "p99_ms")
+	b.ReportMetric(ms(replicaCPU)/float64(b.N), "replica_cpu_ms/op")
+	b.ReportMetric(ms(nodeCPU)/float64(b.N), "node_cpu_ms/op")
+}
+
+// clockTick is the unit of the CPU times in /proc/<pid>/stat (USER_HZ, 100 on Linux's architectures).
+const clockTick = 10 * time.Millisecond
+
+// childCPU reports the CPU time (user and system) used so far by the airlock processes this process
+// started (testenv's replicas and nodes) whose subcommand is cmd ("server", "node"), summed.
+func childCPU(b *testing.B, cmd string) time.Duration {
+	b.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum time.Duration
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid … utime stime: comm may hold spaces, so fields count from its ')'.
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) < 13 || f[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil || !slices.Contains(strings.Split(string(cmdline), "\x00"), cmd) {
+			continue
+		}
+		utime, err1 := strconv.ParseInt(f[11], 10, 64)
+		stime, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 != nil || err2 != nil {
+			b.Fatalf("/proc/%s/stat: %q", d.Name(), stat)
+		}
+		sum += time.Duration(utime+stime) * clockTick
+	}
+	return sum
 }
 
 // reconnect gets sandbox id through c and runs `true` in it.
