@@ -309,6 +309,8 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 		"GET /v1/sessions/{id}/snapshots/{snapshot}/files/list": {query: "path=/home/user"},
 		"GET /v1/retention":                                     {},
 		"PUT /v1/retention":                                     {body: `{"keep_all_seconds":60}`},
+		"GET /v1/log-retention":                                 {},
+		"PUT /v1/log-retention":                                 {body: `{"seconds":86400}`},
 		"GET /v1/sessions/{id}/diff":                            {query: "from=" + sn.ID + "&to=" + sn.ID},
 		"POST /v1/sandboxes":                                    {body: `{"template":"no-such-template"}`},
 		"GET /v1/sandboxes":                                     {query: "metadata.owner=tenant-a-marker"},
@@ -410,6 +412,10 @@ func TestCrossTenantEveryRoute(t *testing.T) {
 	}
 	if walked < 60 {
 		t.Errorf("walked %d routes; the document has more", walked)
+	}
+	// B's PUT of the log retention set B's own: A's is as it was.
+	if lr, err := a.LogRetention(ctx); err != nil || lr.Seconds != 0 {
+		t.Errorf("A's log retention after B's walk: %+v, %v; want A's own, unset", lr, err)
 	}
 	// E2B's routes that read a sandbox's (a session's) metrics, which the document does not describe:
 	// A's session is not found, or left out.
