@@ -2,22 +2,79 @@ package nodecontract
 
 import (
 	"context"
+	"fmt"
 	"io"
 
+	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/template/oci"
 )
 
-// CheckpointRequest says which snapshot a checkpoint makes.
-type CheckpointRequest struct {
-	// SnapshotID names the snapshot; the image is kept under it until it is stored.
+// Then says what becomes of a sandbox once Snapshot has saved it.
+type Then string
+
+// What Snapshot may do with the sandbox it saved.
+const (
+	// ThenRun lets it run on (a rolling or a named snapshot).
+	ThenRun Then = "run"
+	// ThenDestroy destroys it (a pause): the image is all that is left of it.
+	ThenDestroy Then = "destroy"
+)
+
+// SnapshotRequest says which snapshot Snapshot takes, for whom, and what becomes of the sandbox.
+type SnapshotRequest struct {
+	// TenantID owns the sandbox and the snapshot; SnapshotID names the snapshot.
+	TenantID   string
 	SnapshotID string
-	// LeaveRunning keeps the sandbox running; without it the sandbox stays frozen until DestroySandbox
-	// or UnpauseSandbox.
-	LeaveRunning bool
-	// IfIdle refuses the checkpoint (ErrBusy, a conflict) while calls or streams are in progress on the
+	// Then is what the node does with the sandbox once the image is saved.
+	Then Then
+	// IfIdle refuses the snapshot (ErrBusy, a conflict) while calls or streams are in progress on the
 	// sandbox's channel, from this node or any control plane: a rolling snapshot waits for work.
 	IfIdle bool
+	// Meta goes into the stored snapshot's manifest.
+	Meta map[string]string
+}
+
+// Check reports what is wrong with r, if anything (an error wrapping errdefs.ErrInvalidArgument).
+func (r SnapshotRequest) Check() error {
+	switch {
+	case r.TenantID == "" || r.SnapshotID == "":
+		return fmt.Errorf("snapshot request: a tenant and a snapshot ID are required: %w", errdefs.ErrInvalidArgument)
+	case r.Then != ThenRun && r.Then != ThenDestroy:
+		return fmt.Errorf("snapshot request: then %q: want %q or %q: %w", r.Then, ThenRun, ThenDestroy, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// SnapshotReport is what a node reports of a snapshot it took once the image is stored (or is lost).
+type SnapshotReport struct {
+	TenantID   string `json:"tenant"`
+	SnapshotID string `json:"snapshot"`
+	// Image describes the saved image, as Snapshot returned it: a control plane that lost Snapshot's
+	// answer (it crashed) records the snapshot from the report.
+	Image Image `json:"image"`
+	// LogicalBytes and NewStoredBytes are the stored snapshot's statistics (snapshot.Stats); StoreMillis
+	// is how long the store took.
+	LogicalBytes   int64 `json:"logical_bytes"`
+	NewStoredBytes int64 `json:"new_stored_bytes"`
+	StoreMillis    int64 `json:"store_ms"`
+	// Lost, if set, says why the image is gone and was never stored (the snapshot cannot be restored).
+	Lost string `json:"lost,omitempty"`
+}
+
+// MaxLostReason bounds SnapshotReport.Lost.
+const MaxLostReason = 1 << 10
+
+// SnapshotCalls is what a node asks of the control plane for the snapshots it stores: the calls of
+// nodeapi.Control for a node in a process of its own, the control plane's own methods in its process.
+// A snapshot that is no longer waiting for its image (deleted, failed, or never recorded for this
+// node) is errdefs.ErrNotFound from both: the node drops the image. Other errors are tried again.
+type SnapshotCalls interface {
+	// SnapshotGrant returns the grant that opens the tenant's snapshots, for storing snapshotID, which
+	// the node took; the node clears it after the store.
+	SnapshotGrant(ctx context.Context, tenantID, snapshotID string) (*snapshot.Grant, error)
+	// SnapshotStored reports a snapshot stored, or lost (SnapshotReport.Lost).
+	SnapshotStored(ctx context.Context, rep SnapshotReport) error
 }
 
 // Image describes a checkpoint image a node saved.
@@ -31,16 +88,6 @@ type Image struct {
 	// holds files only (runtime.FilesOnly).
 	Runtime   string `json:"runtime,omitempty"`
 	FilesOnly bool   `json:"files_only,omitempty"`
-}
-
-// StoreRequest asks a node to write the image it saved for a snapshot into the snapshot store.
-type StoreRequest struct {
-	TenantID   string
-	SnapshotID string
-	// Grant opens the tenant's snapshots; the caller clears it after the call.
-	Grant *snapshot.Grant
-	// Meta goes into the snapshot's manifest.
-	Meta map[string]string
 }
 
 // ImageSource names the snapshot a sandbox is restored from.

@@ -9,7 +9,6 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
-	"github.com/airlockrun/airlock/internal/snapshot"
 )
 
 // Node is what a control plane needs of a node: node.Local implements it in the control plane's
@@ -38,19 +37,16 @@ type Node interface {
 	// RestoreSandbox boots a sandbox from a snapshot's checkpoint image, which the node keeps or fetches
 	// from the snapshot store, and returns once it accepts work.
 	RestoreSandbox(ctx context.Context, req CreateRequest, src ImageSource) error
-	// CheckpointSandbox saves a running sandbox as a snapshot's image, kept on the node until StoreImage;
-	// without req.LeaveRunning it stays frozen until DestroySandbox or UnpauseSandbox.
-	CheckpointSandbox(ctx context.Context, id string, req CheckpointRequest) (Image, error)
-	// StoreImage writes the image the node keeps for a snapshot into the snapshot store and reports the
-	// write's statistics (those of the stored snapshot, if it is stored already). An image the node
-	// does not have and that is not stored is errdefs.ErrNotFound.
-	StoreImage(ctx context.Context, req StoreRequest) (snapshot.Stats, error)
-	// DropImages removes the images of these snapshots from the node.
+	// Snapshot saves a running sandbox as snapshot req.SnapshotID and then does with it what req.Then
+	// says, in one call. The node keeps the image and stores it into the snapshot store in the
+	// background: it asks the control plane for the tenant's grant and reports the outcome through
+	// SnapshotCalls, retrying until the image is stored, lost, or no longer wanted (across restarts of
+	// the node). With req.IfIdle, a sandbox with calls or streams in progress is ErrBusy and nothing is
+	// taken. A failed snapshot leaves the sandbox running.
+	Snapshot(ctx context.Context, id string, req SnapshotRequest) (Image, error)
+	// DropImages removes the images of these snapshots from the node, pending or kept, and stops their
+	// stores.
 	DropImages(ctx context.Context, snapIDs []string) error
-	// PendingImages reports the snapshots whose images the node keeps and has not stored.
-	PendingImages(ctx context.Context) ([]string, error)
-	// UnpauseSandbox lets a sandbox a checkpoint left frozen run again.
-	UnpauseSandbox(ctx context.Context, id string) error
 	// CopyCA gives toID the interception CA stored under fromID; ForgetCA removes one.
 	CopyCA(ctx context.Context, fromID, toID, tenantID string) error
 	ForgetCA(caID string)

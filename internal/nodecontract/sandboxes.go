@@ -69,7 +69,7 @@ type RecoverRequest struct {
 	LogRetention time.Duration
 }
 
-// ErrBusy is what a checkpoint with CheckpointRequest.IfIdle answers while calls or streams are in
+// ErrBusy is what a snapshot with SnapshotRequest.IfIdle answers while calls or streams are in
 // progress on the sandbox's channel, from this node or any control plane.
 var ErrBusy = fmt.Errorf("calls or streams are in progress on the sandbox: %w", errdefs.ErrConflict)
 
