@@ -70,13 +70,15 @@ const MaxLostReason = 1 << 10
 // A snapshot that is no longer waiting for its image (deleted, failed, or never recorded for this
 // node) is errdefs.ErrNotFound from both: the node drops the image. Other errors are tried again.
 type SnapshotCalls interface {
-	// SnapshotGrant says that the node saved rep.Image for rep's snapshot and returns the grant that
-	// opens the tenant's snapshots, to store it; the node clears the grant after the store. The node
-	// asks once before Snapshot answers, so that the image is on record even if the control plane that
-	// called loses the answer (with ThenDestroy, before the sandbox goes: a refusal or failure then
-	// lets it run on and fails the snapshot), then before each try to store. rep's statistics and Lost
-	// are unset.
-	SnapshotGrant(ctx context.Context, rep SnapshotReport) (*snapshot.Grant, error)
+	// SnapshotSaved says that the node saved rep.Image for rep's snapshot (rep's statistics and Lost
+	// unset), which puts it on record. The node says it before Snapshot answers, so that the image is
+	// on record even if the control plane that called loses the answer; with ThenDestroy, before the
+	// sandbox goes: if it cannot be said, the sandbox runs on and the snapshot fails. With ThenRun a
+	// failure does not fail the snapshot, and the node says it again before it stores the image.
+	SnapshotSaved(ctx context.Context, rep SnapshotReport) error
+	// SnapshotGrant returns the grant that opens the tenant's snapshots, to store snapshotID, which the
+	// node took; the node clears it after the store.
+	SnapshotGrant(ctx context.Context, tenantID, snapshotID string) (*snapshot.Grant, error)
 	// SnapshotStored reports a snapshot stored, or lost (SnapshotReport.Lost).
 	SnapshotStored(ctx context.Context, rep SnapshotReport) error
 }

@@ -42,7 +42,7 @@ type Node interface {
 	// background: it asks the control plane for the tenant's grant and reports the outcome through
 	// SnapshotCalls, retrying until the image is stored, lost, or no longer wanted (across restarts of
 	// the node). With ThenDestroy the sandbox goes only once the control plane has the image on record
-	// (SnapshotGrant answered): otherwise it runs on and the snapshot fails. With req.IfIdle, a sandbox
+	// (SnapshotSaved answered): otherwise it runs on and the snapshot fails. With req.IfIdle, a sandbox
 	// with calls or streams in progress is ErrBusy and nothing is taken. A failed snapshot leaves the
 	// sandbox running.
 	Snapshot(ctx context.Context, id string, req SnapshotRequest) (Image, error)
