@@ -72,10 +72,19 @@ type fakeNode struct {
 	// runtimes, if set, are what Runtimes reports.
 	runtimes []nodecontract.Runtime
 	// snaps is the snapshot store the node writes and reads images with (nil: none, as a node started
-	// without one); images holds its pending and cached images. storeMu serializes StoreImage.
+	// without one); images holds its pending and cached images. storeMu serializes storeImage.
 	snaps   *snapshot.Store
 	images  string
 	storeMu sync.Mutex
+	// cp is the control plane the node asks for grants and reports its stores to (guarded by mu);
+	// storing cancels the store of each snapshot in progress, jobs are those not reported yet, stores
+	// tracks the goroutines (store); calls counts the
+	// calls of each method of the contract (those that count, by name; guarded by mu).
+	cp      *Service
+	storing map[string]context.CancelFunc
+	jobs    map[string]fakeJob
+	stores  sync.WaitGroup
+	calls   map[string]int
 
 	flows *flowlog.Log
 }
@@ -225,13 +234,18 @@ func (n *fakeNode) SandboxMetrics(ctx context.Context, id string, start, end tim
 	return []nodecontract.Sample{{Time: t, CPUCount: 1, MemUsed: 1}, {Time: t.Add(5 * time.Second), CPUCount: 1, MemUsed: int64(len(n.metricsAsked)), DiskUsed: int64(len(id))}}, nil
 }
 
-// CheckpointSandbox writes an image that names the sandbox into the node's pending images.
-func (n *fakeNode) CheckpointSandbox(ctx context.Context, id string, req nodecontract.CheckpointRequest) (nodecontract.Image, error) {
+// Snapshot checkpoints as a node does: an image that names the sandbox into the node's pending images,
+// on record with the control plane (n.cp) before a destroy, then stored in the background (store).
+func (n *fakeNode) Snapshot(ctx context.Context, id string, req nodecontract.SnapshotRequest) (nodecontract.Image, error) {
+	n.count("Snapshot")
 	if n.snaps == nil {
 		return nodecontract.Image{}, fmt.Errorf("fake node %s has no snapshot store: %w", n.ID(), errdefs.ErrFailedPrecondition)
 	}
+	if err := req.Check(); err != nil {
+		return nodecontract.Image{}, err
+	}
 	dir := n.pendingDir(req.SnapshotID)
-	if err := n.checkpoint(id, dir, req.LeaveRunning); err != nil {
+	if err := n.checkpoint(id, dir, req.Then == nodecontract.ThenRun); err != nil {
 		os.RemoveAll(dir)
 		return nodecontract.Image{}, err
 	}
@@ -241,12 +255,170 @@ func (n *fakeNode) CheckpointSandbox(ctx context.Context, id string, req nodecon
 	if after != nil {
 		after()
 	}
+	img := nodecontract.Image{Bytes: 1 << 10, FilesPart: "fs.tar"}
+	n.mu.Lock()
+	if n.noFiles {
+		img.FilesPart = ""
+	}
+	n.mu.Unlock()
+	rep := nodecontract.SnapshotReport{TenantID: req.TenantID, SnapshotID: req.SnapshotID, Image: img}
+	err := n.saved(ctx, rep)
+	if err != nil && req.Then == nodecontract.ThenDestroy {
+		n.mu.Lock()
+		delete(n.frozen, id)
+		n.mu.Unlock()
+		os.RemoveAll(dir)
+		return nodecontract.Image{}, fmt.Errorf("put the image on record: %w", err)
+	}
+	if req.Then == nodecontract.ThenDestroy {
+		n.mu.Lock()
+		delete(n.running, id)
+		delete(n.frozen, id)
+		n.mu.Unlock()
+	}
+	n.store(fakeJob{rep: rep, meta: req.Meta, saved: err == nil})
+	return img, nil
+}
+
+// bind makes s the control plane the fake asks for grants and reports its stores to.
+func (n *fakeNode) bind(s *Service) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.noFiles {
-		return nodecontract.Image{Bytes: 1 << 10}, nil
+	n.cp = s
+}
+
+// bound returns the control plane the fake is bound to.
+func (n *fakeNode) bound() (*Service, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cp == nil {
+		return nil, fmt.Errorf("fake node %s: no control plane: %w", n.ID(), errdefs.ErrUnavailable)
 	}
-	return nodecontract.Image{Bytes: 1 << 10, FilesPart: "fs.tar"}, nil
+	return n.cp, nil
+}
+
+// saved tells the control plane the fake is bound to that rep's image is saved.
+func (n *fakeNode) saved(ctx context.Context, rep nodecontract.SnapshotReport) error {
+	cp, err := n.bound()
+	if err != nil {
+		return err
+	}
+	return cp.NodeSnapshotSaved(ctx, n.ID(), rep)
+}
+
+// fakeJob is a snapshot the fake stores: what it reports, the manifest's meta, and whether the
+// control plane has it on record.
+type fakeJob struct {
+	rep   nodecontract.SnapshotReport
+	meta  map[string]string
+	saved bool
+}
+
+// store stores a job's image in the background, as a node does: on record first, then with a grant
+// asked for on each try, until it is stored, lost or no longer wanted, and reports it. jobs keeps it
+// until it is reported (resumeStores starts those again); stores tracks the goroutines; stopStores
+// ends every store; DropImages ends one.
+func (n *fakeNode) store(j fakeJob) {
+	ctx, cancel := context.WithCancel(context.Background())
+	n.mu.Lock()
+	if n.storing == nil {
+		n.storing, n.jobs = map[string]context.CancelFunc{}, map[string]fakeJob{}
+	}
+	if prev := n.storing[j.rep.SnapshotID]; prev != nil {
+		prev()
+	}
+	n.storing[j.rep.SnapshotID] = cancel
+	n.jobs[j.rep.SnapshotID] = j
+	n.mu.Unlock()
+	n.stores.Add(1)
+	go func() { // owner: the fake; ends when stored, dropped or stopped
+		defer n.stores.Done()
+		defer cancel()
+		for n.storeOnce(ctx, &j) != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		n.mu.Lock()
+		delete(n.jobs, j.rep.SnapshotID)
+		n.mu.Unlock()
+	}()
+}
+
+// storeOnce is one try of store: nil once nothing is left to do.
+func (n *fakeNode) storeOnce(ctx context.Context, j *fakeJob) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	cp, err := n.bound()
+	if err != nil {
+		return err
+	}
+	rep := j.rep
+	if !j.saved {
+		if err := cp.NodeSnapshotSaved(ctx, n.ID(), rep); errors.Is(err, errdefs.ErrNotFound) {
+			return n.DropImages(ctx, []string{rep.SnapshotID})
+		} else if err != nil {
+			return err
+		}
+		j.saved = true
+	}
+	g, err := cp.NodeSnapshotGrant(ctx, n.ID(), rep.TenantID, rep.SnapshotID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return n.DropImages(ctx, []string{rep.SnapshotID})
+	} else if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	st, err := n.storeImage(ctx, rep.TenantID, rep.SnapshotID, g, j.meta)
+	g.Clear()
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		rep.Lost = "its saved image was lost before it reached the snapshot store"
+	case err != nil:
+		return err
+	default:
+		rep.LogicalBytes, rep.NewStoredBytes, rep.StoreMillis = st.LogicalBytes, st.NewStoredBytes, max(1, time.Since(t0).Milliseconds())
+	}
+	if err := cp.NodeSnapshotStored(ctx, n.ID(), rep); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// resumeStores starts again the stores of the jobs not reported yet, as a node does when it starts.
+func (n *fakeNode) resumeStores() {
+	n.mu.Lock()
+	var js []fakeJob
+	for _, j := range n.jobs {
+		js = append(js, j)
+	}
+	n.mu.Unlock()
+	for _, j := range js {
+		n.store(j)
+	}
+}
+
+// stopStores ends the stores in progress (as a node's crash would) and waits for them.
+func (n *fakeNode) stopStores() {
+	n.mu.Lock()
+	for _, cancel := range n.storing {
+		cancel()
+	}
+	n.mu.Unlock()
+	n.stores.Wait()
+}
+
+// count records a call of the node contract's method.
+func (n *fakeNode) count(method string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.calls == nil {
+		n.calls = map[string]int{}
+	}
+	n.calls[method]++
 }
 
 func (n *fakeNode) checkpoint(id, imageDir string, leaveRunning bool) error {
@@ -285,24 +457,21 @@ func (n *fakeNode) pendingDir(snapID string) string {
 }
 func (n *fakeNode) cachedDir(snapID string) string { return filepath.Join(n.images, "cache", snapID) }
 
-// StoreImage writes the pending image into the snapshot store with the grant, as a node does.
-func (n *fakeNode) StoreImage(ctx context.Context, req nodecontract.StoreRequest) (snapshot.Stats, error) {
-	if n.snaps == nil {
-		return snapshot.Stats{}, fmt.Errorf("fake node %s has no snapshot store: %w", n.ID(), errdefs.ErrFailedPrecondition)
-	}
-	if req.Grant == nil || req.Grant.Tenant() != req.TenantID {
-		return snapshot.Stats{}, fmt.Errorf("no grant for %s: %w", req.TenantID, errdefs.ErrInvalidArgument)
+// storeImage writes the pending image into the snapshot store with the grant, as a node does.
+func (n *fakeNode) storeImage(ctx context.Context, tenantID, snapID string, g *snapshot.Grant, meta map[string]string) (snapshot.Stats, error) {
+	if g == nil || g.Tenant() != tenantID {
+		return snapshot.Stats{}, fmt.Errorf("no grant for %s: %w", tenantID, errdefs.ErrInvalidArgument)
 	}
 	n.storeMu.Lock()
 	defer n.storeMu.Unlock()
-	if m, err := n.snaps.ManifestWith(ctx, req.Grant, req.SnapshotID); err == nil {
+	if m, err := n.snaps.ManifestWith(ctx, g, snapID); err == nil {
 		return m.Stats, nil
 	}
-	dir := n.pendingDir(req.SnapshotID)
+	dir := n.pendingDir(snapID)
 	if _, err := os.Stat(dir); err != nil {
-		return snapshot.Stats{}, fmt.Errorf("image of %s: %v: %w", req.SnapshotID, err, errdefs.ErrNotFound)
+		return snapshot.Stats{}, fmt.Errorf("image of %s: %v: %w", snapID, err, errdefs.ErrNotFound)
 	}
-	w, err := n.snaps.NewWriterWith(ctx, req.Grant, req.SnapshotID)
+	w, err := n.snaps.NewWriterWith(ctx, g, snapID)
 	if err != nil {
 		return snapshot.Stats{}, err
 	}
@@ -318,13 +487,13 @@ func (n *fakeNode) StoreImage(ctx context.Context, req nodecontract.StoreRequest
 			return snapshot.Stats{}, err
 		}
 	}
-	m, err := w.Commit(ctx, req.Meta)
+	m, err := w.Commit(ctx, meta)
 	if err != nil {
 		return snapshot.Stats{}, err
 	}
-	os.MkdirAll(filepath.Dir(n.cachedDir(req.SnapshotID)), 0o700)
-	os.RemoveAll(n.cachedDir(req.SnapshotID))
-	if err := os.Rename(dir, n.cachedDir(req.SnapshotID)); err != nil {
+	os.MkdirAll(filepath.Dir(n.cachedDir(snapID)), 0o700)
+	os.RemoveAll(n.cachedDir(snapID))
+	if err := os.Rename(dir, n.cachedDir(snapID)); err != nil {
 		return snapshot.Stats{}, err
 	}
 	return m.Stats, nil
@@ -332,13 +501,19 @@ func (n *fakeNode) StoreImage(ctx context.Context, req nodecontract.StoreRequest
 
 func (n *fakeNode) DropImages(ctx context.Context, ids []string) error {
 	for _, id := range ids {
+		n.mu.Lock()
+		if cancel := n.storing[id]; cancel != nil {
+			cancel()
+		}
+		n.mu.Unlock()
 		os.RemoveAll(n.pendingDir(id))
 		os.RemoveAll(n.cachedDir(id))
 	}
 	return nil
 }
 
-func (n *fakeNode) PendingImages(ctx context.Context) ([]string, error) {
+// pendingImages lists the images the fake keeps and has not stored.
+func (n *fakeNode) pendingImages() ([]string, error) {
 	entries, _ := os.ReadDir(filepath.Join(n.images, "pending"))
 	var ids []string
 	for _, e := range entries {
@@ -387,12 +562,6 @@ func (n *fakeNode) RestoreSandbox(ctx context.Context, req nodecontract.CreateRe
 	return nil
 }
 
-func (n *fakeNode) UnpauseSandbox(ctx context.Context, id string) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	delete(n.frozen, id)
-	return nil
-}
 
 func (n *fakeNode) RewrapCAs(ctx context.Context, tenantID string) (int, error) { return 0, nil }
 

@@ -565,19 +565,9 @@ func (s *loops) settleOrphanSnapshots() {
 		}
 		return state != "absent" || now.Sub(created) >= replicaUnknownAfter
 	}
-	// Uploads are the nodes' work, which any replica can ask for: those of a replica that went away
-	// are taken over here.
-	ups, err := s.store.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotUploading}, store.MaxListLimit)
-	if err != nil {
-		s.log.Error("settle snapshots: list uploads", "err", err)
-		return
-	}
-	for _, sn := range ups {
-		r := sn.Meta[snapshotReplicaMeta]
-		if r != "" && r != s.replica && isGone(r, sn.CreatedAt) {
-			s.book.startUpload(sn)
-		}
-	}
+	// Stores are the nodes' work, reported to any replica: only a node removed for good leaves some
+	// never to be stored.
+	s.book.failSnapshotsOfRemovedNodes(ctx)
 	sns, err := s.store.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotWriting}, store.MaxListLimit)
 	if err != nil {
 		s.log.Error("settle snapshots: list", "err", err)
@@ -608,17 +598,14 @@ func (s *loops) settleOrphanSnapshots() {
 }
 
 // adoptOp settles session se, left mid-operation by a replica that went away, as a restart would: a
-// pause that froze the sandbox lets it run on; a sandbox a create, resume or fork booted that the
+// pause whose sandbox runs on runs on, one whose node took the sandbox is paused at its snapshot; a sandbox a create, resume or fork booted that the
 // session does not run in is destroyed. The caller holds se's lock.
 func (s *sessions) adoptOp(ctx context.Context, se store.Session) {
 	if se.State == store.SessionPausing && se.SandboxID != "" {
 		// A pause whose teardown the Store forgot (lost.go) left a record of a sandbox its node no longer
 		// has: failed, it is not thawed below, and the session is paused at its latest snapshot.
+		// (A snapshot that failed lets the sandbox run on; one that succeeded destroyed it.)
 		s.sandboxes.failIfLost(ctx, se.TenantID, se.SandboxID)
-		// The checkpoint may have left it frozen; a sandbox that is not is left as it is.
-		if n, err := s.placer.nodeOfSandbox(ctx, se.TenantID, se.SandboxID); err == nil {
-			_ = n.UnpauseSandbox(ctx, se.SandboxID)
-		}
 	}
 	if err := s.reconcileSessionLocked(ctx, se); err != nil {
 		s.log.Error("settle a session left mid-operation", "session", se.ID, "err", err)

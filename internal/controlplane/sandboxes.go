@@ -346,6 +346,17 @@ func (s *sandboxes) DeleteSandbox(ctx context.Context, tenantID, id string) erro
 
 // destroyLocked tears sb down on its node and records it stopped with reason. The caller holds sb's lock.
 func (s *sandboxes) destroyLocked(ctx context.Context, sb store.Sandbox, reason string) (store.Sandbox, error) {
+	return s.endLocked(ctx, sb, reason, true)
+}
+
+// recordDestroyed records stopped a sandbox its node destroyed already (a pause's Snapshot did). The
+// caller holds sb's lock.
+func (s *sandboxes) recordDestroyed(ctx context.Context, sb store.Sandbox, reason string) (store.Sandbox, error) {
+	return s.endLocked(ctx, sb, reason, false)
+}
+
+// endLocked records sb stopping, destroys it on its node if onNode, and records it stopped with reason.
+func (s *sandboxes) endLocked(ctx context.Context, sb store.Sandbox, reason string, onNode bool) (store.Sandbox, error) {
 	if sb.State == store.StateStopped {
 		return sb, nil
 	}
@@ -355,9 +366,12 @@ func (s *sandboxes) destroyLocked(ctx context.Context, sb store.Sandbox, reason 
 			return sb, err
 		}
 	}
-	n, derr := s.placer.sandboxNode(ctx, sb)
-	if derr == nil {
-		derr = n.DestroySandbox(ctx, sb.ID)
+	var derr error
+	if onNode {
+		var n Node
+		if n, derr = s.placer.sandboxNode(ctx, sb); derr == nil {
+			derr = n.DestroySandbox(ctx, sb.ID)
+		}
 	}
 	if derr != nil && s.placer.nodeGone(ctx, sb.NodeID) {
 		// Its node is down or left: what is left of the sandbox there goes when the node starts again
@@ -825,8 +839,6 @@ func (s *loops) Shutdown(ctx context.Context) error {
 	// The clients of the other nodes close last, after the leases on operations are given up.
 	defer s.nodes.close()
 	defer s.ops.stopAll()
-	// Uploads finish if they can in time; a restart takes up the others from their saved images.
-	defer s.book.waitUploads(ctx)
 	// Only the in-process node's sandboxes: the other nodes run on without this replica.
 	if s.nodes.local == nil {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -418,11 +419,12 @@ func (s *sessions) PauseSession(ctx context.Context, tenantID, id string) (store
 
 // pauseLocked pauses a running session. The caller holds its lock.
 //
-// Order, for crash safety: the session is recorded pausing and a snapshot writing; the sandbox is frozen
-// and checkpointed; the image goes into the snapshot store; the snapshot is recorded complete and the
-// session paused at it; only then is the sandbox destroyed. A failure before the record of the pause lets
-// the sandbox run on (the session is running again); a restart in between finds the frozen sandbox and
-// thaws it (see reconcileSessions).
+// Order, for crash safety: the session is recorded pausing and a snapshot writing; one node call
+// saves the sandbox's image and destroys the sandbox; the snapshot is recorded uploading (the node stores
+// it behind) and the session paused at it; then the sandbox's record is closed. A failure before the
+// node took the sandbox lets it run on (the session is running again); once it took it, the session
+// stays pausing until it is recorded paused at its snapshot — by this call, or by a restart or the
+// replica that takes the operation over (reconcileSessionLocked), which finds the snapshot.
 func (s *sessions) pauseLocked(ctx context.Context, se store.Session, reason string) (store.Session, error) {
 	// Without the key the image could only be kept in the clear: refuse (the key check loop stops the
 	// sandbox).
@@ -435,7 +437,13 @@ func (s *sessions) pauseLocked(ctx context.Context, se store.Session, reason str
 		return se, err
 	}
 	faultinject.Crash("pause-recorded")
-	snap, err := s.snapshotSandbox(ctx, se, store.TriggerPause, "", false)
+	snap, taken, err := s.snapshotSandbox(ctx, se, store.TriggerPause, "", false)
+	if err != nil && taken {
+		// The sandbox is gone and its image with its node: the session stays pausing until a
+		// reconciliation records it paused at the snapshot.
+		s.log.Error("pause session: the sandbox was saved and destroyed, its record not written", "session", se.ID, "err", err)
+		return se, fmt.Errorf("pause session %s: %w", se.ID, err)
+	}
 	if err != nil {
 		s.log.Error("pause session", "session", se.ID, "err", err)
 		back, uerr := s.updateSession(ctx, se, func(se *store.Session) error {
@@ -456,14 +464,24 @@ func (s *sessions) pauseLocked(ctx context.Context, se store.Session, reason str
 		return se, fmt.Errorf("pause session %s: %w", se.ID, err)
 	}
 	faultinject.Crash("pause-session-paused")
-	// The frozen sandbox's teardown (its memory freed, its disk removed) need not hold up the caller.
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		s.destroySessionSandbox(context.WithoutCancel(ctx), se.TenantID, sbID, "session paused")
-	}()
+	// The node destroyed the sandbox: its record is closed without another call to the node.
+	s.closeSessionSandbox(ctx, se.TenantID, sbID, "session paused")
 	s.log.Info("session paused", "session", se.ID, "snapshot", snap.ID, "took", s.now().Sub(start), "image_bytes", snap.LogicalBytes)
 	return se, nil
+}
+
+// closeSessionSandbox records stopped a sandbox of a session that its node destroyed already.
+func (s *sessions) closeSessionSandbox(ctx context.Context, tenantID, sbID, reason string) {
+	unlock := s.locks.Lock(sbID)
+	defer unlock()
+	sb, err := s.store.GetSandbox(ctx, tenantID, sbID)
+	if err != nil {
+		s.log.Warn("session sandbox record", "sandbox", sbID, "err", err)
+		return
+	}
+	if _, err := s.sandboxes.recordDestroyed(ctx, sb, reason); err != nil {
+		s.log.Error("close session sandbox record", "sandbox", sbID, "err", err)
+	}
 }
 
 // destroySessionSandbox destroys a session's sandbox that the session no longer uses.
@@ -483,94 +501,88 @@ func (s *sessions) destroySessionSandbox(ctx context.Context, tenantID, sbID, re
 	}
 }
 
-// snapshotSandbox checkpoints the session's sandbox into a new snapshot of trigger and name. The
-// snapshot is recorded writing first, then uploading once its image is saved on this node (sessions
-// can resume and fork from it from then on), and the upload to the snapshot store completes it in the
-// background (uploads.go). With leaveRunning the sandbox runs on; without, it stays frozen (the caller
-// destroys it) — unless the snapshot fails, in which case it is thawed and runs on.
-func (s *sessions) snapshotSandbox(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string, leaveRunning bool) (store.Snapshot, error) {
+// snapshotSandbox saves the session's sandbox as a new snapshot of trigger and name, in one call to its
+// node. The snapshot is recorded writing first, then uploading once its image is saved on the node
+// (sessions can resume and fork from it from then on); the node stores it into the snapshot store in the
+// background and reports it complete (uploads.go). With leaveRunning the sandbox runs on; without (a
+// pause) the node destroys it once its image is saved — unless the snapshot fails, in which case it
+// runs on. taken reports whether the node took the sandbox: then, even with an error (its record could
+// not be written), the sandbox of a pause is gone and the snapshot is the node's to report.
+func (s *sessions) snapshotSandbox(ctx context.Context, se store.Session, trigger store.SnapshotTrigger, name string, leaveRunning bool) (snap store.Snapshot, taken bool, err error) {
 	if _, err := s.book.snapshotStore(); err != nil {
-		return store.Snapshot{}, err
+		return store.Snapshot{}, false, err
 	}
 	if se.SandboxID == "" {
-		return store.Snapshot{}, fmt.Errorf("session %s has no sandbox: %w", se.ID, errdefs.ErrFailedPrecondition)
+		return store.Snapshot{}, false, fmt.Errorf("session %s has no sandbox: %w", se.ID, errdefs.ErrFailedPrecondition)
 	}
 	sb, err := s.store.GetSandbox(ctx, se.TenantID, se.SandboxID)
 	if err != nil {
-		return store.Snapshot{}, fmt.Errorf("session %s: %w", se.ID, err)
+		return store.Snapshot{}, false, fmt.Errorf("session %s: %w", se.ID, err)
 	}
 	n, err := s.placer.sandboxNode(ctx, sb)
 	if err != nil {
-		return store.Snapshot{}, fmt.Errorf("session %s: %w", se.ID, err)
+		return store.Snapshot{}, false, fmt.Errorf("session %s: %w", se.ID, err)
 	}
-	snap, err := s.store.CreateSnapshot(ctx, store.Snapshot{
+	snap, err = s.store.CreateSnapshot(ctx, store.Snapshot{
 		ID: store.NewID("sn"), TenantID: se.TenantID, SessionID: se.ID, ParentID: se.HeadSnapshotID,
 		Name: name, Pinned: name != "", Trigger: trigger, State: store.SnapshotWriting, CreatedAt: s.now(),
 		Meta: map[string]string{"template": se.Spec.Template, snapshotNodeMeta: n.ID(), snapshotReplicaMeta: s.replica},
 	})
 	if err != nil {
-		return store.Snapshot{}, fmt.Errorf("record snapshot: %w", err)
+		return store.Snapshot{}, false, fmt.Errorf("record snapshot: %w", err)
 	}
-	fail := func(cause error, thaw bool) (store.Snapshot, error) {
-		if thaw && !leaveRunning {
-			if err := n.UnpauseSandbox(ctx, se.SandboxID); err != nil {
-				cause = errors.Join(cause, fmt.Errorf("let the sandbox run on: %w", err))
-			}
-		}
+	fail := func(cause error) (store.Snapshot, bool, error) {
 		if _, err := s.book.updateSnapshot(ctx, snap, func(sn *store.Snapshot) error {
 			sn.State, sn.Reason = store.SnapshotFailed, truncateReason(cause.Error())
 			return nil
 		}); err != nil {
 			cause = errors.Join(cause, err)
 		}
-		if thaw { // the image was saved: the node need not keep it
-			s.book.dropImagesOn(ctx, n, snap.ID)
-		}
-		return store.Snapshot{}, cause
+		return store.Snapshot{}, false, cause
 	}
 	t0 := s.now()
 	// A rolling snapshot waits for work in progress, through any replica (the node sees all of it).
 	ifIdle := trigger == store.TriggerRolling
-	img, err := n.CheckpointSandbox(ctx, se.SandboxID, nodecontract.CheckpointRequest{SnapshotID: snap.ID, LeaveRunning: leaveRunning, IfIdle: ifIdle})
+	then := nodecontract.ThenRun
+	if !leaveRunning {
+		then = nodecontract.ThenDestroy
+	}
+	img, err := n.Snapshot(ctx, se.SandboxID, nodecontract.SnapshotRequest{TenantID: se.TenantID, SnapshotID: snap.ID, Then: then, IfIdle: ifIdle,
+		Meta: map[string]string{"session": se.ID, "template": se.Spec.Template}})
 	if ifIdle && errors.Is(err, errdefs.ErrConflict) {
 		// Nothing was taken: the record goes, and the loop tries again next round.
 		if derr := s.store.DeleteSnapshot(ctx, se.TenantID, snap.ID); derr != nil {
-			return fail(fmt.Errorf("checkpoint: %w", err), false)
+			return fail(fmt.Errorf("checkpoint: %w", err))
 		}
-		return store.Snapshot{}, fmt.Errorf("%w: %v", errSandboxBusy, err)
+		return store.Snapshot{}, false, fmt.Errorf("%w: %v", errSandboxBusy, err)
 	}
 	if err != nil {
 		// What the sandbox did that cannot be saved comes as failed precondition (the driver's to tell).
-		return fail(fmt.Errorf("checkpoint: %w", err), false)
+		return fail(fmt.Errorf("checkpoint: %w", err))
 	}
 	tCheckpoint := s.now().Sub(t0)
 	faultinject.Crash("snapshot-checkpointed")
 	snap, err = s.book.updateSnapshot(ctx, snap, func(sn *store.Snapshot) error {
-		sn.State = store.SnapshotUploading
-		sn.LogicalBytes = img.Bytes
+		// The node has put it on record (SnapshotSaved), and its report may have completed it already
+		// (a small image stores fast).
+		switch sn.State {
+		case store.SnapshotComplete:
+			return nil
+		case store.SnapshotWriting:
+			sn.State = store.SnapshotUploading
+			recordImage(sn, img)
+		}
 		sn.Meta["checkpoint_ms"] = fmt.Sprint(tCheckpoint.Milliseconds())
-		if img.FilesPart != "" {
-			sn.Meta[snapshotFilesMeta] = img.FilesPart
-		} else {
-			sn.Meta[snapshotFilesMeta] = noFilesPart
-		}
-		if img.Runtime != "" {
-			sn.Meta[snapshotRuntimeMeta] = img.Runtime
-		}
-		sn.Meta[SnapshotKindMeta] = SnapshotKindMemory
-		if img.FilesOnly {
-			sn.Meta[SnapshotKindMeta] = SnapshotKindFiles
-		}
 		return nil
 	})
 	if err != nil {
-		return fail(err, true)
+		// The node has the image and reports it: the record is completed then (or, deleted, its data goes).
+		return store.Snapshot{}, true, fmt.Errorf("record snapshot %s: %w", snap.ID, err)
 	}
 	faultinject.Crash("snapshot-saved")
-	s.book.startUpload(snap)
 	s.log.Info("snapshot saved", "session", se.ID, "snapshot", snap.ID, "node", n.ID(), "trigger", trigger, "checkpoint", tCheckpoint,
 		"image_bytes", snap.LogicalBytes)
-	return snap, nil
+	return snap, true, nil
 }
 
 // updateSnapshot applies f to the stored snapshot and saves it, retrying on a concurrent change.
@@ -580,6 +592,9 @@ func (s *snapshotBook) updateSnapshot(ctx context.Context, sn store.Snapshot, f 
 		next.Meta = cloneMap(sn.Meta)
 		if err := f(&next); err != nil {
 			return sn, err
+		}
+		if reflect.DeepEqual(next, sn) {
+			return sn, nil // nothing to change
 		}
 		saved, err := s.store.UpdateSnapshot(ctx, next)
 		if err == nil {
@@ -747,7 +762,7 @@ func (s *sessions) snapshotRunningLocked(ctx context.Context, se store.Session, 
 	if err := s.accounts.checkSnapshotQuota(ctx, se.TenantID); err != nil {
 		return store.Snapshot{}, fmt.Errorf("snapshot session %s: %w", se.ID, err)
 	}
-	snap, err := s.snapshotSandbox(ctx, se, trigger, name, true)
+	snap, _, err := s.snapshotSandbox(ctx, se, trigger, name, true)
 	if err != nil {
 		return snap, fmt.Errorf("snapshot session %s: %w", se.ID, err)
 	}
@@ -1217,7 +1232,7 @@ func (s *sessions) reconcileSessions(ctx context.Context) error {
 			s.destroySessionSandbox(ctx, sb.TenantID, sb.ID, "its session moved on")
 		}
 	}
-	return s.book.reconcileUploads(ctx)
+	return nil
 }
 
 func (s *sessions) reconcileSession(ctx context.Context, se store.Session) error {
@@ -1256,10 +1271,24 @@ func (s *sessions) reconcileSessionLocked(ctx context.Context, se store.Session)
 		}
 	case store.SessionPausing:
 		if running {
-			// The pause did not finish; the sandbox was thawed on adoption and runs on.
+			// The pause did not finish: the snapshot failed, or was never taken, and the sandbox runs on.
 			_, err := s.updateSession(ctx, se, func(se *store.Session) error {
 				return setSessionState(se, store.SessionRunning, "pause interrupted by a restart; the session runs on")
 			})
+			return err
+		}
+		if snap, ok, err := s.book.pauseSnapshot(ctx, se); err != nil {
+			return err
+		} else if ok {
+			// The node saved the sandbox and destroyed it: the pause is done but for its record.
+			now := s.now()
+			_, err := s.updateSession(ctx, se, func(se *store.Session) error {
+				se.HeadSnapshotID, se.SandboxID, se.PausedAt = snap.ID, "", &now
+				return setSessionState(se, store.SessionPaused, "paused (its record was completed after a restart)")
+			})
+			if err == nil && se.SandboxID != "" {
+				s.closeSessionSandbox(ctx, se.TenantID, se.SandboxID, "session paused")
+			}
 			return err
 		}
 		if se.HeadSnapshotID != "" {
@@ -1438,7 +1467,7 @@ func reservedMetadata(k string) bool { return strings.HasPrefix(k, "airlock.") }
 
 // snapshotNodeMeta is the key, in a snapshot's Meta, of the node it was taken on: its image may be
 // cached there, and the session's interception CA is. snapshotReplicaMeta names the replica that took
-// it, whose pending directory holds its image until it is stored.
+// it (the leader fails one it left writing when it went away).
 const (
 	snapshotNodeMeta    = "node"
 	snapshotReplicaMeta = "replica"

@@ -256,7 +256,6 @@ func (s *snapshotBook) pruneSession(ctx context.Context, t store.Tenant, se stor
 			return n, err
 		}
 		faultinject.Crash("prune-record-deleted")
-		s.cancelUpload(id)
 		dropped = append(dropped, id)
 		if err := s.snapshots.Delete(ctx, se.TenantID, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			s.log.Warn("delete pruned snapshot's data", "snapshot", id, "err", err)

@@ -10,119 +10,146 @@ import (
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/faultinject"
 	"github.com/airlockrun/airlock/internal/nodecontract"
+	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// Snapshots are written behind, by the node that took them. A checkpoint saves the sandbox's image on
-// its node; the snapshot is then recorded "uploading", and sessions resume and fork from that image at
-// once (on that node) while the node writes it into the snapshot store (chunked, compressed,
-// encrypted, straight from the node to the blob store), which a control plane asks for here, with the
-// tenant's grant, and retries with backoff. Once the store holds it, the snapshot is recorded complete
-// and can be restored on any node. A restart (of this replica or of the node) starts again the uploads
-// it finds unfinished (see reconcileUploads); the leader takes over those of a replica that went away.
-// So a pause costs the checkpoint, not the trip through the store, and no image byte passes through a
-// control plane.
+// Snapshots are stored by the node that took them. One node call (nodecontract.Node.Snapshot) saves a
+// sandbox's image on its node and lets the sandbox run on or destroys it (a pause); the snapshot is
+// then recorded "uploading", and sessions resume and fork from that image at once (on that node). The
+// node writes it into the snapshot store in the background (chunked, compressed, encrypted, straight
+// from the node to the blob store), asking a control plane for the tenant's grant (NodeSnapshotGrant)
+// and reporting the outcome (NodeSnapshotStored), retrying across its own restarts until it is stored,
+// lost, or no longer wanted. The report records the snapshot complete (or failed), from any replica.
+// So a pause costs the checkpoint, not the trip through the store, and no image byte, layer or
+// retry loop is a replica's.
 
-// uploader runs the background uploads, at most one per snapshot.
-type uploader struct {
-	mu sync.Mutex
-	// active holds the running uploads by snapshot ID; guarded by mu.
-	active map[string]*upload
-	wg     sync.WaitGroup
-}
+// errNoSnapshotWaits is every refusal of a node's snapshot call: the snapshot does not exist, is not
+// the node's, or no longer waits for its image. The node drops the image.
+var errNoSnapshotWaits = fmt.Errorf("no snapshot of this node waits for that image: %w", errdefs.ErrNotFound)
 
-type upload struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-}
+// Bounds of what a node's report may say of its image.
+const (
+	maxReportFilesPart = 255
+	maxReportRuntime   = 64
+)
 
-func newUploader() *uploader {
-	return &uploader{active: map[string]*upload{}}
-}
-
-// startUpload has the node of the uploading snapshot sn write its image into the snapshot store, in
-// the background, retrying until it is stored, the snapshot is gone, or cancelUpload or Shutdown stops it.
-// An upload of sn already running is left alone.
-func (s *snapshotBook) startUpload(sn store.Snapshot) {
-	s.up.mu.Lock()
-	defer s.up.mu.Unlock()
-	if _, ok := s.up.active[sn.ID]; ok {
-		return
+// nodeSnapshot returns tenantID's snapshot snapID if node nodeID took it and it waits for its image
+// (writing or uploading); refusals are errNoSnapshotWaits, a store failure unavailable.
+func (s *snapshotBook) nodeSnapshot(ctx context.Context, nodeID, tenantID, snapID string) (store.Snapshot, error) {
+	if nodeID == "" || tenantID == "" || snapID == "" {
+		return store.Snapshot{}, errNoSnapshotWaits
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	u := &upload{cancel: cancel, done: make(chan struct{})}
-	s.up.active[sn.ID] = u
-	s.up.wg.Add(1)
-	go func() {
-		defer s.up.wg.Done()
-		defer close(u.done)
-		defer func() {
-			s.up.mu.Lock()
-			if s.up.active[sn.ID] == u {
-				delete(s.up.active, sn.ID)
-			}
-			s.up.mu.Unlock()
-			cancel()
-		}()
-		backoff := time.Second
-		for {
-			err := s.upload(ctx, sn)
-			if err == nil || ctx.Err() != nil {
-				return
-			}
-			s.log.Error("upload snapshot; retrying", "snapshot", sn.ID, "session", sn.SessionID, "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-s.stop: // shutting down: a restart tries again
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 5*time.Minute)
-		}
-	}()
+	sn, err := s.store.GetSnapshot(ctx, tenantID, snapID)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument):
+		return sn, errNoSnapshotWaits
+	case err != nil:
+		return sn, fmt.Errorf("snapshot %s: %v: %w", snapID, err, errdefs.ErrUnavailable)
+	case sn.Meta[snapshotNodeMeta] != nodeID:
+		return store.Snapshot{}, errNoSnapshotWaits
+	}
+	return sn, nil
 }
 
-// upload has the node of sn write its image into the snapshot store and records the snapshot
-// complete. A snapshot deleted meanwhile ends the upload without error (its data goes with it); one
-// whose image is gone before it was stored (its node lost it, or is gone for good) is recorded failed.
-func (s *snapshotBook) upload(ctx context.Context, sn store.Snapshot) error {
+// nodeSnapshotSaved records that node nodeID saved rep.Image for rep's snapshot, which it took: one
+// writing is uploading from then on (restores and forks may use the image on the node). Said again (the
+// node retries), it answers nil; a snapshot failed or deleted meanwhile is refused (errNoSnapshotWaits).
+func (s *snapshotBook) nodeSnapshotSaved(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error {
+	if err := checkReport(rep); err != nil {
+		return err
+	}
+	sn, err := s.nodeSnapshot(ctx, nodeID, rep.TenantID, rep.SnapshotID)
+	if err != nil {
+		return err
+	}
+	switch sn.State {
+	case store.SnapshotUploading, store.SnapshotComplete:
+		return nil
+	case store.SnapshotWriting:
+	default:
+		return errNoSnapshotWaits
+	}
+	_, err = s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
+		switch sn.State {
+		case store.SnapshotUploading, store.SnapshotComplete:
+			return nil
+		case store.SnapshotWriting:
+		default:
+			return errNoSnapshotWaits
+		}
+		sn.State = store.SnapshotUploading
+		recordImage(sn, rep.Image)
+		return nil
+	})
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return errNoSnapshotWaits
+	case err != nil:
+		return fmt.Errorf("record snapshot %s saved: %v: %w", rep.SnapshotID, err, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// nodeSnapshotGrant gives node nodeID the grant that opens tenantID's snapshots, to store snapID, which
+// it took and which waits for its image. A revoked key is refused as for any other use of it.
+func (s *snapshotBook) nodeSnapshotGrant(ctx context.Context, nodeID, tenantID, snapID string) (*snapshot.Grant, error) {
+	sn, err := s.nodeSnapshot(ctx, nodeID, tenantID, snapID)
+	if err != nil {
+		return nil, err
+	}
+	if sn.State != store.SnapshotWriting && sn.State != store.SnapshotUploading {
+		return nil, errNoSnapshotWaits
+	}
+	snaps, err := s.snapshotStore()
+	if err != nil {
+		return nil, err
+	}
+	return snaps.Grant(ctx, tenantID, true)
+}
+
+// nodeSnapshotStored records what node nodeID reports of a snapshot it stored, or lost: complete (with
+// the image's description, if the record of the checkpoint never came: its replica crashed), or
+// failed. A snapshot deleted or failed meanwhile has what was stored deleted. Reports repeat (the node
+// retries until one is answered): a settled snapshot answers nil.
+func (s *snapshotBook) nodeSnapshotStored(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error {
+	if err := checkReport(rep); err != nil {
+		return err
+	}
 	snaps, err := s.snapshotStore()
 	if err != nil {
 		return err
 	}
-	t0 := s.now()
-	nodeID := sn.Meta[snapshotNodeMeta]
-	n, err := s.placer.node(ctx, nodeID)
-	lost := ""
-	switch {
-	case err != nil && s.nodeRemoved(ctx, nodeID):
-		lost = "its node " + nodeID + " was removed before the image reached the snapshot store"
-	case err != nil:
-		return fmt.Errorf("node %s: %w", nodeID, err)
-	}
-	var stats struct{ logical, stored int64 }
-	if lost == "" {
-		g, err := snaps.Grant(ctx, sn.TenantID, true)
-		if err != nil {
-			return fmt.Errorf("store snapshot: %w", err)
+	sn, err := s.nodeSnapshot(ctx, nodeID, rep.TenantID, rep.SnapshotID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		if _, gerr := s.store.GetSnapshot(ctx, rep.TenantID, rep.SnapshotID); errors.Is(gerr, errdefs.ErrNotFound) && rep.Lost == "" {
+			// Deleted while it was stored: what was just stored goes too.
+			_ = snaps.Delete(context.WithoutCancel(ctx), rep.TenantID, rep.SnapshotID)
 		}
-		st, err := n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: sn.TenantID, SnapshotID: sn.ID, Grant: g,
-			Meta: map[string]string{"session": sn.SessionID, "template": sn.Meta["template"]}})
-		g.Clear()
-		switch {
-		case errors.Is(err, errdefs.ErrNotFound):
-			lost = "its saved image was lost before it reached the snapshot store"
-		case err != nil:
-			return fmt.Errorf("store snapshot on node %s: %w", nodeID, err)
-		}
-		stats.logical, stats.stored = st.LogicalBytes, st.NewStoredBytes
+		return err
 	}
-	if lost != "" {
-		// Not stored, and nothing left to store: retrying would not help.
-		s.log.Error("snapshot image lost before it was uploaded", "snapshot", sn.ID, "session", sn.SessionID, "node", nodeID, "reason", lost)
+	if err != nil {
+		return err
+	}
+	faultinject.Crash("upload-stored")
+	switch sn.State {
+	case store.SnapshotComplete:
+		return nil
+	case store.SnapshotFailed:
+		// Failed meanwhile (its replica went away before it was recorded, its key was revoked): what was
+		// stored cannot be restored.
+		if rep.Lost == "" {
+			_ = snaps.Delete(context.WithoutCancel(ctx), sn.TenantID, sn.ID)
+		}
+		return nil
+	}
+	if rep.Lost != "" {
+		s.log.Error("snapshot image lost before it was stored", "snapshot", sn.ID, "session", sn.SessionID, "node", nodeID, "reason", rep.Lost)
 		_, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
-			sn.State, sn.Reason = store.SnapshotFailed, lost
+			if sn.State.Terminal() {
+				return nil
+			}
+			sn.State, sn.Reason = store.SnapshotFailed, truncateReason(rep.Lost)
 			return nil
 		})
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -130,170 +157,99 @@ func (s *snapshotBook) upload(ctx context.Context, sn store.Snapshot) error {
 		}
 		return err
 	}
-	faultinject.Crash("upload-stored")
 	done := s.now()
-	fresh, err := s.store.GetSnapshot(ctx, sn.TenantID, sn.ID)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		// Deleted while it uploaded: what was just stored goes too.
-		_ = snaps.Delete(context.WithoutCancel(ctx), sn.TenantID, sn.ID)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if fresh.State != store.SnapshotUploading {
-		// Settled meanwhile (complete, or failed), or its record lost the step to uploading (the Store
-		// forgot a commit; lost.go): retrying would never change that.
-		return s.uploadSettled(ctx, fresh)
-	}
-	sn, err = s.updateSnapshot(ctx, fresh, func(sn *store.Snapshot) error {
-		if sn.State != store.SnapshotUploading {
-			return fmt.Errorf("snapshot %s is %s, not uploading: %w", sn.ID, sn.State, errdefs.ErrConflict)
+	sn, err = s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
+		switch sn.State {
+		case store.SnapshotComplete:
+			return nil
+		case store.SnapshotFailed:
+			return fmt.Errorf("snapshot %s failed meanwhile: %w", sn.ID, errdefs.ErrConflict)
+		case store.SnapshotWriting:
+			recordImage(sn, rep.Image)
 		}
 		sn.State, sn.CompletedAt = store.SnapshotComplete, &done
-		sn.LogicalBytes, sn.StoredBytes = stats.logical, stats.stored
-		sn.Meta["upload_ms"] = fmt.Sprint(done.Sub(t0).Milliseconds())
+		sn.LogicalBytes, sn.StoredBytes = rep.LogicalBytes, rep.NewStoredBytes
+		sn.Meta["upload_ms"] = fmt.Sprint(rep.StoreMillis)
 		return nil
 	})
-	if errors.Is(err, errdefs.ErrNotFound) {
-		_ = snaps.Delete(context.WithoutCancel(ctx), sn.TenantID, sn.ID)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		_ = snaps.Delete(context.WithoutCancel(ctx), rep.TenantID, rep.SnapshotID)
 		return nil
-	}
-	if err != nil {
-		return err
+	case errors.Is(err, errdefs.ErrConflict):
+		_ = snaps.Delete(context.WithoutCancel(ctx), rep.TenantID, rep.SnapshotID)
+		return nil
+	case err != nil:
+		return fmt.Errorf("record snapshot %s stored: %v: %w", rep.SnapshotID, err, errdefs.ErrUnavailable)
 	}
 	faultinject.Crash("snapshot-complete")
-	s.log.Info("snapshot uploaded", "session", sn.SessionID, "snapshot", sn.ID, "node", nodeID, "took", done.Sub(t0),
-		"logical_bytes", stats.logical, "new_bytes", stats.stored)
+	s.log.Info("snapshot stored", "session", sn.SessionID, "snapshot", sn.ID, "node", nodeID, "took_ms", rep.StoreMillis,
+		"logical_bytes", rep.LogicalBytes, "new_bytes", rep.NewStoredBytes)
 	return nil
 }
 
-// uploadSettled ends the upload of sn, found no longer uploading once its image was stored. One still
-// "writing" has no record of what its image holds (the kind, the files part): it cannot be restored,
-// and is failed so that its data goes with the next GC.
-func (s *snapshotBook) uploadSettled(ctx context.Context, sn store.Snapshot) error {
-	if sn.State != store.SnapshotWriting {
-		return nil
+// checkReport refuses a report whose fields are out of bounds.
+func checkReport(rep nodecontract.SnapshotReport) error {
+	switch {
+	case len(rep.Lost) > nodecontract.MaxLostReason:
+		return fmt.Errorf("report of snapshot %q: lost reason of %d bytes (at most %d): %w", rep.SnapshotID, len(rep.Lost), nodecontract.MaxLostReason, errdefs.ErrInvalidArgument)
+	case len(rep.Image.FilesPart) > maxReportFilesPart || len(rep.Image.Runtime) > maxReportRuntime:
+		return fmt.Errorf("report of snapshot %q: image description out of bounds: %w", rep.SnapshotID, errdefs.ErrInvalidArgument)
+	case rep.LogicalBytes < 0 || rep.NewStoredBytes < 0 || rep.StoreMillis < 0 || rep.Image.Bytes < 0:
+		return fmt.Errorf("report of snapshot %q: negative figures: %w", rep.SnapshotID, errdefs.ErrInvalidArgument)
 	}
-	s.log.Warn("a snapshot's record went back to writing while it uploaded (the Store forgot a commit): failing it", "snapshot", sn.ID, "session", sn.SessionID)
-	_, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
-		if sn.State != store.SnapshotWriting {
-			return nil
-		}
-		sn.State, sn.Reason = store.SnapshotFailed, "its record lost its step to uploading (the Store forgot a commit)"
-		return nil
-	})
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil
-	}
-	return err
-}
-
-// cancelUpload stops the upload of snapID, if one runs, and waits until it has.
-func (s *snapshotBook) cancelUpload(snapID string) {
-	s.up.mu.Lock()
-	u := s.up.active[snapID]
-	s.up.mu.Unlock()
-	if u != nil {
-		u.cancel()
-		<-u.done
-	}
-}
-
-// waitUploads waits until every upload finished or ctx ends, then stops those still running (a
-// restart takes them up again).
-func (s *snapshotBook) waitUploads(ctx context.Context) {
-	done := make(chan struct{})
-	go func() {
-		s.up.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return
-	case <-ctx.Done():
-	}
-	s.up.mu.Lock()
-	n := len(s.up.active)
-	for _, u := range s.up.active {
-		u.cancel()
-	}
-	s.up.mu.Unlock()
-	<-done
-	s.log.Warn("stopped unfinished snapshot uploads; they continue after a restart", "uploads", n)
-}
-
-// reconcileUploads, after a restart, starts again the uploads of the snapshots still uploading that
-// this replica took (or any, outside a cluster). Those of a replica that went away are the leader's to
-// take over (settleSnapshots).
-func (s *snapshotBook) reconcileUploads(ctx context.Context) error {
-	ts, err := s.store.ListTenants(ctx)
-	if err != nil {
-		return fmt.Errorf("reconcile uploads: %w", err)
-	}
-	for _, t := range ts {
-		cursor := ""
-		for {
-			sns, next, err := s.store.ListSnapshots(ctx, t.ID, store.SnapshotFilter{States: []store.SnapshotState{store.SnapshotUploading},
-				Cursor: cursor, Limit: store.MaxListLimit})
-			if err != nil {
-				return fmt.Errorf("reconcile uploads: %w", err)
-			}
-			for _, sn := range sns {
-				if s.mySnapshot(sn) {
-					s.startUpload(sn) // which fails the snapshot if its image is gone and not stored
-				}
-			}
-			if next == "" {
-				break
-			}
-			cursor = next
-		}
-	}
-	s.sweepPendingImages(ctx)
 	return nil
 }
 
-// sweepPendingImages removes, from the nodes this control plane reaches, the images waiting for an
-// upload that no snapshot waits for any more (deleted while its node was out of reach). A node lists
-// its images before the snapshots are read: a snapshot is recorded before its checkpoint starts, so a
-// pending image listed is either of a snapshot still writing or uploading, or of none.
-func (s *snapshotBook) sweepPendingImages(ctx context.Context) {
-	caps, err := s.placer.nodesUp(ctx)
+// recordImage puts into sn what its node saved: the image's size, its files part, runtime and kind.
+func recordImage(sn *store.Snapshot, img nodecontract.Image) {
+	sn.LogicalBytes = img.Bytes
+	if img.FilesPart != "" {
+		sn.Meta[snapshotFilesMeta] = img.FilesPart
+	} else {
+		sn.Meta[snapshotFilesMeta] = noFilesPart
+	}
+	if img.Runtime != "" {
+		sn.Meta[snapshotRuntimeMeta] = img.Runtime
+	}
+	sn.Meta[SnapshotKindMeta] = SnapshotKindMemory
+	if img.FilesOnly {
+		sn.Meta[SnapshotKindMeta] = SnapshotKindFiles
+	}
+}
+
+// failSnapshotsOfRemovedNodes fails the snapshots still waiting for an image on a node that was removed
+// for good: nothing will store them. (The leader runs it.)
+func (s *snapshotBook) failSnapshotsOfRemovedNodes(ctx context.Context) {
+	sns, err := s.store.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotWriting, store.SnapshotUploading}, store.MaxListLimit)
 	if err != nil {
+		s.log.Error("settle snapshots of removed nodes: list", "err", err)
 		return
 	}
-	pending := map[string][]string{}
-	for id := range caps {
-		n, err := s.placer.node(ctx, id)
-		if err != nil {
+	removed := map[string]bool{}
+	for _, sn := range sns {
+		id := sn.Meta[snapshotNodeMeta]
+		if id == "" {
 			continue
 		}
-		if ids, err := n.PendingImages(ctx); err == nil && len(ids) > 0 {
-			pending[id] = ids
+		gone, ok := removed[id]
+		if !ok {
+			gone = s.nodeRemoved(ctx, id)
+			removed[id] = gone
 		}
-	}
-	if len(pending) == 0 {
-		return
-	}
-	sns, err := s.store.ListSnapshotsByState(ctx, []store.SnapshotState{store.SnapshotWriting, store.SnapshotUploading}, store.MaxListLimit)
-	if err != nil || len(sns) >= store.MaxListLimit {
-		return // not sure which are needed
-	}
-	wanted := map[string]bool{}
-	for _, sn := range sns {
-		wanted[sn.ID] = true
-	}
-	for id, ids := range pending {
-		var drop []string
-		for _, snID := range ids {
-			if !wanted[snID] {
-				drop = append(drop, snID)
+		if !gone || (sn.State == store.SnapshotWriting && s.now().Sub(sn.CreatedAt) < opLeaseTTL) {
+			continue
+		}
+		reason := "its node " + id + " was removed before the image reached the snapshot store"
+		s.log.Error("snapshot image lost before it was stored", "snapshot", sn.ID, "session", sn.SessionID, "node", id, "reason", reason)
+		if _, err := s.updateSnapshot(ctx, sn, func(sn *store.Snapshot) error {
+			if sn.State.Terminal() {
+				return nil
 			}
-		}
-		if n, err := s.placer.node(ctx, id); err == nil && len(drop) > 0 {
-			s.log.Info("removing images no snapshot waits for", "node", id, "images", len(drop))
-			s.dropImagesOn(ctx, n, drop...)
+			sn.State, sn.Reason = store.SnapshotFailed, reason
+			return nil
+		}); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Error("settle snapshots of removed nodes", "snapshot", sn.ID, "err", err)
 		}
 	}
 }
@@ -311,16 +267,13 @@ func (s *snapshotBook) nodeRemoved(ctx context.Context, id string) bool {
 	return errors.Is(err, errdefs.ErrNotFound)
 }
 
-// dropImages stops the uploads of these snapshots and removes their images from every node this
-// control plane reaches (a restore may have fetched one anywhere). Best effort: a node not reached
-// keeps them in its bounded cache, or pending until a control plane asks it to store them (which then
-// finds the snapshot gone).
+// dropImages removes the images of these snapshots from every node this control plane reaches (a
+// restore may have fetched one anywhere), which also stops their stores. Best effort: a node not
+// reached keeps them in its bounded cache, or pending until it asks for a grant to store them (which
+// then finds the snapshot gone).
 func (s *snapshotBook) dropImages(snapIDs ...string) {
 	if len(snapIDs) == 0 {
 		return
-	}
-	for _, id := range snapIDs {
-		s.cancelUpload(id)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -350,5 +303,44 @@ func (s *snapshotBook) dropImagesOn(ctx context.Context, n Node, snapIDs ...stri
 	defer cancel()
 	if err := n.DropImages(ctx, snapIDs); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		s.log.Warn("drop snapshot images", "node", n.ID(), "snapshots", len(snapIDs), "err", err)
+	}
+}
+
+// NodeSnapshotSaved records a node's word that it saved a snapshot's image (nodecontract.SnapshotCalls).
+func (s *nodeCalls) NodeSnapshotSaved(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error {
+	return s.book.nodeSnapshotSaved(ctx, nodeID, rep)
+}
+
+// NodeSnapshotGrant gives a node the grant to store a snapshot it took (nodecontract.SnapshotCalls).
+func (s *nodeCalls) NodeSnapshotGrant(ctx context.Context, nodeID, tenantID, snapshotID string) (*snapshot.Grant, error) {
+	return s.book.nodeSnapshotGrant(ctx, nodeID, tenantID, snapshotID)
+}
+
+// NodeSnapshotStored records a node's report of a snapshot it stored or lost (nodecontract.SnapshotCalls).
+func (s *nodeCalls) NodeSnapshotStored(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error {
+	return s.book.nodeSnapshotStored(ctx, nodeID, rep)
+}
+
+// pauseSnapshot returns the snapshot a pause of se took, if its node saved the image: the latest of the
+// session's, taken by a pause, after se's head, uploading or complete. A pause interrupted once its node took
+// the sandbox is finished at it.
+func (s *snapshotBook) pauseSnapshot(ctx context.Context, se store.Session) (store.Snapshot, bool, error) {
+	var found store.Snapshot
+	cursor := ""
+	for {
+		sns, next, err := s.store.ListSnapshots(ctx, se.TenantID, store.SnapshotFilter{SessionID: se.ID, Cursor: cursor, Limit: store.MaxListLimit,
+			States: []store.SnapshotState{store.SnapshotUploading, store.SnapshotComplete}})
+		if err != nil {
+			return found, false, fmt.Errorf("session %s: its pause's snapshot: %w", se.ID, err)
+		}
+		for _, sn := range sns {
+			if sn.Trigger == store.TriggerPause && sn.ParentID == se.HeadSnapshotID && sn.CreatedAt.After(found.CreatedAt) {
+				found = sn
+			}
+		}
+		if next == "" {
+			return found, found.ID != "", nil
+		}
+		cursor = next
 	}
 }

@@ -98,6 +98,7 @@ type nodeCalls struct {
 	keyring   *keyring
 	placer    *placer
 	sandboxes *sandboxes
+	book      *snapshotBook
 
 	store       store.Store
 	nodes       *nodeSet
@@ -154,7 +155,7 @@ type sessions struct {
 	now     func() time.Time
 }
 
-// snapshotBook keeps the snapshots' records: their uploads by the nodes (uploads.go), the grants and
+// snapshotBook keeps the snapshots' records: the nodes' stores of them (uploads.go), the grants and
 // sources of restores, reading their files (snapview.go), retention and collection (timemachine.go).
 type snapshotBook struct {
 	accounts *accounts
@@ -162,15 +163,12 @@ type snapshotBook struct {
 	placer   *placer
 	sessions *sessions
 
-	store     store.Store
-	nodes     *nodeSet
-	locks     *keyedMutex
-	snapshots *snapshot.Store
-	// up runs the uploads of snapshots their nodes saved (uploads.go).
-	up           *uploader
+	store        store.Store
+	nodes        *nodeSet
+	locks        *keyedMutex
+	snapshots    *snapshot.Store
 	templateRoot func(ctx context.Context, name string) (string, error)
 	replica      string
-	stop         chan struct{}
 	log          *slog.Logger
 	now          func() time.Time
 }
@@ -251,8 +249,8 @@ func wire(cfg Config, localCap nodecontract.Capacity) *Service {
 		work: workTracker{n: map[string]int{}, ports: map[string]int{}}, bg: bg, log: cfg.Logger, now: cfg.Now}
 	se := &sessions{store: cfg.Store, nodes: nodes, locks: locks, snapshots: cfg.Snapshots, ops: ops,
 		replica: cfg.ReplicaID, rolls: roller{m: map[string]rollState{}}, bg: bg, log: cfg.Logger, now: cfg.Now}
-	b := &snapshotBook{store: cfg.Store, nodes: nodes, locks: locks, snapshots: cfg.Snapshots, up: newUploader(),
-		templateRoot: cfg.TemplateRoot, replica: cfg.ReplicaID, stop: stop, log: cfg.Logger, now: cfg.Now}
+	b := &snapshotBook{store: cfg.Store, nodes: nodes, locks: locks, snapshots: cfg.Snapshots,
+		templateRoot: cfg.TemplateRoot, replica: cfg.ReplicaID, log: cfg.Logger, now: cfg.Now}
 	l := &loops{store: cfg.Store, nodes: nodes, locks: locks, snapshots: cfg.Snapshots, connections: cfg.Connections,
 		ops: ops, replica: cfg.ReplicaID, reap: cfg.ReapInterval, idle: cfg.IdleInterval, rollEvery: cfg.RollInterval,
 		pruneEvery: cfg.PruneInterval, gcEvery: cfg.GCInterval, gcGrace: cfg.GCGrace, imageGrace: cfg.ImageGCGrace, keysEvery: cfg.KeyCheckInterval,
@@ -261,7 +259,7 @@ func wire(cfg Config, localCap nodecontract.Capacity) *Service {
 	a.keyring = k
 	k.placer, k.sandboxes, k.book = p, sb, b
 	p.accounts, p.sandboxes = a, sb
-	nc.keyring, nc.placer, nc.sandboxes = k, p, sb
+	nc.keyring, nc.placer, nc.sandboxes, nc.book = k, p, sb, b
 	sb.accounts, sb.keyring, sb.placer, sb.sessions = a, k, p, se
 	se.accounts, se.keyring, se.placer, se.sandboxes, se.book = a, k, p, sb, b
 	b.accounts, b.keyring, b.placer, b.sessions = a, k, p, se
