@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/httperr"
@@ -48,26 +49,10 @@ type accessHold struct {
 	hooks []func(error)
 }
 
-// AccessEndedError is the cause of a request's context that was ended because its access no longer
-// holds; Err is why (wrapping errdefs.ErrUnauthenticated, ErrPermissionDenied or ErrNotFound).
-type AccessEndedError struct{ Err error }
-
-func (e *AccessEndedError) Error() string { return "access ended: " + e.Err.Error() }
-func (e *AccessEndedError) Unwrap() error { return e.Err }
-
-// accessEnded reports why ctx's request was ended for its access, or nil if it was not.
-func accessEnded(ctx context.Context) *AccessEndedError {
-	var ae *AccessEndedError
-	if errors.As(context.Cause(ctx), &ae) {
-		return ae
-	}
-	return nil
-}
-
 type accessHoldKey struct{}
 
 // hold holds the request of ctx to cred (which authenticated it a moment ago) until release is called:
-// the context it returns is cancelled, with an *AccessEndedError as its cause, once cred or still stop
+// the context it returns is cancelled, with an *apiutil.AccessEndedError as its cause, once cred or still stop
 // holding. An empty cred is held to nothing.
 func (w *accessWatch) hold(ctx context.Context, cred string, still func(context.Context, controlplane.Principal) error) (context.Context, func()) {
 	if cred == "" {
@@ -131,7 +116,7 @@ func (h *accessHold) end(reason error) {
 	for _, f := range hooks {
 		f(reason)
 	}
-	h.cancel(&AccessEndedError{Err: reason})
+	h.cancel(&apiutil.AccessEndedError{Err: reason})
 }
 
 // kick asks for a round of checks now: a credential was revoked through this replica.
@@ -210,18 +195,9 @@ func refused(err error) bool {
 		!errors.Is(err, errdefs.ErrResourceExhausted)
 }
 
-// accessMessage is what a client is told of reason, why its access ended.
-func accessMessage(reason error) string {
-	var ae *apiError
-	if errors.As(reason, &ae) {
-		return "access ended: " + ae.msg
-	}
-	return "access ended: " + trimSentinel(reason.Error(), reason)
-}
-
-// closeReason is accessMessage cut to fit a WebSocket close frame's reason (123 bytes).
+// closeReason is apiutil.AccessMessage cut to fit a WebSocket close frame's reason (123 bytes).
 func closeReason(reason error) string {
-	msg := accessMessage(reason)
+	msg := apiutil.AccessMessage(reason)
 	if len(msg) > 123 {
 		msg = msg[:120] + "..."
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 )
@@ -82,7 +83,7 @@ func TestAccessWatchEndsRevoked(t *testing.T) {
 		if !ended(ctx, 5*time.Second) {
 			t.Fatal("a request of a revoked credential did not end")
 		}
-		ae := accessEnded(ctx)
+		ae := apiutil.AccessEnded(ctx)
 		if ae == nil || !errors.Is(ae, errdefs.ErrUnauthenticated) {
 			t.Errorf("cause = %v; want an AccessEndedError wrapping the revoke", context.Cause(ctx))
 		}
@@ -179,7 +180,7 @@ func TestAccessWatchReleased(t *testing.T) {
 	f.set("a", errdefs.ErrUnauthenticated)
 	w.kick()
 	time.Sleep(50 * time.Millisecond)
-	if ran || accessEnded(ctx) != nil {
+	if ran || apiutil.AccessEnded(ctx) != nil {
 		t.Errorf("a released request: hook ran %v, cause %v; want neither", ran, context.Cause(ctx))
 	}
 }

@@ -10,12 +10,11 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
 )
-
-type principalKey struct{}
 
 // authenticate checks the request's credential and returns the request with its principal in the
 // context, held to its credential (see accessWatch) until the caller calls release; or it writes the
@@ -35,7 +34,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (_ *http.R
 // still, if not nil) until release is called.
 func (s *Server) withPrincipal(r *http.Request, p controlplane.Principal, cred string, still func(context.Context, controlplane.Principal) error) (_ *http.Request, release func()) {
 	ctx, release := s.watch.hold(r.Context(), cred, still)
-	return r.WithContext(context.WithValue(ctx, principalKey{}, p)), release
+	return r.WithContext(apiutil.WithPrincipal(ctx, p)), release
 }
 
 // StreamProtocol is the WebSocket subprotocol of the exec and attach streams. A client that offers
@@ -180,7 +179,7 @@ func (s *Server) work(need store.Scope, tok store.TokenScope, session bool, h ht
 			}
 			if !p.Token.Allows(tok) {
 				writeError(w, r, s.log, clientErr(errdefs.ErrPermissionDenied, "this access token has scopes %s; %s %s needs %s",
-					joinTokenScopes(p.Token.Scopes), r.Method, r.URL.Path, tok))
+					apiutil.JoinTokenScopes(p.Token.Scopes), r.Method, r.URL.Path, tok))
 				return
 			}
 			h(w, r)
@@ -188,20 +187,11 @@ func (s *Server) work(need store.Scope, tok store.TokenScope, session bool, h ht
 	}
 }
 
-func joinTokenScopes(ss []store.TokenScope) string {
-	parts := make([]string, len(ss))
-	for i, s := range ss {
-		parts[i] = string(s)
-	}
-	return strings.Join(parts, ",")
-}
+// principalOf is the principal r authenticated as (apiutil.PrincipalOf).
+func principalOf(r *http.Request) controlplane.Principal { return apiutil.PrincipalOf(r) }
 
-func principalOf(r *http.Request) controlplane.Principal {
-	p, _ := r.Context().Value(principalKey{}).(controlplane.Principal)
-	return p
-}
-
-func tenantOf(r *http.Request) string { return principalOf(r).TenantID }
+// tenantOf is the tenant of r's principal (apiutil.TenantOf).
+func tenantOf(r *http.Request) string { return apiutil.TenantOf(r) }
 
 var (
 	tenantIDPattern = regexp.MustCompile(`^tn_[a-z2-7]{26}$`)
@@ -442,7 +432,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "invalid sandbox_id %q: want sb_ followed by 26 characters", truncate(req.SandboxID, 64)))
 		return
 	}
-	if req.SessionID != "" && !sessionIDPattern.MatchString(req.SessionID) {
+	if req.SessionID != "" && !apiutil.SessionIDPattern.MatchString(req.SessionID) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "invalid session_id %q: want se_ followed by 26 characters", truncate(req.SessionID, 64)))
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 )
@@ -152,7 +153,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for k, v := range req.Env {
-		if !validEnvName(k) || strings.ContainsRune(v, 0) {
+		if !apiutil.ValidEnvName(k) || strings.ContainsRune(v, 0) {
 			writeError(w, r, s.log, clientErr(errdefs.ErrInvalidArgument, "invalid environment variable %q: a name of letters, digits and _, a value without NUL", truncate(k, 64)))
 			return
 		}

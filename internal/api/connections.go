@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/secrets"
@@ -149,7 +150,7 @@ func (s *Server) oauthCallback(w http.ResponseWriter, r *http.Request) {
 		page.Title, page.Message = "Connected", "Connection "+c.Name+" is signed in. You can close this window."
 	case errors.Is(err, errdefs.ErrInvalidArgument), errors.Is(err, errdefs.ErrFailedPrecondition):
 		status = http.StatusBadRequest
-		page.Title, page.Message = "Sign-in failed", trimSentinel(err.Error(), err)
+		page.Title, page.Message = "Sign-in failed", apiutil.TrimSentinel(err.Error(), err)
 	default:
 		s.log.Error("oauth callback failed", "err", err)
 		status = http.StatusInternalServerError

@@ -2,10 +2,10 @@ package api
 
 import (
 	"net/http"
-	"sort"
 	"time"
 
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 )
@@ -13,57 +13,9 @@ import (
 // Bounds of a run-to-completion exec.
 const (
 	defaultExecTimeout = 60 * time.Second
-	maxExecTimeout     = time.Hour
 	// maxExecOutput caps each of stdout and stderr in a run-to-completion response.
 	maxExecOutput = 8 << 20
 )
-
-// checkCommand validates the parts of an exec request shared by every kind of exec.
-func checkCommand(req *wire.ExecRequest) error {
-	// No cmd is the template's own command (an image's Entrypoint and Cmd); the sandbox refuses it if
-	// its template has none.
-	if len(req.Cmd) > 0 && req.Cmd[0] == "" {
-		return clientErr(errdefs.ErrInvalidArgument, "cmd[0] is empty: cmd is the argv of the process, e.g. [\"python3\", \"-c\", \"print(1)\"], or absent for the template's own command")
-	}
-	if len(req.Cmd) > 4096 {
-		return clientErr(errdefs.ErrInvalidArgument, "cmd has %d arguments; at most 4096 are allowed", len(req.Cmd))
-	}
-	for k := range req.Env {
-		if !validEnvName(k) {
-			return clientErr(errdefs.ErrInvalidArgument, "env name %q is not a valid variable name", truncate(k, 64))
-		}
-	}
-	if req.Cwd != "" {
-		if err := checkPath(req.Cwd); err != nil {
-			return err
-		}
-	}
-	if req.TimeoutSeconds < 0 || time.Duration(req.TimeoutSeconds)*time.Second > maxExecTimeout {
-		return clientErr(errdefs.ErrInvalidArgument, "timeout_seconds must be between 0 and %d", int(maxExecTimeout/time.Second))
-	}
-	return nil
-}
-
-func validEnvName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i, c := range k {
-		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
-}
-
-func envList(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k, v := range m {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
-}
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	var req wire.ExecRequest
@@ -71,7 +23,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	if err := checkCommand(&req); err != nil {
+	if err := apiutil.CheckCommand(&req); err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
@@ -89,7 +41,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		timeout = time.Duration(req.TimeoutSeconds) * time.Second
 	}
 	cmd := controlplane.Command{
-		Argv: req.Cmd, Env: envList(req.Env), Cwd: req.Cwd, User: req.User,
+		Argv: req.Cmd, Env: apiutil.EnvList(req.Env), Cwd: req.Cwd, User: req.User,
 		Timeout: timeout, MaxOutput: maxExecOutput,
 	}
 	if req.Stdin != "" {

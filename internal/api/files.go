@@ -9,12 +9,10 @@ import (
 	"strings"
 
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 )
-
-// maxUpload caps file and tar upload bodies. The sandbox's disk limit bounds what fits anyway.
-const maxUpload = 1 << 30
 
 // target returns the tenant and the sandbox of the request, whose I/O calls go to the control plane.
 func target(r *http.Request) (tenant, id string, err error) {
@@ -30,18 +28,10 @@ func filePath(r *http.Request, name string) (string, error) {
 	if p == "" {
 		return "", clientErr(errdefs.ErrInvalidArgument, "query parameter %q is required: an absolute path inside the sandbox", name)
 	}
-	if err := checkPath(p); err != nil {
+	if err := apiutil.CheckPath(p); err != nil {
 		return "", err
 	}
 	return p, nil
-}
-
-// checkPath rejects paths that are not absolute, hold a ".." element or a NUL byte.
-func checkPath(p string) error {
-	if err := controlplane.CheckPath(p); err != nil {
-		return clientErr(errdefs.ErrInvalidArgument, "path %q: %s", truncate(p, 256), strings.TrimSuffix(err.Error(), ": "+errdefs.ErrInvalidArgument.Error()))
-	}
-	return nil
 }
 
 // onlyQuery rejects query parameters other than the allowed ones.
@@ -93,46 +83,10 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		}
 		// The control plane refuses anything but a regular file before the first byte, so that is still
 		// an error response.
-		return s.download(w, "application/octet-stream", p, func(lw io.Writer) error {
+		return apiutil.Download(w, s.log, "application/octet-stream", p, func(lw io.Writer) error {
 			return s.cp.ReadFile(r.Context(), tenant, id, p, lw)
 		})
 	})
-}
-
-// download streams what send writes as a 200 with contentType. The header goes out with the first
-// byte, so an error before it is still an error response; after it, the response is broken off (the
-// client sees a truncated body, never a silently short one with a clean end).
-func (s *Server) download(w http.ResponseWriter, contentType, path string, send func(io.Writer) error) error {
-	lw := &lazyWriter{w: w, onFirst: func() { w.Header().Set("Content-Type", contentType) }}
-	if err := send(lw); err != nil {
-		if lw.started {
-			s.log.Warn("download broke mid-stream", "path", path, "err", err)
-			panic(http.ErrAbortHandler)
-		}
-		return err
-	}
-	if !lw.started {
-		lw.onFirst()
-		w.WriteHeader(http.StatusOK)
-	}
-	return nil
-}
-
-// lazyWriter sends the response header only when the first byte of the body is written, so that an error
-// before it can still become an error response.
-type lazyWriter struct {
-	w       http.ResponseWriter
-	onFirst func()
-	started bool
-}
-
-func (l *lazyWriter) Write(p []byte) (int, error) {
-	if !l.started {
-		l.started = true
-		l.onFirst()
-		l.w.WriteHeader(http.StatusOK)
-	}
-	return l.w.Write(p)
 }
 
 func parseMode(r *http.Request) (uint32, error) {
@@ -157,15 +111,15 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		if r.ContentLength > maxUpload {
-			return clientErr(errdefs.ErrTooLarge, "file is larger than %d bytes", maxUpload)
+		if r.ContentLength > apiutil.MaxUpload {
+			return clientErr(errdefs.ErrTooLarge, "file is larger than %d bytes", apiutil.MaxUpload)
 		}
-		body := http.MaxBytesReader(w, r.Body, maxUpload)
+		body := http.MaxBytesReader(w, r.Body, apiutil.MaxUpload)
 		fi, err := s.cp.WriteFile(r.Context(), tenant, id, p, body, mode)
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				return clientErr(errdefs.ErrTooLarge, "file is larger than %d bytes", maxUpload)
+				return clientErr(errdefs.ErrTooLarge, "file is larger than %d bytes", apiutil.MaxUpload)
 			}
 			return err
 		}
@@ -237,7 +191,7 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 		if err := decodeJSON(w, r, &req); err != nil {
 			return err
 		}
-		if err := checkPath(req.Path); err != nil {
+		if err := apiutil.CheckPath(req.Path); err != nil {
 			return err
 		}
 		fi, err := s.cp.MakeDir(r.Context(), tenant, id, req.Path)
@@ -255,10 +209,10 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request) {
 		if err := decodeJSON(w, r, &req); err != nil {
 			return err
 		}
-		if err := checkPath(req.From); err != nil {
+		if err := apiutil.CheckPath(req.From); err != nil {
 			return err
 		}
-		if err := checkPath(req.To); err != nil {
+		if err := apiutil.CheckPath(req.To); err != nil {
 			return err
 		}
 		fi, err := s.cp.MoveFile(r.Context(), tenant, id, req.From, req.To)
@@ -277,7 +231,7 @@ func (s *Server) tarDownload(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		// The control plane stats p before the first byte, so a missing one is still an error response.
-		return s.download(w, "application/x-tar", p, func(lw io.Writer) error {
+		return apiutil.Download(w, s.log, "application/x-tar", p, func(lw io.Writer) error {
 			return s.cp.TarDownload(r.Context(), tenant, id, p, lw)
 		})
 	})
@@ -289,14 +243,14 @@ func (s *Server) tarUpload(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		if r.ContentLength > maxUpload {
-			return clientErr(errdefs.ErrTooLarge, "archive is larger than %d bytes", maxUpload)
+		if r.ContentLength > apiutil.MaxUpload {
+			return clientErr(errdefs.ErrTooLarge, "archive is larger than %d bytes", apiutil.MaxUpload)
 		}
-		body := http.MaxBytesReader(w, r.Body, maxUpload)
+		body := http.MaxBytesReader(w, r.Body, apiutil.MaxUpload)
 		if err := s.cp.TarUpload(r.Context(), tenant, id, p, body); err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				return clientErr(errdefs.ErrTooLarge, "archive is larger than %d bytes", maxUpload)
+				return clientErr(errdefs.ErrTooLarge, "archive is larger than %d bytes", apiutil.MaxUpload)
 			}
 			return err
 		}

@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/httperr"
 )
@@ -19,47 +19,16 @@ import (
 // maxJSONBody caps every JSON request body.
 const maxJSONBody = 1 << 20
 
-// apiError is an error with a message meant for the client. The wrapped error picks the status; the
-// message is what the client reads. Anything else is logged and reported as a bare "internal error".
-type apiError struct {
-	msg string
-	err error
-}
-
-func (e *apiError) Error() string { return e.msg }
-func (e *apiError) Unwrap() error { return e.err }
-
-// clientErr returns an error whose message the client sees, matching sentinel.
+// clientErr returns an error whose message the client sees, matching sentinel (apiutil.ClientErr).
 func clientErr(sentinel error, format string, args ...any) error {
-	return &apiError{msg: fmt.Sprintf(format, args...), err: sentinel}
+	return apiutil.ClientErr(sentinel, format, args...)
 }
 
 // writeError converts err to the API's error body, exactly once, at the edge. Errors that match a client
 // sentinel (not found, invalid argument, …) carry their message; internal errors are logged with their
 // full text and reported to the client without it.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	writeJSON(w, httperr.Status(err), wire.ErrorBody{Error: errorDetail(log, r, err)})
-}
-
-// errorDetail is err as the API shows it: its code and message, "internal error" (logged) for a server
-// fault.
-func errorDetail(log *slog.Logger, r *http.Request, err error) wire.ErrorDetail {
-	status := httperr.Status(err)
-	code := errdefs.Code(err)
-	msg := err.Error()
-	var ae *apiError
-	if errors.As(err, &ae) {
-		msg = ae.msg
-	}
-	if status >= 500 && !errors.Is(err, errdefs.ErrUnavailable) && !errors.Is(err, errdefs.ErrDeadlineExceeded) &&
-		!errors.Is(err, errdefs.ErrPortClosed) && !errors.Is(err, errdefs.ErrBadGateway) {
-		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		msg = "internal error"
-	} else {
-		// Strip the sentinel's own text that wrapping appended (": not found"), it repeats the code.
-		msg = trimSentinel(msg, err)
-	}
-	return wire.ErrorDetail{Code: code, Message: msg}
+	writeJSON(w, httperr.Status(err), wire.ErrorBody{Error: apiutil.ErrorDetail(log, r, err)})
 }
 
 // boolParam reads the query parameter name: false if absent.
@@ -75,27 +44,8 @@ func boolParam(q url.Values, name string) (bool, error) {
 	return b, nil
 }
 
-// trimSentinel removes a trailing ": <sentinel text>" from msg.
-func trimSentinel(msg string, err error) string {
-	for _, s := range []error{errdefs.ErrNotFound, errdefs.ErrInvalidArgument, errdefs.ErrAlreadyExists,
-		errdefs.ErrConflict, errdefs.ErrFailedPrecondition, errdefs.ErrUnauthenticated, errdefs.ErrPermissionDenied,
-		errdefs.ErrResourceExhausted, errdefs.ErrTooLarge, errdefs.ErrUnavailable, errdefs.ErrDeadlineExceeded, errdefs.ErrKeyUnavailable, errdefs.ErrPortClosed, errdefs.ErrBadGateway} {
-		if errors.Is(err, s) {
-			if t, ok := strings.CutSuffix(msg, ": "+s.Error()); ok {
-				return t
-			}
-		}
-	}
-	return msg
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-}
+// writeJSON answers with status and v as JSON (apiutil.WriteJSON).
+func writeJSON(w http.ResponseWriter, status int, v any) { apiutil.WriteJSON(w, status, v) }
 
 // decodeJSON reads a JSON body into v: at most maxJSONBody bytes, unknown fields rejected, exactly one
 // value. Every failure is an invalid-argument or too-large error with a message naming the problem.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
@@ -19,10 +20,10 @@ func toPolicy(p wire.NetworkPolicy) (policy.Policy, error) {
 	}
 	var out policy.Policy
 	if err := json.Unmarshal(b, &out); err != nil {
-		return policy.Policy{}, clientErr(errdefs.ErrInvalidArgument, "network: %s", trimSentinel(err.Error(), err))
+		return policy.Policy{}, clientErr(errdefs.ErrInvalidArgument, "network: %s", apiutil.TrimSentinel(err.Error(), err))
 	}
 	if err := out.Validate(); err != nil {
-		return policy.Policy{}, clientErr(errdefs.ErrInvalidArgument, "network: %s", trimSentinel(err.Error(), err))
+		return policy.Policy{}, clientErr(errdefs.ErrInvalidArgument, "network: %s", apiutil.TrimSentinel(err.Error(), err))
 	}
 	return out, nil
 }

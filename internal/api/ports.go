@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
@@ -371,7 +372,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 	}
 	if refused != nil {
 		// A valid credential that does not reach the port: recorded, like refusals on other routes.
-		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, *refused))
+		r = r.WithContext(apiutil.WithPrincipal(r.Context(), *refused))
 		s.audited(w, r, func(w http.ResponseWriter, r *http.Request) { writeError(w, r, s.log, refusal) })
 		return
 	}
@@ -397,11 +398,11 @@ func checkPortPrincipal(p controlplane.Principal, id string, port int, from stri
 	case tokID != id:
 		return clientErr(errdefs.ErrNotFound, "%s %s not found", kind, truncate(id, 64))
 	case !p.Token.Allows(store.TokenPorts):
-		return clientErr(errdefs.ErrPermissionDenied, "this access token has scopes %s; reaching a port needs ports", joinTokenScopes(p.Token.Scopes))
+		return clientErr(errdefs.ErrPermissionDenied, "this access token has scopes %s; reaching a port needs ports", apiutil.JoinTokenScopes(p.Token.Scopes))
 	case !p.Token.AllowsPort(port):
 		return clientErr(errdefs.ErrPermissionDenied, "this access token reaches port %d only, not %d", p.Token.Port, port)
 	case from != "header" && len(p.Token.Scopes) != 1:
-		return clientErr(errdefs.ErrPermissionDenied, "a token in a URL or a cookie must have the ports scope only (this one has %s): the page it opens could read it", joinTokenScopes(p.Token.Scopes))
+		return clientErr(errdefs.ErrPermissionDenied, "a token in a URL or a cookie must have the ports scope only (this one has %s): the page it opens could read it", apiutil.JoinTokenScopes(p.Token.Scopes))
 	}
 	return nil
 }
@@ -447,7 +448,7 @@ func checkInterpreterPort(p controlplane.Principal, port int, method, rest, rawQ
 // interpreter's port (or reach it by a tunnel, which the API cannot look into).
 func interpreterRefusal(scopes []store.TokenScope) error {
 	return clientErr(errdefs.ErrPermissionDenied, "port %d is the code interpreter's, which runs code: that needs scopes exec and ports (this access token has %s; "+
-		"without exec it reaches the interpreter's contexts only); run code with …/code/run", interpreterPort, joinTokenScopes(scopes))
+		"without exec it reaches the interpreter's contexts only); run code with …/code/run", interpreterPort, apiutil.JoinTokenScopes(scopes))
 }
 
 // Response headers that act on the whole origin. The path form serves every sandbox under the API's

@@ -21,6 +21,8 @@ import (
 
 	apidoc "github.com/airlockrun/airlock/api"
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
+	"github.com/airlockrun/airlock/internal/api/e2b"
 	"github.com/airlockrun/airlock/internal/console"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
@@ -46,8 +48,8 @@ type Server struct {
 	// ing forwards requests into sandboxes' ports (see ports.go).
 	ing ingress
 
-	// envdProcs are the processes E2B's data plane started and follows (e2b_envd.go).
-	envdProcs envdProcs
+	// e2b serves E2B's API under /e2b (internal/api/e2b), mounted on mux.
+	e2b *e2b.Handler
 
 	// watch ends the requests in progress whose credential stops holding (access.go).
 	watch accessWatch
@@ -73,16 +75,15 @@ func New(cp *controlplane.Service, log *slog.Logger, metrics http.Handler) *Serv
 	for _, r := range s.routes() {
 		s.mux.HandleFunc(r.Method+" "+r.Pattern, r.handler)
 	}
-	// E2B's API (e2b.go) is documented in docs/E2B.md, not in Airlock's OpenAPI document.
-	for _, r := range append(s.e2bRoutes(), s.e2bEnvdRoutes()...) {
-		s.mux.HandleFunc(r.Method+" "+r.Pattern, r.handler)
+	// E2B's API (internal/api/e2b) is documented in docs/E2B.md, not in Airlock's OpenAPI document.
+	s.e2b = e2b.New(cp, e2bEdge{s}, log)
+	for _, r := range s.e2b.Routes() {
+		s.mux.HandleFunc(r.Method+" "+r.Pattern, r.Handler)
 	}
 	// The web console (internal/console): its files, and its page at /console.
 	s.mux.Handle(console.Prefix, console.Handler())
 	s.mux.Handle("GET /console", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently))
-	s.mux.HandleFunc(e2bPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
-		s.e2bError(w, r, clientErr(errdefs.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
-	})
+	s.mux.HandleFunc(e2b.Prefix+"/", s.e2b.NotFound)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, clientErr(errdefs.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
@@ -250,21 +251,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, s.log, err)
 			return
 		}
-		if port == e2bEnvdPort && strings.HasPrefix(id, "se_") {
+		if port == e2b.EnvdPort && strings.HasPrefix(id, "se_") {
 			// E2B's envd of a session (an E2B sandbox), as the SDKs address it without E2B_SANDBOX_URL.
 			r.Header.Set("E2b-Sandbox-Id", id)
 			r.Header.Del("E2b-Sandbox-Port")
-			r.URL.Path, r.URL.RawPath = e2bPrefix+r.URL.Path, ""
+			r.URL.Path, r.URL.RawPath = e2b.Prefix+r.URL.Path, ""
 			s.mux.ServeHTTP(w, r)
 			return
 		}
 		s.servePortHost(w, r, id, port)
 		return
 	}
-	if p := r.Header.Get("E2b-Sandbox-Port"); p != "" && p != strconv.Itoa(e2bEnvdPort) && strings.HasPrefix(r.URL.Path, e2bPrefix+"/") {
+	if p := r.Header.Get("E2b-Sandbox-Port"); p != "" && p != strconv.Itoa(e2b.EnvdPort) && strings.HasPrefix(r.URL.Path, e2b.Prefix+"/") {
 		// Another port of an E2B sandbox than envd's, as E2B_SANDBOX_URL routes it (the code
 		// interpreter's): the ingress's.
-		s.e2bPort(w, r)
+		s.e2b.ServePort(w, r)
 		return
 	}
 	// A sandbox's port through the path form is the sandbox's own web traffic (its pages, under an
@@ -292,12 +293,8 @@ func sandboxID(r *http.Request) (string, error) {
 	return id, nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
-}
+// truncate cuts s to n bytes for a message (apiutil.Truncate).
+func truncate(s string, n int) string { return apiutil.Truncate(s, n) }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.Health{Status: "ok"})

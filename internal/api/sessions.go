@@ -6,20 +6,20 @@ import (
 	"regexp"
 
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
 var (
-	sessionIDPattern  = regexp.MustCompile(`^se_[a-z2-7]{26}$`)
 	snapshotIDPattern = regexp.MustCompile(`^sn_[a-z2-7]{26}$`)
 )
 
 // sessionID returns the {id} of the path, or an invalid-argument error.
 func sessionID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
-	if !sessionIDPattern.MatchString(id) {
+	if !apiutil.SessionIDPattern.MatchString(id) {
 		return "", clientErr(errdefs.ErrInvalidArgument, "invalid session id %q: want se_ followed by 26 characters", truncate(id, 64))
 	}
 	return id, nil

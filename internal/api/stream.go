@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/httperr"
@@ -77,11 +78,11 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		s.streamFail(ctx, conn, clientErr(errdefs.ErrInvalidArgument, "malformed exec request: %v", err))
 		return
 	}
-	if err := checkCommand(&req); err != nil {
+	if err := apiutil.CheckCommand(&req); err != nil {
 		s.streamFail(ctx, conn, err)
 		return
 	}
-	cmd := controlplane.Command{Argv: req.Cmd, Env: envList(req.Env), Cwd: req.Cwd, User: req.User}
+	cmd := controlplane.Command{Argv: req.Cmd, Env: apiutil.EnvList(req.Env), Cwd: req.Cwd, User: req.User}
 	var pty *controlplane.PTYSize
 	if req.PTY != nil {
 		if req.PTY.Rows < 1 || req.PTY.Cols < 1 || req.PTY.Rows > 1000 || req.PTY.Cols > 1000 {
@@ -188,14 +189,14 @@ func (s *Server) sendMsg(ctx context.Context, conn *websocket.Conn, m wire.Strea
 func (s *Server) streamFail(ctx context.Context, conn *websocket.Conn, err error) {
 	code := errdefs.Code(err)
 	msg := err.Error()
-	var ae *apiError
+	var ae *apiutil.Error
 	if errors.As(err, &ae) {
-		msg = ae.msg
+		msg = ae.Error()
 	} else if httperr.Status(err) >= 500 {
 		s.log.Error("stream failed", "err", err)
 		msg = "internal error"
 	} else {
-		msg = trimSentinel(msg, err)
+		msg = apiutil.TrimSentinel(msg, err)
 	}
 	_ = s.sendMsg(ctx, conn, wire.StreamMessage{Type: "error", Error: &wire.ErrorDetail{Code: code, Message: msg}})
 	conn.Close(websocket.StatusPolicyViolation, truncate(msg, 100))
@@ -209,7 +210,7 @@ func (s *Server) bridge(ctx context.Context, conn *websocket.Conn, open func(con
 	// Once the credential no longer holds (revoked, expired), the stream says so and closes; the process
 	// is detached and lives on.
 	onAccessEnd(ctx, func(reason error) {
-		_ = s.sendMsg(ctx, conn, wire.StreamMessage{Type: "error", Error: &wire.ErrorDetail{Code: errdefs.Code(reason), Message: accessMessage(reason)}})
+		_ = s.sendMsg(ctx, conn, wire.StreamMessage{Type: "error", Error: &wire.ErrorDetail{Code: errdefs.Code(reason), Message: apiutil.AccessMessage(reason)}})
 		conn.Close(websocket.StatusPolicyViolation, closeReason(reason))
 	})
 	p, err := open(controlplane.StreamOptions{
@@ -272,7 +273,7 @@ func (s *Server) bridge(ctx context.Context, conn *websocket.Conn, open func(con
 				cerr = clientErr(errdefs.ErrInvalidArgument, "unknown control message type %q: want resize, signal or close_stdin", truncate(m.Type, 32))
 			}
 			if cerr != nil {
-				_ = s.sendMsg(ctx, conn, wire.StreamMessage{Type: "error", Error: &wire.ErrorDetail{Code: errdefs.Code(cerr), Message: trimSentinel(cerr.Error(), cerr)}})
+				_ = s.sendMsg(ctx, conn, wire.StreamMessage{Type: "error", Error: &wire.ErrorDetail{Code: errdefs.Code(cerr), Message: apiutil.TrimSentinel(cerr.Error(), cerr)}})
 			}
 		}
 	}()

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/nodecontract"
@@ -219,7 +220,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		_ = enc.Encode(wire.BuildLine{Error: new(errorDetail(s.log, r, err))})
+		_ = enc.Encode(wire.BuildLine{Error: new(apiutil.ErrorDetail(s.log, r, err))})
 		return
 	}
 	_ = enc.Encode(wire.BuildLine{Template: new(toTemplate(t))})

@@ -1,10 +1,11 @@
-package api
+package e2b
 
 import (
 	"errors"
 	"net/http"
 	"strconv"
 
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
@@ -31,41 +32,41 @@ func e2bSnapshotOf(kept store.Session) e2bSnapshotInfo {
 }
 
 // e2bCreateSnapshot is POST /sandboxes/{id}/snapshots {name}: the sandbox runs on.
-func (s *Server) e2bCreateSnapshot(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Name *string `json:"name"`
 	}
 	if err := decodeE2BBody(w, r, &req, true); err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	se, err := s.e2bSession(r)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	name := ""
 	if req.Name != nil {
 		name = *req.Name
 	}
-	kept, err := s.cp.KeepSnapshot(r.Context(), tenantOf(r), se.ID, name)
+	kept, err := s.cp.KeepSnapshot(r.Context(), apiutil.TenantOf(r), se.ID, name)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, e2bSnapshotOf(kept))
+	apiutil.WriteJSON(w, http.StatusCreated, e2bSnapshotOf(kept))
 }
 
 // e2bListSnapshots is GET /snapshots?sandboxID=&name=&limit=&nextToken=: the tenant's kept snapshots,
 // oldest first; name matches a name or an ID.
-func (s *Server) e2bListSnapshots(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bListSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.SessionFilter{States: []store.SessionState{store.SessionPaused, store.SessionFailed}, Limit: e2bMaxList, Cursor: q.Get("nextToken"),
 		Metadata: map[string]string{controlplane.KeptMetadataKey: controlplane.KeptMetadataValue}}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > e2bMaxList {
-			s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "limit must be between 1 and %d, got %q", e2bMaxList, truncate(v, 16)))
+			e2bError(w, r, s.log, apiutil.ClientErr(errdefs.ErrInvalidArgument, "limit must be between 1 and %d, got %q", e2bMaxList, apiutil.Truncate(v, 16)))
 			return
 		}
 		f.Limit = n
@@ -76,28 +77,28 @@ func (s *Server) e2bListSnapshots(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []e2bSnapshotInfo{}
 	name := q.Get("name")
-	if sessionIDPattern.MatchString(name) {
+	if apiutil.SessionIDPattern.MatchString(name) {
 		// An ID names one snapshot.
 		kept, err := s.e2bKept(r, name)
 		switch {
 		case err == nil && (of == "" || kept.Metadata[controlplane.KeptOfMetadataKey] == of):
 			out = append(out, e2bSnapshotOf(kept))
 		case err != nil && !errors.Is(err, errdefs.ErrNotFound):
-			s.e2bError(w, r, err)
+			e2bError(w, r, s.log, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, out)
+		apiutil.WriteJSON(w, http.StatusOK, out)
 		return
 	}
 	if name != "" {
 		f.Metadata[controlplane.KeptNameMetadataKey] = name
 	}
-	ses, next, err := s.cp.ListSessions(r.Context(), tenantOf(r), f)
+	ses, next, err := s.cp.ListSessions(r.Context(), apiutil.TenantOf(r), f)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrInvalidArgument) {
-			err = clientErr(errdefs.ErrInvalidArgument, "invalid nextToken")
+			err = apiutil.ClientErr(errdefs.ErrInvalidArgument, "invalid nextToken")
 		}
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	for _, se := range ses {
@@ -106,18 +107,18 @@ func (s *Server) e2bListSnapshots(w http.ResponseWriter, r *http.Request) {
 	if next != "" {
 		w.Header().Set("X-Next-Token", next)
 	}
-	writeJSON(w, http.StatusOK, out)
+	apiutil.WriteJSON(w, http.StatusOK, out)
 }
 
 // e2bDeleteTemplate is DELETE /templates/{id}, which the SDKs' deleteSnapshot calls: it deletes a kept
 // snapshot (by ID or name). Templates themselves are the operator's, on /v1.
-func (s *Server) e2bDeleteTemplate(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bDeleteTemplate(w http.ResponseWriter, r *http.Request) {
 	kept, err := s.e2bKept(r, r.PathValue("id"))
 	if err == nil {
-		err = s.cp.DeleteSession(r.Context(), tenantOf(r), kept.ID)
+		err = s.cp.DeleteSession(r.Context(), apiutil.TenantOf(r), kept.ID)
 	}
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -125,10 +126,10 @@ func (s *Server) e2bDeleteTemplate(w http.ResponseWriter, r *http.Request) {
 
 // e2bKept finds the tenant's kept snapshot ref names: by its ID, or the newest of that name; anything
 // else is not found.
-func (s *Server) e2bKept(r *http.Request, ref string) (store.Session, error) {
-	notFound := clientErr(errdefs.ErrNotFound, "snapshot %q doesn't exist or you don't have access to it", truncate(ref, 64))
-	if sessionIDPattern.MatchString(ref) {
-		se, err := s.cp.GetSession(r.Context(), tenantOf(r), ref)
+func (s *controlPlane) e2bKept(r *http.Request, ref string) (store.Session, error) {
+	notFound := apiutil.ClientErr(errdefs.ErrNotFound, "snapshot %q doesn't exist or you don't have access to it", apiutil.Truncate(ref, 64))
+	if apiutil.SessionIDPattern.MatchString(ref) {
+		se, err := s.cp.GetSession(r.Context(), apiutil.TenantOf(r), ref)
 		switch {
 		case errors.Is(err, errdefs.ErrNotFound) || (err == nil && (!controlplane.IsKept(se) || se.State == store.SessionDeleting || se.State == store.SessionDeleted)):
 			return store.Session{}, notFound
@@ -140,7 +141,7 @@ func (s *Server) e2bKept(r *http.Request, ref string) (store.Session, error) {
 	if ref == "" || len(ref) > 63 {
 		return store.Session{}, notFound
 	}
-	ses, _, err := s.cp.ListSessions(r.Context(), tenantOf(r), store.SessionFilter{States: []store.SessionState{store.SessionPaused, store.SessionFailed},
+	ses, _, err := s.cp.ListSessions(r.Context(), apiutil.TenantOf(r), store.SessionFilter{States: []store.SessionState{store.SessionPaused, store.SessionFailed},
 		Limit: 1, Descending: true, Metadata: map[string]string{controlplane.KeptMetadataKey: controlplane.KeptMetadataValue, controlplane.KeptNameMetadataKey: ref}})
 	if err != nil {
 		return store.Session{}, err
@@ -153,10 +154,10 @@ func (s *Server) e2bKept(r *http.Request, ref string) (store.Session, error) {
 
 // e2bCreateFromSnapshot creates a sandbox restored from kept snapshot kept, with the create's
 // timeout, lifecycle and metadata; its egress policy is the snapshot's unless the create sets one.
-func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, kept store.Session, req *e2bNewSandbox, timeout int,
+func (s *controlPlane) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, kept store.Session, req *e2bNewSandbox, timeout int,
 	onTimeout store.SessionTimeoutAction, p policy.Policy) {
 	if len(req.EnvVars) > 0 {
-		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument,
+		e2bError(w, r, s.log, apiutil.ClientErr(errdefs.ErrInvalidArgument,
 			"envVars cannot be set on a sandbox started from snapshot %s: its processes and their environment are the snapshot's", kept.ID))
 		return
 	}
@@ -165,6 +166,6 @@ func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, k
 	if req.AllowInternetAccess != nil || req.Network != nil {
 		fk.Network = &p
 	}
-	se, err := s.cp.CreateFromKept(r.Context(), tenantOf(r), kept.ID, fk)
+	se, err := s.cp.CreateFromKept(r.Context(), apiutil.TenantOf(r), kept.ID, fk)
 	s.e2bCreated(w, r, se, err)
 }

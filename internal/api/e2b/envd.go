@@ -1,4 +1,4 @@
-package api
+package e2b
 
 import (
 	"bytes"
@@ -25,6 +25,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/airlockrun/airlock/api/wire"
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/httperr"
@@ -41,8 +42,8 @@ import (
 // as the session's activity.
 
 const (
-	// e2bEnvdPort is envd's port: the E2b-Sandbox-Port the SDKs send and the port of the host form.
-	e2bEnvdPort = 49983
+	// EnvdPort is envd's port: the E2b-Sandbox-Port the SDKs send and the port of the host form.
+	EnvdPort = 49983
 	// e2bChunk bounds the output bytes of one data event, as envd's.
 	e2bChunk = 32 << 10
 	// e2bMaxWatch bounds the entries a directory watch compares each round.
@@ -67,17 +68,17 @@ func envdTargetOf(ctx context.Context) envdTarget {
 }
 
 // e2bEnvdRoutes are the data plane's routes: envd's paths under /e2b.
-func (s *Server) e2bEnvdRoutes() []route {
-	rpc := func(proc string, scope store.TokenScope, h http.Handler) route {
-		return route{"POST", e2bPrefix + proc, s.envd(scope, true, h.ServeHTTP)}
+func (s *dataPlane) e2bEnvdRoutes() []Route {
+	rpc := func(proc string, scope store.TokenScope, h http.Handler) Route {
+		return Route{"POST", Prefix + proc, s.envd(scope, true, h.ServeHTTP)}
 	}
 	// A request message is small (a command, a path, a chunk of input): 8 MiB bounds what one may take.
 	opts := connect.WithHandlerOptions(connect.WithCodec(envdJSON{}), connect.WithReadMaxBytes(8<<20))
 	exec, files := store.TokenExec, store.TokenFiles
-	return []route{
-		{"GET", e2bPrefix + "/health", s.envd(exec, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })},
-		{"GET", e2bPrefix + "/files", s.envd(files, false, s.envdReadFile)},
-		{"POST", e2bPrefix + "/files", s.envd(files, false, s.envdWriteFile)},
+	return []Route{
+		{"GET", Prefix + "/health", s.envd(exec, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })},
+		{"GET", Prefix + "/files", s.envd(files, false, s.envdReadFile)},
+		{"POST", Prefix + "/files", s.envd(files, false, s.envdWriteFile)},
 		rpc("/process.Process/Start", exec, connect.NewServerStreamHandler("/process.Process/Start", s.envdStart, opts)),
 		rpc("/process.Process/Connect", exec, connect.NewServerStreamHandler("/process.Process/Connect", s.envdConnect, opts)),
 		rpc("/process.Process/List", exec, connect.NewUnaryHandler("/process.Process/List", s.envdList, opts)),
@@ -97,24 +98,24 @@ func (s *Server) e2bEnvdRoutes() []route {
 // envd authenticates an envd request, finds its sandbox and user, and serves h with them in the
 // context (envdTargetOf). Its errors are envd's: {"code": "<connect code>", "message"} for RPCs,
 // {"code": <status>, "message"} otherwise.
-func (s *Server) envd(scope store.TokenScope, rpc bool, h http.HandlerFunc) http.HandlerFunc {
+func (s *dataPlane) envd(scope store.TokenScope, rpc bool, h http.HandlerFunc) http.HandlerFunc {
 	fail := func(w http.ResponseWriter, r *http.Request, err error) {
 		if rpc {
 			status := httperr.Status(err)
-			writeJSON(w, status, map[string]string{"code": connectCode(err).String(), "message": errorDetail(s.log, r, err).Message})
+			apiutil.WriteJSON(w, status, map[string]string{"code": connectCode(err).String(), "message": apiutil.ErrorDetail(s.log, r, err).Message})
 			return
 		}
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("E2b-Sandbox-Id")
-		if !sessionIDPattern.MatchString(id) {
-			fail(w, r, clientErr(errdefs.ErrNotFound, "sandbox %q not found: name it in the E2b-Sandbox-Id header", truncate(id, 64)))
+		if !apiutil.SessionIDPattern.MatchString(id) {
+			fail(w, r, apiutil.ClientErr(errdefs.ErrNotFound, "sandbox %q not found: name it in the E2b-Sandbox-Id header", apiutil.Truncate(id, 64)))
 			return
 		}
 		cred := strings.TrimSpace(r.Header.Get("X-Access-Token"))
 		if cred == "" {
-			fail(w, r, clientErr(errdefs.ErrUnauthenticated, "missing X-Access-Token: the sandbox's envdAccessToken"))
+			fail(w, r, apiutil.ClientErr(errdefs.ErrUnauthenticated, "missing X-Access-Token: the sandbox's envdAccessToken"))
 			return
 		}
 		p, err := s.cp.Authenticate(r.Context(), cred)
@@ -122,19 +123,17 @@ func (s *Server) envd(scope store.TokenScope, rpc bool, h http.HandlerFunc) http
 			fail(w, r, err)
 			return
 		}
-		r, release := s.withPrincipal(r, p, cred, nil)
-		defer release()
 		r.SetPathValue("id", id) // for the audit log
-		s.audited(w, r, func(w http.ResponseWriter, r *http.Request) {
+		s.edge.Serve(w, r, p, cred, func(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case p.Token == nil && !p.Scope.Allows(store.ScopeWrite):
-				fail(w, r, clientErr(errdefs.ErrPermissionDenied, "this API key has scope %s; envd needs write", p.Scope))
+				fail(w, r, apiutil.ClientErr(errdefs.ErrPermissionDenied, "this API key has scope %s; envd needs write", p.Scope))
 				return
 			case p.Token != nil && p.Token.SessionID != id:
-				fail(w, r, clientErr(errdefs.ErrNotFound, "sandbox %s not found", id))
+				fail(w, r, apiutil.ClientErr(errdefs.ErrNotFound, "sandbox %s not found", id))
 				return
 			case p.Token != nil && !p.Token.Allows(scope):
-				fail(w, r, clientErr(errdefs.ErrPermissionDenied, "this access token has scopes %s; %s needs %s", joinTokenScopes(p.Token.Scopes), r.URL.Path, scope))
+				fail(w, r, apiutil.ClientErr(errdefs.ErrPermissionDenied, "this access token has scopes %s; %s needs %s", apiutil.JoinTokenScopes(p.Token.Scopes), r.URL.Path, scope))
 				return
 			}
 			user, err := envdUser(r)
@@ -166,7 +165,7 @@ func envdUser(r *http.Request) (string, error) {
 		b64, ok := strings.CutPrefix(auth, "Basic ")
 		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(b64))
 		if !ok || err != nil {
-			return "", clientErr(errdefs.ErrUnauthenticated, "Authorization must be Basic base64(\"<user>:\")")
+			return "", apiutil.ClientErr(errdefs.ErrUnauthenticated, "Authorization must be Basic base64(\"<user>:\")")
 		}
 		u, _, _ = strings.Cut(string(raw), ":")
 	}
@@ -174,7 +173,7 @@ func envdUser(r *http.Request) (string, error) {
 		u = ""
 	}
 	if u != "" && !envdUserPattern.MatchString(u) {
-		return "", clientErr(errdefs.ErrUnauthenticated, "invalid username %q", truncate(u, 32))
+		return "", apiutil.ClientErr(errdefs.ErrUnauthenticated, "invalid username %q", apiutil.Truncate(u, 32))
 	}
 	return u, nil
 }
@@ -202,12 +201,12 @@ func (t envdTarget) resolve(p string) (string, error) {
 	case strings.HasPrefix(p, "~/"):
 		p = t.home + p[1:]
 	case strings.HasPrefix(p, "~"):
-		return "", clientErr(errdefs.ErrInvalidArgument, "path %q: only ~ and ~/ are expanded", truncate(p, 64))
+		return "", apiutil.ClientErr(errdefs.ErrInvalidArgument, "path %q: only ~ and ~/ are expanded", apiutil.Truncate(p, 64))
 	case !strings.HasPrefix(p, "/"):
 		p = t.home + "/" + p
 	}
 	if strings.Contains(p, "\x00") {
-		return "", clientErr(errdefs.ErrInvalidArgument, "path holds a NUL byte")
+		return "", apiutil.ClientErr(errdefs.ErrInvalidArgument, "path holds a NUL byte")
 	}
 	p = path.Clean(p)
 	if err := controlplane.CheckPath(p); err != nil {
@@ -217,7 +216,7 @@ func (t envdTarget) resolve(p string) (string, error) {
 }
 
 // envdPath is the request's target and p resolved for it (a Connect error if p is bad).
-func (s *Server) envdPath(ctx context.Context, p string) (envdTarget, string, error) {
+func (s *dataPlane) envdPath(ctx context.Context, p string) (envdTarget, string, error) {
 	t := envdTargetOf(ctx)
 	abs, err := t.resolve(p)
 	return t, abs, s.rpcErr(ctx, err)
@@ -254,7 +253,7 @@ func connectCode(err error) connect.Code {
 }
 
 // rpcErr is err as a Connect error with the message /v1 would give ("internal error" for a fault).
-func (s *Server) rpcErr(ctx context.Context, err error) error {
+func (s *dataPlane) rpcErr(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -262,17 +261,11 @@ func (s *Server) rpcErr(ctx context.Context, err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
-	msg := err.Error()
-	var ae *apiError
-	if errors.As(err, &ae) {
-		msg = ae.msg
-	}
+	msg := apiutil.ClientMessage(err)
 	code := connectCode(err)
 	if code == connect.CodeInternal {
 		s.log.Error("envd call failed", "sandbox", envdTargetOf(ctx).session, "err", err)
 		msg = "internal error"
-	} else {
-		msg = trimSentinel(msg, err)
 	}
 	return connect.NewError(code, errors.New(msg))
 }
@@ -479,7 +472,7 @@ func (p *envdProcs) drop(k procKey) {
 	delete(p.m, k)
 }
 
-func (s *Server) envdStart(ctx context.Context, req *connect.Request[envdStartRequest], st *connect.ServerStream[envdProcessResponse]) error {
+func (s *dataPlane) envdStart(ctx context.Context, req *connect.Request[envdStartRequest], st *connect.ServerStream[envdProcessResponse]) error {
 	t := envdTargetOf(ctx)
 	m := req.Msg
 	if m.Process == nil || m.Process.Cmd == "" {
@@ -493,10 +486,10 @@ func (s *Server) envdStart(ctx context.Context, req *connect.Request[envdStartRe
 		}
 		cmd.Cwd = cwd
 	}
-	if err := checkCommand(&wire.ExecRequest{Cmd: cmd.Argv, Env: m.Process.Envs, Cwd: cmd.Cwd}); err != nil {
+	if err := apiutil.CheckCommand(&wire.ExecRequest{Cmd: cmd.Argv, Env: m.Process.Envs, Cwd: cmd.Cwd}); err != nil {
 		return s.rpcErr(ctx, err)
 	}
-	cmd.Env = envList(m.Process.Envs)
+	cmd.Env = apiutil.EnvList(m.Process.Envs)
 	var pty *controlplane.PTYSize
 	if m.PTY != nil && m.PTY.Size != nil {
 		rows, cols := m.PTY.Size.Rows, m.PTY.Size.Cols
@@ -513,7 +506,7 @@ func (s *Server) envdStart(ctx context.Context, req *connect.Request[envdStartRe
 	proc, err := s.cp.StartProcess(ctx, t.tenant, t.sandbox, cmd, pty, o)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) && !strings.Contains(err.Error(), "sandbox") {
-			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cannot start %s: %v", m.Process.Cmd, trimSentinel(err.Error(), err)))
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cannot start %s: %v", m.Process.Cmd, apiutil.TrimSentinel(err.Error(), err)))
 		}
 		return s.rpcErr(ctx, err)
 	}
@@ -526,7 +519,7 @@ func (s *Server) envdStart(ctx context.Context, req *connect.Request[envdStartRe
 // followProcess streams proc to snd (the start event first) until it exits; owned, it is the one
 // Start made: its lifetime is the request's deadline (envd kills a process at Connect-Timeout-Ms, even
 // once the client left), and it runs on if the client goes (its output then discarded).
-func (s *Server) followProcess(ctx context.Context, h http.Header, t envdTarget, proc controlplane.Process, snd *envdSender[envdProcessResponse], owned bool) error {
+func (s *dataPlane) followProcess(ctx context.Context, h http.Header, t envdTarget, proc controlplane.Process, snd *envdSender[envdProcessResponse], owned bool) error {
 	pid := proc.PID()
 	key := procKey{t.sandbox, pid}
 	_ = snd.send(&envdProcessResponse{Event: envdProcessEvent{Start: &envdStartEvent{PID: uint32(pid)}}})
@@ -579,8 +572,8 @@ func (s *Server) followProcess(ctx context.Context, h http.Header, t envdTarget,
 		snd.mu.Lock()
 		snd.gone = true
 		snd.mu.Unlock()
-		if ae := accessEnded(ctx); ae != nil {
-			return s.rpcErr(ctx, clientErr(ae.Err, "%s", accessMessage(ae.Err)))
+		if ae := apiutil.AccessEnded(ctx); ae != nil {
+			return s.rpcErr(ctx, apiutil.ClientErr(ae.Err, "%s", apiutil.AccessMessage(ae.Err)))
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return connect.NewError(connect.CodeDeadlineExceeded, errors.New("the command's timeout passed: it was killed"))
@@ -591,7 +584,7 @@ func (s *Server) followProcess(ctx context.Context, h http.Header, t envdTarget,
 
 // findProcess is the sandbox's process with the pid sel names; one that exited is found only for
 // !running (envd keeps no exited process but for its output and end).
-func (s *Server) findProcess(ctx context.Context, t envdTarget, sel *envdSelector, running bool) (controlplane.ProcessInfo, error) {
+func (s *dataPlane) findProcess(ctx context.Context, t envdTarget, sel *envdSelector, running bool) (controlplane.ProcessInfo, error) {
 	if sel == nil || sel.PID == nil {
 		if sel != nil && sel.Tag != nil {
 			return controlplane.ProcessInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %s not found", *sel.Tag))
@@ -610,7 +603,7 @@ func (s *Server) findProcess(ctx context.Context, t envdTarget, sel *envdSelecto
 	return controlplane.ProcessInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", *sel.PID))
 }
 
-func (s *Server) envdConnect(ctx context.Context, req *connect.Request[envdConnectRequest], st *connect.ServerStream[envdProcessResponse]) error {
+func (s *dataPlane) envdConnect(ctx context.Context, req *connect.Request[envdConnectRequest], st *connect.ServerStream[envdProcessResponse]) error {
 	t := envdTargetOf(ctx)
 	info, err := s.findProcess(ctx, t, req.Msg.Process, false)
 	if err != nil {
@@ -637,7 +630,7 @@ type envdListResponse struct {
 	Processes []envdProcessInfo `json:"processes"`
 }
 
-func (s *Server) envdList(ctx context.Context, _ *connect.Request[struct{}]) (*connect.Response[envdListResponse], error) {
+func (s *dataPlane) envdList(ctx context.Context, _ *connect.Request[struct{}]) (*connect.Response[envdListResponse], error) {
 	t := envdTargetOf(ctx)
 	procs, err := s.cp.Processes(ctx, t.tenant, t.sandbox)
 	if err != nil {
@@ -655,7 +648,7 @@ func (s *Server) envdList(ctx context.Context, _ *connect.Request[struct{}]) (*c
 
 // withProcess runs f on the process sel names: the one Start made here if it runs, else an attachment
 // made for f.
-func (s *Server) withProcess(ctx context.Context, sel *envdSelector, f func(controlplane.Process) error) error {
+func (s *dataPlane) withProcess(ctx context.Context, sel *envdSelector, f func(controlplane.Process) error) error {
 	t := envdTargetOf(ctx)
 	info, err := s.findProcess(ctx, t, sel, true)
 	if err != nil {
@@ -680,7 +673,7 @@ type envdSendInputRequest struct {
 	} `json:"input"`
 }
 
-func (s *Server) envdSendInput(ctx context.Context, req *connect.Request[envdSendInputRequest]) (*connect.Response[struct{}], error) {
+func (s *dataPlane) envdSendInput(ctx context.Context, req *connect.Request[envdSendInputRequest]) (*connect.Response[struct{}], error) {
 	in := req.Msg.Input
 	if in == nil {
 		return connect.NewResponse(&struct{}{}), nil
@@ -720,10 +713,10 @@ func (e *envdSignal) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func (s *Server) envdSendSignal(ctx context.Context, req *connect.Request[envdSignalRequest]) (*connect.Response[struct{}], error) {
+func (s *dataPlane) envdSendSignal(ctx context.Context, req *connect.Request[envdSignalRequest]) (*connect.Response[struct{}], error) {
 	sig := map[envdSignal]string{"SIGNAL_SIGKILL": "SIGKILL", "SIGNAL_SIGTERM": "SIGTERM"}[req.Msg.Signal]
 	if sig == "" {
-		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("signal %q: only SIGNAL_SIGKILL and SIGNAL_SIGTERM", truncate(string(req.Msg.Signal), 32)))
+		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("signal %q: only SIGNAL_SIGKILL and SIGNAL_SIGTERM", apiutil.Truncate(string(req.Msg.Signal), 32)))
 	}
 	t := envdTargetOf(ctx)
 	info, err := s.findProcess(ctx, t, req.Msg.Process, true)
@@ -736,7 +729,7 @@ func (s *Server) envdSendSignal(ctx context.Context, req *connect.Request[envdSi
 	return connect.NewResponse(&struct{}{}), nil
 }
 
-func (s *Server) envdCloseStdin(ctx context.Context, req *connect.Request[envdConnectRequest]) (*connect.Response[struct{}], error) {
+func (s *dataPlane) envdCloseStdin(ctx context.Context, req *connect.Request[envdConnectRequest]) (*connect.Response[struct{}], error) {
 	if err := s.withProcess(ctx, req.Msg.Process, func(p controlplane.Process) error { return p.CloseStdin() }); err != nil {
 		return nil, err
 	}
@@ -748,7 +741,7 @@ type envdUpdateRequest struct {
 	PTY     *envdPTY      `json:"pty"`
 }
 
-func (s *Server) envdUpdate(ctx context.Context, req *connect.Request[envdUpdateRequest]) (*connect.Response[struct{}], error) {
+func (s *dataPlane) envdUpdate(ctx context.Context, req *connect.Request[envdUpdateRequest]) (*connect.Response[struct{}], error) {
 	if p := req.Msg.PTY; p != nil && p.Size != nil {
 		rows, cols := p.Size.Rows, p.Size.Cols
 		if rows < 1 || cols < 1 || rows > 1000 || cols > 1000 {
@@ -811,7 +804,7 @@ type envdEntryResponse struct {
 	Entry envdEntry `json:"entry"`
 }
 
-func (s *Server) envdStat(ctx context.Context, req *connect.Request[envdPathRequest]) (*connect.Response[envdEntryResponse], error) {
+func (s *dataPlane) envdStat(ctx context.Context, req *connect.Request[envdPathRequest]) (*connect.Response[envdEntryResponse], error) {
 	t, p, err := s.envdPath(ctx, req.Msg.Path)
 	if err != nil {
 		return nil, err
@@ -823,7 +816,7 @@ func (s *Server) envdStat(ctx context.Context, req *connect.Request[envdPathRequ
 	return connect.NewResponse(&envdEntryResponse{Entry: entryOf(fi)}), nil
 }
 
-func (s *Server) envdMakeDir(ctx context.Context, req *connect.Request[envdPathRequest]) (*connect.Response[envdEntryResponse], error) {
+func (s *dataPlane) envdMakeDir(ctx context.Context, req *connect.Request[envdPathRequest]) (*connect.Response[envdEntryResponse], error) {
 	t, p, err := s.envdPath(ctx, req.Msg.Path)
 	if err != nil {
 		return nil, err
@@ -846,7 +839,7 @@ type envdMoveRequest struct {
 	Destination string `json:"destination"`
 }
 
-func (s *Server) envdMove(ctx context.Context, req *connect.Request[envdMoveRequest]) (*connect.Response[envdEntryResponse], error) {
+func (s *dataPlane) envdMove(ctx context.Context, req *connect.Request[envdMoveRequest]) (*connect.Response[envdEntryResponse], error) {
 	t, from, err := s.envdPath(ctx, req.Msg.Source)
 	if err != nil {
 		return nil, err
@@ -871,7 +864,7 @@ type envdListDirResponse struct {
 	Entries []envdEntry `json:"entries"`
 }
 
-func (s *Server) envdListDir(ctx context.Context, req *connect.Request[envdPathRequest]) (*connect.Response[envdListDirResponse], error) {
+func (s *dataPlane) envdListDir(ctx context.Context, req *connect.Request[envdPathRequest]) (*connect.Response[envdListDirResponse], error) {
 	t, p, err := s.envdPath(ctx, req.Msg.Path)
 	if err != nil {
 		return nil, err
@@ -894,7 +887,7 @@ func (s *Server) envdListDir(ctx context.Context, req *connect.Request[envdPathR
 
 // walk hands f what lies under dir, depth levels down (1: its entries), in lexical order, depth first,
 // at most limit entries (more is an error). Entries that vanish meanwhile are skipped.
-func (s *Server) walk(ctx context.Context, t envdTarget, dir string, depth, limit int, f func(controlplane.FileInfo)) error {
+func (s *dataPlane) walk(ctx context.Context, t envdTarget, dir string, depth, limit int, f func(controlplane.FileInfo)) error {
 	n := 0
 	var visit func(dir string, depth int) error
 	visit = func(dir string, depth int) error {
@@ -908,7 +901,7 @@ func (s *Server) walk(ctx context.Context, t envdTarget, dir string, depth, limi
 				e.Path = path.Join(dir, e.Name)
 			}
 			if n++; n > limit {
-				return clientErr(errdefs.ErrResourceExhausted, "more than %d entries under %s", limit, dir)
+				return apiutil.ClientErr(errdefs.ErrResourceExhausted, "more than %d entries under %s", limit, dir)
 			}
 			f(e)
 			if depth > 1 && e.Type == controlplane.FileTypeDir {
@@ -922,7 +915,7 @@ func (s *Server) walk(ctx context.Context, t envdTarget, dir string, depth, limi
 	return visit(dir, depth)
 }
 
-func (s *Server) envdRemove(ctx context.Context, req *connect.Request[envdPathRequest]) (*connect.Response[struct{}], error) {
+func (s *dataPlane) envdRemove(ctx context.Context, req *connect.Request[envdPathRequest]) (*connect.Response[struct{}], error) {
 	t, p, err := s.envdPath(ctx, req.Msg.Path)
 	if err != nil {
 		return nil, err
@@ -958,7 +951,7 @@ type envdFsEvent struct {
 // envdWatchDir reports changes under a directory by looking every e2bWatchEvery: a file created,
 // written (its size or time changed) or removed. A change undone within one look is not seen, and a
 // rename shows as a removal and a creation.
-func (s *Server) envdWatchDir(ctx context.Context, req *connect.Request[envdWatchRequest], st *connect.ServerStream[envdWatchResponse]) error {
+func (s *dataPlane) envdWatchDir(ctx context.Context, req *connect.Request[envdWatchRequest], st *connect.ServerStream[envdWatchResponse]) error {
 	t, dir, err := s.envdPath(ctx, req.Msg.Path)
 	if err != nil {
 		return err
@@ -1005,8 +998,8 @@ func (s *Server) envdWatchDir(ctx context.Context, req *connect.Request[envdWatc
 	for {
 		select {
 		case <-ctx.Done():
-			if ae := accessEnded(ctx); ae != nil {
-				return s.rpcErr(ctx, clientErr(ae.Err, "%s", accessMessage(ae.Err)))
+			if ae := apiutil.AccessEnded(ctx); ae != nil {
+				return s.rpcErr(ctx, apiutil.ClientErr(ae.Err, "%s", apiutil.AccessMessage(ae.Err)))
 			}
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return connect.NewError(connect.CodeDeadlineExceeded, errors.New("the watch's timeout passed"))
@@ -1065,28 +1058,28 @@ func (s *Server) envdWatchDir(ctx context.Context, req *connect.Request[envdWatc
 // --- /files ---
 
 // envdReadFile is GET /files?path=&username=: the file's bytes.
-func (s *Server) envdReadFile(w http.ResponseWriter, r *http.Request) {
+func (s *dataPlane) envdReadFile(w http.ResponseWriter, r *http.Request) {
 	t := envdTargetOf(r.Context())
 	p, err := t.resolve(r.URL.Query().Get("path"))
 	if err == nil {
 		p, err = s.followLinks(r.Context(), t, p)
 	}
 	if err == nil {
-		err = s.download(w, "application/octet-stream", p, func(lw io.Writer) error {
+		err = apiutil.Download(w, s.log, "application/octet-stream", p, func(lw io.Writer) error {
 			return s.cp.ReadFile(r.Context(), t.tenant, t.sandbox, p, lw)
 		})
 	}
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
-			err = clientErr(errdefs.ErrNotFound, "path '%s' does not exist", p)
+			err = apiutil.ClientErr(errdefs.ErrNotFound, "path '%s' does not exist", p)
 		}
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 	}
 }
 
 // followLinks is where p leads inside the sandbox: envd reads through symbolic links, which the
 // sandbox's daemon resolves (Airlock's own file calls refuse them). At most 16 links are followed.
-func (s *Server) followLinks(ctx context.Context, t envdTarget, p string) (string, error) {
+func (s *dataPlane) followLinks(ctx context.Context, t envdTarget, p string) (string, error) {
 	for range 16 {
 		fi, err := s.cp.StatFile(ctx, t.tenant, t.sandbox, p)
 		if err != nil || fi.Type != controlplane.FileTypeSymlink {
@@ -1100,7 +1093,7 @@ func (s *Server) followLinks(ctx context.Context, t envdTarget, p string) (strin
 			return "", err
 		}
 	}
-	return "", clientErr(errdefs.ErrInvalidArgument, "too many levels of symbolic links at %s", p)
+	return "", apiutil.ClientErr(errdefs.ErrInvalidArgument, "too many levels of symbolic links at %s", p)
 }
 
 // envdWrite is what POST /files answers for each file written.
@@ -1113,34 +1106,34 @@ type envdWrite struct {
 // envdWriteFile is POST /files: multipart/form-data parts named "file" (each part's file name is its
 // path unless the path parameter is given), or one application/octet-stream body to the path
 // parameter; either may be gzip-encoded (Content-Encoding: gzip). Parent directories are made.
-func (s *Server) envdWriteFile(w http.ResponseWriter, r *http.Request) {
+func (s *dataPlane) envdWriteFile(w http.ResponseWriter, r *http.Request) {
 	t := envdTargetOf(r.Context())
 	out, err := s.envdWrites(w, r, t)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			err = clientErr(errdefs.ErrTooLarge, "the upload is larger than %d bytes", maxUpload)
+			err = apiutil.ClientErr(errdefs.ErrTooLarge, "the upload is larger than %d bytes", apiutil.MaxUpload)
 		}
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	apiutil.WriteJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) envdWrites(w http.ResponseWriter, r *http.Request, t envdTarget) ([]envdWrite, error) {
-	body := io.Reader(http.MaxBytesReader(w, r.Body, maxUpload))
+func (s *dataPlane) envdWrites(w http.ResponseWriter, r *http.Request, t envdTarget) ([]envdWrite, error) {
+	body := io.Reader(http.MaxBytesReader(w, r.Body, apiutil.MaxUpload))
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
 	case "gzip":
 		zr, err := gzip.NewReader(body)
 		if err != nil {
-			return nil, clientErr(errdefs.ErrInvalidArgument, "the body is not gzip: %v", err)
+			return nil, apiutil.ClientErr(errdefs.ErrInvalidArgument, "the body is not gzip: %v", err)
 		}
 		defer zr.Close()
 		// What it unpacks to is bounded as an upload is: a small body must not unpack without end.
-		body = &capReader{r: zr, left: maxUpload}
+		body = &capReader{r: zr, left: apiutil.MaxUpload}
 	default:
-		return nil, clientErr(errdefs.ErrInvalidArgument, "unsupported Content-Encoding %q: identity or gzip", truncate(enc, 32))
+		return nil, apiutil.ClientErr(errdefs.ErrInvalidArgument, "unsupported Content-Encoding %q: identity or gzip", apiutil.Truncate(enc, 32))
 	}
 	qpath := r.URL.Query().Get("path")
 	write := func(p string, rd io.Reader) (envdWrite, error) {
@@ -1163,7 +1156,7 @@ func (s *Server) envdWrites(w http.ResponseWriter, r *http.Request, t envdTarget
 	switch ct {
 	case "application/octet-stream":
 		if qpath == "" {
-			return nil, clientErr(errdefs.ErrInvalidArgument, "an application/octet-stream upload needs the path parameter")
+			return nil, apiutil.ClientErr(errdefs.ErrInvalidArgument, "an application/octet-stream upload needs the path parameter")
 		}
 		wr, err := write(qpath, body)
 		if err != nil {
@@ -1172,7 +1165,7 @@ func (s *Server) envdWrites(w http.ResponseWriter, r *http.Request, t envdTarget
 		return []envdWrite{wr}, nil
 	case "multipart/form-data":
 		if params["boundary"] == "" {
-			return nil, clientErr(errdefs.ErrInvalidArgument, "multipart/form-data without a boundary")
+			return nil, apiutil.ClientErr(errdefs.ErrInvalidArgument, "multipart/form-data without a boundary")
 		}
 		mr := multipart.NewReader(body, params["boundary"])
 		var out []envdWrite
@@ -1183,7 +1176,7 @@ func (s *Server) envdWrites(w http.ResponseWriter, r *http.Request, t envdTarget
 				break
 			}
 			if err != nil {
-				return nil, clientErr(errdefs.ErrInvalidArgument, "multipart body: %v", err)
+				return nil, apiutil.ClientErr(errdefs.ErrInvalidArgument, "multipart body: %v", err)
 			}
 			// The raw file name: it is the whole path (FileName would keep its last element only).
 			_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
@@ -1195,10 +1188,10 @@ func (s *Server) envdWrites(w http.ResponseWriter, r *http.Request, t envdTarget
 				p = dp["filename"]
 			}
 			if p == "" {
-				return nil, clientErr(errdefs.ErrInvalidArgument, "a file part needs a file name (its path) or the path parameter")
+				return nil, apiutil.ClientErr(errdefs.ErrInvalidArgument, "a file part needs a file name (its path) or the path parameter")
 			}
 			if written[p] && qpath == "" {
-				return nil, clientErr(errdefs.ErrInvalidArgument, "path %s is given twice", truncate(p, 128))
+				return nil, apiutil.ClientErr(errdefs.ErrInvalidArgument, "path %s is given twice", apiutil.Truncate(p, 128))
 			}
 			written[p] = true
 			wr, err := write(p, part)
@@ -1208,11 +1201,11 @@ func (s *Server) envdWrites(w http.ResponseWriter, r *http.Request, t envdTarget
 			out = append(out, wr)
 		}
 		if len(out) == 0 {
-			return nil, clientErr(errdefs.ErrInvalidArgument, "no part named file in the multipart body")
+			return nil, apiutil.ClientErr(errdefs.ErrInvalidArgument, "no part named file in the multipart body")
 		}
 		return out, nil
 	}
-	return nil, clientErr(errdefs.ErrInvalidArgument, "unsupported content type %q: multipart/form-data or application/octet-stream", truncate(ct, 64))
+	return nil, apiutil.ClientErr(errdefs.ErrInvalidArgument, "unsupported content type %q: multipart/form-data or application/octet-stream", apiutil.Truncate(ct, 64))
 }
 
 // capReader reads r until left bytes were read; one more is an error (ErrTooLarge).
@@ -1225,7 +1218,7 @@ func (c *capReader) Read(p []byte) (int, error) {
 	if c.left <= 0 {
 		var one [1]byte
 		if n, _ := c.r.Read(one[:]); n > 0 {
-			return 0, clientErr(errdefs.ErrTooLarge, "the upload unpacks to more than %d bytes", maxUpload)
+			return 0, apiutil.ClientErr(errdefs.ErrTooLarge, "the upload unpacks to more than %d bytes", apiutil.MaxUpload)
 		}
 		return 0, io.EOF
 	}
@@ -1259,22 +1252,22 @@ func (envdJSON) Unmarshal(b []byte, v any) error {
 // and E2b-Sandbox-Port headers under E2B_SANDBOX_URL (the code interpreter's /execute is one): the
 // ingress forwards it as it does a port's path form, authorized by the sandbox's token in E2B's
 // headers (or an API key), which never reach the sandbox.
-func (s *Server) e2bPort(w http.ResponseWriter, r *http.Request) {
+func (s *dataPlane) e2bPort(w http.ResponseWriter, r *http.Request) {
 	id, v := r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port")
 	port, err := strconv.Atoi(v)
 	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != v {
-		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "invalid E2b-Sandbox-Port %q: want a number in 1..65535", truncate(v, 16)))
+		e2bError(w, r, s.log, apiutil.ClientErr(errdefs.ErrInvalidArgument, "invalid E2b-Sandbox-Port %q: want a number in 1..65535", apiutil.Truncate(v, 16)))
 		return
 	}
-	if !sessionIDPattern.MatchString(id) {
-		s.e2bError(w, r, clientErr(errdefs.ErrNotFound, "sandbox %q not found: name it in the E2b-Sandbox-Id header", truncate(id, 64)))
+	if !apiutil.SessionIDPattern.MatchString(id) {
+		e2bError(w, r, s.log, apiutil.ClientErr(errdefs.ErrNotFound, "sandbox %q not found: name it in the E2b-Sandbox-Id header", apiutil.Truncate(id, 64)))
 		return
 	}
 	r.Header.Del("E2b-Sandbox-Id")
 	r.Header.Del("E2b-Sandbox-Port")
 	r.SetPathValue("id", id)
 	r.SetPathValue("port", v)
-	r.Pattern = r.Method + " " + e2bPrefix + "/{path...} (E2b-Sandbox-Port: /v1/sessions/{id}/ports/{port}/)"
-	rest := strings.TrimPrefix(r.URL.EscapedPath(), e2bPrefix)
-	s.servePort(w, r, id, port, rest, e2bPrefix, false)
+	r.Pattern = r.Method + " " + Prefix + "/{path...} (E2b-Sandbox-Port: /v1/sessions/{id}/ports/{port}/)"
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), Prefix)
+	s.edge.ServePort(w, r, id, port, rest, Prefix)
 }

@@ -1,4 +1,4 @@
-package api
+package e2b
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api/apiutil"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
@@ -28,11 +30,13 @@ import (
 // session's): pausing keeps memory, a timeout pauses it (autoPause) or deletes it, and connecting
 // resumes it. The API key is an Airlock API key, sent as X-API-KEY; the envd access token each create
 // or connect hands out is an Airlock access token for the session (exec, files, ports), which the data
-// plane (e2b_envd.go) takes as X-Access-Token. Tenancy, egress policy and credential bindings are the
+// plane (envd.go) takes as X-Access-Token. Tenancy, egress policy and credential bindings are the
 // tenant's, as on /v1. Errors are E2B's: {"code": <HTTP status>, "message": "…"}.
 
+// Prefix is the path E2B's API is served under: E2B_API_URL and E2B_SANDBOX_URL are <airlock>/e2b.
+const Prefix = "/e2b"
+
 const (
-	e2bPrefix = "/e2b"
 	// e2bEnvdVersion is the envd version reported: the SDKs gate features on it (0.5.7: uploads as
 	// application/octet-stream; above it, file metadata and watch options the data plane lacks).
 	e2bEnvdVersion = "0.5.7"
@@ -48,26 +52,26 @@ const (
 
 // e2bRoutes are the E2B control plane's routes (the SDKs call both the v1 and v2 forms of create and
 // connect).
-func (s *Server) e2bRoutes() []route {
-	return []route{
-		{"POST", e2bPrefix + "/sandboxes", s.e2bAuth(s.e2bCreate)},
-		{"POST", e2bPrefix + "/v2/sandboxes", s.e2bAuth(s.e2bCreate)},
-		{"GET", e2bPrefix + "/sandboxes", s.e2bAuth(s.e2bListRunning)},
-		{"GET", e2bPrefix + "/v2/sandboxes", s.e2bAuth(s.e2bList)},
-		{"GET", e2bPrefix + "/sandboxes/{id}", s.e2bAuth(s.e2bGet)},
-		{"GET", e2bPrefix + "/sandboxes/metrics", s.e2bAuth(s.e2bSandboxesMetrics)},
-		{"GET", e2bPrefix + "/sandboxes/{id}/metrics", s.e2bAuth(s.e2bSandboxMetrics)},
-		{"DELETE", e2bPrefix + "/sandboxes/{id}", s.e2bAuth(s.e2bKill)},
-		{"POST", e2bPrefix + "/sandboxes/{id}/connect", s.e2bAuth(s.e2bConnect)},
-		{"POST", e2bPrefix + "/v2/sandboxes/{id}/connect", s.e2bAuth(s.e2bConnect)},
-		{"POST", e2bPrefix + "/sandboxes/{id}/resume", s.e2bAuth(s.e2bConnect)},
-		{"POST", e2bPrefix + "/sandboxes/{id}/timeout", s.e2bAuth(s.e2bSetTimeout)},
-		{"POST", e2bPrefix + "/sandboxes/{id}/pause", s.e2bAuth(s.e2bPause)},
-		{"POST", e2bPrefix + "/sandboxes/{id}/fork", s.e2bAuth(s.e2bFork)},
-		{"PUT", e2bPrefix + "/sandboxes/{id}/network", s.e2bAuth(s.e2bNetwork)},
-		{"POST", e2bPrefix + "/sandboxes/{id}/snapshots", s.e2bAuth(s.e2bCreateSnapshot)},
-		{"GET", e2bPrefix + "/snapshots", s.e2bAuth(s.e2bListSnapshots)},
-		{"DELETE", e2bPrefix + "/templates/{id}", s.e2bAuth(s.e2bDeleteTemplate)},
+func (s *controlPlane) e2bRoutes() []Route {
+	return []Route{
+		{"POST", Prefix + "/sandboxes", s.e2bAuth(s.e2bCreate)},
+		{"POST", Prefix + "/v2/sandboxes", s.e2bAuth(s.e2bCreate)},
+		{"GET", Prefix + "/sandboxes", s.e2bAuth(s.e2bListRunning)},
+		{"GET", Prefix + "/v2/sandboxes", s.e2bAuth(s.e2bList)},
+		{"GET", Prefix + "/sandboxes/{id}", s.e2bAuth(s.e2bGet)},
+		{"GET", Prefix + "/sandboxes/metrics", s.e2bAuth(s.e2bSandboxesMetrics)},
+		{"GET", Prefix + "/sandboxes/{id}/metrics", s.e2bAuth(s.e2bSandboxMetrics)},
+		{"DELETE", Prefix + "/sandboxes/{id}", s.e2bAuth(s.e2bKill)},
+		{"POST", Prefix + "/sandboxes/{id}/connect", s.e2bAuth(s.e2bConnect)},
+		{"POST", Prefix + "/v2/sandboxes/{id}/connect", s.e2bAuth(s.e2bConnect)},
+		{"POST", Prefix + "/sandboxes/{id}/resume", s.e2bAuth(s.e2bConnect)},
+		{"POST", Prefix + "/sandboxes/{id}/timeout", s.e2bAuth(s.e2bSetTimeout)},
+		{"POST", Prefix + "/sandboxes/{id}/pause", s.e2bAuth(s.e2bPause)},
+		{"POST", Prefix + "/sandboxes/{id}/fork", s.e2bAuth(s.e2bFork)},
+		{"PUT", Prefix + "/sandboxes/{id}/network", s.e2bAuth(s.e2bNetwork)},
+		{"POST", Prefix + "/sandboxes/{id}/snapshots", s.e2bAuth(s.e2bCreateSnapshot)},
+		{"GET", Prefix + "/snapshots", s.e2bAuth(s.e2bListSnapshots)},
+		{"DELETE", Prefix + "/templates/{id}", s.e2bAuth(s.e2bDeleteTemplate)},
 	}
 }
 
@@ -77,15 +81,16 @@ type e2bErrorBody struct {
 	Message string `json:"message"`
 }
 
-// e2bError writes err in E2B's shape, with the status and message /v1 would give.
-func (s *Server) e2bError(w http.ResponseWriter, r *http.Request, err error) {
+// e2bError writes err in E2B's shape, with the status and message /v1 would give (a server fault
+// logged to log).
+func e2bError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	status := httperr.Status(err)
-	writeJSON(w, status, e2bErrorBody{Code: status, Message: errorDetail(s.log, r, err).Message})
+	apiutil.WriteJSON(w, status, e2bErrorBody{Code: status, Message: apiutil.ErrorDetail(log, r, err).Message})
 }
 
 // e2bAuth serves h to API keys sent as X-API-KEY (or Authorization: Bearer): read scope for GET,
 // write for the rest. Access tokens are refused: they reach the data plane only.
-func (s *Server) e2bAuth(h http.HandlerFunc) http.HandlerFunc {
+func (s *controlPlane) e2bAuth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := strings.TrimSpace(r.Header.Get("X-API-Key"))
 		if key == "" {
@@ -93,26 +98,24 @@ func (s *Server) e2bAuth(h http.HandlerFunc) http.HandlerFunc {
 			key = strings.TrimSpace(key)
 		}
 		if key == "" {
-			s.e2bError(w, r, clientErr(errdefs.ErrUnauthenticated, "missing API key: send an Airlock API key as X-API-KEY (E2B_API_KEY)"))
+			e2bError(w, r, s.log, apiutil.ClientErr(errdefs.ErrUnauthenticated, "missing API key: send an Airlock API key as X-API-KEY (E2B_API_KEY)"))
 			return
 		}
 		p, err := s.cp.Authenticate(r.Context(), key)
 		if err != nil {
-			s.e2bError(w, r, err)
+			e2bError(w, r, s.log, err)
 			return
 		}
-		r, release := s.withPrincipal(r, p, key, nil)
-		defer release()
 		need := store.ScopeWrite
 		if r.Method == http.MethodGet {
 			need = store.ScopeRead
 		}
-		s.audited(w, r, func(w http.ResponseWriter, r *http.Request) {
+		s.edge.Serve(w, r, p, key, func(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case p.Token != nil:
-				s.e2bError(w, r, clientErr(errdefs.ErrPermissionDenied, "an access token reaches only its sandbox's envd; %s %s needs an API key", r.Method, r.URL.Path))
+				e2bError(w, r, s.log, apiutil.ClientErr(errdefs.ErrPermissionDenied, "an access token reaches only its sandbox's envd; %s %s needs an API key", r.Method, r.URL.Path))
 			case !p.Scope.Allows(need):
-				s.e2bError(w, r, clientErr(errdefs.ErrPermissionDenied, "this API key has scope %s; %s %s needs %s", p.Scope, r.Method, r.URL.Path, need))
+				e2bError(w, r, s.log, apiutil.ClientErr(errdefs.ErrPermissionDenied, "this API key has scope %s; %s %s needs %s", p.Scope, r.Method, r.URL.Path, need))
 			default:
 				h(w, r)
 			}
@@ -189,21 +192,21 @@ type e2bLifecycle struct {
 	AutoResume bool   `json:"autoResume"`
 }
 
-func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bCreate(w http.ResponseWriter, r *http.Request) {
 	var req e2bNewSandbox
 	if err := decodeE2BBody(w, r, &req, true); err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	for name, v := range map[string]json.RawMessage{"mcp": req.MCP, "iam": req.IAM, "volumeMounts": req.VolumeMounts} {
 		if len(v) > 0 && string(v) != "null" && string(v) != "[]" && string(v) != "{}" {
-			s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "%s is not supported by Airlock", name))
+			e2bError(w, r, s.log, apiutil.ClientErr(errdefs.ErrInvalidArgument, "%s is not supported by Airlock", name))
 			return
 		}
 	}
 	timeout, err := e2bTimeout(req.Timeout, true)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	allow := req.AllowInternetAccess
@@ -212,7 +215,7 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := e2bPolicy(allow, req.Network)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	onTimeout := store.SessionTimeoutDelete
@@ -220,11 +223,11 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		onTimeout = store.SessionTimeoutPause
 	}
 	tpl := req.TemplateID
-	if sessionIDPattern.MatchString(tpl) {
+	if apiutil.SessionIDPattern.MatchString(tpl) {
 		// A snapshot's ID (e2b_snapshots.go).
 		kept, err := s.e2bKept(r, tpl)
 		if err != nil {
-			s.e2bError(w, r, err)
+			e2bError(w, r, s.log, err)
 			return
 		}
 		s.e2bCreateFromSnapshot(w, r, kept, &req, timeout, onTimeout, p)
@@ -237,11 +240,11 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		AutoResume: req.AutoResume != nil && req.AutoResume.Enabled,
 		// E2B sandboxes neither pause when idle nor take rolling snapshots: they live until their timeout.
 	}
-	se, err := s.cp.CreateSession(r.Context(), tenantOf(r), creq)
+	se, err := s.cp.CreateSession(r.Context(), apiutil.TenantOf(r), creq)
 	if alt, ok := e2bTemplates[tpl]; ok && errors.Is(err, errdefs.ErrNotFound) && se.ID == "" {
 		// E2B's names for the templates its SDKs default to, unless the operator made templates of them.
 		creq.Template = alt
-		se, err = s.cp.CreateSession(r.Context(), tenantOf(r), creq)
+		se, err = s.cp.CreateSession(r.Context(), apiutil.TenantOf(r), creq)
 	}
 	if errors.Is(err, errdefs.ErrNotFound) && se.ID == "" && tpl != "" {
 		// No template of that name: a snapshot's name, perhaps (templates come first).
@@ -254,20 +257,20 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 // e2bCreated answers a create of se: the sandbox, or err, after deleting se if it was recorded.
-func (s *Server) e2bCreated(w http.ResponseWriter, r *http.Request, se store.Session, err error) {
+func (s *controlPlane) e2bCreated(w http.ResponseWriter, r *http.Request, se store.Session, err error) {
 	if err != nil {
 		if se.ID != "" { // recorded, then failed to boot: nothing of it should linger
-			_ = s.cp.DeleteSession(context.WithoutCancel(r.Context()), tenantOf(r), se.ID)
+			_ = s.cp.DeleteSession(context.WithoutCancel(r.Context()), apiutil.TenantOf(r), se.ID)
 		}
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	out, err := s.e2bSandboxOf(r, se)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, out)
+	apiutil.WriteJSON(w, http.StatusCreated, out)
 }
 
 // e2bTemplates are Airlock's templates for the names E2B's SDKs create with by default: "base" (the
@@ -277,8 +280,8 @@ var e2bTemplates = map[string]string{"": template.DefaultName, "base": template.
 
 // e2bSandboxOf is se as a create or connect returns it, with its envd access token: the same one on
 // every connect by the same API key (as E2B's is), until it comes within a day of its end.
-func (s *Server) e2bSandboxOf(r *http.Request, se store.Session) (e2bSandbox, error) {
-	tok, err := s.cp.StableAccessToken(r.Context(), tenantOf(r), principalOf(r).KeyID, controlplane.TokenRequest{
+func (s *controlPlane) e2bSandboxOf(r *http.Request, se store.Session) (e2bSandbox, error) {
+	tok, err := s.cp.StableAccessToken(r.Context(), apiutil.TenantOf(r), apiutil.PrincipalOf(r).KeyID, controlplane.TokenRequest{
 		Name: "e2b-envd", SessionID: se.ID, Scopes: []store.TokenScope{store.TokenExec, store.TokenFiles, store.TokenPorts},
 		TTL: controlplane.MaxTokenTTL,
 	})
@@ -287,7 +290,7 @@ func (s *Server) e2bSandboxOf(r *http.Request, se store.Session) (e2bSandbox, er
 	}
 	// The traffic token is what E2B lets one share to reach the sandbox's ports only: a token of its own,
 	// with the ports scope alone.
-	traffic, err := s.cp.StableAccessToken(r.Context(), tenantOf(r), principalOf(r).KeyID, controlplane.TokenRequest{
+	traffic, err := s.cp.StableAccessToken(r.Context(), apiutil.TenantOf(r), apiutil.PrincipalOf(r).KeyID, controlplane.TokenRequest{
 		Name: "e2b-traffic", SessionID: se.ID, Scopes: []store.TokenScope{store.TokenPorts}, TTL: controlplane.MaxTokenTTL,
 	})
 	if err != nil {
@@ -296,10 +299,10 @@ func (s *Server) e2bSandboxOf(r *http.Request, se store.Session) (e2bSandbox, er
 	name := templateName(se.Spec.Template)
 	out := e2bSandbox{SandboxID: se.ID, TemplateID: name, Alias: name, ClientID: e2bClientID, EnvdVersion: e2bEnvdVersion,
 		EnvdAccessToken: tok, TrafficAccessToken: &traffic}
-	if s.ing.domain != "" {
+	if domain := s.edge.IngressDomain(); domain != "" {
 		// Without E2B_SANDBOX_URL the SDKs reach envd at https://49983-<id>.<domain>: the ingress's
 		// host form (behind TLS), which serves port 49983 of a session as its envd.
-		out.Domain = &s.ing.domain
+		out.Domain = &domain
 	}
 	return out, nil
 }
@@ -320,10 +323,10 @@ func e2bTimeout(v *int, optional bool) (int, error) {
 	case v != nil:
 		timeout = *v
 	case !optional:
-		return 0, clientErr(errdefs.ErrInvalidArgument, "timeout is required")
+		return 0, apiutil.ClientErr(errdefs.ErrInvalidArgument, "timeout is required")
 	}
 	if timeout < 1 || time.Duration(timeout)*time.Second > controlplane.MaxTimeout {
-		return 0, clientErr(errdefs.ErrInvalidArgument, "timeout must be between 1 and %d seconds, got %d", int(controlplane.MaxTimeout/time.Second), timeout)
+		return 0, apiutil.ClientErr(errdefs.ErrInvalidArgument, "timeout must be between 1 and %d seconds, got %d", int(controlplane.MaxTimeout/time.Second), timeout)
 	}
 	return timeout, nil
 }
@@ -341,11 +344,11 @@ func e2bPolicy(allowInternet *bool, n *e2bNetwork) (policy.Policy, error) {
 	}
 	for name, v := range map[string]json.RawMessage{"network.rules": n.Rules, "network.egressProxy": n.EgressProxy, "network.httpsPorts": n.HTTPSPorts} {
 		if len(v) > 0 && string(v) != "null" && string(v) != "{}" && string(v) != "[]" {
-			return p, clientErr(errdefs.ErrInvalidArgument, "%s is not supported by Airlock: inject credentials with its secrets and bindings (/v1/secrets)", name)
+			return p, apiutil.ClientErr(errdefs.ErrInvalidArgument, "%s is not supported by Airlock: inject credentials with its secrets and bindings (/v1/secrets)", name)
 		}
 	}
 	if n.MaskRequestHost != nil && *n.MaskRequestHost != "" {
-		return p, clientErr(errdefs.ErrInvalidArgument, "network.maskRequestHost is not supported by Airlock")
+		return p, apiutil.ClientErr(errdefs.ErrInvalidArgument, "network.maskRequestHost is not supported by Airlock")
 	}
 	add := func(action, entry string) error {
 		switch {
@@ -357,7 +360,7 @@ func e2bPolicy(allowInternet *bool, n *e2bNetwork) (policy.Policy, error) {
 			p.Rules = append(p.Rules, policy.Rule{Action: action, CIDRs: []string{entry}})
 		case strings.Contains(entry, "/"):
 			if _, err := netip.ParsePrefix(entry); err != nil {
-				return clientErr(errdefs.ErrInvalidArgument, "network: %q is neither an address, a CIDR nor a domain", truncate(entry, 64))
+				return apiutil.ClientErr(errdefs.ErrInvalidArgument, "network: %q is neither an address, a CIDR nor a domain", apiutil.Truncate(entry, 64))
 			}
 			p.Rules = append(p.Rules, policy.Rule{Action: action, CIDRs: []string{entry}})
 		default:
@@ -394,48 +397,48 @@ func decodeE2BBody(w http.ResponseWriter, r *http.Request, v any, optional bool)
 		if optional && errors.Is(err, io.EOF) {
 			return nil
 		}
-		return clientErr(errdefs.ErrInvalidArgument, "invalid JSON body: %v", err)
+		return apiutil.ClientErr(errdefs.ErrInvalidArgument, "invalid JSON body: %v", err)
 	}
 	return nil
 }
 
 // e2bSession returns the session {id} names, or not found (in E2B's words) for any other ID, and for a
 // deleted session.
-func (s *Server) e2bSession(r *http.Request) (store.Session, error) {
+func (s *controlPlane) e2bSession(r *http.Request) (store.Session, error) {
 	id := r.PathValue("id")
-	if !sessionIDPattern.MatchString(id) {
-		return store.Session{}, clientErr(errdefs.ErrNotFound, "sandbox %q doesn't exist or you don't have access to it", truncate(id, 64))
+	if !apiutil.SessionIDPattern.MatchString(id) {
+		return store.Session{}, apiutil.ClientErr(errdefs.ErrNotFound, "sandbox %q doesn't exist or you don't have access to it", apiutil.Truncate(id, 64))
 	}
-	se, err := s.cp.GetSession(r.Context(), tenantOf(r), id)
+	se, err := s.cp.GetSession(r.Context(), apiutil.TenantOf(r), id)
 	if err == nil && (se.State == store.SessionDeleting || se.State == store.SessionDeleted || controlplane.IsKept(se)) {
 		// A kept snapshot is a snapshot to E2B (e2b_snapshots.go), not a sandbox.
 		err = errdefs.ErrNotFound
 	}
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return se, clientErr(errdefs.ErrNotFound, "sandbox %q doesn't exist or you don't have access to it", id)
+		return se, apiutil.ClientErr(errdefs.ErrNotFound, "sandbox %q doesn't exist or you don't have access to it", id)
 	}
 	return se, err
 }
 
-func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bConnect(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Timeout *int `json:"timeout"`
 	}
 	if err := decodeE2BBody(w, r, &req, true); err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	timeout, err := e2bTimeout(req.Timeout, true)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	se, err := s.e2bSession(r)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
-	tenant, status := tenantOf(r), http.StatusOK
+	tenant, status := apiutil.TenantOf(r), http.StatusOK
 	switch se.State {
 	case store.SessionRunning:
 		// A running sandbox's end only ever moves later on a connect.
@@ -446,87 +449,87 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 		}
 		status = http.StatusCreated
 	default:
-		err = clientErr(errdefs.ErrConflict, "sandbox %s is %s; try again in a moment", se.ID, se.State)
+		err = apiutil.ClientErr(errdefs.ErrConflict, "sandbox %s is %s; try again in a moment", se.ID, se.State)
 	}
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	out, err := s.e2bSandboxOf(r, se)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, status, out)
+	apiutil.WriteJSON(w, status, out)
 }
 
-func (s *Server) e2bKill(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bKill(w http.ResponseWriter, r *http.Request) {
 	se, err := s.e2bSession(r)
 	if err == nil {
-		err = s.cp.DeleteSession(r.Context(), tenantOf(r), se.ID)
+		err = s.cp.DeleteSession(r.Context(), apiutil.TenantOf(r), se.ID)
 	}
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bSetTimeout(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Timeout *int `json:"timeout"`
 	}
 	if err := decodeE2BBody(w, r, &req, false); err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	timeout, err := e2bTimeout(req.Timeout, false)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	se, err := s.e2bSession(r)
 	if err == nil {
-		_, err = s.cp.SetSessionTimeout(r.Context(), tenantOf(r), se.ID, timeout, false)
+		_, err = s.cp.SetSessionTimeout(r.Context(), apiutil.TenantOf(r), se.ID, timeout, false)
 	}
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) e2bPause(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bPause(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Memory *bool `json:"memory"`
 	}
 	if err := decodeE2BBody(w, r, &req, true); err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	se, err := s.e2bSession(r)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	if se.State == store.SessionPaused || se.State == store.SessionFailed {
-		s.e2bError(w, r, clientErr(errdefs.ErrConflict, "sandbox %s is already paused", se.ID))
+		e2bError(w, r, s.log, apiutil.ClientErr(errdefs.ErrConflict, "sandbox %s is already paused", se.ID))
 		return
 	}
-	if _, err := s.cp.PauseSession(r.Context(), tenantOf(r), se.ID); err != nil {
-		s.e2bError(w, r, err)
+	if _, err := s.cp.PauseSession(r.Context(), apiutil.TenantOf(r), se.ID); err != nil {
+		e2bError(w, r, s.log, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bGet(w http.ResponseWriter, r *http.Request) {
 	se, err := s.e2bSession(r)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, e2bDetailOf(se))
+	apiutil.WriteJSON(w, http.StatusOK, e2bDetailOf(se))
 }
 
 // e2bDetailOf is se as E2B describes a sandbox: running (also while it is created, paused or
@@ -561,7 +564,7 @@ func e2bDetailOf(se store.Session) e2bSandboxDetail {
 }
 
 // e2bListRunning is the deprecated GET /sandboxes: the running sandboxes, one page.
-func (s *Server) e2bListRunning(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bListRunning(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	q.Set("state", "running")
 	r.URL.RawQuery = q.Encode()
@@ -571,18 +574,18 @@ func (s *Server) e2bListRunning(w http.ResponseWriter, r *http.Request) {
 // e2bList is GET /v2/sandboxes: metadata (E2B's query-encoded k=v&k=v), state (running, paused,
 // comma-separated or repeated), template, startedAfter, order (desc, newest first, unless asc), limit
 // (1-100) and nextToken; the next page's token is X-Next-Token.
-func (s *Server) e2bList(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bList(w http.ResponseWriter, r *http.Request) {
 	f, err := e2bListFilter(r.URL.Query())
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
-	ses, next, err := s.cp.ListSessions(r.Context(), tenantOf(r), f)
+	ses, next, err := s.cp.ListSessions(r.Context(), apiutil.TenantOf(r), f)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrInvalidArgument) {
-			err = clientErr(errdefs.ErrInvalidArgument, "invalid nextToken")
+			err = apiutil.ClientErr(errdefs.ErrInvalidArgument, "invalid nextToken")
 		}
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	// The template and start filters apply page by page: a page may come out short, never wrong.
@@ -590,7 +593,7 @@ func (s *Server) e2bList(w http.ResponseWriter, r *http.Request) {
 	var after time.Time
 	if v := q.Get("startedAfter"); v != "" {
 		if after, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "startedAfter must be an RFC 3339 time, got %q", truncate(v, 40)))
+			e2bError(w, r, s.log, apiutil.ClientErr(errdefs.ErrInvalidArgument, "startedAfter must be an RFC 3339 time, got %q", apiutil.Truncate(v, 40)))
 			return
 		}
 	}
@@ -604,7 +607,7 @@ func (s *Server) e2bList(w http.ResponseWriter, r *http.Request) {
 	if next != "" {
 		w.Header().Set("X-Next-Token", next)
 	}
-	writeJSON(w, http.StatusOK, out)
+	apiutil.WriteJSON(w, http.StatusOK, out)
 }
 
 func e2bListFilter(q url.Values) (store.SessionFilter, error) {
@@ -614,12 +617,12 @@ func e2bListFilter(q url.Values) (store.SessionFilter, error) {
 	case "asc":
 		f.Descending = false
 	default:
-		return f, clientErr(errdefs.ErrInvalidArgument, "order must be asc or desc, got %q", truncate(q.Get("order"), 16))
+		return f, apiutil.ClientErr(errdefs.ErrInvalidArgument, "order must be asc or desc, got %q", apiutil.Truncate(q.Get("order"), 16))
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > e2bMaxList {
-			return f, clientErr(errdefs.ErrInvalidArgument, "limit must be between 1 and %d, got %q", e2bMaxList, truncate(v, 16))
+			return f, apiutil.ClientErr(errdefs.ErrInvalidArgument, "limit must be between 1 and %d, got %q", e2bMaxList, apiutil.Truncate(v, 16))
 		}
 		f.Limit = n
 	}
@@ -637,7 +640,7 @@ func e2bListFilter(q url.Values) (store.SessionFilter, error) {
 		case "paused":
 			f.States = append(f.States, store.SessionPaused, store.SessionFailed)
 		default:
-			return f, clientErr(errdefs.ErrInvalidArgument, "state must be running or paused, got %q", truncate(st, 32))
+			return f, apiutil.ClientErr(errdefs.ErrInvalidArgument, "state must be running or paused, got %q", apiutil.Truncate(st, 32))
 		}
 	}
 	slices.Sort(f.States)
@@ -645,19 +648,19 @@ func e2bListFilter(q url.Values) (store.SessionFilter, error) {
 	if raw := q.Get("metadata"); raw != "" {
 		dec, err := url.QueryUnescape(raw)
 		if err != nil {
-			return f, clientErr(errdefs.ErrInvalidArgument, "metadata: %v", err)
+			return f, apiutil.ClientErr(errdefs.ErrInvalidArgument, "metadata: %v", err)
 		}
 		f.Metadata = map[string]string{}
 		for _, pair := range strings.Split(dec, "&") {
 			k, v, ok := strings.Cut(pair, "=")
 			if !ok || strings.Contains(v, "=") {
-				return f, clientErr(errdefs.ErrInvalidArgument, "metadata: want key=value pairs joined by &, got %q", truncate(pair, 64))
+				return f, apiutil.ClientErr(errdefs.ErrInvalidArgument, "metadata: want key=value pairs joined by &, got %q", apiutil.Truncate(pair, 64))
 			}
 			if k, err = url.QueryUnescape(k); err == nil {
 				v, err = url.QueryUnescape(v)
 			}
 			if err != nil || k == "" {
-				return f, clientErr(errdefs.ErrInvalidArgument, "metadata: bad pair %q", truncate(pair, 64))
+				return f, apiutil.ClientErr(errdefs.ErrInvalidArgument, "metadata: bad pair %q", apiutil.Truncate(pair, 64))
 			}
 			f.Metadata[k] = v
 		}
@@ -671,13 +674,13 @@ type e2bForkEntry struct {
 	Error   *e2bErrorBody `json:"error,omitempty"`
 }
 
-func (s *Server) e2bFork(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bFork(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Timeout *int `json:"timeout"`
 		Count   *int `json:"count"`
 	}
 	if err := decodeE2BBody(w, r, &req, true); err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	count := 1
@@ -685,28 +688,28 @@ func (s *Server) e2bFork(w http.ResponseWriter, r *http.Request) {
 		count = *req.Count
 	}
 	if count < 1 || count > controlplane.MaxFork {
-		s.e2bError(w, r, clientErr(errdefs.ErrInvalidArgument, "count must be between 1 and %d, got %d", controlplane.MaxFork, count))
+		e2bError(w, r, s.log, apiutil.ClientErr(errdefs.ErrInvalidArgument, "count must be between 1 and %d, got %d", controlplane.MaxFork, count))
 		return
 	}
 	timeout, err := e2bTimeout(req.Timeout, true)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	se, err := s.e2bSession(r)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
-	forks, err := s.cp.ForkSession(r.Context(), tenantOf(r), se.ID, count, "")
+	forks, err := s.cp.ForkSession(r.Context(), apiutil.TenantOf(r), se.ID, count, "")
 	if err != nil && len(forks) == 0 {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	out := make([]e2bForkEntry, 0, len(forks))
 	for _, child := range forks {
 		if child.State == store.SessionRunning {
-			if child, err = s.cp.SetSessionTimeout(r.Context(), tenantOf(r), child.ID, timeout, false); err == nil {
+			if child, err = s.cp.SetSessionTimeout(r.Context(), apiutil.TenantOf(r), child.ID, timeout, false); err == nil {
 				var sb e2bSandbox
 				if sb, err = s.e2bSandboxOf(r, child); err == nil {
 					out = append(out, e2bForkEntry{Sandbox: &sb})
@@ -714,35 +717,35 @@ func (s *Server) e2bFork(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		} else {
-			err = clientErr(errdefs.ErrUnavailable, "fork %s could not start: %s", child.ID, child.Reason)
+			err = apiutil.ClientErr(errdefs.ErrUnavailable, "fork %s could not start: %s", child.ID, child.Reason)
 		}
-		_ = s.cp.DeleteSession(context.WithoutCancel(r.Context()), tenantOf(r), child.ID)
+		_ = s.cp.DeleteSession(context.WithoutCancel(r.Context()), apiutil.TenantOf(r), child.ID)
 		status := httperr.Status(err)
-		out = append(out, e2bForkEntry{Error: &e2bErrorBody{Code: status, Message: errorDetail(s.log, r, err).Message}})
+		out = append(out, e2bForkEntry{Error: &e2bErrorBody{Code: status, Message: apiutil.ErrorDetail(s.log, r, err).Message}})
 	}
-	writeJSON(w, http.StatusCreated, out)
+	apiutil.WriteJSON(w, http.StatusCreated, out)
 }
 
-func (s *Server) e2bNetwork(w http.ResponseWriter, r *http.Request) {
+func (s *controlPlane) e2bNetwork(w http.ResponseWriter, r *http.Request) {
 	var req e2bNetwork
 	if err := decodeE2BBody(w, r, &req, false); err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	p, err := e2bPolicy(req.AllowInternetAccess, &req)
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	se, err := s.e2bSession(r)
 	if err == nil && se.State != store.SessionRunning {
-		err = clientErr(errdefs.ErrConflict, "sandbox %s is %s; connect to it first", se.ID, se.State)
+		err = apiutil.ClientErr(errdefs.ErrConflict, "sandbox %s is %s; connect to it first", se.ID, se.State)
 	}
 	if err == nil {
-		_, err = s.cp.SetNetwork(r.Context(), tenantOf(r), se.SandboxID, p)
+		_, err = s.cp.SetNetwork(r.Context(), apiutil.TenantOf(r), se.SandboxID, p)
 	}
 	if err != nil {
-		s.e2bError(w, r, err)
+		e2bError(w, r, s.log, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -1,4 +1,4 @@
-package api
+package e2b
 
 import (
 	"errors"
