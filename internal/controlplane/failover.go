@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -283,7 +284,56 @@ const (
 	crashWindow  = 10 * time.Minute
 )
 
-// crashBudget counts the automatic resumes of sessions whose sandbox crashed, in this replica.
+// crashDocPrefix keys the documents that count a session's automatic resumes after crashes (a JSON
+// list of their times): the budget is the session's, whichever replica resumes it.
+const crashDocPrefix = "crashes/"
+
+// allowCrashResume reports whether session id may be resumed after a crash now, and counts it if so, in
+// the Store, so that every replica counts against one budget. A Store that cannot be read or written
+// falls back to this replica's own count.
+func (s *sessions) allowCrashResume(ctx context.Context, id string) bool {
+	now := s.now()
+	key := crashDocPrefix + id
+	for range 5 {
+		d, err := s.store.GetDoc(ctx, key)
+		var times []time.Time
+		switch {
+		case errors.Is(err, errdefs.ErrNotFound):
+			d = store.Doc{Key: key}
+		case err != nil:
+			s.log.Warn("crash budget: read; counting in this replica", "session", id, "err", err)
+			return s.crashes.allow(id, now)
+		default:
+			_ = json.Unmarshal(d.Value, &times) // unreadable: counted from none
+		}
+		b := crashBudget{m: map[string][]time.Time{id: times}}
+		ok := b.allow(id, now)
+		if d.Value, err = json.Marshal(b.m[id]); err != nil {
+			return s.crashes.allow(id, now)
+		}
+		_, err = s.store.PutDoc(ctx, d)
+		switch {
+		case err == nil:
+			return ok
+		case errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrAlreadyExists):
+			continue // another replica counted meanwhile: count again
+		default:
+			s.log.Warn("crash budget: write; counting in this replica", "session", id, "err", err)
+			return s.crashes.allow(id, now)
+		}
+	}
+	return false
+}
+
+// forgetCrashes removes the count of a deleted session's crash resumes.
+func (s *sessions) forgetCrashes(ctx context.Context, id string) {
+	if d, err := s.store.GetDoc(ctx, crashDocPrefix+id); err == nil {
+		_ = s.store.DeleteDoc(ctx, d.Key, d.Version)
+	}
+}
+
+// crashBudget counts the automatic resumes of sessions whose sandbox crashed (over the documents of
+// allowCrashResume, or in this replica when the Store cannot be reached).
 type crashBudget struct {
 	mu sync.Mutex
 	m  map[string][]time.Time // resumes within crashWindow, by session; guarded by mu

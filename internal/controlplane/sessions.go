@@ -986,6 +986,7 @@ func (s *sessions) deleteLocked(ctx context.Context, se store.Session) error {
 		return err
 	}
 	s.forgetCA(ctx, se.TenantID, se.ID)
+	s.forgetCrashes(ctx, se.ID)
 	// Drop the record (and its remaining snapshots' records) unless a fork or a kept snapshot still
 	// resumes from one; then the head goes on its own, unless it is that one.
 	dropped := s.store.DeleteSession(ctx, se.TenantID, se.ID) == nil
@@ -1159,7 +1160,7 @@ func (s *sessions) sessionSandboxExited(tenantID, sessionID, sbID, reason string
 	}
 	// Not the session's doing (its node went away, or its runtime or daemon died or was killed): it goes
 	// on from its latest snapshot. One out of memory fails: it would run out again.
-	auto := lostWithNode(reason) || !strings.HasPrefix(reason, "out of memory") && s.crashes.allow(sessionID, s.now())
+	auto := lostWithNode(reason) || !strings.HasPrefix(reason, "out of memory") && s.allowCrashResume(ctx, sessionID)
 	if auto && se.HeadSnapshotID != "" {
 		s.bg.Add(1)
 		go func() {

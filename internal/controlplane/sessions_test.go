@@ -1127,3 +1127,42 @@ func TestSnapshotUploadEndsWhenItsRecordWentBack(t *testing.T) {
 		t.Errorf("a snapshot uploaded: %s (%s), %v; want complete", got.State, got.Reason, err)
 	}
 }
+
+// TestCrashBudgetPerSession: the budget of automatic resumes after crashes is the session's, kept in
+// the Store: resumes counted by two replicas add up, a third replica refuses the one past the budget,
+// sessions count apart, and a deleted session's count goes with it.
+func TestCrashBudgetPerSession(t *testing.T) {
+	e := setupSessions(t)
+	ctx := context.Background()
+	other := e.newSvc()
+	t.Cleanup(func() { other.Shutdown(context.Background()) })
+	third := e.newSvc()
+	t.Cleanup(func() { third.Shutdown(context.Background()) })
+	e.n.bind(e.s)
+	replicas := []*Service{e.s, other, e.s}
+	for i, r := range replicas {
+		if !r.sessions.allowCrashResume(ctx, "se_a") {
+			t.Fatalf("resume %d of se_a (replica %d) refused", i+1, i)
+		}
+	}
+	if third.sessions.allowCrashResume(ctx, "se_a") {
+		t.Fatalf("resume %d of se_a allowed by a third replica; the budget is %d", crashResumes+1, crashResumes)
+	}
+	if !other.sessions.allowCrashResume(ctx, "se_b") {
+		t.Fatal("another session's first resume refused")
+	}
+	e.clk.Add(crashWindow + time.Second)
+	if !third.sessions.allowCrashResume(ctx, "se_a") {
+		t.Fatal("a resume once the others left the window refused")
+	}
+	se := e.create(t, SessionRequest{})
+	if !e.s.sessions.allowCrashResume(ctx, se.ID) {
+		t.Fatal("first resume refused")
+	}
+	if err := e.s.DeleteSession(ctx, e.tenant, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.GetDoc(ctx, crashDocPrefix+se.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a deleted session's crash count: %v; want it gone", err)
+	}
+}
