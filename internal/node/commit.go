@@ -141,7 +141,7 @@ func (n *Local) CommitSandbox(ctx context.Context, id, templateRef string, step 
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
 	defer cancel()
-	if err := n.checkpoint(ctx, id, dir, false, false); err != nil {
+	if err := n.checkpoint(ctx, id, dir, false, false, nil); err != nil {
 		return oci.Image{}, fmt.Errorf("commit sandbox %s: %w", id, err)
 	}
 	f, err := os.Open(filepath.Join(dir, files.FilesPart()))

@@ -1,6 +1,10 @@
 package node
 
-import "time"
+import (
+	"os"
+	"strings"
+	"time"
+)
 
 // SetWarmTimes shortens how long n's warm pool keeps a reservation and an idle kind's pool; call it
 // before the first TakeWarm.
@@ -29,4 +33,37 @@ func InWarmPool(n *Local, id string) bool {
 	n.warm.mu.Lock()
 	defer n.warm.mu.Unlock()
 	return n.warm.byID[id] != nil
+}
+
+// SetStoreBackoff sets how long n's background stores wait before they try again: first, doubled with
+// each failure, up to longest.
+func SetStoreBackoff(n *Local, first, longest time.Duration) {
+	n.images.stores.mu.Lock()
+	defer n.images.stores.mu.Unlock()
+	n.images.stores.backoff, n.images.stores.maxBackoff = first, longest
+}
+
+// PendingImages reports the snapshots whose images n saved and has not stored yet.
+func PendingImages(n *Local) []string { return n.images.pendingImages() }
+
+// PendingDir is where n keeps the image of snapID until it is stored.
+func PendingDir(n *Local, snapID string) string { return n.images.pendingDir(snapID) }
+
+// StoreJobs reports the snapshots n keeps a store's job for.
+func StoreJobs(n *Local) []string {
+	var ids []string
+	entries, _ := os.ReadDir(n.images.pending)
+	for _, e := range entries {
+		if id, ok := strings.CutSuffix(e.Name(), jobSuffix); ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// StoresRunning counts n's running background stores.
+func StoresRunning(n *Local) int {
+	n.images.stores.mu.Lock()
+	defer n.images.stores.mu.Unlock()
+	return len(n.images.stores.runs)
 }

@@ -20,16 +20,16 @@ import (
 	"github.com/airlockrun/airlock/internal/snapshot"
 )
 
-// The node owns the snapshot pipeline. A checkpoint writes the sandbox's image into the node's pending
-// directory (DataDir/images/pending/<snapshot>, synced); StoreImage, which a control plane calls in the
-// background, cuts it into chunks, compresses and encrypts them with the tenant's grant and writes them
-// from here straight into the blob store, then moves the image into the node's image cache. A restore
-// uses the image this node keeps (pending or cached) or fetches the snapshot from the blob store into
-// the cache first. A control plane exchanges only snapshot IDs, grants and statistics with the node:
-// no image byte passes through it.
+// The node owns the snapshot pipeline. Snapshot writes the sandbox's image into the node's pending
+// directory (DataDir/images/pending/<snapshot>, synced); a background store (snapstore.go) then asks the
+// control plane for the tenant's grant, cuts the image into chunks, compresses and encrypts them with
+// the grant and writes them from here straight into the blob store, moves the image into the node's
+// image cache and reports the snapshot stored. A restore uses the image this node keeps (pending or
+// cached) or fetches the snapshot from the blob store into the cache first. A control plane exchanges
+// only snapshot IDs, grants and statistics with the node: no image byte passes through it.
 //
-// Grants (the tenant's snapshot subkeys) arrive with each call and are cleared by the caller when the
-// call ends; the node keeps none.
+// Grants (the tenant's snapshot subkeys) arrive with each call or store and are cleared when it ends;
+// the node keeps none.
 
 // Snapshot-image bounds and defaults.
 const (
@@ -56,6 +56,8 @@ type images struct {
 	fetches singleflight.Group
 	slots   chan struct{}
 	urgent  *urgentGate
+	// stores are the background stores of the snapshots taken here (snapstore.go).
+	stores snapStores
 }
 
 func newImages(dir string, store *snapshot.Store, budget int64) (*images, error) {
@@ -63,15 +65,16 @@ func newImages(dir string, store *snapshot.Store, budget int64) (*images, error)
 		budget = DefaultImageCacheBytes
 	}
 	im := &images{store: store, pending: filepath.Join(dir, "pending"), cache: filepath.Join(dir, "cache"),
-		work: filepath.Join(dir, "work"), budget: budget, slots: make(chan struct{}, storeParallelism), urgent: newUrgentGate()}
+		work: filepath.Join(dir, "work"), budget: budget, slots: make(chan struct{}, storeParallelism), urgent: newUrgentGate(),
+		stores: newSnapStores()}
 	for _, d := range []string{im.pending, im.cache, im.work} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 	}
-	// A crash may have torn what the cache and the work directory hold; pending images were synced
-	// before they were reported saved, and half-written ones are removed by the next checkpoint of the
-	// same snapshot or by DropImages.
+	// A crash may have torn what the cache and the work directory hold; pending images were synced,
+	// with their stores' jobs, before they were reported saved, and those without a job are of a
+	// checkpoint the crash cut off (sweepPending).
 	clearDir(im.cache)
 	clearDir(im.work)
 	return im, nil
@@ -91,22 +94,22 @@ func checkSnapID(id string) error {
 	return nil
 }
 
-// StoreImage writes the image this node saved for req.SnapshotID into the snapshot store (chunked,
-// compressed, encrypted with req.Grant) and moves it into the image cache. A snapshot stored already (an
-// earlier call got that far) reports its manifest's statistics. An image this node does not have and
-// that is not stored is an error wrapping errdefs.ErrNotFound: it is lost.
-func (n *Local) StoreImage(ctx context.Context, req nodecontract.StoreRequest) (snapshot.Stats, error) {
+// storeImage writes the image this node saved for snapshot snapID into the snapshot store (chunked,
+// compressed, encrypted with g, which the caller clears) and moves it into the image cache. A snapshot
+// stored already (an earlier try got that far) reports its manifest's statistics. An image this node
+// does not have and that is not stored is an error wrapping errdefs.ErrNotFound: it is lost.
+func (n *Local) storeImage(ctx context.Context, tenantID, snapID string, g *snapshot.Grant, meta map[string]string) (snapshot.Stats, error) {
 	im, err := n.imageStore()
 	if err != nil {
 		return snapshot.Stats{}, err
 	}
-	if err := checkSnapID(req.SnapshotID); err != nil {
+	if err := checkSnapID(snapID); err != nil {
 		return snapshot.Stats{}, err
 	}
-	if req.Grant == nil || req.Grant.Tenant() != req.TenantID {
-		return snapshot.Stats{}, fmt.Errorf("store image %s: no grant for tenant %s: %w", req.SnapshotID, req.TenantID, errdefs.ErrInvalidArgument)
+	if g == nil || g.Tenant() != tenantID {
+		return snapshot.Stats{}, fmt.Errorf("store image %s: no grant for tenant %s: %w", snapID, tenantID, errdefs.ErrInvalidArgument)
 	}
-	unlock := im.perSnap.lock(req.SnapshotID)
+	unlock := im.perSnap.lock(snapID)
 	defer unlock()
 	select {
 	case im.slots <- struct{}{}:
@@ -114,35 +117,35 @@ func (n *Local) StoreImage(ctx context.Context, req nodecontract.StoreRequest) (
 		return snapshot.Stats{}, ctx.Err()
 	}
 	defer func() { <-im.slots }()
-	m, err := im.store.ManifestWith(ctx, req.Grant, req.SnapshotID)
+	m, err := im.store.ManifestWith(ctx, g, snapID)
 	if err == nil {
-		im.toCache(req.SnapshotID, im.pendingDir(req.SnapshotID))
+		im.toCache(snapID, im.pendingDir(snapID))
 		return m.Stats, nil
 	}
-	dir := im.pendingDir(req.SnapshotID)
+	dir := im.pendingDir(snapID)
 	if _, serr := os.Stat(dir); errors.Is(serr, fs.ErrNotExist) {
-		return snapshot.Stats{}, fmt.Errorf("the image of snapshot %s is not on node %s and not in the snapshot store: %w", req.SnapshotID, n.ID(), errdefs.ErrNotFound)
+		return snapshot.Stats{}, fmt.Errorf("snapshot %s on node %s: %w", snapID, n.ID(), errImageLost)
 	}
 	if !errors.Is(err, errdefs.ErrNotFound) {
 		// An unreadable manifest of an earlier try: write it again.
-		n.log.Warn("rewrite the snapshot's unreadable manifest", "snapshot", req.SnapshotID, "err", err)
-		if err := im.store.Delete(ctx, req.TenantID, req.SnapshotID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			return snapshot.Stats{}, fmt.Errorf("store image %s: %w", req.SnapshotID, err)
+		n.log.Warn("rewrite the snapshot's unreadable manifest", "snapshot", snapID, "err", err)
+		if err := im.store.Delete(ctx, tenantID, snapID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return snapshot.Stats{}, fmt.Errorf("store image %s: %w", snapID, err)
 		}
 	}
 	t0 := time.Now()
-	m, err = im.write(ctx, req, dir)
+	m, err = im.write(ctx, g, snapID, meta, dir)
 	if err != nil {
-		return snapshot.Stats{}, fmt.Errorf("store image %s: %w", req.SnapshotID, err)
+		return snapshot.Stats{}, fmt.Errorf("store image %s: %w", snapID, err)
 	}
-	im.toCache(req.SnapshotID, dir)
-	n.log.Info("snapshot image stored", "snapshot", req.SnapshotID, "took", time.Since(t0), "logical_bytes", m.Stats.LogicalBytes,
+	im.toCache(snapID, dir)
+	n.log.Info("snapshot image stored", "snapshot", snapID, "took", time.Since(t0), "logical_bytes", m.Stats.LogicalBytes,
 		"new_bytes", m.Stats.NewStoredBytes, "new_chunks", m.Stats.NewChunks, "chunks", m.Stats.Chunks)
 	return m.Stats, nil
 }
 
 // write writes the files of image directory dir into the snapshot store.
-func (im *images) write(ctx context.Context, req nodecontract.StoreRequest, dir string) (snapshot.Manifest, error) {
+func (im *images) write(ctx context.Context, g *snapshot.Grant, snapID string, meta map[string]string, dir string) (snapshot.Manifest, error) {
 	var names []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -158,7 +161,7 @@ func (im *images) write(ctx context.Context, req nodecontract.StoreRequest, dir 
 		return snapshot.Manifest{}, err
 	}
 	sort.Strings(names)
-	w, err := im.store.NewWriterWith(ctx, req.Grant, req.SnapshotID)
+	w, err := im.store.NewWriterWith(ctx, g, snapID)
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
@@ -174,11 +177,11 @@ func (im *images) write(ctx context.Context, req nodecontract.StoreRequest, dir 
 			return snapshot.Manifest{}, err
 		}
 	}
-	return w.Commit(ctx, req.Meta)
+	return w.Commit(ctx, meta)
 }
 
-// DropImages removes the images of these snapshots from the node, pending or cached. Unknown IDs
-// are skipped.
+// DropImages removes the images of these snapshots from the node, pending or cached, stops their
+// background stores (waiting until they have stopped) and forgets them. Unknown IDs are skipped.
 func (n *Local) DropImages(ctx context.Context, snapIDs []string) error {
 	im, err := n.imageStore()
 	if err != nil {
@@ -188,33 +191,33 @@ func (n *Local) DropImages(ctx context.Context, snapIDs []string) error {
 		if checkSnapID(id) != nil {
 			continue
 		}
-		unlock := im.perSnap.lock(id)
-		im.mu.Lock()
-		os.RemoveAll(im.pendingDir(id))
-		os.RemoveAll(filepath.Join(im.cache, id))
-		im.mu.Unlock()
-		unlock()
+		im.stores.stop(id)
+		im.drop(id)
 	}
 	return nil
 }
 
-// PendingImages reports the snapshots whose images this node saved and has not stored yet.
-func (n *Local) PendingImages(ctx context.Context) ([]string, error) {
-	im, err := n.imageStore()
-	if err != nil {
-		return nil, err
-	}
-	entries, err := os.ReadDir(im.pending)
-	if err != nil {
-		return nil, err
-	}
+// drop removes the image of snapID, pending or cached, and its store's job.
+func (im *images) drop(snapID string) {
+	unlock := im.perSnap.lock(snapID)
+	defer unlock()
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	os.RemoveAll(im.pendingDir(snapID))
+	os.RemoveAll(filepath.Join(im.cache, snapID))
+	os.Remove(im.jobPath(snapID))
+}
+
+// pendingImages reports the snapshots whose images this node saved and has not stored yet.
+func (im *images) pendingImages() []string {
+	entries, _ := os.ReadDir(im.pending)
 	var ids []string
 	for _, e := range entries {
 		if e.IsDir() && checkSnapID(e.Name()) == nil {
 			ids = append(ids, e.Name())
 		}
 	}
-	return ids, nil
+	return ids
 }
 
 // imageStore returns the node's images, or an error saying the node keeps no snapshots.

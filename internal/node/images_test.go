@@ -86,25 +86,25 @@ func TestStoreAndRestoreImages(t *testing.T) {
 	ctx := t.Context()
 	memory := bytes.Repeat([]byte("page"), 300_000)
 	e.save(t, "sn_1", memory)
-	if ids, err := e.n.PendingImages(ctx); err != nil || len(ids) != 1 || ids[0] != "sn_1" {
-		t.Fatalf("PendingImages = %v, %v", ids, err)
+	if ids := e.n.images.pendingImages(); len(ids) != 1 || ids[0] != "sn_1" {
+		t.Fatalf("pendingImages = %v", ids)
 	}
 	g := e.grant(t, "tn_1")
-	stats, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1", Grant: g, Meta: map[string]string{"session": "se_1"}})
+	stats, err := e.n.storeImage(ctx, "tn_1", "sn_1", g, map[string]string{"session": "se_1"})
 	if err != nil || stats.LogicalBytes != int64(len(memory))+int64(len("layer of sn_1")) || stats.NewChunks == 0 {
-		t.Fatalf("StoreImage = %+v, %v", stats, err)
+		t.Fatalf("storeImage = %+v, %v", stats, err)
 	}
 	var got bytes.Buffer
 	if err := e.cp.ReadFile(ctx, "tn_1", "sn_1", "memory", &got); err != nil || !bytes.Equal(got.Bytes(), memory) {
 		t.Fatalf("the control plane reads %d bytes, %v", got.Len(), err)
 	}
-	if ids, _ := e.n.PendingImages(ctx); len(ids) != 0 {
+	if ids := e.n.images.pendingImages(); len(ids) != 0 {
 		t.Errorf("pending after the store: %v", ids)
 	}
 	// Again (a retry after a lost answer): the stored snapshot's statistics, nothing written.
-	again, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1", Grant: g})
+	again, err := e.n.storeImage(ctx, "tn_1", "sn_1", g, nil)
 	if err != nil || again.NewChunks != stats.NewChunks {
-		t.Errorf("StoreImage again = %+v, %v", again, err)
+		t.Errorf("storeImage again = %+v, %v", again, err)
 	}
 	// Kept in the cache: a restore needs no grant.
 	dir, release, err := e.n.images.prepare(ctx, "tn_1", nodecontract.ImageSource{SnapshotID: "sn_1"})
@@ -146,21 +146,21 @@ func TestStoreAndRestoreImages(t *testing.T) {
 		t.Error("another tenant's grant restored tn_1's snapshot")
 	}
 	// Never stored and gone from the node: lost.
-	if _, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_9", Grant: g}); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("StoreImage of a lost image = %v; want not found", err)
+	if _, err := e.n.storeImage(ctx, "tn_1", "sn_9", g, nil); !errors.Is(err, errdefs.ErrNotFound) || !errors.Is(err, errImageLost) {
+		t.Errorf("storeImage of a lost image = %v; want not found (lost)", err)
 	}
-	if _, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "../x", Grant: g}); !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("StoreImage of a path = %v; want invalid argument", err)
+	if _, err := e.n.storeImage(ctx, "tn_1", "../x", g, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("storeImage of a path = %v; want invalid argument", err)
 	}
-	if _, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_2", SnapshotID: "sn_1", Grant: g}); !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("StoreImage with another tenant's grant = %v; want invalid argument", err)
+	if _, err := e.n.storeImage(ctx, "tn_2", "sn_1", g, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("storeImage with another tenant's grant = %v; want invalid argument", err)
 	}
 	// DropImages removes pending and cached images.
 	e.save(t, "sn_2", []byte("two"))
 	if err := e.n.DropImages(ctx, []string{"sn_1", "sn_2", "../../etc"}); err != nil {
 		t.Fatal(err)
 	}
-	if ids, _ := e.n.PendingImages(ctx); len(ids) != 0 {
+	if ids := e.n.images.pendingImages(); len(ids) != 0 {
 		t.Errorf("pending after DropImages: %v", ids)
 	}
 }
@@ -173,7 +173,7 @@ func TestImageCacheBudget(t *testing.T) {
 	g := e.grant(t, "tn_1")
 	for i, id := range []string{"sn_a", "sn_b", "sn_c"} {
 		e.save(t, id, bytes.Repeat([]byte{byte(i)}, 1<<20+i))
-		if _, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: id, Grant: g}); err != nil {
+		if _, err := e.n.storeImage(ctx, "tn_1", id, g, nil); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond) // distinct times of use

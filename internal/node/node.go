@@ -104,6 +104,10 @@ type Config struct {
 	// with the grants control planes give it (a store without a key provider will do). Nil: the node
 	// keeps no snapshots; checkpoints and restores fail.
 	Snapshots *snapshot.Store
+	// SnapshotCalls is what the node asks of the control plane for the snapshots it takes: the tenant's
+	// grant to store one, and the report that it is stored (or lost). Nil: the node stores nothing in the
+	// background, and Snapshot fails.
+	SnapshotCalls nodecontract.SnapshotCalls
 	// ImageCacheBytes bounds the images the node keeps after they are stored or fetched
 	// (DataDir/images/cache), for fast resumes and forks. Zero: DefaultImageCacheBytes; negative: none.
 	ImageCacheBytes int64
@@ -213,6 +217,10 @@ func New(cfg Config) (*Local, error) {
 		if n.images, err = newImages(filepath.Join(cfg.DataDir, "images"), cfg.Snapshots, cfg.ImageCacheBytes); err != nil {
 			return nil, err
 		}
+		// The stores a previous run (or a crash) left unfinished go on.
+		for _, id := range n.images.sweepPending() {
+			n.startStore(id)
+		}
 	}
 	return n, nil
 }
@@ -251,7 +259,7 @@ func (n *Local) CreateSandbox(ctx context.Context, req nodecontract.CreateReques
 }
 
 // RestoreSandbox boots sandbox req.ID from the checkpoint image of snapshot src.SnapshotID (see
-// CheckpointSandbox), in a new network namespace under req.Network, and returns once its daemon
+// Snapshot), in a new network namespace under req.Network, and returns once its daemon
 // answers. The node uses the image it keeps, or fetches it from the snapshot store with src.Grant. Its
 // processes continue where the image was taken; its trust store is the image's, so req.CAID must name
 // the CA the checkpointed sandbox used. A failed restore leaves nothing behind on the host.
@@ -907,11 +915,15 @@ func (n *Local) Recover(ctx context.Context, reqs []nodecontract.RecoverRequest)
 	return adopted, nil
 }
 
-// Shutdown stops watching and closes every daemon channel. It does not destroy sandboxes: the control
-// plane decides that (and does, before calling Shutdown, in single-binary mode).
+// Shutdown stops watching, closes every daemon channel and stops the background stores (their jobs
+// stay: the next start of the node takes them up). It does not destroy sandboxes: the control plane
+// decides that (and does, before calling Shutdown, in single-binary mode).
 func (n *Local) Shutdown(ctx context.Context) error {
 	n.closeWarm() // nobody's: no later run adopts them
 	n.metrics.close()
+	if n.images != nil {
+		n.images.stores.close()
+	}
 	n.mu.Lock()
 	n.closed = true
 	all := make([]*sandbox, 0, len(n.sandboxes))
@@ -926,7 +938,13 @@ func (n *Local) Shutdown(ctx context.Context) error {
 		s.audit.Close()
 	}
 	done := make(chan struct{})
-	go func() { n.wg.Wait(); close(done) }()
+	go func() {
+		n.wg.Wait()
+		if n.images != nil {
+			n.images.stores.wg.Wait()
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 		return nil
@@ -935,17 +953,37 @@ func (n *Local) Shutdown(ctx context.Context) error {
 	}
 }
 
-// CheckpointSandbox saves a running sandbox's memory, processes and files as the image of snapshot
-// req.SnapshotID (see runtime.Checkpointer), kept on the node, synced, until StoreImage stores it. The
-// daemon lets go of its channel for it (link streams in progress end; the processes live on and can be
-// re-attached). With req.LeaveRunning the sandbox continues and the node connects to it again; without,
-// it stays stopped until DestroySandbox or UnpauseSandbox. A checkpoint once begun runs to its end (at
-// most checkpointTimeout) even if its caller goes away: one cut off halfway (runsc killed while it saves)
-// could leave the sandbox unable to run on, where a caller that comes back (or takes the operation over)
-// finds it frozen and thaws it (UnpauseSandbox).
-func (n *Local) CheckpointSandbox(ctx context.Context, id string, req nodecontract.CheckpointRequest) (nodecontract.Image, error) {
-	ctx, cancelCkpt := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
-	defer cancelCkpt()
+// Snapshot saves a running sandbox's memory, processes and files as the image of snapshot
+// req.SnapshotID (see runtime.Checkpointer), then lets it run on (nodecontract.ThenRun) or destroys it
+// (nodecontract.ThenDestroy; a destroy that fails is logged: the image is what counts). The daemon lets
+// go of its channel for it (link streams in progress end; the processes live on and can be
+// re-attached); a sandbox that runs on is connected to anew. The image is kept on the node, synced,
+// with its store's job beside it, and a background store writes it into the snapshot store and reports
+// it (snapstore.go). With req.IfIdle a sandbox with calls or streams in progress is nodecontract.ErrBusy.
+// A snapshot that fails leaves the sandbox running and no image. A snapshot once begun runs to its end
+// (at most checkpointTimeout) even if its caller goes away: one cut off halfway (runsc killed while it
+// saves) could leave the sandbox unable to run on.
+func (n *Local) Snapshot(ctx context.Context, id string, req nodecontract.SnapshotRequest) (nodecontract.Image, error) {
+	if err := req.Check(); err != nil {
+		return nodecontract.Image{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
+	defer cancel()
+	img, err := n.saveSnapshot(ctx, id, req)
+	if err != nil {
+		return nodecontract.Image{}, err
+	}
+	if req.Then == nodecontract.ThenDestroy {
+		if err := n.DestroySandbox(ctx, id); err != nil {
+			n.log.Warn("destroy a sandbox once its snapshot was saved", "sandbox", id, "snapshot", req.SnapshotID, "err", err)
+		}
+	}
+	return img, nil
+}
+
+// saveSnapshot checkpoints sandbox id as the image of req.SnapshotID, writes its store's job and starts
+// the store. Without req.Then == ThenRun the sandbox is left frozen.
+func (n *Local) saveSnapshot(ctx context.Context, id string, req nodecontract.SnapshotRequest) (nodecontract.Image, error) {
 	drv := n.drv.driverOf(id)
 	if _, ok := drv.(runtime.Checkpointer); !ok {
 		return nodecontract.Image{}, fmt.Errorf("the %s runtime cannot checkpoint: %w", drv.Name(), errdefs.ErrFailedPrecondition)
@@ -953,6 +991,9 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req nodecontra
 	im, err := n.imageStore()
 	if err != nil {
 		return nodecontract.Image{}, err
+	}
+	if n.cfg.SnapshotCalls == nil {
+		return nodecontract.Image{}, fmt.Errorf("node %s cannot store snapshots (it has no way to ask the control plane for them): %w", n.ID(), errdefs.ErrFailedPrecondition)
 	}
 	if err := checkSnapID(req.SnapshotID); err != nil {
 		return nodecontract.Image{}, err
@@ -962,18 +1003,25 @@ func (n *Local) CheckpointSandbox(ctx context.Context, id string, req nodecontra
 	dir := im.pendingDir(req.SnapshotID)
 	leave := im.urgent.enter()
 	defer leave()
-	if err := n.checkpoint(ctx, id, dir, req.LeaveRunning, req.IfIdle); err != nil {
+	var img nodecontract.Image
+	saved := func() error {
+		img = n.image(drv, dir)
+		return im.writeJob(req.SnapshotID, storeJob{Tenant: req.TenantID, Meta: req.Meta, Image: img})
+	}
+	if err := n.checkpoint(ctx, id, dir, req.Then == nodecontract.ThenRun, req.IfIdle, saved); err != nil {
 		return nodecontract.Image{}, err
 	}
 	n.prefetch(dir)
-	return n.image(drv, dir), nil
+	n.startStore(req.SnapshotID)
+	return img, nil
 }
 
 // checkpoint saves sandbox id into dir (made anew; its parent directory must exist), leaving it running
-// if leaveRunning, else stopped (DestroySandbox cleans up, or UnpauseSandbox lets it run on). With
-// ifIdle, only if no call or stream to its daemon is in progress (else nodecontract.ErrBusy). On error dir is
-// removed and the sandbox runs on.
-func (n *Local) checkpoint(ctx context.Context, id, dir string, leaveRunning, ifIdle bool) error {
+// if leaveRunning, else stopped (DestroySandbox cleans up). With ifIdle, only if no call or stream to
+// its daemon is in progress (else nodecontract.ErrBusy). saved, if set, is called once the image is
+// saved and synced, before the sandbox runs on; its error fails the checkpoint. On error dir is removed
+// and the sandbox runs on.
+func (n *Local) checkpoint(ctx context.Context, id, dir string, leaveRunning, ifIdle bool, saved func() error) error {
 	drv := n.drv.driverOf(id)
 	cp, ok := drv.(runtime.Checkpointer)
 	if !ok {
@@ -1007,6 +1055,9 @@ func (n *Local) checkpoint(ctx context.Context, id, dir string, leaveRunning, if
 		if err = syncDir(filepath.Dir(dir)); err != nil {
 			err = fmt.Errorf("save checkpoint image: %w", err)
 		}
+	}
+	if err == nil && saved != nil {
+		err = saved()
 	}
 	if err != nil {
 		os.RemoveAll(dir)
@@ -1152,24 +1203,6 @@ func (n *Local) current(s *sandbox) (*link.Client, context.CancelFunc) {
 
 // notProvenReason is why a sandbox whose daemon did not prove it is the sandbox's own is failed.
 const notProvenReason = "sandbox daemon failed to prove it is this sandbox's (link key)"
-
-// UnpauseSandbox lets a sandbox that CheckpointSandbox left stopped run again (the snapshot could not be
-// stored), and connects to it anew.
-func (n *Local) UnpauseSandbox(ctx context.Context, id string) error {
-	drv := n.drv.driverOf(id)
-	p, ok := drv.(runtime.Pauser)
-	if !ok {
-		return fmt.Errorf("the %s runtime cannot unpause: %w", drv.Name(), errdefs.ErrFailedPrecondition)
-	}
-	s, err := n.lookup(id)
-	if err != nil {
-		return err
-	}
-	if err := p.Unpause(ctx, id); err != nil {
-		return err
-	}
-	return n.relink(ctx, s)
-}
 
 // CopyCA gives caID the interception CA stored under fromID (a fork keeps trusting its parent's CA).
 func (n *Local) CopyCA(ctx context.Context, fromID, toID, tenantID string) error {

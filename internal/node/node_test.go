@@ -11,12 +11,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/airlockrun/airlock/internal/blob"
 	"github.com/airlockrun/airlock/internal/blob/local"
+	"github.com/airlockrun/airlock/internal/daemon/link"
 	"github.com/airlockrun/airlock/internal/daemon/proto"
 	"github.com/airlockrun/airlock/internal/errdefs"
 	keyslocal "github.com/airlockrun/airlock/internal/keys/local"
@@ -45,6 +49,58 @@ func (r templates) List(ctx context.Context) ([]string, error) {
 // exit is one call of Config.OnExit.
 type exit struct{ id, reason string }
 
+// calls is the control plane's side of the node's background stores (nodecontract.SnapshotCalls): it
+// hands out grants from the control plane's keyed snapshot store and records the reports.
+type calls struct {
+	cp *snapshot.Store
+
+	mu sync.Mutex
+	// grantErr and storedErr, while set, are answered instead of a grant or taking a report.
+	grantErr, storedErr error
+	grants              int
+	reports             []nodecontract.SnapshotReport
+	// reported receives each report taken.
+	reported chan nodecontract.SnapshotReport
+}
+
+func (c *calls) SnapshotGrant(ctx context.Context, tenantID, snapshotID string) (*snapshot.Grant, error) {
+	c.mu.Lock()
+	err := c.grantErr
+	c.grants++
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return c.cp.Grant(ctx, tenantID, true)
+}
+
+func (c *calls) SnapshotStored(ctx context.Context, rep nodecontract.SnapshotReport) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.storedErr != nil {
+		return c.storedErr
+	}
+	c.reports = append(c.reports, rep)
+	select {
+	case c.reported <- rep:
+	default:
+	}
+	return nil
+}
+
+func (c *calls) set(grantErr, storedErr error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.grantErr, c.storedErr = grantErr, storedErr
+}
+
+// taken returns the reports taken so far.
+func (c *calls) taken() []nodecontract.SnapshotReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]nodecontract.SnapshotReport(nil), c.reports...)
+}
+
 // env is a node over the fake driver, with a snapshot store over a local blob store, and the control
 // plane's store (with a real keyring) that makes the grants.
 type env struct {
@@ -52,6 +108,9 @@ type env struct {
 	n     *node.Local
 	d     *fake.Driver
 	cp    *snapshot.Store
+	calls *calls
+	// blobs is the blob store the node writes into; broken, while set, fails its writes.
+	blobs *flakyBlobs
 	exits chan exit
 	// state is the driver's state directory.
 	state string
@@ -68,10 +127,11 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	blobs, err := local.New(filepath.Join(dir, "blobs"))
+	inner, err := local.New(filepath.Join(dir, "blobs"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	blobs := &flakyBlobs{Store: inner}
 	keyring, err := keyslocal.New(filepath.Join(dir, "keys"))
 	if err != nil {
 		t.Fatal(err)
@@ -92,13 +152,15 @@ func newEnv(t *testing.T) *env {
 	if err := os.WriteFile(bin, []byte("a daemon binary"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{d: d, cp: cp, exits: make(chan exit, 16), state: filepath.Join(dir, "driver")}
+	e := &env{d: d, cp: cp, blobs: blobs, calls: &calls{cp: cp, reported: make(chan nodecontract.SnapshotReport, 16)},
+		exits: make(chan exit, 16), state: filepath.Join(dir, "driver")}
 	e.cfg = node.Config{
-		DataDir:      filepath.Join(dir, "node"),
-		Driver:       d,
-		Templates:    templates{root: root},
-		DaemonBinary: bin,
-		Snapshots:    nodeStore,
+		DataDir:       filepath.Join(dir, "node"),
+		Driver:        d,
+		Templates:     templates{root: root},
+		DaemonBinary:  bin,
+		Snapshots:     nodeStore,
+		SnapshotCalls: e.calls,
 		OnExit: func(id, reason string) {
 			select {
 			case e.exits <- exit{id, reason}:
@@ -131,7 +193,58 @@ func (e *env) newNode(t *testing.T) *node.Local {
 	if err != nil {
 		t.Fatal(err)
 	}
+	node.SetStoreBackoff(n, 10*time.Millisecond, 100*time.Millisecond)
 	return n
+}
+
+// flakyBlobs is a blob store whose writes fail while broken is set.
+type flakyBlobs struct {
+	blob.Store
+	broken atomic.Bool
+}
+
+func (f *flakyBlobs) Put(ctx context.Context, key string, data []byte) error {
+	if f.broken.Load() {
+		return errors.New("blob store unreachable")
+	}
+	return f.Store.Put(ctx, key, data)
+}
+
+// snapshot has the node snapshot sandbox id as snapID of tn_1, then run on or be destroyed.
+func (e *env) snapshot(t *testing.T, ctx context.Context, id, snapID string, then nodecontract.Then) (nodecontract.Image, error) {
+	t.Helper()
+	return e.n.Snapshot(ctx, id, nodecontract.SnapshotRequest{TenantID: "tn_1", SnapshotID: snapID, Then: then})
+}
+
+// waitReport waits for the report of snapID.
+func (e *env) waitReport(t *testing.T, snapID string) nodecontract.SnapshotReport {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		for _, r := range e.calls.taken() {
+			if r.SnapshotID == snapID {
+				return r
+			}
+		}
+		select {
+		case <-e.calls.reported:
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("no report of %s", snapID)
+		}
+	}
+}
+
+// waitStoresDone waits until the node runs no store.
+func (e *env) waitStoresDone(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for node.StoresRunning(e.n) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d stores still run", node.StoresRunning(e.n))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (e *env) create(t *testing.T, id string, reqEnv ...string) {
@@ -341,50 +454,57 @@ func TestOnExit(t *testing.T) {
 	}
 }
 
-// TestCheckpointStoreRestore: a checkpoint that leaves the sandbox running and one that pauses it are
-// stored with a grant; a restore uses the image the node keeps, and, once the node dropped it, fetches
-// it from the blob store with a grant; each restored sandbox has its image's files and reports it. The
-// paused sandbox runs again after UnpauseSandbox.
+// TestCheckpointStoreRestore: a snapshot that leaves the sandbox running and one that destroys it (a
+// pause) are stored by the node in the background, with the grants it asks for, and reported with
+// their statistics; a restore uses the image the node keeps, and, once the node dropped it, fetches it
+// from the blob store with a grant; each restored sandbox has its image's files and reports it.
 func TestCheckpointStoreRestore(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
+	e.blobs.broken.Store(true) // the stores wait: the images stay pending until the test looks
 	e.create(t, "sb_1", "FROM_REQUEST=r")
 	e.sh(t, "sb_1", "echo one > f")
 
-	img, err := e.n.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true})
+	img, err := e.n.Snapshot(ctx, "sb_1", nodecontract.SnapshotRequest{TenantID: "tn_1", SnapshotID: "sn_1", Then: nodecontract.ThenRun,
+		Meta: map[string]string{"session": "se_1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if img.Bytes == 0 || img.FilesPart != fake.ImageFSFile {
-		t.Errorf("CheckpointSandbox = %+v; want a size and the files part %q", img, fake.ImageFSFile)
+		t.Errorf("Snapshot = %+v; want a size and the files part %q", img, fake.ImageFSFile)
 	}
 	// Running on, and linked again.
 	if info := e.info(t, "sb_1"); info.Status != (runtime.Status{Running: true}) || info.Checkpoints != 1 {
-		t.Errorf("after a checkpoint that leaves it running: %+v", info)
+		t.Errorf("after a snapshot that leaves it running: %+v", info)
 	}
 	e.sh(t, "sb_1", "echo two > f")
 
-	if _, err := e.n.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_2"}); err != nil {
+	paused, err := e.snapshot(t, ctx, "sb_1", "sn_2", nodecontract.ThenDestroy)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if st := e.info(t, "sb_1").Status; st != (runtime.Status{Running: true, Paused: true}) {
-		t.Errorf("after a checkpoint that pauses it: %+v", st)
+	if _, err := e.d.Info("sb_1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("after a snapshot that destroys it, the driver has sb_1: %v", err)
 	}
-	if ids, err := e.n.PendingImages(ctx); err != nil || !slices.Equal(ids, []string{"sn_1", "sn_2"}) {
-		t.Errorf("PendingImages = %v, %v; want [sn_1 sn_2]", ids, err)
+	if ids := node.PendingImages(e.n); !slices.Equal(ids, []string{"sn_1", "sn_2"}) {
+		t.Errorf("PendingImages = %v; want [sn_1 sn_2]", ids)
 	}
 
-	g := e.grant(t, "tn_1")
-	for _, id := range []string{"sn_1", "sn_2"} {
-		stats, err := e.n.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: id, Grant: g})
-		if err != nil || stats.LogicalBytes == 0 {
-			t.Fatalf("StoreImage(%s) = %+v, %v", id, stats, err)
+	e.blobs.broken.Store(false)
+	for id, want := range map[string]nodecontract.Image{"sn_1": img, "sn_2": paused} {
+		rep := e.waitReport(t, id)
+		if rep.TenantID != "tn_1" || rep.Image != want || rep.LogicalBytes == 0 || rep.NewStoredBytes == 0 || rep.Lost != "" {
+			t.Errorf("report of %s: %+v; want tn_1's, stored, with the image %+v", id, rep, want)
 		}
 	}
-	if ids, _ := e.n.PendingImages(ctx); len(ids) != 0 {
+	e.waitStoresDone(t)
+	if ids := node.PendingImages(e.n); len(ids) != 0 {
 		t.Errorf("pending after the stores: %v", ids)
 	}
-	// The control plane reads what the node stored.
+	if jobs := node.StoreJobs(e.n); len(jobs) != 0 {
+		t.Errorf("jobs left after the stores: %v", jobs)
+	}
+	// The control plane reads what the node stored, with the meta it was given.
 	var rec bytes.Buffer
 	if err := e.cp.ReadFile(ctx, "tn_1", "sn_2", fake.ImageFile, &rec); err != nil {
 		t.Fatal(err)
@@ -393,7 +513,11 @@ func TestCheckpointStoreRestore(t *testing.T) {
 	if err := json.Unmarshal(rec.Bytes(), &stored); err != nil || stored.ID != "sb_1" || stored.Checkpoint != 2 {
 		t.Errorf("the stored image records %+v, %v; want sb_1's second checkpoint", stored, err)
 	}
+	if m, err := e.cp.Manifest(ctx, "tn_1", "sn_1"); err != nil || m.Meta["session"] != "se_1" {
+		t.Errorf("sn_1's manifest: meta %v, %v; want the snapshot's", m.Meta, err)
+	}
 
+	g := e.grant(t, "tn_1")
 	restore := func(id, snap string, g *snapshot.Grant) error {
 		return e.n.RestoreSandbox(ctx, nodecontract.CreateRequest{ID: id, TenantID: "tn_1", Template: "default"}, nodecontract.ImageSource{SnapshotID: snap, Grant: g})
 	}
@@ -428,14 +552,6 @@ func TestCheckpointStoreRestore(t *testing.T) {
 	if err := restore("sb_3", "sn_2", g); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Errorf("a restore into a running ID = %v; want already exists", err)
 	}
-
-	// The paused original runs again.
-	if err := e.n.UnpauseSandbox(ctx, "sb_1"); err != nil {
-		t.Fatal(err)
-	}
-	if got := e.sh(t, "sb_1", "cat f"); got != "two" {
-		t.Errorf("sb_1 after UnpauseSandbox: %q", got)
-	}
 	for _, id := range []string{"sb_1", "sb_2", "sb_3"} {
 		if err := e.n.DestroySandbox(ctx, id); err != nil {
 			t.Fatal(err)
@@ -444,39 +560,42 @@ func TestCheckpointStoreRestore(t *testing.T) {
 	if left := e.leftovers(t); len(left) != 0 {
 		t.Errorf("destroy left %v", left)
 	}
+	if n := len(e.calls.taken()); n != 2 {
+		t.Errorf("%d reports; want one per snapshot", n)
+	}
 	e.noExit(t)
 }
 
-// TestPauseImageNamesFilesPart: the image of a checkpoint that pauses the sandbox names its files part
+// TestPauseImageNamesFilesPart: the image of a snapshot that destroys the sandbox names its files part
 // too, as that of one that leaves it running does: the control plane records it to read the snapshot's
 // files.
 func TestPauseImageNamesFilesPart(t *testing.T) {
 	e := newEnv(t)
 	e.create(t, "sb_1")
-	img, err := e.n.CheckpointSandbox(t.Context(), "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1"})
+	img, err := e.snapshot(t, t.Context(), "sb_1", "sn_1", nodecontract.ThenDestroy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if img.FilesPart != fake.ImageFSFile {
-		t.Errorf("CheckpointSandbox without LeaveRunning reports %+v, without the files part %q", img, fake.ImageFSFile)
+		t.Errorf("Snapshot then destroy reports %+v, without the files part %q", img, fake.ImageFSFile)
 	}
 }
 
-// TestFailedCheckpointRunsOn: a checkpoint that fails leaves the sandbox running (the node unpauses it)
-// and linked, keeps no image, and reports no exit.
+// TestFailedCheckpointRunsOn: a snapshot whose checkpoint fails leaves the sandbox running (the node
+// unpauses it) and linked, whatever was to become of it, keeps no image nor job, and reports no exit.
 func TestFailedCheckpointRunsOn(t *testing.T) {
 	e := newEnv(t)
 	boom := errors.New("boom")
-	for i, leave := range []bool{true, false} {
-		t.Run(fmt.Sprintf("LeaveRunning=%v", leave), func(t *testing.T) {
+	for i, then := range []nodecontract.Then{nodecontract.ThenRun, nodecontract.ThenDestroy} {
+		t.Run(fmt.Sprintf("Then=%s", then), func(t *testing.T) {
 			ctx := t.Context()
 			id := fmt.Sprintf("sb_%d", i)
 			e.create(t, id)
 			e.d.Fail(fake.OpCheckpoint, boom)
-			_, err := e.n.CheckpointSandbox(ctx, id, nodecontract.CheckpointRequest{SnapshotID: "sn_" + id, LeaveRunning: leave})
+			_, err := e.snapshot(t, ctx, id, "sn_"+id, then)
 			e.d.Fail(fake.OpCheckpoint, nil)
 			if !errors.Is(err, boom) {
-				t.Fatalf("CheckpointSandbox = %v; want the driver's error", err)
+				t.Fatalf("Snapshot = %v; want the driver's error", err)
 			}
 			info := e.info(t, id)
 			if info.Status != (runtime.Status{Running: true}) || !info.Listening || info.Unpauses != 1 {
@@ -485,32 +604,325 @@ func TestFailedCheckpointRunsOn(t *testing.T) {
 			if got := e.sh(t, id, "echo alive"); got != "alive" {
 				t.Errorf("after a failed checkpoint: %q", got)
 			}
-			if ids, _ := e.n.PendingImages(ctx); len(ids) != 0 {
+			if ids := node.PendingImages(e.n); len(ids) != 0 {
 				t.Errorf("a failed checkpoint left pending images %v", ids)
+			}
+			if jobs := node.StoreJobs(e.n); len(jobs) != 0 {
+				t.Errorf("a failed checkpoint left store jobs %v", jobs)
 			}
 		})
 	}
 	e.noExit(t)
 }
 
-// TestCheckpointOutlivesItsCaller: a checkpoint whose caller went away (its context canceled, as when a
-// control plane dies mid-request) runs to its end, and the sandbox runs on.
+// TestCheckpointOutlivesItsCaller: a snapshot whose caller went away (its context canceled, as when a
+// control plane dies mid-request) runs to its end, its store with it, and the sandbox runs on.
 func TestCheckpointOutlivesItsCaller(t *testing.T) {
 	e := newEnv(t)
+	e.blobs.broken.Store(true)
 	e.create(t, "sb_1")
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	img, err := e.n.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true})
+	img, err := e.snapshot(t, ctx, "sb_1", "sn_1", nodecontract.ThenRun)
 	if err != nil || img.Bytes == 0 {
-		t.Fatalf("CheckpointSandbox with its caller gone = %+v, %v; want it done", img, err)
+		t.Fatalf("Snapshot with its caller gone = %+v, %v; want it done", img, err)
 	}
 	if got := e.sh(t, "sb_1", "echo alive"); got != "alive" {
 		t.Errorf("after the checkpoint: %q", got)
 	}
-	if ids, _ := e.n.PendingImages(t.Context()); len(ids) != 1 || ids[0] != "sn_1" {
+	if ids := node.PendingImages(e.n); len(ids) != 1 || ids[0] != "sn_1" {
 		t.Errorf("pending images %v; want sn_1's", ids)
 	}
+	e.blobs.broken.Store(false)
+	if rep := e.waitReport(t, "sn_1"); rep.Lost != "" || rep.LogicalBytes == 0 {
+		t.Errorf("report of a snapshot whose caller went away: %+v; want it stored", rep)
+	}
 	e.noExit(t)
+}
+
+// TestSnapshotThen: a snapshot then run leaves the sandbox running, linked and watched; one then destroy
+// leaves nothing of it on the host, and does not report it as exited; a request without a tenant,
+// snapshot or a known Then is refused before anything is taken.
+func TestSnapshotThen(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.create(t, "sb_1")
+	e.create(t, "sb_2")
+	if _, err := e.snapshot(t, ctx, "sb_1", "sn_1", nodecontract.ThenRun); err != nil {
+		t.Fatal(err)
+	}
+	if info := e.info(t, "sb_1"); info.Status != (runtime.Status{Running: true}) || !info.Listening {
+		t.Errorf("after a snapshot then run: %+v; want running and listening", info)
+	}
+	if got := e.sh(t, "sb_1", "echo alive"); got != "alive" {
+		t.Errorf("after a snapshot then run: %q", got)
+	}
+	if _, err := e.snapshot(t, ctx, "sb_2", "sn_2", nodecontract.ThenDestroy); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := e.n.Sandboxes(ctx); err != nil || !slices.Equal(ids, []string{"sb_1"}) {
+		t.Errorf("Sandboxes after a snapshot then destroy = %v, %v; want [sb_1]", ids, err)
+	}
+	if _, err := e.n.Link(ctx, "sb_2"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Link to a sandbox a snapshot destroyed = %v; want failed precondition", err)
+	}
+	for _, id := range []string{"sn_1", "sn_2"} {
+		if rep := e.waitReport(t, id); rep.Lost != "" {
+			t.Errorf("report of %s: %+v", id, rep)
+		}
+	}
+	if err := e.n.DestroySandbox(ctx, "sb_1"); err != nil {
+		t.Fatal(err)
+	}
+	if left := e.leftovers(t); len(left) != 0 {
+		t.Errorf("left %v", left)
+	}
+	// The driver's sandbox of sb_2 went with the snapshot; its watcher did not count that as an exit.
+	time.Sleep(2500 * time.Millisecond)
+	e.noExit(t)
+
+	e.create(t, "sb_3")
+	for _, req := range []nodecontract.SnapshotRequest{
+		{SnapshotID: "sn_3", Then: nodecontract.ThenRun},
+		{TenantID: "tn_1", Then: nodecontract.ThenRun},
+		{TenantID: "tn_1", SnapshotID: "sn_3"},
+		{TenantID: "tn_1", SnapshotID: "sn_3", Then: "pause"},
+		{TenantID: "tn_1", SnapshotID: "../sn_3", Then: nodecontract.ThenRun},
+	} {
+		if _, err := e.n.Snapshot(ctx, "sb_3", req); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("Snapshot(%+v) = %v; want invalid argument", req, err)
+		}
+	}
+	if info := e.info(t, "sb_3"); info.Checkpoints != 0 {
+		t.Errorf("refused snapshots checkpointed sb_3 %d times", info.Checkpoints)
+	}
+}
+
+// TestSnapshotWithoutCalls: a node that cannot ask the control plane for grants takes no snapshot.
+func TestSnapshotWithoutCalls(t *testing.T) {
+	e := newEnv(t)
+	e.n.Shutdown(t.Context())
+	e.cfg.SnapshotCalls = nil
+	e.n = e.newNode(t)
+	e.create(t, "sb_1")
+	if _, err := e.snapshot(t, t.Context(), "sb_1", "sn_1", nodecontract.ThenRun); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Snapshot without SnapshotCalls = %v; want failed precondition", err)
+	}
+	if info := e.info(t, "sb_1"); info.Checkpoints != 0 {
+		t.Errorf("checkpointed %d times", info.Checkpoints)
+	}
+}
+
+// TestStoreRetries: a store that fails while the blob store is broken, and a report the control plane
+// cannot take, are tried again until they succeed; the snapshot is reported once, and nothing is left
+// of the store.
+func TestStoreRetries(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.blobs.broken.Store(true)
+	e.create(t, "sb_1")
+	if _, err := e.snapshot(t, ctx, "sb_1", "sn_1", nodecontract.ThenDestroy); err != nil {
+		t.Fatal(err)
+	}
+	// Several tries fail (grants are asked for each).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		e.calls.mu.Lock()
+		n := e.calls.grants
+		e.calls.mu.Unlock()
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tries while the blob store is broken; want it tried again", n)
+		}
+	}
+	if reps := e.calls.taken(); len(reps) != 0 || node.StoresRunning(e.n) != 1 {
+		t.Fatalf("reports %+v and %d stores while the blob store is broken; want none and one", reps, node.StoresRunning(e.n))
+	}
+	e.calls.set(fmt.Errorf("no replica reachable: %w", errdefs.ErrUnavailable), fmt.Errorf("no replica reachable: %w", errdefs.ErrUnavailable))
+	e.blobs.broken.Store(false)
+	time.Sleep(300 * time.Millisecond)
+	if reps := e.calls.taken(); len(reps) != 0 || node.StoresRunning(e.n) != 1 {
+		t.Fatalf("reports %+v and %d stores while the control plane is away; want none and one", reps, node.StoresRunning(e.n))
+	}
+	e.calls.set(nil, nil)
+	rep := e.waitReport(t, "sn_1")
+	e.waitStoresDone(t)
+	if rep.Lost != "" || rep.LogicalBytes == 0 || rep.NewStoredBytes == 0 {
+		t.Errorf("report %+v; want stored", rep)
+	}
+	if reps := e.calls.taken(); len(reps) != 1 {
+		t.Errorf("%d reports; want one", len(reps))
+	}
+	if jobs := node.StoreJobs(e.n); len(jobs) != 0 {
+		t.Errorf("jobs left: %v", jobs)
+	}
+	if _, err := e.cp.Manifest(ctx, "tn_1", "sn_1"); err != nil {
+		t.Errorf("the stored snapshot: %v", err)
+	}
+}
+
+// TestStoreAfterRestart: a node made again on the same data directory (a restart of the node, or of
+// the whole process) takes up the stores the previous one left unfinished, removes an image no store
+// waits for, and reports an image gone from its disk as lost.
+func TestStoreAfterRestart(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.blobs.broken.Store(true)
+	for _, id := range []string{"sb_1", "sb_2"} {
+		e.create(t, id)
+		if _, err := e.snapshot(t, ctx, id, "sn_"+id, nodecontract.ThenDestroy); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.n.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := node.StoresRunning(e.n); n != 0 {
+		t.Fatalf("%d stores run after Shutdown", n)
+	}
+	os.RemoveAll(node.PendingDir(e.n, "sn_sb_2")) // the disk lost one image
+	stray := node.PendingDir(e.n, "sn_stray")     // a checkpoint the crash cut off
+	if err := os.MkdirAll(stray, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if reps := e.calls.taken(); len(reps) != 0 {
+		t.Fatalf("reports before the restart: %+v", reps)
+	}
+	e.blobs.broken.Store(false)
+	e.n = e.newNode(t)
+	if rep := e.waitReport(t, "sn_sb_1"); rep.Lost != "" || rep.LogicalBytes == 0 || rep.Image.Bytes == 0 {
+		t.Errorf("report of the image saved before the restart: %+v; want it stored, with its image", rep)
+	}
+	if rep := e.waitReport(t, "sn_sb_2"); rep.Lost == "" || !strings.Contains(rep.Lost, "lost") || rep.Image.Bytes == 0 {
+		t.Errorf("report of the image lost before the restart: %+v; want lost", rep)
+	}
+	e.waitStoresDone(t)
+	if _, err := os.Stat(stray); !os.IsNotExist(err) {
+		t.Errorf("stray pending image kept: %v", err)
+	}
+	if ids, jobs := node.PendingImages(e.n), node.StoreJobs(e.n); len(ids) != 0 || len(jobs) != 0 {
+		t.Errorf("left: images %v, jobs %v", ids, jobs)
+	}
+	if _, err := e.cp.Manifest(ctx, "tn_1", "sn_sb_1"); err != nil {
+		t.Errorf("the stored snapshot: %v", err)
+	}
+}
+
+// TestStoreNotWanted: a snapshot the control plane no longer waits for (ErrNotFound to the grant, or
+// to the report) has its image and its job dropped, and is asked about no more.
+func TestStoreNotWanted(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		grantErr, repErr  error
+		wantStoredInStore bool
+	}{
+		{name: "grant", grantErr: fmt.Errorf("snapshot deleted: %w", errdefs.ErrNotFound)},
+		{name: "report", repErr: fmt.Errorf("snapshot deleted: %w", errdefs.ErrNotFound), wantStoredInStore: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := t.Context()
+			e.calls.set(tc.grantErr, tc.repErr)
+			e.create(t, "sb_1")
+			if _, err := e.snapshot(t, ctx, "sb_1", "sn_1", nodecontract.ThenRun); err != nil {
+				t.Fatal(err)
+			}
+			e.waitStoresDone(t)
+			e.calls.mu.Lock()
+			grants := e.calls.grants
+			e.calls.mu.Unlock()
+			if grants != 1 {
+				t.Errorf("%d grants asked for; want 1", grants)
+			}
+			if ids, jobs := node.PendingImages(e.n), node.StoreJobs(e.n); len(ids) != 0 || len(jobs) != 0 {
+				t.Errorf("left: images %v, jobs %v", ids, jobs)
+			}
+			if err := e.n.RestoreSandbox(ctx, nodecontract.CreateRequest{ID: "sb_2", TenantID: "tn_1", Template: "default"}, nodecontract.ImageSource{SnapshotID: "sn_1"}); err == nil {
+				t.Error("a restore used the image of a snapshot nobody waits for")
+			}
+			_, err := e.cp.Manifest(ctx, "tn_1", "sn_1")
+			if stored := err == nil; stored != tc.wantStoredInStore {
+				t.Errorf("in the snapshot store: %v; want %v", err, tc.wantStoredInStore)
+			}
+			time.Sleep(200 * time.Millisecond)
+			e.calls.mu.Lock()
+			grants = e.calls.grants
+			e.calls.mu.Unlock()
+			if grants != 1 {
+				t.Errorf("%d grants asked for; want it not tried again", grants)
+			}
+		})
+	}
+}
+
+// TestStoreImageLost: a store whose saved image disappeared (the disk lost it) before it was stored
+// reports the snapshot lost, once, instead of trying forever.
+func TestStoreImageLost(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.blobs.broken.Store(true)
+	e.create(t, "sb_1")
+	img, err := e.snapshot(t, ctx, "sb_1", "sn_1", nodecontract.ThenRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(node.PendingDir(e.n, "sn_1")); err != nil {
+		t.Fatal(err)
+	}
+	e.blobs.broken.Store(false)
+	rep := e.waitReport(t, "sn_1")
+	e.waitStoresDone(t)
+	want := nodecontract.SnapshotReport{TenantID: "tn_1", SnapshotID: "sn_1", Image: img, Lost: "its saved image was lost before it reached the snapshot store"}
+	if diff := cmp.Diff(want, rep); diff != "" {
+		t.Errorf("report (-want +got):\n%s", diff)
+	}
+	if reps := e.calls.taken(); len(reps) != 1 {
+		t.Errorf("%d reports; want one", len(reps))
+	}
+	if jobs := node.StoreJobs(e.n); len(jobs) != 0 {
+		t.Errorf("jobs left: %v", jobs)
+	}
+}
+
+// TestDropImagesStopsStore: DropImages while a store runs stops it and leaves nothing of it: no image,
+// no job, no report, nothing in the snapshot store.
+func TestDropImagesStopsStore(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.blobs.broken.Store(true)
+	e.create(t, "sb_1")
+	if _, err := e.snapshot(t, ctx, "sb_1", "sn_1", nodecontract.ThenDestroy); err != nil {
+		t.Fatal(err)
+	}
+	if n := node.StoresRunning(e.n); n != 1 {
+		t.Fatalf("%d stores run; want one", n)
+	}
+	if err := e.n.DropImages(ctx, []string{"sn_1"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := node.StoresRunning(e.n); n != 0 {
+		t.Errorf("%d stores run after DropImages", n)
+	}
+	e.blobs.broken.Store(false)
+	time.Sleep(300 * time.Millisecond)
+	if ids, jobs := node.PendingImages(e.n), node.StoreJobs(e.n); len(ids) != 0 || len(jobs) != 0 {
+		t.Errorf("left: images %v, jobs %v", ids, jobs)
+	}
+	if reps := e.calls.taken(); len(reps) != 0 {
+		t.Errorf("reports after DropImages: %+v", reps)
+	}
+	if _, err := e.cp.Manifest(ctx, "tn_1", "sn_1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("in the snapshot store after DropImages: %v; want not found", err)
+	}
+	// A restarted node finds nothing to take up.
+	if err := e.n.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.n = e.newNode(t)
+	if n := node.StoresRunning(e.n); n != 0 {
+		t.Errorf("%d stores after a restart", n)
+	}
 }
 
 // TestRecover: a node made again on the same data directory and driver re-adopts the sandboxes that
@@ -523,11 +935,27 @@ func TestRecover(t *testing.T) {
 		e.create(t, id)
 	}
 	e.sh(t, "sb_1", "echo kept > f")
-	if _, err := e.n.CheckpointSandbox(ctx, "sb_3", nodecontract.CheckpointRequest{SnapshotID: "sn_1"}); err != nil {
-		t.Fatal(err)
-	}
 	if err := e.n.Shutdown(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// A snapshot the node's end cut off midway leaves sb_3 frozen, its daemon quiesced.
+	conn, key, err := e.d.DialLink(ctx, "sb_3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := link.Connect(ctx, conn, link.Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	if err := e.d.Checkpoint(ctx, "sb_3", filepath.Join(t.TempDir(), "image"), runtime.CheckpointOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.info(t, "sb_3").Status; st != (runtime.Status{Running: true, Paused: true}) {
+		t.Fatalf("sb_3 after a checkpoint that leaves it frozen: %+v", st)
 	}
 	if err := e.n.CreateSandbox(ctx, nodecontract.CreateRequest{ID: "sb_4", TenantID: "tn_1", Template: "default"}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("CreateSandbox after Shutdown = %v; want unavailable", err)
@@ -652,7 +1080,7 @@ func TestIdentity(t *testing.T) {
 	if first.Hostname != "sb_1" {
 		t.Errorf("the identity's host name %q; want the sandbox's ID", first.Hostname)
 	}
-	if _, err := e.n.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true}); err != nil {
+	if _, err := e.snapshot(t, ctx, "sb_1", "sn_1", nodecontract.ThenRun); err != nil {
 		t.Fatal(err)
 	}
 	restore := func(id string, fresh bool) {

@@ -78,7 +78,7 @@ func (n *Local) SaveStart(ctx context.Context, id, key string) error {
 	defer os.RemoveAll(tmp)
 	ctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
 	defer cancel()
-	if err := n.checkpoint(ctx, id, tmp, false, false); err != nil {
+	if err := n.checkpoint(ctx, id, tmp, false, false, nil); err != nil {
 		return fmt.Errorf("start snapshot of sandbox %s: %w", id, err)
 	}
 	n.starts.mu.Lock()
