@@ -22,7 +22,6 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
 	"github.com/airlockrun/airlock/internal/nodecontract"
-	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/template"
 	"github.com/airlockrun/airlock/internal/template/oci"
 )
@@ -247,31 +246,18 @@ func (c *Client) RestoreSandbox(ctx context.Context, req nodecontract.CreateRequ
 	return c.call(ctx, http.MethodPost, "/node/v1/sandboxes/restore", body, nil)
 }
 
-// CheckpointSandbox has the node save the sandbox as the snapshot's image, which it keeps.
-func (c *Client) CheckpointSandbox(ctx context.Context, id string, req nodecontract.CheckpointRequest) (nodecontract.Image, error) {
+// Snapshot has the node save the sandbox as the snapshot's image, then let it run on or destroy it;
+// the node stores the image in the background.
+func (c *Client) Snapshot(ctx context.Context, id string, req nodecontract.SnapshotRequest) (nodecontract.Image, error) {
 	var img nodecontract.Image
-	err := c.call(ctx, http.MethodPost, sandboxPath(id, "/checkpoint"), checkpointBody{SnapshotID: req.SnapshotID, LeaveRunning: req.LeaveRunning, IfIdle: req.IfIdle}, &img)
+	err := c.call(ctx, http.MethodPost, sandboxPath(id, "/snapshot"), snapshotBody{Tenant: req.TenantID, SnapshotID: req.SnapshotID, Then: req.Then, IfIdle: req.IfIdle, Meta: req.Meta}, &img)
 	if err == nil {
-		// The checkpoint replaced the node's channel to the daemon, and the node is closing this
-		// control plane's (after telling it which calls to send again: link.ErrNotStarted).
+		// The checkpoint replaced the node's channel to the daemon (or the sandbox is gone), and the
+		// node is closing this control plane's (after telling it which calls to send again:
+		// link.ErrNotStarted).
 		c.forgetLink(id)
 	}
 	return img, err
-}
-
-// StoreImage has the node write the snapshot's image into the snapshot store.
-func (c *Client) StoreImage(ctx context.Context, req nodecontract.StoreRequest) (snapshot.Stats, error) {
-	if req.Grant == nil {
-		return snapshot.Stats{}, fmt.Errorf("store image %s: no grant: %w", req.SnapshotID, errdefs.ErrInvalidArgument)
-	}
-	g, err := req.Grant.MarshalBinary()
-	if err != nil {
-		return snapshot.Stats{}, err
-	}
-	defer clear(g)
-	var stats snapshot.Stats
-	err = c.call(ctx, http.MethodPost, "/node/v1/images/store", storeBody{Tenant: req.TenantID, SnapshotID: req.SnapshotID, Grant: g, Meta: req.Meta}, &stats)
-	return stats, err
 }
 
 // DropImages has the node remove the images of these snapshots.
@@ -284,19 +270,6 @@ func (c *Client) Runtimes(ctx context.Context) ([]nodecontract.Runtime, error) {
 	var rs []nodecontract.Runtime
 	err := c.call(ctx, http.MethodGet, "/node/v1/runtimes", nil, &rs)
 	return rs, err
-}
-
-// PendingImages reports the snapshots whose images the node keeps and has not stored.
-func (c *Client) PendingImages(ctx context.Context) ([]string, error) {
-	var ids []string
-	err := c.call(ctx, http.MethodGet, "/node/v1/images/pending", nil, &ids)
-	return ids, err
-}
-
-// UnpauseSandbox lets a sandbox a checkpoint left frozen run again.
-func (c *Client) UnpauseSandbox(ctx context.Context, id string) error {
-	defer c.forgetLink(id)
-	return c.call(ctx, http.MethodPost, sandboxPath(id, "/unpause"), nil, nil)
 }
 
 // CopyCA gives toID the interception CA stored under fromID.

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/internal/keys"
 	"github.com/airlockrun/airlock/internal/nodecontract"
+	"github.com/airlockrun/airlock/internal/snapshot"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -53,6 +54,13 @@ type Control interface {
 	// the key in the clear), or ErrNotFound; NodeCAPut keeps the one the node made for it.
 	NodeCAGet(ctx context.Context, nodeID, tenantID, sessionID string) ([]byte, error)
 	NodeCAPut(ctx context.Context, nodeID, tenantID, sessionID string, ca []byte) error
+	// NodeSnapshotGrant returns the grant that opens the tenant's snapshots, for the node to store
+	// snapshotID, which it took; errdefs.ErrNotFound if the snapshot no longer waits for its image
+	// from this node (nodecontract.SnapshotCalls).
+	NodeSnapshotGrant(ctx context.Context, nodeID, tenantID, snapshotID string) (*snapshot.Grant, error)
+	// NodeSnapshotStored takes the node's report of a snapshot stored or lost; errdefs.ErrNotFound if
+	// the snapshot no longer waits for it (nodecontract.SnapshotCalls).
+	NodeSnapshotStored(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error
 }
 
 // Heartbeat is what a node reports every HeartbeatInterval: the control planes place sandboxes only on
@@ -118,6 +126,8 @@ func NewControlHandler(c Control, log *slog.Logger) *ControlHandler {
 	h.mux.HandleFunc("POST /cluster/v1/renew", h.renew)
 	h.mux.HandleFunc("POST /cluster/v1/ca/get", h.caGet)
 	h.mux.HandleFunc("POST /cluster/v1/ca/put", h.caPut)
+	h.mux.HandleFunc("POST /cluster/v1/snapshots/grant", h.snapshotGrant)
+	h.mux.HandleFunc("POST /cluster/v1/snapshots/stored", h.snapshotStored)
 	return h
 }
 
@@ -285,6 +295,46 @@ func (h *ControlHandler) caPut(w http.ResponseWriter, r *http.Request) {
 	err := h.c.NodeCAPut(r.Context(), callerNode(r), b.Tenant, b.Session, b.CA)
 	clear(b.CA)
 	h.answer(w, r, nil, err)
+}
+
+// snapshotRef names a snapshot a node took, of a tenant.
+type snapshotRef struct {
+	Tenant   string `json:"tenant"`
+	Snapshot string `json:"snapshot"`
+}
+
+// snapshotGrant answers the tenant's grant (snapshot.Grant.MarshalBinary) for a snapshot the node took.
+func (h *ControlHandler) snapshotGrant(w http.ResponseWriter, r *http.Request) {
+	var b snapshotRef
+	if err := decode(r.Body, &b); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	g, err := h.c.NodeSnapshotGrant(r.Context(), callerNode(r), b.Tenant, b.Snapshot)
+	if err == nil && g == nil {
+		err = fmt.Errorf("no grant for snapshot %s: %w", b.Snapshot, errdefs.ErrInternal)
+	}
+	if err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	defer g.Clear()
+	key, err := g.MarshalBinary()
+	h.answer(w, r, valueBody{Value: key}, err)
+	clear(key)
+}
+
+func (h *ControlHandler) snapshotStored(w http.ResponseWriter, r *http.Request) {
+	var rep nodecontract.SnapshotReport
+	if err := decode(r.Body, &rep); err != nil {
+		h.answer(w, r, nil, err)
+		return
+	}
+	if len(rep.Lost) > nodecontract.MaxLostReason {
+		h.answer(w, r, nil, fmt.Errorf("a lost snapshot's reason of %d bytes: at most %d: %w", len(rep.Lost), nodecontract.MaxLostReason, errdefs.ErrInvalidArgument))
+		return
+	}
+	h.answer(w, r, nil, h.c.NodeSnapshotStored(r.Context(), callerNode(r), rep))
 }
 
 // maxAuditBatch bounds the audit entries of one call.
@@ -483,6 +533,23 @@ func (c *ControlClient) KeepSessionCA(ctx context.Context, tenantID, sessionID s
 	return c.call(ctx, "/cluster/v1/ca/put", caBody{Tenant: tenantID, Session: sessionID, CA: ca}, nil)
 }
 
+// SnapshotGrant returns the grant that opens the tenant's snapshots, for storing snapshotID, which this
+// node took (nodecontract.SnapshotCalls); the caller clears it.
+func (c *ControlClient) SnapshotGrant(ctx context.Context, tenantID, snapshotID string) (*snapshot.Grant, error) {
+	var v valueBody
+	err := c.call(ctx, "/cluster/v1/snapshots/grant", snapshotRef{Tenant: tenantID, Snapshot: snapshotID}, &v)
+	defer clear(v.Value)
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.UnmarshalGrant(tenantID, v.Value)
+}
+
+// SnapshotStored reports a snapshot this node stored, or lost (nodecontract.SnapshotCalls).
+func (c *ControlClient) SnapshotStored(ctx context.Context, rep nodecontract.SnapshotReport) error {
+	return c.call(ctx, "/cluster/v1/snapshots/stored", rep, nil)
+}
+
 // Reconnect makes the next calls use new connections (handshakes with the certificate held now); the
 // old connections close once idle.
 func (c *ControlClient) Reconnect() {
@@ -560,4 +627,7 @@ func (c *ControlClient) sendAudit() {
 	}
 }
 
-var _ keys.KeyProvider = (*ControlClient)(nil)
+var (
+	_ keys.KeyProvider           = (*ControlClient)(nil)
+	_ nodecontract.SnapshotCalls = (*ControlClient)(nil)
+)

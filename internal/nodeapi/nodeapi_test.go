@@ -28,6 +28,7 @@ import (
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/gateway/flowlog"
 	"github.com/airlockrun/airlock/internal/gateway/policy"
+	"github.com/airlockrun/airlock/internal/httperr"
 	"github.com/airlockrun/airlock/internal/keys/master"
 	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/internal/nodecontract"
@@ -112,11 +113,11 @@ func (f *fakeNode) RestoreSandbox(_ context.Context, req nodecontract.CreateRequ
 	f.record("restore %s %d rules from %s with %s", req.ID, len(req.Network.Rules), src.SnapshotID, grantOf(src.Grant))
 	return nil
 }
-func (f *fakeNode) CheckpointSandbox(_ context.Context, id string, req nodecontract.CheckpointRequest) (nodecontract.Image, error) {
+func (f *fakeNode) Snapshot(_ context.Context, id string, req nodecontract.SnapshotRequest) (nodecontract.Image, error) {
 	if id != "sb_1" {
 		return nodecontract.Image{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	f.record("checkpoint %s %s %v", id, req.SnapshotID, req.LeaveRunning)
+	f.record("snapshot %s %s %s %s %s", id, req.TenantID, req.SnapshotID, req.Then, req.Meta["session"])
 	// As a node does: the control planes' channels are dropped (with IfIdle, only while nothing is in
 	// progress), and the next Link makes a new one.
 	f.mu.Lock()
@@ -129,20 +130,12 @@ func (f *fakeNode) CheckpointSandbox(_ context.Context, id string, req nodecontr
 		f.link = nil
 		time.AfterFunc(50*time.Millisecond, func() { old.Close() })
 	}
-	return nodecontract.Image{Bytes: 3 << 20}, nil
-}
-func (f *fakeNode) StoreImage(_ context.Context, req nodecontract.StoreRequest) (snapshot.Stats, error) {
-	if req.SnapshotID == "sn_lost" {
-		return snapshot.Stats{}, fmt.Errorf("the image of %s is not here: %w", req.SnapshotID, errdefs.ErrNotFound)
-	}
-	f.record("store %s %s %s %s", req.TenantID, req.SnapshotID, grantOf(req.Grant), req.Meta["session"])
-	return snapshot.Stats{LogicalBytes: 3 << 20, Chunks: 9, NewChunks: 4, NewStoredBytes: 1 << 20}, nil
+	return nodecontract.Image{Bytes: 3 << 20, Runtime: "gvisor", FilesPart: "fs.tar"}, nil
 }
 func (f *fakeNode) DropImages(_ context.Context, ids []string) error {
 	f.record("drop %s", strings.Join(ids, ","))
 	return nil
 }
-func (f *fakeNode) PendingImages(context.Context) ([]string, error) { return []string{"sn_1"}, nil }
 func (f *fakeNode) Runtimes(context.Context) ([]nodecontract.Runtime, error) {
 	return []nodecontract.Runtime{{Name: "gvisor", Abilities: []string{nodecontract.AbilityMemorySnapshots, nodecontract.AbilityFork}}, {Name: "runc", Abilities: []string{nodecontract.AbilityFilesSnapshots}}}, nil
 }
@@ -157,10 +150,6 @@ func grantOf(g *snapshot.Grant) string {
 		return err.Error()
 	}
 	return fmt.Sprintf("grant %s %x", g.Tenant(), b[:4])
-}
-func (f *fakeNode) UnpauseSandbox(_ context.Context, id string) error {
-	f.record("unpause %s", id)
-	return nil
 }
 func (f *fakeNode) CopyCA(_ context.Context, from, to, tenant string) error {
 	f.record("copy-ca %s %s %s", from, to, tenant)
@@ -355,13 +344,10 @@ func TestCalls(t *testing.T) {
 		t.Errorf("RewrapCAs = %d, %v", n, err)
 	}
 	c.ForgetCA("se_2")
-	if err := c.UnpauseSandbox(ctx, "sb_1"); err != nil {
-		t.Fatal(err)
-	}
 	if err := c.DestroySandbox(ctx, "sb_1"); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"create sb_1 tn_1 default 268435456 [8080]", "network sb_1 allow", "copy-ca se_1 se_2 tn_1", "rewrap tn_1", "forget-ca se_2", "unpause sb_1", "destroy sb_1"}
+	want := []string{"create sb_1 tn_1 default 268435456 [8080]", "network sb_1 allow", "copy-ca se_1 se_2 tn_1", "rewrap tn_1", "forget-ca se_2", "destroy sb_1"}
 	fn.mu.Lock()
 	got := fn.calls
 	fn.mu.Unlock()
@@ -373,32 +359,36 @@ func TestCalls(t *testing.T) {
 	}
 }
 
-// TestImages: checkpoints, stores and restores carry snapshot IDs and grants, never image bytes; a
-// grant arrives intact and for its tenant, and a lost image is not found.
+// TestImages: snapshots and restores carry snapshot IDs and grants, never image bytes; a grant arrives
+// intact and for its tenant; a snapshot request the node could not take is refused before it reaches
+// the node.
 func TestImages(t *testing.T) {
 	fn, c, _, _ := setup(t)
 	ctx := t.Context()
-	img, err := c.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true})
-	if err != nil || img.Bytes != 3<<20 {
-		t.Fatalf("CheckpointSandbox = %+v, %v", img, err)
+	img, err := c.Snapshot(ctx, "sb_1", nodecontract.SnapshotRequest{TenantID: "tn_1", SnapshotID: "sn_1", Then: nodecontract.ThenRun, Meta: map[string]string{"session": "se_1"}})
+	if want := (nodecontract.Image{Bytes: 3 << 20, Runtime: "gvisor", FilesPart: "fs.tar"}); err != nil || img != want {
+		t.Fatalf("Snapshot = %+v, %v; want %+v", img, err, want)
 	}
-	if _, err := c.CheckpointSandbox(ctx, "sb_2", nodecontract.CheckpointRequest{SnapshotID: "sn_2"}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
-		t.Errorf("checkpoint of an unknown sandbox = %v; want failed precondition", err)
+	if _, err := c.Snapshot(ctx, "sb_1", nodecontract.SnapshotRequest{TenantID: "tn_1", SnapshotID: "sn_2", Then: nodecontract.ThenDestroy}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Snapshot(ctx, "sb_2", nodecontract.SnapshotRequest{TenantID: "tn_1", SnapshotID: "sn_2", Then: nodecontract.ThenDestroy}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("snapshot of an unknown sandbox = %v; want failed precondition", err)
+	}
+	for _, req := range []nodecontract.SnapshotRequest{
+		{SnapshotID: "sn_3", Then: nodecontract.ThenRun},
+		{TenantID: "tn_1", Then: nodecontract.ThenRun},
+		{TenantID: "tn_1", SnapshotID: "sn_3"},
+		{TenantID: "tn_1", SnapshotID: "sn_3", Then: "pause"},
+	} {
+		if _, err := c.Snapshot(ctx, "sb_1", req); !errors.Is(err, errdefs.ErrInvalidArgument) || httperr.Status(err) != http.StatusBadRequest {
+			t.Errorf("Snapshot(%+v) = %v (status %d); want invalid argument (400)", req, err, httperr.Status(err))
+		}
 	}
 	key := bytes.Repeat([]byte{0xab}, 96)
 	g, err := snapshot.UnmarshalGrant("tn_1", key)
 	if err != nil {
 		t.Fatal(err)
-	}
-	stats, err := c.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1", Grant: g, Meta: map[string]string{"session": "se_1"}})
-	if err != nil || stats.NewChunks != 4 || stats.LogicalBytes != 3<<20 {
-		t.Fatalf("StoreImage = %+v, %v", stats, err)
-	}
-	if _, err := c.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_lost", Grant: g}); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("StoreImage of a lost image = %v; want not found", err)
-	}
-	if _, err := c.StoreImage(ctx, nodecontract.StoreRequest{TenantID: "tn_1", SnapshotID: "sn_1"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("StoreImage without a grant = %v; want invalid argument", err)
 	}
 	// A create request of any size goes with the snapshot's ID and the grant.
 	var big policy.Policy
@@ -414,13 +404,10 @@ func TestImages(t *testing.T) {
 	if err := c.DropImages(ctx, []string{"sn_1", "sn_2"}); err != nil {
 		t.Fatal(err)
 	}
-	if ids, err := c.PendingImages(ctx); err != nil || len(ids) != 1 || ids[0] != "sn_1" {
-		t.Errorf("PendingImages = %v, %v", ids, err)
-	}
 	if rs, err := c.Runtimes(ctx); err != nil || len(rs) != 2 || rs[1].Name != "runc" || !rs[1].Has(nodecontract.AbilityFilesSnapshots) || rs[1].Has(nodecontract.AbilityFork) {
 		t.Errorf("Runtimes = %+v, %v", rs, err)
 	}
-	want := []string{"checkpoint sb_1 sn_1 true", "store tn_1 sn_1 grant tn_1 abababab se_1", "restore sb_3 500 rules from sn_1 with grant tn_1 abababab",
+	want := []string{"snapshot sb_1 tn_1 sn_1 run se_1", "snapshot sb_1 tn_1 sn_2 destroy ", "restore sb_3 500 rules from sn_1 with grant tn_1 abababab",
 		"restore sb_4 0 rules from sn_1 with no grant", "drop sn_1,sn_2"}
 	fn.mu.Lock()
 	defer fn.mu.Unlock()
@@ -519,7 +506,7 @@ func TestLinkThroughCheckpoints(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(200 * time.Millisecond)
-	if _, err := c.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true, IfIdle: true}); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := c.Snapshot(ctx, "sb_1", nodecontract.SnapshotRequest{TenantID: "tn_1", SnapshotID: "sn_1", Then: nodecontract.ThenRun, IfIdle: true}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("checkpoint with a call in progress = %v; want busy (conflict)", err)
 	}
 	if err := <-done; err != nil {
@@ -577,7 +564,7 @@ func TestLinkThroughCheckpoints(t *testing.T) {
 	}
 	start := time.Now()
 	for ; time.Since(start) < 3*time.Second || !tested() && time.Since(start) < time.Minute; time.Sleep(5 * time.Millisecond) {
-		_, err := c.CheckpointSandbox(ctx, "sb_1", nodecontract.CheckpointRequest{SnapshotID: "sn_1", LeaveRunning: true, IfIdle: true})
+		_, err := c.Snapshot(ctx, "sb_1", nodecontract.SnapshotRequest{TenantID: "tn_1", SnapshotID: "sn_1", Then: nodecontract.ThenRun, IfIdle: true})
 		switch {
 		case err == nil:
 			checkpoints++

@@ -44,15 +44,12 @@ func NewHandler(b Backend, log *slog.Logger) (*Handler, error) {
 	h.mux.HandleFunc("POST /node/v1/recover", h.recover)
 	h.mux.HandleFunc("DELETE /node/v1/sandboxes/{id}", h.destroy)
 	h.mux.HandleFunc("PUT /node/v1/sandboxes/{id}/network", h.setNetwork)
-	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/checkpoint", h.checkpoint)
-	h.mux.HandleFunc("POST /node/v1/images/store", h.storeImage)
+	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/snapshot", h.snapshot)
 	h.mux.HandleFunc("POST /node/v1/templates/images", h.importImage)
 	h.mux.HandleFunc("POST /node/v1/templates/images/pull", h.pullImage)
 	h.mux.HandleFunc("POST /node/v1/templates/images/publish", h.publishImage)
 	h.mux.HandleFunc("POST /node/v1/images/drop", h.dropImages)
-	h.mux.HandleFunc("GET /node/v1/images/pending", h.pendingImages)
 	h.mux.HandleFunc("GET /node/v1/runtimes", h.runtimes)
-	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/unpause", h.unpause)
 	h.mux.HandleFunc("GET /node/v1/sandboxes/{id}/cpu", h.cpu)
 	h.mux.HandleFunc("GET /node/v1/sandboxes/{id}/metrics", h.metrics)
 	h.mux.HandleFunc("POST /node/v1/sandboxes/{id}/flows", h.flows)
@@ -178,46 +175,28 @@ func (h *Handler) setNetwork(w http.ResponseWriter, r *http.Request) {
 	h.answer(w, r, nil, err)
 }
 
-// checkpointBody is a checkpoint's request.
-type checkpointBody struct {
-	SnapshotID   string `json:"snapshot_id"`
-	LeaveRunning bool   `json:"leave_running"`
-	IfIdle       bool   `json:"if_idle,omitempty"`
-}
-
-func (h *Handler) checkpoint(w http.ResponseWriter, r *http.Request) {
-	var req checkpointBody
-	if err := decode(r.Body, &req); err != nil {
-		h.answer(w, r, nil, err)
-		return
-	}
-	img, err := h.b.CheckpointSandbox(r.Context(), r.PathValue("id"), nodecontract.CheckpointRequest{SnapshotID: req.SnapshotID, LeaveRunning: req.LeaveRunning, IfIdle: req.IfIdle})
-	h.answer(w, r, img, err)
-}
-
-// storeBody is a StoreImage request.
-type storeBody struct {
+// snapshotBody is a snapshot's request (nodecontract.SnapshotRequest).
+type snapshotBody struct {
 	Tenant     string            `json:"tenant"`
-	SnapshotID string            `json:"snapshot_id"`
-	Grant      []byte            `json:"grant"`
+	SnapshotID string            `json:"snapshot"`
+	Then       nodecontract.Then `json:"then"`
+	IfIdle     bool              `json:"if_idle,omitempty"`
 	Meta       map[string]string `json:"meta,omitempty"`
 }
 
-func (h *Handler) storeImage(w http.ResponseWriter, r *http.Request) {
-	var req storeBody
-	if err := decode(r.Body, &req); err != nil {
+func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) {
+	var b snapshotBody
+	if err := decode(r.Body, &b); err != nil {
 		h.answer(w, r, nil, err)
 		return
 	}
-	g, err := snapshot.UnmarshalGrant(req.Tenant, req.Grant)
-	clear(req.Grant)
-	if err != nil {
+	req := nodecontract.SnapshotRequest{TenantID: b.Tenant, SnapshotID: b.SnapshotID, Then: b.Then, IfIdle: b.IfIdle, Meta: b.Meta}
+	if err := req.Check(); err != nil {
 		h.answer(w, r, nil, err)
 		return
 	}
-	defer g.Clear()
-	stats, err := h.b.StoreImage(r.Context(), nodecontract.StoreRequest{TenantID: req.Tenant, SnapshotID: req.SnapshotID, Grant: g, Meta: req.Meta})
-	h.answer(w, r, stats, err)
+	img, err := h.b.Snapshot(r.Context(), r.PathValue("id"), req)
+	h.answer(w, r, img, err)
 }
 
 // imageBackend is a node that takes template images and shares them (node.Local).
@@ -304,18 +283,6 @@ func (h *Handler) dropImages(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) runtimes(w http.ResponseWriter, r *http.Request) {
 	rs, err := h.b.Runtimes(r.Context())
 	h.answer(w, r, rs, err)
-}
-
-func (h *Handler) pendingImages(w http.ResponseWriter, r *http.Request) {
-	ids, err := h.b.PendingImages(r.Context())
-	if ids == nil {
-		ids = []string{}
-	}
-	h.answer(w, r, ids, err)
-}
-
-func (h *Handler) unpause(w http.ResponseWriter, r *http.Request) {
-	h.answer(w, r, nil, h.b.UnpauseSandbox(r.Context(), r.PathValue("id")))
 }
 
 type cpuBody struct {
