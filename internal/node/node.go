@@ -219,7 +219,7 @@ func New(cfg Config) (*Local, error) {
 		}
 		// The stores a previous run (or a crash) left unfinished go on.
 		for _, id := range n.images.sweepPending() {
-			n.startStore(id)
+			n.startStore(id, false) // said before, perhaps: the control plane takes it again
 		}
 	}
 	return n, nil
@@ -955,7 +955,9 @@ func (n *Local) Shutdown(ctx context.Context) error {
 
 // Snapshot saves a running sandbox's memory, processes and files as the image of snapshot
 // req.SnapshotID (see runtime.Checkpointer), then lets it run on (nodecontract.ThenRun) or destroys it
-// (nodecontract.ThenDestroy; a destroy that fails is logged: the image is what counts). The daemon lets
+// (nodecontract.ThenDestroy; a destroy that fails is logged: the image is what counts). Before it
+// answers it tells the control plane that the image is saved (SnapshotCalls.SnapshotSaved); with
+// ThenDestroy, before the sandbox goes, and if it cannot, the sandbox runs on and the snapshot fails. The daemon lets
 // go of its channel for it (link streams in progress end; the processes live on and can be
 // re-attached); a sandbox that runs on is connected to anew. The image is kept on the node, synced,
 // with its store's job beside it, and a background store writes it into the snapshot store and reports
@@ -1006,14 +1008,43 @@ func (n *Local) saveSnapshot(ctx context.Context, id string, req nodecontract.Sn
 	var img nodecontract.Image
 	saved := func() error {
 		img = n.image(drv, dir)
-		return im.writeJob(req.SnapshotID, storeJob{Tenant: req.TenantID, Meta: req.Meta, Image: img})
+		if err := im.writeJob(req.SnapshotID, storeJob{Tenant: req.TenantID, Meta: req.Meta, Image: img}); err != nil {
+			return err
+		}
+		if req.Then == nodecontract.ThenRun {
+			return nil
+		}
+		// The sandbox goes only once the image is on record: else it runs on, and the snapshot fails.
+		if err := n.saySaved(ctx, req.TenantID, req.SnapshotID, img); err != nil {
+			os.Remove(im.jobPath(req.SnapshotID))
+			return fmt.Errorf("snapshot %s: the control plane did not take the saved image on record: %w", req.SnapshotID, err)
+		}
+		return nil
 	}
 	if err := n.checkpoint(ctx, id, dir, req.Then == nodecontract.ThenRun, req.IfIdle, saved); err != nil {
 		return nodecontract.Image{}, err
 	}
+	said := true
+	if req.Then == nodecontract.ThenRun {
+		// The sandbox runs on either way; the store says it again first if this fails.
+		if err := n.saySaved(ctx, req.TenantID, req.SnapshotID, img); err != nil {
+			n.log.Warn("the control plane did not take a saved snapshot image on record; the store tries again", "snapshot", req.SnapshotID, "err", err)
+			said = false
+		}
+	}
 	n.prefetch(dir)
-	n.startStore(req.SnapshotID)
+	n.startStore(req.SnapshotID, said)
 	return img, nil
+}
+
+// savedTimeout bounds Snapshot's call of SnapshotCalls.SnapshotSaved.
+const savedTimeout = 30 * time.Second
+
+// saySaved tells the control plane that the node saved img as the image of snapID (SnapshotSaved).
+func (n *Local) saySaved(ctx context.Context, tenantID, snapID string, img nodecontract.Image) error {
+	ctx, cancel := context.WithTimeout(ctx, savedTimeout)
+	defer cancel()
+	return n.cfg.SnapshotCalls.SnapshotSaved(ctx, nodecontract.SnapshotReport{TenantID: tenantID, SnapshotID: snapID, Image: img})
 }
 
 // checkpoint saves sandbox id into dir (made anew; its parent directory must exist), leaving it running

@@ -55,12 +55,25 @@ type calls struct {
 	cp *snapshot.Store
 
 	mu sync.Mutex
-	// grantErr and storedErr, while set, are answered instead of a grant or taking a report.
-	grantErr, storedErr error
-	grants              int
-	reports             []nodecontract.SnapshotReport
+	// savedErr, grantErr and storedErr, while set, are answered instead of taking the word that an
+	// image is saved, a grant, or taking a report.
+	savedErr, grantErr, storedErr error
+	// saved are the words taken that an image is saved.
+	saved   []nodecontract.SnapshotReport
+	grants  int
+	reports []nodecontract.SnapshotReport
 	// reported receives each report taken.
 	reported chan nodecontract.SnapshotReport
+}
+
+func (c *calls) SnapshotSaved(ctx context.Context, rep nodecontract.SnapshotReport) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.savedErr != nil {
+		return c.savedErr
+	}
+	c.saved = append(c.saved, rep)
+	return nil
 }
 
 func (c *calls) SnapshotGrant(ctx context.Context, tenantID, snapshotID string) (*snapshot.Grant, error) {
@@ -92,6 +105,25 @@ func (c *calls) set(grantErr, storedErr error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.grantErr, c.storedErr = grantErr, storedErr
+}
+
+func (c *calls) setSaved(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.savedErr = err
+}
+
+// savedOf returns the words taken that the image of snapID is saved.
+func (c *calls) savedOf(snapID string) []nodecontract.SnapshotReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []nodecontract.SnapshotReport
+	for _, r := range c.saved {
+		if r.SnapshotID == snapID {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // taken returns the reports taken so far.
@@ -483,6 +515,12 @@ func TestCheckpointStoreRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each image was on record before its snapshot answered.
+	for id, want := range map[string]nodecontract.Image{"sn_1": img, "sn_2": paused} {
+		if got := e.calls.savedOf(id); len(got) != 1 || !cmp.Equal(got[0], nodecontract.SnapshotReport{TenantID: "tn_1", SnapshotID: id, Image: want}) {
+			t.Errorf("said saved of %s: %+v; want once, with its image %+v", id, got, want)
+		}
+	}
 	if _, err := e.d.Info("sb_1"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("after a snapshot that destroys it, the driver has sb_1: %v", err)
 	}
@@ -794,6 +832,9 @@ func TestStoreAfterRestart(t *testing.T) {
 	if rep := e.waitReport(t, "sn_sb_1"); rep.Lost != "" || rep.LogicalBytes == 0 || rep.Image.Bytes == 0 {
 		t.Errorf("report of the image saved before the restart: %+v; want it stored, with its image", rep)
 	}
+	if got := e.calls.savedOf("sn_sb_1"); len(got) != 2 || got[1] != got[0] {
+		t.Errorf("said saved of sn_sb_1: %+v; want it said again, alike, after the restart", got)
+	}
 	if rep := e.waitReport(t, "sn_sb_2"); rep.Lost == "" || !strings.Contains(rep.Lost, "lost") || rep.Image.Bytes == 0 {
 		t.Errorf("report of the image lost before the restart: %+v; want lost", rep)
 	}
@@ -923,6 +964,55 @@ func TestDropImagesStopsStore(t *testing.T) {
 	if n := node.StoresRunning(e.n); n != 0 {
 		t.Errorf("%d stores after a restart", n)
 	}
+}
+
+// TestSnapshotSaved: a snapshot then destroy whose image the control plane cannot take on record
+// (unreachable, or waiting for no such snapshot) fails and leaves the sandbox running, with no image,
+// job or store; one then run answers all the same, and its store says it again before it stores.
+func TestSnapshotSaved(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	for i, err := range []error{fmt.Errorf("no replica: %w", errdefs.ErrUnavailable), fmt.Errorf("no such snapshot: %w", errdefs.ErrNotFound)} {
+		id := fmt.Sprintf("sb_%d", i)
+		e.create(t, id)
+		e.calls.setSaved(err)
+		_, serr := e.snapshot(t, ctx, id, "sn_"+id, nodecontract.ThenDestroy)
+		if !errors.Is(serr, err) {
+			t.Errorf("Snapshot then destroy, not taken on record = %v; want %v", serr, err)
+		}
+		info := e.info(t, id)
+		if info.Status != (runtime.Status{Running: true}) || !info.Listening || info.Unpauses != 1 {
+			t.Errorf("after it: %+v; want running, listening, unpaused once", info)
+		}
+		if got := e.sh(t, id, "echo alive"); got != "alive" {
+			t.Errorf("after it: %q", got)
+		}
+		if ids, jobs := node.PendingImages(e.n), node.StoreJobs(e.n); len(ids) != 0 || len(jobs) != 0 || node.StoresRunning(e.n) != 0 {
+			t.Errorf("after it: images %v, jobs %v, %d stores; want none", ids, jobs, node.StoresRunning(e.n))
+		}
+	}
+
+	e.calls.setSaved(fmt.Errorf("no replica: %w", errdefs.ErrUnavailable))
+	img, err := e.snapshot(t, ctx, "sb_0", "sn_run", nodecontract.ThenRun)
+	if err != nil {
+		t.Fatalf("Snapshot then run, not taken on record = %v; want it done", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	e.calls.mu.Lock()
+	grants := e.calls.grants
+	e.calls.mu.Unlock()
+	if grants != 0 {
+		t.Errorf("%d grants asked for before the image was on record", grants)
+	}
+	e.calls.setSaved(nil)
+	rep := e.waitReport(t, "sn_run")
+	if rep.Lost != "" || rep.Image != img {
+		t.Errorf("report %+v; want stored", rep)
+	}
+	if got := e.calls.savedOf("sn_run"); len(got) != 1 || got[0].Image != img {
+		t.Errorf("said saved: %+v; want once, by the store", got)
+	}
+	e.noExit(t)
 }
 
 // TestRecover: a node made again on the same data directory and driver re-adopts the sandboxes that

@@ -19,10 +19,11 @@ import (
 
 // The background store. Snapshot saves a sandbox's image into DataDir/images/pending/<snapshot> and,
 // beside it, a job file (<snapshot>.job: the tenant, the manifest's meta and the image's description),
-// both synced before it answers. A store then runs for the snapshot, at most one at a time: it asks the
-// control plane for the tenant's grant (Config.SnapshotCalls), writes the image into the snapshot store
-// (storeImage), clears the grant, and reports the snapshot stored (or its image lost), trying again with
-// backoff until one of them holds. The job file goes once the report is taken. A node that restarts
+// both synced, and tells the control plane the image is saved (Config.SnapshotCalls.SnapshotSaved)
+// before it answers. A store then runs for the snapshot, at most one at a time: it says the image is
+// saved again if that was not heard (or after a restart), asks the control plane for the tenant's grant,
+// writes the image into the snapshot store (storeImage), clears the grant, and reports the snapshot
+// stored (or its image lost), trying again with backoff until one of them holds. The job file goes once the report is taken. A node that restarts
 // (or a process that does, the control plane with it) starts again the stores whose job files it finds.
 //
 // The control plane answers errdefs.ErrNotFound, to the grant or to the report, for a snapshot that no
@@ -75,6 +76,9 @@ type storeRun struct {
 	// again is set when Snapshot saved a new image of the snapshot while the store ran: it goes round
 	// once more rather than end. Guarded by snapStores.mu.
 	again bool
+	// said is set once the control plane took the saved image on record (SnapshotSaved). Guarded by
+	// snapStores.mu.
+	said bool
 }
 
 func newSnapStores() snapStores {
@@ -163,9 +167,10 @@ func (im *images) sweepPending() []string {
 }
 
 // startStore starts the background store of snapID, unless one runs (which then goes round once more
-// before it ends), the node stores nothing in the background, or it is shutting down. The caller holds
-// the snapshot's lock (perSnap) if it just wrote the job.
-func (n *Local) startStore(snapID string) {
+// before it ends), the node stores nothing in the background, or it is shutting down. said tells
+// whether the control plane took the image on record already. The caller holds the snapshot's lock
+// (perSnap) if it just wrote the job.
+func (n *Local) startStore(snapID string, said bool) {
 	im := n.images
 	if im == nil || n.cfg.SnapshotCalls == nil {
 		return
@@ -177,11 +182,11 @@ func (n *Local) startStore(snapID string) {
 		return // the job stays: the next start of the node takes it up
 	}
 	if r := st.runs[snapID]; r != nil {
-		r.again = true
+		r.again, r.said = true, said
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &storeRun{cancel: cancel, done: make(chan struct{})}
+	r := &storeRun{cancel: cancel, done: make(chan struct{}), said: said}
 	st.runs[snapID] = r
 	st.wg.Add(1)
 	go func() { // owner: im.stores; ends once the image is stored and reported or dropped, or on stop or close
@@ -246,7 +251,7 @@ func (n *Local) runStore(ctx context.Context, snapID string, r *storeRun) {
 		var done bool
 		var err error
 		if rep == nil {
-			rep, done, err = n.storeOnce(ctx, snapID)
+			rep, done, err = n.storeOnce(ctx, snapID, r)
 		}
 		if err == nil && !done {
 			err = n.cfg.SnapshotCalls.SnapshotStored(ctx, *rep)
@@ -301,9 +306,9 @@ func (n *Local) finishStore(snapID string, r *storeRun) bool {
 	return true
 }
 
-// storeOnce tries once to store the image of snapID: it returns the report to make, or done if there is
-// nothing to report (the snapshot no longer waits for the image, which is dropped).
-func (n *Local) storeOnce(ctx context.Context, snapID string) (rep *nodecontract.SnapshotReport, done bool, err error) {
+// storeOnce tries once to store the image of snapID (the store r's): it returns the report to make, or
+// done if there is nothing to report (the snapshot no longer waits for the image, which is dropped).
+func (n *Local) storeOnce(ctx context.Context, snapID string, r *storeRun) (rep *nodecontract.SnapshotReport, done bool, err error) {
 	im := n.images
 	j, err := im.readJob(snapID)
 	switch {
@@ -314,6 +319,23 @@ func (n *Local) storeOnce(ctx context.Context, snapID string) (rep *nodecontract
 		n.log.Error("dropping a snapshot image whose store's job cannot be read", "snapshot", snapID, "err", err)
 		im.drop(snapID)
 		return nil, true, nil
+	}
+	im.stores.mu.Lock()
+	said := r.said
+	im.stores.mu.Unlock()
+	if !said {
+		err := n.cfg.SnapshotCalls.SnapshotSaved(ctx, nodecontract.SnapshotReport{TenantID: j.Tenant, SnapshotID: snapID, Image: j.Image})
+		if errors.Is(err, errdefs.ErrNotFound) {
+			n.log.Info("no snapshot waits for the image: dropping it", "snapshot", snapID, "err", err)
+			im.drop(snapID)
+			return nil, true, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("say the image is saved: %w", err)
+		}
+		im.stores.mu.Lock()
+		r.said = true
+		im.stores.mu.Unlock()
 	}
 	t0 := time.Now()
 	g, err := n.cfg.SnapshotCalls.SnapshotGrant(ctx, j.Tenant, snapID)
