@@ -54,6 +54,10 @@ type Control interface {
 	// the key in the clear), or ErrNotFound; NodeCAPut keeps the one the node made for it.
 	NodeCAGet(ctx context.Context, nodeID, tenantID, sessionID string) ([]byte, error)
 	NodeCAPut(ctx context.Context, nodeID, tenantID, sessionID string, ca []byte) error
+	// NodeSnapshotSaved takes the node's word that it saved rep.Image for rep's snapshot, which puts it
+	// on record; errdefs.ErrNotFound if the snapshot waits for no image from this node
+	// (nodecontract.SnapshotCalls).
+	NodeSnapshotSaved(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error
 	// NodeSnapshotGrant returns the grant that opens the tenant's snapshots, for the node to store
 	// snapshotID, which it took; errdefs.ErrNotFound if the snapshot no longer waits for its image
 	// from this node (nodecontract.SnapshotCalls).
@@ -126,8 +130,9 @@ func NewControlHandler(c Control, log *slog.Logger) *ControlHandler {
 	h.mux.HandleFunc("POST /cluster/v1/renew", h.renew)
 	h.mux.HandleFunc("POST /cluster/v1/ca/get", h.caGet)
 	h.mux.HandleFunc("POST /cluster/v1/ca/put", h.caPut)
+	h.mux.HandleFunc("POST /cluster/v1/snapshots/saved", h.snapshotReport(c.NodeSnapshotSaved))
 	h.mux.HandleFunc("POST /cluster/v1/snapshots/grant", h.snapshotGrant)
-	h.mux.HandleFunc("POST /cluster/v1/snapshots/stored", h.snapshotStored)
+	h.mux.HandleFunc("POST /cluster/v1/snapshots/stored", h.snapshotReport(c.NodeSnapshotStored))
 	return h
 }
 
@@ -324,17 +329,20 @@ func (h *ControlHandler) snapshotGrant(w http.ResponseWriter, r *http.Request) {
 	clear(key)
 }
 
-func (h *ControlHandler) snapshotStored(w http.ResponseWriter, r *http.Request) {
-	var rep nodecontract.SnapshotReport
-	if err := decode(r.Body, &rep); err != nil {
-		h.answer(w, r, nil, err)
-		return
+// snapshotReport serves a node's word about a snapshot it took (saved, or stored or lost), to take.
+func (h *ControlHandler) snapshotReport(take func(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var rep nodecontract.SnapshotReport
+		if err := decode(r.Body, &rep); err != nil {
+			h.answer(w, r, nil, err)
+			return
+		}
+		if len(rep.Lost) > nodecontract.MaxLostReason {
+			h.answer(w, r, nil, fmt.Errorf("a lost snapshot's reason of %d bytes: at most %d: %w", len(rep.Lost), nodecontract.MaxLostReason, errdefs.ErrInvalidArgument))
+			return
+		}
+		h.answer(w, r, nil, take(r.Context(), callerNode(r), rep))
 	}
-	if len(rep.Lost) > nodecontract.MaxLostReason {
-		h.answer(w, r, nil, fmt.Errorf("a lost snapshot's reason of %d bytes: at most %d: %w", len(rep.Lost), nodecontract.MaxLostReason, errdefs.ErrInvalidArgument))
-		return
-	}
-	h.answer(w, r, nil, h.c.NodeSnapshotStored(r.Context(), callerNode(r), rep))
 }
 
 // maxAuditBatch bounds the audit entries of one call.
@@ -531,6 +539,11 @@ func (c *ControlClient) SessionCA(ctx context.Context, tenantID, sessionID strin
 // (castore.Remote's Put).
 func (c *ControlClient) KeepSessionCA(ctx context.Context, tenantID, sessionID string, ca []byte) error {
 	return c.call(ctx, "/cluster/v1/ca/put", caBody{Tenant: tenantID, Session: sessionID, CA: ca}, nil)
+}
+
+// SnapshotSaved says that this node saved rep.Image for rep's snapshot (nodecontract.SnapshotCalls).
+func (c *ControlClient) SnapshotSaved(ctx context.Context, rep nodecontract.SnapshotReport) error {
+	return c.call(ctx, "/cluster/v1/snapshots/saved", rep, nil)
 }
 
 // SnapshotGrant returns the grant that opens the tenant's snapshots, for storing snapshotID, which this

@@ -19,13 +19,15 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// fakeControl is a control plane's side of the calls nodes make: it hands out a grant for snapshot
-// sn_1 of tn_1 and takes reports of sn_1, and records what it was asked.
+// fakeControl is a control plane's side of the calls nodes make: it takes the word that sn_1's image is
+// saved, hands out a grant for snapshot sn_1 of tn_1 and takes reports of sn_1, and records what it was
+// asked.
 type fakeControl struct {
 	mu    sync.Mutex
 	calls []string
-	// reports are the snapshot reports taken.
-	reports []nodecontract.SnapshotReport
+	// saved and reports are the words that an image is saved, and the reports of snapshots stored,
+	// taken.
+	saved, reports []nodecontract.SnapshotReport
 }
 
 func (f *fakeControl) record(format string, args ...any) {
@@ -69,6 +71,17 @@ func (f *fakeControl) NodeCAPut(context.Context, string, string, string, []byte)
 // grantKey is the grant fakeControl hands out.
 var grantKey = bytes.Repeat([]byte{0xcd}, 96)
 
+func (f *fakeControl) NodeSnapshotSaved(_ context.Context, nodeID string, rep nodecontract.SnapshotReport) error {
+	f.record("saved %s %s %s", nodeID, rep.TenantID, rep.SnapshotID)
+	if rep.SnapshotID != "sn_1" {
+		return fmt.Errorf("snapshot %s waits for no image: %w", rep.SnapshotID, errdefs.ErrNotFound)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.saved = append(f.saved, rep)
+	return nil
+}
+
 func (f *fakeControl) NodeSnapshotGrant(_ context.Context, nodeID, tenantID, snapshotID string) (*snapshot.Grant, error) {
 	f.record("grant %s %s %s", nodeID, tenantID, snapshotID)
 	if tenantID != "tn_1" || snapshotID != "sn_1" {
@@ -88,8 +101,9 @@ func (f *fakeControl) NodeSnapshotStored(_ context.Context, nodeID string, rep n
 	return nil
 }
 
-// TestSnapshotCalls: a node's ControlClient asks for a snapshot grant and reports a snapshot stored
-// through the cluster port; the grant arrives intact and for its tenant, the report whole, each call
+// TestSnapshotCalls: a node's ControlClient says a snapshot's image is saved, asks for a snapshot grant
+// and reports a snapshot stored through the cluster port; the grant arrives intact and for its tenant,
+// the word and the report whole, each call
 // names the node its certificate does, a snapshot that waits for nothing is not found at the node too,
 // and an overlong lost reason is refused before it reaches the control plane.
 func TestSnapshotCalls(t *testing.T) {
@@ -103,6 +117,13 @@ func TestSnapshotCalls(t *testing.T) {
 	t.Cleanup(func() { cc.Close() })
 	ctx := t.Context()
 
+	saved := nodecontract.SnapshotReport{TenantID: "tn_1", SnapshotID: "sn_1", Image: nodecontract.Image{Bytes: 3 << 20, Runtime: "gvisor", FilesPart: "fs.tar"}}
+	if err := cc.SnapshotSaved(ctx, saved); err != nil {
+		t.Fatal(err)
+	}
+	if err := cc.SnapshotSaved(ctx, nodecontract.SnapshotReport{TenantID: "tn_1", SnapshotID: "sn_gone"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("saved of a snapshot nobody waits for = %v; want not found", err)
+	}
 	g, err := cc.SnapshotGrant(ctx, "tn_1", "sn_1")
 	if err != nil {
 		t.Fatal(err)
@@ -135,9 +156,12 @@ func TestSnapshotCalls(t *testing.T) {
 
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	want := []string{"grant node-a tn_1 sn_1", "grant node-a tn_1 sn_gone", "stored node-a tn_1 sn_1", "stored node-a tn_1 sn_gone", "stored node-a tn_1 sn_1"}
+	want := []string{"saved node-a tn_1 sn_1", "saved node-a tn_1 sn_gone", "grant node-a tn_1 sn_1", "grant node-a tn_1 sn_gone", "stored node-a tn_1 sn_1", "stored node-a tn_1 sn_gone", "stored node-a tn_1 sn_1"}
 	if diff := cmp.Diff(want, fc.calls); diff != "" {
 		t.Errorf("the control plane saw (-want +got):\n%s", diff)
+	}
+	if len(fc.saved) != 1 || !cmp.Equal(fc.saved[0], saved) {
+		t.Errorf("words taken %+v; want %+v", fc.saved, saved)
 	}
 	if len(fc.reports) != 2 || !cmp.Equal(fc.reports[0], rep) {
 		t.Errorf("reports taken %+v; want %+v first", fc.reports, rep)
