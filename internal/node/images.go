@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -56,17 +57,21 @@ type images struct {
 	fetches singleflight.Group
 	slots   chan struct{}
 	urgent  *urgentGate
-	// stores are the background stores of the snapshots taken here (snapstore.go).
+	// stores are the background stores of the snapshots taken here (snapstore.go), which ask calls
+	// (nil: no store runs).
 	stores snapStores
+	calls  nodecontract.SnapshotCalls
+	nodeID string
+	log    *slog.Logger
 }
 
-func newImages(dir string, store *snapshot.Store, budget int64) (*images, error) {
+func newImages(dir string, store *snapshot.Store, budget int64, calls nodecontract.SnapshotCalls, nodeID string, log *slog.Logger) (*images, error) {
 	if budget == 0 {
 		budget = DefaultImageCacheBytes
 	}
 	im := &images{store: store, pending: filepath.Join(dir, "pending"), cache: filepath.Join(dir, "cache"),
 		work: filepath.Join(dir, "work"), budget: budget, slots: make(chan struct{}, storeParallelism), urgent: newUrgentGate(),
-		stores: newSnapStores()}
+		stores: newSnapStores(), calls: calls, nodeID: nodeID, log: log}
 	for _, d := range []string{im.pending, im.cache, im.work} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("node: %w", err)
@@ -98,11 +103,7 @@ func checkSnapID(id string) error {
 // compressed, encrypted with g, which the caller clears) and moves it into the image cache. A snapshot
 // stored already (an earlier try got that far) reports its manifest's statistics. An image this node
 // does not have and that is not stored is an error wrapping errdefs.ErrNotFound: it is lost.
-func (n *Local) storeImage(ctx context.Context, tenantID, snapID string, g *snapshot.Grant, meta map[string]string) (snapshot.Stats, error) {
-	im, err := n.imageStore()
-	if err != nil {
-		return snapshot.Stats{}, err
-	}
+func (im *images) storeImage(ctx context.Context, tenantID, snapID string, g *snapshot.Grant, meta map[string]string) (snapshot.Stats, error) {
 	if err := checkSnapID(snapID); err != nil {
 		return snapshot.Stats{}, err
 	}
@@ -124,11 +125,11 @@ func (n *Local) storeImage(ctx context.Context, tenantID, snapID string, g *snap
 	}
 	dir := im.pendingDir(snapID)
 	if _, serr := os.Stat(dir); errors.Is(serr, fs.ErrNotExist) {
-		return snapshot.Stats{}, fmt.Errorf("snapshot %s on node %s: %w", snapID, n.ID(), errImageLost)
+		return snapshot.Stats{}, fmt.Errorf("snapshot %s on node %s: %w", snapID, im.nodeID, errImageLost)
 	}
 	if !errors.Is(err, errdefs.ErrNotFound) {
 		// An unreadable manifest of an earlier try: write it again.
-		n.log.Warn("rewrite the snapshot's unreadable manifest", "snapshot", snapID, "err", err)
+		im.log.Warn("rewrite the snapshot's unreadable manifest", "snapshot", snapID, "err", err)
 		if err := im.store.Delete(ctx, tenantID, snapID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return snapshot.Stats{}, fmt.Errorf("store image %s: %w", snapID, err)
 		}
@@ -139,7 +140,7 @@ func (n *Local) storeImage(ctx context.Context, tenantID, snapID string, g *snap
 		return snapshot.Stats{}, fmt.Errorf("store image %s: %w", snapID, err)
 	}
 	im.toCache(snapID, dir)
-	n.log.Info("snapshot image stored", "snapshot", snapID, "took", time.Since(t0), "logical_bytes", m.Stats.LogicalBytes,
+	im.log.Info("snapshot image stored", "snapshot", snapID, "took", time.Since(t0), "logical_bytes", m.Stats.LogicalBytes,
 		"new_bytes", m.Stats.NewStoredBytes, "new_chunks", m.Stats.NewChunks, "chunks", m.Stats.Chunks)
 	return m.Stats, nil
 }

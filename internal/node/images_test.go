@@ -45,7 +45,7 @@ func newImagesEnv(t *testing.T, budget int64) *imagesEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im, err := newImages(filepath.Join(dir, "node", "images"), nodeStore, budget)
+	im, err := newImages(filepath.Join(dir, "node", "images"), nodeStore, budget, nil, "node-t", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestStoreAndRestoreImages(t *testing.T) {
 		t.Fatalf("pendingImages = %v", ids)
 	}
 	g := e.grant(t, "tn_1")
-	stats, err := e.n.storeImage(ctx, "tn_1", "sn_1", g, map[string]string{"session": "se_1"})
+	stats, err := e.n.images.storeImage(ctx, "tn_1", "sn_1", g, map[string]string{"session": "se_1"})
 	if err != nil || stats.LogicalBytes != int64(len(memory))+int64(len("layer of sn_1")) || stats.NewChunks == 0 {
 		t.Fatalf("storeImage = %+v, %v", stats, err)
 	}
@@ -102,7 +102,7 @@ func TestStoreAndRestoreImages(t *testing.T) {
 		t.Errorf("pending after the store: %v", ids)
 	}
 	// Again (a retry after a lost answer): the stored snapshot's statistics, nothing written.
-	again, err := e.n.storeImage(ctx, "tn_1", "sn_1", g, nil)
+	again, err := e.n.images.storeImage(ctx, "tn_1", "sn_1", g, nil)
 	if err != nil || again.NewChunks != stats.NewChunks {
 		t.Errorf("storeImage again = %+v, %v", again, err)
 	}
@@ -146,13 +146,13 @@ func TestStoreAndRestoreImages(t *testing.T) {
 		t.Error("another tenant's grant restored tn_1's snapshot")
 	}
 	// Never stored and gone from the node: lost.
-	if _, err := e.n.storeImage(ctx, "tn_1", "sn_9", g, nil); !errors.Is(err, errdefs.ErrNotFound) || !errors.Is(err, errImageLost) {
+	if _, err := e.n.images.storeImage(ctx, "tn_1", "sn_9", g, nil); !errors.Is(err, errdefs.ErrNotFound) || !errors.Is(err, errImageLost) {
 		t.Errorf("storeImage of a lost image = %v; want not found (lost)", err)
 	}
-	if _, err := e.n.storeImage(ctx, "tn_1", "../x", g, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := e.n.images.storeImage(ctx, "tn_1", "../x", g, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("storeImage of a path = %v; want invalid argument", err)
 	}
-	if _, err := e.n.storeImage(ctx, "tn_2", "sn_1", g, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := e.n.images.storeImage(ctx, "tn_2", "sn_1", g, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("storeImage with another tenant's grant = %v; want invalid argument", err)
 	}
 	// DropImages removes pending and cached images.
@@ -173,7 +173,7 @@ func TestImageCacheBudget(t *testing.T) {
 	g := e.grant(t, "tn_1")
 	for i, id := range []string{"sn_a", "sn_b", "sn_c"} {
 		e.save(t, id, bytes.Repeat([]byte{byte(i)}, 1<<20+i))
-		if _, err := e.n.storeImage(ctx, "tn_1", id, g, nil); err != nil {
+		if _, err := e.n.images.storeImage(ctx, "tn_1", id, g, nil); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond) // distinct times of use

@@ -214,12 +214,12 @@ func New(cfg Config) (*Local, error) {
 		starts: &starts{dir: filepath.Join(cfg.DataDir, "starts")}, warm: newWarmPool(cfg.WarmPool), metrics: newSampler()}
 	_ = n.starts.remove("") // what a crash cut off
 	if cfg.Snapshots != nil {
-		if n.images, err = newImages(filepath.Join(cfg.DataDir, "images"), cfg.Snapshots, cfg.ImageCacheBytes); err != nil {
+		if n.images, err = newImages(filepath.Join(cfg.DataDir, "images"), cfg.Snapshots, cfg.ImageCacheBytes, cfg.SnapshotCalls, cfg.ID, n.log); err != nil {
 			return nil, err
 		}
 		// The stores a previous run (or a crash) left unfinished go on.
 		for _, id := range n.images.sweepPending() {
-			n.startStore(id, false) // said before, perhaps: the control plane takes it again
+			n.images.startStore(id, false) // said before, perhaps: the control plane takes it again
 		}
 	}
 	return n, nil
@@ -994,7 +994,7 @@ func (n *Local) saveSnapshot(ctx context.Context, id string, req nodecontract.Sn
 	if err != nil {
 		return nodecontract.Image{}, err
 	}
-	if n.cfg.SnapshotCalls == nil {
+	if im.calls == nil {
 		return nodecontract.Image{}, fmt.Errorf("node %s cannot store snapshots (it has no way to ask the control plane for them): %w", n.ID(), errdefs.ErrFailedPrecondition)
 	}
 	if err := checkSnapID(req.SnapshotID); err != nil {
@@ -1015,7 +1015,7 @@ func (n *Local) saveSnapshot(ctx context.Context, id string, req nodecontract.Sn
 			return nil
 		}
 		// The sandbox goes only once the image is on record: else it runs on, and the snapshot fails.
-		if err := n.saySaved(ctx, req.TenantID, req.SnapshotID, img); err != nil {
+		if err := im.saySaved(ctx, req.TenantID, req.SnapshotID, img); err != nil {
 			os.Remove(im.jobPath(req.SnapshotID))
 			return fmt.Errorf("snapshot %s: the control plane did not take the saved image on record: %w", req.SnapshotID, err)
 		}
@@ -1027,24 +1027,14 @@ func (n *Local) saveSnapshot(ctx context.Context, id string, req nodecontract.Sn
 	said := true
 	if req.Then == nodecontract.ThenRun {
 		// The sandbox runs on either way; the store says it again first if this fails.
-		if err := n.saySaved(ctx, req.TenantID, req.SnapshotID, img); err != nil {
+		if err := im.saySaved(ctx, req.TenantID, req.SnapshotID, img); err != nil {
 			n.log.Warn("the control plane did not take a saved snapshot image on record; the store tries again", "snapshot", req.SnapshotID, "err", err)
 			said = false
 		}
 	}
 	n.prefetch(dir)
-	n.startStore(req.SnapshotID, said)
+	im.startStore(req.SnapshotID, said)
 	return img, nil
-}
-
-// savedTimeout bounds Snapshot's call of SnapshotCalls.SnapshotSaved.
-const savedTimeout = 30 * time.Second
-
-// saySaved tells the control plane that the node saved img as the image of snapID (SnapshotSaved).
-func (n *Local) saySaved(ctx context.Context, tenantID, snapID string, img nodecontract.Image) error {
-	ctx, cancel := context.WithTimeout(ctx, savedTimeout)
-	defer cancel()
-	return n.cfg.SnapshotCalls.SnapshotSaved(ctx, nodecontract.SnapshotReport{TenantID: tenantID, SnapshotID: snapID, Image: img})
 }
 
 // checkpoint saves sandbox id into dir (made anew; its parent directory must exist), leaving it running

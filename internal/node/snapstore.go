@@ -40,6 +40,8 @@ const (
 	maxJobFile = 1 << 20
 	// jobSuffix ends the name of a job file.
 	jobSuffix = ".job"
+	// savedTimeout bounds Snapshot's call of SnapshotCalls.SnapshotSaved.
+	savedTimeout = 30 * time.Second
 )
 
 // lostReason is the SnapshotReport.Lost of an image gone from the node before it was stored.
@@ -166,13 +168,20 @@ func (im *images) sweepPending() []string {
 	return ids
 }
 
+// saySaved tells the control plane that the node saved img as the image of snapID (SnapshotSaved),
+// for Snapshot.
+func (im *images) saySaved(ctx context.Context, tenantID, snapID string, img nodecontract.Image) error {
+	ctx, cancel := context.WithTimeout(ctx, savedTimeout)
+	defer cancel()
+	return im.calls.SnapshotSaved(ctx, nodecontract.SnapshotReport{TenantID: tenantID, SnapshotID: snapID, Image: img})
+}
+
 // startStore starts the background store of snapID, unless one runs (which then goes round once more
 // before it ends), the node stores nothing in the background, or it is shutting down. said tells
 // whether the control plane took the image on record already. The caller holds the snapshot's lock
 // (perSnap) if it just wrote the job.
-func (n *Local) startStore(snapID string, said bool) {
-	im := n.images
-	if im == nil || n.cfg.SnapshotCalls == nil {
+func (im *images) startStore(snapID string, said bool) {
+	if im.calls == nil {
 		return
 	}
 	st := &im.stores
@@ -194,7 +203,7 @@ func (n *Local) startStore(snapID string, said bool) {
 		defer close(r.done)
 		defer cancel()
 		defer st.forget(snapID, r)
-		n.runStore(ctx, snapID, r)
+		im.runStore(ctx, snapID, r)
 	}()
 }
 
@@ -243,27 +252,26 @@ func (st *snapStores) wait(tries int) time.Duration {
 
 // runStore stores the image of snapID and reports it, trying again with backoff, until it is done or
 // ctx ends.
-func (n *Local) runStore(ctx context.Context, snapID string, r *storeRun) {
-	im := n.images
+func (im *images) runStore(ctx context.Context, snapID string, r *storeRun) {
 	tries := 0 // failed in a row
 	var rep *nodecontract.SnapshotReport
 	for {
 		var done bool
 		var err error
 		if rep == nil {
-			rep, done, err = n.storeOnce(ctx, snapID, r)
+			rep, done, err = im.storeOnce(ctx, snapID, r)
 		}
 		if err == nil && !done {
-			err = n.cfg.SnapshotCalls.SnapshotStored(ctx, *rep)
+			err = im.calls.SnapshotStored(ctx, *rep)
 			if errors.Is(err, errdefs.ErrNotFound) {
-				n.log.Info("no snapshot waits for the stored image any more: dropping it", "snapshot", snapID, "err", err)
+				im.log.Info("no snapshot waits for the stored image any more: dropping it", "snapshot", snapID, "err", err)
 				im.drop(snapID)
 				err = nil
 			}
 			done = err == nil
 		}
 		if done {
-			if n.finishStore(snapID, r) {
+			if im.finishStore(snapID, r) {
 				return
 			}
 			rep, tries = nil, 0 // a new image of it was saved meanwhile: store that one
@@ -274,7 +282,7 @@ func (n *Local) runStore(ctx context.Context, snapID string, r *storeRun) {
 		}
 		wait := im.stores.wait(tries)
 		tries++
-		n.log.Warn("store snapshot image; retrying", "snapshot", snapID, "err", err, "retry_in", wait)
+		im.log.Warn("store snapshot image; retrying", "snapshot", snapID, "err", err, "retry_in", wait)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -287,8 +295,7 @@ func (n *Local) runStore(ctx context.Context, snapID string, r *storeRun) {
 
 // finishStore ends the store r of snapID, removing its job, unless Snapshot saved a new image of it
 // meanwhile; it reports whether it ended.
-func (n *Local) finishStore(snapID string, r *storeRun) bool {
-	im := n.images
+func (im *images) finishStore(snapID string, r *storeRun) bool {
 	unlock := im.perSnap.lock(snapID)
 	defer unlock()
 	im.stores.mu.Lock()
@@ -301,22 +308,21 @@ func (n *Local) finishStore(snapID string, r *storeRun) bool {
 		delete(im.stores.runs, snapID)
 	}
 	if err := os.Remove(im.jobPath(snapID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		n.log.Warn("remove a finished store's job", "snapshot", snapID, "err", err)
+		im.log.Warn("remove a finished store's job", "snapshot", snapID, "err", err)
 	}
 	return true
 }
 
 // storeOnce tries once to store the image of snapID (the store r's): it returns the report to make, or
 // done if there is nothing to report (the snapshot no longer waits for the image, which is dropped).
-func (n *Local) storeOnce(ctx context.Context, snapID string, r *storeRun) (rep *nodecontract.SnapshotReport, done bool, err error) {
-	im := n.images
+func (im *images) storeOnce(ctx context.Context, snapID string, r *storeRun) (rep *nodecontract.SnapshotReport, done bool, err error) {
 	j, err := im.readJob(snapID)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, true, nil // dropped meanwhile
 	case err != nil:
 		// Without its tenant, nobody can be asked for the grant nor told: nothing can be done with it.
-		n.log.Error("dropping a snapshot image whose store's job cannot be read", "snapshot", snapID, "err", err)
+		im.log.Error("dropping a snapshot image whose store's job cannot be read", "snapshot", snapID, "err", err)
 		im.drop(snapID)
 		return nil, true, nil
 	}
@@ -324,9 +330,9 @@ func (n *Local) storeOnce(ctx context.Context, snapID string, r *storeRun) (rep 
 	said := r.said
 	im.stores.mu.Unlock()
 	if !said {
-		err := n.cfg.SnapshotCalls.SnapshotSaved(ctx, nodecontract.SnapshotReport{TenantID: j.Tenant, SnapshotID: snapID, Image: j.Image})
+		err := im.calls.SnapshotSaved(ctx, nodecontract.SnapshotReport{TenantID: j.Tenant, SnapshotID: snapID, Image: j.Image})
 		if errors.Is(err, errdefs.ErrNotFound) {
-			n.log.Info("no snapshot waits for the image: dropping it", "snapshot", snapID, "err", err)
+			im.log.Info("no snapshot waits for the image: dropping it", "snapshot", snapID, "err", err)
 			im.drop(snapID)
 			return nil, true, nil
 		}
@@ -338,9 +344,9 @@ func (n *Local) storeOnce(ctx context.Context, snapID string, r *storeRun) (rep 
 		im.stores.mu.Unlock()
 	}
 	t0 := time.Now()
-	g, err := n.cfg.SnapshotCalls.SnapshotGrant(ctx, j.Tenant, snapID)
+	g, err := im.calls.SnapshotGrant(ctx, j.Tenant, snapID)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		n.log.Info("no snapshot waits for the image any more: dropping it", "snapshot", snapID, "err", err)
+		im.log.Info("no snapshot waits for the image any more: dropping it", "snapshot", snapID, "err", err)
 		im.drop(snapID)
 		return nil, true, nil
 	}
@@ -348,11 +354,11 @@ func (n *Local) storeOnce(ctx context.Context, snapID string, r *storeRun) (rep 
 		return nil, false, fmt.Errorf("ask for the tenant's grant: %w", err)
 	}
 	defer g.Clear()
-	stats, err := n.storeImage(ctx, j.Tenant, snapID, g, j.Meta)
+	stats, err := im.storeImage(ctx, j.Tenant, snapID, g, j.Meta)
 	rep = &nodecontract.SnapshotReport{TenantID: j.Tenant, SnapshotID: snapID, Image: j.Image}
 	switch {
 	case errors.Is(err, errImageLost):
-		n.log.Error("snapshot image lost before it was stored", "snapshot", snapID, "tenant", j.Tenant)
+		im.log.Error("snapshot image lost before it was stored", "snapshot", snapID, "tenant", j.Tenant)
 		rep.Lost = lostReason
 	case err != nil:
 		return nil, false, err
