@@ -39,6 +39,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,6 +56,7 @@ import (
 	"github.com/airlockrun/airlock/internal/connections"
 	"github.com/airlockrun/airlock/internal/controlplane"
 	"github.com/airlockrun/airlock/internal/daemon/link"
+	"github.com/airlockrun/airlock/internal/errdefs"
 	"github.com/airlockrun/airlock/internal/fsutil"
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/gateway/castore"
@@ -398,9 +400,12 @@ type server struct {
 	ln        net.Listener
 	publicURL string
 	// self is the control plane's certificate from the cluster CA, with a cluster port (else nil).
-	self       *cluster.SelfCert
-	templates  *template.Catalog
-	cp         *controlplane.Service
+	self      *cluster.SelfCert
+	templates *template.Catalog
+	cp        *controlplane.Service
+	// nodeCP is cp, for the node of this process, whose background stores may call it from the start
+	// (localSnapshotCalls).
+	nodeCP     atomic.Pointer[controlplane.Service]
 	clusterSrv *http.Server
 	api        *http.Server
 	served     chan error // what the API's Serve returned
@@ -580,7 +585,50 @@ func (s *server) startNode(context.Context) error {
 			if cp := s.cp; cp != nil {
 				go cp.HandleSandboxExit(id, reason)
 			}
-		}})
+		},
+		snapshots: localSnapshotCalls{cp: &s.nodeCP}})
+}
+
+// localSnapshotCalls is what the node of this process asks of its control plane for the snapshots it
+// stores (nodecontract.SnapshotCalls): the control plane's own calls, for nodecontract.LocalID. The
+// node starts before the control plane is made: until then it is told to try again.
+type localSnapshotCalls struct {
+	cp *atomic.Pointer[controlplane.Service]
+}
+
+func (c localSnapshotCalls) service() (*controlplane.Service, error) {
+	cp := c.cp.Load()
+	if cp == nil {
+		return nil, fmt.Errorf("the control plane is not up yet: %w", errdefs.ErrUnavailable)
+	}
+	return cp, nil
+}
+
+// SnapshotSaved implements nodecontract.SnapshotCalls.
+func (c localSnapshotCalls) SnapshotSaved(ctx context.Context, rep nodecontract.SnapshotReport) error {
+	cp, err := c.service()
+	if err != nil {
+		return err
+	}
+	return cp.NodeSnapshotSaved(ctx, nodecontract.LocalID, rep)
+}
+
+// SnapshotGrant implements nodecontract.SnapshotCalls.
+func (c localSnapshotCalls) SnapshotGrant(ctx context.Context, tenantID, snapshotID string) (*snapshot.Grant, error) {
+	cp, err := c.service()
+	if err != nil {
+		return nil, err
+	}
+	return cp.NodeSnapshotGrant(ctx, nodecontract.LocalID, tenantID, snapshotID)
+}
+
+// SnapshotStored implements nodecontract.SnapshotCalls.
+func (c localSnapshotCalls) SnapshotStored(ctx context.Context, rep nodecontract.SnapshotReport) error {
+	cp, err := c.service()
+	if err != nil {
+		return err
+	}
+	return cp.NodeSnapshotStored(ctx, nodecontract.LocalID, rep)
 }
 
 // openClusterIdentity gives the control plane, with a cluster port, a certificate from the cluster CA,
@@ -632,6 +680,7 @@ func (s *server) startControlPlane(ctx context.Context) error {
 		return err
 	}
 	s.cp = cp
+	s.nodeCP.Store(cp)
 	key, err := cp.Bootstrap(ctx)
 	if err != nil {
 		return err
@@ -938,6 +987,8 @@ type hostNode struct {
 	// reg, if set, gets the egress metrics.
 	reg    *prometheus.Registry
 	onExit func(id, reason string)
+	// snapshots is what the node asks of the control plane for the snapshots it stores.
+	snapshots nodecontract.SnapshotCalls
 }
 
 // flowSweepEvery is how often a node deletes the flow logs past their retention.
@@ -981,6 +1032,7 @@ func (s *system) startHostNode(h hostNode) error {
 		OnExit:          h.onExit,
 		Logger:          s.log,
 		Snapshots:       s.snaps,
+		SnapshotCalls:   h.snapshots,
 		ImageCacheBytes: s.host.ImageCacheBytes,
 		WarmPool:        s.host.WarmPool,
 	})

@@ -308,7 +308,7 @@ func (n *nodeProcess) openSnapshots(ctx context.Context) error {
 func (n *nodeProcess) startNode(context.Context) error {
 	cc := n.cc
 	return n.startHostNode(hostNode{id: n.joined.info.ID, keys: cc, secret: cc.Secret, token: cc.Token, audit: cc.Record,
-		onExit: cc.SandboxExit, sessionCA: cc.SessionCA, keepSessionCA: cc.KeepSessionCA})
+		onExit: cc.SandboxExit, sessionCA: cc.SessionCA, keepSessionCA: cc.KeepSessionCA, snapshots: cc})
 }
 
 // listen binds the node API's address, and settles the address the control planes reach it at.
