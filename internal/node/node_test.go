@@ -248,6 +248,19 @@ func (e *env) snapshot(t *testing.T, ctx context.Context, id, snapID string, the
 	return e.n.Snapshot(ctx, id, nodecontract.SnapshotRequest{TenantID: "tn_1", SnapshotID: snapID, Then: then})
 }
 
+// snapshotWaiting snapshots a new sandbox sb_1 as sn_1 of tn_1 while the blob store is broken: its store
+// waits, its image pending, until the test mends the blob store.
+func (e *env) snapshotWaiting(t *testing.T, then nodecontract.Then) nodecontract.Image {
+	t.Helper()
+	e.blobs.broken.Store(true)
+	e.create(t, "sb_1")
+	img, err := e.snapshot(t, t.Context(), "sb_1", "sn_1", then)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
 // waitReport waits for the report of snapID.
 func (e *env) waitReport(t *testing.T, snapID string) nodecontract.SnapshotReport {
 	t.Helper()
@@ -757,11 +770,7 @@ func TestSnapshotWithoutCalls(t *testing.T) {
 func TestStoreRetries(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	e.blobs.broken.Store(true)
-	e.create(t, "sb_1")
-	if _, err := e.snapshot(t, ctx, "sb_1", "sn_1", nodecontract.ThenDestroy); err != nil {
-		t.Fatal(err)
-	}
+	e.snapshotWaiting(t, nodecontract.ThenDestroy)
 	// Several tries fail (grants are asked for each).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		e.calls.mu.Lock()
@@ -901,13 +910,7 @@ func TestStoreNotWanted(t *testing.T) {
 // reports the snapshot lost, once, instead of trying forever.
 func TestStoreImageLost(t *testing.T) {
 	e := newEnv(t)
-	ctx := t.Context()
-	e.blobs.broken.Store(true)
-	e.create(t, "sb_1")
-	img, err := e.snapshot(t, ctx, "sb_1", "sn_1", nodecontract.ThenRun)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := e.snapshotWaiting(t, nodecontract.ThenRun)
 	if err := os.RemoveAll(node.PendingDir(e.n, "sn_1")); err != nil {
 		t.Fatal(err)
 	}
@@ -931,11 +934,7 @@ func TestStoreImageLost(t *testing.T) {
 func TestDropImagesStopsStore(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	e.blobs.broken.Store(true)
-	e.create(t, "sb_1")
-	if _, err := e.snapshot(t, ctx, "sb_1", "sn_1", nodecontract.ThenDestroy); err != nil {
-		t.Fatal(err)
-	}
+	e.snapshotWaiting(t, nodecontract.ThenDestroy)
 	if n := node.StoresRunning(e.n); n != 1 {
 		t.Fatalf("%d stores run; want one", n)
 	}

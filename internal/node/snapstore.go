@@ -263,9 +263,7 @@ func (im *images) runStore(ctx context.Context, snapID string, r *storeRun) {
 		}
 		if err == nil && !done {
 			err = im.calls.SnapshotStored(ctx, *rep)
-			if errors.Is(err, errdefs.ErrNotFound) {
-				im.log.Info("no snapshot waits for the stored image any more: dropping it", "snapshot", snapID, "err", err)
-				im.drop(snapID)
+			if im.unwanted(snapID, err) {
 				err = nil
 			}
 			done = err == nil
@@ -313,6 +311,17 @@ func (im *images) finishStore(snapID string, r *storeRun) bool {
 	return true
 }
 
+// unwanted reports whether err, the control plane's answer about snapID, says that no snapshot waits
+// for its image (errdefs.ErrNotFound), and if so drops the image and its job.
+func (im *images) unwanted(snapID string, err error) bool {
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		return false
+	}
+	im.log.Info("no snapshot waits for the image: dropping it", "snapshot", snapID, "err", err)
+	im.drop(snapID)
+	return true
+}
+
 // storeOnce tries once to store the image of snapID (the store r's): it returns the report to make, or
 // done if there is nothing to report (the snapshot no longer waits for the image, which is dropped).
 func (im *images) storeOnce(ctx context.Context, snapID string, r *storeRun) (rep *nodecontract.SnapshotReport, done bool, err error) {
@@ -331,9 +340,7 @@ func (im *images) storeOnce(ctx context.Context, snapID string, r *storeRun) (re
 	im.stores.mu.Unlock()
 	if !said {
 		err := im.calls.SnapshotSaved(ctx, nodecontract.SnapshotReport{TenantID: j.Tenant, SnapshotID: snapID, Image: j.Image})
-		if errors.Is(err, errdefs.ErrNotFound) {
-			im.log.Info("no snapshot waits for the image: dropping it", "snapshot", snapID, "err", err)
-			im.drop(snapID)
+		if im.unwanted(snapID, err) {
 			return nil, true, nil
 		}
 		if err != nil {
@@ -345,9 +352,7 @@ func (im *images) storeOnce(ctx context.Context, snapID string, r *storeRun) (re
 	}
 	t0 := time.Now()
 	g, err := im.calls.SnapshotGrant(ctx, j.Tenant, snapID)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		im.log.Info("no snapshot waits for the image any more: dropping it", "snapshot", snapID, "err", err)
-		im.drop(snapID)
+	if im.unwanted(snapID, err) {
 		return nil, true, nil
 	}
 	if err != nil {

@@ -16,13 +16,14 @@ import (
 	"github.com/airlockrun/airlock/internal/nodeapi"
 	"github.com/airlockrun/airlock/internal/nodecontract"
 	"github.com/airlockrun/airlock/internal/snapshot"
-	"github.com/airlockrun/airlock/internal/store"
 )
 
 // fakeControl is a control plane's side of the calls nodes make: it takes the word that sn_1's image is
 // saved, hands out a grant for snapshot sn_1 of tn_1 and takes reports of sn_1, and records what it was
-// asked.
+// asked. The calls it does not serve are nodeapi.Control's (nil: they panic).
 type fakeControl struct {
+	nodeapi.Control
+
 	mu    sync.Mutex
 	calls []string
 	// saved and reports are the words that an image is saved, and the reports of snapshots stored,
@@ -36,37 +37,8 @@ func (f *fakeControl) record(format string, args ...any) {
 	f.calls = append(f.calls, fmt.Sprintf(format, args...))
 }
 
-var errNotHere = fmt.Errorf("not served by this fake: %w", errdefs.ErrFailedPrecondition)
-
+// CheckNode lets every node in.
 func (f *fakeControl) CheckNode(context.Context, string, string) error { return nil }
-func (f *fakeControl) NodeSecret(context.Context, string, string, string, string) ([]byte, error) {
-	return nil, errNotHere
-}
-func (f *fakeControl) NodeToken(context.Context, string, string, string, string) ([]byte, error) {
-	return nil, errNotHere
-}
-func (f *fakeControl) NodeWrapKey(context.Context, string, string, []byte) ([]byte, string, error) {
-	return nil, "", errNotHere
-}
-func (f *fakeControl) NodeUnwrapKey(context.Context, string, string, string, []byte) ([]byte, error) {
-	return nil, errNotHere
-}
-func (f *fakeControl) NodeAudit(context.Context, string, []store.AuditEntry) error { return errNotHere }
-func (f *fakeControl) NodeSandboxExit(context.Context, string, string, string) error {
-	return errNotHere
-}
-func (f *fakeControl) NodeHeartbeat(context.Context, string, string, nodeapi.Heartbeat) error {
-	return errNotHere
-}
-func (f *fakeControl) NodeRenew(context.Context, string, string, []byte) ([]byte, error) {
-	return nil, errNotHere
-}
-func (f *fakeControl) NodeCAGet(context.Context, string, string, string) ([]byte, error) {
-	return nil, errNotHere
-}
-func (f *fakeControl) NodeCAPut(context.Context, string, string, string, []byte) error {
-	return errNotHere
-}
 
 // grantKey is the grant fakeControl hands out.
 var grantKey = bytes.Repeat([]byte{0xcd}, 96)
