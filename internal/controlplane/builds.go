@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlockrun/airlock/internal/template/buildctx"
 	"io"
 	"path"
 	"regexp"
@@ -118,7 +119,7 @@ func (s *builder) BuildTemplate(ctx context.Context, tenantID, name string, req 
 	if req.Context == nil {
 		return Template{}, invalid("the build context is required")
 	}
-	bc, err := spoolContext(req.Context)
+	bc, err := buildctx.Spool(req.Context)
 	if err != nil {
 		return Template{}, err
 	}
@@ -127,11 +128,11 @@ func (s *builder) BuildTemplate(ctx context.Context, tenantID, name string, req 
 	if dfName == "" {
 		dfName = "Dockerfile"
 	}
-	dfName, err = contextName(dfName)
+	dfName, err = buildctx.Name(dfName)
 	if err != nil || dfName == "" {
 		return Template{}, invalid("dockerfile %q: want a path in the build context", req.Dockerfile)
 	}
-	df, err := bc.readFile(dfName, maxDockerfile)
+	df, err := bc.ReadFile(dfName, maxDockerfile)
 	if err != nil {
 		return Template{}, err
 	}
@@ -257,7 +258,7 @@ func (s *builder) BuildTemplate(ctx context.Context, tenantID, name string, req 
 			st.cfg.WorkingDir = path.Clean(dir)
 			if img, cached, err = s.layerStep(ctx, st, in, req, "WORKDIR "+st.cfg.WorkingDir, func() (oci.Step, error) {
 				var b bytes.Buffer
-				err := writeDirs(&b, st.cfg.WorkingDir)
+				err := buildctx.WriteDirs(&b, st.cfg.WorkingDir)
 				return oci.Step{Layer: &b, Into: true}, err
 			}); err != nil {
 				return Template{}, err
@@ -398,14 +399,14 @@ func (s *builder) layerStep(ctx context.Context, st *buildState, in dockerfile.I
 
 // copyStep is COPY or ADD (without URLs; archives are copied, not unpacked): args are the sources and
 // the destination, flags its --chown and --chmod, expanded.
-func (s *builder) copyStep(ctx context.Context, st *buildState, in dockerfile.Instruction, req BuildRequest, bc *buildContext, args []string, flags map[string]string) (string, bool, error) {
+func (s *builder) copyStep(ctx context.Context, st *buildState, in dockerfile.Instruction, req BuildRequest, bc *buildctx.Context, args []string, flags map[string]string) (string, bool, error) {
 	srcs, dest := args[:len(args)-1], args[len(args)-1]
 	destIsDir := strings.HasSuffix(dest, "/")
 	if !path.IsAbs(dest) {
 		dest = path.Join(workdirOf(st.cfg), dest)
 	}
 	dest = path.Clean(dest)
-	uid, gid, err := parseChown(flags["chown"])
+	uid, gid, err := buildctx.ParseChown(flags["chown"])
 	if err != nil {
 		return "", false, fmt.Errorf("line %d: %w", in.Line, err)
 	}
@@ -415,15 +416,15 @@ func (s *builder) copyStep(ctx context.Context, st *buildState, in dockerfile.In
 			return "", false, invalid("line %d: --chmod=%s: want an octal mode", in.Line, c)
 		}
 	}
-	p, err := bc.plan(srcs, dest, destIsDir)
+	p, err := bc.Plan(srcs, dest, destIsDir)
 	if err != nil {
 		return "", false, fmt.Errorf("line %d: %w", in.Line, err)
 	}
-	key := fmt.Sprintf("COPY %s uid=%d gid=%d chmod=%d", bc.digest(p), uid, gid, chmod)
+	key := fmt.Sprintf("COPY %s uid=%d gid=%d chmod=%d", bc.Digest(p), uid, gid, chmod)
 	return s.layerStep(ctx, st, in, req, key, func() (oci.Step, error) {
 		pr, pw := io.Pipe()
 		go func() { // owner: the layer's reader (Derive), which reads it to its end or closes it
-			pw.CloseWithError(bc.writeLayer(pw, p, uid, gid, chmod))
+			pw.CloseWithError(bc.WriteLayer(pw, p, uid, gid, chmod))
 		}()
 		return oci.Step{Layer: pr, Into: true}, nil
 	})
@@ -630,3 +631,6 @@ func setEnv(env []string, k, v string) []string {
 	}
 	return append(out, k+"="+v)
 }
+
+// MaxBuildContext bounds a build's context (buildctx.Max).
+const MaxBuildContext = buildctx.Max

@@ -562,7 +562,6 @@ func (n *fakeNode) RestoreSandbox(ctx context.Context, req nodecontract.CreateRe
 	return nil
 }
 
-
 func (n *fakeNode) RewrapCAs(ctx context.Context, tenantID string) (int, error) { return 0, nil }
 
 func (n *fakeNode) CopyCA(ctx context.Context, fromID, toID, tenantID string) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,55 +289,59 @@ const (
 // list of their times): the budget is the session's, whichever replica resumes it.
 const crashDocPrefix = "crashes/"
 
-// allowCrashResume reports whether session id may be resumed after a crash now, and counts it if so, in
+// crashBudget counts the automatic resumes of sessions whose sandbox crashed: in the Store's documents
+// (allowStored), or in this replica (allow) when the Store cannot be reached.
+type crashBudget struct {
+	store store.Docs
+	log   *slog.Logger
+	now   func() time.Time
+
+	mu sync.Mutex
+	m  map[string][]time.Time // resumes within crashWindow, by session (allow); guarded by mu
+}
+
+// allowStored reports whether session id may be resumed after a crash now, and counts it if so, in
 // the Store, so that every replica counts against one budget. A Store that cannot be read or written
-// falls back to this replica's own count.
-func (s *sessions) allowCrashResume(ctx context.Context, id string) bool {
-	now := s.now()
+// falls back to this replica's own count (allow).
+func (b *crashBudget) allowStored(ctx context.Context, id string) bool {
+	now := b.now()
 	key := crashDocPrefix + id
 	for range 5 {
-		d, err := s.store.GetDoc(ctx, key)
+		d, err := b.store.GetDoc(ctx, key)
 		var times []time.Time
 		switch {
 		case errors.Is(err, errdefs.ErrNotFound):
 			d = store.Doc{Key: key}
 		case err != nil:
-			s.log.Warn("crash budget: read; counting in this replica", "session", id, "err", err)
-			return s.crashes.allow(id, now)
+			b.log.Warn("crash budget: read; counting in this replica", "session", id, "err", err)
+			return b.allow(id, now)
 		default:
 			_ = json.Unmarshal(d.Value, &times) // unreadable: counted from none
 		}
-		b := crashBudget{m: map[string][]time.Time{id: times}}
-		ok := b.allow(id, now)
-		if d.Value, err = json.Marshal(b.m[id]); err != nil {
-			return s.crashes.allow(id, now)
+		one := crashBudget{m: map[string][]time.Time{id: times}}
+		ok := one.allow(id, now)
+		if d.Value, err = json.Marshal(one.m[id]); err != nil {
+			return b.allow(id, now)
 		}
-		_, err = s.store.PutDoc(ctx, d)
+		_, err = b.store.PutDoc(ctx, d)
 		switch {
 		case err == nil:
 			return ok
 		case errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrAlreadyExists):
 			continue // another replica counted meanwhile: count again
 		default:
-			s.log.Warn("crash budget: write; counting in this replica", "session", id, "err", err)
-			return s.crashes.allow(id, now)
+			b.log.Warn("crash budget: write; counting in this replica", "session", id, "err", err)
+			return b.allow(id, now)
 		}
 	}
 	return false
 }
 
 // forgetCrashes removes the count of a deleted session's crash resumes.
-func (s *sessions) forgetCrashes(ctx context.Context, id string) {
-	if d, err := s.store.GetDoc(ctx, crashDocPrefix+id); err == nil {
-		_ = s.store.DeleteDoc(ctx, d.Key, d.Version)
+func (b *crashBudget) forget(ctx context.Context, id string) {
+	if d, err := b.store.GetDoc(ctx, crashDocPrefix+id); err == nil {
+		_ = b.store.DeleteDoc(ctx, d.Key, d.Version)
 	}
-}
-
-// crashBudget counts the automatic resumes of sessions whose sandbox crashed (over the documents of
-// allowCrashResume, or in this replica when the Store cannot be reached).
-type crashBudget struct {
-	mu sync.Mutex
-	m  map[string][]time.Time // resumes within crashWindow, by session; guarded by mu
 }
 
 // allow reports whether session id may be resumed after a crash at now, and counts it if so.
@@ -673,7 +678,7 @@ func (s *sessions) adoptOp(ctx context.Context, se store.Session) {
 	for _, sb := range sbs {
 		if sb.ID != fresh.SandboxID {
 			s.log.Info("destroying a sandbox a replica that went away left", "session", se.ID, "sandbox", sb.ID)
-			s.destroySessionSandbox(ctx, se.TenantID, sb.ID, "its session's operation was interrupted")
+			s.endSessionSandbox(ctx, se.TenantID, sb.ID, "its session's operation was interrupted", true)
 		}
 	}
 }

@@ -349,12 +349,6 @@ func (s *sandboxes) destroyLocked(ctx context.Context, sb store.Sandbox, reason 
 	return s.endLocked(ctx, sb, reason, true)
 }
 
-// recordDestroyed records stopped a sandbox its node destroyed already (a pause's Snapshot did). The
-// caller holds sb's lock.
-func (s *sandboxes) recordDestroyed(ctx context.Context, sb store.Sandbox, reason string) (store.Sandbox, error) {
-	return s.endLocked(ctx, sb, reason, false)
-}
-
 // endLocked records sb stopping, destroys it on its node if onNode, and records it stopped with reason.
 func (s *sandboxes) endLocked(ctx context.Context, sb store.Sandbox, reason string, onNode bool) (store.Sandbox, error) {
 	if sb.State == store.StateStopped {

@@ -465,27 +465,14 @@ func (s *sessions) pauseLocked(ctx context.Context, se store.Session, reason str
 	}
 	faultinject.Crash("pause-session-paused")
 	// The node destroyed the sandbox: its record is closed without another call to the node.
-	s.closeSessionSandbox(ctx, se.TenantID, sbID, "session paused")
+	s.endSessionSandbox(ctx, se.TenantID, sbID, "session paused", false)
 	s.log.Info("session paused", "session", se.ID, "snapshot", snap.ID, "took", s.now().Sub(start), "image_bytes", snap.LogicalBytes)
 	return se, nil
 }
 
-// closeSessionSandbox records stopped a sandbox of a session that its node destroyed already.
-func (s *sessions) closeSessionSandbox(ctx context.Context, tenantID, sbID, reason string) {
-	unlock := s.locks.Lock(sbID)
-	defer unlock()
-	sb, err := s.store.GetSandbox(ctx, tenantID, sbID)
-	if err != nil {
-		s.log.Warn("session sandbox record", "sandbox", sbID, "err", err)
-		return
-	}
-	if _, err := s.sandboxes.recordDestroyed(ctx, sb, reason); err != nil {
-		s.log.Error("close session sandbox record", "sandbox", sbID, "err", err)
-	}
-}
-
-// destroySessionSandbox destroys a session's sandbox that the session no longer uses.
-func (s *sessions) destroySessionSandbox(ctx context.Context, tenantID, sbID, reason string) {
+// endSessionSandbox destroys a session's sandbox that the session no longer uses (onNode), or records
+// stopped one its node destroyed already (a pause's Snapshot did).
+func (s *sessions) endSessionSandbox(ctx context.Context, tenantID, sbID, reason string, onNode bool) {
 	if sbID == "" {
 		return
 	}
@@ -496,7 +483,7 @@ func (s *sessions) destroySessionSandbox(ctx context.Context, tenantID, sbID, re
 		s.log.Warn("session sandbox record", "sandbox", sbID, "err", err)
 		return
 	}
-	if _, err := s.sandboxes.destroyLocked(ctx, sb, reason); err != nil {
+	if _, err := s.sandboxes.endLocked(ctx, sb, reason, onNode); err != nil {
 		s.log.Error("destroy session sandbox", "sandbox", sbID, "err", err)
 	}
 }
@@ -695,7 +682,7 @@ func (s *sessions) resumeLocked(ctx context.Context, se store.Session) (store.Se
 	})
 	if err != nil {
 		// Settled meanwhile by another (a replica that took the operation over): this sandbox must not run.
-		s.destroySessionSandbox(ctx, se.TenantID, sb.ID, "its session's resume was taken over")
+		s.endSessionSandbox(ctx, se.TenantID, sb.ID, "its session's resume was taken over", true)
 	}
 	if err == nil {
 		s.log.Info("session resumed", "session", se.ID, "snapshot", se.HeadSnapshotID, "sandbox", sb.ID, "took", s.now().Sub(start),
@@ -946,7 +933,7 @@ func (s *sessions) deleteLocked(ctx context.Context, se store.Session) error {
 	if err != nil {
 		return err
 	}
-	s.destroySessionSandbox(ctx, se.TenantID, se.SandboxID, "session deleted")
+	s.endSessionSandbox(ctx, se.TenantID, se.SandboxID, "session deleted", true)
 	// Its snapshots go, except one a fork still resumes from (the store refuses to drop its record) and
 	// its head, whose record goes with the session's (collectSnapshots finishes what is left).
 	if s.snapshots != nil {
@@ -986,7 +973,7 @@ func (s *sessions) deleteLocked(ctx context.Context, se store.Session) error {
 		return err
 	}
 	s.forgetCA(ctx, se.TenantID, se.ID)
-	s.forgetCrashes(ctx, se.ID)
+	s.crashes.forget(ctx, se.ID)
 	// Drop the record (and its remaining snapshots' records) unless a fork or a kept snapshot still
 	// resumes from one; then the head goes on its own, unless it is that one.
 	dropped := s.store.DeleteSession(ctx, se.TenantID, se.ID) == nil
@@ -1160,7 +1147,7 @@ func (s *sessions) sessionSandboxExited(tenantID, sessionID, sbID, reason string
 	}
 	// Not the session's doing (its node went away, or its runtime or daemon died or was killed): it goes
 	// on from its latest snapshot. One out of memory fails: it would run out again.
-	auto := lostWithNode(reason) || !strings.HasPrefix(reason, "out of memory") && s.allowCrashResume(ctx, sessionID)
+	auto := lostWithNode(reason) || !strings.HasPrefix(reason, "out of memory") && s.crashes.allowStored(ctx, sessionID)
 	if auto && se.HeadSnapshotID != "" {
 		s.bg.Add(1)
 		go func() {
@@ -1230,7 +1217,7 @@ func (s *sessions) reconcileSessions(ctx context.Context) error {
 		}
 		if se, err := s.store.GetSession(ctx, sb.TenantID, id); err != nil || se.SandboxID != sb.ID {
 			s.log.Info("destroying a sandbox its session left", "session", id, "sandbox", sb.ID)
-			s.destroySessionSandbox(ctx, sb.TenantID, sb.ID, "its session moved on")
+			s.endSessionSandbox(ctx, sb.TenantID, sb.ID, "its session moved on", true)
 		}
 	}
 	return nil
@@ -1288,7 +1275,7 @@ func (s *sessions) reconcileSessionLocked(ctx context.Context, se store.Session)
 				return setSessionState(se, store.SessionPaused, "paused (its record was completed after a restart)")
 			})
 			if err == nil && se.SandboxID != "" {
-				s.closeSessionSandbox(ctx, se.TenantID, se.SandboxID, "session paused")
+				s.endSessionSandbox(ctx, se.TenantID, se.SandboxID, "session paused", false)
 			}
 			return err
 		}

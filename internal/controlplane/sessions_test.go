@@ -1141,22 +1141,22 @@ func TestCrashBudgetPerSession(t *testing.T) {
 	e.n.bind(e.s)
 	replicas := []*Service{e.s, other, e.s}
 	for i, r := range replicas {
-		if !r.sessions.allowCrashResume(ctx, "se_a") {
+		if !r.sessions.crashes.allowStored(ctx, "se_a") {
 			t.Fatalf("resume %d of se_a (replica %d) refused", i+1, i)
 		}
 	}
-	if third.sessions.allowCrashResume(ctx, "se_a") {
+	if third.sessions.crashes.allowStored(ctx, "se_a") {
 		t.Fatalf("resume %d of se_a allowed by a third replica; the budget is %d", crashResumes+1, crashResumes)
 	}
-	if !other.sessions.allowCrashResume(ctx, "se_b") {
+	if !other.sessions.crashes.allowStored(ctx, "se_b") {
 		t.Fatal("another session's first resume refused")
 	}
 	e.clk.Add(crashWindow + time.Second)
-	if !third.sessions.allowCrashResume(ctx, "se_a") {
+	if !third.sessions.crashes.allowStored(ctx, "se_a") {
 		t.Fatal("a resume once the others left the window refused")
 	}
 	se := e.create(t, SessionRequest{})
-	if !e.s.sessions.allowCrashResume(ctx, se.ID) {
+	if !e.s.sessions.crashes.allowStored(ctx, se.ID) {
 		t.Fatal("first resume refused")
 	}
 	if err := e.s.DeleteSession(ctx, e.tenant, se.ID); err != nil {

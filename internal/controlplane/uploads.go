@@ -52,10 +52,10 @@ func (s *snapshotBook) nodeSnapshot(ctx context.Context, nodeID, tenantID, snapI
 	return sn, nil
 }
 
-// nodeSnapshotSaved records that node nodeID saved rep.Image for rep's snapshot, which it took: one
+// NodeSnapshotSaved records that node nodeID saved rep.Image for rep's snapshot, which it took: one
 // writing is uploading from then on (restores and forks may use the image on the node). Said again (the
 // node retries), it answers nil; a snapshot failed or deleted meanwhile is refused (errNoSnapshotWaits).
-func (s *snapshotBook) nodeSnapshotSaved(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error {
+func (s *snapshotBook) NodeSnapshotSaved(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error {
 	if err := checkReport(rep); err != nil {
 		return err
 	}
@@ -91,9 +91,9 @@ func (s *snapshotBook) nodeSnapshotSaved(ctx context.Context, nodeID string, rep
 	return nil
 }
 
-// nodeSnapshotGrant gives node nodeID the grant that opens tenantID's snapshots, to store snapID, which
+// NodeSnapshotGrant gives node nodeID the grant that opens tenantID's snapshots, to store snapID, which
 // it took and which waits for its image. A revoked key is refused as for any other use of it.
-func (s *snapshotBook) nodeSnapshotGrant(ctx context.Context, nodeID, tenantID, snapID string) (*snapshot.Grant, error) {
+func (s *snapshotBook) NodeSnapshotGrant(ctx context.Context, nodeID, tenantID, snapID string) (*snapshot.Grant, error) {
 	sn, err := s.nodeSnapshot(ctx, nodeID, tenantID, snapID)
 	if err != nil {
 		return nil, err
@@ -108,11 +108,11 @@ func (s *snapshotBook) nodeSnapshotGrant(ctx context.Context, nodeID, tenantID, 
 	return snaps.Grant(ctx, tenantID, true)
 }
 
-// nodeSnapshotStored records what node nodeID reports of a snapshot it stored, or lost: complete (with
+// NodeSnapshotStored records what node nodeID reports of a snapshot it stored, or lost: complete (with
 // the image's description, if the record of the checkpoint never came: its replica crashed), or
 // failed. A snapshot deleted or failed meanwhile has what was stored deleted. Reports repeat (the node
 // retries until one is answered): a settled snapshot answers nil.
-func (s *snapshotBook) nodeSnapshotStored(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error {
+func (s *snapshotBook) NodeSnapshotStored(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error {
 	if err := checkReport(rep); err != nil {
 		return err
 	}
@@ -304,21 +304,6 @@ func (s *snapshotBook) dropImagesOn(ctx context.Context, n Node, snapIDs ...stri
 	if err := n.DropImages(ctx, snapIDs); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		s.log.Warn("drop snapshot images", "node", n.ID(), "snapshots", len(snapIDs), "err", err)
 	}
-}
-
-// NodeSnapshotSaved records a node's word that it saved a snapshot's image (nodecontract.SnapshotCalls).
-func (s *nodeCalls) NodeSnapshotSaved(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error {
-	return s.book.nodeSnapshotSaved(ctx, nodeID, rep)
-}
-
-// NodeSnapshotGrant gives a node the grant to store a snapshot it took (nodecontract.SnapshotCalls).
-func (s *nodeCalls) NodeSnapshotGrant(ctx context.Context, nodeID, tenantID, snapshotID string) (*snapshot.Grant, error) {
-	return s.book.nodeSnapshotGrant(ctx, nodeID, tenantID, snapshotID)
-}
-
-// NodeSnapshotStored records a node's report of a snapshot it stored or lost (nodecontract.SnapshotCalls).
-func (s *nodeCalls) NodeSnapshotStored(ctx context.Context, nodeID string, rep nodecontract.SnapshotReport) error {
-	return s.book.nodeSnapshotStored(ctx, nodeID, rep)
 }
 
 // pauseSnapshot returns the snapshot a pause of se took, if its node saved the image: the latest of the

@@ -98,7 +98,6 @@ type nodeCalls struct {
 	keyring   *keyring
 	placer    *placer
 	sandboxes *sandboxes
-	book      *snapshotBook
 
 	store       store.Store
 	nodes       *nodeSet
@@ -248,7 +247,7 @@ func wire(cfg Config, localCap nodecontract.Capacity) *Service {
 	sb := &sandboxes{store: cfg.Store, nodes: nodes, locks: locks, guards: cfg.Guards,
 		work: workTracker{n: map[string]int{}, ports: map[string]int{}}, bg: bg, log: cfg.Logger, now: cfg.Now}
 	se := &sessions{store: cfg.Store, nodes: nodes, locks: locks, snapshots: cfg.Snapshots, ops: ops,
-		replica: cfg.ReplicaID, rolls: roller{m: map[string]rollState{}}, bg: bg, log: cfg.Logger, now: cfg.Now}
+		replica: cfg.ReplicaID, rolls: roller{m: map[string]rollState{}}, crashes: crashBudget{store: cfg.Store, log: cfg.Logger, now: cfg.Now}, bg: bg, log: cfg.Logger, now: cfg.Now}
 	b := &snapshotBook{store: cfg.Store, nodes: nodes, locks: locks, snapshots: cfg.Snapshots,
 		templateRoot: cfg.TemplateRoot, replica: cfg.ReplicaID, log: cfg.Logger, now: cfg.Now}
 	l := &loops{store: cfg.Store, nodes: nodes, locks: locks, snapshots: cfg.Snapshots, connections: cfg.Connections,
@@ -259,7 +258,7 @@ func wire(cfg Config, localCap nodecontract.Capacity) *Service {
 	a.keyring = k
 	k.placer, k.sandboxes, k.book = p, sb, b
 	p.accounts, p.sandboxes = a, sb
-	nc.keyring, nc.placer, nc.sandboxes, nc.book = k, p, sb, b
+	nc.keyring, nc.placer, nc.sandboxes = k, p, sb
 	sb.accounts, sb.keyring, sb.placer, sb.sessions = a, k, p, se
 	se.accounts, se.keyring, se.placer, se.sandboxes, se.book = a, k, p, sb, b
 	b.accounts, b.keyring, b.placer, b.sessions = a, k, p, se

@@ -19,7 +19,7 @@ import (
 // its memory either way: no session is lost.
 func TestSessionSurvivesCrashes(t *testing.T) {
 	testenv.RequireSandboxes(t)
-	// The upload runs after the pause has answered: the server dies just after.
+	// The upload runs behind the pause: the server dies while or after the pause answers.
 	behind := map[string]bool{"upload-stored": true, "snapshot-complete": true}
 	for _, point := range []string{"pause-recorded", "snapshot-checkpointed", "snapshot-saved", "pause-session-paused",
 		"upload-stored", "snapshot-complete", "resume-fetched", "resume-booted"} {
@@ -64,8 +64,11 @@ func TestSessionSurvivesCrashes(t *testing.T) {
 			} else {
 				_, err = c.PauseSession(ctx, se.ID)
 			}
-			if (err == nil) != behind[point] {
-				t.Fatalf("the call at %s: %v", point, err)
+			// A crash before the pause answers fails the call. One in the write-behind (the node's store
+			// reporting) may come before or after the answer: the node stores at once, and a small image
+			// is stored before the answer is written.
+			if err == nil && !behind[point] {
+				t.Fatalf("the call at %s succeeded; want the server killed before it answered", point)
 			}
 			if werr := srv.cmd.Wait(); werr == nil || !strings.Contains(werr.Error(), "killed") {
 				t.Fatalf("server exit: %v; want killed at %s\n%s", werr, point, srv.log.String())

@@ -1,4 +1,6 @@
-package controlplane
+// Package buildctx holds a template build's context: the tar a client sends, spooled, bounded and indexed,
+// and the layers of the COPY steps made from it.
+package buildctx
 
 import (
 	"archive/tar"
@@ -22,14 +24,14 @@ import (
 // entries it takes. Only directories, regular files and symbolic links are taken; names must be clean
 // relative paths.
 
-// MaxBuildContext bounds a build's context.
-const MaxBuildContext = 8 << 30
+// Max bounds a build's context.
+const Max = 8 << 30
 
 // maxContextEntries bounds the entries of a build's context.
 const maxContextEntries = 1 << 20
 
-// buildContext is a spooled, indexed build context.
-type buildContext struct {
+// Context is a spooled, indexed build context.
+type Context struct {
 	f       *os.File
 	entries map[string]ctxEntry // by clean name, "" for the root
 	names   []string            // sorted
@@ -44,22 +46,22 @@ type ctxEntry struct {
 	digest string // of a regular file's contents
 }
 
-// spoolContext reads the context tar r into a temporary file and indexes it.
-func spoolContext(r io.Reader) (*buildContext, error) {
+// Spool reads the context tar r into a temporary file and indexes it.
+func Spool(r io.Reader) (*Context, error) {
 	f, err := os.CreateTemp("", "airlock-build-context-")
 	if err != nil {
 		return nil, err
 	}
 	os.Remove(f.Name()) // the open file is enough
-	c := &buildContext{f: f, entries: map[string]ctxEntry{"": {typ: tar.TypeDir, mode: 0o755}}}
-	n, err := io.Copy(f, io.LimitReader(r, MaxBuildContext+1))
+	c := &Context{f: f, entries: map[string]ctxEntry{"": {typ: tar.TypeDir, mode: 0o755}}}
+	n, err := io.Copy(f, io.LimitReader(r, Max+1))
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("receive the build context: %w", err)
 	}
-	if n > MaxBuildContext {
+	if n > Max {
 		f.Close()
-		return nil, fmt.Errorf("the build context is over %d GiB: %w", MaxBuildContext>>30, errdefs.ErrTooLarge)
+		return nil, fmt.Errorf("the build context is over %d GiB: %w", Max>>30, errdefs.ErrTooLarge)
 	}
 	if err := c.index(); err != nil {
 		f.Close()
@@ -68,10 +70,10 @@ func spoolContext(r io.Reader) (*buildContext, error) {
 	return c, nil
 }
 
-func (c *buildContext) Close() error { return c.f.Close() }
+func (c *Context) Close() error { return c.f.Close() }
 
 // index reads the whole context once.
-func (c *buildContext) index() error {
+func (c *Context) index() error {
 	err := c.walk(func(name string, h *tar.Header, r io.Reader) error {
 		if len(c.entries) >= maxContextEntries {
 			return fmt.Errorf("the build context has more than %d entries: %w", maxContextEntries, errdefs.ErrTooLarge)
@@ -111,8 +113,8 @@ func (c *buildContext) index() error {
 	return nil
 }
 
-// contextName cleans a context tar's entry name; "" is the root.
-func contextName(n string) (string, error) {
+// Name cleans a context tar's entry name; "" is the root.
+func Name(n string) (string, error) {
 	n = strings.TrimPrefix(strings.TrimSuffix(n, "/"), "./")
 	if n == "." || n == "" {
 		return "", nil
@@ -124,7 +126,7 @@ func contextName(n string) (string, error) {
 }
 
 // readFile returns the context's regular file name, at most limit bytes.
-func (c *buildContext) readFile(name string, limit int64) ([]byte, error) {
+func (c *Context) ReadFile(name string, limit int64) ([]byte, error) {
 	e, ok := c.entries[name]
 	if !ok || e.typ != tar.TypeReg {
 		return nil, fmt.Errorf("%s: no such file in the build context: %w", name, errdefs.ErrInvalidArgument)
@@ -145,7 +147,7 @@ func (c *buildContext) readFile(name string, limit int64) ([]byte, error) {
 }
 
 // walk calls fn for each entry of the context but its root, in its tar's order, with its clean name.
-func (c *buildContext) walk(fn func(name string, h *tar.Header, r io.Reader) error) error {
+func (c *Context) walk(fn func(name string, h *tar.Header, r io.Reader) error) error {
 	if _, err := c.f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
@@ -158,7 +160,7 @@ func (c *buildContext) walk(fn func(name string, h *tar.Header, r io.Reader) err
 		if err != nil {
 			return fmt.Errorf("the build context is not a tar: %v: %w", err, errdefs.ErrInvalidArgument)
 		}
-		name, err := contextName(h.Name)
+		name, err := Name(h.Name)
 		if err != nil {
 			return err
 		}
@@ -171,9 +173,9 @@ func (c *buildContext) walk(fn func(name string, h *tar.Header, r io.Reader) err
 	}
 }
 
-// copyPlan is what COPY sources matched: context entries and where each goes under the
+// Plan is what COPY sources matched: context entries and where each goes under the
 // destination.
-type copyPlan struct {
+type Plan struct {
 	// to maps a context entry to its path in the image (absolute, clean).
 	to map[string]string
 	// dirs are the directories the copy makes that are not context entries (the destination itself).
@@ -183,8 +185,8 @@ type copyPlan struct {
 // plan resolves COPY sources (relative to the context's root; globs as path.Match) into dest (absolute,
 // clean; a directory when it ends in "/" or there are several sources or a source is a directory),
 // Docker's way: a directory source copies what is under it, not itself.
-func (c *buildContext) plan(srcs []string, dest string, destIsDir bool) (copyPlan, error) {
-	p := copyPlan{to: map[string]string{}}
+func (c *Context) Plan(srcs []string, dest string, destIsDir bool) (Plan, error) {
+	p := Plan{to: map[string]string{}}
 	var matched []string
 	for _, src := range srcs {
 		pat := strings.TrimPrefix(path.Clean("/"+src), "/")
@@ -236,7 +238,7 @@ func (c *buildContext) plan(srcs []string, dest string, destIsDir bool) (copyPla
 
 // digest is the cache input of a copy plan: every entry's source, destination, type, mode, link and
 // contents.
-func (c *buildContext) digest(p copyPlan) string {
+func (c *Context) Digest(p Plan) string {
 	h := sha256.New()
 	srcs := make([]string, 0, len(p.to))
 	for s := range p.to {
@@ -255,7 +257,7 @@ func (c *buildContext) digest(p copyPlan) string {
 
 // writeLayer writes the image layer of plan p to w: the destination directories and every planned entry
 // under its destination, owned by uid:gid, with mode chmod where set (else the context's).
-func (c *buildContext) writeLayer(w io.Writer, p copyPlan, uid, gid int, chmod int64) error {
+func (c *Context) WriteLayer(w io.Writer, p Plan, uid, gid int, chmod int64) error {
 	tw := tar.NewWriter(w)
 	written := map[string]bool{}
 	dir := func(name string, mode int64) error {
@@ -326,8 +328,8 @@ func ancestors(rel string) []string {
 	return out
 }
 
-// parseChown reads COPY --chown: UID[:GID], or root / user (the sandbox user, 1000) by name.
-func parseChown(s string) (uid, gid int, err error) {
+// ParseChown reads COPY --chown: UID[:GID], or root / user (the sandbox user, 1000) by name.
+func ParseChown(s string) (uid, gid int, err error) {
 	if s == "" {
 		return 0, 0, nil
 	}
@@ -357,9 +359,9 @@ func parseChown(s string) (uid, gid int, err error) {
 	return uid, gid, nil
 }
 
-// writeDirs writes a layer holding dir (absolute) and its parents, 0755 and root's (copied into an
+// WriteDirs writes a layer holding dir (absolute) and its parents, 0755 and root's (copied into an
 // image, those it has keep their own).
-func writeDirs(w io.Writer, dir string) error {
+func WriteDirs(w io.Writer, dir string) error {
 	tw := tar.NewWriter(w)
 	for _, a := range ancestors(strings.TrimPrefix(path.Clean(dir), "/")) {
 		if err := tw.WriteHeader(&tar.Header{Name: a + "/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX}); err != nil {

@@ -1,4 +1,4 @@
-package controlplane
+package buildctx
 
 import (
 	"archive/tar"
@@ -43,7 +43,7 @@ func contextTar(t *testing.T, names ...string) io.Reader {
 // destination, a file to the destination or, when it is a directory (a trailing slash, several
 // sources), under it; globs match in the context; the plan's digest changes with a file's contents.
 func TestCopyPlan(t *testing.T) {
-	bc, err := spoolContext(contextTar(t, "app/", "app/a.txt", "app/sub/b.txt", "run.sh", "x.py", "y.py", "link>app/a.txt"))
+	bc, err := Spool(contextTar(t, "app/", "app/a.txt", "app/sub/b.txt", "run.sh", "x.py", "y.py", "link>app/a.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestCopyPlan(t *testing.T) {
 		{[]string{"*.py"}, "/app", false, map[string]string{"x.py": "/app/x.py", "y.py": "/app/y.py"}},
 		{[]string{"./link", "../run.sh"}, "/o", false, map[string]string{"link": "/o/link", "run.sh": "/o/run.sh"}},
 	} {
-		p, err := bc.plan(c.srcs, c.dest, c.destDir)
+		p, err := bc.Plan(c.srcs, c.dest, c.destDir)
 		if err != nil {
 			t.Errorf("plan %q → %s: %v", c.srcs, c.dest, err)
 			continue
@@ -74,18 +74,18 @@ func TestCopyPlan(t *testing.T) {
 			}
 		}
 	}
-	if _, err := bc.plan([]string{"missing"}, "/x", false); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := bc.Plan([]string{"missing"}, "/x", false); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("a missing source: %v; want invalid argument", err)
 	}
 	// The digest: the same for the same plan, another for other contents or another destination.
-	digestOf := func(bc *buildContext, dest string) string {
-		p, err := bc.plan([]string{"run.sh"}, dest, false)
+	digestOf := func(bc *Context, dest string) string {
+		p, err := bc.Plan([]string{"run.sh"}, dest, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return bc.digest(p)
+		return bc.Digest(p)
 	}
-	changed, err := spoolContext(contextTar(t, "run.sh=echo changed"))
+	changed, err := Spool(contextTar(t, "run.sh=echo changed"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestBuildContextRefusals(t *testing.T) {
 		"absolute":  contextTar(t, "/etc/passwd"),
 		"not a tar": strings.NewReader(strings.Repeat("not a tar ", 100)),
 	} {
-		if bc, err := spoolContext(r); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if bc, err := Spool(r); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("%s: %v; want invalid argument", name, err)
 			if err == nil {
 				bc.Close()
@@ -116,16 +116,16 @@ func TestBuildContextRefusals(t *testing.T) {
 	tw := tar.NewWriter(&buf)
 	tw.WriteHeader(&tar.Header{Name: "dev", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3, Mode: 0o666})
 	tw.Close()
-	if _, err := spoolContext(&buf); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := Spool(&buf); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("a device node: %v; want invalid argument", err)
 	}
 	for in, want := range map[string][2]int{"": {0, 0}, "1000": {1000, 1000}, "1000:50": {1000, 50}, "user:root": {1000, 0}} {
-		if uid, gid, err := parseChown(in); err != nil || uid != want[0] || gid != want[1] {
+		if uid, gid, err := ParseChown(in); err != nil || uid != want[0] || gid != want[1] {
 			t.Errorf("--chown=%s: %d:%d, %v; want %v", in, uid, gid, err, want)
 		}
 	}
 	for _, in := range []string{"nobody", "-1", "1:x", "99999999999"} {
-		if _, _, err := parseChown(in); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, _, err := ParseChown(in); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("--chown=%s: %v; want invalid argument", in, err)
 		}
 	}
