@@ -922,7 +922,12 @@ func (n *Local) Shutdown(ctx context.Context) error {
 	n.closeWarm() // nobody's: no later run adopts them
 	n.metrics.close()
 	if n.images != nil {
-		n.images.stores.close()
+		// The stores in progress finish if they can before ctx ends (a paused session's image is then
+		// in the snapshot store for another node); the others resume at the next start.
+		n.images.stores.drain()
+		if !waitGroup(ctx, &n.images.stores.wg) {
+			n.images.stores.close()
+		}
 	}
 	n.mu.Lock()
 	n.closed = true
@@ -1245,5 +1250,20 @@ func (n *Local) RewrapCAs(ctx context.Context, tenantID string) (int, error) {
 func (n *Local) ForgetCA(caID string) {
 	if n.cfg.Gateway != nil {
 		n.cfg.Gateway.ForgetCA(caID)
+	}
+}
+
+// waitGroup waits for wg until ctx ends, and reports whether wg was done.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() { // owner: the caller; ends when wg is done (a caller that gave up leaves it to end then)
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }

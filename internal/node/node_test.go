@@ -61,7 +61,11 @@ type calls struct {
 	// saved are the words taken that an image is saved.
 	saved   []nodecontract.SnapshotReport
 	grants  int
-	reports []nodecontract.SnapshotReport
+	// grantEntered, if set, is sent to when a grant is asked for, which then waits until grantGate
+	// closes.
+	grantEntered chan struct{}
+	grantGate    chan struct{}
+	reports      []nodecontract.SnapshotReport
 	// reported receives each report taken.
 	reported chan nodecontract.SnapshotReport
 }
@@ -80,9 +84,14 @@ func (c *calls) SnapshotGrant(ctx context.Context, tenantID, snapshotID string) 
 	c.mu.Lock()
 	err := c.grantErr
 	c.grants++
+	entered, gate := c.grantEntered, c.grantGate
 	c.mu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	if gate != nil {
+		entered <- struct{}{}
+		<-gate
 	}
 	return c.cp.Grant(ctx, tenantID, true)
 }
@@ -806,6 +815,51 @@ func TestStoreRetries(t *testing.T) {
 	}
 	if _, err := e.cp.Manifest(ctx, "tn_1", "sn_1"); err != nil {
 		t.Errorf("the stored snapshot: %v", err)
+	}
+}
+
+// TestShutdownFinishesStores: a clean shutdown lets a store in progress finish (a paused session's
+// image reaches the snapshot store, for another node to resume it) before it returns.
+func TestShutdownFinishesStores(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	e.calls.mu.Lock()
+	e.calls.grantEntered, e.calls.grantGate = entered, gate
+	e.calls.mu.Unlock()
+	e.create(t, "sb_1")
+	if _, err := e.snapshot(t, ctx, "sb_1", "sn_1", nodecontract.ThenDestroy); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the store did not start")
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- e.n.Shutdown(ctx) }()
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned (%v) while a store was in progress", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(gate)
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Shutdown did not return once the store could finish")
+	}
+	if reps := e.calls.taken(); len(reps) != 1 || reps[0].Lost != "" || reps[0].LogicalBytes == 0 {
+		t.Errorf("reports %+v; want the snapshot stored, once", reps)
+	}
+	if _, err := e.cp.Manifest(ctx, "tn_1", "sn_1"); err != nil {
+		t.Errorf("the stored snapshot: %v", err)
+	}
+	if jobs := node.StoreJobs(e.n); len(jobs) != 0 {
+		t.Errorf("jobs left: %v", jobs)
 	}
 }
 

@@ -63,8 +63,12 @@ type snapStores struct {
 	mu sync.Mutex
 	// runs holds the running stores by snapshot ID; guarded by mu.
 	runs map[string]*storeRun
-	// closed is set by close: no store starts after it; guarded by mu.
+	// closed is set by drain and close: no store starts after it; guarded by mu.
 	closed bool
+	// draining is closed by drain: the stores end after the try they are in, without waiting to try
+	// again.
+	draining     chan struct{}
+	drainingOnce sync.Once
 	// backoff and maxBackoff are the first and the longest wait between tries (tests shorten them);
 	// guarded by mu.
 	backoff, maxBackoff time.Duration
@@ -84,7 +88,7 @@ type storeRun struct {
 }
 
 func newSnapStores() snapStores {
-	return snapStores{runs: map[string]*storeRun{}, backoff: storeBackoff, maxBackoff: maxStoreBackoff}
+	return snapStores{runs: map[string]*storeRun{}, backoff: storeBackoff, maxBackoff: maxStoreBackoff, draining: make(chan struct{})}
 }
 
 // jobPath is the job file of the store of snapID.
@@ -227,6 +231,16 @@ func (st *snapStores) stop(snapID string) {
 	}
 }
 
+// drain lets the stores finish the tries they are in (a clean shutdown: a paused session's image
+// reaches the snapshot store if it can, in time, for another node to resume it) and end instead of
+// trying again; no store starts after it. Those that end unfinished keep their jobs.
+func (st *snapStores) drain() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.closed = true
+	st.drainingOnce.Do(func() { close(st.draining) })
+}
+
 // close stops every store (Local.Shutdown waits for them: wg). Their jobs stay: the next start of the
 // node takes them up.
 func (st *snapStores) close() {
@@ -284,6 +298,9 @@ func (im *images) runStore(ctx context.Context, snapID string, r *storeRun) {
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-im.stores.draining:
 			t.Stop()
 			return
 		case <-t.C:
