@@ -59,8 +59,8 @@ type calls struct {
 	// image is saved, a grant, or taking a report.
 	savedErr, grantErr, storedErr error
 	// saved are the words taken that an image is saved.
-	saved   []nodecontract.SnapshotReport
-	grants  int
+	saved  []nodecontract.SnapshotReport
+	grants int
 	// grantEntered, if set, is sent to when a grant is asked for, which then waits until grantGate
 	// closes.
 	grantEntered chan struct{}
