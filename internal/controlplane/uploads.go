@@ -173,10 +173,8 @@ func (s *snapshotBook) NodeSnapshotStored(ctx context.Context, nodeID string, re
 		return nil
 	})
 	switch {
-	case errors.Is(err, errdefs.ErrNotFound):
-		_ = snaps.Delete(context.WithoutCancel(ctx), rep.TenantID, rep.SnapshotID)
-		return nil
-	case errors.Is(err, errdefs.ErrConflict):
+	case errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrConflict):
+		// Deleted, or failed, meanwhile: what was just stored goes.
 		_ = snaps.Delete(context.WithoutCancel(ctx), rep.TenantID, rep.SnapshotID)
 		return nil
 	case err != nil:

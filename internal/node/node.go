@@ -942,20 +942,10 @@ func (n *Local) Shutdown(ctx context.Context) error {
 		cl.Close()
 		s.audit.Close()
 	}
-	done := make(chan struct{})
-	go func() {
-		n.wg.Wait()
-		if n.images != nil {
-			n.images.stores.wg.Wait()
-		}
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
+	if !waitGroup(ctx, &n.wg) || n.images != nil && !waitGroup(ctx, &n.images.stores.wg) {
 		return ctx.Err()
 	}
+	return nil
 }
 
 // Snapshot saves a running sandbox's memory, processes and files as the image of snapshot
