@@ -971,9 +971,19 @@ func (n *Local) Snapshot(ctx context.Context, id string, req nodecontract.Snapsh
 		return nodecontract.Image{}, err
 	}
 	if req.Then == nodecontract.ThenDestroy {
-		if err := n.DestroySandbox(ctx, id); err != nil {
-			n.log.Warn("destroy a sandbox once its snapshot was saved", "sandbox", id, "snapshot", req.SnapshotID, "err", err)
-		}
+		// The sandbox is stopped for good and its image on record: no call reaches it from now on, and
+		// its teardown (memory freed, disk and network removed, a few hundred milliseconds) need not hold
+		// up the answer.
+		n.forget(id)
+		n.wg.Add(1)
+		go func() { // owner: n; ends once the sandbox is destroyed
+			defer n.wg.Done()
+			dctx, cancel := context.WithTimeout(context.Background(), checkpointTimeout)
+			defer cancel()
+			if err := n.DestroySandbox(dctx, id); err != nil {
+				n.log.Warn("destroy a sandbox once its snapshot was saved", "sandbox", id, "snapshot", req.SnapshotID, "err", err)
+			}
+		}()
 	}
 	return img, nil
 }
