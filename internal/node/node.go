@@ -926,7 +926,13 @@ func (n *Local) Shutdown(ctx context.Context) error {
 		// in the snapshot store for another node); the others resume at the next start.
 		n.images.stores.drain()
 		if !waitGroup(ctx, &n.images.stores.wg) {
+			// Cut off: their jobs stay on disk and the next start takes them up, which is no error.
 			n.images.stores.close()
+			cut, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCutGrace)
+			defer cancel()
+			if !waitGroup(cut, &n.images.stores.wg) {
+				n.log.Warn("stores cut off by the shutdown have not ended", "within", storeCutGrace)
+			}
 		}
 	}
 	n.mu.Lock()
@@ -942,11 +948,20 @@ func (n *Local) Shutdown(ctx context.Context) error {
 		cl.Close()
 		s.audit.Close()
 	}
-	if !waitGroup(ctx, &n.wg) || n.images != nil && !waitGroup(ctx, &n.images.stores.wg) {
-		return ctx.Err()
+	wctx := ctx
+	if ctx.Err() != nil { // spent on the stores: what is left of the node's own work gets the grace
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), storeCutGrace)
+		defer cancel()
+	}
+	if !waitGroup(wctx, &n.wg) {
+		return wctx.Err()
 	}
 	return nil
 }
+
+// storeCutGrace is how long Shutdown waits for the stores it cut off at its deadline to end.
+const storeCutGrace = 5 * time.Second
 
 // Snapshot saves a running sandbox's memory, processes and files as the image of snapshot
 // req.SnapshotID (see runtime.Checkpointer), then lets it run on (nodecontract.ThenRun) or destroys it

@@ -91,7 +91,11 @@ func (c *calls) SnapshotGrant(ctx context.Context, tenantID, snapshotID string) 
 	}
 	if gate != nil {
 		entered <- struct{}{}
-		<-gate
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	return c.cp.Grant(ctx, tenantID, true)
 }
@@ -874,6 +878,37 @@ func TestShutdownFinishesStores(t *testing.T) {
 	}
 	if jobs := node.StoreJobs(e.n); len(jobs) != 0 {
 		t.Errorf("jobs left: %v", jobs)
+	}
+}
+
+// TestShutdownCutsStores: a store that cannot finish before Shutdown's deadline is cut off, and that
+// is no error: its job stays for the next start, and nothing is reported of it.
+func TestShutdownCutsStores(t *testing.T) {
+	e := newEnv(t)
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	defer close(gate)
+	e.calls.mu.Lock()
+	e.calls.grantEntered, e.calls.grantGate = entered, gate
+	e.calls.mu.Unlock()
+	e.create(t, "sb_1")
+	if _, err := e.snapshot(t, t.Context(), "sb_1", "sn_1", nodecontract.ThenDestroy); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the store did not start")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := e.n.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown with a store cut off = %v; want nil", err)
+	}
+	if jobs := node.StoreJobs(e.n); !slices.Equal(jobs, []string{"sn_1"}) {
+		t.Errorf("jobs left: %v; want sn_1's, for the next start", jobs)
+	}
+	if reps := e.calls.taken(); len(reps) != 0 {
+		t.Errorf("reports %+v; want none (the image is neither stored nor lost)", reps)
 	}
 }
 
