@@ -926,13 +926,7 @@ func (n *Local) Shutdown(ctx context.Context) error {
 		// in the snapshot store for another node); the others resume at the next start.
 		n.images.stores.drain()
 		if !waitGroup(ctx, &n.images.stores.wg) {
-			// Cut off: their jobs stay on disk and the next start takes them up, which is no error.
-			n.images.stores.close()
-			cut, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCutGrace)
-			defer cancel()
-			if !waitGroup(cut, &n.images.stores.wg) {
-				n.log.Warn("stores cut off by the shutdown have not ended", "within", storeCutGrace)
-			}
+			n.images.stores.close() // cut off: their jobs stay on disk for the next start, which is no error
 		}
 	}
 	n.mu.Lock()
@@ -948,19 +942,24 @@ func (n *Local) Shutdown(ctx context.Context) error {
 		cl.Close()
 		s.audit.Close()
 	}
-	wctx := ctx
-	if ctx.Err() != nil { // spent on the stores: what is left of the node's own work gets the grace
+	// What ctx left no time for (stores cut off, the node's own work) gets storeCutGrace to end.
+	end := ctx
+	if ctx.Err() != nil {
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), storeCutGrace)
+		end, cancel = context.WithTimeout(context.WithoutCancel(ctx), storeCutGrace)
 		defer cancel()
 	}
-	if !waitGroup(wctx, &n.wg) {
-		return wctx.Err()
+	if n.images != nil && !waitGroup(end, &n.images.stores.wg) {
+		n.log.Warn("stores cut off by the shutdown have not ended", "within", storeCutGrace)
+	}
+	if !waitGroup(end, &n.wg) {
+		return end.Err()
 	}
 	return nil
 }
 
-// storeCutGrace is how long Shutdown waits for the stores it cut off at its deadline to end.
+// storeCutGrace is how long Shutdown waits, past its deadline, for the stores it cut off and the node's
+// own work to end.
 const storeCutGrace = 5 * time.Second
 
 // Snapshot saves a running sandbox's memory, processes and files as the image of snapshot

@@ -548,15 +548,12 @@ func TestCheckpointStoreRestore(t *testing.T) {
 		}
 	}
 	// Torn down behind the answer.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		_, err := e.d.Info("sb_1")
-		if errors.Is(err, errdefs.ErrNotFound) {
-			break
+	waitUntil(t, func() error {
+		if _, err := e.d.Info("sb_1"); !errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("after a snapshot that destroys it, the driver has sb_1: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after a snapshot that destroys it, the driver has sb_1: %v", err)
-		}
-	}
+		return nil
+	})
 	if ids := node.PendingImages(e.n); !slices.Equal(ids, []string{"sn_1", "sn_2"}) {
 		t.Errorf("PendingImages = %v; want [sn_1 sn_2]", ids)
 	}
@@ -735,15 +732,12 @@ func TestSnapshotThen(t *testing.T) {
 	if _, err := e.n.Link(ctx, "sb_2"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("Link to a sandbox a snapshot destroyed = %v; want failed precondition", err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		ids, err := e.n.Sandboxes(ctx)
-		if err == nil && slices.Equal(ids, []string{"sb_1"}) {
-			break
+	waitUntil(t, func() error {
+		if ids, err := e.n.Sandboxes(ctx); err != nil || !slices.Equal(ids, []string{"sb_1"}) {
+			return fmt.Errorf("Sandboxes after a snapshot then destroy = %v, %v; want [sb_1]", ids, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Sandboxes after a snapshot then destroy = %v, %v; want [sb_1]", ids, err)
-		}
-	}
+		return nil
+	})
 	for _, id := range []string{"sn_1", "sn_2"} {
 		if rep := e.waitReport(t, id); rep.Lost != "" {
 			t.Errorf("report of %s: %+v", id, rep)
@@ -836,17 +830,17 @@ func TestStoreRetries(t *testing.T) {
 	}
 }
 
-// TestShutdownFinishesStores: a clean shutdown lets a store in progress finish (a paused session's
-// image reaches the snapshot store, for another node to resume it) before it returns.
-func TestShutdownFinishesStores(t *testing.T) {
-	e := newEnv(t)
-	ctx := t.Context()
-	entered, gate := make(chan struct{}, 1), make(chan struct{})
+// heldStore pauses a new sandbox sb as snapshot sn and returns once the image's store is in progress,
+// held at its grant until the returned gate is closed.
+func (e *env) heldStore(t *testing.T, sb, sn string) (gate chan struct{}) {
+	t.Helper()
+	entered := make(chan struct{}, 1)
+	gate = make(chan struct{})
 	e.calls.mu.Lock()
 	e.calls.grantEntered, e.calls.grantGate = entered, gate
 	e.calls.mu.Unlock()
-	e.create(t, "sb_1")
-	if _, err := e.snapshot(t, ctx, "sb_1", "sn_1", nodecontract.ThenDestroy); err != nil {
+	e.create(t, sb)
+	if _, err := e.snapshot(t, t.Context(), sb, sn, nodecontract.ThenDestroy); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -854,6 +848,30 @@ func TestShutdownFinishesStores(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the store did not start")
 	}
+	return gate
+}
+
+// waitUntil calls ok every 20 ms until it returns nil, and fails t with its last error if that takes
+// longer than 10 s.
+func waitUntil(t *testing.T, ok func() error) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := ok()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestShutdownFinishesStores: a clean shutdown lets a store in progress finish (a paused session's
+// image reaches the snapshot store, for another node to resume it) before it returns.
+func TestShutdownFinishesStores(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	gate := e.heldStore(t, "sb_1", "sn_1")
 	shut := make(chan error, 1)
 	go func() { shut <- e.n.Shutdown(ctx) }()
 	select {
@@ -885,20 +903,7 @@ func TestShutdownFinishesStores(t *testing.T) {
 // is no error: its job stays for the next start, and nothing is reported of it.
 func TestShutdownCutsStores(t *testing.T) {
 	e := newEnv(t)
-	entered, gate := make(chan struct{}, 1), make(chan struct{})
-	defer close(gate)
-	e.calls.mu.Lock()
-	e.calls.grantEntered, e.calls.grantGate = entered, gate
-	e.calls.mu.Unlock()
-	e.create(t, "sb_1")
-	if _, err := e.snapshot(t, t.Context(), "sb_1", "sn_1", nodecontract.ThenDestroy); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the store did not start")
-	}
+	defer close(e.heldStore(t, "sb_1", "sn_1"))
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	if err := e.n.Shutdown(ctx); err != nil {
